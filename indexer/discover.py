@@ -1,0 +1,100 @@
+"""Finding transcript files under a SOURCE and naming what each one is."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+UUID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", re.I)
+# Folders under a project that hold no transcripts: large tool outputs and
+# subagent workflow journals.
+SKIP_DIRS = {"tool-results", "workflows"}
+SNIFF_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True)
+class Candidate:
+    path: str          # absolute
+    kind: str          # main | subagent
+    session_id: str | None   # from the path; None when only the content can say
+    agent_id: str | None
+    project_dir: str | None
+    named: bool        # its name alone says it is a transcript
+
+
+def default_projects_dir() -> Path:
+    config = os.environ.get("CLAUDE_CONFIG_DIR")
+    base = Path(config) if config else Path.home() / ".claude"
+    return base / "projects"
+
+
+def describe(path: str) -> Candidate:
+    """What the path says about a .jsonl file (it may still not be a transcript)."""
+    p = Path(path)
+    stem = p.stem
+    parent = p.parent
+    if stem.startswith("agent-"):
+        agent_id = stem[len("agent-"):]
+        if parent.name == "subagents":
+            session_dir = parent.parent
+            return Candidate(path, "subagent", session_dir.name, agent_id,
+                             session_dir.parent.name, True)
+        return Candidate(path, "subagent", None, agent_id, parent.name, True)
+    if UUID_RE.match(stem):
+        return Candidate(path, "main", stem, None, parent.name, True)
+    return Candidate(path, "main", None, None, parent.name, False)
+
+
+def walk(root: str):
+    """Yield every .jsonl path under ``root`` that may be a transcript, sorted."""
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS)
+        for name in sorted(filenames):
+            if name.endswith(".jsonl"):
+                yield os.path.join(dirpath, name)
+
+
+TRANSCRIPT = "transcript"
+EXECUTION_LOG = "execution_log"   # `claude -p --output-format stream-json` output
+OTHER = "other"
+
+
+def _is_execution_event(value: dict) -> bool:
+    # stream-json events name the session `session_id`; transcript records
+    # name it `sessionId`.
+    return "session_id" in value and "sessionId" not in value
+
+
+def sniff(path: str) -> str | None:
+    """What the first complete lines say the file is: TRANSCRIPT,
+    EXECUTION_LOG, OTHER, or None (no complete line yet: decide later)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(SNIFF_BYTES)
+    except OSError:
+        return OTHER
+    if not head.strip():
+        return None
+    lines = head.split(b"\n")
+    complete, partial = lines[:-1], lines[-1]
+    for line in complete:
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line.decode("utf-8").lstrip("\ufeff"))
+        except (ValueError, RecursionError, UnicodeDecodeError):
+            continue
+        if isinstance(value, dict):
+            if _is_execution_event(value):
+                return EXECUTION_LOG
+            if "type" in value or "uuid" in value:
+                return TRANSCRIPT
+    if not complete:
+        # One long first line: judge by its opening.
+        if partial.lstrip(b"\xef\xbb\xbf \t").startswith(b"{"):
+            return TRANSCRIPT
+        return OTHER
+    return OTHER

@@ -1,0 +1,223 @@
+"""Turning one transcript line (bytes, no trailing newline) into a row.
+
+A line is either a record (a JSON object: stored whole as text, plus the few
+fields the views need) or a bad line (stored as raw bytes with the reason).
+Nothing about a line is ever rejected for its content: unknown types and
+fields stay in ``raw``.
+
+Speed: most of a transcript's bytes are message bodies and tool output that
+the index never needs as Python objects. ``msgspec`` decodes into typed
+structs and skips every field it is not asked for without building it; only
+a line that does not fit the fast shape (a field of an unexpected type, NaN,
+a lone surrogate) takes the slow, general path.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Union
+
+import msgspec
+
+# Types whose records carry uuid/parentUuid links (the Agent SDK's
+# _TRANSCRIPT_ENTRY_TYPES). Everything else is metadata.
+CHAIN_TYPES = frozenset({"user", "assistant", "progress", "system", "attachment"})
+
+BOM = "\ufeff"
+
+
+class _Block(msgspec.Struct):
+    type: Any = None
+
+
+class _Message(msgspec.Struct):
+    id: Any = None
+    model: Any = None
+    content: Union[str, list[_Block], None] = None
+
+
+class _Record(msgspec.Struct, rename="camel"):
+    type: Any = None
+    subtype: Any = None
+    uuid: Any = None
+    parent_uuid: Any = None
+    logical_parent_uuid: Any = None
+    session_id: Any = None
+    timestamp: Any = None
+    is_sidechain: Any = None
+    is_meta: Any = None
+    agent_id: Any = None
+    team_name: Any = None
+    request_id: Any = None
+    is_api_error_message: Any = None
+    is_compact_summary: Any = None
+    cwd: Any = None
+    version: Any = None
+    git_branch: Any = None
+    leaf_uuid: Any = None
+    message: Union[_Message, None] = None
+
+
+_FAST = msgspec.json.Decoder(_Record)
+
+
+class BadLine(Exception):
+    """A line that is not a JSON object; ``str(exc)`` says why."""
+
+
+# Column order of a parsed record, shared with the INSERT in ingest.py.
+RECORD_FIELDS = (
+    "session_id",
+    "uuid",
+    "parent_uuid",
+    "logical_parent_uuid",
+    "type",
+    "subtype",
+    "timestamp",
+    "is_sidechain",
+    "is_meta",
+    "team_name",
+    "agent_id",
+    "message_id",
+    "model",
+    "request_id",
+    "is_api_error",
+    "is_compact_summary",
+    "is_tool_result",
+    "cwd",
+    "version",
+    "git_branch",
+    "leaf_uuid",
+)
+
+
+def _text(value: Any) -> str | None:
+    """A string column: strings kept (empty ones are absent), other JSON
+    scalars kept as their JSON text so a wrong type is visible, not lost."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        if not value:
+            return None
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:  # lone surrogate from a \ud800 escape
+            return value.encode("utf-8", "backslashreplace").decode("ascii")
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    try:
+        return json.dumps(value, ensure_ascii=True)[:200]
+    except (TypeError, ValueError, RecursionError):
+        return repr(value)[:200]
+
+
+def _id(value: Any) -> str | None:
+    """uuid-like columns: only a string is an id (the SDK ignores the rest)."""
+    return _text(value) if isinstance(value, str) else None
+
+
+def _flag(value: Any) -> int:
+    """JavaScript/Python truthiness, as the readers test these fields."""
+    return 1 if value else 0
+
+
+def _from_struct(r: _Record) -> tuple:
+    msg = r.message
+    message_id = model = None
+    is_tool_result = 0
+    if msg is not None:
+        message_id, model = msg.id, msg.model
+        if isinstance(msg.content, list):
+            is_tool_result = _flag(any(b.type == "tool_result" for b in msg.content))
+    return _row(
+        r.type, r.subtype, r.uuid, r.parent_uuid, r.logical_parent_uuid,
+        r.session_id, r.timestamp, r.is_sidechain, r.is_meta, r.team_name,
+        r.agent_id, message_id, model, r.request_id, r.is_api_error_message,
+        r.is_compact_summary, is_tool_result, r.cwd, r.version, r.git_branch,
+        r.leaf_uuid,
+    )
+
+
+def _from_dict(d: dict) -> tuple:
+    msg = d.get("message")
+    message_id = model = None
+    is_tool_result = 0
+    if isinstance(msg, dict):
+        message_id, model = msg.get("id"), msg.get("model")
+        content = msg.get("content")
+        if isinstance(content, list):
+            is_tool_result = _flag(
+                any(isinstance(b, dict) and b.get("type") == "tool_result" for b in content)
+            )
+    g = d.get
+    return _row(
+        g("type"), g("subtype"), g("uuid"), g("parentUuid"), g("logicalParentUuid"),
+        g("sessionId"), g("timestamp"), g("isSidechain"), g("isMeta"), g("teamName"),
+        g("agentId"), message_id, model, g("requestId"), g("isApiErrorMessage"),
+        g("isCompactSummary"), is_tool_result, g("cwd"), g("version"), g("gitBranch"),
+        g("leafUuid"),
+    )
+
+
+def _row(type_, subtype, uuid, parent, logical_parent, session_id, timestamp,
+         sidechain, meta, team, agent_id, message_id, model, request_id,
+         api_error, compact_summary, is_tool_result, cwd, version, branch, leaf):
+    return (
+        _text(session_id),
+        _id(uuid),
+        _text(parent),
+        _text(logical_parent),
+        _text(type_),
+        _text(subtype),
+        _id(timestamp),
+        _flag(sidechain),
+        _flag(meta),
+        _text(team),
+        _text(agent_id),
+        _text(message_id),
+        _text(model),
+        _text(request_id),
+        _flag(api_error),
+        _flag(compact_summary),
+        is_tool_result,
+        _text(cwd),
+        _text(version),
+        _text(branch),
+        _text(leaf),
+    )
+
+
+def parse_line(data: bytes) -> tuple[str, tuple]:
+    """Return ``(raw_text, fields)`` for a record line, in RECORD_FIELDS order.
+
+    Raises BadLine for anything that is not a JSON object. ``raw_text`` is the
+    exact line (a leading BOM and a trailing ``\\r`` included), so the file can
+    be rebuilt byte for byte.
+    """
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadLine(f"invalid UTF-8 at byte {exc.start}") from None
+    if not text.strip():
+        raise BadLine("blank line")
+    if "\x00" in text:
+        raise BadLine("NUL byte in line")
+    body = text[1:] if text.startswith(BOM) else text
+    try:
+        return text, _from_struct(_FAST.decode(body))
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        pass
+    return text, _from_dict(_slow_decode(body))
+
+
+def _slow_decode(body: str) -> dict:
+    try:
+        value = json.loads(body)
+    except RecursionError:
+        raise BadLine("JSON nested too deeply") from None
+    except ValueError as exc:
+        raise BadLine(f"invalid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise BadLine(f"not a JSON object (a {type(value).__name__})")
+    return value

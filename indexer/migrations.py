@@ -1,0 +1,190 @@
+"""The schema, stated once. Migrations are never edited once applied: a change
+is a new function. Views are not here: views.py recreates them on every open.
+"""
+
+from sqlite_utils import Migrations
+
+migrations = Migrations("session-index")
+
+
+@migrations()
+def m001_create_files(db):
+    # One row per transcript file ever seen. ingested_offset never passes a
+    # partial last line; head/tail hashes detect a rewrite at the next run.
+    db.execute(
+        """
+        CREATE TABLE files (
+            id INTEGER PRIMARY KEY,
+            path TEXT NOT NULL UNIQUE,
+            kind TEXT NOT NULL,            -- main | subagent
+            session_id TEXT,
+            agent_id TEXT,
+            project_dir TEXT,              -- the folder under projects/
+            size INTEGER,                  -- bytes, at the last stat
+            mtime TEXT,                    -- ISO-8601 UTC, at the last stat
+            mtime_ns INTEGER,
+            dev INTEGER,
+            inode INTEGER,
+            ingested_offset INTEGER NOT NULL DEFAULT 0,
+            line_count INTEGER NOT NULL DEFAULT 0,
+            head_len INTEGER NOT NULL DEFAULT 0,
+            head_hash TEXT,
+            tail_len INTEGER NOT NULL DEFAULT 0,
+            tail_hash TEXT,
+            rewrites INTEGER NOT NULL DEFAULT 0,
+            first_ingested_at TEXT,
+            last_ingested_at TEXT,
+            deleted_at TEXT,
+            needs_derive INTEGER NOT NULL DEFAULT 1
+        )
+        """
+    )
+    db.execute("CREATE INDEX files_session ON files(session_id)")
+
+
+@migrations()
+def m002_create_records(db):
+    # One row per line that is a JSON object, its exact text in raw.
+    db.execute(
+        """
+        CREATE TABLE records (
+            id INTEGER PRIMARY KEY,
+            file_id INTEGER NOT NULL REFERENCES files(id),
+            line_no INTEGER NOT NULL,      -- 1-based
+            byte_offset INTEGER NOT NULL,  -- where the line starts
+            session_id TEXT,
+            uuid TEXT,
+            parent_uuid TEXT,
+            logical_parent_uuid TEXT,
+            type TEXT,
+            subtype TEXT,
+            timestamp TEXT,
+            is_sidechain INTEGER NOT NULL DEFAULT 0,
+            is_meta INTEGER NOT NULL DEFAULT 0,
+            team_name TEXT,
+            agent_id TEXT,
+            message_id TEXT,
+            model TEXT,
+            request_id TEXT,
+            is_api_error INTEGER NOT NULL DEFAULT 0,
+            is_compact_summary INTEGER NOT NULL DEFAULT 0,
+            is_tool_result INTEGER NOT NULL DEFAULT 0,
+            cwd TEXT,
+            version TEXT,
+            git_branch TEXT,
+            leaf_uuid TEXT,
+            raw TEXT NOT NULL
+        )
+        """
+    )
+    db.execute("CREATE UNIQUE INDEX records_file_offset ON records(file_id, byte_offset)")
+    db.execute("CREATE INDEX records_file_uuid ON records(file_id, uuid, line_no)")
+    db.execute("CREATE INDEX records_file_parent ON records(file_id, parent_uuid)")
+    db.execute("CREATE INDEX records_session ON records(session_id)")
+
+
+@migrations()
+def m003_create_bad_lines(db):
+    # Lines that are not JSON objects (or not UTF-8), as raw bytes, so the
+    # index can rebuild the file byte for byte.
+    db.execute(
+        """
+        CREATE TABLE bad_lines (
+            id INTEGER PRIMARY KEY,
+            file_id INTEGER NOT NULL REFERENCES files(id),
+            line_no INTEGER NOT NULL,
+            byte_offset INTEGER NOT NULL,
+            error TEXT NOT NULL,
+            raw BLOB NOT NULL
+        )
+        """
+    )
+    db.execute("CREATE UNIQUE INDEX bad_lines_file_offset ON bad_lines(file_id, byte_offset)")
+
+
+@migrations()
+def m004_create_sessions(db):
+    # One row per session id, refreshed whenever one of its files changes.
+    db.execute(
+        """
+        CREATE TABLE sessions (
+            session_id TEXT PRIMARY KEY,
+            main_file_id INTEGER,          -- the newest main transcript
+            project_dir TEXT,
+            cwd TEXT,
+            main_files INTEGER,
+            subagent_files INTEGER,
+            records INTEGER,
+            first_timestamp TEXT,
+            last_timestamp TEXT,
+            version TEXT,
+            git_branch TEXT,
+            deleted_at TEXT                -- set when every main file is gone
+        )
+        """
+    )
+
+
+@migrations()
+def m005_create_derived(db):
+    # The leaves/leaf_ancestry/orphans views' results, recomputed per changed
+    # file at ingest from the same SQL as the *_recursive views (views.py).
+    db.execute(
+        """
+        CREATE TABLE leaves_cache (
+            file_id INTEGER PRIMARY KEY,
+            session_id TEXT,
+            kind TEXT,
+            resume_leaf_id INTEGER,
+            resume_leaf_uuid TEXT,
+            sdk_leaf_id INTEGER,
+            sdk_leaf_uuid TEXT,
+            leaves_agree INTEGER,
+            branch_count INTEGER
+        )
+        """
+    )
+    db.execute("CREATE INDEX leaves_cache_session ON leaves_cache(session_id)")
+    db.execute(
+        """
+        CREATE TABLE leaf_ancestry_cache (
+            file_id INTEGER NOT NULL,
+            session_id TEXT,
+            rule TEXT NOT NULL,
+            depth INTEGER NOT NULL,
+            uuid TEXT,
+            record_id INTEGER,
+            PRIMARY KEY (file_id, rule, depth)
+        )
+        """
+    )
+    db.execute("CREATE INDEX leaf_ancestry_cache_session ON leaf_ancestry_cache(session_id)")
+    db.execute("CREATE INDEX leaf_ancestry_cache_uuid ON leaf_ancestry_cache(file_id, rule, uuid)")
+    db.execute(
+        """
+        CREATE TABLE orphans_cache (
+            file_id INTEGER NOT NULL,
+            session_id TEXT,
+            uuid TEXT NOT NULL,
+            record_id INTEGER,
+            line_no INTEGER,
+            type TEXT,
+            subtype TEXT,
+            timestamp TEXT,
+            message_id TEXT,
+            cause TEXT NOT NULL,
+            branch_point_uuid TEXT,
+            PRIMARY KEY (file_id, uuid)
+        )
+        """
+    )
+    db.execute("CREATE INDEX orphans_cache_session ON orphans_cache(session_id)")
+    db.execute("CREATE INDEX orphans_cache_cause ON orphans_cache(cause)")
+    db.execute("CREATE INDEX orphans_cache_branch ON orphans_cache(file_id, branch_point_uuid)")
+
+
+@migrations()
+def m006_create_index_meta(db):
+    # Key/value facts about the index itself: when it was last ingested,
+    # which view definitions the caches were computed with.
+    db.execute("CREATE TABLE index_meta (key TEXT PRIMARY KEY, value TEXT)")

@@ -1,0 +1,393 @@
+"""Every view of the SQL contract, defined once.
+
+The three recursive definitions (leaves, leaf ancestry, orphans) are SQL
+templates with one hole, ``{scope}``: the condition on ``files`` that says
+which transcript files to compute. They become:
+
+- the ``*_recursive`` views (scope = every file): the definition, computed
+  from ``records`` on every query; and
+- the rows of ``leaves_cache``, ``leaf_ancestry_cache`` and ``orphans_cache``
+  (scope = one file), recomputed for each changed file at ingest (derive.py).
+
+The contract views ``leaves``, ``leaf_ancestry`` and ``orphans`` read the
+caches, so a per-session or whole-index question is an index lookup; tests
+assert that each cache equals its ``*_recursive`` view.
+
+Cycle safety: every recursive walk carries a step count bounded by the number
+of chain records in its file (+1). A walk that has not ended after visiting
+every record has repeated one, so the bound always stops it, and the
+repeated tail is cut off afterwards (``ranked``/``cut``). ``UNION`` alone is
+not enough: the step column makes every row distinct.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+# The record types that carry uuid/parentUuid links (the Agent SDK's
+# _TRANSCRIPT_ENTRY_TYPES). Other record types are metadata.
+_CHAIN_TYPES = "('user','assistant','progress','system','attachment')"
+
+# Common table expressions shared by the three definitions.
+# scope_files: the files computed. occ: every chain record line (a duplicated
+# uuid appears once per line). nodes: one row per uuid, the last line winning
+# as in the CLI and the SDK; eff_parent follows a compact_boundary's
+# logicalParentUuid (the cause walk's rule; the leaf walks use parent_uuid).
+# bounds: per file, the most steps any walk can take before it must repeat.
+NODES_CTES = f"""
+scope_files AS (
+  SELECT id AS file_id, kind, session_id FROM files WHERE {{scope}}
+),
+occ AS (
+  SELECT r.id, r.file_id, r.line_no, r.uuid, r.parent_uuid, r.type
+  FROM records r JOIN scope_files f ON f.file_id = r.file_id
+  WHERE r.uuid IS NOT NULL AND r.type IN {_CHAIN_TYPES}
+),
+nodes AS MATERIALIZED (
+  SELECT r.id, r.file_id, r.line_no, r.uuid, r.parent_uuid, r.type, r.subtype,
+         r.timestamp, r.is_sidechain, r.message_id, r.is_tool_result,
+         CASE WHEN r.type = 'system' AND r.subtype = 'compact_boundary'
+                   AND r.parent_uuid IS NULL
+              THEN r.logical_parent_uuid ELSE r.parent_uuid END AS eff_parent
+  FROM records r JOIN scope_files f ON f.file_id = r.file_id
+  WHERE r.uuid IS NOT NULL AND r.type IN {_CHAIN_TYPES}
+    AND NOT EXISTS (
+      SELECT 1 FROM records later
+      WHERE later.file_id = r.file_id AND later.uuid = r.uuid
+        AND later.line_no > r.line_no AND later.type IN {_CHAIN_TYPES})
+),
+bounds AS (
+  SELECT file_id, count(*) + 1 AS n FROM nodes GROUP BY file_id
+)
+""".strip()
+
+# leaves: one row per file.
+#   resume_leaf: main files: newest timestamp among non-sidechain user,
+#     assistant, system and attachment records, later line on ties (what
+#     `claude --resume` starts from); subagent files: the last user/assistant
+#     line (the SDK's subagent rule).
+#   sdk_leaf: main files: the Agent SDK's _build_conversation_chain rule.
+#     terminals = lines no record names as parent; from each, walk up to the
+#     nearest user/assistant (to_message, bounded by `bounds`); prefer leaves
+#     that are not sidechain/team/meta; latest uuid in file order wins, and on
+#     a tie (one uuid on two terminal lines) the earlier terminal line, as the
+#     SDK's strict ">" keeps the first. Subagent files: as resume_leaf.
+#   branch_count: distinct non-sidechain user/assistant leaves the terminals
+#     reach (1 for a linear transcript).
+LEAVES_TEMPLATE = f"""
+WITH RECURSIVE {NODES_CTES},
+resume_pick AS (
+  SELECT file_id, id FROM (
+    SELECT n.file_id, n.id, row_number() OVER (
+             PARTITION BY n.file_id ORDER BY n.timestamp DESC, n.line_no DESC) AS rn
+    FROM nodes n JOIN scope_files f ON f.file_id = n.file_id
+    WHERE f.kind = 'main' AND NOT n.is_sidechain
+      AND n.type IN ('user','assistant','system','attachment')
+  ) WHERE rn = 1
+),
+last_message AS (
+  SELECT file_id, id FROM (
+    SELECT o.file_id, o.id, row_number() OVER (
+             PARTITION BY o.file_id ORDER BY o.line_no DESC) AS rn
+    FROM occ o JOIN scope_files f ON f.file_id = o.file_id
+    WHERE f.kind <> 'main' AND o.type IN ('user','assistant')
+  ) WHERE rn = 1
+),
+terminals AS (
+  SELECT o.file_id, o.id, o.line_no, o.type, o.parent_uuid FROM occ o
+  WHERE NOT EXISTS (SELECT 1 FROM occ c
+                    WHERE c.file_id = o.file_id AND c.parent_uuid = o.uuid)
+),
+to_message(file_id, terminal_line, id, type, parent_uuid, steps) AS (
+  SELECT file_id, line_no, id, type, parent_uuid, 0 FROM terminals
+  UNION ALL
+  SELECT t.file_id, t.terminal_line, n.id, n.type, n.parent_uuid, t.steps + 1
+  FROM to_message t
+  JOIN nodes n ON n.file_id = t.file_id AND n.uuid = t.parent_uuid
+  JOIN bounds b ON b.file_id = t.file_id
+  WHERE t.type NOT IN ('user','assistant') AND t.steps < b.n
+),
+sdk_candidates AS (
+  SELECT t.file_id, t.terminal_line, r.id, r.uuid,
+         (NOT r.is_sidechain AND r.team_name IS NULL AND NOT r.is_meta) AS is_main,
+         (SELECT n.line_no FROM nodes n
+          WHERE n.file_id = r.file_id AND n.uuid = r.uuid) AS uuid_line
+  FROM to_message t JOIN records r ON r.id = t.id
+  WHERE t.type IN ('user','assistant')
+),
+sdk_pick AS (
+  SELECT file_id, id FROM (
+    SELECT c.file_id, c.id, row_number() OVER (
+             PARTITION BY c.file_id
+             ORDER BY c.is_main DESC, c.uuid_line DESC, c.terminal_line ASC) AS rn
+    FROM sdk_candidates c JOIN scope_files f ON f.file_id = c.file_id
+    WHERE f.kind = 'main'
+  ) WHERE rn = 1
+),
+branches AS (
+  SELECT file_id, count(DISTINCT uuid) AS n FROM sdk_candidates
+  WHERE is_main GROUP BY file_id
+)
+SELECT f.file_id, f.session_id, f.kind,
+       rr.id AS resume_leaf_id, rr.uuid AS resume_leaf_uuid,
+       sr.id AS sdk_leaf_id, sr.uuid AS sdk_leaf_uuid,
+       (rr.uuid IS sr.uuid) AS leaves_agree,
+       coalesce(br.n, 0) AS branch_count
+FROM scope_files f
+LEFT JOIN resume_pick rp ON rp.file_id = f.file_id
+LEFT JOIN sdk_pick sp ON sp.file_id = f.file_id
+LEFT JOIN last_message lm ON lm.file_id = f.file_id
+LEFT JOIN records rr ON rr.id = coalesce(rp.id, lm.id)
+LEFT JOIN records sr ON sr.id = coalesce(sp.id, lm.id)
+LEFT JOIN branches br ON br.file_id = f.file_id
+""".strip()
+
+# leaf_ancestry: one row per record on the walk from each rule's leaf to the
+# root; depth 0 is the leaf. The walk follows parent_uuid to the last line of
+# that uuid and stops at a missing parent. `ranked`/`cut` drop everything from
+# the first revisited uuid on (a cycle). In main files the 'resume' walk
+# bridges progress records as the CLI does: they are walked through but not
+# kept, and depth counts only the records kept.
+LEAF_ANCESTRY_TEMPLATE = f"""
+WITH RECURSIVE {NODES_CTES},
+starts AS (
+  SELECT l.file_id, 'resume' AS rule, l.resume_leaf_id AS id
+  FROM {{leaves}} l JOIN scope_files f ON f.file_id = l.file_id
+  WHERE l.resume_leaf_id IS NOT NULL
+  UNION ALL
+  SELECT l.file_id, 'sdk', l.sdk_leaf_id
+  FROM {{leaves}} l JOIN scope_files f ON f.file_id = l.file_id
+  WHERE l.sdk_leaf_id IS NOT NULL
+),
+walk(file_id, rule, id, uuid, type, parent_uuid, raw_depth) AS (
+  SELECT s.file_id, s.rule, r.id, r.uuid, r.type, r.parent_uuid, 0
+  FROM starts s JOIN records r ON r.id = s.id
+  UNION ALL
+  SELECT w.file_id, w.rule, n.id, n.uuid, n.type, n.parent_uuid, w.raw_depth + 1
+  FROM walk w
+  JOIN nodes n ON n.file_id = w.file_id AND n.uuid = w.parent_uuid
+  JOIN bounds b ON b.file_id = w.file_id
+  WHERE w.raw_depth < b.n
+),
+ranked AS (
+  SELECT w.*, row_number() OVER (
+           PARTITION BY w.file_id, w.rule, w.uuid ORDER BY w.raw_depth) AS visit
+  FROM walk w
+),
+cut AS (
+  SELECT file_id, rule, min(raw_depth) AS at FROM ranked WHERE visit > 1
+  GROUP BY file_id, rule
+),
+kept AS (
+  SELECT k.* FROM ranked k
+  JOIN scope_files f ON f.file_id = k.file_id
+  LEFT JOIN cut c ON c.file_id = k.file_id AND c.rule = k.rule
+  WHERE (c.at IS NULL OR k.raw_depth < c.at)
+    AND NOT (k.rule = 'resume' AND f.kind = 'main' AND k.type = 'progress')
+)
+SELECT k.file_id, f.session_id, k.rule, k.uuid,
+       row_number() OVER (PARTITION BY k.file_id, k.rule ORDER BY k.raw_depth) - 1
+         AS depth,
+       k.id AS record_id
+FROM kept k JOIN scope_files f ON f.file_id = k.file_id
+""".strip()
+
+# orphans: every non-sidechain chain record of a main file that is not on the
+# 'resume' ancestry, with the first matching cause. `down` walks top-down
+# from the ancestry, from other roots (unlinked) and from records whose
+# parent is missing (dangling_parent), following eff_parent (so a
+# compact_boundary continues through its logicalParentUuid); it carries the
+# branch point (the ancestry record its branch leaves from) and whether the
+# branch passes a progress record. Each record has one parent, so it is reached
+# at most once; the step bound stops a cycle. Records in cycles are never
+# reached and are 'other'.
+ORPHANS_TEMPLATE = f"""
+WITH RECURSIVE {NODES_CTES},
+anc AS MATERIALIZED (
+  SELECT a.file_id, a.uuid, a.depth FROM {{ancestry}} a
+  JOIN scope_files f ON f.file_id = a.file_id
+  WHERE a.rule = 'resume' AND f.kind = 'main'
+),
+boundary AS (
+  SELECT file_id, line_no FROM (
+    SELECT a.file_id, n.line_no,
+           row_number() OVER (PARTITION BY a.file_id ORDER BY a.depth) AS rn
+    FROM anc a JOIN nodes n ON n.file_id = a.file_id AND n.uuid = a.uuid
+    WHERE n.type = 'system' AND n.subtype = 'compact_boundary'
+  ) WHERE rn = 1
+),
+anc_messages AS MATERIALIZED (
+  SELECT DISTINCT a.file_id, n.message_id FROM anc a
+  JOIN nodes n ON n.file_id = a.file_id AND n.uuid = a.uuid
+  WHERE n.type = 'assistant' AND n.message_id IS NOT NULL
+),
+splice_points AS MATERIALIZED (
+  SELECT b.file_id, b.uuid FROM anc b
+  JOIN anc c ON c.file_id = b.file_id AND c.depth = b.depth - 1
+  JOIN nodes n ON n.file_id = c.file_id AND n.uuid = c.uuid
+  WHERE n.type = 'system' AND n.subtype = 'api_error'
+),
+off AS MATERIALIZED (
+  SELECT n.* FROM nodes n JOIN scope_files f ON f.file_id = n.file_id
+  WHERE f.kind = 'main'
+    AND NOT EXISTS (SELECT 1 FROM anc a WHERE a.file_id = n.file_id AND a.uuid = n.uuid)
+),
+down(file_id, uuid, branch_point, via_progress, origin, steps) AS (
+  SELECT o.file_id, o.uuid, o.eff_parent, o.type = 'progress', 'ancestry', 0
+  FROM off o
+  WHERE EXISTS (SELECT 1 FROM anc a WHERE a.file_id = o.file_id AND a.uuid = o.eff_parent)
+  UNION ALL
+  SELECT o.file_id, o.uuid, NULL, o.type = 'progress', 'unlinked', 0
+  FROM off o WHERE o.eff_parent IS NULL
+  UNION ALL
+  SELECT o.file_id, o.uuid, NULL, o.type = 'progress', 'dangling_parent', 0
+  FROM off o
+  WHERE o.eff_parent IS NOT NULL
+    AND NOT EXISTS (SELECT 1 FROM nodes p WHERE p.file_id = o.file_id AND p.uuid = o.eff_parent)
+  UNION ALL
+  SELECT c.file_id, c.uuid, d.branch_point, d.via_progress OR c.type = 'progress',
+         d.origin, d.steps + 1
+  FROM down d
+  JOIN off c ON c.file_id = d.file_id AND c.eff_parent = d.uuid
+  JOIN bounds b ON b.file_id = d.file_id
+  WHERE d.steps < b.n
+),
+reached AS (
+  SELECT file_id, uuid, branch_point, via_progress, origin, min(steps) AS steps
+  FROM down GROUP BY file_id, uuid
+)
+SELECT o.file_id, f.session_id, o.uuid, o.type, o.subtype, o.timestamp,
+  CASE
+    WHEN o.line_no < lb.line_no THEN 'compacted'
+    WHEN o.type = 'progress' OR d.via_progress THEN 'progress'
+    WHEN o.type = 'assistant' AND EXISTS (
+           SELECT 1 FROM anc_messages m
+           WHERE m.file_id = o.file_id AND m.message_id = o.message_id)
+      THEN 'parallel_tool_branch'
+    WHEN o.type = 'user' AND o.is_tool_result AND EXISTS (
+           SELECT 1 FROM nodes p JOIN anc_messages m
+             ON m.file_id = p.file_id AND m.message_id = p.message_id
+           WHERE p.file_id = o.file_id AND p.uuid = o.parent_uuid
+             AND p.type = 'assistant')
+      THEN 'parallel_tool_branch'
+    WHEN EXISTS (SELECT 1 FROM splice_points s
+                 WHERE s.file_id = o.file_id AND s.uuid = d.branch_point)
+      THEN 'api_error_splice'
+    WHEN o.type = 'system' AND o.subtype = 'api_error' THEN 'api_error_record'
+    WHEN d.origin = 'dangling_parent' THEN 'dangling_parent'
+    WHEN d.origin = 'unlinked' THEN 'unlinked'
+    WHEN d.origin = 'ancestry' THEN 'abandoned_branch'
+    ELSE 'other'
+  END AS cause,
+  d.branch_point AS branch_point_uuid,
+  o.id AS record_id, o.line_no, o.message_id
+FROM off o
+JOIN scope_files f ON f.file_id = o.file_id
+LEFT JOIN reached d ON d.file_id = o.file_id AND d.uuid = o.uuid
+LEFT JOIN boundary lb ON lb.file_id = o.file_id
+WHERE NOT o.is_sidechain
+""".strip()
+
+LEAVES_COLUMNS = (
+    "file_id, session_id, kind, resume_leaf_id, resume_leaf_uuid, "
+    "sdk_leaf_id, sdk_leaf_uuid, leaves_agree, branch_count"
+)
+LEAF_ANCESTRY_COLUMNS = "file_id, session_id, rule, uuid, depth, record_id"
+ORPHANS_COLUMNS = (
+    "file_id, session_id, uuid, type, subtype, timestamp, cause, "
+    "branch_point_uuid, record_id, line_no, message_id"
+)
+
+# The definitions over every file, recomputed on each query.
+ALL_FILES = "1"
+LEAVES_RECURSIVE_SQL = LEAVES_TEMPLATE.format(scope=ALL_FILES)
+LEAF_ANCESTRY_RECURSIVE_SQL = LEAF_ANCESTRY_TEMPLATE.format(
+    scope=ALL_FILES, leaves="leaves_recursive")
+ORPHANS_RECURSIVE_SQL = ORPHANS_TEMPLATE.format(
+    scope=ALL_FILES, ancestry="leaf_ancestry_recursive")
+
+# The same definitions for one file (:file_id), reading the caches upstream.
+ONE_FILE = "id = :file_id"
+LEAVES_ONE_FILE_SQL = LEAVES_TEMPLATE.format(scope=ONE_FILE)
+LEAF_ANCESTRY_ONE_FILE_SQL = LEAF_ANCESTRY_TEMPLATE.format(
+    scope=ONE_FILE, leaves="leaves_cache")
+ORPHANS_ONE_FILE_SQL = ORPHANS_TEMPLATE.format(
+    scope=ONE_FILE, ancestry="leaf_ancestry_cache")
+
+# The contract views, read from the caches (same columns as *_recursive).
+LEAVES_SQL = f"SELECT {LEAVES_COLUMNS} FROM leaves_cache"
+LEAF_ANCESTRY_SQL = f"SELECT {LEAF_ANCESTRY_COLUMNS} FROM leaf_ancestry_cache"
+ORPHANS_SQL = f"SELECT {ORPHANS_COLUMNS} FROM orphans_cache"
+
+# api_error_splices: one row per spliced episode (seed 000): a branch point on
+# the resume ancestry whose child on the ancestry is an api_error record and
+# whose other branches hold the orphaned output. api_error_uuid is that
+# child; the counts and times are over the episode's api_error_splice orphans
+# (records before the last compaction are 'compacted', so an episode that lies
+# wholly before it is history and has no row).
+API_ERROR_SPLICES_SQL = """
+SELECT o.file_id, o.session_id, child.uuid AS api_error_uuid,
+       o.branch_point_uuid,
+       count(*) AS orphaned_records,
+       count(DISTINCT CASE WHEN o.type = 'assistant'
+                           THEN coalesce(o.message_id, o.uuid) END)
+         AS orphaned_assistant_messages,
+       min(o.timestamp) AS first_orphan_at,
+       max(o.timestamp) AS last_orphan_at,
+       round((julianday(max(o.timestamp)) - julianday(min(o.timestamp))) * 1440, 1)
+         AS minutes_spanned
+FROM orphans o
+JOIN leaf_ancestry bp ON bp.file_id = o.file_id AND bp.rule = 'resume'
+  AND bp.uuid = o.branch_point_uuid
+JOIN leaf_ancestry child ON child.file_id = o.file_id AND child.rule = 'resume'
+  AND child.depth = bp.depth - 1
+WHERE o.cause = 'api_error_splice'
+GROUP BY o.file_id, o.branch_point_uuid
+""".strip()
+
+# chain_breaks: chain records whose parentUuid names no chain record in the
+# same file (the walk from them stops there).
+CHAIN_BREAKS_SQL = f"""
+SELECT r.file_id, f.session_id, r.id AS record_id, r.line_no, r.uuid, r.type,
+       r.subtype, r.timestamp, r.parent_uuid AS missing_parent_uuid
+FROM records r JOIN files f ON f.id = r.file_id
+WHERE r.parent_uuid IS NOT NULL AND r.uuid IS NOT NULL
+  AND r.type IN {_CHAIN_TYPES}
+  AND NOT EXISTS (
+    SELECT 1 FROM records p
+    WHERE p.file_id = r.file_id AND p.uuid = r.parent_uuid
+      AND p.type IN {_CHAIN_TYPES})
+""".strip()
+
+# duplicate_uuids: a uuid on more than one line of a file; the last line
+# (kept_line_no) is the one both readers use.
+DUPLICATE_UUIDS_SQL = """
+SELECT r.file_id, f.session_id, r.uuid, count(*) AS copies,
+       group_concat(r.line_no, ',') AS line_nos, max(r.line_no) AS kept_line_no
+FROM records r JOIN files f ON f.id = r.file_id
+WHERE r.uuid IS NOT NULL
+GROUP BY r.file_id, r.uuid
+HAVING count(*) > 1
+""".strip()
+
+VIEWS = {
+    "leaves_recursive": LEAVES_RECURSIVE_SQL,
+    "leaf_ancestry_recursive": LEAF_ANCESTRY_RECURSIVE_SQL,
+    "orphans_recursive": ORPHANS_RECURSIVE_SQL,
+    "leaves": LEAVES_SQL,
+    "leaf_ancestry": LEAF_ANCESTRY_SQL,
+    "orphans": ORPHANS_SQL,
+    "api_error_splices": API_ERROR_SPLICES_SQL,
+    "chain_breaks": CHAIN_BREAKS_SQL,
+    "duplicate_uuids": DUPLICATE_UUIDS_SQL,
+}
+
+# A change to any definition changes this, and every cache is recomputed.
+DEFINITIONS_HASH = hashlib.sha256(
+    "\n".join([LEAVES_TEMPLATE, LEAF_ANCESTRY_TEMPLATE, ORPHANS_TEMPLATE]).encode()
+).hexdigest()[:16]
+
+
+def create_views(db) -> None:
+    for name, sql in VIEWS.items():
+        db.create_view(name, sql, replace=True)
