@@ -1,16 +1,44 @@
 """Keeping the caches behind ``leaves``, ``leaf_ancestry`` and ``orphans``
 (and the ``sessions`` table) equal to their definitions.
 
+The definitions are the ``*_recursive`` views (views.py). Running them per
+file at ingest cost about 40 us per record in SQLite (bench/ingest_speed.py),
+more than parsing and storing the record; this module computes the same rows
+with dictionary walks over each changed file's chain records, and the test
+suite holds it to the SQL row for row. Change both together.
+
 Ingest marks a file ``needs_derive`` in the same transaction as its new
-lines; here each such file is recomputed from the one-file form of each
-definition (views.py) and unmarked in one transaction, so a crash between
-the two leaves the file marked and the next run finishes the job.
+lines; each such file is recomputed and unmarked in one transaction, so a
+crash between the two leaves the file marked and the next run finishes it.
 """
 
 from __future__ import annotations
 
-from .db import write_lock
+import json
+from dataclasses import dataclass
+
 from . import views
+from .db import write_lock
+
+DERIVE_BATCH = 200
+CACHES = ("leaves_cache", "leaf_ancestry_cache", "orphans_cache")
+MESSAGE_TYPES = ("user", "assistant")
+RESUME_LEAF_TYPES = ("user", "assistant", "system", "attachment")
+
+# The chain records of a batch of files (views._CHAIN_TYPES), in file order.
+CHAIN_RECORDS_SQL = f"""
+SELECT r.id, r.file_id, r.line_no, r.uuid, r.parent_uuid, r.logical_parent_uuid,
+       r.type, r.subtype, r.timestamp, r.is_sidechain, r.is_meta, r.team_name,
+       r.message_id, r.is_tool_result
+FROM records r
+WHERE r.file_id IN (SELECT value FROM json_each(:file_ids))
+  AND r.uuid IS NOT NULL AND r.type IN {views._CHAIN_TYPES}
+ORDER BY r.file_id, r.line_no
+""".strip()
+
+FILES_SQL = """
+SELECT id, kind, session_id FROM files WHERE id IN (SELECT value FROM json_each(:file_ids))
+""".strip()
 
 # sessions: one row per session id, from its files and their records.
 # main_file_id prefers a main file that is still on disk, then the newest.
@@ -38,7 +66,29 @@ FROM (SELECT count(*) AS n, min(timestamp) AS first_ts, max(timestamp) AS last_t
       FROM records WHERE file_id IN (SELECT id FROM files WHERE session_id = :session_id)) r
 """.strip()
 
-CACHES = ("leaves_cache", "leaf_ancestry_cache", "orphans_cache")
+
+@dataclass(slots=True)
+class Rec:
+    id: int
+    file_id: int
+    line_no: int
+    uuid: str
+    parent_uuid: str | None
+    logical_parent_uuid: str | None
+    type: str
+    subtype: str | None
+    timestamp: str | None
+    is_sidechain: int
+    is_meta: int
+    team_name: str | None
+    message_id: str | None
+    is_tool_result: int
+
+    @property
+    def eff_parent(self) -> str | None:
+        if self.type == "system" and self.subtype == "compact_boundary" and self.parent_uuid is None:
+            return self.logical_parent_uuid
+        return self.parent_uuid
 
 
 def forget_file(conn, file_id: int) -> None:
@@ -47,23 +97,179 @@ def forget_file(conn, file_id: int) -> None:
         conn.execute(f"DELETE FROM {table} WHERE file_id = ?", [file_id])
 
 
-def derive_file(conn, file_id: int) -> None:
-    """Recompute one file's cached rows (inside the caller's transaction)."""
-    params = {"file_id": file_id}
-    forget_file(conn, file_id)
-    conn.execute(
-        f"INSERT INTO leaves_cache ({views.LEAVES_COLUMNS}) {views.LEAVES_ONE_FILE_SQL}", params)
-    conn.execute(
-        f"INSERT INTO leaf_ancestry_cache ({views.LEAF_ANCESTRY_COLUMNS}) "
-        f"{views.LEAF_ANCESTRY_ONE_FILE_SQL}", params)
-    conn.execute(
-        f"INSERT INTO orphans_cache ({views.ORPHANS_COLUMNS}) {views.ORPHANS_ONE_FILE_SQL}",
-        params)
+def _walk(start: Rec, nodes: dict[str, Rec], bridges: bool) -> list[tuple[int, Rec]]:
+    """(depth, record) from ``start`` up parent_uuid, stopping at a missing
+    parent or the first revisited uuid; progress records are bridged."""
+    out, seen = [], {start.uuid}
+    depth, cur = 0, start
+    while True:
+        kept = not (bridges and cur.type == "progress") or cur is start
+        if kept:
+            out.append((depth, cur))
+            depth += 1
+        parent = nodes.get(cur.parent_uuid) if cur.parent_uuid is not None else None
+        if parent is None or parent.uuid in seen:
+            return out
+        seen.add(parent.uuid)
+        cur = parent
+
+
+def _sdk_leaf(occ: list[Rec], nodes: dict[str, Rec]) -> tuple[Rec | None, int]:
+    """The Agent SDK's leaf and the number of distinct main leaves."""
+    parents = {r.parent_uuid for r in occ if r.parent_uuid is not None}
+    best, best_key, main_leaves = None, None, set()
+    for terminal in occ:
+        if terminal.uuid in parents:
+            continue
+        cur, seen = terminal, {terminal.uuid}
+        while cur.type not in MESSAGE_TYPES:
+            cur = nodes.get(cur.parent_uuid) if cur.parent_uuid is not None else None
+            if cur is None or cur.uuid in seen:
+                cur = None
+                break
+            seen.add(cur.uuid)
+        if cur is None:
+            continue
+        is_main = not cur.is_sidechain and cur.team_name is None and not cur.is_meta
+        if is_main:
+            main_leaves.add(cur.uuid)
+        key = (is_main, nodes[cur.uuid].line_no, -terminal.line_no)
+        if best_key is None or key > best_key:
+            best, best_key = cur, key
+    return best, len(main_leaves)
+
+
+def compute_file(file_id: int, kind: str, session_id, occ: list[Rec]):
+    """The leaves row, leaf_ancestry rows and orphans rows of one file."""
+    nodes: dict[str, Rec] = {}
+    for r in occ:
+        nodes[r.uuid] = r
+    sdk_leaf, branch_count = _sdk_leaf(occ, nodes)
+    if kind == "main":
+        candidates = [n for n in nodes.values()
+                      if not n.is_sidechain and n.type in RESUME_LEAF_TYPES]
+        resume_leaf = max(
+            candidates, default=None,
+            key=lambda n: (n.timestamp is not None, n.timestamp or "", n.line_no))
+    else:
+        resume_leaf = sdk_leaf = next(
+            (r for r in reversed(occ) if r.type in MESSAGE_TYPES), None)
+    leaves_row = (
+        file_id, session_id, kind,
+        resume_leaf and resume_leaf.id, resume_leaf and resume_leaf.uuid,
+        sdk_leaf and sdk_leaf.id, sdk_leaf and sdk_leaf.uuid,
+        int((resume_leaf and resume_leaf.uuid) == (sdk_leaf and sdk_leaf.uuid)),
+        branch_count,
+    )
+    ancestry_rows = []
+    chain: list[tuple[int, Rec]] = []
+    for rule, leaf, bridges in (("resume", resume_leaf, kind == "main"), ("sdk", sdk_leaf, False)):
+        if leaf is None:
+            continue
+        walked = _walk(leaf, nodes, bridges)
+        if rule == "resume":
+            chain = walked
+        ancestry_rows += [(file_id, session_id, rule, r.uuid, d, r.id) for d, r in walked]
+    orphan_rows = _orphans(file_id, session_id, nodes, chain) if kind == "main" else []
+    return leaves_row, ancestry_rows, orphan_rows
+
+
+def _orphans(file_id, session_id, nodes: dict[str, Rec], chain: list[tuple[int, Rec]]):
+    on_chain = {r.uuid: d for d, r in chain}
+    by_depth = {d: nodes[r.uuid] for d, r in chain}
+    boundary_line = next(
+        (nodes[r.uuid].line_no for d, r in chain
+         if nodes[r.uuid].type == "system" and nodes[r.uuid].subtype == "compact_boundary"),
+        None)
+    chain_messages = {
+        nodes[r.uuid].message_id for _, r in chain
+        if nodes[r.uuid].type == "assistant" and nodes[r.uuid].message_id is not None}
+    splice_points = {
+        r.uuid for d, r in chain
+        if d - 1 in by_depth and by_depth[d - 1].type == "system"
+        and by_depth[d - 1].subtype == "api_error"}
+    off = [n for n in nodes.values() if n.uuid not in on_chain]
+    children: dict[str, list[Rec]] = {}
+    for n in off:
+        if n.eff_parent is not None:
+            children.setdefault(n.eff_parent, []).append(n)
+
+    # Top-down from each branch's start: (branch_point, via_progress, origin).
+    reached: dict[str, tuple] = {}
+    stack = []
+    for n in off:
+        p = n.eff_parent
+        if p is None:
+            stack.append((n, None, "unlinked"))
+        elif p in on_chain:
+            stack.append((n, p, "ancestry"))
+        elif p not in nodes:
+            stack.append((n, None, "dangling_parent"))
+    for n, bp, origin in stack:
+        todo = [(n, n.type == "progress")]
+        while todo:
+            cur, via = todo.pop()
+            reached[cur.uuid] = (bp, via, origin)
+            for c in children.get(cur.uuid, ()):
+                if c.uuid not in reached:
+                    todo.append((c, via or c.type == "progress"))
+
+    rows = []
+    for o in sorted(off, key=lambda n: n.line_no):
+        if o.is_sidechain:
+            continue
+        bp, via, origin = reached.get(o.uuid, (None, False, None))
+        parent = nodes.get(o.parent_uuid) if o.parent_uuid is not None else None
+        if boundary_line is not None and o.line_no < boundary_line:
+            cause = "compacted"
+        elif o.type == "progress" or via:
+            cause = "progress"
+        elif (o.type == "assistant" and o.message_id is not None
+              and o.message_id in chain_messages) or (
+                o.type == "user" and o.is_tool_result and parent is not None
+                and parent.type == "assistant" and parent.message_id in chain_messages):
+            cause = "parallel_tool_branch"
+        elif bp is not None and bp in splice_points:
+            cause = "api_error_splice"
+        elif o.type == "system" and o.subtype == "api_error":
+            cause = "api_error_record"
+        elif origin == "dangling_parent":
+            cause = "dangling_parent"
+        elif origin == "unlinked":
+            cause = "unlinked"
+        elif origin == "ancestry":
+            cause = "abandoned_branch"
+        else:
+            cause = "other"
+        rows.append((file_id, session_id, o.uuid, o.type, o.subtype, o.timestamp, cause, bp,
+                     o.id, o.line_no, o.message_id))
+    return rows
+
+
+def derive_files(conn, file_ids: list[int]) -> None:
+    """Recompute these files' cached rows (inside the caller's transaction)."""
+    params = {"file_ids": json.dumps(file_ids)}
+    by_file: dict[int, list[Rec]] = {i: [] for i in file_ids}
+    for row in conn.execute(CHAIN_RECORDS_SQL, params):
+        by_file[row[1]].append(Rec(*row))
+    leaves, ancestry, orphans = [], [], []
+    for file_id, kind, session_id in conn.execute(FILES_SQL, params).fetchall():
+        forget_file(conn, file_id)
+        lrow, arows, orows = compute_file(file_id, kind, session_id, by_file[file_id])
+        leaves.append(lrow)
+        ancestry += arows
+        orphans += orows
+    conn.executemany(f"INSERT INTO leaves_cache ({views.LEAVES_COLUMNS}) "
+                     f"VALUES ({', '.join('?' * 9)})", leaves)
+    conn.executemany(f"INSERT INTO leaf_ancestry_cache ({views.LEAF_ANCESTRY_COLUMNS}) "
+                     f"VALUES ({', '.join('?' * 6)})", ancestry)
+    conn.executemany(f"INSERT INTO orphans_cache ({views.ORPHANS_COLUMNS}) "
+                     f"VALUES ({', '.join('?' * 11)})", orphans)
 
 
 def derive_pending(db) -> int:
     """Recompute every file marked ``needs_derive`` (all of them when the
-    view definitions changed since the caches were built). Returns the count."""
+    definitions changed since the caches were built). Returns the count."""
     conn = db.conn
     stored = conn.execute(
         "SELECT value FROM index_meta WHERE key = 'definitions_hash'").fetchone()
@@ -74,10 +280,13 @@ def derive_pending(db) -> int:
                          [views.DEFINITIONS_HASH])
     pending = conn.execute(
         "SELECT id, session_id FROM files WHERE needs_derive ORDER BY id").fetchall()
-    for file_id, session_id in pending:
+    for i in range(0, len(pending), DERIVE_BATCH):
+        batch = pending[i:i + DERIVE_BATCH]
+        ids = [file_id for file_id, _ in batch]
         with write_lock(db):
-            derive_file(conn, file_id)
-            if session_id is not None:
+            derive_files(conn, ids)
+            for session_id in sorted({s for _, s in batch if s is not None}):
                 conn.execute(REFRESH_SESSION_SQL, {"session_id": session_id})
-            conn.execute("UPDATE files SET needs_derive = 0 WHERE id = ?", [file_id])
+            conn.executemany("UPDATE files SET needs_derive = 0 WHERE id = ?",
+                             [(i,) for i in ids])
     return len(pending)

@@ -15,7 +15,7 @@ a lone surrogate) takes the slow, general path.
 from __future__ import annotations
 
 import json
-from typing import Any, Union
+from typing import Any, Optional, Union
 
 import msgspec
 
@@ -31,31 +31,34 @@ class _Block(msgspec.Struct):
 
 
 class _Message(msgspec.Struct):
-    id: Any = None
-    model: Any = None
+    id: Optional[str] = None
+    model: Optional[str] = None
     content: Union[str, list[_Block], None] = None
 
 
+# The fast shape: every field the index extracts, with the type a well-formed
+# record has. A record that does not fit (a number where a string belongs, a
+# message that is not an object) fails validation and takes the slow path.
 class _Record(msgspec.Struct, rename="camel"):
-    type: Any = None
-    subtype: Any = None
-    uuid: Any = None
-    parent_uuid: Any = None
-    logical_parent_uuid: Any = None
-    session_id: Any = None
-    timestamp: Any = None
-    is_sidechain: Any = None
-    is_meta: Any = None
-    agent_id: Any = None
-    team_name: Any = None
-    request_id: Any = None
-    is_api_error_message: Any = None
-    is_compact_summary: Any = None
-    cwd: Any = None
-    version: Any = None
-    git_branch: Any = None
-    leaf_uuid: Any = None
-    message: Union[_Message, None] = None
+    type: Optional[str] = None
+    subtype: Optional[str] = None
+    uuid: Optional[str] = None
+    parent_uuid: Optional[str] = None
+    logical_parent_uuid: Optional[str] = None
+    session_id: Optional[str] = None
+    timestamp: Optional[str] = None
+    is_sidechain: Optional[bool] = None
+    is_meta: Optional[bool] = None
+    agent_id: Optional[str] = None
+    team_name: Optional[str] = None
+    request_id: Optional[str] = None
+    is_api_error_message: Optional[bool] = None
+    is_compact_summary: Optional[bool] = None
+    cwd: Optional[str] = None
+    version: Optional[str] = None
+    git_branch: Optional[str] = None
+    leaf_uuid: Optional[str] = None
+    message: Optional[_Message] = None
 
 
 _FAST = msgspec.json.Decoder(_Record)
@@ -123,19 +126,23 @@ def _flag(value: Any) -> int:
 
 
 def _from_struct(r: _Record) -> tuple:
+    """Fields of a record that fit the fast shape: strings are already
+    strings (msgspec rejects lone surrogates), flags are bools or None."""
     msg = r.message
     message_id = model = None
     is_tool_result = 0
     if msg is not None:
-        message_id, model = msg.id, msg.model
-        if isinstance(msg.content, list):
-            is_tool_result = _flag(any(b.type == "tool_result" for b in msg.content))
-    return _row(
-        r.type, r.subtype, r.uuid, r.parent_uuid, r.logical_parent_uuid,
-        r.session_id, r.timestamp, r.is_sidechain, r.is_meta, r.team_name,
-        r.agent_id, message_id, model, r.request_id, r.is_api_error_message,
-        r.is_compact_summary, is_tool_result, r.cwd, r.version, r.git_branch,
-        r.leaf_uuid,
+        message_id, model = msg.id or None, msg.model or None
+        if msg.content.__class__ is list:
+            is_tool_result = 1 if any(b.type == "tool_result" for b in msg.content) else 0
+    return (
+        r.session_id or None, r.uuid or None, r.parent_uuid or None,
+        r.logical_parent_uuid or None, r.type or None, r.subtype or None,
+        r.timestamp or None, 1 if r.is_sidechain else 0, 1 if r.is_meta else 0,
+        r.team_name or None, r.agent_id or None, message_id, model,
+        r.request_id or None, 1 if r.is_api_error_message else 0,
+        1 if r.is_compact_summary else 0, is_tool_result, r.cwd or None,
+        r.version or None, r.git_branch or None, r.leaf_uuid or None,
     )
 
 

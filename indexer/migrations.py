@@ -80,6 +80,9 @@ def m002_create_records(db):
     db.execute("CREATE UNIQUE INDEX records_file_offset ON records(file_id, byte_offset)")
     db.execute("CREATE INDEX records_file_uuid ON records(file_id, uuid, line_no)")
     db.execute("CREATE INDEX records_file_parent ON records(file_id, parent_uuid)")
+    db.execute(
+        "CREATE INDEX records_file_logical_parent ON records(file_id, logical_parent_uuid) "
+        "WHERE logical_parent_uuid IS NOT NULL")
     db.execute("CREATE INDEX records_session ON records(session_id)")
 
 

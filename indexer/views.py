@@ -1,23 +1,24 @@
 """Every view of the SQL contract, defined once.
 
-The three recursive definitions (leaves, leaf ancestry, orphans) are SQL
-templates with one hole, ``{scope}``: the condition on ``files`` that says
-which transcript files to compute. They become:
-
-- the ``*_recursive`` views (scope = every file): the definition, computed
-  from ``records`` on every query; and
-- the rows of ``leaves_cache``, ``leaf_ancestry_cache`` and ``orphans_cache``
-  (scope = one file), recomputed for each changed file at ingest (derive.py).
-
-The contract views ``leaves``, ``leaf_ancestry`` and ``orphans`` read the
-caches, so a per-session or whole-index question is an index lookup; tests
-assert that each cache equals its ``*_recursive`` view.
+The three recursive definitions, ``leaves_recursive``,
+``leaf_ancestry_recursive`` and ``orphans_recursive``, compute from
+``records`` on every query: they are the specification. Answering from them
+at a million records is too slow for a dashboard (seconds per query), so
+ingest materializes the same answers per changed file into
+``leaves_cache``, ``leaf_ancestry_cache`` and ``orphans_cache`` (derive.py,
+a direct walk in Python), and the contract views ``leaves``,
+``leaf_ancestry`` and ``orphans`` read those caches. Tests assert, on every
+fixture, the corpus and randomly generated trees, that each cache equals its
+``*_recursive`` view row for row.
 
 Cycle safety: every recursive walk carries a step count bounded by the number
-of chain records in its file (+1). A walk that has not ended after visiting
-every record has repeated one, so the bound always stops it, and the
-repeated tail is cut off afterwards (``ranked``/``cut``). ``UNION`` alone is
+of lines in its file (files.line_count). A walk that has not ended after
+visiting every record has repeated one, so the bound always stops it, and the
+repeated tail is cut off afterwards (``cycled``/``cut``). ``UNION`` alone is
 not enough: the step column makes every row distinct.
+
+Inside a recursive step only real tables are joined (``records``, ``files``):
+a CTE there is re-materialized and re-indexed at every step.
 """
 
 from __future__ import annotations
@@ -28,36 +29,36 @@ import hashlib
 # _TRANSCRIPT_ENTRY_TYPES). Other record types are metadata.
 _CHAIN_TYPES = "('user','assistant','progress','system','attachment')"
 
+# Is record {n} a node (a chain record, the last line of its uuid)? Used
+# inside recursive steps, which must reach only real tables and their indexes:
+# a CTE there is re-materialized (and re-indexed) at every step.
+_IS_NODE = f"""{{n}}.uuid IS NOT NULL AND {{n}}.type IN {_CHAIN_TYPES}
+    AND NOT EXISTS (SELECT 1 FROM records later
+      WHERE later.file_id = {{n}}.file_id AND later.uuid = {{n}}.uuid
+        AND later.line_no > {{n}}.line_no AND later.type IN {_CHAIN_TYPES})"""
+
 # Common table expressions shared by the three definitions.
-# scope_files: the files computed. occ: every chain record line (a duplicated
+# scope_files: the files computed (all of them). occ: every chain record line (a duplicated
 # uuid appears once per line). nodes: one row per uuid, the last line winning
 # as in the CLI and the SDK; eff_parent follows a compact_boundary's
 # logicalParentUuid (the cause walk's rule; the leaf walks use parent_uuid).
-# bounds: per file, the most steps any walk can take before it must repeat.
 NODES_CTES = f"""
 scope_files AS (
-  SELECT id AS file_id, kind, session_id FROM files WHERE {{scope}}
+  SELECT id AS file_id, kind, session_id FROM files
 ),
 occ AS (
   SELECT r.id, r.file_id, r.line_no, r.uuid, r.parent_uuid, r.type
   FROM records r JOIN scope_files f ON f.file_id = r.file_id
   WHERE r.uuid IS NOT NULL AND r.type IN {_CHAIN_TYPES}
 ),
-nodes AS MATERIALIZED (
+nodes AS (
   SELECT r.id, r.file_id, r.line_no, r.uuid, r.parent_uuid, r.type, r.subtype,
          r.timestamp, r.is_sidechain, r.message_id, r.is_tool_result,
          CASE WHEN r.type = 'system' AND r.subtype = 'compact_boundary'
                    AND r.parent_uuid IS NULL
               THEN r.logical_parent_uuid ELSE r.parent_uuid END AS eff_parent
   FROM records r JOIN scope_files f ON f.file_id = r.file_id
-  WHERE r.uuid IS NOT NULL AND r.type IN {_CHAIN_TYPES}
-    AND NOT EXISTS (
-      SELECT 1 FROM records later
-      WHERE later.file_id = r.file_id AND later.uuid = r.uuid
-        AND later.line_no > r.line_no AND later.type IN {_CHAIN_TYPES})
-),
-bounds AS (
-  SELECT file_id, count(*) + 1 AS n FROM nodes GROUP BY file_id
+  WHERE {_IS_NODE.format(n="r")}
 )
 """.strip()
 
@@ -68,13 +69,13 @@ bounds AS (
 #     line (the SDK's subagent rule).
 #   sdk_leaf: main files: the Agent SDK's _build_conversation_chain rule.
 #     terminals = lines no record names as parent; from each, walk up to the
-#     nearest user/assistant (to_message, bounded by `bounds`); prefer leaves
+#     nearest user/assistant (to_message); prefer leaves
 #     that are not sidechain/team/meta; latest uuid in file order wins, and on
 #     a tie (one uuid on two terminal lines) the earlier terminal line, as the
 #     SDK's strict ">" keeps the first. Subagent files: as resume_leaf.
 #   branch_count: distinct non-sidechain user/assistant leaves the terminals
 #     reach (1 for a linear transcript).
-LEAVES_TEMPLATE = f"""
+LEAVES_RECURSIVE_SQL = f"""
 WITH RECURSIVE {NODES_CTES},
 resume_pick AS (
   SELECT file_id, id FROM (
@@ -95,17 +96,19 @@ last_message AS (
 ),
 terminals AS (
   SELECT o.file_id, o.id, o.line_no, o.type, o.parent_uuid FROM occ o
-  WHERE NOT EXISTS (SELECT 1 FROM occ c
-                    WHERE c.file_id = o.file_id AND c.parent_uuid = o.uuid)
+  WHERE NOT EXISTS (SELECT 1 FROM records c
+                    WHERE c.file_id = o.file_id AND c.parent_uuid = o.uuid
+                      AND c.uuid IS NOT NULL AND c.type IN {_CHAIN_TYPES})
 ),
 to_message(file_id, terminal_line, id, type, parent_uuid, steps) AS (
   SELECT file_id, line_no, id, type, parent_uuid, 0 FROM terminals
   UNION ALL
   SELECT t.file_id, t.terminal_line, n.id, n.type, n.parent_uuid, t.steps + 1
   FROM to_message t
-  JOIN nodes n ON n.file_id = t.file_id AND n.uuid = t.parent_uuid
-  JOIN bounds b ON b.file_id = t.file_id
-  WHERE t.type NOT IN ('user','assistant') AND t.steps < b.n
+  JOIN records n ON n.file_id = t.file_id AND n.uuid = t.parent_uuid
+  JOIN files b ON b.id = t.file_id
+  WHERE t.type NOT IN ('user','assistant') AND t.steps <= b.line_count
+    AND {_IS_NODE.format(n="n")}
 ),
 sdk_candidates AS (
   SELECT t.file_id, t.terminal_line, r.id, r.uuid,
@@ -144,67 +147,65 @@ LEFT JOIN branches br ON br.file_id = f.file_id
 
 # leaf_ancestry: one row per record on the walk from each rule's leaf to the
 # root; depth 0 is the leaf. The walk follows parent_uuid to the last line of
-# that uuid and stops at a missing parent. `ranked`/`cut` drop everything from
-# the first revisited uuid on (a cycle). In main files the 'resume' walk
-# bridges progress records as the CLI does: they are walked through but not
-# kept, and depth counts only the records kept.
-LEAF_ANCESTRY_TEMPLATE = f"""
+# that uuid and stops at a missing parent. In main files the 'resume' walk
+# bridges progress records as the CLI does: they are walked through (bridges)
+# but not kept, and depth counts only the records kept. A walk that reaches
+# the step bound went round a cycle: `cut` drops it from the first revisited
+# uuid on.
+LEAF_ANCESTRY_RECURSIVE_SQL = f"""
 WITH RECURSIVE {NODES_CTES},
 starts AS (
-  SELECT l.file_id, 'resume' AS rule, l.resume_leaf_id AS id
-  FROM {{leaves}} l JOIN scope_files f ON f.file_id = l.file_id
+  SELECT l.file_id, 'resume' AS rule, l.resume_leaf_id AS id, f.kind = 'main' AS bridges
+  FROM leaves_recursive l JOIN scope_files f ON f.file_id = l.file_id
   WHERE l.resume_leaf_id IS NOT NULL
   UNION ALL
-  SELECT l.file_id, 'sdk', l.sdk_leaf_id
-  FROM {{leaves}} l JOIN scope_files f ON f.file_id = l.file_id
+  SELECT l.file_id, 'sdk', l.sdk_leaf_id, 0
+  FROM leaves_recursive l JOIN scope_files f ON f.file_id = l.file_id
   WHERE l.sdk_leaf_id IS NOT NULL
 ),
-walk(file_id, rule, id, uuid, type, parent_uuid, raw_depth) AS (
-  SELECT s.file_id, s.rule, r.id, r.uuid, r.type, r.parent_uuid, 0
+walk(file_id, rule, bridges, id, uuid, type, parent_uuid, raw_depth, depth, kept) AS (
+  SELECT s.file_id, s.rule, s.bridges, r.id, r.uuid, r.type, r.parent_uuid, 0, 0, 1
   FROM starts s JOIN records r ON r.id = s.id
   UNION ALL
-  SELECT w.file_id, w.rule, n.id, n.uuid, n.type, n.parent_uuid, w.raw_depth + 1
+  SELECT w.file_id, w.rule, w.bridges, n.id, n.uuid, n.type, n.parent_uuid,
+         w.raw_depth + 1, w.depth + w.kept,
+         NOT (w.bridges AND n.type = 'progress')
   FROM walk w
-  JOIN nodes n ON n.file_id = w.file_id AND n.uuid = w.parent_uuid
-  JOIN bounds b ON b.file_id = w.file_id
-  WHERE w.raw_depth < b.n
+  JOIN records n ON n.file_id = w.file_id AND n.uuid = w.parent_uuid
+  JOIN files b ON b.id = w.file_id
+  WHERE w.raw_depth <= b.line_count AND {_IS_NODE.format(n="n")}
 ),
-ranked AS (
-  SELECT w.*, row_number() OVER (
-           PARTITION BY w.file_id, w.rule, w.uuid ORDER BY w.raw_depth) AS visit
-  FROM walk w
+cycled AS (
+  SELECT DISTINCT w.file_id, w.rule FROM walk w JOIN files b ON b.id = w.file_id
+  WHERE w.raw_depth > b.line_count
 ),
 cut AS (
-  SELECT file_id, rule, min(raw_depth) AS at FROM ranked WHERE visit > 1
-  GROUP BY file_id, rule
-),
-kept AS (
-  SELECT k.* FROM ranked k
-  JOIN scope_files f ON f.file_id = k.file_id
-  LEFT JOIN cut c ON c.file_id = k.file_id AND c.rule = k.rule
-  WHERE (c.at IS NULL OR k.raw_depth < c.at)
-    AND NOT (k.rule = 'resume' AND f.kind = 'main' AND k.type = 'progress')
+  SELECT file_id, rule, min(raw_depth) AS at FROM (
+    SELECT w.file_id, w.rule, w.raw_depth, row_number() OVER (
+             PARTITION BY w.file_id, w.rule, w.uuid ORDER BY w.raw_depth) AS visit
+    FROM walk w JOIN cycled c ON c.file_id = w.file_id AND c.rule = w.rule
+  ) WHERE visit > 1 GROUP BY file_id, rule
 )
-SELECT k.file_id, f.session_id, k.rule, k.uuid,
-       row_number() OVER (PARTITION BY k.file_id, k.rule ORDER BY k.raw_depth) - 1
-         AS depth,
-       k.id AS record_id
-FROM kept k JOIN scope_files f ON f.file_id = k.file_id
+SELECT w.file_id, f.session_id, w.rule, w.uuid, w.depth, w.id AS record_id
+FROM walk w
+JOIN scope_files f ON f.file_id = w.file_id
+LEFT JOIN cut c ON c.file_id = w.file_id AND c.rule = w.rule
+WHERE w.kept AND (c.at IS NULL OR w.raw_depth < c.at)
 """.strip()
 
 # orphans: every non-sidechain chain record of a main file that is not on the
 # 'resume' ancestry, with the first matching cause. `down` walks top-down
 # from the ancestry, from other roots (unlinked) and from records whose
-# parent is missing (dangling_parent), following eff_parent (so a
-# compact_boundary continues through its logicalParentUuid); it carries the
+# parent is missing (dangling_parent), following parent_uuid, or a
+# compact_boundary's logicalParentUuid when its parent is null; it carries the
 # branch point (the ancestry record its branch leaves from) and whether the
-# branch passes a progress record. Each record has one parent, so it is reached
-# at most once; the step bound stops a cycle. Records in cycles are never
-# reached and are 'other'.
-ORPHANS_TEMPLATE = f"""
+# branch passes a progress record. A record has one such parent, so it is
+# reached at most once and a cycle is never entered (its records are never
+# reached: 'other'); the step bound is a second guard.
+ORPHANS_RECURSIVE_SQL = f"""
 WITH RECURSIVE {NODES_CTES},
-anc AS MATERIALIZED (
-  SELECT a.file_id, a.uuid, a.depth FROM {{ancestry}} a
+on_chain AS MATERIALIZED (
+  SELECT a.file_id, a.uuid, a.depth FROM leaf_ancestry_recursive a
   JOIN scope_files f ON f.file_id = a.file_id
   WHERE a.rule = 'resume' AND f.kind = 'main'
 ),
@@ -212,30 +213,30 @@ boundary AS (
   SELECT file_id, line_no FROM (
     SELECT a.file_id, n.line_no,
            row_number() OVER (PARTITION BY a.file_id ORDER BY a.depth) AS rn
-    FROM anc a JOIN nodes n ON n.file_id = a.file_id AND n.uuid = a.uuid
+    FROM on_chain a JOIN nodes n ON n.file_id = a.file_id AND n.uuid = a.uuid
     WHERE n.type = 'system' AND n.subtype = 'compact_boundary'
   ) WHERE rn = 1
 ),
-anc_messages AS MATERIALIZED (
-  SELECT DISTINCT a.file_id, n.message_id FROM anc a
+chain_messages AS MATERIALIZED (
+  SELECT DISTINCT a.file_id, n.message_id FROM on_chain a
   JOIN nodes n ON n.file_id = a.file_id AND n.uuid = a.uuid
   WHERE n.type = 'assistant' AND n.message_id IS NOT NULL
 ),
 splice_points AS MATERIALIZED (
-  SELECT b.file_id, b.uuid FROM anc b
-  JOIN anc c ON c.file_id = b.file_id AND c.depth = b.depth - 1
+  SELECT b.file_id, b.uuid FROM on_chain b
+  JOIN leaf_ancestry_recursive c ON c.file_id = b.file_id AND c.rule = 'resume' AND c.depth = b.depth - 1
   JOIN nodes n ON n.file_id = c.file_id AND n.uuid = c.uuid
   WHERE n.type = 'system' AND n.subtype = 'api_error'
 ),
 off AS MATERIALIZED (
   SELECT n.* FROM nodes n JOIN scope_files f ON f.file_id = n.file_id
   WHERE f.kind = 'main'
-    AND NOT EXISTS (SELECT 1 FROM anc a WHERE a.file_id = n.file_id AND a.uuid = n.uuid)
+    AND NOT EXISTS (SELECT 1 FROM on_chain a WHERE a.file_id = n.file_id AND a.uuid = n.uuid)
 ),
 down(file_id, uuid, branch_point, via_progress, origin, steps) AS (
   SELECT o.file_id, o.uuid, o.eff_parent, o.type = 'progress', 'ancestry', 0
   FROM off o
-  WHERE EXISTS (SELECT 1 FROM anc a WHERE a.file_id = o.file_id AND a.uuid = o.eff_parent)
+  WHERE EXISTS (SELECT 1 FROM on_chain a WHERE a.file_id = o.file_id AND a.uuid = o.eff_parent)
   UNION ALL
   SELECT o.file_id, o.uuid, NULL, o.type = 'progress', 'unlinked', 0
   FROM off o WHERE o.eff_parent IS NULL
@@ -248,24 +249,35 @@ down(file_id, uuid, branch_point, via_progress, origin, steps) AS (
   SELECT c.file_id, c.uuid, d.branch_point, d.via_progress OR c.type = 'progress',
          d.origin, d.steps + 1
   FROM down d
-  JOIN off c ON c.file_id = d.file_id AND c.eff_parent = d.uuid
-  JOIN bounds b ON b.file_id = d.file_id
-  WHERE d.steps < b.n
+  JOIN records c ON c.file_id = d.file_id AND c.parent_uuid = d.uuid
+  JOIN files b ON b.id = d.file_id
+  WHERE d.steps <= b.line_count AND {_IS_NODE.format(n="c")}
+    AND NOT EXISTS (SELECT 1 FROM leaf_ancestry_recursive a WHERE a.file_id = c.file_id
+                    AND a.rule = 'resume' AND a.uuid = c.uuid)
+  UNION ALL
+  SELECT c.file_id, c.uuid, d.branch_point, d.via_progress, d.origin, d.steps + 1
+  FROM down d
+  JOIN records c ON c.file_id = d.file_id AND c.logical_parent_uuid = d.uuid
+  JOIN files b ON b.id = d.file_id
+  WHERE d.steps <= b.line_count AND c.parent_uuid IS NULL
+    AND c.type = 'system' AND c.subtype = 'compact_boundary'
+    AND {_IS_NODE.format(n="c")}
+    AND NOT EXISTS (SELECT 1 FROM leaf_ancestry_recursive a WHERE a.file_id = c.file_id
+                    AND a.rule = 'resume' AND a.uuid = c.uuid)
 ),
-reached AS (
-  SELECT file_id, uuid, branch_point, via_progress, origin, min(steps) AS steps
-  FROM down GROUP BY file_id, uuid
+reached AS MATERIALIZED (
+  SELECT file_id, uuid, branch_point, via_progress, origin FROM down
 )
 SELECT o.file_id, f.session_id, o.uuid, o.type, o.subtype, o.timestamp,
   CASE
     WHEN o.line_no < lb.line_no THEN 'compacted'
     WHEN o.type = 'progress' OR d.via_progress THEN 'progress'
     WHEN o.type = 'assistant' AND EXISTS (
-           SELECT 1 FROM anc_messages m
+           SELECT 1 FROM chain_messages m
            WHERE m.file_id = o.file_id AND m.message_id = o.message_id)
       THEN 'parallel_tool_branch'
     WHEN o.type = 'user' AND o.is_tool_result AND EXISTS (
-           SELECT 1 FROM nodes p JOIN anc_messages m
+           SELECT 1 FROM nodes p JOIN chain_messages m
              ON m.file_id = p.file_id AND m.message_id = p.message_id
            WHERE p.file_id = o.file_id AND p.uuid = o.parent_uuid
              AND p.type = 'assistant')
@@ -297,22 +309,6 @@ ORPHANS_COLUMNS = (
     "file_id, session_id, uuid, type, subtype, timestamp, cause, "
     "branch_point_uuid, record_id, line_no, message_id"
 )
-
-# The definitions over every file, recomputed on each query.
-ALL_FILES = "1"
-LEAVES_RECURSIVE_SQL = LEAVES_TEMPLATE.format(scope=ALL_FILES)
-LEAF_ANCESTRY_RECURSIVE_SQL = LEAF_ANCESTRY_TEMPLATE.format(
-    scope=ALL_FILES, leaves="leaves_recursive")
-ORPHANS_RECURSIVE_SQL = ORPHANS_TEMPLATE.format(
-    scope=ALL_FILES, ancestry="leaf_ancestry_recursive")
-
-# The same definitions for one file (:file_id), reading the caches upstream.
-ONE_FILE = "id = :file_id"
-LEAVES_ONE_FILE_SQL = LEAVES_TEMPLATE.format(scope=ONE_FILE)
-LEAF_ANCESTRY_ONE_FILE_SQL = LEAF_ANCESTRY_TEMPLATE.format(
-    scope=ONE_FILE, leaves="leaves_cache")
-ORPHANS_ONE_FILE_SQL = ORPHANS_TEMPLATE.format(
-    scope=ONE_FILE, ancestry="leaf_ancestry_cache")
 
 # The contract views, read from the caches (same columns as *_recursive).
 LEAVES_SQL = f"SELECT {LEAVES_COLUMNS} FROM leaves_cache"
@@ -384,7 +380,7 @@ VIEWS = {
 
 # A change to any definition changes this, and every cache is recomputed.
 DEFINITIONS_HASH = hashlib.sha256(
-    "\n".join([LEAVES_TEMPLATE, LEAF_ANCESTRY_TEMPLATE, ORPHANS_TEMPLATE]).encode()
+    "\n".join([LEAVES_RECURSIVE_SQL, LEAF_ANCESTRY_RECURSIVE_SQL, ORPHANS_RECURSIVE_SQL]).encode()
 ).hexdigest()[:16]
 
 

@@ -1,0 +1,30 @@
+"""Counts that say how the index stands (``session-index status``)."""
+
+from __future__ import annotations
+
+# One row of counts over the whole index.
+STATUS_COUNTS_SQL = """
+SELECT
+  (SELECT count(*) FROM files WHERE deleted_at IS NULL) AS live_files,
+  (SELECT count(*) FROM files WHERE deleted_at IS NOT NULL) AS deleted_files,
+  (SELECT count(*) FROM files WHERE kind = 'main') AS main_files,
+  (SELECT count(*) FROM files WHERE kind = 'subagent') AS subagent_files,
+  (SELECT count(*) FROM sessions) AS sessions,
+  (SELECT count(*) FROM records) AS records,
+  (SELECT count(*) FROM bad_lines) AS bad_lines,
+  (SELECT count(*) FROM leaves WHERE NOT leaves_agree) AS leaves_disagree,
+  (SELECT count(*) FROM api_error_splices) AS api_error_splices,
+  (SELECT value FROM index_meta WHERE key = 'last_ingest_at') AS last_ingest_at
+""".strip()
+
+# Orphans per cause, most first.
+ORPHANS_BY_CAUSE_SQL = """
+SELECT cause, count(*) AS n FROM orphans GROUP BY cause ORDER BY n DESC, cause
+""".strip()
+
+
+def status(db) -> dict:
+    cur = db.conn.execute(STATUS_COUNTS_SQL)
+    row = dict(zip([d[0] for d in cur.description], cur.fetchone()))
+    row["orphans_by_cause"] = {c: n for c, n in db.conn.execute(ORPHANS_BY_CAUSE_SQL)}
+    return row
