@@ -79,6 +79,21 @@ INSERT_RECORD_SQL = (
 INSERT_BAD_LINE_SQL = (
     "INSERT INTO bad_lines (file_id, line_no, byte_offset, error, raw) VALUES (?, ?, ?, ?, ?)"
 )
+# After a batch: how far the file is ingested, and what the bytes at its
+# start and just before the offset hash to (checked at the next run).
+ADVANCE_OFFSET_SQL = """
+UPDATE files SET ingested_offset = :offset, line_count = :line_count,
+  head_len = :head_len, head_hash = :head_hash, tail_len = :tail_len,
+  tail_hash = :tail_hash, session_id = coalesce(session_id, :session_id),
+  last_ingested_at = :now, needs_derive = needs_derive OR :changed
+WHERE id = :id
+""".strip()
+# After the last batch: the stat the next run compares against.
+RECORD_STAT_SQL = """
+UPDATE files SET size = :size, mtime = :mtime, mtime_ns = :mtime_ns, dev = :dev,
+  inode = :inode, deleted_at = NULL
+WHERE id = :id
+""".strip()
 # The stored lines of a file in file order, to rebuild its bytes.
 STORED_LINES_SQL = """
 SELECT byte_offset, CAST(raw AS BLOB) FROM records WHERE file_id = :file_id
@@ -298,19 +313,16 @@ def _consume(conn, row, f, st, offset, line_no, rewrite, summary, progress) -> b
                 conn.executemany(INSERT_RECORD_SQL, records)
             if bads:
                 conn.executemany(INSERT_BAD_LINE_SQL, bads)
-            conn.execute(
-                "UPDATE files SET ingested_offset = ?, line_count = ?, head_len = ?, "
-                "head_hash = ?, tail_len = ?, tail_hash = ?, session_id = coalesce(session_id, ?), "
-                "last_ingested_at = ?, needs_derive = needs_derive OR ?, "
-                + ("size = ?, mtime = ?, mtime_ns = ?, dev = ?, inode = ?, deleted_at = NULL "
-                   if final else "")
-                + "WHERE id = ?",
-                [offset, line_no, head_len, head_hash, len(tail), _digest(tail), session_id,
-                 utcnow(), 1 if (records or bads or rewrite) else 0]
-                + ([st.st_size, _iso(st.st_mtime), st.st_mtime_ns, st.st_dev, st.st_ino]
-                   if final else [])
-                + [file_id],
-            )
+            conn.execute(ADVANCE_OFFSET_SQL, {
+                "id": file_id, "offset": offset, "line_count": line_no,
+                "head_len": head_len, "head_hash": head_hash,
+                "tail_len": len(tail), "tail_hash": _digest(tail),
+                "session_id": session_id, "now": utcnow(),
+                "changed": 1 if (records or bads or rewrite) else 0})
+            if final:
+                conn.execute(RECORD_STAT_SQL, {
+                    "id": file_id, "size": st.st_size, "mtime": _iso(st.st_mtime),
+                    "mtime_ns": st.st_mtime_ns, "dev": st.st_dev, "inode": st.st_ino})
         stored_any = stored_any or bool(records or bads) or rewrite
         summary.new_records += len(records)
         summary.bad_lines += len(bads)

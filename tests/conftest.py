@@ -1,0 +1,127 @@
+"""Shared fixtures: real SQLite files in tmp_path, transcripts written as bytes."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from indexer.db import open_db
+from indexer.ingest import ingest
+
+CORPUS = Path(__file__).resolve().parent.parent.parent / "shared" / "corpus"
+
+
+def pytest_report_header(config):
+    return f"sqlite_version(): {sqlite3.sqlite_version}"
+
+
+def write_jsonl(path: Path, records, *, newline_at_end: bool = True) -> Path:
+    """Write records (dicts, or raw str/bytes lines) as a JSONL file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = []
+    for r in records:
+        if isinstance(r, bytes):
+            lines.append(r)
+        elif isinstance(r, str):
+            lines.append(r.encode())
+        else:
+            lines.append(json.dumps(r).encode())
+    data = b"\n".join(lines) + (b"\n" if newline_at_end and lines else b"")
+    path.write_bytes(data)
+    return path
+
+
+class Index:
+    """An index in tmp_path with helpers for assertions."""
+
+    def __init__(self, tmp_path: Path):
+        self.path = tmp_path / "index.db"
+        self.projects = tmp_path / "projects"
+        self.projects.mkdir(exist_ok=True)
+        self.db = open_db(self.path)
+
+    def ingest(self, *sources):
+        return ingest(self.db, [str(s) for s in (sources or [self.projects])])
+
+    def rows(self, sql, params=()):
+        cur = self.db.conn.execute(sql, params)
+        cols = [d[0] for d in cur.description]
+        return [dict(zip(cols, r)) for r in cur.fetchall()]
+
+    def value(self, sql, params=()):
+        return self.db.conn.execute(sql, params).fetchone()[0]
+
+    def ancestry(self, file_id, rule="resume"):
+        return [r["uuid"] for r in self.rows(
+            "SELECT uuid FROM leaf_ancestry WHERE file_id = ? AND rule = ? ORDER BY depth",
+            [file_id, rule])]
+
+    def causes(self, file_id):
+        return {r["uuid"]: r["cause"] for r in self.rows(
+            "SELECT uuid, cause FROM orphans WHERE file_id = ?", [file_id])}
+
+    def file_id(self, path):
+        return self.value("SELECT id FROM files WHERE path = ?", [str(Path(path).resolve())])
+
+    def assert_caches_match_definitions(self):
+        """Each cache-backed contract view equals its recursive definition."""
+        for view in ("leaves", "leaf_ancestry", "orphans"):
+            extra = self.rows(f"SELECT * FROM {view} EXCEPT SELECT * FROM {view}_recursive")
+            missing = self.rows(f"SELECT * FROM {view}_recursive EXCEPT SELECT * FROM {view}")
+            assert (extra, missing) == ([], []), view
+
+
+@pytest.fixture
+def index(tmp_path):
+    return Index(tmp_path)
+
+
+def sdk_chain(path, kind="main"):
+    """The Agent SDK's own leaf-and-walk on a file's complete lines, before
+    its parallel-result recovery: the uuids from root to leaf."""
+    from claude_agent_sdk._internal import sessions as sdk
+
+    data = Path(path).read_bytes()
+    complete = data[: data.rfind(b"\n") + 1].decode("utf-8", "replace")
+    entries = sdk._parse_transcript_entries(complete)
+    if kind != "main":
+        return [e["uuid"] for e in sdk._build_subagent_chain(entries)]
+    original = sdk._recover_orphaned_parallel_tool_results
+    sdk._recover_orphaned_parallel_tool_results = lambda by_uuid, chain, seen: chain
+    try:
+        return [e["uuid"] for e in sdk._build_conversation_chain(entries)]
+    finally:
+        sdk._recover_orphaned_parallel_tool_results = original
+
+
+class Transcript:
+    """Builds records for one session with increasing timestamps."""
+
+    def __init__(self, session_id="11111111-2222-3333-4444-555555555555"):
+        self.session_id = session_id
+        self.records = []
+        self.tick = 0
+
+    def add(self, uuid, parent, type_="user", *, ts=None, message=None, **fields):
+        self.tick += 1
+        r = {"parentUuid": parent, "isSidechain": False, "userType": "external",
+             "cwd": "/tmp/demo", "sessionId": self.session_id, "version": "2.1.247",
+             "type": type_, "uuid": uuid,
+             "timestamp": ts or f"2026-09-01T00:{self.tick // 60:02d}:{self.tick % 60:02d}.000Z"}
+        if message is None:
+            if type_ == "user":
+                message = {"role": "user", "content": f"prompt {uuid}"}
+            elif type_ == "assistant":
+                message = {"id": f"msg_{uuid}", "type": "message", "role": "assistant",
+                           "model": "claude-x", "content": [{"type": "text", "text": f"reply {uuid}"}]}
+        if message is not None:
+            r["message"] = message
+        r.update(fields)
+        self.records.append(r)
+        return r
+
+    def write(self, directory: Path, name=None):
+        return write_jsonl(Path(directory) / (name or f"{self.session_id}.jsonl"), self.records)
