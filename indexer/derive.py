@@ -194,7 +194,8 @@ def _orphans(file_id, session_id, nodes: dict[str, Rec], chain: list[tuple[int, 
         if n.eff_parent is not None:
             children.setdefault(n.eff_parent, []).append(n)
 
-    # Top-down from each branch's start: (branch_point, via_progress, origin).
+    # Top-down from each branch's first record: (branch_point, starts with
+    # progress, origin).
     reached: dict[str, tuple] = {}
     stack = []
     for n in off:
@@ -206,13 +207,12 @@ def _orphans(file_id, session_id, nodes: dict[str, Rec], chain: list[tuple[int, 
         elif p not in nodes:
             stack.append((n, None, "dangling_parent"))
     for n, bp, origin in stack:
-        todo = [(n, n.type == "progress")]
+        via = n.type == "progress"  # the branch starts with progress
+        todo = [n]
         while todo:
-            cur, via = todo.pop()
+            cur = todo.pop()
             reached[cur.uuid] = (bp, via, origin)
-            for c in children.get(cur.uuid, ()):
-                if c.uuid not in reached:
-                    todo.append((c, via or c.type == "progress"))
+            todo += [c for c in children.get(cur.uuid, ()) if c.uuid not in reached]
 
     rows = []
     for o in sorted(off, key=lambda n: n.line_no):

@@ -282,6 +282,7 @@ def _ingest_file(conn, row: dict, st, summary: Summary, progress) -> bool:
 def _consume(conn, row, f, st, offset, line_no, rewrite, summary, progress) -> bool:
     file_id = row["id"]
     session_id = row["session_id"]
+    returned = row["deleted_at"] is not None  # back on disk: its session changes
     head_len, head_hash = row["head_len"], row["head_hash"]
     tail = b""
     if offset:
@@ -318,7 +319,7 @@ def _consume(conn, row, f, st, offset, line_no, rewrite, summary, progress) -> b
                 "head_len": head_len, "head_hash": head_hash,
                 "tail_len": len(tail), "tail_hash": _digest(tail),
                 "session_id": session_id, "now": utcnow(),
-                "changed": 1 if (records or bads or rewrite) else 0})
+                "changed": 1 if (records or bads or rewrite or returned) else 0})
             if final:
                 conn.execute(RECORD_STAT_SQL, {
                     "id": file_id, "size": st.st_size, "mtime": _iso(st.st_mtime),

@@ -199,7 +199,10 @@ WHERE w.kept AND (c.at IS NULL OR w.raw_depth < c.at)
 # parent is missing (dangling_parent), following parent_uuid, or a
 # compact_boundary's logicalParentUuid when its parent is null; it carries the
 # branch point (the ancestry record its branch leaves from) and whether the
-# branch passes a progress record. A record has one such parent, so it is
+# branch starts with a progress record (via_progress: the whole branch hangs
+# off progress; a progress record inside a branch that starts otherwise, such
+# as a rewind's abandoned turns with their hook progress, does not make its
+# descendants 'progress'). A record has one such parent, so it is
 # reached at most once and a cycle is never entered (its records are never
 # reached: 'other'); the step bound is a second guard.
 ORPHANS_RECURSIVE_SQL = f"""
@@ -246,8 +249,7 @@ down(file_id, uuid, branch_point, via_progress, origin, steps) AS (
   WHERE o.eff_parent IS NOT NULL
     AND NOT EXISTS (SELECT 1 FROM nodes p WHERE p.file_id = o.file_id AND p.uuid = o.eff_parent)
   UNION ALL
-  SELECT c.file_id, c.uuid, d.branch_point, d.via_progress OR c.type = 'progress',
-         d.origin, d.steps + 1
+  SELECT c.file_id, c.uuid, d.branch_point, d.via_progress, d.origin, d.steps + 1
   FROM down d
   JOIN records c ON c.file_id = d.file_id AND c.parent_uuid = d.uuid
   JOIN files b ON b.id = d.file_id

@@ -350,3 +350,25 @@ def test_metadata_and_unknown_types_are_kept(index):
         (3, "file-history-snapshot", None, None), (4, "brand-new-type", None, None)]
     assert [json.loads(r["raw"]) for r in rows] == t.records
     check_against_sdk(index, path)
+
+
+def test_rewound_turns_with_hook_progress_stay_abandoned(index):
+    """Hook progress sits inside ordinary turns (stop hook: assistant ->
+    progress -> stop_hook_summary); a rewind abandons such turns whole."""
+    t = Transcript()
+    t.add(u(1), None, "user")
+    t.add(u(2), u(1), "assistant")
+    t.add(u(3), u(2), "user")                            # the rewound prompt
+    t.add(u(4), u(3), "assistant")
+    t.add(u(5), u(4), "progress", data={"type": "hook_progress"})
+    t.add(u(6), u(5), "system", subtype="stop_hook_summary")
+    t.add(u(7), u(6), "user")
+    t.add(u(8), u(2), "user")                            # the edit, after the rewind
+    t.add(u(9), u(8), "assistant")
+    path = t.write(index.projects / "p")
+    index.ingest()
+    fid = check_against_sdk(index, path)
+    assert index.ancestry(fid) == [u(9), u(8), u(2), u(1)]
+    assert index.causes(fid) == {u(3): "abandoned_branch", u(4): "abandoned_branch",
+                                 u(5): "progress", u(6): "abandoned_branch",
+                                 u(7): "abandoned_branch"}

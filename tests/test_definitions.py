@@ -1,0 +1,111 @@
+"""The caches (derive.py) equal the recursive SQL definitions (views.py), and
+the sdk walk equals the Agent SDK's, on randomly generated trees full of the
+shapes that break readers: forks, cycles, self-parents, missing parents,
+duplicate uuids, compactions, progress, api_error chains, sidechain/meta/team
+records, timestamp ties and gaps."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from conftest import sdk_chain, write_jsonl
+
+TYPES = ["user", "assistant", "assistant", "progress", "system", "attachment"]
+
+
+def random_transcript(rng: random.Random, n: int, session_id: str):
+    uuids = [f"u{rng.randrange(10**6):06d}-{i}" for i in range(n)]
+    records = []
+    last = None
+    message_id = "msg_0"
+    for i, uuid in enumerate(uuids):
+        if rng.random() < 0.04 and i:
+            uuid = rng.choice(uuids[:i])  # a duplicated uuid
+        roll = rng.random()
+        if i == 0 or roll < 0.05:
+            parent = None
+        elif roll < 0.70:
+            parent = last
+        elif roll < 0.85:
+            parent = rng.choice(uuids[:i])  # a fork
+        elif roll < 0.90:
+            parent = rng.choice(uuids)  # maybe later in the file: cycles
+        elif roll < 0.95:
+            parent = f"missing-{rng.randrange(100)}"
+        else:
+            parent = uuid  # self-parent
+        type_ = rng.choice(TYPES)
+        r = {"type": type_, "uuid": uuid, "parentUuid": parent, "sessionId": session_id}
+        ts_roll = rng.random()
+        if ts_roll < 0.9:
+            r["timestamp"] = f"2026-09-01T00:{rng.randrange(60):02d}:{rng.randrange(60):02d}.000Z"
+        elif ts_roll < 0.95:
+            r["timestamp"] = "2026-09-01T00:30:00.000Z"  # ties
+        if type_ == "assistant":
+            if rng.random() < 0.5:
+                message_id = f"msg_{i}"
+            r["message"] = {"id": message_id, "role": "assistant", "content": [{"type": "text", "text": "x"}]}
+        elif type_ == "user":
+            content = [{"type": "tool_result", "tool_use_id": "t"}] if rng.random() < 0.4 else "hi"
+            r["message"] = {"role": "user", "content": content}
+        elif type_ == "system":
+            sub = rng.choice(["api_error", "api_error", "stop_hook_summary", "compact_boundary", "turn_duration"])
+            r["subtype"] = sub
+            if sub == "compact_boundary" and rng.random() < 0.8:
+                r["parentUuid"] = None
+                r["logicalParentUuid"] = rng.choice(uuids[: i + 1])
+        for flag in ("isSidechain", "isMeta"):
+            if rng.random() < 0.05:
+                r[flag] = True
+        if rng.random() < 0.03:
+            r["teamName"] = "team"
+        records.append(r)
+        if rng.random() < 0.08 and last is not None:
+            # the seed-000 episode: a late api_error parented on the leaf
+            # from before this record, and the chain continuing from it
+            err = f"e{i}"
+            records.append({"type": "system", "subtype": "api_error", "uuid": err,
+                            "parentUuid": last, "sessionId": session_id,
+                            "timestamp": "2026-09-01T00:00:01.000Z"})
+            uuid = err
+        last = uuid
+        if rng.random() < 0.05:
+            records.append({"type": "file-history-snapshot", "messageId": uuid})
+    return records
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_caches_equal_definitions_on_random_trees(index, seed):
+    rng = random.Random(seed)
+    files = []
+    for k in range(40):
+        sid = f"{seed:08d}-0000-4000-8000-{k:012d}"
+        records = random_transcript(rng, rng.randrange(1, 60), sid)
+        if k % 5 == 4:
+            path = index.projects / "p" / sid / "subagents" / f"agent-a{k}.jsonl"
+            kind = "subagent"
+        else:
+            path = index.projects / "p" / f"{sid}.jsonl"
+            kind = "main"
+        write_jsonl(path, records)
+        files.append((path, kind))
+    index.ingest()
+    index.assert_caches_match_definitions()
+    for path, kind in files:
+        fid = index.file_id(path)
+        assert list(reversed(index.ancestry(fid, "sdk"))) == sdk_chain(path, kind), path
+
+
+def test_caches_follow_appends(index):
+    """Appending to a file re-derives it: the caches stay equal to the views."""
+    rng = random.Random(99)
+    sid = "99999999-0000-4000-8000-000000000000"
+    records = random_transcript(rng, 120, sid)
+    path = index.projects / "p" / f"{sid}.jsonl"
+    for cut in (10, 50, 90, len(records)):
+        write_jsonl(path, records[:cut])
+        index.ingest()
+        index.assert_caches_match_definitions()
+        assert list(reversed(index.ancestry(index.file_id(path), "sdk"))) == sdk_chain(path)

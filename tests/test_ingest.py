@@ -1,0 +1,310 @@
+"""Incremental, exactly-once, lossless ingest; the bad-input matrix."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+
+import pytest
+
+from conftest import Transcript, write_jsonl
+from indexer.ingest import stored_bytes
+
+SID = "11111111-2222-3333-4444-555555555555"
+
+
+def rec(i, parent=None, **kw):
+    r = {"type": "user", "uuid": f"u-{i}", "parentUuid": parent, "sessionId": SID,
+         "timestamp": f"2026-09-01T00:00:{i:02d}.000Z",
+         "message": {"role": "user", "content": f"line {i}"}}
+    r.update(kw)
+    return r
+
+
+def line(i, parent=None, **kw) -> bytes:
+    return json.dumps(rec(i, parent, **kw)).encode() + b"\n"
+
+
+def rebuilt(index, path) -> bytes:
+    return b"".join(stored_bytes(index.db.conn, index.file_id(path)))
+
+
+def transcript(index, n=3):
+    path = index.projects / "p" / f"{SID}.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"".join(line(i, f"u-{i-1}" if i > 1 else None) for i in range(1, n + 1)))
+    return path
+
+
+def test_unchanged_files_are_not_read(index):
+    path = transcript(index)
+    first = index.ingest()
+    assert (first.new_records, first.bytes_read) == (3, path.stat().st_size)
+    again = index.ingest()
+    assert (again.files, again.changed_files, again.new_records, again.bytes_read) == (1, 0, 0, 0)
+
+
+def test_appended_lines_are_read_from_the_offset(index):
+    path = transcript(index)
+    index.ingest()
+    extra = line(4, "u-3") + line(5, "u-4")
+    with open(path, "ab") as f:
+        f.write(extra)
+    s = index.ingest()
+    assert (s.new_records, s.bytes_read, s.rewritten_files) == (2, len(extra), 0)
+    assert index.rows("SELECT line_no, uuid FROM records ORDER BY line_no")[-2:] == [
+        {"line_no": 4, "uuid": "u-4"}, {"line_no": 5, "uuid": "u-5"}]
+    assert index.ancestry(index.file_id(path))[0] == "u-5"
+    assert rebuilt(index, path) == path.read_bytes()
+
+
+def test_partial_last_line_waits_for_its_newline(index):
+    path = transcript(index, 2)
+    whole = line(3, "u-2")
+    with open(path, "ab") as f:
+        f.write(whole[:20])
+    s = index.ingest()
+    assert (s.new_records, s.bad_lines) == (2, 0)
+    assert index.value("SELECT ingested_offset FROM files") == path.stat().st_size - 20
+    again = index.ingest()  # still partial: nothing new, no bad line
+    assert (again.new_records, again.bad_lines) == (0, 0)
+    with open(path, "ab") as f:
+        f.write(whole[20:])
+    s = index.ingest()
+    assert (s.new_records, s.bad_lines) == (1, 0)
+    assert index.value("SELECT count(*) FROM records WHERE uuid = 'u-3'") == 1
+    assert rebuilt(index, path) == path.read_bytes()
+
+
+def test_truncated_file_is_reread_and_stale_rows_replaced(index):
+    path = transcript(index, 5)
+    index.ingest()
+    path.write_bytes(line(1) + line(9, "u-1"))
+    s = index.ingest()
+    assert (s.rewritten_files, s.new_records) == (1, 2)
+    assert [r["uuid"] for r in index.rows("SELECT uuid FROM records ORDER BY line_no")] == ["u-1", "u-9"]
+    assert index.value("SELECT rewrites FROM files") == 1
+    assert index.ancestry(index.file_id(path)) == ["u-9", "u-1"]
+    index.assert_caches_match_definitions()
+
+
+def test_rewrite_that_grew_past_the_offset_is_detected(index):
+    path = transcript(index, 3)
+    index.ingest()
+    # Same length prefix changed (u-2 -> u-X), then more lines: size grew.
+    data = path.read_bytes().replace(b'"u-2"', b'"u-X"') + line(4, "u-3")
+    path.write_bytes(data)
+    s = index.ingest()
+    assert s.rewritten_files == 1
+    assert index.value("SELECT count(*) FROM records WHERE uuid = 'u-2'") == 0
+    assert rebuilt(index, path) == data
+
+
+def test_same_size_rewrite_in_the_middle_is_detected(index):
+    path = transcript(index, 40)
+    index.ingest()
+    before = path.stat()
+    data = path.read_bytes().replace(b'"line 20"', b'"line Z0"')
+    path.write_bytes(data)
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns + 1_000_000))
+    assert path.stat().st_size == before.st_size and path.stat().st_ino == before.st_ino
+    s = index.ingest()
+    assert s.rewritten_files == 1
+    assert rebuilt(index, path) == data
+
+
+def test_replaced_file_with_same_prefix_only_adds_new_lines(index):
+    """A file restored or rewritten by rename (new inode) that still starts
+    with the ingested bytes is not re-read: only the new lines are added."""
+    path = transcript(index, 3)
+    index.ingest()
+    ids = [r["id"] for r in index.rows("SELECT id FROM records ORDER BY id")]
+    data = path.read_bytes() + line(4, "u-3")
+    tmp = path.with_suffix(".tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+    s = index.ingest()
+    assert (s.rewritten_files, s.new_records) == (0, 1)
+    assert [r["id"] for r in index.rows("SELECT id FROM records ORDER BY id")][:3] == ids
+
+
+def test_replaced_file_with_other_content_is_reread(index):
+    path = transcript(index, 3)
+    index.ingest()
+    tmp = path.with_suffix(".tmp")
+    tmp.write_bytes(line(7) + line(8, "u-7") + line(9, "u-8") + line(10, "u-9"))
+    os.replace(tmp, path)
+    s = index.ingest()
+    assert (s.rewritten_files, s.new_records) == (1, 4)
+    assert [r["uuid"] for r in index.rows("SELECT uuid FROM records ORDER BY line_no")] == ["u-7", "u-8", "u-9", "u-10"]
+
+
+def test_deleted_file_keeps_its_rows_and_comes_back(index):
+    path = transcript(index, 3)
+    index.ingest()
+    data = path.read_bytes()
+    path.unlink()
+    s = index.ingest()
+    assert s.deleted_files == 1
+    [f] = index.rows("SELECT deleted_at FROM files")
+    assert f["deleted_at"] is not None
+    assert index.value("SELECT count(*) FROM records") == 3
+    assert index.rows("SELECT deleted_at IS NOT NULL AS gone FROM sessions") == [{"gone": 1}]
+    assert rebuilt(index, path) == data
+    path.write_bytes(data)  # restored, same bytes
+    s = index.ingest()
+    assert (s.rewritten_files, s.new_records) == (0, 0)
+    assert index.rows("SELECT deleted_at FROM files") == [{"deleted_at": None}]
+    assert index.rows("SELECT deleted_at FROM sessions") == [{"deleted_at": None}]
+
+
+def test_explicit_file_source_that_vanished_is_marked_deleted(index):
+    path = transcript(index, 2)
+    index.ingest(path)
+    path.unlink()
+    assert index.ingest(path).deleted_files == 1
+
+
+def test_discovery_finds_transcripts_and_ignores_the_rest(index):
+    proj = index.projects / "-home-u-proj"
+    main = Transcript(SID)
+    main.add("m1", None, "user")
+    main.write(proj)
+    sub = Transcript(SID)
+    sub.add("s1", None, "user", isSidechain=True, agentId="a1")
+    sub.write(proj / SID / "subagents", "agent-a1.jsonl")
+    (proj / SID / "subagents" / "agent-a1.meta.json").write_text('{"agentType": "x"}')
+    legacy = Transcript("44444444-2222-3333-4444-555555555555")
+    legacy.add("l1", None, "user", isSidechain=True, agentId="b2")
+    legacy.write(proj, "agent-b2.jsonl")
+    write_jsonl(proj / SID / "subagents" / "workflows" / "w1" / "journal.jsonl", [{"type": "step"}])
+    write_jsonl(proj / SID / "tool-results" / "big.jsonl", [{"type": "user"}])
+    (proj / "notes.jsonl").write_text("this is not json\nnor this\n")
+    (proj / "empty.jsonl").write_text("")
+    s = index.ingest()
+    assert (s.files, s.skipped_files) == (3, 1)
+    assert index.rows("SELECT kind, session_id, agent_id, project_dir FROM files ORDER BY kind, agent_id") == [
+        {"kind": "main", "session_id": SID, "agent_id": None, "project_dir": "-home-u-proj"},
+        {"kind": "subagent", "session_id": SID, "agent_id": "a1", "project_dir": "-home-u-proj"},
+        {"kind": "subagent", "session_id": "44444444-2222-3333-4444-555555555555",
+         "agent_id": "b2", "project_dir": "-home-u-proj"}]
+    assert index.rows("SELECT session_id, main_files, subagent_files, records FROM sessions ORDER BY session_id") == [
+        {"session_id": SID, "main_files": 1, "subagent_files": 1, "records": 2},
+        {"session_id": "44444444-2222-3333-4444-555555555555", "main_files": 0,
+         "subagent_files": 1, "records": 1}]
+
+
+def test_index_is_wal_and_readable_while_ingest_writes(index):
+    assert index.value("PRAGMA journal_mode") == "wal"
+    path = transcript(index, 3)
+    index.ingest()
+    reader = sqlite3.connect(index.path)
+    reader.execute("BEGIN")
+    assert reader.execute("SELECT count(*) FROM records").fetchone()[0] == 3
+    with open(path, "ab") as f:
+        f.write(line(4, "u-3"))
+    assert index.ingest().new_records == 1  # a reader's open snapshot does not block it
+    assert reader.execute("SELECT count(*) FROM records").fetchone()[0] == 3
+    reader.execute("COMMIT")
+    assert reader.execute("SELECT count(*) FROM records").fetchone()[0] == 4
+
+
+# The bad-input matrix of ../shared/reference/ingest-reliability.md: each bad
+# line is recorded with its bytes, the good lines around it are stored, the
+# run completes, and the file can be rebuilt byte for byte.
+BAD_LINES = {
+    "invalid_json": (b'{"type": "user", "uuid": ', "invalid JSON"),
+    "not_an_object": (b'["a", "list"]', "not a JSON object"),
+    "nul_bytes": (b'{"type": "user", "uuid": "n\x00ul"}', "NUL byte"),
+    "invalid_utf8": (b'{"type": "user", "uuid": "\xff\xfe"}', "invalid UTF-8"),
+    "deeply_nested": (b'{"type": "user", "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+                      "nested too deeply"),
+    "blank": (b"   ", "blank line"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_LINES))
+def test_bad_line_is_recorded_and_neighbours_kept(index, name):
+    bad, error = BAD_LINES[name]
+    path = index.projects / "p" / f"{SID}.jsonl"
+    path.parent.mkdir(parents=True)
+    data = line(1) + bad + b"\n" + line(2, "u-1")
+    path.write_bytes(data)
+    s = index.ingest()
+    assert (s.new_records, s.bad_lines) == (2, 1)
+    [b] = index.rows("SELECT line_no, byte_offset, error, raw FROM bad_lines")
+    assert (b["line_no"], b["byte_offset"], b["raw"]) == (2, len(line(1)), bad)
+    assert error in b["error"]
+    assert index.ancestry(index.file_id(path)) == ["u-2", "u-1"]
+    assert rebuilt(index, path) == data
+
+
+# Lines that are odd but valid JSON objects: stored as records, raw kept.
+ODD_RECORDS = {
+    "lone_surrogate": (b'{"type": "user", "uuid": "u-2", "parentUuid": "u-1", "message": {"content": "\\ud800"}}',
+                       {"uuid": "u-2", "parent_uuid": "u-1"}),
+    "surrogate_in_id": (b'{"type": "user", "uuid": "\\udc80x", "parentUuid": "u-1"}',
+                        {"uuid": "\\udc80x", "parent_uuid": "u-1"}),
+    "big_integer": (b'{"type": "user", "uuid": "u-2", "parentUuid": "u-1", "n": 123456789012345678901234567890}',
+                    {"uuid": "u-2", "parent_uuid": "u-1"}),
+    "nan_infinity": (b'{"type": "user", "uuid": "u-2", "parentUuid": "u-1", "a": NaN, "b": -Infinity}',
+                     {"uuid": "u-2", "parent_uuid": "u-1"}),
+    "crlf": (b'{"type": "user", "uuid": "u-2", "parentUuid": "u-1"}\r', {"uuid": "u-2", "parent_uuid": "u-1"}),
+    "wrong_types": (b'{"type": "user", "uuid": "u-2", "parentUuid": 5, "isSidechain": "yes", "message": "str"}',
+                    {"uuid": "u-2", "parent_uuid": "5", "is_sidechain": 1}),
+    "uuid_not_a_string": (b'{"type": "user", "uuid": 7, "parentUuid": "u-1"}', {"uuid": None}),
+    "unknown_type": (b'{"type": "hologram", "uuid": "u-2", "parentUuid": "u-1", "beam": {"x": 1}}',
+                     {"type": "hologram", "uuid": "u-2"}),
+    "no_type": (b'{"just": "an object"}', {"type": None, "uuid": None}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ODD_RECORDS))
+def test_odd_but_valid_records_are_stored(index, name):
+    odd, expected = ODD_RECORDS[name]
+    path = index.projects / "p" / f"{SID}.jsonl"
+    path.parent.mkdir(parents=True)
+    data = line(1) + odd + b"\n" + line(3, "u-1")
+    path.write_bytes(data)
+    s = index.ingest()
+    assert (s.new_records, s.bad_lines) == (3, 0)
+    [row] = index.rows(f"SELECT {', '.join(expected)} FROM records WHERE line_no = 2")
+    assert row == expected
+    assert rebuilt(index, path) == data
+    index.assert_caches_match_definitions()
+
+
+def test_bom_at_offset_zero(index):
+    path = index.projects / "p" / f"{SID}.jsonl"
+    path.parent.mkdir(parents=True)
+    data = b"\xef\xbb\xbf" + line(1) + line(2, "u-1")
+    path.write_bytes(data)
+    assert index.ingest().bad_lines == 0
+    assert index.ancestry(index.file_id(path)) == ["u-2", "u-1"]
+    assert rebuilt(index, path) == data
+
+
+def test_fifty_megabyte_line(index):
+    path = index.projects / "p" / f"{SID}.jsonl"
+    path.parent.mkdir(parents=True)
+    big = json.dumps(rec(2, "u-1", message={"role": "user", "content": "x" * (50 << 20)})).encode()
+    data = line(1) + big + b"\n" + line(3, "u-2")
+    path.write_bytes(data)
+    s = index.ingest()
+    assert (s.new_records, s.bad_lines) == (3, 0)
+    assert index.value("SELECT length(raw) FROM records WHERE uuid = 'u-2'") == len(big)
+    assert index.ancestry(index.file_id(path)) == ["u-3", "u-2", "u-1"]
+
+
+def test_duplicate_uuids_self_parent_and_cycles_are_stored(index):
+    path = index.projects / "p" / f"{SID}.jsonl"
+    path.parent.mkdir(parents=True)
+    data = line(1) + line(2, "u-2") + line(3, "u-4") + line(4, "u-3") + line(1, "u-4")
+    path.write_bytes(data)
+    s = index.ingest()
+    assert (s.new_records, s.bad_lines) == (5, 0)
+    assert index.value("SELECT count(*) FROM duplicate_uuids") == 1
+    assert rebuilt(index, path) == data
+    index.assert_caches_match_definitions()
