@@ -1,0 +1,140 @@
+"""The session-index command: help, exit codes, JSON, defaults, progress."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from conftest import Transcript
+from indexer.cli import cli
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+SID = "11111111-2222-3333-4444-555555555555"
+
+
+def make_projects(tmp_path):
+    t = Transcript(SID)
+    t.add("a", None, "user")
+    t.add("b", "a", "assistant")
+    t.write(tmp_path / "projects" / "-tmp-demo")
+    return tmp_path / "projects"
+
+
+def run(*args, env=None):
+    return CliRunner().invoke(cli, list(args), env=env, catch_exceptions=False)
+
+
+def test_every_command_has_help_with_an_example_and_is_in_the_readme():
+    readme = README.read_text()
+    assert cli.commands
+    for name, command in cli.commands.items():
+        result = run(name, "--help")
+        assert result.exit_code == 0
+        assert "Example:" in result.output, name
+        assert f"session-index {name}" in readme, name
+
+
+def test_ingest_json_summary_then_noop(tmp_path):
+    projects = make_projects(tmp_path)
+    db = tmp_path / "x.db"
+    first = run("ingest", str(projects), "--db", str(db), "--json")
+    assert first.exit_code == 0
+    s = json.loads(first.output)
+    assert {k: s[k] for k in ("files", "new_lines", "new_records", "bad_lines")} == {
+        "files": 1, "new_lines": 2, "new_records": 2, "bad_lines": 0}
+    assert isinstance(s["seconds"], float)
+    again = json.loads(run("ingest", str(projects), "--db", str(db), "--json").output)
+    assert (again["new_records"], again["bytes_read"]) == (0, 0)
+
+
+def test_ingest_defaults_to_the_claude_config_dir_and_db_env(tmp_path):
+    make_projects(tmp_path)
+    env = {"CLAUDE_CONFIG_DIR": str(tmp_path), "SESSION_INDEX_DB": str(tmp_path / "env.db")}
+    result = run("ingest", "--silent", env=env)
+    assert result.exit_code == 0, result.output
+    assert "2 new records" in result.output
+    status = json.loads(run("status", "--json", env=env).output)
+    assert (status["records"], status["sessions"], status["live_files"]) == (2, 1, 1)
+
+
+def test_status_counts_orphans_by_cause(tmp_path):
+    projects = make_projects(tmp_path)
+    t = Transcript("22222222-2222-3333-4444-555555555555")
+    t.add("x", None, "user")
+    t.add("y", "x", "assistant")
+    t.add("z", "x", "assistant")  # an abandoned branch
+    t.add("w", "z", "user")
+    t.write(projects / "-tmp-demo")
+    db = str(tmp_path / "x.db")
+    run("ingest", str(projects), "--db", db, "--silent")
+    s = json.loads(run("status", "--db", db, "--json").output)
+    assert s["orphans_by_cause"] == {"abandoned_branch": 1}
+    text = run("status", "--db", db).output
+    assert "abandoned_branch" in text and "records:   6" in text
+
+
+def test_missing_source_and_missing_index_are_clear_errors(tmp_path):
+    result = CliRunner().invoke(cli, ["ingest", str(tmp_path / "nope"), "--db", str(tmp_path / "x.db")])
+    assert result.exit_code == 3
+    assert "no such file or folder" in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    result = CliRunner().invoke(cli, ["status", "--db", str(tmp_path / "none.db")])
+    assert result.exit_code == 3
+    assert "run 'session-index ingest' first" in result.output
+    assert not (tmp_path / "none.db").exists()
+
+
+def test_no_default_projects_folder_is_a_clear_error(tmp_path):
+    result = CliRunner().invoke(cli, ["ingest", "--db", str(tmp_path / "x.db")],
+                                env={"CLAUDE_CONFIG_DIR": str(tmp_path / "empty")})
+    assert result.exit_code == 3
+    assert "does not exist" in result.output
+
+
+def test_a_file_that_is_not_sqlite_is_a_clear_error(tmp_path):
+    bogus = tmp_path / "bogus.db"
+    bogus.write_bytes(b"this is not a database at all" * 100)
+    result = CliRunner().invoke(cli, ["ingest", str(make_projects(tmp_path)), "--db", str(bogus)])
+    assert result.exit_code == 3
+    assert "not a usable SQLite database" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_progress_bar_on_a_terminal_and_not_when_silent(tmp_path):
+    projects = make_projects(tmp_path)
+
+    def stderr_on_tty(*extra):
+        leader, follower = pty.openpty()
+        proc = subprocess.run(
+            [sys.executable, "-c", "from indexer.cli import cli; cli()", "ingest", str(projects),
+             "--db", str(tmp_path / f"tty{len(extra)}.db"), *extra],
+            stdout=subprocess.PIPE, stderr=follower, timeout=60)
+        os.close(follower)
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(leader, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        os.close(leader)
+        assert proc.returncode == 0
+        return b"".join(chunks).decode()
+
+    assert "Indexing" in stderr_on_tty()
+    assert "Indexing" not in stderr_on_tty("--silent")
+
+
+def test_version():
+    result = run("--version")
+    assert result.exit_code == 0 and "version" in result.output
