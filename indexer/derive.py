@@ -114,6 +114,17 @@ def _walk(start: Rec, nodes: dict[str, Rec], bridges: bool) -> list[tuple[int, R
         cur = parent
 
 
+def _message_at_or_above(start: Rec | None, nodes: dict[str, Rec]) -> Rec | None:
+    """The first user/assistant record walking up from ``start`` (itself included)."""
+    cur, seen = start, set()
+    while cur is not None and cur.type not in MESSAGE_TYPES:
+        seen.add(cur.uuid)
+        cur = nodes.get(cur.parent_uuid) if cur.parent_uuid is not None else None
+        if cur is not None and cur.uuid in seen:
+            return None
+    return cur
+
+
 def _sdk_leaf(occ: list[Rec], nodes: dict[str, Rec]) -> tuple[Rec | None, int]:
     """The Agent SDK's leaf and the number of distinct main leaves."""
     parents = {r.parent_uuid for r in occ if r.parent_uuid is not None}
@@ -154,11 +165,12 @@ def compute_file(file_id: int, kind: str, session_id, occ: list[Rec]):
     else:
         resume_leaf = sdk_leaf = next(
             (r for r in reversed(occ) if r.type in MESSAGE_TYPES), None)
+    resume_message = _message_at_or_above(resume_leaf, nodes)
     leaves_row = (
         file_id, session_id, kind,
         resume_leaf and resume_leaf.id, resume_leaf and resume_leaf.uuid,
         sdk_leaf and sdk_leaf.id, sdk_leaf and sdk_leaf.uuid,
-        int((resume_leaf and resume_leaf.uuid) == (sdk_leaf and sdk_leaf.uuid)),
+        int((resume_message and resume_message.uuid) == (sdk_leaf and sdk_leaf.uuid)),
         branch_count,
     )
     ancestry_rows = []

@@ -75,6 +75,10 @@ nodes AS (
 #     SDK's strict ">" keeps the first. Subagent files: as resume_leaf.
 #   branch_count: distinct non-sidechain user/assistant leaves the terminals
 #     reach (1 for a linear transcript).
+#   leaves_agree: both readers end the conversation at the same message: the
+#     first user/assistant record at or above the resume leaf (resume_message)
+#     is the sdk leaf. A resume leaf that is the stop_hook_summary of the
+#     SDK's last message agrees; seed 000's error chain does not.
 LEAVES_RECURSIVE_SQL = f"""
 WITH RECURSIVE {NODES_CTES},
 resume_pick AS (
@@ -130,19 +134,37 @@ sdk_pick AS (
 branches AS (
   SELECT file_id, count(DISTINCT uuid) AS n FROM sdk_candidates
   WHERE is_main GROUP BY file_id
+),
+picked AS (
+  SELECT f.file_id, f.session_id, f.kind, rr.id AS resume_leaf_id, rr.uuid AS resume_leaf_uuid,
+         rr.type AS resume_type, rr.parent_uuid AS resume_parent,
+         sr.id AS sdk_leaf_id, sr.uuid AS sdk_leaf_uuid, coalesce(br.n, 0) AS branch_count
+  FROM scope_files f
+  LEFT JOIN resume_pick rp ON rp.file_id = f.file_id
+  LEFT JOIN sdk_pick sp ON sp.file_id = f.file_id
+  LEFT JOIN last_message lm ON lm.file_id = f.file_id
+  LEFT JOIN records rr ON rr.id = coalesce(rp.id, lm.id)
+  LEFT JOIN records sr ON sr.id = coalesce(sp.id, lm.id)
+  LEFT JOIN branches br ON br.file_id = f.file_id
+),
+resume_message(file_id, uuid, type, parent_uuid, steps) AS (
+  SELECT file_id, resume_leaf_uuid, resume_type, resume_parent, 0 FROM picked
+  WHERE resume_leaf_id IS NOT NULL
+  UNION ALL
+  SELECT m.file_id, n.uuid, n.type, n.parent_uuid, m.steps + 1
+  FROM resume_message m
+  JOIN records n ON n.file_id = m.file_id AND n.uuid = m.parent_uuid
+  JOIN files b ON b.id = m.file_id
+  WHERE m.type NOT IN ('user','assistant') AND m.steps <= b.line_count
+    AND {_IS_NODE.format(n="n")}
 )
-SELECT f.file_id, f.session_id, f.kind,
-       rr.id AS resume_leaf_id, rr.uuid AS resume_leaf_uuid,
-       sr.id AS sdk_leaf_id, sr.uuid AS sdk_leaf_uuid,
-       (rr.uuid IS sr.uuid) AS leaves_agree,
-       coalesce(br.n, 0) AS branch_count
-FROM scope_files f
-LEFT JOIN resume_pick rp ON rp.file_id = f.file_id
-LEFT JOIN sdk_pick sp ON sp.file_id = f.file_id
-LEFT JOIN last_message lm ON lm.file_id = f.file_id
-LEFT JOIN records rr ON rr.id = coalesce(rp.id, lm.id)
-LEFT JOIN records sr ON sr.id = coalesce(sp.id, lm.id)
-LEFT JOIN branches br ON br.file_id = f.file_id
+SELECT p.file_id, p.session_id, p.kind, p.resume_leaf_id, p.resume_leaf_uuid,
+       p.sdk_leaf_id, p.sdk_leaf_uuid,
+       coalesce((SELECT m.uuid FROM resume_message m
+                 WHERE m.file_id = p.file_id AND m.type IN ('user','assistant'))
+                IS p.sdk_leaf_uuid, 0) AS leaves_agree,
+       p.branch_count
+FROM picked p
 """.strip()
 
 # leaf_ancestry: one row per record on the walk from each rule's leaf to the
