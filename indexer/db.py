@@ -39,6 +39,10 @@ def open_db(path: str | Path, *, create: bool = True) -> sqlite_utils.Database:
         conn.execute("PRAGMA synchronous = NORMAL")
         conn.execute(f"PRAGMA journal_size_limit = {JOURNAL_SIZE_LIMIT}")
         conn.execute("PRAGMA foreign_keys = OFF")
+        # 32 MB of page cache; checkpoint the WAL every 64 MB rather than 4 MB
+        # (bench/ingest_speed.py).
+        conn.execute("PRAGMA cache_size = -32768")
+        conn.execute("PRAGMA wal_autocheckpoint = 16384")
     except sqlite3.DatabaseError as exc:
         raise IndexError_(f"{path} is not a usable SQLite database: {exc}") from None
     db = sqlite_utils.Database(conn)
@@ -57,7 +61,7 @@ def upgrade(db: sqlite_utils.Database) -> None:
         views.create_views(db)
 
 
-def _retry_locked(fn, attempts: int = 50):
+def retry_locked(fn, attempts: int = 50):
     for i in range(attempts):
         try:
             return fn()
@@ -77,7 +81,7 @@ def write_lock(db: sqlite_utils.Database):
     and waits ``busy_timeout`` for it.
     """
     conn = db.conn
-    _retry_locked(lambda: conn.execute("BEGIN IMMEDIATE"))
+    retry_locked(lambda: conn.execute("BEGIN IMMEDIATE"))
     try:
         yield conn
     except BaseException:

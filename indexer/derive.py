@@ -1,7 +1,7 @@
 """Keeping the caches behind ``leaves``, ``leaf_ancestry`` and ``orphans``
 (and the ``sessions`` table) equal to their definitions.
 
-The definitions are the ``*_recursive`` views (views.py). Running them per
+The definitions are the ``*_definition`` views (views.py). Running them per
 file at ingest cost about 40 us per record in SQLite (bench/ingest_speed.py),
 more than parsing and storing the record; this module computes the same rows
 with dictionary walks over each changed file's chain records, and the test
@@ -19,20 +19,21 @@ from dataclasses import dataclass
 
 from . import views
 from .db import write_lock
+from .lines import CHAIN_TYPES
 
 DERIVE_BATCH = 200
-CACHES = ("leaves_cache", "leaf_ancestry_cache", "orphans_cache")
+CACHES = tuple(f"{name}_cache" for name in views.CACHED_VIEWS)
 MESSAGE_TYPES = ("user", "assistant")
 RESUME_LEAF_TYPES = ("user", "assistant", "system", "attachment")
 
-# The chain records of a batch of files (views._CHAIN_TYPES), in file order.
-CHAIN_RECORDS_SQL = f"""
+# Every record with a uuid in a batch of files, in file order (the chain
+# records among them are views._CHAIN_TYPES).
+UUID_RECORDS_SQL = """
 SELECT r.id, r.file_id, r.line_no, r.uuid, r.parent_uuid, r.logical_parent_uuid,
        r.type, r.subtype, r.timestamp, r.is_sidechain, r.is_meta, r.team_name,
        r.message_id, r.is_tool_result
 FROM records r
-WHERE r.file_id IN (SELECT value FROM json_each(:file_ids))
-  AND r.uuid IS NOT NULL AND r.type IN {views._CHAIN_TYPES}
+WHERE r.file_id IN (SELECT value FROM json_each(:file_ids)) AND r.uuid IS NOT NULL
 ORDER BY r.file_id, r.line_no
 """.strip()
 
@@ -40,7 +41,7 @@ FILES_SQL = """
 SELECT id, kind, session_id FROM files WHERE id IN (SELECT value FROM json_each(:file_ids))
 """.strip()
 
-# sessions: one row per session id, from its files and their records.
+# sessions: one row per session id, summed from its files' running facts.
 # main_file_id prefers a main file that is still on disk, then the newest.
 REFRESH_SESSION_SQL = """
 INSERT OR REPLACE INTO sessions (
@@ -51,19 +52,18 @@ SELECT :session_id,
    ORDER BY deleted_at IS NOT NULL, mtime DESC, id DESC LIMIT 1),
   (SELECT project_dir FROM files WHERE session_id = :session_id
    ORDER BY kind = 'main' DESC, id LIMIT 1),
-  (SELECT cwd FROM records WHERE file_id IN (SELECT id FROM files WHERE session_id = :session_id)
-     AND cwd IS NOT NULL LIMIT 1),
-  (SELECT count(*) FROM files WHERE session_id = :session_id AND kind = 'main'),
-  (SELECT count(*) FROM files WHERE session_id = :session_id AND kind <> 'main'),
-  r.n, r.first_ts, r.last_ts,
-  (SELECT version FROM records WHERE file_id IN (SELECT id FROM files WHERE session_id = :session_id)
-     AND version IS NOT NULL ORDER BY timestamp DESC LIMIT 1),
-  (SELECT git_branch FROM records WHERE file_id IN (SELECT id FROM files WHERE session_id = :session_id)
-     AND git_branch IS NOT NULL ORDER BY timestamp DESC LIMIT 1),
-  (SELECT CASE WHEN count(*) = count(deleted_at) THEN max(deleted_at) END
-   FROM files WHERE session_id = :session_id AND kind = 'main')
-FROM (SELECT count(*) AS n, min(timestamp) AS first_ts, max(timestamp) AS last_ts
-      FROM records WHERE file_id IN (SELECT id FROM files WHERE session_id = :session_id)) r
+  (SELECT cwd FROM files WHERE session_id = :session_id AND cwd IS NOT NULL
+   ORDER BY kind = 'main' DESC, id LIMIT 1),
+  sum(kind = 'main'), sum(kind <> 'main'), sum(records),
+  min(first_timestamp), max(last_timestamp),
+  (SELECT version FROM files WHERE session_id = :session_id AND version IS NOT NULL
+   ORDER BY last_timestamp DESC LIMIT 1),
+  (SELECT git_branch FROM files WHERE session_id = :session_id AND git_branch IS NOT NULL
+   ORDER BY last_timestamp DESC LIMIT 1),
+  CASE WHEN sum(kind = 'main') = sum(kind = 'main' AND deleted_at IS NOT NULL)
+       AND sum(kind = 'main') > 0
+       THEN max(deleted_at) END
+FROM files WHERE session_id = :session_id
 """.strip()
 
 
@@ -150,8 +150,9 @@ def _sdk_leaf(occ: list[Rec], nodes: dict[str, Rec]) -> tuple[Rec | None, int]:
     return best, len(main_leaves)
 
 
-def compute_file(file_id: int, kind: str, session_id, occ: list[Rec]):
-    """The leaves row, leaf_ancestry rows and orphans rows of one file."""
+def compute_file(file_id: int, kind: str, session_id, with_uuid: list[Rec]) -> dict:
+    """Every cache's rows for one file, from its records that have a uuid."""
+    occ = [r for r in with_uuid if r.type in CHAIN_TYPES]
     nodes: dict[str, Rec] = {}
     for r in occ:
         nodes[r.uuid] = r
@@ -183,7 +184,16 @@ def compute_file(file_id: int, kind: str, session_id, occ: list[Rec]):
             chain = walked
         ancestry_rows += [(file_id, session_id, rule, r.uuid, d, r.id) for d, r in walked]
     orphan_rows = _orphans(file_id, session_id, nodes, chain) if kind == "main" else []
-    return leaves_row, ancestry_rows, orphan_rows
+    breaks = [(file_id, session_id, r.id, r.line_no, r.uuid, r.type, r.subtype, r.timestamp,
+               r.parent_uuid) for r in occ
+              if r.parent_uuid is not None and r.parent_uuid not in nodes]
+    lines_of: dict[str, list[int]] = {}
+    for r in with_uuid:
+        lines_of.setdefault(r.uuid, []).append(r.line_no)
+    duplicates = [(file_id, session_id, uuid, len(lines), ",".join(map(str, lines)), lines[-1])
+                  for uuid, lines in lines_of.items() if len(lines) > 1]
+    return {"leaves": [leaves_row], "leaf_ancestry": ancestry_rows, "orphans": orphan_rows,
+            "chain_breaks": breaks, "duplicate_uuids": duplicates}
 
 
 def _orphans(file_id, session_id, nodes: dict[str, Rec], chain: list[tuple[int, Rec]]):
@@ -262,21 +272,17 @@ def derive_files(conn, file_ids: list[int]) -> None:
     """Recompute these files' cached rows (inside the caller's transaction)."""
     params = {"file_ids": json.dumps(file_ids)}
     by_file: dict[int, list[Rec]] = {i: [] for i in file_ids}
-    for row in conn.execute(CHAIN_RECORDS_SQL, params):
+    for row in conn.execute(UUID_RECORDS_SQL, params):
         by_file[row[1]].append(Rec(*row))
-    leaves, ancestry, orphans = [], [], []
+    rows: dict[str, list] = {name: [] for name in views.CACHED_VIEWS}
     for file_id, kind, session_id in conn.execute(FILES_SQL, params).fetchall():
         forget_file(conn, file_id)
-        lrow, arows, orows = compute_file(file_id, kind, session_id, by_file[file_id])
-        leaves.append(lrow)
-        ancestry += arows
-        orphans += orows
-    conn.executemany(f"INSERT INTO leaves_cache ({views.LEAVES_COLUMNS}) "
-                     f"VALUES ({', '.join('?' * 9)})", leaves)
-    conn.executemany(f"INSERT INTO leaf_ancestry_cache ({views.LEAF_ANCESTRY_COLUMNS}) "
-                     f"VALUES ({', '.join('?' * 6)})", ancestry)
-    conn.executemany(f"INSERT INTO orphans_cache ({views.ORPHANS_COLUMNS}) "
-                     f"VALUES ({', '.join('?' * 11)})", orphans)
+        for name, file_rows in compute_file(file_id, kind, session_id, by_file[file_id]).items():
+            rows[name] += file_rows
+    for name, table_rows in rows.items():
+        columns = getattr(views, f"{name.upper()}_COLUMNS")
+        marks = ", ".join("?" * len(columns.split(",")))
+        conn.executemany(f"INSERT INTO {name}_cache ({columns}) VALUES ({marks})", table_rows)
 
 
 def derive_pending(db) -> int:

@@ -1,17 +1,19 @@
 """Incremental, exactly-once ingest of transcript files.
 
-Each file's new lines and its new offset commit in one ``BEGIN IMMEDIATE``
-transaction, so a crash replays only uncommitted work; the unique key on
-(file_id, byte_offset) is the second guard. Only ``\\n``-terminated lines are
-consumed: a partial last line waits for its newline.
+A file's new lines and its new offset always commit in the same
+``BEGIN IMMEDIATE`` transaction (one transaction holds many small files, or
+one slice of a big one), so a crash replays only uncommitted work; the unique
+key on (file_id, byte_offset) is the second guard. Only ``\\n``-terminated
+lines are consumed: a partial last line waits for its newline.
 
 What a run does with each file, from a stat:
 - unchanged (device, inode, size, mtime): nothing is read;
 - grown, same inode, first and last ingested bytes unchanged: read from the offset;
 - shrunk, or the first/last ingested bytes changed: rewritten, re-read from 0,
   its stale rows replaced in the same transaction as the first new ones;
-- a new inode or a same-size touch: the whole ingested prefix is compared
-  with the index; equal means appended-to (or restored), else rewritten;
+- a new inode, back after deletion, or a same-size touch: the whole ingested
+  prefix is compared with the index; equal means appended-to (or restored),
+  else rewritten;
 - gone from a scanned folder: rows kept, ``deleted_at`` set.
 """
 
@@ -25,14 +27,19 @@ from datetime import datetime, timezone
 from typing import Callable, Iterable
 
 from . import derive, discover
-from .db import write_lock
+from .db import retry_locked, write_lock
 from .lines import RECORD_FIELDS, BadLine, parse_line
 
 READ_CHUNK = 1 << 20
-BATCH_BYTES = 16 << 20
-BATCH_LINES = 20_000
+# Commit after this many bytes of new lines: long enough to amortize the
+# commit, short enough to hold the write lock well under a second.
+TXN_BYTES = 8 << 20
 HEAD_BYTES = 1024
 TAIL_BYTES = 4096
+
+# Field positions in a parsed record (lines.RECORD_FIELDS).
+_SESSION, _TIMESTAMP = RECORD_FIELDS.index("session_id"), RECORD_FIELDS.index("timestamp")
+_CWD, _VERSION, _BRANCH = (RECORD_FIELDS.index(k) for k in ("cwd", "version", "git_branch"))
 
 
 class SourceNotFound(Exception):
@@ -60,11 +67,12 @@ class Summary:
 
 
 def utcnow() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return _iso(time.time())
 
 
 def _iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return (datetime.fromtimestamp(ts, timezone.utc)
+            .isoformat(timespec="milliseconds").replace("+00:00", "Z"))
 
 
 def _digest(data: bytes) -> str:
@@ -79,19 +87,36 @@ INSERT_RECORD_SQL = (
 INSERT_BAD_LINE_SQL = (
     "INSERT INTO bad_lines (file_id, line_no, byte_offset, error, raw) VALUES (?, ?, ?, ?, ?)"
 )
-# After a batch: how far the file is ingested, and what the bytes at its
-# start and just before the offset hash to (checked at the next run).
+TRACK_FILE_SQL = """
+INSERT INTO files (path, kind, session_id, agent_id, project_dir, first_ingested_at)
+VALUES (:path, :kind, :session_id, :agent_id, :project_dir, :now)
+""".strip()
+# A rewritten file starts again from nothing (its caches go with derive).
+FORGET_LINES_SQL = (
+    "DELETE FROM records WHERE file_id = :id",
+    "DELETE FROM bad_lines WHERE file_id = :id",
+    """UPDATE files SET rewrites = rewrites + 1, records = 0, first_timestamp = NULL,
+       last_timestamp = NULL, cwd = NULL, version = NULL, git_branch = NULL WHERE id = :id""",
+)
+# After each slice of lines: how far the file is ingested, what the bytes at
+# its start and just before the offset hash to (checked at the next run), and
+# running facts about its records (sessions are summed from these).
 ADVANCE_OFFSET_SQL = """
 UPDATE files SET ingested_offset = :offset, line_count = :line_count,
   head_len = :head_len, head_hash = :head_hash, tail_len = :tail_len,
   tail_hash = :tail_hash, session_id = coalesce(session_id, :session_id),
-  last_ingested_at = :now, needs_derive = needs_derive OR :changed
+  records = records + :new_records,
+  first_timestamp = coalesce(min(first_timestamp, :first_ts), first_timestamp, :first_ts),
+  last_timestamp = coalesce(max(last_timestamp, :last_ts), last_timestamp, :last_ts),
+  cwd = coalesce(cwd, :cwd), version = coalesce(:version, version),
+  git_branch = coalesce(:git_branch, git_branch),
+  last_ingested_at = :now, needs_derive = 1
 WHERE id = :id
 """.strip()
-# After the last batch: the stat the next run compares against.
+# At the end of a file: the stat the next run compares against.
 RECORD_STAT_SQL = """
 UPDATE files SET size = :size, mtime = :mtime, mtime_ns = :mtime_ns, dev = :dev,
-  inode = :inode, deleted_at = NULL
+  inode = :inode, deleted_at = NULL, needs_derive = needs_derive OR :returned
 WHERE id = :id
 """.strip()
 # The stored lines of a file in file order, to rebuild its bytes.
@@ -109,6 +134,41 @@ def stored_bytes(conn, file_id: int) -> Iterable[bytes]:
         yield bytes(raw) + b"\n"
 
 
+class _Writer:
+    """One write transaction at a time, committed every TXN_BYTES of lines.
+
+    Callers only ever end a unit of work (rows plus the offset that covers
+    them) before calling ``maybe_commit``, so every commit is consistent."""
+
+    def __init__(self, conn, progress):
+        self.conn, self.progress = conn, progress
+        self.open, self.pending = False, 0
+
+    def begin(self):
+        if not self.open:
+            retry_locked(lambda: self.conn.execute("BEGIN IMMEDIATE"))
+            self.open = True
+
+    def maybe_commit(self, n: int):
+        self.pending += n
+        if self.pending >= TXN_BYTES:
+            self.commit()
+
+    def commit(self):
+        if self.open:
+            self.conn.execute("COMMIT")
+            self.open = False
+        if self.progress and self.pending:
+            self.progress(self.pending)
+        self.pending = 0
+
+    def rollback(self):
+        if self.open:
+            self.conn.execute("ROLLBACK")
+            self.open = False
+        self.pending = 0
+
+
 def ingest(
     db,
     sources: list[str],
@@ -118,12 +178,14 @@ def ingest(
     """Bring the index up to date with ``sources`` (folders and/or files).
 
     ``plan(total_bytes)`` is called once with the bytes expected to be read;
-    ``progress(n)`` after each batch with the bytes consumed.
+    ``progress(n)`` after each commit with the bytes consumed.
     """
     started = time.monotonic()
     summary = Summary()
     conn = db.conn
-    tracked = {row[1]: row for row in conn.execute("SELECT id, path FROM files")}
+    cur = conn.execute("SELECT * FROM files")
+    cols = [d[0] for d in cur.description]
+    tracked = {row[1]: dict(zip(cols, row)) for row in cur}
 
     candidates: dict[str, discover.Candidate] = {}
     scanned_roots: list[str] = []
@@ -149,76 +211,49 @@ def ingest(
             st = os.stat(path)
         except OSError:
             continue
-        row = _file_row(conn, path)
+        row = tracked.get(path)
         if row is None:
             verdict = discover.sniff(path)
             if verdict is None and not cand.named:
-                continue
+                continue  # no complete line yet: decide at a later run
             if verdict == discover.EXECUTION_LOG or (
                     verdict == discover.OTHER and not cand.named):
                 summary.skipped_files += 1
                 continue
-            row = _track(conn, cand, st)
+        elif _unchanged(row, st):
+            summary.files += 1
+            continue
         summary.files += 1
-        work.append((row, st))
+        work.append((cand, row, st))
 
-    plan and plan(sum(max(st.st_size - row["ingested_offset"], 0)
-                      for row, st in work if not _unchanged(row, st)))
-    changed_ids = []
-    for row, st in work:
-        try:
-            if _ingest_file(conn, row, st, summary, progress):
-                changed_ids.append(row["id"])
-        except OSError as exc:
-            summary.errors.append(f"{row['path']}: {exc.strerror or exc}")
+    if plan:
+        plan(sum(max(st.st_size - (row["ingested_offset"] if row else 0), 0)
+                 for _, row, st in work))
+    writer = _Writer(conn, progress)
+    try:
+        for cand, row, st in work:
+            try:
+                if _ingest_file(writer, cand, row, st, summary):
+                    summary.changed_files += 1
+            except OSError as exc:
+                summary.errors.append(f"{cand.path}: {exc.strerror or exc}")
+        writer.commit()
+    except BaseException:
+        writer.rollback()
+        raise
 
     seen = set(candidates)
-    gone = [p for p in missing_files]
+    gone = list(missing_files)
     for root in scanned_roots:
         prefix = root.rstrip(os.sep) + os.sep
         gone += [p for p in tracked if p.startswith(prefix) and p not in seen]
-    summary.deleted_files = _mark_deleted(conn, gone)
+    summary.deleted_files = _mark_deleted(db, gone)
 
     derive.derive_pending(db)
     with write_lock(db) as c:
         c.execute("INSERT OR REPLACE INTO index_meta VALUES ('last_ingest_at', ?)", [utcnow()])
-    summary.changed_files = len(changed_ids)
     summary.seconds = time.monotonic() - started
     return summary
-
-
-def _file_row(conn, path):
-    cur = conn.execute("SELECT * FROM files WHERE path = ?", [path])
-    row = cur.fetchone()
-    if row is None:
-        return None
-    return dict(zip([d[0] for d in cur.description], row))
-
-
-def _track(conn, cand: discover.Candidate, st) -> dict:
-    with _immediate(conn):
-        conn.execute(
-            "INSERT OR IGNORE INTO files (path, kind, session_id, agent_id, project_dir, "
-            "first_ingested_at) VALUES (?, ?, ?, ?, ?, ?)",
-            [cand.path, cand.kind, cand.session_id, cand.agent_id, cand.project_dir, utcnow()],
-        )
-    return _file_row(conn, cand.path)
-
-
-class _immediate:
-    """BEGIN IMMEDIATE on a raw connection (see db.write_lock)."""
-
-    def __init__(self, conn):
-        self.conn = conn
-
-    def __enter__(self):
-        from .db import _retry_locked
-        _retry_locked(lambda: self.conn.execute("BEGIN IMMEDIATE"))
-        return self.conn
-
-    def __exit__(self, exc_type, exc, tb):
-        self.conn.execute("ROLLBACK" if exc_type else "COMMIT")
-        return False
 
 
 def _unchanged(row: dict, st) -> bool:
@@ -255,131 +290,145 @@ def _prefix_matches(conn, row: dict, f, whole: bool) -> bool:
     return _digest(f.read(row["tail_len"])) == row["tail_hash"]
 
 
-def _ingest_file(conn, row: dict, st, summary: Summary, progress) -> bool:
+def _ingest_file(writer: _Writer, cand, row: dict | None, st, summary: Summary) -> bool:
     """Read what is new in one file. True if anything was stored or replaced."""
-    if _unchanged(row, st):
-        return False
-    offset = row["ingested_offset"]
-    with open(row["path"], "rb") as f:
+    conn = writer.conn
+    with open(cand.path, "rb") as f:
         st = os.fstat(f.fileno())
-        same_inode = row["inode"] == st.st_ino and row["dev"] == st.st_dev
-        if st.st_size < offset:
+        writer.begin()
+        if row is None:
+            cur = conn.execute(TRACK_FILE_SQL, {
+                "path": cand.path, "kind": cand.kind, "session_id": cand.session_id,
+                "agent_id": cand.agent_id, "project_dir": cand.project_dir, "now": utcnow()})
+            row = {"id": cur.lastrowid, "session_id": cand.session_id, "ingested_offset": 0,
+                   "line_count": 0, "head_len": 0, "head_hash": None, "deleted_at": None}
+            rewrite = False
+        elif st.st_size < row["ingested_offset"]:
             rewrite = True
         else:
-            suspicious = (not same_inode) or row["deleted_at"] is not None or (
-                st.st_size == row["size"] and st.st_mtime_ns != row["mtime_ns"])
+            suspicious = (row["inode"] != st.st_ino or row["dev"] != st.st_dev
+                          or row["deleted_at"] is not None
+                          or (st.st_size == row["size"] and st.st_mtime_ns != row["mtime_ns"]))
             rewrite = not _prefix_matches(conn, row, f, whole=suspicious)
         if rewrite:
-            offset, line_no = 0, 0
             summary.rewritten_files += 1
-        else:
-            line_no = row["line_count"]
-        f.seek(offset)
-        stored = _consume(conn, row, f, st, offset, line_no, rewrite, summary, progress)
+            derive.forget_file(conn, row["id"])
+            for sql in FORGET_LINES_SQL:
+                conn.execute(sql, {"id": row["id"]})
+            row = dict(row, ingested_offset=0, line_count=0, head_hash=None)
+        stored = _read_new_lines(writer, row, f, summary)
+        conn.execute(RECORD_STAT_SQL, {
+            "id": row["id"], "size": st.st_size, "mtime": _iso(st.st_mtime),
+            "mtime_ns": st.st_mtime_ns, "dev": st.st_dev, "inode": st.st_ino,
+            "returned": 1 if row["deleted_at"] is not None else 0})
+        writer.maybe_commit(0)
     return stored or rewrite
 
 
-def _consume(conn, row, f, st, offset, line_no, rewrite, summary, progress) -> bool:
-    file_id = row["id"]
-    session_id = row["session_id"]
-    returned = row["deleted_at"] is not None  # back on disk: its session changes
+def _read_new_lines(writer: _Writer, row: dict, f, summary: Summary) -> bool:
+    """Store every complete line after the file's offset, one slice of at most
+    TXN_BYTES at a time, each slice with the offset that covers it."""
+    conn = writer.conn
+    file_id, offset, line_no = row["id"], row["ingested_offset"], row["line_count"]
     head_len, head_hash = row["head_len"], row["head_hash"]
+    session_id = row["session_id"]
     tail = b""
     if offset:
-        f.seek(max(0, offset - TAIL_BYTES))
-        tail = f.read(offset - max(0, offset - TAIL_BYTES))
-        f.seek(offset)
-    pending = b""
+        f.seek(offset - min(offset, TAIL_BYTES))
+        tail = f.read(min(offset, TAIL_BYTES))
+    f.seek(offset)
     records, bads = [], []
-    batch_bytes = 0
+    slice_bytes = 0
     stored_any = False
-    eof = False
+    buf = bytearray()
+    start = 0  # where the unconsumed bytes of buf begin
 
-    def flush(final: bool):
-        nonlocal records, bads, batch_bytes, rewrite, stored_any, head_len, head_hash, session_id
-        if not (records or bads or rewrite or final):
+    def current_tail() -> bytes:
+        """The TAIL_BYTES bytes just before ``offset``."""
+        return (tail + buf[max(0, start - TAIL_BYTES):start])[-TAIL_BYTES:]
+
+    def store():
+        nonlocal records, bads, slice_bytes, head_len, head_hash, session_id, stored_any
+        if not (records or bads):
             return
         if session_id is None:
-            session_id = next((r[3] for r in records if r[3]), None)
-        if head_hash is None or rewrite:
-            head = _head_bytes(f, offset)
+            session_id = next((r[3 + _SESSION] for r in records if r[3 + _SESSION]), None)
+        if head_hash is None:
+            pos = f.tell()
+            f.seek(0)
+            head = f.read(min(HEAD_BYTES, offset))
+            f.seek(pos)
             head_len, head_hash = len(head), _digest(head)
-        with _immediate(conn):
-            if rewrite:
-                derive.forget_file(conn, file_id)
-                conn.execute("DELETE FROM records WHERE file_id = ?", [file_id])
-                conn.execute("DELETE FROM bad_lines WHERE file_id = ?", [file_id])
-                conn.execute("UPDATE files SET rewrites = rewrites + 1 WHERE id = ?", [file_id])
-            if records:
-                conn.executemany(INSERT_RECORD_SQL, records)
-            if bads:
-                conn.executemany(INSERT_BAD_LINE_SQL, bads)
-            conn.execute(ADVANCE_OFFSET_SQL, {
-                "id": file_id, "offset": offset, "line_count": line_no,
-                "head_len": head_len, "head_hash": head_hash,
-                "tail_len": len(tail), "tail_hash": _digest(tail),
-                "session_id": session_id, "now": utcnow(),
-                "changed": 1 if (records or bads or rewrite or returned) else 0})
-            if final:
-                conn.execute(RECORD_STAT_SQL, {
-                    "id": file_id, "size": st.st_size, "mtime": _iso(st.st_mtime),
-                    "mtime_ns": st.st_mtime_ns, "dev": st.st_dev, "inode": st.st_ino})
-        stored_any = stored_any or bool(records or bads) or rewrite
+        stamps = [r[3 + _TIMESTAMP] for r in records if r[3 + _TIMESTAMP]]
+        end = current_tail()
+
+        def last(i):
+            return next((r[3 + i] for r in reversed(records) if r[3 + i]), None)
+
+        writer.begin()
+        if records:
+            conn.executemany(INSERT_RECORD_SQL, records)
+        if bads:
+            conn.executemany(INSERT_BAD_LINE_SQL, bads)
+        conn.execute(ADVANCE_OFFSET_SQL, {
+            "id": file_id, "offset": offset, "line_count": line_no,
+            "head_len": head_len, "head_hash": head_hash,
+            "tail_len": len(end), "tail_hash": _digest(end),
+            "session_id": session_id, "new_records": len(records),
+            "first_ts": min(stamps, default=None), "last_ts": max(stamps, default=None),
+            "cwd": next((r[3 + _CWD] for r in records if r[3 + _CWD]), None),
+            "version": last(_VERSION), "git_branch": last(_BRANCH), "now": utcnow()})
         summary.new_records += len(records)
         summary.bad_lines += len(bads)
         summary.new_lines += len(records) + len(bads)
-        if progress:
-            progress(batch_bytes)
-        records, bads, batch_bytes, rewrite = [], [], 0, False
+        stored_any = True
+        n, records, bads, slice_bytes = slice_bytes, [], [], 0
+        writer.maybe_commit(n)
 
-    while not eof:
+    while True:
         chunk = f.read(READ_CHUNK)
         if not chunk:
-            eof = True
             break
         summary.bytes_read += len(chunk)
-        data = pending + chunk if pending else chunk
-        start = 0
-        while True:
-            nl = data.find(b"\n", start)
-            if nl < 0:
-                break
-            line = data[start:nl]
-            line_no += 1
-            try:
-                raw, fields = parse_line(line)
-                records.append((file_id, line_no, offset, *fields, raw))
-            except BadLine as exc:
-                bads.append((file_id, line_no, offset, str(exc), line))
+        search_from = len(buf)
+        buf += chunk
+        nl = buf.find(b"\n", search_from)
+        while nl >= 0:
+            with memoryview(buf) as view:
+                line = view[start:nl]
+                line_no += 1
+                try:
+                    raw, fields = parse_line(line)
+                    records.append((file_id, line_no, offset, *fields, raw))
+                except BadLine as exc:
+                    bads.append((file_id, line_no, offset, str(exc), bytes(line)))
+                line.release()
             consumed = nl + 1 - start
             offset += consumed
-            batch_bytes += consumed
+            slice_bytes += consumed
             start = nl + 1
-            if batch_bytes >= BATCH_BYTES or len(records) + len(bads) >= BATCH_LINES:
-                tail = (tail + data[max(0, start - TAIL_BYTES):start])[-TAIL_BYTES:]
-                flush(False)
-                data, start = data[start:], 0
-        tail = (tail + data[max(0, start - TAIL_BYTES):start])[-TAIL_BYTES:]
-        pending = data[start:]
-    flush(True)
+            nl = buf.find(b"\n", start)
+        if start:
+            # Keep only the partial line; a fresh buffer frees a huge one
+            # before its parsed copy is stored.
+            tail = current_tail()
+            if start > READ_CHUNK:
+                buf = bytearray(buf[start:])
+            else:
+                del buf[:start]
+            start = 0
+        if slice_bytes >= TXN_BYTES:
+            store()
+    store()
     return stored_any
 
 
-def _head_bytes(f, offset_now: int) -> bytes:
-    """The first bytes of the file, up to what has been consumed so far."""
-    pos = f.tell()
-    f.seek(0)
-    head = f.read(min(HEAD_BYTES, offset_now))
-    f.seek(pos)
-    return head
-
-
-def _mark_deleted(conn, paths: list[str]) -> int:
+def _mark_deleted(db, paths: list[str]) -> int:
     if not paths:
         return 0
     now = utcnow()
     n = 0
-    with _immediate(conn):
+    with write_lock(db) as conn:
         for path in paths:
             cur = conn.execute(
                 "UPDATE files SET deleted_at = ?, needs_derive = 1 "

@@ -195,15 +195,16 @@ def _row(type_, subtype, uuid, parent, logical_parent, session_id, timestamp,
     )
 
 
-def parse_line(data: bytes) -> tuple[str, tuple]:
-    """Return ``(raw_text, fields)`` for a record line, in RECORD_FIELDS order.
+def parse_line(data) -> tuple[str, tuple]:
+    """Return ``(raw_text, fields)`` for a record line (bytes or a memoryview
+    of them, without the newline), fields in RECORD_FIELDS order.
 
     Raises BadLine for anything that is not a JSON object. ``raw_text`` is the
     exact line (a leading BOM and a trailing ``\\r`` included), so the file can
     be rebuilt byte for byte.
     """
     try:
-        text = data.decode("utf-8")
+        text = str(data, "utf-8")
     except UnicodeDecodeError as exc:
         raise BadLine(f"invalid UTF-8 at byte {exc.start}") from None
     if not text.strip():

@@ -32,6 +32,12 @@ def m001_create_files(db):
             tail_len INTEGER NOT NULL DEFAULT 0,
             tail_hash TEXT,
             rewrites INTEGER NOT NULL DEFAULT 0,
+            records INTEGER NOT NULL DEFAULT 0,   -- running facts about its records
+            first_timestamp TEXT,
+            last_timestamp TEXT,
+            cwd TEXT,
+            version TEXT,                  -- of its last record that has one
+            git_branch TEXT,
             first_ingested_at TEXT,
             last_ingested_at TEXT,
             deleted_at TEXT,
@@ -130,8 +136,8 @@ def m004_create_sessions(db):
 
 @migrations()
 def m005_create_derived(db):
-    # The leaves/leaf_ancestry/orphans views' results, recomputed per changed
-    # file at ingest from the same SQL as the *_recursive views (views.py).
+    # The results of the cache-backed views, recomputed per changed file at
+    # ingest and held equal to the *_definition views (views.py, derive.py).
     db.execute(
         """
         CREATE TABLE leaves_cache (
@@ -184,6 +190,37 @@ def m005_create_derived(db):
     db.execute("CREATE INDEX orphans_cache_session ON orphans_cache(session_id)")
     db.execute("CREATE INDEX orphans_cache_cause ON orphans_cache(cause)")
     db.execute("CREATE INDEX orphans_cache_branch ON orphans_cache(file_id, branch_point_uuid)")
+    db.execute(
+        """
+        CREATE TABLE chain_breaks_cache (
+            file_id INTEGER NOT NULL,
+            session_id TEXT,
+            record_id INTEGER PRIMARY KEY,
+            line_no INTEGER,
+            uuid TEXT,
+            type TEXT,
+            subtype TEXT,
+            timestamp TEXT,
+            missing_parent_uuid TEXT
+        )
+        """
+    )
+    db.execute("CREATE INDEX chain_breaks_cache_file ON chain_breaks_cache(file_id)")
+    db.execute("CREATE INDEX chain_breaks_cache_session ON chain_breaks_cache(session_id)")
+    db.execute(
+        """
+        CREATE TABLE duplicate_uuids_cache (
+            file_id INTEGER NOT NULL,
+            session_id TEXT,
+            uuid TEXT NOT NULL,
+            copies INTEGER,
+            line_nos TEXT,
+            kept_line_no INTEGER,
+            PRIMARY KEY (file_id, uuid)
+        )
+        """
+    )
+    db.execute("CREATE INDEX duplicate_uuids_cache_session ON duplicate_uuids_cache(session_id)")
 
 
 @migrations()

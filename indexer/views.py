@@ -1,7 +1,7 @@
 """Every view of the SQL contract, defined once.
 
-The three recursive definitions, ``leaves_recursive``,
-``leaf_ancestry_recursive`` and ``orphans_recursive``, compute from
+The three recursive definitions, ``leaves_definition``,
+``leaf_ancestry_definition`` and ``orphans_definition``, compute from
 ``records`` on every query: they are the specification. Answering from them
 at a million records is too slow for a dashboard (seconds per query), so
 ingest materializes the same answers per changed file into
@@ -9,7 +9,7 @@ ingest materializes the same answers per changed file into
 a direct walk in Python), and the contract views ``leaves``,
 ``leaf_ancestry`` and ``orphans`` read those caches. Tests assert, on every
 fixture, the corpus and randomly generated trees, that each cache equals its
-``*_recursive`` view row for row.
+``*_definition`` view row for row.
 
 Cycle safety: every recursive walk carries a step count bounded by the number
 of lines in its file (files.line_count). A walk that has not ended after
@@ -79,7 +79,7 @@ nodes AS (
 #     first user/assistant record at or above the resume leaf (resume_message)
 #     is the sdk leaf. A resume leaf that is the stop_hook_summary of the
 #     SDK's last message agrees; seed 000's error chain does not.
-LEAVES_RECURSIVE_SQL = f"""
+LEAVES_DEFINITION_SQL = f"""
 WITH RECURSIVE {NODES_CTES},
 resume_pick AS (
   SELECT file_id, id FROM (
@@ -174,15 +174,15 @@ FROM picked p
 # but not kept, and depth counts only the records kept. A walk that reaches
 # the step bound went round a cycle: `cut` drops it from the first revisited
 # uuid on.
-LEAF_ANCESTRY_RECURSIVE_SQL = f"""
+LEAF_ANCESTRY_DEFINITION_SQL = f"""
 WITH RECURSIVE {NODES_CTES},
 starts AS (
   SELECT l.file_id, 'resume' AS rule, l.resume_leaf_id AS id, f.kind = 'main' AS bridges
-  FROM leaves_recursive l JOIN scope_files f ON f.file_id = l.file_id
+  FROM leaves_definition l JOIN scope_files f ON f.file_id = l.file_id
   WHERE l.resume_leaf_id IS NOT NULL
   UNION ALL
   SELECT l.file_id, 'sdk', l.sdk_leaf_id, 0
-  FROM leaves_recursive l JOIN scope_files f ON f.file_id = l.file_id
+  FROM leaves_definition l JOIN scope_files f ON f.file_id = l.file_id
   WHERE l.sdk_leaf_id IS NOT NULL
 ),
 walk(file_id, rule, bridges, id, uuid, type, parent_uuid, raw_depth, depth, kept) AS (
@@ -227,10 +227,10 @@ WHERE w.kept AND (c.at IS NULL OR w.raw_depth < c.at)
 # descendants 'progress'). A record has one such parent, so it is
 # reached at most once and a cycle is never entered (its records are never
 # reached: 'other'); the step bound is a second guard.
-ORPHANS_RECURSIVE_SQL = f"""
+ORPHANS_DEFINITION_SQL = f"""
 WITH RECURSIVE {NODES_CTES},
 on_chain AS MATERIALIZED (
-  SELECT a.file_id, a.uuid, a.depth FROM leaf_ancestry_recursive a
+  SELECT a.file_id, a.uuid, a.depth FROM leaf_ancestry_definition a
   JOIN scope_files f ON f.file_id = a.file_id
   WHERE a.rule = 'resume' AND f.kind = 'main'
 ),
@@ -249,7 +249,7 @@ chain_messages AS MATERIALIZED (
 ),
 splice_points AS MATERIALIZED (
   SELECT b.file_id, b.uuid FROM on_chain b
-  JOIN leaf_ancestry_recursive c ON c.file_id = b.file_id AND c.rule = 'resume' AND c.depth = b.depth - 1
+  JOIN leaf_ancestry_definition c ON c.file_id = b.file_id AND c.rule = 'resume' AND c.depth = b.depth - 1
   JOIN nodes n ON n.file_id = c.file_id AND n.uuid = c.uuid
   WHERE n.type = 'system' AND n.subtype = 'api_error'
 ),
@@ -276,7 +276,7 @@ down(file_id, uuid, branch_point, via_progress, origin, steps) AS (
   JOIN records c ON c.file_id = d.file_id AND c.parent_uuid = d.uuid
   JOIN files b ON b.id = d.file_id
   WHERE d.steps <= b.line_count AND {_IS_NODE.format(n="c")}
-    AND NOT EXISTS (SELECT 1 FROM leaf_ancestry_recursive a WHERE a.file_id = c.file_id
+    AND NOT EXISTS (SELECT 1 FROM leaf_ancestry_definition a WHERE a.file_id = c.file_id
                     AND a.rule = 'resume' AND a.uuid = c.uuid)
   UNION ALL
   SELECT c.file_id, c.uuid, d.branch_point, d.via_progress, d.origin, d.steps + 1
@@ -286,7 +286,7 @@ down(file_id, uuid, branch_point, via_progress, origin, steps) AS (
   WHERE d.steps <= b.line_count AND c.parent_uuid IS NULL
     AND c.type = 'system' AND c.subtype = 'compact_boundary'
     AND {_IS_NODE.format(n="c")}
-    AND NOT EXISTS (SELECT 1 FROM leaf_ancestry_recursive a WHERE a.file_id = c.file_id
+    AND NOT EXISTS (SELECT 1 FROM leaf_ancestry_definition a WHERE a.file_id = c.file_id
                     AND a.rule = 'resume' AND a.uuid = c.uuid)
 ),
 reached AS MATERIALIZED (
@@ -334,7 +334,7 @@ ORPHANS_COLUMNS = (
     "branch_point_uuid, record_id, line_no, message_id"
 )
 
-# The contract views, read from the caches (same columns as *_recursive).
+# The contract views, read from the caches (same columns as *_definition).
 LEAVES_SQL = f"SELECT {LEAVES_COLUMNS} FROM leaves_cache"
 LEAF_ANCESTRY_SQL = f"SELECT {LEAF_ANCESTRY_COLUMNS} FROM leaf_ancestry_cache"
 ORPHANS_SQL = f"SELECT {ORPHANS_COLUMNS} FROM orphans_cache"
@@ -365,9 +365,9 @@ WHERE o.cause = 'api_error_splice'
 GROUP BY o.file_id, o.branch_point_uuid
 """.strip()
 
-# chain_breaks: chain records whose parentUuid names no chain record in the
-# same file (the walk from them stops there).
-CHAIN_BREAKS_SQL = f"""
+# chain_breaks: chain record lines whose parentUuid names no chain record in
+# the same file (the walk from them stops there).
+CHAIN_BREAKS_DEFINITION_SQL = f"""
 SELECT r.file_id, f.session_id, r.id AS record_id, r.line_no, r.uuid, r.type,
        r.subtype, r.timestamp, r.parent_uuid AS missing_parent_uuid
 FROM records r JOIN files f ON f.id = r.file_id
@@ -379,32 +379,47 @@ WHERE r.parent_uuid IS NOT NULL AND r.uuid IS NOT NULL
       AND p.type IN {_CHAIN_TYPES})
 """.strip()
 
-# duplicate_uuids: a uuid on more than one line of a file; the last line
-# (kept_line_no) is the one both readers use.
-DUPLICATE_UUIDS_SQL = """
-SELECT r.file_id, f.session_id, r.uuid, count(*) AS copies,
-       group_concat(r.line_no, ',') AS line_nos, max(r.line_no) AS kept_line_no
-FROM records r JOIN files f ON f.id = r.file_id
-WHERE r.uuid IS NOT NULL
-GROUP BY r.file_id, r.uuid
+# duplicate_uuids: a uuid (on a record of any type) on more than one line of
+# a file; line_nos in file order; the last line (kept_line_no) is the one
+# both readers use.
+DUPLICATE_UUIDS_DEFINITION_SQL = """
+SELECT d.file_id, f.session_id, d.uuid, count(*) AS copies,
+       group_concat(d.line_no, ',') AS line_nos, max(d.line_no) AS kept_line_no
+FROM (SELECT file_id, uuid, line_no FROM records WHERE uuid IS NOT NULL
+      ORDER BY file_id, uuid, line_no) d
+JOIN files f ON f.id = d.file_id
+GROUP BY d.file_id, d.uuid
 HAVING count(*) > 1
 """.strip()
 
+CHAIN_BREAKS_COLUMNS = (
+    "file_id, session_id, record_id, line_no, uuid, type, subtype, timestamp, "
+    "missing_parent_uuid"
+)
+DUPLICATE_UUIDS_COLUMNS = "file_id, session_id, uuid, copies, line_nos, kept_line_no"
+CHAIN_BREAKS_SQL = f"SELECT {CHAIN_BREAKS_COLUMNS} FROM chain_breaks_cache"
+DUPLICATE_UUIDS_SQL = f"SELECT {DUPLICATE_UUIDS_COLUMNS} FROM duplicate_uuids_cache"
+
+# Each cache-backed view, with its definition (tests hold them equal).
+CACHED_VIEWS = ("leaves", "leaf_ancestry", "orphans", "chain_breaks", "duplicate_uuids")
+
 VIEWS = {
-    "leaves_recursive": LEAVES_RECURSIVE_SQL,
-    "leaf_ancestry_recursive": LEAF_ANCESTRY_RECURSIVE_SQL,
-    "orphans_recursive": ORPHANS_RECURSIVE_SQL,
+    "leaves_definition": LEAVES_DEFINITION_SQL,
+    "leaf_ancestry_definition": LEAF_ANCESTRY_DEFINITION_SQL,
+    "orphans_definition": ORPHANS_DEFINITION_SQL,
+    "chain_breaks_definition": CHAIN_BREAKS_DEFINITION_SQL,
+    "duplicate_uuids_definition": DUPLICATE_UUIDS_DEFINITION_SQL,
     "leaves": LEAVES_SQL,
     "leaf_ancestry": LEAF_ANCESTRY_SQL,
     "orphans": ORPHANS_SQL,
-    "api_error_splices": API_ERROR_SPLICES_SQL,
     "chain_breaks": CHAIN_BREAKS_SQL,
     "duplicate_uuids": DUPLICATE_UUIDS_SQL,
+    "api_error_splices": API_ERROR_SPLICES_SQL,
 }
 
 # A change to any definition changes this, and every cache is recomputed.
 DEFINITIONS_HASH = hashlib.sha256(
-    "\n".join([LEAVES_RECURSIVE_SQL, LEAF_ANCESTRY_RECURSIVE_SQL, ORPHANS_RECURSIVE_SQL]).encode()
+    "\n".join(VIEWS[f"{name}_definition"] for name in CACHED_VIEWS).encode()
 ).hexdigest()[:16]
 
 

@@ -68,9 +68,11 @@ class Index:
 
     def assert_caches_match_definitions(self):
         """Each cache-backed contract view equals its recursive definition."""
-        for view in ("leaves", "leaf_ancestry", "orphans"):
-            extra = self.rows(f"SELECT * FROM {view} EXCEPT SELECT * FROM {view}_recursive")
-            missing = self.rows(f"SELECT * FROM {view}_recursive EXCEPT SELECT * FROM {view}")
+        from indexer.views import CACHED_VIEWS
+
+        for view in CACHED_VIEWS:
+            extra = self.rows(f"SELECT * FROM {view} EXCEPT SELECT * FROM {view}_definition")
+            missing = self.rows(f"SELECT * FROM {view}_definition EXCEPT SELECT * FROM {view}")
             assert (extra, missing) == ([], []), view
 
 

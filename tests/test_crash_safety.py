@@ -439,9 +439,9 @@ def test_sigkilled_ingester_stores_every_complete_line_exactly_once(tmp_path):
         # The caches finished by the runs that survived equal their definitions.
         for view in ("leaves", "leaf_ancestry", "orphans"):
             extra = conn.execute(
-                f"SELECT * FROM {view} EXCEPT SELECT * FROM {view}_recursive").fetchall()
+                f"SELECT * FROM {view} EXCEPT SELECT * FROM {view}_definition").fetchall()
             missing = conn.execute(
-                f"SELECT * FROM {view}_recursive EXCEPT SELECT * FROM {view}").fetchall()
+                f"SELECT * FROM {view}_definition EXCEPT SELECT * FROM {view}").fetchall()
             assert (extra, missing) == ([], []), view
     finally:
         conn.close()
