@@ -1,19 +1,24 @@
 """The ``session-index`` command: parses options, calls the library, prints.
 
-Exit codes: 0 success; 1 a command's finding (documented per command);
-2 usage error (click); 3 the index or a SOURCE cannot be used.
+Exit codes: 0 ok; 1 a finding (rows listed by poisoned/stale/expiring/failed,
+rows rejected by refs import); 2 a usage error; 3 the index or a source
+cannot be used; 4/5/6 the check verdicts missing/poisoned/spliced.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import click
 
+from . import check as checkmod
 from . import db as dbmod
-from . import discover, ingest as ingestmod, status as statusmod
+from . import discover, ingest as ingestmod, refs as refsmod, retention
+from . import signals, status as statusmod
 
+EXIT_FINDING = 1
 EXIT_UNUSABLE = 3
 
 
@@ -23,14 +28,32 @@ class Failure(click.ClickException):
 
 def _open(path: str, create: bool = True):
     try:
-        return dbmod.open_db(path, create=create)
+        db = dbmod.open_db(path, create=create)
+        if not create:
+            dbmod.upgrade(db)
+        return db
     except dbmod.IndexError_ as exc:
         raise Failure(str(exc)) from None
+
+
+def _now(now):
+    try:
+        return signals.iso_now(now)
+    except signals.BadTime as exc:
+        raise click.BadParameter(str(exc), param_hint="--now") from None
 
 
 db_option = click.option(
     "--db", "db_path", type=click.Path(dir_okay=False), default=dbmod.default_db_path,
     show_default="$SESSION_INDEX_DB, else sessions.db", help="The index file.")
+config_dir_option = click.option(
+    "--config-dir", type=click.Path(file_okay=False), default=None,
+    help="Claude Code's config dir, for settings.json and projects/ "
+         "[default: $CLAUDE_CONFIG_DIR, else ~/.claude].")
+now_option = click.option(
+    "--now", default=None, metavar="ISO-TIME",
+    help="Answer as if it were this time (ISO-8601, UTC if no zone; default: the clock).")
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -38,32 +61,37 @@ db_option = click.option(
 def cli():
     """A SQLite index of Claude Code session transcripts: every line kept, what
     `claude --resume` and the Agent SDK will load, and what falls off the chain
-    and why.
+    and why; poisoned, stale and expiring sessions; failed `claude -p` runs.
 
-    Exit codes: 0 ok; 1 a finding (see each command); 2 usage; 3 the index or
-    a source cannot be used.
+    Exit codes: 0 ok; 1 a finding; 2 usage; 3 the index or a source cannot
+    be used; 4/5/6 check: missing/poisoned/spliced.
     """
 
 
 @cli.command()
 @click.argument("sources", nargs=-1, type=click.Path())
 @db_option
+@config_dir_option
 @click.option("--silent", is_flag=True, help="No progress bar.")
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-def ingest(sources, db_path, silent, as_json):
+@json_option
+def ingest(sources, db_path, config_dir, silent, as_json):
     """Index new lines of the transcripts under SOURCES.
 
     SOURCES are folders and/or .jsonl files; the default is
     $CLAUDE_CONFIG_DIR/projects, else ~/.claude/projects. Only lines added
     since the last run are read; files that vanished are marked deleted and
-    their lines kept.
+    their lines kept. `claude -p --output-format stream-json` logs found in
+    SOURCES are indexed as execution logs. The retention in force
+    (cleanupPeriodDays) is resolved from the config dir's settings.json, each
+    project's .claude/settings*.json and managed settings; a
+    cleanupPeriodDays of 0 is reported on stderr.
 
     Example:
 
         session-index ingest ~/.claude/projects --db sessions.db --json
     """
     if not sources:
-        default = discover.default_projects_dir()
+        default = (Path(config_dir) / "projects") if config_dir else discover.default_projects_dir()
         if not default.is_dir():
             raise Failure(f"{default} does not exist: name the transcript folders to index")
         sources = (str(default),)
@@ -82,7 +110,8 @@ def ingest(sources, db_path, silent, as_json):
             bar.update(n)
 
     try:
-        summary = ingestmod.ingest(db, list(sources), progress=progress, plan=plan)
+        summary = ingestmod.ingest(db, list(sources), progress=progress, plan=plan,
+                                   config_dir=config_dir)
     except ingestmod.SourceNotFound as exc:
         raise Failure(str(exc)) from None
     finally:
@@ -90,6 +119,8 @@ def ingest(sources, db_path, silent, as_json):
             bar.__exit__(None, None, None)
     for error in summary.errors:
         click.echo(f"warning: {error}", err=True)
+    for warning in summary.warnings:
+        click.secho(f"WARNING: {warning}", err=True, fg="red", bold=True)
     if as_json:
         click.echo(json.dumps(summary.as_dict(), indent=2))
     else:
@@ -103,28 +134,182 @@ def ingest(sources, db_path, silent, as_json):
 
 @cli.command()
 @db_option
-@click.option("--json", "as_json", is_flag=True, help="Print the counts as JSON.")
+@json_option
 def status(db_path, as_json):
-    """Counts of files, sessions, records, bad lines and orphans by cause.
+    """Counts of files, sessions, records, bad lines, orphans by cause and
+    the operator signals.
 
     Example:
 
         session-index status --db sessions.db --json
     """
-    db = _open(db_path, create=False)
-    dbmod.upgrade(db)
-    s = statusmod.status(db)
+    s = statusmod.status(_open(db_path, create=False))
     if as_json:
         click.echo(json.dumps(s, indent=2))
         return
     click.echo(f"files:     {s['live_files']} live, {s['deleted_files']} deleted "
-               f"({s['main_files']} main, {s['subagent_files']} subagent)")
+               f"({s['main_files']} main, {s['subagent_files']} subagent, "
+               f"{s['execution_logs']} execution logs)")
     click.echo(f"sessions:  {s['sessions']}")
     click.echo(f"records:   {s['records']}")
     click.echo(f"bad lines: {s['bad_lines']}")
     click.echo(f"leaves that disagree (resume vs SDK): {s['leaves_disagree']}")
     click.echo(f"api_error splices: {s['api_error_splices']}")
+    click.echo(f"poisoned at the resume tail: {s['poisoned_sessions']}")
+    click.echo(f"stale session refs: {s['stale_session_refs']}")
+    click.echo(f"transcripts expired or expiring within 7 days: {s['expired_transcripts']}")
+    click.echo(f"failed executions: {s['failed_executions']}")
     click.echo("orphans by cause:" + ("" if s["orphans_by_cause"] else " none"))
     for cause, n in s["orphans_by_cause"].items():
         click.echo(f"  {cause:22} {n}")
     click.echo(f"last ingest: {s['last_ingest_at'] or 'never'}")
+
+
+@cli.group()
+def refs():
+    """Session ids your application holds and means to resume."""
+
+
+@refs.command("import")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@db_option
+@json_option
+def refs_import(file, db_path, as_json):
+    """Record the session ids in FILE (CSV with a header, JSON array, or JSONL)
+    with at least `session_id`, optionally `source`, `key`, `cached_at`.
+
+    A reference is identified by (source, key, session_id): importing the same
+    file again adds nothing. Rows without a usable session_id are listed and
+    skipped; the others are kept (exit 1 when any row was rejected).
+
+    Example:
+
+        session-index refs import cached-sessions.csv --db sessions.db
+    """
+    db = _open(db_path)
+    try:
+        result = refsmod.import_refs(db, file)
+    except refsmod.RefsFileError as exc:
+        raise Failure(str(exc)) from None
+    if as_json:
+        click.echo(json.dumps(result.as_dict(), indent=2))
+    else:
+        for n, error in result.rejected:
+            click.echo(f"rejected row {n}: {error}", err=True)
+        click.echo(f"{result.rows} rows: {result.added} new references, "
+                   f"{result.updated} updated, {len(result.rejected)} rejected")
+    if result.rejected:
+        sys.exit(EXIT_FINDING)
+
+
+@cli.command()
+@click.argument("session_id")
+@db_option
+@config_dir_option
+@now_option
+@json_option
+def check(session_id, db_path, config_dir, now, as_json):
+    """May SESSION_ID be resumed? For an agent server to call before `--resume`.
+
+    Verdicts, the first that matches, and exit codes: missing (4): no
+    transcript on disk, the resume fails with "No conversation found";
+    poisoned (5): the resume chain ends at a synthetic placeholder, the
+    resume gets a 400; spliced (6): late api_error records orphan output, the
+    resume drops it; resumable (0), with warnings when the transcript expires
+    within 7 days, has expired, or cleanupPeriodDays is 0. The transcript is
+    stat'ed afresh: a file deleted since the last ingest is missing.
+
+    Example:
+
+        session-index check 0b1fed78-ad30-4641-94b1-5f6931526c96 --json
+    """
+    verdict = checkmod.check(_open(db_path), session_id, now=_now(now), config_dir=config_dir)
+    if as_json:
+        click.echo(json.dumps(verdict.as_dict(), indent=2))
+    else:
+        click.echo(f"{verdict.verdict}: {verdict.reason}")
+        for warning in verdict.warnings:
+            click.echo(f"warning: {warning}", err=True)
+    sys.exit(verdict.exit_code)
+
+
+def _listing(name, db_path, now=None, days=None, as_json=False):
+    db = _open(db_path, create=False)
+    rows = signals.listing(db, name, now=_now(now),
+                           days=days if days is not None else checkmod.EXPIRY_WARNING_DAYS)
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+    elif not rows:
+        click.echo("none")
+    else:
+        columns = list(rows[0])
+        click.echo("\t".join(columns))
+        for row in rows:
+            click.echo("\t".join("" if row[c] is None else str(row[c]) for c in columns))
+    if rows:
+        sys.exit(EXIT_FINDING)
+
+
+@cli.command()
+@db_option
+@json_option
+def poisoned(db_path, as_json):
+    """Sessions with a synthetic placeholder on their resume chain (at_resume_tail:
+    the next resume fails with the previous_message_id 400) or failed resumes of
+    that kind. Exit 1 when there are any.
+
+    Example:
+
+        session-index poisoned --json
+    """
+    _listing("poisoned", db_path, as_json=as_json)
+
+
+@cli.command()
+@db_option
+@now_option
+@json_option
+def stale(db_path, now, as_json):
+    """Referenced session ids (refs import, and resume targets of executions)
+    that a resume cannot use: never_indexed, deleted, or expired. Exit 1 when
+    there are any.
+
+    Example:
+
+        session-index stale --now 2026-12-01T00:00:00Z
+    """
+    _listing("stale", db_path, now=now, as_json=as_json)
+
+
+@cli.command()
+@db_option
+@now_option
+@click.option("--days", type=float, default=checkmod.EXPIRY_WARNING_DAYS, show_default=True,
+              help="Report transcripts expiring within this many days.")
+@json_option
+def expiring(db_path, now, days, as_json):
+    """Transcripts Claude Code's cleanup will delete within --days, has
+    already made due (expired, still on disk), or deleted (kept in the index).
+    Exit 1 when there are any.
+
+    Example:
+
+        session-index expiring --days 7 --json
+    """
+    _listing("expiring", db_path, now=now, days=days, as_json=as_json)
+
+
+@cli.command()
+@db_option
+@json_option
+def failed(db_path, as_json):
+    """`claude -p` runs that failed, with the real message and its class,
+    including those a parser reading `result` records as success (an empty
+    result with the message in errors[], or subtype success with is_error).
+    Exit 1 when there are any.
+
+    Example:
+
+        session-index failed --json
+    """
+    _listing("failed", db_path, as_json=as_json)

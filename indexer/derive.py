@@ -37,33 +37,35 @@ WHERE r.file_id IN (SELECT value FROM json_each(:file_ids)) AND r.uuid IS NOT NU
 ORDER BY r.file_id, r.line_no
 """.strip()
 
-FILES_SQL = """
-SELECT id, kind, session_id FROM files WHERE id IN (SELECT value FROM json_each(:file_ids))
+# The transcript files of a batch (execution logs have no chain to derive).
+FILES_SQL = f"""
+SELECT id, kind, session_id FROM files
+WHERE id IN (SELECT value FROM json_each(:file_ids)) AND kind IN {views.TRANSCRIPT_KINDS}
 """.strip()
 
 # sessions: one row per session id, summed from its files' running facts.
 # main_file_id prefers a main file that is still on disk, then the newest.
-REFRESH_SESSION_SQL = """
+REFRESH_SESSION_SQL = f"""
 INSERT OR REPLACE INTO sessions (
   session_id, main_file_id, project_dir, cwd, main_files, subagent_files,
   records, first_timestamp, last_timestamp, version, git_branch, deleted_at)
 SELECT :session_id,
   (SELECT id FROM files WHERE session_id = :session_id AND kind = 'main'
    ORDER BY deleted_at IS NOT NULL, mtime DESC, id DESC LIMIT 1),
-  (SELECT project_dir FROM files WHERE session_id = :session_id
+  (SELECT project_dir FROM files WHERE session_id = :session_id AND kind IN {views.TRANSCRIPT_KINDS}
    ORDER BY kind = 'main' DESC, id LIMIT 1),
-  (SELECT cwd FROM files WHERE session_id = :session_id AND cwd IS NOT NULL
+  (SELECT cwd FROM files WHERE session_id = :session_id AND cwd IS NOT NULL AND kind IN {views.TRANSCRIPT_KINDS}
    ORDER BY kind = 'main' DESC, id LIMIT 1),
   sum(kind = 'main'), sum(kind <> 'main'), sum(records),
   min(first_timestamp), max(last_timestamp),
-  (SELECT version FROM files WHERE session_id = :session_id AND version IS NOT NULL
+  (SELECT version FROM files WHERE session_id = :session_id AND version IS NOT NULL AND kind IN {views.TRANSCRIPT_KINDS}
    ORDER BY last_timestamp DESC LIMIT 1),
-  (SELECT git_branch FROM files WHERE session_id = :session_id AND git_branch IS NOT NULL
+  (SELECT git_branch FROM files WHERE session_id = :session_id AND git_branch IS NOT NULL AND kind IN {views.TRANSCRIPT_KINDS}
    ORDER BY last_timestamp DESC LIMIT 1),
   CASE WHEN sum(kind = 'main') = sum(kind = 'main' AND deleted_at IS NOT NULL)
        AND sum(kind = 'main') > 0
        THEN max(deleted_at) END
-FROM files WHERE session_id = :session_id
+FROM files WHERE session_id = :session_id AND kind IN {views.TRANSCRIPT_KINDS}
 """.strip()
 
 
@@ -297,7 +299,8 @@ def derive_pending(db) -> int:
             conn.execute("INSERT OR REPLACE INTO index_meta VALUES ('definitions_hash', ?)",
                          [views.DEFINITIONS_HASH])
     pending = conn.execute(
-        "SELECT id, session_id FROM files WHERE needs_derive ORDER BY id").fetchall()
+        "SELECT id, CASE WHEN kind IN {kinds} THEN session_id END FROM files "
+        "WHERE needs_derive ORDER BY id".format(kinds=views.TRANSCRIPT_KINDS)).fetchall()
     for i in range(0, len(pending), DERIVE_BATCH):
         batch = pending[i:i + DERIVE_BATCH]
         ids = [file_id for file_id, _ in batch]

@@ -18,7 +18,7 @@ SNIFF_BYTES = 64 * 1024
 @dataclass(frozen=True)
 class Candidate:
     path: str          # absolute
-    kind: str          # main | subagent
+    kind: str          # main | subagent | execution_log
     session_id: str | None   # from the path; None when only the content can say
     agent_id: str | None
     project_dir: str | None

@@ -19,14 +19,16 @@ What a run does with each file, from a stat:
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Callable, Iterable
 
-from . import derive, discover
+from . import derive, discover, retention
 from .db import retry_locked, write_lock
 from .lines import RECORD_FIELDS, BadLine, parse_line
 
@@ -48,7 +50,7 @@ class SourceNotFound(Exception):
 
 @dataclass
 class Summary:
-    files: int = 0            # transcript files looked at
+    files: int = 0            # transcript and execution-log files looked at
     changed_files: int = 0    # files whose bytes were read
     skipped_files: int = 0    # .jsonl files that are not transcripts
     deleted_files: int = 0    # files newly found gone
@@ -58,7 +60,8 @@ class Summary:
     bad_lines: int = 0
     bytes_read: int = 0
     seconds: float = 0.0
-    errors: list = field(default_factory=list)
+    errors: list = field(default_factory=list)     # files that could not be read
+    warnings: list = field(default_factory=list)   # retention settings to look at
 
     def as_dict(self) -> dict:
         d = asdict(self)
@@ -174,11 +177,14 @@ def ingest(
     sources: list[str],
     progress: Callable[[int], None] | None = None,
     plan: Callable[[int], None] | None = None,
+    config_dir: str | os.PathLike | None = None,
 ) -> Summary:
     """Bring the index up to date with ``sources`` (folders and/or files).
 
     ``plan(total_bytes)`` is called once with the bytes expected to be read;
-    ``progress(n)`` after each commit with the bytes consumed.
+    ``progress(n)`` after each commit with the bytes consumed. The retention
+    in force (retention.py) is resolved against ``config_dir`` (default
+    $CLAUDE_CONFIG_DIR, else ~/.claude).
     """
     started = time.monotonic()
     summary = Summary()
@@ -216,10 +222,11 @@ def ingest(
             verdict = discover.sniff(path)
             if verdict is None and not cand.named:
                 continue  # no complete line yet: decide at a later run
-            if verdict == discover.EXECUTION_LOG or (
-                    verdict == discover.OTHER and not cand.named):
+            if verdict == discover.OTHER and not cand.named:
                 summary.skipped_files += 1
                 continue
+            if verdict == discover.EXECUTION_LOG:
+                cand = dataclasses.replace(cand, kind=discover.EXECUTION_LOG, session_id=None)
         elif _unchanged(row, st):
             summary.files += 1
             continue
@@ -250,6 +257,8 @@ def ingest(
     summary.deleted_files = _mark_deleted(db, gone)
 
     derive.derive_pending(db)
+    summary.warnings = retention.apply(
+        db, Path(config_dir) if config_dir else retention.default_config_dir())
     with write_lock(db) as c:
         c.execute("INSERT OR REPLACE INTO index_meta VALUES ('last_ingest_at', ?)", [utcnow()])
     summary.seconds = time.monotonic() - started

@@ -46,6 +46,8 @@ class _Record(msgspec.Struct, rename="camel"):
     parent_uuid: Optional[str] = None
     logical_parent_uuid: Optional[str] = None
     session_id: Optional[str] = None
+    # stream-json events (`claude -p`) spell it session_id
+    stream_session_id: Optional[str] = msgspec.field(default=None, name="session_id")
     timestamp: Optional[str] = None
     is_sidechain: Optional[bool] = None
     is_meta: Optional[bool] = None
@@ -136,7 +138,7 @@ def _from_struct(r: _Record) -> tuple:
         if msg.content.__class__ is list:
             is_tool_result = 1 if any(b.type == "tool_result" for b in msg.content) else 0
     return (
-        r.session_id or None, r.uuid or None, r.parent_uuid or None,
+        r.session_id or r.stream_session_id or None, r.uuid or None, r.parent_uuid or None,
         r.logical_parent_uuid or None, r.type or None, r.subtype or None,
         r.timestamp or None, 1 if r.is_sidechain else 0, 1 if r.is_meta else 0,
         r.team_name or None, r.agent_id or None, message_id, model,
@@ -160,7 +162,7 @@ def _from_dict(d: dict) -> tuple:
     g = d.get
     return _row(
         g("type"), g("subtype"), g("uuid"), g("parentUuid"), g("logicalParentUuid"),
-        g("sessionId"), g("timestamp"), g("isSidechain"), g("isMeta"), g("teamName"),
+        g("sessionId") or g("session_id"), g("timestamp"), g("isSidechain"), g("isMeta"), g("teamName"),
         g("agentId"), message_id, model, g("requestId"), g("isApiErrorMessage"),
         g("isCompactSummary"), is_tool_result, g("cwd"), g("version"), g("gitBranch"),
         g("leafUuid"),

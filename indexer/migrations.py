@@ -228,3 +228,50 @@ def m006_create_index_meta(db):
     # Key/value facts about the index itself: when it was last ingested,
     # which view definitions the caches were computed with.
     db.execute("CREATE TABLE index_meta (key TEXT PRIMARY KEY, value TEXT)")
+
+
+@migrations()
+def m007_create_session_refs(db):
+    # Session ids an application holds and intends to resume (refs import).
+    # A reference is identified by (source, key, session_id).
+    db.execute(
+        """
+        CREATE TABLE session_refs (
+            id INTEGER PRIMARY KEY,
+            source TEXT NOT NULL DEFAULT '',
+            key TEXT NOT NULL DEFAULT '',
+            session_id TEXT NOT NULL,
+            cached_at TEXT,                -- when the application cached it, as given
+            imported_from TEXT,            -- the file it came from
+            imported_at TEXT NOT NULL
+        )
+        """
+    )
+    db.execute("CREATE UNIQUE INDEX session_refs_identity ON session_refs(source, key, session_id)")
+    db.execute("CREATE INDEX session_refs_session ON session_refs(session_id)")
+
+
+@migrations()
+def m008_add_retention_to_files(db):
+    # cleanupPeriodDays in force for the file (retention.py), and which
+    # settings file said so ('default' when none did).
+    db.execute("ALTER TABLE files ADD COLUMN retention_days INTEGER")
+    db.execute("ALTER TABLE files ADD COLUMN retention_source TEXT")
+
+
+@migrations()
+def m009_index_execution_events(db):
+    # `claude -p --output-format stream-json` logs are files of kind
+    # 'execution_log'; their result and init events are found through these.
+    db.execute(
+        "CREATE INDEX records_result_events ON records(file_id, line_no) WHERE type = 'result'")
+    db.execute(
+        "CREATE INDEX records_init_events ON records(file_id, line_no) "
+        "WHERE type = 'system' AND subtype = 'init'")
+    db.execute("CREATE INDEX sessions_main_file ON sessions(main_file_id)")
+    # Synthetic assistant placeholders (views.SYNTHETIC_RECORD), a handful
+    # in a million records.
+    db.execute(
+        "CREATE INDEX records_synthetic ON records(file_id, uuid) "
+        "WHERE type = 'assistant' AND (model = '<synthetic>' "
+        "OR message_id NOT LIKE 'msg\\_%' ESCAPE '\\')")

@@ -13,7 +13,12 @@ SELECT
   (SELECT count(*) FROM records) AS records,
   (SELECT count(*) FROM bad_lines) AS bad_lines,
   (SELECT count(*) FROM leaves WHERE NOT leaves_agree) AS leaves_disagree,
+  (SELECT count(*) FROM files WHERE kind = 'execution_log') AS execution_logs,
   (SELECT count(*) FROM api_error_splices) AS api_error_splices,
+  (SELECT count(*) FROM poisoned_sessions WHERE at_resume_tail) AS poisoned_sessions,
+  (SELECT count(*) FROM stale_session_refs) AS stale_session_refs,
+  (SELECT count(*) FROM expired_transcripts) AS expired_transcripts,
+  (SELECT count(*) FROM failed_executions) AS failed_executions,
   (SELECT value FROM index_meta WHERE key = 'last_ingest_at') AS last_ingest_at
 """.strip()
 

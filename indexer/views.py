@@ -28,6 +28,8 @@ import hashlib
 # The record types that carry uuid/parentUuid links (the Agent SDK's
 # _TRANSCRIPT_ENTRY_TYPES). Other record types are metadata.
 _CHAIN_TYPES = "('user','assistant','progress','system','attachment')"
+# Files that are transcripts (the rest are `claude -p` execution logs).
+TRANSCRIPT_KINDS = "('main','subagent')"
 
 # Is record {n} a node (a chain record, the last line of its uuid)? Used
 # inside recursive steps, which must reach only real tables and their indexes:
@@ -44,7 +46,7 @@ _IS_NODE = f"""{{n}}.uuid IS NOT NULL AND {{n}}.type IN {_CHAIN_TYPES}
 # logicalParentUuid (the cause walk's rule; the leaf walks use parent_uuid).
 NODES_CTES = f"""
 scope_files AS (
-  SELECT id AS file_id, kind, session_id FROM files
+  SELECT id AS file_id, kind, session_id FROM files WHERE kind IN {TRANSCRIPT_KINDS}
 ),
 occ AS (
   SELECT r.id, r.file_id, r.line_no, r.uuid, r.parent_uuid, r.type
@@ -370,7 +372,7 @@ GROUP BY o.file_id, o.branch_point_uuid
 CHAIN_BREAKS_DEFINITION_SQL = f"""
 SELECT r.file_id, f.session_id, r.id AS record_id, r.line_no, r.uuid, r.type,
        r.subtype, r.timestamp, r.parent_uuid AS missing_parent_uuid
-FROM records r JOIN files f ON f.id = r.file_id
+FROM records r JOIN files f ON f.id = r.file_id AND f.kind IN {TRANSCRIPT_KINDS}
 WHERE r.parent_uuid IS NOT NULL AND r.uuid IS NOT NULL
   AND r.type IN {_CHAIN_TYPES}
   AND NOT EXISTS (
@@ -382,12 +384,12 @@ WHERE r.parent_uuid IS NOT NULL AND r.uuid IS NOT NULL
 # duplicate_uuids: a uuid (on a record of any type) on more than one line of
 # a file; line_nos in file order; the last line (kept_line_no) is the one
 # both readers use.
-DUPLICATE_UUIDS_DEFINITION_SQL = """
+DUPLICATE_UUIDS_DEFINITION_SQL = f"""
 SELECT d.file_id, f.session_id, d.uuid, count(*) AS copies,
        group_concat(d.line_no, ',') AS line_nos, max(d.line_no) AS kept_line_no
 FROM (SELECT file_id, uuid, line_no FROM records WHERE uuid IS NOT NULL
       ORDER BY file_id, uuid, line_no) d
-JOIN files f ON f.id = d.file_id
+JOIN files f ON f.id = d.file_id AND f.kind IN {TRANSCRIPT_KINDS}
 GROUP BY d.file_id, d.uuid
 HAVING count(*) > 1
 """.strip()
@@ -399,6 +401,243 @@ CHAIN_BREAKS_COLUMNS = (
 DUPLICATE_UUIDS_COLUMNS = "file_id, session_id, uuid, copies, line_nos, kept_line_no"
 CHAIN_BREAKS_SQL = f"SELECT {CHAIN_BREAKS_COLUMNS} FROM chain_breaks_cache"
 DUPLICATE_UUIDS_SQL = f"SELECT {DUPLICATE_UUIDS_COLUMNS} FROM duplicate_uuids_cache"
+
+# --- Operator signals ---------------------------------------------------
+
+# A synthetic assistant placeholder: model "<synthetic>" or a message.id that
+# is not an API id (msg_...); resuming with it as the tail sends that id as
+# previous_message_id and gets a 400. Matches the partial index
+# records_synthetic (migrations.m009) word for word, so that it is used.
+SYNTHETIC_RECORD = (
+    "{r}.type = 'assistant' AND ({r}.model = '<synthetic>' "
+    "OR {r}.message_id NOT LIKE 'msg\\_%' ESCAPE '\\')"
+)
+
+# executions: one row per `result` event of a `claude -p --output-format
+# stream-json` log. error_message: the result text, else the errors, never
+# empty for an error. error_class: the first of resume_not_found,
+# poisoned_previous_message_id, rate_limit, max_turns, max_budget, auth,
+# other_error that matches; ok only when is_error is false and subtype is
+# success. resume_target: the session id a "No conversation found" names.
+# init_session_id: of the log's last init event before the result. A line
+# SQLite cannot read as JSON (NaN) reads as {}. log_mtime orders executions.
+EXECUTIONS_SQL = """
+WITH events AS (
+  SELECT r.id, r.file_id, f.path AS log_path, f.mtime AS log_mtime, r.line_no,
+         CASE WHEN json_valid(r.raw) THEN r.raw ELSE '{}' END AS j,
+         (SELECT CASE WHEN json_valid(i.raw) AND json_type(i.raw, '$.session_id') = 'text'
+                      THEN json_extract(i.raw, '$.session_id') END
+          FROM records i
+          WHERE i.file_id = r.file_id AND i.type = 'system' AND i.subtype = 'init'
+            AND i.line_no < r.line_no
+          ORDER BY i.line_no DESC LIMIT 1) AS init_session_id
+  FROM records r JOIN files f ON f.id = r.file_id
+  WHERE f.kind = 'execution_log' AND r.type = 'result'
+),
+fields AS (
+  SELECT id, file_id, log_path, log_mtime, line_no, init_session_id,
+    CASE json_type(j, '$.session_id') WHEN 'text' THEN json_extract(j, '$.session_id') END
+      AS session_id,
+    CASE json_type(j, '$.subtype') WHEN 'text' THEN json_extract(j, '$.subtype') END AS subtype,
+    CASE json_type(j, '$.is_error') WHEN 'true' THEN 1
+      WHEN 'integer' THEN json_extract(j, '$.is_error') <> 0
+      WHEN 'text' THEN lower(json_extract(j, '$.is_error')) IN ('true', '1', 'yes')
+      ELSE 0 END AS is_error,
+    CASE json_type(j, '$.result') WHEN 'text' THEN json_extract(j, '$.result') END AS result,
+    CASE json_type(j, '$.errors') WHEN 'array' THEN json_extract(j, '$.errors')
+      WHEN 'text' THEN json_array(json_extract(j, '$.errors')) END AS errors,
+    (SELECT group_concat(value, '; ') FROM json_each(j, '$.errors')
+     WHERE value IS NOT NULL AND value <> '') AS errors_text,
+    CASE WHEN json_type(j, '$.num_turns') IN ('integer', 'real')
+      THEN json_extract(j, '$.num_turns') END AS num_turns,
+    CASE WHEN json_type(j, '$.total_cost_usd') IN ('integer', 'real')
+      THEN json_extract(j, '$.total_cost_usd') END AS total_cost_usd,
+    CASE WHEN json_type(j, '$.duration_ms') IN ('integer', 'real')
+      THEN json_extract(j, '$.duration_ms') END AS duration_ms
+  FROM events
+),
+judged AS (
+  SELECT *, (is_error OR coalesce(subtype, 'success') <> 'success') AS failed,
+    lower(coalesce(result, '') || ' ' || coalesce(errors_text, '')) AS hay,
+    coalesce(nullif(trim(result), ''), nullif(trim(errors_text), '')) AS message
+  FROM fields
+),
+classed AS (
+  SELECT *,
+    CASE
+      WHEN NOT failed THEN 'ok'
+      WHEN hay LIKE '%no conversation found%' THEN 'resume_not_found'
+      WHEN hay LIKE '%previous_message_id%' THEN 'poisoned_previous_message_id'
+      WHEN hay LIKE '%rate_limit%' OR hay LIKE '%rate limit%' OR hay LIKE '%429%'
+        THEN 'rate_limit'
+      WHEN subtype = 'error_max_turns' OR hay LIKE '%max turns%'
+        OR hay LIKE '%maximum number of turns%' THEN 'max_turns'
+      WHEN subtype = 'error_max_budget_usd' OR hay LIKE '%budget%' THEN 'max_budget'
+      WHEN hay LIKE '%authentication%' OR hay LIKE '%invalid api key%'
+        OR hay LIKE '%unauthorized%' OR hay LIKE '%oauth token%' OR hay LIKE '%/login%'
+        OR hay LIKE '% 401%' OR hay LIKE '%forbidden%' THEN 'auth'
+      ELSE 'other_error'
+    END AS error_class,
+    ltrim(substr(message, instr(lower(message), 'session id:') + 11)) AS after_id
+  FROM judged
+)
+SELECT id, file_id, log_path, line_no, session_id, init_session_id, subtype, is_error,
+  result, errors,
+  CASE WHEN failed THEN coalesce(message,
+    'no message: ' || coalesce(subtype, 'result') || CASE WHEN is_error THEN ', is_error' ELSE '' END)
+  ELSE message END AS error_message,
+  error_class,
+  CASE WHEN error_class = 'resume_not_found' AND instr(lower(message), 'session id:') > 0
+    THEN rtrim(substr(after_id, 1, instr(after_id || ' ', ' ') - 1), '.,;:"`''')
+  END AS resume_target,
+  num_turns, total_cost_usd, duration_ms, log_mtime
+FROM classed
+""".strip()
+
+# failed_executions: every execution that is not ok, with the real message
+# and its class: success+is_error and error results with an empty `result`
+# included (the seed 003 shape).
+FAILED_EXECUTIONS_SQL = "SELECT * FROM executions WHERE error_class <> 'ok'"
+
+# poisoned_sessions: one row per session whose main transcript has a
+# synthetic placeholder on its resume ancestry, or whose resumes failed with
+# the previous_message_id 400. message_id/uuid: the synthetic record nearest
+# the leaf; at_resume_tail: it is the last assistant on the ancestry (the next
+# resume sends its id and fails); synthetic_on_chain: how many are on it;
+# failed_resumes: executions classed poisoned_previous_message_id naming the
+# session (as its session_id or its init session id); last_seen: the newest
+# record timestamp of the session.
+POISONED_SESSIONS_SQL = f"""
+WITH placeholders AS MATERIALIZED (
+  SELECT r.file_id, r.id, r.uuid, r.message_id FROM records r
+  WHERE {SYNTHETIC_RECORD.format(r="r")}
+),
+synthetic AS (
+  SELECT s.session_id, r.file_id, r.id, r.uuid, r.message_id, a.depth
+  FROM placeholders r
+  JOIN sessions s ON s.main_file_id = r.file_id
+  JOIN leaf_ancestry a ON a.file_id = r.file_id AND a.rule = 'resume'
+    AND a.uuid = r.uuid AND a.record_id = r.id
+),
+tails AS (
+  SELECT f.file_id, (
+    SELECT a.record_id FROM leaf_ancestry a JOIN records t ON t.id = a.record_id
+    WHERE a.file_id = f.file_id AND a.rule = 'resume' AND t.type = 'assistant'
+    ORDER BY a.depth LIMIT 1) AS record_id
+  FROM (SELECT DISTINCT file_id FROM synthetic) f
+),
+on_chain AS (
+  SELECT y.session_id, y.file_id, y.uuid, y.message_id, min(y.depth) AS depth,
+         count(*) AS synthetic_on_chain, max(y.id = t.record_id) AS at_resume_tail
+  FROM synthetic y JOIN tails t ON t.file_id = y.file_id
+  GROUP BY y.session_id
+),
+failed AS (
+  SELECT session_id, count(*) AS failed_resumes FROM (
+    SELECT id, session_id FROM executions
+    WHERE error_class = 'poisoned_previous_message_id' AND session_id IS NOT NULL
+    UNION
+    SELECT id, init_session_id FROM executions
+    WHERE error_class = 'poisoned_previous_message_id' AND init_session_id IS NOT NULL)
+  GROUP BY session_id
+),
+ids AS (SELECT session_id FROM on_chain UNION SELECT session_id FROM failed)
+SELECT i.session_id, coalesce(c.file_id, s.main_file_id) AS file_id, c.message_id, c.uuid,
+       coalesce(c.at_resume_tail, 0) AS at_resume_tail,
+       coalesce(c.synthetic_on_chain, 0) AS synthetic_on_chain,
+       coalesce(fl.failed_resumes, 0) AS failed_resumes,
+       s.last_timestamp AS last_seen
+FROM ids i
+LEFT JOIN on_chain c ON c.session_id = i.session_id
+LEFT JOIN failed fl ON fl.session_id = i.session_id
+LEFT JOIN sessions s ON s.session_id = i.session_id
+""".strip()
+
+# Time-dependent definitions are templates over {now} (an ISO-8601 UTC
+# expression): the views use the clock, the CLI binds --now.
+CLOCK = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
+EXPIRING_WINDOW_DAYS = 7
+
+# expired_transcripts: transcript files Claude Code's cleanup deletes by mtime
+# (<project>/*.jsonl: main files and legacy agent-*.jsonl; nested subagent
+# files were not deleted as of 2.1.88) that are deleted (kept only in the
+# index), expired (past retention, still on disk: the next Claude Code start
+# deletes them) or expiring within {window} days. mtime is as of the last
+# ingest; retention_days/retention_source as resolved at ingest (retention.py).
+EXPIRED_TRANSCRIPTS_TEMPLATE = """
+WITH subject AS (
+  SELECT f.id AS file_id, f.session_id, f.path, f.kind, f.mtime, f.deleted_at,
+         coalesce(f.retention_days, 30) AS retention_days,
+         coalesce(f.retention_source, 'default') AS retention_source,
+         strftime('%Y-%m-%dT%H:%M:%fZ', julianday(f.mtime) + coalesce(f.retention_days, 30))
+           AS expires_at
+  FROM files f
+  WHERE f.kind = 'main' OR (f.kind = 'subagent' AND f.path NOT LIKE '%/subagents/%')
+),
+judged AS (
+  SELECT *,
+    CASE WHEN deleted_at IS NOT NULL THEN 'deleted'
+         WHEN julianday({now}) >= julianday(expires_at) THEN 'expired'
+         WHEN julianday(expires_at) - julianday({now}) <= {window} THEN 'expiring'
+    END AS status,
+    CASE WHEN deleted_at IS NULL
+         THEN round(julianday(expires_at) - julianday({now}), 2) END AS days_left
+  FROM subject
+)
+SELECT file_id, session_id, path, kind, status, expires_at, days_left, retention_days,
+       retention_source, mtime, deleted_at
+FROM judged WHERE status IS NOT NULL
+""".strip()
+EXPIRED_TRANSCRIPTS_SQL = EXPIRED_TRANSCRIPTS_TEMPLATE.format(
+    now=CLOCK, window=EXPIRING_WINDOW_DAYS)
+
+# stale_session_refs: every referenced session id (session_refs, and the
+# resume targets of executions) that a resume cannot use now or soon:
+# reason never_indexed (no main transcript ever seen), deleted (seen, gone
+# from disk since deleted_at), expired (on disk but past retention: the next
+# Claude Code start deletes it). refs/sources: its references; the last
+# execution that named it, by log mtime and line.
+STALE_SESSION_REFS_TEMPLATE = """
+WITH refs AS (
+  SELECT session_id, source, cached_at FROM session_refs
+  UNION ALL
+  SELECT resume_target, 'execution', NULL FROM executions WHERE resume_target IS NOT NULL
+),
+ref_ids AS (
+  SELECT session_id, count(*) AS refs, group_concat(DISTINCT source) AS sources,
+         max(cached_at) AS last_cached_at
+  FROM refs GROUP BY session_id
+),
+state AS (
+  SELECT i.*, m.id AS file_id, m.path, s.deleted_at,
+         strftime('%Y-%m-%dT%H:%M:%fZ', julianday(m.mtime) + coalesce(m.retention_days, 30))
+           AS expires_at
+  FROM ref_ids i
+  LEFT JOIN sessions s ON s.session_id = i.session_id
+  LEFT JOIN files m ON m.id = s.main_file_id
+),
+judged AS (
+  SELECT *,
+    CASE WHEN file_id IS NULL THEN 'never_indexed'
+         WHEN deleted_at IS NOT NULL THEN 'deleted'
+         WHEN julianday({now}) >= julianday(expires_at) THEN 'expired'
+    END AS reason
+  FROM state
+)
+SELECT j.session_id, j.reason, j.deleted_at,
+       CASE WHEN j.reason = 'expired' THEN j.expires_at END AS expired_at,
+       j.path, j.refs, j.sources, j.last_cached_at,
+       e.id AS last_execution_id, e.error_class AS last_execution_class,
+       e.log_path AS last_execution_log
+FROM judged j
+LEFT JOIN executions e ON e.id = (
+  SELECT x.id FROM executions x
+  WHERE x.resume_target = j.session_id OR x.init_session_id = j.session_id
+     OR x.session_id = j.session_id
+  ORDER BY x.log_mtime DESC, x.line_no DESC LIMIT 1)
+WHERE j.reason IS NOT NULL
+""".strip()
+STALE_SESSION_REFS_SQL = STALE_SESSION_REFS_TEMPLATE.format(now=CLOCK)
 
 # Each cache-backed view, with its definition (tests hold them equal).
 CACHED_VIEWS = ("leaves", "leaf_ancestry", "orphans", "chain_breaks", "duplicate_uuids")
@@ -415,6 +654,11 @@ VIEWS = {
     "chain_breaks": CHAIN_BREAKS_SQL,
     "duplicate_uuids": DUPLICATE_UUIDS_SQL,
     "api_error_splices": API_ERROR_SPLICES_SQL,
+    "executions": EXECUTIONS_SQL,
+    "failed_executions": FAILED_EXECUTIONS_SQL,
+    "poisoned_sessions": POISONED_SESSIONS_SQL,
+    "expired_transcripts": EXPIRED_TRANSCRIPTS_SQL,
+    "stale_session_refs": STALE_SESSION_REFS_SQL,
 }
 
 # A change to any definition changes this, and every cache is recomputed.

@@ -35,11 +35,20 @@ def run(*args, env=None):
 def test_every_command_has_help_with_an_example_and_is_in_the_readme():
     readme = README.read_text()
     assert cli.commands
-    for name, command in cli.commands.items():
-        result = run(name, "--help")
+
+    def leaves(group, path):
+        for name, command in group.commands.items():
+            if isinstance(command, click.Group):
+                assert run(*path, name, "--help").exit_code == 0
+                yield from leaves(command, [*path, name])
+            else:
+                yield [*path, name]
+
+    for path in leaves(cli, []):
+        result = run(*path, "--help")
         assert result.exit_code == 0
-        assert "Example:" in result.output, name
-        assert f"session-index {name}" in readme, name
+        assert "Example:" in result.output, path
+        assert f"session-index {' '.join(path)}" in readme, path
 
 
 def test_ingest_json_summary_then_noop(tmp_path):

@@ -1,0 +1,153 @@
+"""``session-index check``: may an agent server ``--resume`` this session?
+
+The first verdict that matches wins:
+
+| verdict | exit | meaning |
+|---|---|---|
+| missing | 4 | no main transcript on disk: the resume fails with "No conversation found" |
+| poisoned | 5 | the resume chain ends at a synthetic placeholder: the resume gets a 400 |
+| spliced | 6 | late api_error records orphan output: the resume drops it |
+| resumable | 0 | go ahead (warnings when the transcript expires soon or has expired) |
+
+The answer comes from the index, after a fresh stat of the transcript: a
+file deleted since the last ingest is missing, and a file that changed is
+ingested first.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from . import ingest as ingestmod
+from . import retention, signals, views
+
+EXIT_CODES = {"resumable": 0, "missing": 4, "poisoned": 5, "spliced": 6}
+EXPIRY_WARNING_DAYS = views.EXPIRING_WINDOW_DAYS
+
+MAIN_FILES_SQL = """
+SELECT f.id, f.path, f.size, f.mtime_ns, f.inode, f.deleted_at, f.cwd
+FROM files f WHERE f.session_id = ? AND f.kind = 'main'
+ORDER BY f.deleted_at IS NOT NULL, f.mtime DESC, f.id DESC
+""".strip()
+POISONED_SQL = "SELECT * FROM poisoned_sessions WHERE session_id = ?"
+SPLICES_SQL = "SELECT * FROM api_error_splices WHERE file_id = ? ORDER BY first_orphan_at"
+
+
+@dataclass
+class Verdict:
+    session_id: str
+    verdict: str
+    reason: str
+    path: str | None = None
+    warnings: list = field(default_factory=list)
+    details: dict = field(default_factory=dict)
+    checked_in_ms: float = 0.0
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES[self.verdict]
+
+    def as_dict(self) -> dict:
+        return dict(asdict(self), exit_code=self.exit_code)
+
+
+def _rows(db, sql, params):
+    cur = db.conn.execute(sql, params)
+    cols = [d[0] for d in cur.description]
+    return [dict(zip(cols, r)) for r in cur.fetchall()]
+
+
+def _on_disk(config_dir: Path, session_id: str) -> list[str]:
+    """Main transcripts of this id under the config dir's projects/."""
+    if not session_id or any(c in session_id for c in "/\\*?[]"):
+        return []
+    return sorted(glob.glob(str(config_dir / "projects" / "*" / f"{session_id}.jsonl")))
+
+
+def check(db, session_id: str, *, now: str | None = None, config_dir: Path | None = None) -> Verdict:
+    started = time.monotonic()
+    config_dir = Path(config_dir or retention.default_config_dir())
+    now_iso = signals.iso_now(now)
+    files = _rows(db, MAIN_FILES_SQL, [session_id])
+    stale = []
+    for f in files:
+        try:
+            st = os.stat(f["path"])
+        except OSError:
+            continue
+        if (st.st_size, st.st_mtime_ns, st.st_ino) != (f["size"], f["mtime_ns"], f["inode"]) \
+                or f["deleted_at"] is not None:
+            stale.append(f["path"])
+    found = [p for p in _on_disk(config_dir, session_id) if p not in {f["path"] for f in files}]
+    if stale or found:  # bring the index up to date for this session first
+        ingestmod.ingest(db, stale + found, config_dir=config_dir)
+        files = _rows(db, MAIN_FILES_SQL, [session_id])
+
+    live = [f for f in files if os.path.exists(f["path"])]
+    if not live:
+        gone = files[0]["deleted_at"] if files and files[0]["deleted_at"] else None
+        reason = (f"the transcript was deleted ({gone or 'since the last ingest'}); "
+                  if files else "no transcript with this id was ever seen; ")
+        return _done(Verdict(
+            session_id, "missing",
+            reason + f"`claude --resume` fails with \"No conversation found with session ID: "
+                     f"{session_id}\": start a new session (or restore the transcript)",
+            files[0]["path"] if files else None,
+            details={"indexed_files": [f["path"] for f in files]}), started)
+
+    main = live[0]
+    verdict = Verdict(session_id, "resumable", "the resume chain ends at a real message",
+                      main["path"])
+    poisoned = _rows(db, POISONED_SQL, [session_id])
+    if poisoned and poisoned[0]["at_resume_tail"]:
+        p = poisoned[0]
+        verdict.verdict = "poisoned"
+        verdict.reason = (
+            f"the resume chain ends at a synthetic placeholder (message.id {p['message_id']!r}, "
+            f"uuid {p['uuid']}): the next resume sends it as previous_message_id and gets a 400; "
+            "end the chain at the last real msg_ message, or start a new session")
+        verdict.details["poisoned"] = p
+    elif poisoned and poisoned[0]["failed_resumes"]:
+        verdict.warnings.append(
+            f"{poisoned[0]['failed_resumes']} earlier resume(s) failed with the "
+            "previous_message_id 400; the chain no longer ends at a placeholder")
+    splices = _rows(db, SPLICES_SQL, [main["id"]])
+    if splices and verdict.verdict == "resumable":
+        lost = sum(s["orphaned_records"] for s in splices)
+        verdict.verdict = "spliced"
+        verdict.reason = (
+            f"{len(splices)} api_error splice(s) leave {lost} record(s) of recovered output off "
+            "the resume chain: a resume drops them; re-parent the record after each error chain "
+            "onto the last orphaned record (see api_error_splices)")
+        verdict.details["api_error_splices"] = splices
+
+    kept = retention.resolve(config_dir, main["cwd"])
+    verdict.warnings += list(kept.warnings)
+    st = os.stat(main["path"])
+    expires = datetime.fromtimestamp(st.st_mtime).astimezone() + timedelta(days=kept.days)
+    days_left = (expires - datetime.fromisoformat(now_iso.replace("Z", "+00:00"))).total_seconds() / 86400
+    verdict.details["retention"] = {
+        "days": kept.days, "source": kept.source,
+        "expires_at": signals.iso_now(expires.isoformat()), "days_left": round(days_left, 2)}
+    if kept.deletes_everything:
+        verdict.warnings.append(
+            f"cleanupPeriodDays is 0 ({kept.source}): Claude Code deletes every transcript at "
+            "its next start and writes no new ones")
+    elif days_left <= 0:
+        verdict.warnings.append(
+            f"expired {-days_left:.1f} days ago ({kept.days}-day retention from {kept.source}): "
+            "the next Claude Code start deletes it; touch the file to keep it")
+    elif days_left <= EXPIRY_WARNING_DAYS:
+        verdict.warnings.append(
+            f"expires in {days_left:.1f} days ({kept.days}-day retention from {kept.source})")
+    return _done(verdict, started)
+
+
+def _done(verdict: Verdict, started: float) -> Verdict:
+    verdict.checked_in_ms = round((time.monotonic() - started) * 1000, 1)
+    return verdict
