@@ -15,7 +15,7 @@ import click
 
 from . import check as checkmod
 from . import db as dbmod
-from . import discover, ingest as ingestmod, refs as refsmod, retention
+from . import discover, export as exportmod, ingest as ingestmod, refs as refsmod, retention
 from . import signals, status as statusmod
 
 EXIT_FINDING = 1
@@ -313,3 +313,64 @@ def failed(db_path, as_json):
         session-index failed --json
     """
     _listing("failed", db_path, as_json=as_json)
+
+
+# The web UI (indexer/web.py).
+from .web import demo, serve  # noqa: E402
+
+cli.add_command(serve)
+cli.add_command(demo)
+
+
+@cli.command()
+@click.argument("session_id")
+@click.option("--out", "out", default=".", show_default=True,
+              help="Folder to write into (the files keep their projects/ places), "
+                   "or - for the main transcript on stdout.")
+@db_option
+def export(session_id, out, db_path):
+    """Write SESSION_ID's transcripts (main and subagents) from the index alone,
+    byte for byte as last ingested, whether or not the originals still exist.
+
+    Example:
+
+        session-index export 0b1fed78-ad30-4641-94b1-5f6931526c96 --out backup/
+    """
+    db = _open(db_path, create=False)
+    try:
+        if out == "-":
+            main = exportmod.session_files(db, session_id)[0]
+            sys.stdout.buffer.write(main.data)
+            sys.stdout.buffer.flush()
+            return
+        written = exportmod.export(db, session_id, out)
+    except exportmod.NothingToExport as exc:
+        raise Failure(str(exc)) from None
+    for f, target in written:
+        click.echo(f"{target}  {len(f.data):,} bytes  sha256 {f.sha256}")
+
+
+@cli.command()
+@click.argument("session_id")
+@db_option
+@config_dir_option
+def restore(session_id, db_path, config_dir):
+    """Put SESSION_ID's transcripts back, from the index, so a cached id
+    resumes again: where they were ingested from, or with --config-dir at
+    their places under that dir's projects/. Refuses to overwrite a different
+    existing file. Sets each file's mtime to now: Claude Code's cleanup deletes
+    by mtime, so the restored transcript gets a full retention period.
+
+    Example:
+
+        session-index restore 0b1fed78-ad30-4641-94b1-5f6931526c96 --config-dir ~/.claude
+    """
+    db = _open(db_path, create=False)
+    try:
+        done = exportmod.restore(db, session_id, config_dir)
+    except (exportmod.NothingToExport, exportmod.RestoreRefused) as exc:
+        raise Failure(str(exc)) from None
+    for f, target, what in done:
+        click.echo(f"{what}: {target} ({len(f.data):,} bytes)")
+    click.echo("mtime set to now: Claude Code's cleanup counts retention from the mtime",
+               err=True)

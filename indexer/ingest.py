@@ -119,7 +119,8 @@ WHERE id = :id
 # At the end of a file: the stat the next run compares against.
 RECORD_STAT_SQL = """
 UPDATE files SET size = :size, mtime = :mtime, mtime_ns = :mtime_ns, dev = :dev,
-  inode = :inode, deleted_at = NULL, needs_derive = needs_derive OR :returned
+  inode = :inode, deleted_at = NULL, needs_derive = needs_derive OR :returned,
+  pending_tail = :pending_tail
 WHERE id = :id
 """.strip()
 # The stored lines of a file in file order, to rebuild its bytes.
@@ -129,12 +130,18 @@ UNION ALL
 SELECT byte_offset, raw FROM bad_lines WHERE file_id = :file_id
 ORDER BY byte_offset
 """.strip()
+PENDING_TAIL_SQL = "SELECT pending_tail FROM files WHERE id = :file_id"
 
 
-def stored_bytes(conn, file_id: int) -> Iterable[bytes]:
-    """The file's ingested bytes, line by line, as the index holds them."""
+def stored_bytes(conn, file_id: int, *, with_pending: bool = False) -> Iterable[bytes]:
+    """The file's ingested bytes, line by line, as the index holds them; with
+    ``with_pending``, then the unterminated tail last seen after them."""
     for _offset, raw in conn.execute(STORED_LINES_SQL, {"file_id": file_id}):
         yield bytes(raw) + b"\n"
+    if with_pending:
+        tail = conn.execute(PENDING_TAIL_SQL, {"file_id": file_id}).fetchone()
+        if tail and tail[0]:
+            yield bytes(tail[0])
 
 
 class _Writer:
@@ -325,18 +332,20 @@ def _ingest_file(writer: _Writer, cand, row: dict | None, st, summary: Summary) 
             for sql in FORGET_LINES_SQL:
                 conn.execute(sql, {"id": row["id"]})
             row = dict(row, ingested_offset=0, line_count=0, head_hash=None)
-        stored = _read_new_lines(writer, row, f, summary)
+        stored, pending_tail = _read_new_lines(writer, row, f, summary)
         conn.execute(RECORD_STAT_SQL, {
             "id": row["id"], "size": st.st_size, "mtime": _iso(st.st_mtime),
             "mtime_ns": st.st_mtime_ns, "dev": st.st_dev, "inode": st.st_ino,
-            "returned": 1 if row["deleted_at"] is not None else 0})
+            "returned": 1 if row["deleted_at"] is not None else 0,
+            "pending_tail": pending_tail or None})
         writer.maybe_commit(0)
     return stored or rewrite
 
 
 def _read_new_lines(writer: _Writer, row: dict, f, summary: Summary) -> bool:
     """Store every complete line after the file's offset, one slice of at most
-    TXN_BYTES at a time, each slice with the offset that covers it."""
+    TXN_BYTES at a time, each slice with the offset that covers it. Returns
+    (stored anything, the unterminated bytes after the last newline)."""
     conn = writer.conn
     file_id, offset, line_no = row["id"], row["ingested_offset"], row["line_count"]
     head_len, head_hash = row["head_len"], row["head_hash"]
@@ -429,7 +438,7 @@ def _read_new_lines(writer: _Writer, row: dict, f, summary: Summary) -> bool:
         if slice_bytes >= TXN_BYTES:
             store()
     store()
-    return stored_any
+    return stored_any, bytes(buf)
 
 
 def _mark_deleted(db, paths: list[str]) -> int:

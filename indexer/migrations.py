@@ -275,3 +275,10 @@ def m009_index_execution_events(db):
         "CREATE INDEX records_synthetic ON records(file_id, uuid) "
         "WHERE type = 'assistant' AND (model = '<synthetic>' "
         "OR message_id NOT LIKE 'msg\\_%' ESCAPE '\\')")
+
+
+@migrations()
+def m010_add_pending_tail_to_files(db):
+    # The bytes after the last newline as last seen: not a line yet (it is
+    # never parsed or counted), kept so export can rebuild the file exactly.
+    db.execute("ALTER TABLE files ADD COLUMN pending_tail BLOB")
