@@ -315,11 +315,6 @@ def failed(db_path, as_json):
     _listing("failed", db_path, as_json=as_json)
 
 
-# The web UI (indexer/web.py).
-from .web import demo, serve  # noqa: E402
-
-cli.add_command(serve)
-cli.add_command(demo)
 
 
 @cli.command()
