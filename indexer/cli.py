@@ -16,7 +16,7 @@ import click
 from . import check as checkmod
 from . import db as dbmod
 from . import discover, export as exportmod, ingest as ingestmod, refs as refsmod, retention
-from . import signals, status as statusmod
+from . import repair as repairmod, show as showmod, signals, status as statusmod
 
 EXIT_FINDING = 1
 EXIT_UNUSABLE = 3
@@ -369,3 +369,100 @@ def restore(session_id, db_path, config_dir):
         click.echo(f"{what}: {target} ({len(f.data):,} bytes)")
     click.echo("mtime set to now: Claude Code's cleanup counts retention from the mtime",
                err=True)
+
+
+def _fresh(db, session_id):
+    """Ingest the session's main transcript first if it changed on disk."""
+    row = db.conn.execute(repairmod.MAIN_FILE_SQL, [session_id]).fetchone()
+    if row is None:
+        raise Failure(f"session {session_id} has no main transcript in the index")
+    if Path(row[1]).exists():
+        ingestmod.ingest(db, [row[1]])
+
+
+@cli.command()
+@click.argument("session_id")
+@db_option
+@click.option("--format", "fmt", type=click.Choice(["text", "markdown", "json"]),
+              default="text", show_default=True)
+def show(session_id, db_path, fmt):
+    """The conversation SESSION_ID really holds: the resume chain, with the
+    parallel tool calls and results put back where the Agent SDK puts them and
+    the output orphaned by an api_error splice put back in place; each
+    recovered message is marked, and synthetic placeholders too.
+
+    Example:
+
+        session-index show 0b1fed78-ad30-4641-94b1-5f6931526c96 --format markdown
+    """
+    db = _open(db_path, create=False)
+    _fresh(db, session_id)
+    try:
+        messages = showmod.recovered_conversation(db, session_id)
+    except repairmod.RepairError as exc:
+        raise Failure(str(exc)) from None
+    click.echo(showmod.render(messages, fmt))
+
+
+@cli.command()
+@click.argument("session_id")
+@db_option
+@click.option("--write", is_flag=True, help="Change the file (default: only say what would change).")
+@click.option("--force", is_flag=True,
+              help="Repair even a file modified in the last minute or open in a process.")
+@json_option
+def repair(session_id, db_path, write, force, as_json):
+    """Repair SESSION_ID's main transcript so `--resume` sees the work on disk.
+
+    An api_error splice: the record after each late-flushed error chain is
+    re-parented onto the last record of the orphaned output, so the errors
+    become a dead-end side branch. A poisoned tail: the records after the
+    last real (msg_...) assistant message are dropped, so the next resume does
+    not send a synthetic id. Without --write it prints what would change and
+    changes nothing. With --write it keeps a backup next to the file (and the
+    original bytes in the index's repairs table), writes a temporary file and
+    renames it into place, re-ingests, and checks that the recovered records
+    are read back; otherwise it puts the original back. Exit codes: 0 done or
+    nothing to do; 7 refused (the file is live); 8 rolled back.
+
+    Example:
+
+        session-index repair 0b1fed78-ad30-4641-94b1-5f6931526c96 --write
+    """
+    db = _open(db_path, create=False)
+    _fresh(db, session_id)
+    try:
+        plan = repairmod.plan(db, session_id)
+        if plan.empty:
+            click.echo("nothing to repair" if not as_json else json.dumps(plan.as_dict(), indent=2))
+            return
+        if not write:
+            result = repairmod.Result(plan)
+        else:
+            result = repairmod.write(db, plan, force=force)
+    except repairmod.RepairError as exc:
+        raise Failure(str(exc)) from None
+    except repairmod.Refused as exc:
+        click.echo(f"refused: {exc}", err=True)
+        sys.exit(7)
+    except repairmod.RolledBack as exc:
+        click.echo(f"rolled back: {exc}", err=True)
+        sys.exit(8)
+    if as_json:
+        click.echo(json.dumps(result.as_dict(), indent=2))
+        return
+    for row in plan.rows:
+        if row["action"] == "reparent":
+            click.echo(f"re-parent line {row['line_no']} ({row['uuid']}): "
+                       f"{row['old_parent_uuid']} -> {row['new_parent_uuid']}  [{row['reason']}]")
+        else:
+            click.echo(f"drop line {row['line_no']} ({row['uuid']})  [{row['reason']}]")
+    orphans = sum(1 for c in plan.orphaned.values() if c == "api_error_splice")
+    click.echo(f"resume chain: {plan.chain_before} records before"
+               + (f", {result.chain_after} after" if result.chain_after is not None else "")
+               + f"; {orphans} orphaned record(s) to recover")
+    if result.written:
+        click.echo(f"written; the original is kept as {result.backup}")
+    else:
+        click.echo("nothing changed (use --write)")
+

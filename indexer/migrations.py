@@ -282,3 +282,57 @@ def m010_add_pending_tail_to_files(db):
     # The bytes after the last newline as last seen: not a line yet (it is
     # never parsed or counted), kept so export can rebuild the file exactly.
     db.execute("ALTER TABLE files ADD COLUMN pending_tail BLOB")
+
+
+@migrations()
+def m011_create_repairs(db):
+    # Every `session-index repair --write`: what it changed, where the backup
+    # went, and the file's bytes before (so the index keeps the original).
+    db.execute(
+        """
+        CREATE TABLE repairs (
+            id INTEGER PRIMARY KEY,
+            session_id TEXT NOT NULL,
+            file_id INTEGER NOT NULL,
+            path TEXT NOT NULL,
+            backup_path TEXT,
+            created_at TEXT NOT NULL,
+            status TEXT NOT NULL,          -- applied | rolled_back
+            reparented INTEGER NOT NULL,
+            dropped INTEGER NOT NULL,
+            chain_before INTEGER,          -- resume chain length before and after
+            chain_after INTEGER,
+            recovered INTEGER,             -- previously orphaned records now read back
+            message TEXT,
+            original BLOB,                 -- the file's bytes before the repair
+            repaired_sha256 TEXT
+        )
+        """
+    )
+    db.execute("CREATE INDEX repairs_session ON repairs(session_id)")
+
+
+@migrations()
+def m012_add_store_copies(db):
+    # Transcripts mirrored through indexer.store (the Agent SDK's
+    # SessionStore) are files too: origin 'store' (ingested files are
+    # 'file'), path store://<project_key>/<session_id>[/<subpath>], keyed by
+    # the SDK's SessionKey: project_key, session_id, subpath (NULL for the
+    # main transcript).
+    db.execute("ALTER TABLE files ADD COLUMN origin TEXT NOT NULL DEFAULT 'file'")
+    db.execute("ALTER TABLE files ADD COLUMN project_key TEXT")
+    db.execute("ALTER TABLE files ADD COLUMN subpath TEXT")
+    db.execute(
+        "CREATE INDEX files_store_key ON files(project_key, session_id) WHERE origin = 'store'")
+    # Per store copy: the storage write time of its last append (epoch ms,
+    # the clock list_sessions and the summaries share) and, for a main key,
+    # the SDK's folded session summary (opaque JSON, kept verbatim).
+    db.execute(
+        """
+        CREATE TABLE store_keys (
+            file_id INTEGER PRIMARY KEY REFERENCES files(id),
+            mtime_ms INTEGER NOT NULL,
+            summary TEXT
+        )
+        """
+    )

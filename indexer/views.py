@@ -642,6 +642,122 @@ STALE_SESSION_REFS_SQL = STALE_SESSION_REFS_TEMPLATE.format(now=CLOCK)
 # Each cache-backed view, with its definition (tests hold them equal).
 CACHED_VIEWS = ("leaves", "leaf_ancestry", "orphans", "chain_breaks", "duplicate_uuids")
 
+# --- Repair --------------------------------------------------------------
+
+# repair_plan: what `session-index repair` changes in each session's main
+# transcript, one row per line:
+# - api_error_splice (reparent): per episode of api_error_splices, the record
+#   on the resume chain right after the late-flushed error chain (the nearest
+#   non-api_error record below its first error: stop_hook_summary or the next
+#   prompt) gets, as parent, the last record of the orphaned segment in file
+#   order, so the errors become a dead-end side branch (the seed's fix).
+# - poisoned_tail (drop): when the chain ends at a synthetic placeholder,
+#   every chain record after the last real assistant message, every other
+#   record that could become the newest resume leaf (non-sidechain user,
+#   assistant, system, attachment written after it), and their descendants,
+#   so the resume chain ends at that real message.
+REPAIR_PLAN_SQL = f"""
+WITH RECURSIVE episodes AS (
+  SELECT s.file_id, s.session_id, s.api_error_uuid, s.branch_point_uuid,
+    (SELECT a.record_id FROM leaf_ancestry a JOIN records r ON r.id = a.record_id
+     WHERE a.file_id = s.file_id AND a.rule = 'resume' AND a.depth < e.depth
+       AND NOT (r.type = 'system' AND r.subtype = 'api_error')
+     ORDER BY a.depth DESC LIMIT 1) AS record_id,
+    (SELECT o.uuid FROM orphans o
+     WHERE o.file_id = s.file_id AND o.cause = 'api_error_splice'
+       AND o.branch_point_uuid = s.branch_point_uuid
+     ORDER BY o.line_no DESC LIMIT 1) AS new_parent_uuid
+  FROM api_error_splices s
+  JOIN leaf_ancestry e ON e.file_id = s.file_id AND e.rule = 'resume' AND e.uuid = s.api_error_uuid
+  JOIN sessions m ON m.main_file_id = s.file_id
+),
+poisoned AS (
+  SELECT p.session_id, p.file_id, k.depth, k.line_no, k.timestamp FROM poisoned_sessions p
+  JOIN (SELECT a.file_id, a.depth, r.line_no, r.timestamp,
+               row_number() OVER (PARTITION BY a.file_id ORDER BY a.depth) AS rn
+        FROM leaf_ancestry a JOIN records r ON r.id = a.record_id
+        WHERE a.rule = 'resume' AND r.type = 'assistant'
+          AND NOT ({SYNTHETIC_RECORD.format(r="r")})) k
+    ON k.file_id = p.file_id AND k.rn = 1
+  WHERE p.at_resume_tail
+),
+dropped(file_id, uuid) AS (
+  SELECT a.file_id, a.uuid FROM poisoned p
+  JOIN leaf_ancestry a ON a.file_id = p.file_id AND a.rule = 'resume' AND a.depth < p.depth
+  UNION
+  SELECT r.file_id, r.uuid FROM poisoned p
+  JOIN records r ON r.file_id = p.file_id
+  WHERE r.uuid IS NOT NULL AND NOT r.is_sidechain
+    AND r.type IN ('user', 'assistant', 'system', 'attachment')
+    AND (r.timestamp > p.timestamp OR (r.timestamp = p.timestamp AND r.line_no > p.line_no))
+    AND NOT EXISTS (SELECT 1 FROM leaf_ancestry a WHERE a.file_id = r.file_id
+                    AND a.rule = 'resume' AND a.uuid = r.uuid AND a.depth >= p.depth)
+  UNION
+  SELECT c.file_id, c.uuid FROM dropped d
+  JOIN records c ON c.file_id = d.file_id AND c.parent_uuid = d.uuid
+  WHERE c.uuid IS NOT NULL
+)
+SELECT e.session_id, e.file_id, 'reparent' AS action, 'api_error_splice' AS reason,
+       r.id AS record_id, r.line_no, r.uuid, r.parent_uuid AS old_parent_uuid,
+       e.new_parent_uuid, e.api_error_uuid AS episode
+FROM episodes e JOIN records r ON r.id = e.record_id
+WHERE e.new_parent_uuid IS NOT NULL
+UNION ALL
+SELECT f.session_id, d.file_id, 'drop', 'poisoned_tail', r.id, r.line_no, r.uuid,
+       r.parent_uuid, NULL, NULL
+FROM dropped d JOIN files f ON f.id = d.file_id
+JOIN records r ON r.file_id = d.file_id AND r.uuid = d.uuid
+""".strip()
+
+# --- Store copies -------------------------------------------------------
+
+# session_copies: one row per transcript held both as an ingested local file
+# (origin 'file') and as a copy mirrored through the Agent SDK's
+# SessionStore (origin 'store', indexer/store.py): a main transcript with
+# the session's main store key, a subagent file with the store key of the
+# same agent id. local_only / store_only: how many distinct uuids one copy
+# holds and the other does not; local_only_uuids / store_only_uuids: the
+# first 20 of them in file order (a JSON array). diverged: 1 when the uuid
+# sets, the record counts (the store keeps one line per uuid, a file may
+# repeat one) or the resume leaves differ, that is when a store-backed
+# resume would not read what the local file says. Correlated subqueries, so
+# `WHERE session_id = ?` looks at that session's records only.
+SESSION_COPIES_SQL = """
+SELECT c.*,
+       (c.local_only > 0 OR c.store_only > 0 OR c.local_records <> c.store_records
+        OR c.local_resume_leaf_uuid IS NOT c.store_resume_leaf_uuid) AS diverged
+FROM (
+  SELECT l.session_id, l.kind, l.agent_id, s.project_key, s.subpath,
+         l.id AS local_file_id, l.path AS local_path, l.deleted_at AS local_deleted_at,
+         s.id AS store_file_id, s.path AS store_path,
+         l.records AS local_records, s.records AS store_records,
+         (SELECT count(DISTINCT r.uuid) FROM records r
+          WHERE r.file_id = l.id AND r.uuid IS NOT NULL
+            AND NOT EXISTS (SELECT 1 FROM records x WHERE x.file_id = s.id AND x.uuid = r.uuid))
+           AS local_only,
+         (SELECT count(DISTINCT r.uuid) FROM records r
+          WHERE r.file_id = s.id AND r.uuid IS NOT NULL
+            AND NOT EXISTS (SELECT 1 FROM records x WHERE x.file_id = l.id AND x.uuid = r.uuid))
+           AS store_only,
+         (SELECT json_group_array(uuid) FROM (
+            SELECT r.uuid FROM records r
+            WHERE r.file_id = l.id AND r.uuid IS NOT NULL
+              AND NOT EXISTS (SELECT 1 FROM records x WHERE x.file_id = s.id AND x.uuid = r.uuid)
+            GROUP BY r.uuid ORDER BY min(r.line_no) LIMIT 20)) AS local_only_uuids,
+         (SELECT json_group_array(uuid) FROM (
+            SELECT r.uuid FROM records r
+            WHERE r.file_id = s.id AND r.uuid IS NOT NULL
+              AND NOT EXISTS (SELECT 1 FROM records x WHERE x.file_id = l.id AND x.uuid = r.uuid)
+            GROUP BY r.uuid ORDER BY min(r.line_no) LIMIT 20)) AS store_only_uuids,
+         (SELECT resume_leaf_uuid FROM leaves WHERE file_id = l.id) AS local_resume_leaf_uuid,
+         (SELECT resume_leaf_uuid FROM leaves WHERE file_id = s.id) AS store_resume_leaf_uuid
+  FROM files l
+  JOIN files s ON s.session_id = l.session_id AND s.origin = 'store' AND s.kind = l.kind
+    AND (l.kind = 'main' OR s.agent_id = l.agent_id)
+  WHERE l.origin = 'file' AND l.kind IN ('main', 'subagent')
+) c
+""".strip()
+
 VIEWS = {
     "leaves_definition": LEAVES_DEFINITION_SQL,
     "leaf_ancestry_definition": LEAF_ANCESTRY_DEFINITION_SQL,
@@ -659,6 +775,8 @@ VIEWS = {
     "poisoned_sessions": POISONED_SESSIONS_SQL,
     "expired_transcripts": EXPIRED_TRANSCRIPTS_SQL,
     "stale_session_refs": STALE_SESSION_REFS_SQL,
+    "repair_plan": REPAIR_PLAN_SQL,
+    "session_copies": SESSION_COPIES_SQL,
 }
 
 # A change to any definition changes this, and every cache is recomputed.
