@@ -466,3 +466,10 @@ def repair(session_id, db_path, write, force, as_json):
     else:
         click.echo("nothing changed (use --write)")
 
+
+
+# The web UI (indexer/web.py).
+from .web import demo, serve  # noqa: E402
+
+cli.add_command(serve)
+cli.add_command(demo)

@@ -1,0 +1,93 @@
+"""Speed of the web UI on a large index, through Datasette's own client.
+
+    python bench/web_speed.py [--db /tmp/bq/index.db] [--runs 5] [--session-records 5000]
+
+The index is the one bench/query_speed.py builds (``python bench/query_speed.py
+--workdir /tmp/bq``: 1,000,004 records in 10,473 files). Through
+``Datasette(...).client`` (httpx, no server, the same Datasette that
+``session-index serve`` makes), the median of --runs requests of: the health
+page; every canned query, as HTML and as .json, with a session's id where it
+takes one; the session page of the session whose record count is nearest
+--session-records, and of the largest session. Target: under 1 s each.
+"""
+import argparse
+import asyncio
+import statistics
+import sqlite3
+import sys
+import time
+from pathlib import Path
+from urllib.parse import quote, urlencode
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from indexer import web, web_metadata  # noqa: E402
+
+TARGET_S = 1.0
+# A value for each canned query's named parameters ("" means "any").
+PARAMS = {"cause": "", "since": "", "reason": "", "days": "7", "min_orphaned": "",
+          "error_class": ""}
+
+# The session nearest a record count, and the largest (main transcript records).
+SESSION_NEAR_SQL = """
+SELECT session_id, records FROM sessions ORDER BY abs(records - :n), session_id LIMIT 1
+""".strip()
+LARGEST_SQL = "SELECT session_id, records FROM sessions ORDER BY records DESC LIMIT 1"
+
+
+async def timed(ds, path, runs):
+    times, size = [], 0
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        response = await ds.client.get(path)
+        times.append(time.perf_counter() - t0)
+        if response.status_code != 200:
+            raise SystemExit(f"{path}: HTTP {response.status_code}\n{response.text[:500]}")
+        size = len(response.content)
+    return statistics.median(times), max(times), size
+
+
+async def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--db", default="/tmp/bq/index.db")
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--session-records", type=int, default=5000)
+    args = ap.parse_args()
+    db = Path(args.db)
+    if not db.exists():
+        raise SystemExit(f"{db} is missing: python bench/query_speed.py --workdir {db.parent}")
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    records = conn.execute("SELECT count(*) FROM records").fetchone()[0]
+    near = conn.execute(SESSION_NEAR_SQL, {"n": args.session_records}).fetchone()
+    largest = conn.execute(LARGEST_SQL).fetchone()
+    conn.close()
+
+    ds = web.make_datasette(db)
+    await ds.invoke_startup()
+    name = db.stem
+    cases = [("health page", "/-/session-health")]
+    for query in web_metadata.QUERIES:
+        sql = web_metadata.QUERIES[query][1]
+        params = {k: v for k, v in PARAMS.items() if f":{k}" in sql}
+        if ":session_id" in sql:
+            params["session_id"] = near[0]
+        query_string = urlencode(params)
+        cases.append((f"{query}", f"/{name}/{query}?{query_string}"))
+        cases.append((f"{query}.json", f"/{name}/{query}.json?{query_string}"))
+    for sid, n in (near, largest):
+        cases.append((f"session page, {n:,} records", "/-/sessions/" + quote(sid, safe="")))
+
+    print(f"{db}: {records:,} records; median of {args.runs} requests through Datasette.client")
+    print("| page | median | max | bytes |\n|---|---|---|---|")
+    slow = 0
+    for label, path in cases:
+        await ds.client.get(path)  # warm the page cache once
+        median, worst, size = await timed(ds, path, args.runs)
+        flag = "" if median < TARGET_S else "  **over 1 s**"
+        slow += median >= TARGET_S
+        print(f"| {label} | {median * 1000:.0f} ms | {worst * 1000:.0f} ms | {size:,} |{flag}")
+    print(f"\n{len(cases) - slow} of {len(cases)} under {TARGET_S:.0f} s")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

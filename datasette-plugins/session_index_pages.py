@@ -1,0 +1,29 @@
+"""session-index pages: the health page (in the menu), a session's tree, a
+record's raw JSON, and the stylesheet. The handlers are in indexer/web_pages.py."""
+
+from datasette import hookimpl
+
+from indexer import web_pages
+
+
+@hookimpl
+def register_routes():
+    return [
+        (r"^/-/session-health$", web_pages.health_page),
+        (r"^/-/sessions$", web_pages.session_lookup),
+        (r"^/-/sessions/(?P<session_id>[^/]+)$", web_pages.session_page),
+        (r"^/-/session-record/(?P<record_id>[0-9]+)$", web_pages.record_raw),
+        (r"^/-/session-download/(?P<file_id>[0-9]+)/(?P<which>original|repaired)$",
+         web_pages.download),
+        (r"^/-/session-index\.css$", web_pages.stylesheet),
+    ]
+
+
+@hookimpl
+def menu_links(datasette):
+    return [{"href": datasette.urls.path("/-/session-health"), "label": "Session health"}]
+
+
+@hookimpl
+def extra_css_urls(datasette):
+    return [datasette.urls.path("/-/session-index.css")]

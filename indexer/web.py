@@ -1,0 +1,177 @@
+"""``session-index serve`` and ``session-index demo``: Datasette on the index,
+with the metadata (indexer/web_metadata.py) and the plugins
+(``datasette-plugins/``), whether the package runs from a checkout or from an
+installed wheel (which carries the plugins as ``indexer/datasette_plugins``).
+
+The index is served as a live, mutable database: ingest keeps writing to it
+(WAL), and every page reads the latest commit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import shutil
+import socket
+import tempfile
+from pathlib import Path
+
+import click
+
+from . import db as dbmod
+from . import demo_data, web_metadata
+
+EXIT_UNUSABLE = 3
+DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 8001
+# Facets over a million records take longer than Datasette's default 200 ms.
+SETTINGS = {"facet_time_limit_ms": 1000}
+HERE = Path(__file__).resolve().parent
+# The plugins: the checkout's folder, else the copy an installed wheel carries.
+PLUGIN_DIRS = (HERE.parent / "datasette-plugins", HERE / "datasette_plugins")
+
+
+class Failure(click.ClickException):
+    exit_code = EXIT_UNUSABLE
+
+
+class WebError(Exception):
+    """The web UI cannot start (no plugins, no index, port taken)."""
+
+
+def plugins_dir() -> Path:
+    for candidate in PLUGIN_DIRS:
+        if candidate.is_dir() and any(candidate.glob("*.py")):
+            return candidate
+    raise WebError("the Datasette plugins are not installed with this package")
+
+
+def make_datasette(db_path, **kwargs):
+    """A Datasette on the index at ``db_path`` (mutable: not ``-i``), its
+    metadata naming the database as Datasette does (the file's stem)."""
+    from datasette.app import Datasette
+
+    return Datasette([str(db_path)], metadata=web_metadata.metadata(Path(db_path).stem),
+                     plugins_dir=str(plugins_dir()), settings=dict(SETTINGS), **kwargs)
+
+
+def prepare_index(db_path) -> None:
+    """Fail early on a missing or foreign file; bring an older index's schema
+    and views up to date, as ``status`` does."""
+    try:
+        db = dbmod.open_db(db_path, create=False)
+        dbmod.upgrade(db)
+        db.conn.close()
+    except dbmod.IndexError_ as exc:
+        raise WebError(str(exc)) from None
+    except Exception as exc:  # sqlite3.DatabaseError: not an index
+        raise WebError(f"{db_path} is not a usable session index: {exc}") from None
+
+
+def check_port(host: str, port: int) -> None:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            raise WebError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def run_server(db_path, host: str, port: int) -> None:
+    """Serve until interrupted."""
+    import uvicorn
+
+    ds = make_datasette(db_path)
+    asyncio.new_event_loop().run_until_complete(ds.invoke_startup())
+    shown = f"[{host}]" if ":" in host else host
+    click.echo(f"Serving {db_path} at http://{shown}:{port}/-/session-health", err=True)
+    if not is_loopback(host):
+        click.echo("warning: listening beyond this machine; anyone who reaches it reads "
+                   "every transcript (see the deployment notes)", err=True)
+    uvicorn.run(ds.app(), host=host, port=port, log_level="warning", lifespan="on", workers=1)
+
+
+def demo_folder(directory) -> Path:
+    """A folder for the demo: a new temporary one, an empty one, or a
+    previous demo's (its index and files are replaced)."""
+    if directory is None:
+        return Path(tempfile.mkdtemp(prefix="session-index-demo-"))
+    path = Path(directory)
+    if path.exists() and any(path.iterdir()):
+        if not (path / "demo.db").exists():
+            raise WebError(f"{path} is not empty and holds no earlier demo: name another folder")
+        for sub in ("projects", "logs"):
+            shutil.rmtree(path / sub, ignore_errors=True)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+db_option = click.option(
+    "--db", "db_path", type=click.Path(dir_okay=False), default=dbmod.default_db_path,
+    show_default="$SESSION_INDEX_DB, else sessions.db", help="The index file.")
+host_option = click.option("--host", default=DEFAULT_HOST, show_default=True,
+                           help="Address to listen on (loopback by default).")
+port_option = click.option("--port", default=DEFAULT_PORT, show_default=True, type=int,
+                           help="Port to listen on.")
+
+
+@click.command()
+@db_option
+@host_option
+@port_option
+def serve(db_path, host, port):
+    """Browse the index in Datasette, with the session pages.
+
+    Serves the live index (ingest may keep writing) with the metadata, canned
+    queries and plugins of this package: /-/session-health, and
+    /-/sessions/SESSION_ID for each session's record tree. Listens on
+    127.0.0.1 unless --host says otherwise.
+
+    Example:
+
+        session-index serve --db sessions.db --port 8001
+    """
+    try:
+        prepare_index(db_path)
+        check_port(host, port)
+        run_server(db_path, host, port)
+    except WebError as exc:
+        raise Failure(str(exc)) from None
+
+
+@click.command()
+@click.option("--dir", "directory", type=click.Path(file_okay=False),
+              help="Build it here (default: a new temporary folder).")
+@click.option("--no-serve", is_flag=True, help="Build the index, print its path, exit.")
+@host_option
+@port_option
+def demo(directory, no_serve, host, port):
+    """Build a demo index with one example of every problem class, and serve it.
+
+    The transcripts, execution logs and session references are made by the
+    package (nothing is read from ~/.claude). Prints the index's path.
+
+    Example:
+
+        session-index demo --port 8001
+        session-index demo --dir /tmp/si-demo --no-serve
+    """
+    try:
+        folder = demo_folder(directory)
+        if not no_serve:
+            check_port(host, port)
+        path = demo_data.build_demo(folder)
+        click.echo(str(path))
+        if not no_serve:
+            run_server(path, host, port)
+    except WebError as exc:
+        raise Failure(str(exc)) from None

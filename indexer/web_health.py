@@ -1,0 +1,140 @@
+"""The health page's problem classes: one list, one line each.
+
+Each ``Check`` names a problem class, the table or view it lives in (the page
+links there, with ``link`` as its query string) and a query returning one row
+per problem with three columns: ``session_id``, ``at`` (when it happened,
+ISO-8601) and ``detail`` (a few words). The page counts each class, shows
+its newest problem, sorts classes by it, and lists the newest problems of all
+classes. A check whose table or view is not in the index is skipped, so a
+class can be listed before the index has it.
+
+The problem logic is in the views; these queries only pick columns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Check:
+    label: str
+    name: str   # the table or view (or canned query) the count links to
+    sql: str    # rows of (session_id, at, detail)
+    link: str = ""  # query string added to the link
+
+
+CHECKS = (
+    Check("Poisoned: a synthetic placeholder ends the resume chain", "poisoned_sessions",
+          "SELECT session_id, last_seen AS at, 'placeholder ' || coalesce(message_id, '?') "
+          "AS detail FROM poisoned_sessions WHERE at_resume_tail", "at_resume_tail=1"),
+    Check("Synthetic placeholders inside the resume chain", "poisoned_sessions",
+          "SELECT session_id, last_seen AS at, synthetic_on_chain || ' on the chain' AS detail "
+          "FROM poisoned_sessions WHERE NOT at_resume_tail AND synthetic_on_chain",
+          "at_resume_tail=0"),
+    Check("api_error splices: --resume drops recovered output", "api_error_splices",
+          "SELECT session_id, last_orphan_at AS at, orphaned_records || ' records, ' || "
+          "minutes_spanned || ' min' AS detail FROM api_error_splices"),
+    Check("Failed executions (claude -p)", "failed_executions",
+          "SELECT coalesce(session_id, init_session_id) AS session_id, log_mtime AS at, "
+          "error_class || ': ' || substr(error_message, 1, 80) AS detail FROM failed_executions"),
+    Check("Stale session references", "stale_session_refs",
+          "SELECT session_id, coalesce(deleted_at, expired_at, last_cached_at) AS at, "
+          "reason || ' (' || refs || ' refs)' AS detail FROM stale_session_refs"),
+    Check("Transcripts expired, still on disk", "expired_transcripts",
+          "SELECT session_id, expires_at AS at, path AS detail FROM expired_transcripts "
+          "WHERE status = 'expired'", "status=expired"),
+    Check("Transcripts expiring within 7 days", "expired_transcripts",
+          "SELECT session_id, mtime AS at, days_left || ' days left' AS detail "
+          "FROM expired_transcripts WHERE status = 'expiring'", "status=expiring"),
+    Check("Leaves that disagree (resume vs SDK)", "leaves",
+          "SELECT l.session_id, r.timestamp AS at, l.branch_count || ' branches' AS detail "
+          "FROM leaves l LEFT JOIN records r ON r.id = l.resume_leaf_id "
+          "WHERE NOT l.leaves_agree", "leaves_agree=0"),
+    Check("Parallel tool branches dropped", "orphans",
+          "SELECT session_id, timestamp AS at, type || ' line ' || line_no AS detail "
+          "FROM orphans WHERE cause = 'parallel_tool_branch'", "cause=parallel_tool_branch"),
+    Check("Abandoned branches (rewinds, edits)", "orphans",
+          "SELECT session_id, timestamp AS at, type || ' line ' || line_no AS detail "
+          "FROM orphans WHERE cause = 'abandoned_branch'", "cause=abandoned_branch"),
+    Check("Records after a missing parent", "orphans",
+          "SELECT session_id, timestamp AS at, type || ' line ' || line_no AS detail "
+          "FROM orphans WHERE cause = 'dangling_parent'", "cause=dangling_parent"),
+    Check("Records under another root", "orphans",
+          "SELECT session_id, timestamp AS at, type || ' line ' || line_no AS detail "
+          "FROM orphans WHERE cause = 'unlinked'", "cause=unlinked"),
+    Check("Records in parent cycles", "orphans",
+          "SELECT session_id, timestamp AS at, type || ' line ' || line_no AS detail "
+          "FROM orphans WHERE cause = 'other'", "cause=other"),
+    Check("Chain breaks (parentUuid not in the file)", "chain_breaks",
+          "SELECT session_id, timestamp AS at, type || ' line ' || line_no AS detail "
+          "FROM chain_breaks"),
+    Check("Duplicate uuids", "duplicate_uuids",
+          "SELECT session_id, NULL AS at, copies || ' copies of ' || uuid AS detail "
+          "FROM duplicate_uuids"),
+    Check("Bad lines (not JSON objects)", "bad_lines",
+          "SELECT f.session_id, f.last_ingested_at AS at, b.error AS detail "
+          "FROM bad_lines b JOIN files f ON f.id = b.file_id"),
+    Check("Transcripts deleted from disk", "files",
+          "SELECT session_id, deleted_at AS at, path AS detail FROM files "
+          "WHERE deleted_at IS NOT NULL", "deleted_at__notblank=1"),
+)
+
+RECENT_PER_CHECK = 10
+RECENT_TOTAL = 20
+
+# One query per check: its total, its newest time, and its newest rows.
+CHECK_SQL = """
+SELECT session_id, at, detail, count(*) OVER () AS total, max(at) OVER () AS newest
+FROM ({sql}) ORDER BY at IS NULL, at DESC LIMIT {limit}
+""".strip()
+
+# The names a check can depend on.
+NAMES_SQL = "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')"
+
+# The index's last ingest (written by ingest) and its size.
+OVERVIEW_SQL = """
+SELECT (SELECT value FROM index_meta WHERE key = 'last_ingest_at') AS last_ingest_at,
+       (SELECT count(*) FROM sessions) AS sessions,
+       (SELECT count(*) FROM files) AS files,
+       (SELECT max(id) FROM records) AS records
+""".strip()
+
+
+@dataclass
+class Result:
+    check: Check
+    total: int
+    newest: str | None
+    rows: list
+    error: str | None = None
+
+
+async def run_checks(db, checks=CHECKS) -> tuple[list[Result], list]:
+    """Run every check whose table exists on a Datasette ``Database``: the
+    results (classes with problems first, newest first) and the newest
+    problems of all classes, newest first."""
+    names = {r[0] for r in await db.execute(NAMES_SQL)}
+    results = []
+    for check in checks:
+        if check.name not in names:
+            continue
+        try:
+            rows = [dict(r) for r in await db.execute(
+                CHECK_SQL.format(sql=check.sql, limit=RECENT_PER_CHECK))]
+        except Exception as exc:  # a view whose columns changed: say so, keep going
+            results.append(Result(check, 0, None, [], error=str(exc)))
+            continue
+        total = rows[0]["total"] if rows else 0
+        newest = rows[0]["newest"] if rows else None
+        results.append(Result(check, total, newest, rows))
+    results.sort(key=lambda r: r.newest or "", reverse=True)
+    results.sort(key=lambda r: r.total == 0)
+    recent = sorted(((row, r.check) for r in results for row in r.rows if row["at"]),
+                    key=lambda item: item[0]["at"], reverse=True)
+    return results, recent[:RECENT_TOTAL]
+
+
+async def overview(db) -> dict:
+    rows = await db.execute(OVERVIEW_SQL)
+    return dict(rows.first())

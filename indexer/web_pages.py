@@ -1,0 +1,241 @@
+"""The plugin pages: session health, a session's tree, a record's raw JSON.
+
+The hook files in ``datasette-plugins/`` route to these handlers. Each reads
+the index through Datasette (its permissions, its read-only connections) and
+renders a template from ``indexer/templates`` inside Datasette's layout.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import quote, unquote, urlencode
+
+from datasette.utils.asgi import NotFound, Response
+
+from . import web_health, web_tree
+from .web_format import CAUSE_COLOURS, pretty_json, session_path
+from .web_metadata import PLUGIN, QUERIES
+
+HERE = Path(__file__).resolve().parent
+TEMPLATES = HERE / "templates"
+CSS_PATH = HERE / "static" / "session-index.css"
+PAGE_TIME_LIMIT_MS = 20_000
+RAW_PRETTY_MAX = 5_000_000  # characters; a longer line is shown as written
+
+# The session's row and its transcript files (main first), with both leaves.
+SESSION_SQL = "SELECT * FROM sessions WHERE session_id = :session_id"
+SESSION_FILES_SQL = """
+SELECT f.id, f.path, f.kind, f.agent_id, f.records, f.first_timestamp, f.last_timestamp,
+  f.deleted_at, l.resume_leaf_uuid, l.sdk_leaf_uuid, l.leaves_agree, l.branch_count
+FROM files f LEFT JOIN leaves l ON l.file_id = f.id
+WHERE f.session_id = :session_id AND f.kind IN ('main', 'subagent')
+ORDER BY f.kind = 'main' DESC, f.deleted_at IS NOT NULL, f.first_timestamp, f.id
+""".strip()
+# The file's api_error episodes and chain breaks (the page's summary line).
+FILE_SPLICES_SQL = """
+SELECT api_error_uuid, branch_point_uuid, orphaned_records, minutes_spanned
+FROM api_error_splices WHERE file_id = :file_id
+""".strip()
+FILE_BREAKS_SQL = "SELECT count(*) FROM chain_breaks WHERE file_id = :file_id"
+# One record's exact line.
+RECORD_SQL = "SELECT raw, session_id, line_no FROM records WHERE id = :id"
+# How many lines `session-index repair` would change in this file.
+REPAIR_CHANGES_SQL = "SELECT count(*) FROM repair_plan WHERE file_id = :file_id"
+DOWNLOAD_FILE_SQL = """
+SELECT f.id, f.path, f.session_id, s.main_file_id = f.id AS is_main FROM files f
+LEFT JOIN sessions s ON s.session_id = f.session_id
+WHERE f.id = :id AND f.kind IN ('main', 'subagent')
+""".strip()
+
+
+async def index_database(datasette, request):
+    """The index database a page is about: ``?database=`` or the first the
+    metadata marks as a session index (else the first with the views)."""
+    names = [n for n in datasette.databases
+             if datasette.plugin_config(PLUGIN, database=n, fallback=False)]
+    if not names:
+        names = [n for n, db in datasette.databases.items()
+                 if n != "_internal" and "leaf_ancestry" in await db.view_names()]
+    wanted = request.args.get("database")
+    name = wanted if wanted in names else (names[0] if names else None)
+    if name is None:
+        raise NotFound("No session index is attached to this Datasette")
+    await datasette.ensure_permissions(
+        request.actor, [("view-database", name), "view-instance"])
+    return name, datasette.get_database(name)
+
+
+async def render(datasette, request, template, context, status=200):
+    tmpl = datasette.jinja_env.from_string((TEMPLATES / template).read_text())
+    html = await datasette.render_template(tmpl, context, request=request)
+    return Response.html(html, status=status)
+
+
+def _db_query(name: str) -> str:
+    return "?" + urlencode({"database": name})
+
+
+async def health_page(datasette, request):
+    name, db = await index_database(datasette, request)
+    results, recent = await web_health.run_checks(db)
+    overview = await web_health.overview(db)
+
+    def check_url(check):
+        url = datasette.urls.table(name, check.name)
+        return url + ("?" + check.link if check.link else "")
+
+    def session_url(session_id):
+        return datasette.urls.path(session_path(session_id)) if session_id else None
+
+    return await render(datasette, request, "session_health.html", {
+        "database": name,
+        "db_url": datasette.urls.database(name),
+        "overview": overview,
+        "results": [{"label": r.check.label, "url": check_url(r.check), "total": r.total,
+                     "newest": r.newest, "error": r.error} for r in results],
+        "recent": [{"at": row["at"], "label": check.label, "url": check_url(check),
+                    "session_id": row["session_id"], "session_url": session_url(row["session_id"]),
+                    "detail": row["detail"]} for row, check in recent],
+        "queries": [{"title": title, "url": datasette.urls.query(name, q)}
+                    for q, (title, _, _) in QUERIES.items()],
+        "lookup_url": datasette.urls.path("/-/sessions"),
+    })
+
+
+async def session_lookup(datasette, request):
+    """``/-/sessions?session_id=...``: the session's page (a form's target)."""
+    session_id = (request.args.get("session_id") or "").strip()
+    if not session_id:
+        return Response.redirect(datasette.urls.path("/-/session-health"))
+    return Response.redirect(datasette.urls.path(session_path(session_id)))
+
+
+async def session_page(datasette, request):
+    session_id = unquote(request.url_vars["session_id"])
+    name, db = await index_database(datasette, request)
+    params = {"session_id": session_id}
+    session = (await db.execute(SESSION_SQL, params)).first()
+    files = [dict(r) for r in await db.execute(SESSION_FILES_SQL, params)]
+    if session is None and not files:
+        return await render(datasette, request, "session_tree.html", {
+            "session_id": session_id, "missing": True,
+            "sessions_url": datasette.urls.table(name, "sessions")}, status=404)
+    file = _chosen_file(request, session, files)
+    fid = {"file_id": file["id"]}
+    limit = PAGE_TIME_LIMIT_MS
+    rows = await db.execute(web_tree.TREE_NODES_SQL, fid, custom_time_limit=limit)
+    ancestry = await db.execute(web_tree.ANCESTRY_SQL, fid, custom_time_limit=limit)
+    causes = {r["uuid"]: r["cause"] for r in await db.execute(web_tree.ORPHAN_CAUSES_SQL, fid)}
+    others = [dict(r) for r in await db.execute(web_tree.OTHER_RECORDS_SQL, fid)]
+    splices = [dict(r) for r in await db.execute(FILE_SPLICES_SQL, fid)]
+    breaks = (await db.execute(FILE_BREAKS_SQL, fid)).first()[0]
+    repair_changes = (await db.execute(REPAIR_CHANGES_SQL, fid)).first()[0]
+    tree = web_tree.build(rows, ancestry, causes, file)
+
+    records_url = datasette.urls.table(name, "records") + "/"
+
+    def row_url(record_id):  # records.id is an integer: nothing to encode
+        return f"{records_url}{int(record_id)}"
+
+    page = datasette.urls.path(session_path(session_id))
+    by_cause = {}
+    for cause in causes.values():
+        by_cause[cause] = by_cause.get(cause, 0) + 1
+    queries = {q: datasette.urls.query(name, q) + "?" + urlencode(params)
+               for q in ("session_health", "resume_chain", "session_orphans", "session_files")}
+    return await render(datasette, request, "session_tree.html", {
+        "session_id": session_id,
+        "session": dict(session) if session else {},
+        "database": name,
+        "files": [dict(f, url=page + "?" + urlencode({"file": f["id"], "database": name}),
+                       current=f["id"] == file["id"]) for f in files],
+        "file": file,
+        "leaves_differ": file["resume_leaf_uuid"] != file["sdk_leaf_uuid"],
+        "uuid_anchor": lambda uuid: "#u-" + quote(uuid or "", safe=""),
+        "counts": tree["counts"],
+        "by_cause": sorted(by_cause.items(), key=lambda kv: -kv[1]),
+        "colours": CAUSE_COLOURS,
+        "splices": splices,
+        "breaks": breaks,
+        "others": others,
+        "top": web_tree.render(tree["top"], row_url),
+        "spine": web_tree.render(tree["spine"], row_url),
+        "groups": [(label, web_tree.render(units, row_url)) for label, _, units in tree["groups"]],
+        "record_url": datasette.urls.path("/-/session-record/"),
+        "record_query": _db_query(name),
+        "queries": queries,
+        "orphans_url": datasette.urls.table(name, "orphans") + "?" + urlencode(
+            {"file_id": file["id"]}),
+        "download_url": datasette.urls.path(f"/-/session-download/{int(file['id'])}/"),
+        "repair_changes": repair_changes,
+        "repair_plan_url": datasette.urls.table(name, "repair_plan") + "?" + urlencode(
+            {"file_id": file["id"]}),
+    })
+
+
+def _chosen_file(request, session, files):
+    wanted = request.args.get("file")
+    for f in files:
+        if wanted and str(f["id"]) == wanted:
+            return f
+    if wanted:
+        raise NotFound("That file is not a transcript of this session")
+    main_id = session["main_file_id"] if session else None
+    for f in files:
+        if f["id"] == main_id:
+            return f
+    return files[0]
+
+
+async def record_raw(datasette, request):
+    """A record's line, pretty-printed, as text/plain (the session page shows
+    it with textContent, never as HTML)."""
+    name, db = await index_database(datasette, request)
+    await datasette.ensure_permissions(request.actor, [("view-table", (name, "records"))])
+    row = (await db.execute(RECORD_SQL, {"id": int(request.url_vars["record_id"])})).first()
+    if row is None:
+        raise NotFound("No such record")
+    raw = row["raw"]
+    text = pretty_json(raw) if len(raw) <= RAW_PRETTY_MAX else raw
+    return Response.text(text, headers={"X-Content-Type-Options": "nosniff",
+                                        "Cache-Control": "no-store"})
+
+
+async def stylesheet(datasette, request):
+    return Response(CSS_PATH.read_text(), content_type="text/css; charset=utf-8",
+                    headers={"Cache-Control": "max-age=300"})
+
+
+class _Conn:
+    """The library's functions take an object with ``.conn``."""
+
+    def __init__(self, conn):
+        self.conn = conn
+
+
+async def download(datasette, request):
+    """A transcript file rebuilt from the index: ``original`` (byte for byte as
+    last ingested) or ``repaired`` (repair_plan applied, the main transcript)."""
+    from . import repair
+    from .ingest import stored_bytes
+
+    name, db = await index_database(datasette, request)
+    await datasette.ensure_permissions(request.actor, [("view-table", (name, "records"))])
+    which = request.url_vars["which"]
+    row = (await db.execute(DOWNLOAD_FILE_SQL, {"id": int(request.url_vars["file_id"])})).first()
+    if row is None or (which == "repaired" and not row["is_main"]):
+        raise NotFound("No such transcript file")
+
+    def build(conn):
+        index = _Conn(conn)
+        if which == "original":
+            return b"".join(stored_bytes(conn, row["id"], with_pending=True))
+        return repair.repaired_bytes(index, repair.plan(index, row["session_id"]))
+
+    data = await db.execute_fn(build)
+    filename = Path(row["path"]).name.replace('"', "")
+    if which == "repaired":
+        filename = filename.replace(".jsonl", ".repaired.jsonl")
+    return Response(data, content_type="application/x-ndjson", headers={
+        "Content-Disposition": f'attachment; filename="{quote(filename)}"',
+        "X-Content-Type-Options": "nosniff"})

@@ -1,0 +1,634 @@
+"""The web UI through Datasette's own client (httpx, no server): every page,
+every canned query (HTML and .json), every plugin hook, on one index that
+holds every problem class (the demo's, plus chain breaks, cycles, duplicates,
+a bad line and a transcript full of hostile text)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from html import unescape as html_unescape
+import re
+import shutil
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+import yaml
+from click.testing import CliRunner
+from markupsafe import Markup
+
+from conftest import Transcript, write_jsonl
+from indexer import demo_data, web, web_cells, web_format, web_health, web_metadata, web_tree
+from indexer.cli import cli
+from indexer.db import open_db
+from indexer.ingest import ingest
+
+ROOT = Path(__file__).resolve().parent.parent
+sid = demo_data.session_id
+PWN = "window.__pwned=1"
+# Hostile text: it must render as text and run nothing.
+HOSTILE_TEXT = (f'<script>{PWN}</script> "><img src=x onerror="{PWN}"> '
+                f"[click me](javascript:{PWN}) <a href=\"javascript:{PWN}\">link</a> "
+                "<svg onload=alert(1)>")
+HOSTILE_SID = f'"><img src=x onerror={PWN}>/javascript:alert(1)'
+HOSTILE_UUID = f'u"><script>{PWN}</script>'
+BROKEN_SID = "bbbbbbbb-0000-4000-8000-000000000001"
+
+
+def hostile_transcript(projects: Path) -> None:
+    t = Transcript(HOSTILE_SID)
+    t.add(HOSTILE_UUID, None, "user", message={"role": "user", "content": HOSTILE_TEXT},
+          cwd=f"/tmp/<b>{PWN}</b>")
+    t.add("h2", HOSTILE_UUID, "assistant", subtype=f"<i onmouseover={PWN}>",
+          message={"id": f"<img src=x onerror={PWN}>", "role": "assistant",
+                   "model": "<synthetic>", "content": [{"type": "text", "text": HOSTILE_TEXT}]})
+    t.add("h3", HOSTILE_UUID, "assistant", ts=f"<script>{PWN}</script>",
+          message={"id": "msg_h3", "role": "assistant", "model": "m",
+                   "content": [{"type": "tool_use", "id": "x", "name": f"<b>{PWN}</b>",
+                                "input": {"url": f"javascript:{PWN}"}}]})
+    t.records.append({"type": f"<script>{PWN}</script>", "note": HOSTILE_TEXT})
+    t.write(projects / "-tmp-hostile", "hostile-session.jsonl")
+
+
+def broken_transcript(projects: Path) -> None:
+    """A chain break, another root, a duplicate uuid, a cycle and a bad line."""
+    t = Transcript(BROKEN_SID)
+    t.add("b1", None, "user")
+    t.add("b2", "b1", "assistant")
+    t.add("b3", "missing-parent", "user")
+    t.add("b4", "b3", "assistant")
+    t.add("b5", None, "user")
+    t.add("b6", "b7", "user", ts="2026-09-01T00:00:00.100Z")
+    t.add("b7", "b6", "assistant", ts="2026-09-01T00:00:00.200Z")
+    t.add("b8", "b2", "user")
+    t.add("b8", "b2", "user")
+    t.add("b9", "b8", "assistant")
+    lines = [json.dumps(r) for r in t.records]
+    lines.insert(3, '{"type": "user", "uuid": "cut off')
+    write_jsonl(projects / "-tmp-broken" / f"{BROKEN_SID}.jsonl", lines)
+
+
+def build_fixture_index(folder: Path) -> Path:
+    """The demo index plus the hostile and broken transcripts."""
+    db_path = demo_data.build_demo(folder)
+    extra = folder / "extra"
+    hostile_transcript(extra)
+    broken_transcript(extra)
+    db = open_db(db_path)
+    ingest(db, [str(extra)], config_dir=folder)
+    db.conn.close()
+    return db_path
+
+
+class Web:
+    """A Datasette on the fixture index, as ``session-index serve`` makes it."""
+
+    def __init__(self, db_path):
+        self.path = Path(db_path)
+        self.ds = web.make_datasette(db_path)
+        self.name = self.path.stem
+        asyncio.run(self.ds.invoke_startup())
+
+    def get(self, path, status=200):
+        response = asyncio.run(self.ds.client.get(path))
+        assert response.status_code == status, (path, response.text[:2000])
+        return response
+
+    def json(self, path):
+        return self.get(path).json()
+
+    def rows(self, sql, params=()):
+        conn = sqlite3.connect(self.path)
+        conn.row_factory = sqlite3.Row
+        try:
+            return [dict(r) for r in conn.execute(sql, params)]
+        finally:
+            conn.close()
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    return Web(build_fixture_index(tmp_path_factory.mktemp("web")))
+
+
+def session_url(session_id, **params):
+    query = "&".join(f"{k}={v}" for k, v in params.items())
+    return web_format.session_path(session_id) + ("?" + query if query else "")
+
+
+def no_live_markup(html: str):
+    """The hostile payloads appear only escaped."""
+    assert "<script>" + PWN not in html
+    assert "<img src=x" not in html
+    assert "<svg onload" not in html
+    assert 'href="javascript:' not in html
+    assert "<i onmouseover" not in html
+
+
+# --- metadata ----------------------------------------------------------------
+
+def test_metadata_yml_is_generated_from_web_metadata():
+    assert (ROOT / "metadata.yml").read_text() == web_metadata.metadata_yaml(), (
+        "regenerate: python -m indexer.web_metadata > metadata.yml")
+    data = yaml.safe_load((ROOT / "metadata.yml").read_text())
+    assert list(data["databases"]) == ["sessions"]
+    assert set(data["databases"]["sessions"]["queries"]) == set(web_metadata.QUERIES)
+
+
+def test_no_canned_query_hides_a_table_or_view():
+    assert not set(web_metadata.QUERIES) & set(web_metadata.TABLES)
+
+
+def test_every_table_view_and_column_is_described(site):
+    tables = web_metadata.TABLES
+    names = [r["name"] for r in site.rows(
+        "SELECT name FROM sqlite_master WHERE type IN ('table', 'view') "
+        "AND name NOT LIKE 'sqlite_%'")]
+    assert names
+    for name in names:
+        assert name in tables, f"{name} is not described in indexer/web_metadata.py"
+        assert tables[name]["description"]
+        columns = [r["name"] for r in site.rows(f"PRAGMA table_info('{name}')")]
+        missing = [c for c in columns if c not in tables[name]["columns"]]
+        assert missing == [], (name, missing)
+
+
+def test_metadata_uses_the_files_stem_as_database_name(tmp_path):
+    path = tmp_path / "my index.db"
+    shutil.copy(build_fixture_index(tmp_path / "b"), path)
+    other = Web(path)
+    assert other.name == "my index"
+    assert other.ds.plugin_config("session-index", database="my index", fallback=False)
+    data = other.json("/my~20index/session_health.json?_shape=array&session_id="
+                      + sid("api-error-splice"))
+    assert data[0]["api_error_splices"] == 1
+
+
+# --- pages of every table and view ------------------------------------------
+
+def test_index_database_and_every_table_page(site):
+    assert "Session health" in site.get("/").text  # the menu link
+    db_page = site.get(f"/{site.name}").text
+    for query in web_metadata.QUERIES:
+        assert f"/{site.name}/{query}" in db_page
+    for name in web_metadata.TABLES:
+        if not site.rows("SELECT 1 FROM sqlite_master WHERE name = ?", [name]):
+            continue
+        html = site.get(f"/{site.name}/{name}").text
+        no_live_markup(html)
+        assert site.json(f"/{site.name}/{name}.json?_shape=array") is not None
+
+
+def test_facets_from_metadata(site):
+    data = site.json(f"/{site.name}/orphans.json")
+    assert "cause" in data["facet_results"]
+    causes = {f["value"] for f in data["facet_results"]["cause"]["results"]}
+    assert {"api_error_splice", "parallel_tool_branch", "abandoned_branch",
+            "dangling_parent", "unlinked", "other", "compacted", "progress"} <= causes
+
+
+# --- canned queries ------------------------------------------------------------
+
+def canned(site, name, **params):
+    query = "&".join(f"{k}={quote(str(v), safe='')}" for k, v in params.items())
+    html = site.get(f"/{site.name}/{name}?{query}").text
+    no_live_markup(html)
+    return site.json(f"/{site.name}/{name}.json?_shape=array&{query}")
+
+
+def test_canned_session_health(site):
+    [splice] = canned(site, "session_health", session_id=sid("api-error-splice"))
+    assert (splice["api_error_splices"], splice["leaves_agree"],
+            splice["poisoned_tail"]) == (1, 1, None)
+    assert json.loads(splice["orphans_by_cause"]) == {"api_error_splice": 3}
+    [seed] = canned(site, "session_health", session_id=sid("seed-000"))
+    assert (seed["leaves_agree"], seed["resume_leaf_uuid"] != seed["sdk_leaf_uuid"]) == (0, True)
+    [poisoned] = canned(site, "session_health", session_id=sid("poisoned-tail"))
+    assert (poisoned["poisoned_tail"], poisoned["failed_executions"]) == (1, 1)
+    [expired] = canned(site, "session_health", session_id=sid("expired"))
+    assert expired["expiry_status"] == "expired"
+    [broken] = canned(site, "session_health", session_id=BROKEN_SID)
+    assert (broken["chain_breaks"], broken["duplicate_uuids"]) == (1, 1)
+    assert canned(site, "session_health", session_id="no-such-session") == []
+
+
+def test_canned_resume_chain_and_orphans(site):
+    chain = canned(site, "resume_chain", session_id=sid("rewind"))
+    assert [r["depth"] for r in chain] == [3, 2, 1, 0]
+    assert [r["text"] for r in chain] == [
+        "Add a /health endpoint.", "Added GET /health returning 200.",
+        "Now make it check the database and the cache.",
+        "It checks both, in parallel, with a 2 second timeout."]
+    orphans = canned(site, "session_orphans", session_id=sid("rewind"), cause="")
+    assert [(r["cause"], r["type"]) for r in orphans] == [
+        ("abandoned_branch", "user"), ("abandoned_branch", "assistant"),
+        ("progress", "progress"), ("abandoned_branch", "system"), ("abandoned_branch", "user")]
+    only = canned(site, "session_orphans", session_id=sid("rewind"), cause="progress")
+    assert [r["type"] for r in only] == ["progress"]
+    files = canned(site, "session_files", session_id=sid("long-session"))
+    assert [(f["kind"], f["agent_id"]) for f in files] == [("main", None), ("subagent", "a1b2c3d4")]
+
+
+def test_canned_operator_signals(site):
+    [poisoned] = canned(site, "poisoned", since="")
+    assert (poisoned["session_id"], poisoned["at_resume_tail"], poisoned["failed_resumes"]) == (
+        sid("poisoned-tail"), 1, 1)
+    assert canned(site, "poisoned", since="2999-01-01") == []
+    stale = canned(site, "stale_refs", reason="")
+    assert sorted((r["session_id"], r["reason"]) for r in stale) == sorted([
+        (sid("never-indexed"), "never_indexed"), (sid("deleted"), "deleted"),
+        (sid("expired"), "expired")])
+    assert [r["reason"] for r in canned(site, "stale_refs", reason="deleted")] == ["deleted"]
+    expiring = canned(site, "expiring_transcripts", days=7)
+    assert [(r["session_id"], r["status"]) for r in expiring] == [
+        (sid("expired"), "expired"), (sid("expiring"), "expiring")]
+    assert [r["status"] for r in canned(site, "expiring_transcripts", days=-5)] == ["expired"]
+    splices = canned(site, "splices", min_orphaned="")
+    assert [(r["session_id"], r["orphaned_records"]) for r in splices] == [
+        (sid("seed-000"), 1), (sid("api-error-splice"), 3)]
+    assert len(canned(site, "splices", min_orphaned=2)) == 1
+    failed = canned(site, "failed_runs", error_class="")
+    assert sorted(r["error_class"] for r in failed) == ["poisoned_previous_message_id",
+                                                        "resume_not_found"]
+    [missing] = canned(site, "failed_runs", error_class="resume_not_found")
+    assert missing["resume_target"] == sid("never-indexed")
+    assert missing["error_message"] == (
+        f"No conversation found with session ID: {sid('never-indexed')}")
+
+
+# --- the health page -----------------------------------------------------------
+
+def test_health_page(site):
+    html = site.get("/-/session-health").text
+    [last] = site.rows("SELECT value FROM index_meta WHERE key = 'last_ingest_at'")
+    assert f'<strong class="si-last-ingest">{last["value"]}</strong>' in html
+    labels = [c.label for c in web_health.CHECKS]
+    positions = {label: html.find(str(Markup.escape(label))) for label in labels}
+    assert all(p > 0 for p in positions.values()), positions
+    for check in web_health.CHECKS:
+        assert f'href="/{site.name}/{check.name}' in html
+    assert f'href="/{site.name}/orphans?cause=parallel_tool_branch"' in html
+    # Classes with problems come first, newest first; empty ones after.
+    table = html[html.index("Problems by class"):html.index("Newest problems")]
+    counts = [int(n) for n in re.findall(r'<td class="si-count">(\d+)</td>', table)]
+    assert counts[:10] and all(counts[:10]) and counts.index(0) >= 10
+    newest = re.findall(r'<td class="si-count">[1-9]\d*</td>\s*<td>([^<]+)</td>', table)
+    assert newest == sorted(newest, reverse=True)
+    recent = html[html.index("Newest problems"):]
+    whens = re.findall(r"<tr>\s*<td>([^<]+)</td>", recent)
+    assert whens and whens == sorted(whens, reverse=True)
+    assert session_url(sid("poisoned-tail")) in recent
+    no_live_markup(html)
+
+
+def test_health_checks_skip_missing_names_and_report_bad_sql(site):
+    db = site.ds.get_database(site.name)
+    checks = (web_health.Check("not there", "no_such_view", "SELECT 1"),
+              web_health.Check("broken", "files", "SELECT nonsense FROM files"),
+              web_health.Check("deleted", "files", "SELECT session_id, deleted_at AS at, "
+                               "path AS detail FROM files WHERE deleted_at IS NOT NULL"))
+    results, recent = asyncio.run(web_health.run_checks(db, checks))
+    assert [(r.check.label, r.total, bool(r.error)) for r in results] == [
+        ("deleted", 1, False), ("broken", 0, True)]
+    assert [row["session_id"] for row, _ in recent] == [sid("deleted")]
+
+
+def test_stylesheet_is_linked_from_every_page(site):
+    css = site.get("/-/session-index.css")
+    assert css.headers["content-type"].startswith("text/css") and ".si-node" in css.text
+    for path in ("/", f"/{site.name}/records", "/-/session-health"):
+        assert '<link rel="stylesheet" href="/-/session-index.css">' in site.get(path).text
+
+
+def test_pages_keep_datasettes_permissions(tmp_path):
+    db_path = demo_data.build_demo(tmp_path)
+    meta = web_metadata.metadata("demo")
+    meta["allow"] = {"id": "ops"}
+    from datasette.app import Datasette
+    ds = Datasette([str(db_path)], metadata=meta, plugins_dir=str(web.plugins_dir()))
+    record_id = sqlite3.connect(db_path).execute("SELECT max(id) FROM records").fetchone()[0]
+    for path in ("/-/session-health", session_url(sid("seed-000")),
+                 f"/-/session-record/{record_id}", "/demo/splices.json"):
+        assert asyncio.run(ds.client.get(path)).status_code == 403, path
+    ops = {"ds_actor": ds.sign({"a": {"id": "ops"}}, "actor")}
+    assert asyncio.run(ds.client.get("/-/session-health", cookies=ops)).status_code == 200
+
+
+def test_session_lookup_redirects(site):
+    r = site.get("/-/sessions?session_id=" + quote(HOSTILE_SID, safe=""), status=302)
+    assert r.headers["location"] == session_url(HOSTILE_SID)
+    assert site.get("/-/sessions", status=302).headers["location"] == "/-/session-health"
+
+
+# --- the session page ------------------------------------------------------------
+
+def nodes(html):
+    """(uuid, cause label, marks) of every node on a session page."""
+    out = []
+    for m in re.finditer(r'<div class="si-node[^"]*" id="u-([^"]*)".*?<span class="si-cause">'
+                         r'([^<]*)</span>(.*?)</div>', html):
+        marks = re.findall(r'<span class="si-mark [^"]*">([^<]*)</span>', m.group(3))
+        out.append((html_unescape(m.group(1)), m.group(2), [html_unescape(k) for k in marks]))
+    return out
+
+
+def test_session_page_splice(site):
+    html = site.get(session_url(sid("api-error-splice"))).text
+    drawn = nodes(html)
+    assert [c for _, c, _ in drawn] == [
+        "resume chain", "resume chain", "resume chain", "api_error_splice", "api_error_splice",
+        "api_error_splice", "resume chain", "resume chain", "resume chain", "resume chain",
+        "resume chain"]
+    assert [m for _, _, m in drawn if m] == [["api_error"], ["api_error"], ["leaf (both readers)"]]
+    assert "api_error splice: 3 records" in html
+    assert 'class="si-fold' not in html  # small: nothing folded
+
+
+def test_session_page_marks_both_leaves_when_they_differ(site):
+    html = site.get(session_url(sid("seed-000"))).text
+    marks = {m for _, _, ms in nodes(html) for m in ms}
+    assert {"resume leaf", "SDK leaf", "on the SDK's chain", "api_error"} <= marks
+    assert "leaves differ" in html
+
+
+def test_session_page_poisoned_compaction_parallel(site):
+    poisoned = nodes(site.get(session_url(sid("poisoned-tail"))).text)
+    assert poisoned[-1][2] == ["leaf (both readers)", "synthetic placeholder"]
+    compaction = site.get(session_url(sid("compaction"))).text
+    assert "Compacted history" in compaction
+    assert {c for _, c, _ in nodes(compaction)} == {"compacted", "resume chain"}
+    assert {"compaction", "compact summary"} <= {m for _, _, ms in nodes(compaction) for m in ms}
+    parallel = nodes(site.get(session_url(sid("parallel-tools"))).text)
+    assert [c for _, c, _ in parallel].count("parallel_tool_branch") == 1
+
+
+def test_session_page_folds_a_long_session_and_reaches_its_subagent(site):
+    html = site.get(session_url(sid("long-session"))).text
+    assert html.count('class="si-fold si-fold-progress"') >= 4
+    assert re.search(r"\d+ more records, ", html)
+    assert len(nodes(html)) == 422  # every record is in the page, folded or not
+    [sub] = site.rows("SELECT id FROM files WHERE agent_id = 'a1b2c3d4'")
+    link = session_url(sid("long-session"), file=sub["id"], database=site.name)
+    assert link.replace("&", "&amp;") in html
+    subpage = site.get(link).text
+    assert "Review the lint fixes" in subpage and "si-current" in subpage
+    site.get(session_url(sid("long-session"), file=999999), status=404)
+
+
+def test_session_page_broken_transcript(site):
+    html = site.get(session_url(BROKEN_SID)).text
+    causes = dict((u, c) for u, c, _ in nodes(html))
+    assert (causes["b3"], causes["b5"], causes["b6"], causes["b7"]) == (
+        "dangling_parent", "unlinked", "other", "other")
+    assert "parent missing" in html and "In parent cycles" in html
+    assert "chain break" in html
+
+
+def test_unknown_session_is_404(site):
+    html = site.get(session_url("<b>nope</b>"), status=404).text
+    assert "&lt;b&gt;nope&lt;/b&gt;" in html
+
+
+def test_record_raw_is_pretty_text(site):
+    [rec] = site.rows("SELECT id, raw FROM records WHERE uuid = ?", [HOSTILE_UUID])
+    r = site.get(f"/-/session-record/{rec['id']}?database={site.name}")
+    assert r.headers["content-type"].startswith("text/plain")
+    assert r.headers["x-content-type-options"] == "nosniff"
+    assert r.text == web_format.pretty_json(rec["raw"])
+    assert json.loads(r.text) == json.loads(rec["raw"])
+    site.get("/-/session-record/99999999", status=404)
+
+
+def test_hostile_transcript_renders_as_text(site):
+    page = site.get(session_url(HOSTILE_SID)).text
+    no_live_markup(page)
+    assert Markup.escape(HOSTILE_TEXT)[:60] in page
+    assert f'id="u-{Markup.escape(HOSTILE_UUID)}"' in page
+    [rec] = site.rows("SELECT id FROM records WHERE uuid = 'h2'")
+    for path in (f"/{site.name}/records?session_id={quote(HOSTILE_SID, safe='')}",
+                 f"/{site.name}/records/{rec['id']}", f"/{site.name}/orphans",
+                 f"/{site.name}/files", f"/{site.name}/sessions", "/-/session-health"):
+        no_live_markup(site.get(path).text)
+
+
+# --- render_cell -----------------------------------------------------------------
+
+def test_render_cell_in_tables(site):
+    html = site.get(f"/{site.name}/orphans?session_id={sid('api-error-splice')}").text
+    assert f'<a href="{session_url(sid("api-error-splice"))}">' in html
+    assert re.search(r'<a href="/-/sessions/[^"]+\?file=\d+#u-[^"]+">', html)
+    assert 'class="si-badge" style="background:#c62828" title="cause">api_error_splice' in html
+    [rec] = site.rows("SELECT id FROM records WHERE message_id LIKE '%-%' AND type = 'assistant' "
+                      "AND session_id = ?", [sid("poisoned-tail")])
+    row = site.get(f"/{site.name}/records/{rec['id']}").text
+    assert 'title="not an API message id">synthetic</span>' in row
+    assert '<pre class="si-json">{\n  &#34;parentUuid&#34;' in row
+    failed = site.get(f"/{site.name}/failed_executions").text
+    assert 'title="error_class">resume_not_found</span>' in failed
+
+
+def test_render_cell_unit():
+    class Urls:
+        def path(self, p):
+            return "/base" + p
+
+        def row(self, db, table, pk, format=None):
+            return f"/base/{db}/{table}/{pk}.{format}"
+
+    class Row(dict):
+        pass
+
+    urls = Urls()
+    r = Row(session_id="s 1", file_id=4, type="user", id=9)
+    assert web_cells.render_cell(r, "s 1", "session_id", "records", "d", urls) == \
+        '<a href="/base/-/sessions/s%201">s 1</a>'
+    assert web_cells.render_cell(r, '"x', "uuid", "records", "d", urls) == \
+        '<a href="/base/-/sessions/s%201?file=4#u-%22x">&#34;x</a>'
+    # a user record's message_id is not a placeholder's
+    assert web_cells.render_cell(r, "abc", "message_id", "records", "d", urls) is None
+    assert "synthetic" in web_cells.render_cell(Row(), "abc", "message_id", None, "d", urls)
+    assert web_cells.render_cell(Row(), "msg_1", "message_id", None, "d", urls) is None
+    assert "ok</span>" in web_cells.render_cell(Row(), "ok", "error_class", None, "d", urls)
+    assert web_cells.render_cell(Row(), "weird", "error_class", None, "d", urls) is None
+    assert "leaves differ" in web_cells.render_cell(Row(), 0, "leaves_agree", None, "d", urls)
+    assert web_cells.render_cell(Row(), 1, "leaves_agree", None, "d", urls) is None
+    big = '{"a": "' + "x" * 30000 + '"}'
+    cell = web_cells.render_cell(r, big, "raw", "records", "d", urls)
+    assert "more characters" in cell and "/base/d/records/9.json" in cell
+    assert web_cells.render_cell(r, b"\x00", "raw", "bad_lines", "d", urls) is None
+    assert web_cells.render_cell(r, 5, "other", "records", "d", urls) is None
+
+
+def test_render_cell_leaves_other_databases_alone(tmp_path):
+    other = tmp_path / "other.db"
+    conn = sqlite3.connect(other)
+    conn.execute("CREATE TABLE t (session_id TEXT, raw TEXT)")
+    conn.execute("INSERT INTO t VALUES ('s1', '{\"a\":1}')")
+    conn.commit()
+    conn.close()
+    from datasette.app import Datasette
+    ds = Datasette([str(other)], plugins_dir=str(web.plugins_dir()))
+    html = asyncio.run(ds.client.get("/other/t")).text
+    assert "/-/sessions/s1" not in html and "si-json" not in html
+    assert asyncio.run(ds.client.get("/-/session-health")).status_code == 404
+
+
+def test_pages_find_the_index_without_metadata(site):
+    from datasette.app import Datasette
+    ds = Datasette([str(site.path)], plugins_dir=str(web.plugins_dir()))
+    html = asyncio.run(ds.client.get("/-/session-health")).text
+    assert "Problems by class" in html and f'href="/{site.name}/leaves?leaves_agree=0"' in html
+
+
+# --- SQL functions -----------------------------------------------------------------
+
+def test_sql_functions(site):
+    sql = ("select is_synthetic_message_id('msg_01') a, is_synthetic_message_id('5f0c-1') b, "
+           "is_synthetic_message_id(null) c, json_excerpt(raw, 20) d from records "
+           "where uuid = :u")
+    data = site.json(f"/{site.name}.json?_shape=array&sql={quote(sql)}&u={quote(HOSTILE_UUID)}")
+    assert data == [{"a": 0, "b": 1, "c": None,
+                     "d": "<script>window.__pw\u2026"}]
+    assert web_format.json_excerpt('{"type":"system","subtype":"api_error",'
+                                   '"error":{"message":"429  rate\\nlimit"}}') == "429 rate limit"
+    assert web_format.json_excerpt("not json at all", 8) == "not jso\u2026"
+    assert web_format.json_excerpt('{"message":{"content":[{"type":"tool_result","content":'
+                                   '[{"type":"text","text":"ok"}]}]}}') == "result: ok"
+    assert web_format.json_excerpt(None) is None
+
+
+def test_pretty_json_changes_only_whitespace():
+    raw = ('{"a":1,"a":2,"n":NaN,"big":123456789012345678901234567890,'
+           '"s":"x\\ud800\\"{[,:]}","e":{},"l":[],"deep":[[{"k":[1,2]}]]}')
+    pretty = web_format.pretty_json(raw)
+    assert pretty.startswith('{\n  "a": 1,\n  "a": 2,\n  "n": NaN,')
+    assert '"s": "x\\ud800\\"{[,:]}"' in pretty and '"e": {}' in pretty
+    tokens = re.compile(r'"(?:[^"\\]|\\.)*"|[{}\[\],:]|[^\s"{}\[\],:]+')
+    assert tokens.findall(pretty) == tokens.findall(raw)
+    assert web_format.pretty_json("plain text") == "plain text"
+
+
+# --- the tree layout ------------------------------------------------------------------
+
+def row(uuid, parent, type_="user", **kw):
+    base = dict(id=abs(hash(uuid)) % 10**9, line_no=1, uuid=uuid, parent_uuid=parent,
+                logical_parent_uuid=None, type=type_, subtype=None, timestamp="t",
+                is_sidechain=0, model=None, message_id=None, is_api_error=0,
+                is_compact_summary=0, excerpt="x")
+    base.update(kw)
+    return base
+
+
+def test_tree_layout_is_iterative_and_folds():
+    n = 20000
+    rows = [row(f"n{i}", f"n{i - 1}" if i else None) for i in range(n)]
+    # A long abandoned branch off n5, with a fork at every step of its first 2,000.
+    rows += [row(f"a{i}", f"a{i - 1}" if i else "n5") for i in range(3000)]
+    rows += [row(f"f{i}", f"a{i}") for i in range(2000)]
+    rows += [row(f"p{i}", "n7" if i == 0 else f"p{i - 1}", "progress") for i in range(50)]
+    rows += [row("c1", "c2"), row("c2", "c1")]
+    ancestry = [{"uuid": f"n{i}", "rule": "resume"} for i in reversed(range(n))]
+    causes = {f"a{i}": "abandoned_branch" for i in range(3000)}
+    tree = web_tree.build(rows, ancestry, causes, {"resume_leaf_uuid": f"n{n - 1}",
+                                                   "sdk_leaf_uuid": f"n{n - 1}"})
+    html = str(web_tree.render(tree["spine"], lambda i: f"/r/{i}"))
+    assert html.count('<div class="si-node') == n + 3000 + 2000 + 50
+    assert "50 progress records" in html
+    assert 'class="si-fold si-fold-stretch"' in html
+    [(_, cause, cyclic)] = tree["groups"]
+    assert cause == "other" and len(list(web_tree._flatten(cyclic))) == 2
+
+
+# --- the commands and the plugins folder ----------------------------------------------
+
+def test_serve_and_demo_commands(tmp_path):
+    runner = CliRunner()
+    for name in ("serve", "demo"):
+        result = runner.invoke(cli, [name, "--help"])
+        assert result.exit_code == 0 and "Example:" in result.output
+    result = runner.invoke(cli, ["serve", "--db", str(tmp_path / "none.db")])
+    assert result.exit_code == 3 and "no index at" in result.output
+    (tmp_path / "junk.db").write_bytes(b"not sqlite" * 100)
+    result = runner.invoke(cli, ["serve", "--db", str(tmp_path / "junk.db")])
+    assert result.exit_code == 3 and "not" in result.output and "Traceback" not in result.output
+    result = runner.invoke(cli, ["demo", "--dir", str(tmp_path / "d"), "--no-serve"])
+    assert result.exit_code == 0, result.output
+    assert result.output.strip() == str(tmp_path / "d" / "demo.db")
+    again = runner.invoke(cli, ["demo", "--dir", str(tmp_path / "d"), "--no-serve"])
+    assert again.exit_code == 0
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "keep.txt").write_text("mine")
+    refused = runner.invoke(cli, ["demo", "--dir", str(tmp_path / "full"), "--no-serve"])
+    assert refused.exit_code == 3 and "not empty" in refused.output
+
+
+def test_serve_refuses_a_taken_port(tmp_path):
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        db = demo_data.build_demo(tmp_path)
+        result = CliRunner().invoke(cli, ["serve", "--db", str(db), "--port", str(port)])
+    assert result.exit_code == 3 and "cannot listen" in result.output
+
+
+def test_plain_datasette_command_from_the_checkout(site, tmp_path):
+    """datasette sessions.db -m metadata.yml --plugins-dir datasette-plugins"""
+    shutil.copy(site.path, tmp_path / "sessions.db")
+    datasette = Path(sys.executable).parent / "datasette"
+    for path, needle in (("/-/session-health", "Session health"),
+                         (session_url(sid("seed-000")), "leaves differ"),
+                         ("/sessions/splices.json?_shape=array&min_orphaned=",
+                          sid("seed-000"))):
+        out = subprocess.run(
+            [str(datasette), str(tmp_path / "sessions.db"), "-m", str(ROOT / "metadata.yml"),
+             "--plugins-dir", str(ROOT / "datasette-plugins"), "--get", path],
+            capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        assert needle in out.stdout
+
+
+def test_the_package_build_carries_plugins_templates_and_styles(tmp_path):
+    """What setuptools puts in the wheel (build_py): the plugins folder as
+    indexer/datasette_plugins, the templates and the stylesheet."""
+    out = subprocess.run([sys.executable, "-c", "import setuptools; setuptools.setup()", "-q",
+                          "build_py", "-d", str(tmp_path)], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    built = {str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file()}
+    plugins = {f"indexer/datasette_plugins/{p.name}"
+               for p in (ROOT / "datasette-plugins").glob("*.py")}
+    assert plugins and plugins <= built
+    assert {"indexer/templates/session_health.html", "indexer/templates/session_tree.html",
+            "indexer/static/session-index.css", "indexer/web.py"} <= built
+
+
+def test_session_page_downloads_original_and_repaired(site):
+    from indexer import repair as repairmod
+    from indexer.db import open_db
+    from indexer.ingest import stored_bytes
+
+    html = site.get(session_url(sid("api-error-splice"))).text
+    links = re.findall(r'href="(/-/session-download/\d+/(?:original|repaired))"', html)
+    assert [l.rsplit("/", 1)[1] for l in links] == ["original", "repaired"]
+    index = open_db(site.path)
+    file_id = int(links[0].split("/")[3])
+    original = site.get(links[0])
+    assert original.headers["content-disposition"].startswith("attachment")
+    assert original.content == b"".join(stored_bytes(index.conn, file_id, with_pending=True))
+    repaired = site.get(links[1]).content
+    plan = repairmod.plan(index, sid("api-error-splice"))
+    assert repaired == repairmod.repaired_bytes(index, plan) != original.content
+    # The repaired file's resume chain holds the recovered output.
+    lines = [json.loads(l) for l in repaired.splitlines()]
+    hook = next(l for l in lines if l.get("subtype") == "stop_hook_summary")
+    assert hook["parentUuid"] in {o for o in plan.orphaned if plan.orphaned[o] == "api_error_splice"}
+    # A session with nothing to repair offers only the original.
+    clean = site.get(session_url(sid("parallel-tools"))).text
+    assert "/repaired" not in clean and "/original" in clean
+    site.get("/-/session-download/999999/original", status=404)
