@@ -62,6 +62,7 @@ async def main():
     largest = conn.execute(LARGEST_SQL).fetchone()
     conn.close()
 
+    web.prepare_index(db)  # as `session-index serve` does: schema and views up to date
     ds = web.make_datasette(db)
     await ds.invoke_startup()
     name = db.stem

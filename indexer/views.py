@@ -671,14 +671,15 @@ WITH RECURSIVE episodes AS (
   JOIN leaf_ancestry e ON e.file_id = s.file_id AND e.rule = 'resume' AND e.uuid = s.api_error_uuid
   JOIN sessions m ON m.main_file_id = s.file_id
 ),
-poisoned AS (
-  SELECT p.session_id, p.file_id, k.depth, k.line_no, k.timestamp FROM poisoned_sessions p
-  JOIN (SELECT a.file_id, a.depth, r.line_no, r.timestamp,
-               row_number() OVER (PARTITION BY a.file_id ORDER BY a.depth) AS rn
-        FROM leaf_ancestry a JOIN records r ON r.id = a.record_id
-        WHERE a.rule = 'resume' AND r.type = 'assistant'
-          AND NOT ({SYNTHETIC_RECORD.format(r="r")})) k
-    ON k.file_id = p.file_id AND k.rn = 1
+poisoned AS (  -- with the last real assistant message on the chain
+  SELECT p.session_id, p.file_id, a.depth, r.line_no, r.timestamp
+  FROM poisoned_sessions p
+  JOIN leaf_ancestry a ON a.file_id = p.file_id AND a.rule = 'resume' AND a.record_id = (
+    SELECT k.record_id FROM leaf_ancestry k JOIN records t ON t.id = k.record_id
+    WHERE k.file_id = p.file_id AND k.rule = 'resume' AND t.type = 'assistant'
+      AND NOT ({SYNTHETIC_RECORD.format(r="t")})
+    ORDER BY k.depth LIMIT 1)
+  JOIN records r ON r.id = a.record_id
   WHERE p.at_resume_tail
 ),
 dropped(file_id, uuid) AS (

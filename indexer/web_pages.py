@@ -39,8 +39,11 @@ FROM api_error_splices WHERE file_id = :file_id
 FILE_BREAKS_SQL = "SELECT count(*) FROM chain_breaks WHERE file_id = :file_id"
 # One record's exact line.
 RECORD_SQL = "SELECT raw, session_id, line_no FROM records WHERE id = :id"
-# How many lines `session-index repair` would change in this file.
-REPAIR_CHANGES_SQL = "SELECT count(*) FROM repair_plan WHERE file_id = :file_id"
+# Is this file the main transcript of a session whose resume chain ends at a
+# synthetic placeholder? (With its splices: whether repair_plan has rows for it.)
+POISONED_TAIL_SQL = """
+SELECT count(*) FROM poisoned_sessions WHERE file_id = :file_id AND at_resume_tail
+""".strip()
 DOWNLOAD_FILE_SQL = """
 SELECT f.id, f.path, f.session_id, s.main_file_id = f.id AS is_main FROM files f
 LEFT JOIN sessions s ON s.session_id = f.session_id
@@ -129,7 +132,7 @@ async def session_page(datasette, request):
     others = [dict(r) for r in await db.execute(web_tree.OTHER_RECORDS_SQL, fid)]
     splices = [dict(r) for r in await db.execute(FILE_SPLICES_SQL, fid)]
     breaks = (await db.execute(FILE_BREAKS_SQL, fid)).first()[0]
-    repair_changes = (await db.execute(REPAIR_CHANGES_SQL, fid)).first()[0]
+    repairable = bool(splices) or (await db.execute(POISONED_TAIL_SQL, fid)).first()[0] > 0
     tree = web_tree.build(rows, ancestry, causes, file)
 
     records_url = datasette.urls.table(name, "records") + "/"
@@ -167,7 +170,7 @@ async def session_page(datasette, request):
         "orphans_url": datasette.urls.table(name, "orphans") + "?" + urlencode(
             {"file_id": file["id"]}),
         "download_url": datasette.urls.path(f"/-/session-download/{int(file['id'])}/"),
-        "repair_changes": repair_changes,
+        "repairable": repairable,
         "repair_plan_url": datasette.urls.table(name, "repair_plan") + "?" + urlencode(
             {"file_id": file["id"]}),
     })
