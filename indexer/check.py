@@ -11,7 +11,10 @@ The first verdict that matches wins:
 
 The answer comes from the index, after a fresh stat of the transcript: a
 file deleted since the last ingest is missing, and a file that changed is
-ingested first.
+ingested first. A copy mirrored through the session store (indexer/store.py)
+is on disk in the store: with no local transcript left, the session is
+resumable from the store (a resume must load it through the Agent SDK's
+session_store; a bare `claude --resume` fails).
 """
 
 from __future__ import annotations
@@ -29,10 +32,17 @@ from . import retention, signals, views
 EXIT_CODES = {"resumable": 0, "missing": 4, "poisoned": 5, "spliced": 6}
 EXPIRY_WARNING_DAYS = views.EXPIRING_WINDOW_DAYS
 
+# The session's main transcripts: local files first, then store copies.
 MAIN_FILES_SQL = """
-SELECT f.id, f.path, f.size, f.mtime_ns, f.inode, f.deleted_at, f.cwd
+SELECT f.id, f.path, f.size, f.mtime_ns, f.inode, f.deleted_at, f.cwd, f.origin,
+       f.project_key, f.records
 FROM files f WHERE f.session_id = ? AND f.kind = 'main'
-ORDER BY f.deleted_at IS NOT NULL, f.mtime DESC, f.id DESC
+ORDER BY f.origin = 'store', f.deleted_at IS NOT NULL, f.mtime DESC, f.id DESC
+""".strip()
+# A store copy of this local transcript that says something else.
+DIVERGED_COPIES_SQL = """
+SELECT store_path, local_only, store_only FROM session_copies
+WHERE session_id = ? AND local_file_id = ? AND diverged
 """.strip()
 POISONED_SQL = "SELECT * FROM poisoned_sessions WHERE session_id = ?"
 SPLICES_SQL = "SELECT * FROM api_error_splices WHERE file_id = ? ORDER BY first_orphan_at"
@@ -76,6 +86,8 @@ def check(db, session_id: str, *, now: str | None = None, config_dir: Path | Non
     files = _rows(db, MAIN_FILES_SQL, [session_id])
     stale = []
     for f in files:
+        if f["origin"] == "store":
+            continue  # in the index itself: nothing to stat
         try:
             st = os.stat(f["path"])
         except OSError:
@@ -88,7 +100,7 @@ def check(db, session_id: str, *, now: str | None = None, config_dir: Path | Non
         ingestmod.ingest(db, stale + found, config_dir=config_dir)
         files = _rows(db, MAIN_FILES_SQL, [session_id])
 
-    live = [f for f in files if os.path.exists(f["path"])]
+    live = [f for f in files if f["origin"] == "store" or os.path.exists(f["path"])]
     if not live:
         gone = files[0]["deleted_at"] if files and files[0]["deleted_at"] else None
         reason = (f"the transcript was deleted ({gone or 'since the last ingest'}); "
@@ -103,6 +115,13 @@ def check(db, session_id: str, *, now: str | None = None, config_dir: Path | Non
     main = live[0]
     verdict = Verdict(session_id, "resumable", "the resume chain ends at a real message",
                       main["path"])
+    if main["origin"] == "store":
+        _from_store(verdict, main, files)
+    else:
+        verdict.warnings += [
+            f"the session store's copy ({c['store_path']}) differs from this transcript: "
+            f"{c['local_only']} uuid(s) only here, {c['store_only']} only in the store "
+            "(see session_copies)" for c in _rows(db, DIVERGED_COPIES_SQL, [session_id, main["id"]])]
     poisoned = _rows(db, POISONED_SQL, [session_id])
     if poisoned and poisoned[0]["at_resume_tail"]:
         p = poisoned[0]
@@ -128,6 +147,17 @@ def check(db, session_id: str, *, now: str | None = None, config_dir: Path | Non
 
     kept = retention.resolve(config_dir, main["cwd"])
     verdict.warnings += list(kept.warnings)
+    if main["origin"] == "store":  # not swept by cleanupPeriodDays
+        verdict.details["retention"] = {
+            "days": None, "source": "session store", "expires_at": None, "days_left": None}
+        if verdict.verdict != "resumable":
+            verdict.warnings.append(
+                "only the session store holds this session: a resume must load it from the store")
+        if kept.deletes_everything:
+            verdict.warnings.append(
+                f"cleanupPeriodDays is 0 ({kept.source}): Claude Code writes no new transcripts, "
+                "so nothing new is mirrored to the store")
+        return _done(verdict, started)
     st = os.stat(main["path"])
     expires = datetime.fromtimestamp(st.st_mtime).astimezone() + timedelta(days=kept.days)
     days_left = (expires - datetime.fromisoformat(now_iso.replace("Z", "+00:00"))).total_seconds() / 86400
@@ -146,6 +176,21 @@ def check(db, session_id: str, *, now: str | None = None, config_dir: Path | Non
         verdict.warnings.append(
             f"expires in {days_left:.1f} days ({kept.days}-day retention from {kept.source})")
     return _done(verdict, started)
+
+
+def _from_store(verdict: Verdict, main: dict, files: list[dict]) -> None:
+    """The session's only main transcript left is a session-store copy."""
+    local = [f for f in files if f["origin"] != "store"]
+    gone = (f"the local transcript was deleted ({local[0]['deleted_at'] or 'since the last ingest'})"
+            if local else "no local transcript was ever indexed")
+    verdict.reason = (
+        f"{gone}, but the session store holds it ({main['records']} records, "
+        f"{main['path']}): resumable from the store; the resume must load it from the store "
+        "(the Agent SDK with ClaudeAgentOptions(session_store=IndexSessionStore(<this index>), "
+        "resume=<id>)); a bare `claude --resume` fails with \"No conversation found\"")
+    verdict.details["resume_from"] = "store"
+    verdict.details["store"] = {"file_id": main["id"], "project_key": main["project_key"],
+                                "path": main["path"], "records": main["records"]}
 
 
 def _done(verdict: Verdict, started: float) -> Verdict:
