@@ -2,7 +2,8 @@
 
 Exit codes: 0 ok; 1 a finding (rows listed by poisoned/stale/expiring/failed,
 rows rejected by refs import); 2 a usage error; 3 the index or a source
-cannot be used; 4/5/6 the check verdicts missing/poisoned/spliced.
+cannot be used; 4/5/6 the check verdicts missing/poisoned/spliced; 7 a repair
+refused (the file is live); 8 a repair rolled back.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ def cli():
     and why; poisoned, stale and expiring sessions; failed `claude -p` runs.
 
     Exit codes: 0 ok; 1 a finding; 2 usage; 3 the index or a source cannot
-    be used; 4/5/6 check: missing/poisoned/spliced.
+    be used; 4/5/6 check: missing/poisoned/spliced; 7/8 repair: refused/rolled back.
     """
 
 
