@@ -44,7 +44,9 @@ WHERE id IN (SELECT value FROM json_each(:file_ids)) AND kind IN {views.TRANSCRI
 """.strip()
 
 # sessions: one row per session id, summed from its files' running facts.
-# main_file_id prefers a main file that is still on disk, then the newest.
+# main_file_id prefers a main file that is still on disk, then the newest; a
+# session mirrored through the store and ingested from its file counts its
+# local files and records once (the store copies when there are no local ones).
 REFRESH_SESSION_SQL = f"""
 INSERT OR REPLACE INTO sessions (
   session_id, main_file_id, project_dir, cwd, main_files, subagent_files,
@@ -56,7 +58,9 @@ SELECT :session_id,
    ORDER BY kind = 'main' DESC, id LIMIT 1),
   (SELECT cwd FROM files WHERE session_id = :session_id AND cwd IS NOT NULL AND kind IN {views.TRANSCRIPT_KINDS}
    ORDER BY kind = 'main' DESC, id LIMIT 1),
-  sum(kind = 'main'), sum(kind <> 'main'), sum(records),
+  sum(kind = 'main' AND f.origin = counted.origin),
+  sum(kind <> 'main' AND f.origin = counted.origin),
+  sum(CASE WHEN f.origin = counted.origin THEN records END),
   min(first_timestamp), max(last_timestamp),
   (SELECT version FROM files WHERE session_id = :session_id AND version IS NOT NULL AND kind IN {views.TRANSCRIPT_KINDS}
    ORDER BY last_timestamp DESC LIMIT 1),
@@ -65,7 +69,11 @@ SELECT :session_id,
   CASE WHEN sum(kind = 'main') = sum(kind = 'main' AND deleted_at IS NOT NULL)
        AND sum(kind = 'main') > 0
        THEN max(deleted_at) END
-FROM files WHERE session_id = :session_id AND kind IN {views.TRANSCRIPT_KINDS}
+FROM files f,
+  -- count the local transcripts, or the store copies when there are none
+  (SELECT min(origin) AS origin FROM files
+   WHERE session_id = :session_id AND kind IN {views.TRANSCRIPT_KINDS}) counted
+WHERE f.session_id = :session_id AND f.kind IN {views.TRANSCRIPT_KINDS}
 """.strip()
 
 

@@ -128,7 +128,8 @@ def test_a_mirrored_session_is_a_file_of_the_index_with_every_column_filled(inde
 
     # Two copies of one session, not two sessions; the local file is the main one.
     s = index.rows("SELECT * FROM sessions")
-    assert len(s) == 1 and s[0]["main_file_id"] == local_id and s[0]["main_files"] == 2
+    assert len(s) == 1 and s[0]["main_file_id"] == local_id and s[0]["main_files"] == 1
+    assert s[0]["records"] == index.value("SELECT records FROM files WHERE id = ?", [local_id])
     assert index.rows("SELECT * FROM expired_transcripts WHERE file_id = ?", [store_id]) == []
     copies = index.rows("SELECT * FROM session_copies")
     assert [(c["local_file_id"], c["store_file_id"], c["local_only"], c["store_only"],
