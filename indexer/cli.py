@@ -57,7 +57,23 @@ now_option = click.option(
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Commands(click.Group):
+    """The group, with the web commands imported only when they run (Datasette
+    and its friends cost every other command start-up time)."""
+
+    LAZY = {"serve": "serve", "demo": "demo"}   # name -> attribute of indexer.web
+
+    def list_commands(self, ctx):
+        return sorted(set(super().list_commands(ctx)) | set(self.LAZY))
+
+    def get_command(self, ctx, name):
+        if name in self.LAZY and name not in self.commands:
+            from . import web
+            self.add_command(getattr(web, self.LAZY[name]), name)
+        return super().get_command(ctx, name)
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="session-index")
 def cli():
     """A SQLite index of Claude Code session transcripts: every line kept, what
@@ -467,10 +483,3 @@ def repair(session_id, db_path, write, force, as_json):
     else:
         click.echo("nothing changed (use --write)")
 
-
-
-# The web UI (indexer/web.py).
-from .web import demo, serve  # noqa: E402
-
-cli.add_command(serve)
-cli.add_command(demo)
