@@ -27,6 +27,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from . import ingest as ingestmod
+from .db import dict_rows
 from . import retention, signals, views
 
 EXIT_CODES = {"resumable": 0, "missing": 4, "poisoned": 5, "spliced": 6}
@@ -67,9 +68,7 @@ class Verdict:
 
 
 def _rows(db, sql, params):
-    cur = db.conn.execute(sql, params)
-    cols = [d[0] for d in cur.description]
-    return [dict(zip(cols, r)) for r in cur.fetchall()]
+    return dict_rows(db.conn, sql, params)
 
 
 def _on_disk(config_dir: Path, session_id: str) -> list[str]:

@@ -23,6 +23,13 @@ class IndexError_(Exception):
     """The index file cannot be opened or is not a session index."""
 
 
+def dict_rows(conn, sql: str, params=()) -> list[dict]:
+    """A query's rows as dicts keyed by column name."""
+    cur = conn.execute(sql, params)
+    columns = [d[0] for d in cur.description]
+    return [dict(zip(columns, row)) for row in cur.fetchall()]
+
+
 def default_db_path() -> str:
     return os.environ.get("SESSION_INDEX_DB") or "sessions.db"
 

@@ -11,6 +11,7 @@ file that changed under it, or a repair that does not verify, is rolled back.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import conversation
-from .db import write_lock
+from .db import dict_rows, write_lock
 from .ingest import ingest, stored_bytes, utcnow
 
 LIVE_SECONDS = 60
@@ -77,17 +78,12 @@ class Plan:
                 "chain_before": self.chain_before, "changes": self.rows}
 
 
-def _dicts(cur):
-    cols = [d[0] for d in cur.description]
-    return [dict(zip(cols, r)) for r in cur.fetchall()]
-
-
 def plan(db, session_id: str) -> Plan:
     main = db.conn.execute(MAIN_FILE_SQL, [session_id]).fetchone()
     if main is None:
         raise RepairError(f"session {session_id} has no main transcript in the index")
     p = Plan(session_id, main[0], main[1])
-    p.rows = _dicts(db.conn.execute(PLAN_SQL, [session_id]))
+    p.rows = dict_rows(db.conn, PLAN_SQL, [session_id])
     for row in p.rows:
         if row["action"] == "reparent":
             p.reparent[row["line_no"]] = (row["old_parent_uuid"], row["new_parent_uuid"])
@@ -232,7 +228,6 @@ def _entries(db, file_id: int):
 
 
 def _record(db, p: Plan, result: Result, status, message, original, data):
-    import hashlib
     with write_lock(db) as conn:
         conn.execute(RECORD_REPAIR_SQL, {
             "session_id": p.session_id, "file_id": p.file_id, "path": p.path,

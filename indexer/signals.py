@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 from . import views
+from .db import dict_rows
 
 
 class BadTime(ValueError):
@@ -38,6 +39,4 @@ LISTINGS = {
 
 
 def listing(db, name: str, now: str | None = None, days: float = views.EXPIRING_WINDOW_DAYS):
-    cur = db.conn.execute(LISTINGS[name], {"now": iso_now(now), "days": days})
-    columns = [d[0] for d in cur.description]
-    return [dict(zip(columns, row)) for row in cur.fetchall()]
+    return dict_rows(db.conn, LISTINGS[name], {"now": iso_now(now), "days": days})

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from .db import dict_rows
+
 # One row of counts over the whole index.
 STATUS_COUNTS_SQL = """
 SELECT
@@ -29,7 +31,6 @@ SELECT cause, count(*) AS n FROM orphans GROUP BY cause ORDER BY n DESC, cause
 
 
 def status(db) -> dict:
-    cur = db.conn.execute(STATUS_COUNTS_SQL)
-    row = dict(zip([d[0] for d in cur.description], cur.fetchone()))
+    [row] = dict_rows(db.conn, STATUS_COUNTS_SQL)
     row["orphans_by_cause"] = {c: n for c, n in db.conn.execute(ORPHANS_BY_CAUSE_SQL)}
     return row
