@@ -15,7 +15,7 @@ each command a subprocess (wall time; that child's peak RSS from os.wait4):
 Prints a table and each target's pass/fail. Targets never set the exit status (0); only a
 command that fails to run does. MB = 2**20 bytes. The page cache is warm for every run.
 """
-import argparse, json, os, random, shutil, subprocess, sys, tempfile, time, uuid
+import argparse, statistics, json, os, random, shutil, subprocess, sys, tempfile, time, uuid
 from collections import deque
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -122,6 +122,7 @@ def main():
     ap.add_argument("--keep", action="store_true", help="keep the temp dir (no --workdir)")
     ap.add_argument("--size-mb", type=float, default=200)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--repeat", type=int, default=3, help="cold runs of each, alternated")
     args = ap.parse_args()
     started = time.perf_counter()
     workdir, temp = setup_workdir(args, "bench-ingest-")
@@ -140,11 +141,26 @@ def main():
 
     rows = []
     row = lambda *r: rows.append(r)
-    cold_s, cold_rss, cold = ingest(corpus, scratch / "ours.db")
-    row("cold ingest (session-index)", cold_s, size / MB / cold_s, cold_rss,
-        f"{cold['new_records']:,} records, {cold['bytes_read'] / MB:.1f} MB read")
-    su_s, su_rss, _ = run([SQLITE_UTILS, "insert", scratch / "su.db", "lines", all_jsonl, "--nl", "--alter"])
-    row("sqlite-utils insert --nl --alter", su_s, size / MB / su_s, su_rss, "same lines, one file")
+    # Cold ingest and sqlite-utils, alternated --repeat times on fresh files;
+    # the medians are compared (one run on a shared machine can be off by 30%).
+    colds, sus = [], []
+    for i in range(args.repeat):
+        for name in ("ours.db", "su.db"):
+            for suffix in ("", "-wal", "-shm"):
+                Path(f"{scratch / name}{suffix}").unlink(missing_ok=True)
+        colds.append(ingest(corpus, scratch / "ours.db"))
+        sus.append(run([SQLITE_UTILS, "insert", scratch / "su.db", "lines", all_jsonl, "--nl", "--alter"]))
+    cold_s = statistics.median(c[0] for c in colds)
+    cold_rss = max(c[1] for c in colds)
+    cold = colds[-1][2]
+    cold["seconds"] = statistics.median(c[2]["seconds"] for c in colds)
+    su_s = statistics.median(r[0] for r in sus)
+    su_rss = max(r[1] for r in sus)
+    runs = ", ".join(f"{c[0]:.1f}/{r[0]:.1f}" for c, r in zip(colds, sus))
+    row(f"cold ingest (session-index), median of {args.repeat}", cold_s, size / MB / cold_s,
+        cold_rss, f"{cold['new_records']:,} records, {cold['bytes_read'] / MB:.1f} MB read")
+    row(f"sqlite-utils insert --nl --alter, median", su_s, size / MB / su_s, su_rss,
+        f"same lines, one file; runs ours/theirs s: {runs}")
     noop_s, noop_rss, noop = ingest(corpus, scratch / "ours.db")
     row("no-op re-ingest", noop_s, None, noop_rss,
         f"{100 * noop_s / cold_s:.2f}% of cold, bytes_read={noop['bytes_read']}")

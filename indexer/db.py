@@ -15,6 +15,7 @@ from .migrations import migrations
 from . import views
 
 BUSY_TIMEOUT_MS = 30_000
+PAGE_SIZE = 16384
 # Keep the WAL file bounded even when a long-running reader holds it open.
 JOURNAL_SIZE_LIMIT = 64 * 1024 * 1024
 
@@ -41,6 +42,11 @@ def open_db(path: str | Path, *, create: bool = True) -> sqlite_utils.Database:
         raise IndexError_(f"no index at {path}: run 'session-index ingest' first")
     try:
         conn = sqlite3.connect(str(path), isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
+        # Before anything is written (it only applies to a new file): 16 KiB
+        # pages hold a typical record's raw line without overflow pages;
+        # cold ingest of bench/ingest_speed.py's corpus took about 25% less
+        # time than with 4 KiB pages.
+        conn.execute(f"PRAGMA page_size = {PAGE_SIZE}")
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA synchronous = NORMAL")

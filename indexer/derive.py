@@ -103,8 +103,15 @@ class Rec:
 
 def forget_file(conn, file_id: int) -> None:
     """Drop a file's cached rows (inside the caller's transaction)."""
+    forget_files(conn, [file_id])
+
+
+def forget_files(conn, file_ids: list[int]) -> None:
+    """Drop these files' cached rows, one statement per cache."""
+    ids = json.dumps(file_ids)
     for table in CACHES:
-        conn.execute(f"DELETE FROM {table} WHERE file_id = ?", [file_id])
+        conn.execute(
+            f"DELETE FROM {table} WHERE file_id IN (SELECT value FROM json_each(?))", [ids])
 
 
 def _walk(start: Rec, nodes: dict[str, Rec], bridges: bool) -> list[tuple[int, Rec]]:
@@ -285,8 +292,8 @@ def derive_files(conn, file_ids: list[int]) -> None:
     for row in conn.execute(UUID_RECORDS_SQL, params):
         by_file[row[1]].append(Rec(*row))
     rows: dict[str, list] = {name: [] for name in views.CACHED_VIEWS}
+    forget_files(conn, file_ids)
     for file_id, kind, session_id in conn.execute(FILES_SQL, params).fetchall():
-        forget_file(conn, file_id)
         for name, file_rows in compute_file(file_id, kind, session_id, by_file[file_id]).items():
             rows[name] += file_rows
     for name, table_rows in rows.items():

@@ -30,7 +30,8 @@ from typing import Callable, Iterable
 
 from . import derive, discover, retention
 from .db import retry_locked, write_lock
-from .lines import RECORD_FIELDS, BadLine, parse_line
+from .lines import (LARGE_LINE_BYTES, RECORD_FIELDS, BadLine, NeedsText, parse_large_line,
+                    parse_line)
 
 READ_CHUNK = 1 << 20
 # Commit after this many bytes of new lines: long enough to amortize the
@@ -90,6 +91,10 @@ INSERT_RECORD_SQL = (
 INSERT_BAD_LINE_SQL = (
     "INSERT INTO bad_lines (file_id, line_no, byte_offset, error, raw) VALUES (?, ?, ?, ?, ?)"
 )
+# A large line's row, its raw value a placeholder of the right length that
+# _write_raw then fills from the read buffer (no copy of the line in Python).
+INSERT_LARGE_RECORD_SQL = INSERT_RECORD_SQL[:-len("?)")] + "CAST(zeroblob(?) AS TEXT))"
+INSERT_LARGE_BAD_LINE_SQL = INSERT_BAD_LINE_SQL[:-len("?)")] + "zeroblob(?))"
 TRACK_FILE_SQL = """
 INSERT INTO files (path, kind, session_id, agent_id, project_dir, first_ingested_at)
 VALUES (:path, :kind, :session_id, :agent_id, :project_dir, :now)
@@ -342,6 +347,17 @@ def _ingest_file(writer: _Writer, cand, row: dict | None, st, summary: Summary) 
     return stored or rewrite
 
 
+def _write_raw(conn, table: str, rowid: int, f, start: int, length: int) -> None:
+    """Fill a placeholder raw value with the line's bytes, read again from
+    the file a piece at a time (the read buffer is gone by then)."""
+    position = f.tell()
+    f.seek(start)
+    with conn.blobopen(table, "raw", rowid) as blob:
+        for done in range(0, length, READ_CHUNK):
+            blob.write(f.read(min(READ_CHUNK, length - done)))
+    f.seek(position)
+
+
 def _read_new_lines(writer: _Writer, row: dict, f, summary: Summary) -> bool:
     """Store every complete line after the file's offset, one slice of at most
     TXN_BYTES at a time, each slice with the offset that covers it. Returns
@@ -356,6 +372,8 @@ def _read_new_lines(writer: _Writer, row: dict, f, summary: Summary) -> bool:
         tail = f.read(min(offset, TAIL_BYTES))
     f.seek(offset)
     records, bads = [], []
+    large_fields, large_bads = [], 0   # large lines already inserted in this slice
+    large_pending = []                 # parsed large lines, inserted once the buffer is freed
     slice_bytes = 0
     stored_any = False
     buf = bytearray()
@@ -365,23 +383,53 @@ def _read_new_lines(writer: _Writer, row: dict, f, summary: Summary) -> bool:
         """The TAIL_BYTES bytes just before ``offset``."""
         return (tail + buf[max(0, start - TAIL_BYTES):start])[-TAIL_BYTES:]
 
+    def parse_large(line) -> bool:
+        """Parse a large line from the buffer; False to parse it as text."""
+        try:
+            fields = parse_large_line(line)
+        except NeedsText:
+            return False
+        except BadLine as exc:
+            large_pending.append((None, str(exc), line_no, offset, len(line)))
+        else:
+            large_pending.append((fields, None, line_no, offset, len(line)))
+        return True
+
+    def insert_large():
+        """Insert the parsed large lines, their bytes copied from the file into
+        SQLite piece by piece: at most one copy of a long line is in memory."""
+        nonlocal large_bads
+        writer.begin()
+        for fields, error, at_line, at, length in large_pending:
+            if fields is None:
+                cur = conn.execute(INSERT_LARGE_BAD_LINE_SQL, (file_id, at_line, at, error, length))
+                _write_raw(conn, "bad_lines", cur.lastrowid, f, at, length)
+                large_bads += 1
+            else:
+                cur = conn.execute(INSERT_LARGE_RECORD_SQL, (file_id, at_line, at, *fields, length))
+                _write_raw(conn, "records", cur.lastrowid, f, at, length)
+                large_fields.append(fields)
+        large_pending.clear()
+
     def store():
         nonlocal records, bads, slice_bytes, head_len, head_hash, session_id, stored_any
-        if not (records or bads):
+        nonlocal large_fields, large_bads
+        if not (records or bads or large_fields or large_bads):
             return
+        facts = [r[3:-1] for r in records] + large_fields
         if session_id is None:
-            session_id = next((r[3 + _SESSION] for r in records if r[3 + _SESSION]), None)
+            session_id = next((r[_SESSION] for r in facts if r[_SESSION]), None)
         if head_hash is None:
             pos = f.tell()
             f.seek(0)
             head = f.read(min(HEAD_BYTES, offset))
             f.seek(pos)
             head_len, head_hash = len(head), _digest(head)
-        stamps = [r[3 + _TIMESTAMP] for r in records if r[3 + _TIMESTAMP]]
+        stamps = [r[_TIMESTAMP] for r in facts if r[_TIMESTAMP]]
         end = current_tail()
 
         def last(i):
-            return next((r[3 + i] for r in reversed(records) if r[3 + i]), None)
+            return next((r[i] for r in reversed(facts) if r[i]), None)
 
         writer.begin()
         if records:
@@ -392,15 +440,16 @@ def _read_new_lines(writer: _Writer, row: dict, f, summary: Summary) -> bool:
             "id": file_id, "offset": offset, "line_count": line_no,
             "head_len": head_len, "head_hash": head_hash,
             "tail_len": len(end), "tail_hash": _digest(end),
-            "session_id": session_id, "new_records": len(records),
+            "session_id": session_id, "new_records": len(facts),
             "first_ts": min(stamps, default=None), "last_ts": max(stamps, default=None),
-            "cwd": next((r[3 + _CWD] for r in records if r[3 + _CWD]), None),
+            "cwd": next((r[_CWD] for r in facts if r[_CWD]), None),
             "version": last(_VERSION), "git_branch": last(_BRANCH), "now": utcnow()})
-        summary.new_records += len(records)
-        summary.bad_lines += len(bads)
-        summary.new_lines += len(records) + len(bads)
+        summary.new_records += len(facts)
+        summary.bad_lines += len(bads) + large_bads
+        summary.new_lines += len(facts) + len(bads) + large_bads
         stored_any = True
         n, records, bads, slice_bytes = slice_bytes, [], [], 0
+        large_fields, large_bads = [], 0
         writer.maybe_commit(n)
 
     while True:
@@ -415,11 +464,12 @@ def _read_new_lines(writer: _Writer, row: dict, f, summary: Summary) -> bool:
             with memoryview(buf) as view:
                 line = view[start:nl]
                 line_no += 1
-                try:
-                    raw, fields = parse_line(line)
-                    records.append((file_id, line_no, offset, *fields, raw))
-                except BadLine as exc:
-                    bads.append((file_id, line_no, offset, str(exc), bytes(line)))
+                if not (len(line) > LARGE_LINE_BYTES and parse_large(line)):
+                    try:
+                        raw, fields = parse_line(line)
+                        records.append((file_id, line_no, offset, *fields, raw))
+                    except BadLine as exc:
+                        bads.append((file_id, line_no, offset, str(exc), bytes(line)))
                 line.release()
             consumed = nl + 1 - start
             offset += consumed
@@ -435,6 +485,8 @@ def _read_new_lines(writer: _Writer, row: dict, f, summary: Summary) -> bool:
             else:
                 del buf[:start]
             start = 0
+        if large_pending:
+            insert_large()
         if slice_bytes >= TXN_BYTES:
             store()
     store()

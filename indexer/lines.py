@@ -14,6 +14,7 @@ a lone surrogate) takes the slow, general path.
 
 from __future__ import annotations
 
+import codecs
 import json
 from typing import Any, Optional, Union
 
@@ -34,6 +35,15 @@ class _Message(msgspec.Struct):
     id: Optional[str] = None
     model: Optional[str] = None
     content: Union[str, list[_Block], None] = None
+
+
+class _RawMessage(_Message):
+    # For large lines: content kept as raw JSON (a view of the input, not
+    # decoded), since a prompt or tool output can be megabytes.
+    content: msgspec.Raw = msgspec.Raw(b"null")
+
+
+_BLOCKS = msgspec.json.Decoder(list[_Block])
 
 
 # The fast shape: every field the index extracts, with the type a well-formed
@@ -63,11 +73,27 @@ class _Record(msgspec.Struct, rename="camel"):
     message: Optional[_Message] = None
 
 
+class _LargeRecord(_Record):
+    message: Optional[_RawMessage] = None
+
+
 _FAST = msgspec.json.Decoder(_Record)
+_LARGE = msgspec.json.Decoder(_LargeRecord)
 
 
 class BadLine(Exception):
     """A line that is not a JSON object; ``str(exc)`` says why."""
+
+
+class NeedsText(Exception):
+    """A large line the fast path cannot read from its bytes: parse_line it."""
+
+
+# Lines longer than this are parsed from their bytes without a text copy,
+# and stored with incremental blob I/O (ingest.py), so memory stays bounded
+# by the longest line, not several copies of it.
+LARGE_LINE_BYTES = 4 << 20
+_PIECE = 1 << 20
 
 
 # Column order of a parsed record, shared with the INSERT in ingest.py.
@@ -135,8 +161,11 @@ def _from_struct(r: _Record) -> tuple:
     is_tool_result = 0
     if msg is not None:
         message_id, model = msg.id or None, msg.model or None
-        if msg.content.__class__ is list:
-            is_tool_result = 1 if any(b.type == "tool_result" for b in msg.content) else 0
+        content = msg.content
+        if isinstance(content, msgspec.Raw):
+            content = _BLOCKS.decode(content) if memoryview(content)[:1] == b"[" else None
+        if content.__class__ is list:
+            is_tool_result = 1 if any(b.type == "tool_result" for b in content) else 0
     return (
         r.session_id or r.stream_session_id or None, r.uuid or None, r.parent_uuid or None,
         r.logical_parent_uuid or None, r.type or None, r.subtype or None,
@@ -219,6 +248,36 @@ def parse_line(data) -> tuple[str, tuple]:
     except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         pass
     return text, _from_dict(_slow_decode(body))
+
+
+def parse_large_line(data) -> tuple:
+    """The fields of a large line (a memoryview of its bytes), in
+    RECORD_FIELDS order, read without copying it whole: UTF-8, NUL and blank
+    checks piece by piece, then msgspec's typed decode straight from the
+    bytes. Raises BadLine as parse_line would, and NeedsText when the fast
+    path cannot read the record (odd types, NaN, lone surrogates)."""
+    decoder = codecs.getincrementaldecoder("utf-8")("strict")
+    blank = True
+    for i in range(0, len(data), _PIECE):
+        piece = bytes(data[i:i + _PIECE])
+        try:
+            decoder.decode(piece)
+        except UnicodeDecodeError as exc:
+            raise BadLine(f"invalid UTF-8 at byte {i + exc.start}") from None
+        if b"\x00" in piece:
+            raise BadLine("NUL byte in line")
+        blank = blank and not piece.strip()
+    try:
+        decoder.decode(b"", final=True)
+    except UnicodeDecodeError:
+        raise BadLine(f"invalid UTF-8 at byte {len(data) - 1}") from None
+    if blank:
+        raise BadLine("blank line")
+    body = data[3:] if bytes(data[:3]) == BOM.encode() else data
+    try:
+        return _from_struct(_LARGE.decode(body))
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        raise NeedsText() from None
 
 
 def _slow_decode(body: str) -> dict:

@@ -336,3 +336,27 @@ def m012_add_store_copies(db):
         )
         """
     )
+
+
+@migrations()
+def m013_caches_without_rowid(db):
+    # The caches are written whole for every changed file: stored in their
+    # primary key's b-tree (WITHOUT ROWID), each row is one insert, not two.
+    # orphans_cache_branch goes: file_id (the primary key's prefix) narrows
+    # as well for the few lookups by branch point. The views that read them
+    # are dropped first (db.upgrade recreates every view after migrating).
+    for (view,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'view'").fetchall():
+        db.execute(f"DROP VIEW [{view}]")
+    for table in ("leaf_ancestry_cache", "orphans_cache", "duplicate_uuids_cache"):
+        sql = db.execute(
+            "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", [table]
+        ).fetchone()[0]
+        indexes = [row[0] for row in db.execute(
+            "SELECT sql FROM sqlite_master WHERE type = 'index' AND tbl_name = ? "
+            "AND sql IS NOT NULL AND name <> 'orphans_cache_branch'", [table])]
+        db.execute(f"ALTER TABLE {table} RENAME TO {table}_old")
+        db.execute(sql.rstrip() + " WITHOUT ROWID")
+        db.execute(f"INSERT INTO {table} SELECT * FROM {table}_old")
+        db.execute(f"DROP TABLE {table}_old")
+        for index in indexes:
+            db.execute(index)

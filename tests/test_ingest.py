@@ -308,3 +308,39 @@ def test_duplicate_uuids_self_parent_and_cycles_are_stored(index):
     assert index.value("SELECT count(*) FROM duplicate_uuids") == 1
     assert rebuilt(index, path) == data
     index.assert_caches_match_definitions()
+
+
+LARGE = b"y" * (5 << 20)  # past lines.LARGE_LINE_BYTES: parsed from bytes, stored by blob I/O
+LARGE_LINES = {
+    "record": (b'{"type": "user", "uuid": "u-2", "parentUuid": "u-1", "message": {"content": "'
+               + LARGE + b'"}}', None),
+    "odd_types": (b'{"type": "user", "uuid": "u-2", "parentUuid": 5, "x": NaN, "pad": "'
+                  + LARGE + b'"}', None),
+    "invalid_json": (b'{"type": "user", "uuid": "u-2", "pad": "' + LARGE, "invalid JSON"),
+    "invalid_utf8": (b'{"type": "user", "pad": "' + LARGE + b'\xff"}', "invalid UTF-8"),
+    "nul": (b'{"type": "user", "pad": "' + LARGE + b'\x00"}', "NUL byte"),
+    "blank": (b" " * len(LARGE), "blank line"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LARGE_LINES))
+def test_large_lines_are_stored_exactly(index, name):
+    big, error = LARGE_LINES[name]
+    path = index.projects / "p" / f"{SID}.jsonl"
+    path.parent.mkdir(parents=True)
+    data = line(1) + big + b"\n" + line(3, "u-1")
+    path.write_bytes(data)
+    s = index.ingest()
+    assert (s.new_lines, s.bad_lines) == (3, 0 if error is None else 1)
+    assert rebuilt(index, path) == data
+    if error is None:
+        row = index.rows("SELECT uuid, typeof(raw) AS t, length(CAST(raw AS BLOB)) AS n "
+                         "FROM records WHERE line_no = 2")
+        assert row == [{"uuid": "u-2", "t": "text", "n": len(big)}]
+        assert index.value("SELECT json_valid(raw) FROM records WHERE line_no = 2") == (name == "record")
+    else:
+        [b] = index.rows("SELECT line_no, byte_offset, error, length(raw) AS n FROM bad_lines")
+        assert (b["line_no"], b["byte_offset"], b["n"]) == (2, len(line(1)), len(big))
+        assert error in b["error"]
+    assert index.value("SELECT records FROM files") == 3 - (error is not None)
+    index.assert_caches_match_definitions()
