@@ -247,6 +247,10 @@ def test_canned_operator_signals(site):
     assert [(r["session_id"], r["status"]) for r in expiring] == [
         (sid("expired"), "expired"), (sid("expiring"), "expiring")]
     assert [r["status"] for r in canned(site, "expiring_transcripts", days=-5)] == ["expired"]
+    # Past the view's 7-day window: every live main transcript expires within a year.
+    year = canned(site, "expiring_transcripts", days=366)
+    live = site.rows("SELECT count(*) AS n FROM files WHERE kind = 'main' AND deleted_at IS NULL")
+    assert len(year) == live[0]["n"] > len(expiring)
     splices = canned(site, "splices", min_orphaned="")
     assert [(r["session_id"], r["orphaned_records"]) for r in splices] == [
         (sid("seed-000"), 1), (sid("api-error-splice"), 3)]
