@@ -159,7 +159,7 @@ def main():
     runs = ", ".join(f"{c[0]:.1f}/{r[0]:.1f}" for c, r in zip(colds, sus))
     row(f"cold ingest (session-index), median of {args.repeat}", cold_s, size / MB / cold_s,
         cold_rss, f"{cold['new_records']:,} records, {cold['bytes_read'] / MB:.1f} MB read")
-    row(f"sqlite-utils insert --nl --alter, median", su_s, size / MB / su_s, su_rss,
+    row("sqlite-utils insert --nl --alter, median", su_s, size / MB / su_s, su_rss,
         f"same lines, one file; runs ours/theirs s: {runs}")
     noop_s, noop_rss, noop = ingest(corpus, scratch / "ours.db")
     row("no-op re-ingest", noop_s, None, noop_rss,

@@ -16,7 +16,7 @@ import click
 
 from . import check as checkmod
 from . import db as dbmod
-from . import discover, export as exportmod, ingest as ingestmod, refs as refsmod, retention
+from . import discover, export as exportmod, ingest as ingestmod, refs as refsmod
 from . import repair as repairmod, show as showmod, signals, status as statusmod
 
 EXIT_FINDING = 1

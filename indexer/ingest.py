@@ -106,21 +106,41 @@ FORGET_LINES_SQL = (
     """UPDATE files SET rewrites = rewrites + 1, records = 0, first_timestamp = NULL,
        last_timestamp = NULL, cwd = NULL, version = NULL, git_branch = NULL WHERE id = :id""",
 )
-# After each slice of lines: how far the file is ingested, what the bytes at
-# its start and just before the offset hash to (checked at the next run), and
-# running facts about its records (sessions are summed from these).
-ADVANCE_OFFSET_SQL = """
-UPDATE files SET ingested_offset = :offset, line_count = :line_count,
-  head_len = :head_len, head_hash = :head_hash, tail_len = :tail_len,
-  tail_hash = :tail_hash, session_id = coalesce(session_id, :session_id),
+# The SET clauses that fold a batch's running_facts() into a files row
+# (sessions are summed from these); shared with store.py.
+RUNNING_FACTS_SET = """
   records = records + :new_records,
   first_timestamp = coalesce(min(first_timestamp, :first_ts), first_timestamp, :first_ts),
   last_timestamp = coalesce(max(last_timestamp, :last_ts), last_timestamp, :last_ts),
   cwd = coalesce(cwd, :cwd), version = coalesce(:version, version),
-  git_branch = coalesce(:git_branch, git_branch),
+  git_branch = coalesce(:git_branch, git_branch)""".strip()
+# After each slice of lines: how far the file is ingested, what the bytes at
+# its start and just before the offset hash to (checked at the next run), and
+# running facts about its records.
+ADVANCE_OFFSET_SQL = f"""
+UPDATE files SET ingested_offset = :offset, line_count = :line_count,
+  head_len = :head_len, head_hash = :head_hash, tail_len = :tail_len,
+  tail_hash = :tail_hash, session_id = coalesce(session_id, :session_id),
+  {RUNNING_FACTS_SET},
   last_ingested_at = :now, needs_derive = 1
 WHERE id = :id
 """.strip()
+
+
+def running_facts(fields: list[tuple]) -> dict:
+    """RUNNING_FACTS_SET's parameters for a batch of records' fields
+    (lines.RECORD_FIELDS order), in file order."""
+    stamps = [f[_TIMESTAMP] for f in fields if f[_TIMESTAMP]]
+
+    def first(i):
+        return next((f[i] for f in fields if f[i]), None)
+
+    def last(i):
+        return next((f[i] for f in reversed(fields) if f[i]), None)
+
+    return {"new_records": len(fields), "first_ts": min(stamps, default=None),
+            "last_ts": max(stamps, default=None), "cwd": first(_CWD),
+            "version": last(_VERSION), "git_branch": last(_BRANCH)}
 # At the end of a file: the stat the next run compares against.
 RECORD_STAT_SQL = """
 UPDATE files SET size = :size, mtime = :mtime, mtime_ns = :mtime_ns, dev = :dev,
@@ -425,12 +445,7 @@ def _read_new_lines(writer: _Writer, row: dict, f, summary: Summary) -> bool:
             head = f.read(min(HEAD_BYTES, offset))
             f.seek(pos)
             head_len, head_hash = len(head), _digest(head)
-        stamps = [r[_TIMESTAMP] for r in facts if r[_TIMESTAMP]]
         end = current_tail()
-
-        def last(i):
-            return next((r[i] for r in reversed(facts) if r[i]), None)
-
         writer.begin()
         if records:
             conn.executemany(INSERT_RECORD_SQL, records)
@@ -440,10 +455,7 @@ def _read_new_lines(writer: _Writer, row: dict, f, summary: Summary) -> bool:
             "id": file_id, "offset": offset, "line_count": line_no,
             "head_len": head_len, "head_hash": head_hash,
             "tail_len": len(end), "tail_hash": _digest(end),
-            "session_id": session_id, "new_records": len(facts),
-            "first_ts": min(stamps, default=None), "last_ts": max(stamps, default=None),
-            "cwd": next((r[_CWD] for r in facts if r[_CWD]), None),
-            "version": last(_VERSION), "git_branch": last(_BRANCH), "now": utcnow()})
+            "session_id": session_id, "now": utcnow(), **running_facts(facts)})
         summary.new_records += len(facts)
         summary.bad_lines += len(bads) + large_bads
         summary.new_lines += len(facts) + len(bads) + large_bads

@@ -54,7 +54,8 @@ import msgspec
 
 from . import derive
 from .db import open_db, retry_locked, write_lock
-from .ingest import INSERT_BAD_LINE_SQL, INSERT_RECORD_SQL, utcnow
+from .ingest import (INSERT_BAD_LINE_SQL, INSERT_RECORD_SQL, RUNNING_FACTS_SET, running_facts,
+                     utcnow)
 from .lines import RECORD_FIELDS, BadLine, parse_line
 
 if TYPE_CHECKING:  # the SDK's types, for readers and type checkers only
@@ -69,8 +70,7 @@ if TYPE_CHECKING:  # the SDK's types, for readers and type checkers only
 PATH_PREFIX = "store://"
 
 # Field positions in a parsed record (lines.RECORD_FIELDS).
-_UUID, _TIMESTAMP = RECORD_FIELDS.index("uuid"), RECORD_FIELDS.index("timestamp")
-_CWD, _VERSION, _BRANCH = (RECORD_FIELDS.index(k) for k in ("cwd", "version", "git_branch"))
+_UUID = RECORD_FIELDS.index("uuid")
 
 # The copy a key names, and where its next line goes.
 STORE_FILE_SQL = """
@@ -94,13 +94,9 @@ WHERE file_id = :file_id AND uuid IN (SELECT value FROM json_each(:uuids))
 # After a batch: how far the copy goes, and the running facts about its
 # records that sessions are summed from (as ingest.ADVANCE_OFFSET_SQL).
 # size is the bytes of its JSONL serialization; mtime stays NULL.
-ADVANCE_STORE_FILE_SQL = """
+ADVANCE_STORE_FILE_SQL = f"""
 UPDATE files SET ingested_offset = :offset, size = :offset, line_count = :line_count,
-  records = records + :new_records,
-  first_timestamp = coalesce(min(first_timestamp, :first_ts), first_timestamp, :first_ts),
-  last_timestamp = coalesce(max(last_timestamp, :last_ts), last_timestamp, :last_ts),
-  cwd = coalesce(cwd, :cwd), version = coalesce(:version, version),
-  git_branch = coalesce(:git_branch, git_branch),
+  {RUNNING_FACTS_SET},
   last_ingested_at = :now, needs_derive = 0
 WHERE id = :id
 """.strip()
@@ -293,18 +289,9 @@ class _Backend:
                 return  # every entry was already stored: nothing changes
             conn.executemany(INSERT_RECORD_SQL, records)
             conn.executemany(INSERT_BAD_LINE_SQL, bads)
-            fields = [r[3:-1] for r in records]
-            stamps = [f[_TIMESTAMP] for f in fields if f[_TIMESTAMP]]
-
-            def last(i):
-                return next((f[i] for f in reversed(fields) if f[i]), None)
-
             conn.execute(ADVANCE_STORE_FILE_SQL, {
-                "id": file_id, "offset": offset, "line_count": line_no,
-                "new_records": len(records),
-                "first_ts": min(stamps, default=None), "last_ts": max(stamps, default=None),
-                "cwd": next((f[_CWD] for f in fields if f[_CWD]), None),
-                "version": last(_VERSION), "git_branch": last(_BRANCH), "now": utcnow()})
+                "id": file_id, "offset": offset, "line_count": line_no, "now": utcnow(),
+                **running_facts([r[3:-1] for r in records])})
             # Storage write time: strictly increasing per key, so back-to-back
             # appends never share an mtime (list_sessions sorts by it).
             mtime_ms = max(int(time.time() * 1000), (last_mtime or 0) + 1)
