@@ -1,0 +1,251 @@
+"""The real Claude Code as the test oracle: what a ``--resume`` really loads.
+
+The Claude Code binary (on PATH, or the one the Agent SDK wheel bundles) is
+run against a fake Messages API on loopback. It resumes a *copy* of a
+transcript in a temporary config dir and sends the conversation it loaded as
+the ``messages`` of its first request: that body is the ground truth for what
+a resume keeps. Nothing here talks to any other network address, and the
+original transcript is never opened for writing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+PING = "session-index-oracle-ping"
+REPLY = "pong"
+RUN_TIMEOUT = 120
+
+
+class NoClaudeBinary(Exception):
+    """Neither --claude, nor `claude` on PATH, nor the SDK's bundled binary."""
+
+
+class OracleFailed(Exception):
+    """The CLI ran but sent no request holding the resumed conversation."""
+
+
+def find_claude(explicit: str | None = None) -> str:
+    """The Claude Code binary to ask: --claude, else `claude` on PATH, else
+    the one bundled in the claude-agent-sdk wheel."""
+    if explicit:
+        path = shutil.which(explicit) or explicit
+        if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+            raise NoClaudeBinary(f"not an executable file: {explicit}")
+        return path
+    on_path = shutil.which("claude")
+    if on_path:
+        return on_path
+    try:
+        import importlib.util
+        spec = importlib.util.find_spec("claude_agent_sdk")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is not None and spec.origin:
+        bundled = Path(spec.origin).parent / "_bundled" / "claude"
+        if bundled.is_file() and os.access(bundled, os.X_OK):
+            return str(bundled)
+    raise NoClaudeBinary(
+        "no Claude Code binary: put `claude` on PATH, pass --claude PATH, "
+        "or pip install claude-agent-sdk")
+
+
+def claude_version(binary: str) -> str:
+    out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=60)
+    return out.stdout.strip().split(" ")[0]
+
+
+def _sse(event: str, data: dict) -> bytes:
+    return f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
+
+
+def _reply_events(model: str) -> bytes:
+    usage = {"input_tokens": 1, "output_tokens": 1}
+    message = {"id": "msg_oracle", "type": "message", "role": "assistant", "model": model,
+               "content": [], "stop_reason": None, "stop_sequence": None, "usage": usage}
+    return b"".join([
+        _sse("message_start", {"type": "message_start", "message": message}),
+        _sse("content_block_start", {"type": "content_block_start", "index": 0,
+                                     "content_block": {"type": "text", "text": ""}}),
+        _sse("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                     "delta": {"type": "text_delta", "text": REPLY}}),
+        _sse("content_block_stop", {"type": "content_block_stop", "index": 0}),
+        _sse("message_delta", {"type": "message_delta",
+                               "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                               "usage": {"output_tokens": 1}}),
+        _sse("message_stop", {"type": "message_stop"}),
+    ])
+
+
+class FakeMessagesAPI:
+    """A Messages API on 127.0.0.1 that records every request body and
+    answers each ``POST /v1/messages`` with a one-word text reply."""
+
+    def __init__(self):
+        self.requests: list[dict] = []
+        self._lock = threading.Lock()
+        api = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                length = int(self.headers.get("content-length") or 0)
+                body = self.rfile.read(length)
+                try:
+                    request = json.loads(body)
+                except ValueError:
+                    request = {}
+                path = self.path.split("?")[0]
+                with api._lock:
+                    api.requests.append({"path": path, "body": request})
+                if path.endswith("/count_tokens"):
+                    return self._json({"input_tokens": 1})
+                if not path.endswith("/v1/messages"):
+                    return self._json({"type": "error", "error": {"type": "not_found_error",
+                                                                 "message": "not here"}}, 404)
+                model = request.get("model") or "claude-oracle"
+                if request.get("stream"):
+                    payload = _reply_events(model)
+                    self.send_response(200)
+                    self.send_header("content-type", "text/event-stream")
+                    self.send_header("content-length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+                    return
+                return self._json({
+                    "id": "msg_oracle", "type": "message", "role": "assistant", "model": model,
+                    "content": [{"type": "text", "text": REPLY}], "stop_reason": "end_turn",
+                    "stop_sequence": None, "usage": {"input_tokens": 1, "output_tokens": 1}})
+
+            def do_GET(self):
+                self._json({"type": "error", "error": {"type": "not_found_error",
+                                                      "message": "not here"}}, 404)
+
+            def _json(self, data, status=200):
+                payload = json.dumps(data).encode()
+                self.send_response(status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self.port = self._server.server_address[1]
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._server.shutdown()
+        self._server.server_close()
+
+    def take(self) -> list[dict]:
+        with self._lock:
+            taken, self.requests = self.requests, []
+        return taken
+
+
+def project_folder(cwd: str) -> str:
+    """Claude Code's folder name for a working directory."""
+    return re.sub(r"[^A-Za-z0-9]", "-", cwd)
+
+
+@dataclass
+class Sent:
+    """What one resume sent: the loaded conversation's messages."""
+    messages: list = field(default_factory=list)
+    compacted: bool = False        # the history came from the compaction request
+    requests: int = 0
+    exit_code: int | None = None
+    stderr: str = ""
+
+    def tool_use_ids(self) -> list[str]:
+        return [b.get("id") for m in self.messages if m.get("role") == "assistant"
+                for b in _blocks(m) if b.get("type") == "tool_use"]
+
+    def tool_result_ids(self) -> list[str]:
+        return [b.get("tool_use_id") for m in self.messages if m.get("role") == "user"
+                for b in _blocks(m) if b.get("type") == "tool_result"]
+
+    def assistant_texts(self) -> list[str]:
+        return [b.get("text") for m in self.messages if m.get("role") == "assistant"
+                for b in _blocks(m) if b.get("type") == "text" and b.get("text")]
+
+
+def _blocks(message: dict) -> list[dict]:
+    content = message.get("content")
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    return [b for b in content or [] if isinstance(b, dict)]
+
+
+def _holds_ping(body: dict) -> bool:
+    return PING in json.dumps(body.get("messages") or [])
+
+
+def resume_sent(transcript: bytes, session_id: str, api: FakeMessagesAPI, binary: str,
+                cwd: str | None = None) -> Sent:
+    """Resume a copy of ``transcript`` (bytes) as ``session_id`` and return
+    what the CLI sent. ``cwd``: the working directory to run from (a fresh
+    temporary one by default; the transcript is placed in its project folder)."""
+    with tempfile.TemporaryDirectory(prefix="session-index-oracle-") as tmp:
+        config = Path(tmp, "config")
+        work = Path(cwd) if cwd else Path(tmp, "work")
+        work.mkdir(parents=True, exist_ok=True)
+        real_work = os.path.realpath(work)
+        folder = config / "projects" / project_folder(real_work)
+        folder.mkdir(parents=True)
+        (folder / f"{session_id}.jsonl").write_bytes(transcript)
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("ANTHROPIC_", "CLAUDE_", "AWS_", "GOOGLE_"))}
+        env.update({
+            "HOME": tmp,
+            "CLAUDE_CONFIG_DIR": str(config),
+            "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{api.port}",
+            "ANTHROPIC_API_KEY": "sk-ant-oracle-not-a-key",
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            "DISABLE_AUTOUPDATER": "1",
+            "NO_PROXY": "127.0.0.1,localhost",
+        })
+        api.take()
+        try:
+            done = subprocess.run(
+                [binary, "--resume", session_id, "-p", PING, "--output-format", "json"],
+                cwd=real_work, env=env, capture_output=True, text=True,
+                timeout=RUN_TIMEOUT, stdin=subprocess.DEVNULL)
+            code, stderr = done.returncode, done.stderr
+        except subprocess.TimeoutExpired:
+            code, stderr = None, "timed out"
+        requests = [r for r in api.take() if r["path"].endswith("/v1/messages")]
+    sent = Sent(requests=len(requests), exit_code=code, stderr=stderr[-2000:])
+    pinged = [i for i, r in enumerate(requests) if _holds_ping(r["body"])]
+    if not pinged:
+        raise OracleFailed(
+            f"the CLI sent no request holding the prompt (exit {code}): "
+            + (stderr.strip().splitlines() or ["no output"])[-1][:300])
+    at = pinged[0]
+    before = [r["body"] for r in requests[:at]]
+    ping_messages = requests[at]["body"].get("messages") or []
+    # A long transcript is auto-compacted before the prompt is sent: the
+    # compaction request (the one before it with the most messages) holds
+    # the loaded history then.
+    compaction = max(before, key=lambda b: len(b.get("messages") or []), default=None)
+    if compaction is not None and len(compaction.get("messages") or []) >= len(ping_messages):
+        sent.messages, sent.compacted = compaction.get("messages") or [], True
+    else:
+        sent.messages = ping_messages
+    return sent
