@@ -483,3 +483,57 @@ def repair(session_id, db_path, write, force, as_json):
     else:
         click.echo("nothing changed (use --write)")
 
+
+
+@cli.command()
+@click.argument("session_id")
+@db_option
+@click.option("--claude", "claude", default=None, metavar="PATH",
+              help="The Claude Code binary to ask [default: `claude` on PATH, else the one "
+                   "bundled in the claude-agent-sdk package].")
+@json_option
+def verify(session_id, db_path, claude, as_json):
+    """Ask the real Claude Code what a resume of SESSION_ID loads, and compare
+    it with what the index says the resume keeps and drops.
+
+    It copies the session's main transcript (as the index holds it) into a
+    temporary config dir, runs `claude --resume SESSION_ID -p PING` there
+    against a fake Messages API on 127.0.0.1, and reads the conversation the
+    CLI sends: tool_use ids, tool_result ids and assistant text are matched
+    against the index's resume chain (plus what the CLI puts back) and its
+    dropped orphans. It never talks to any other API and never touches the
+    original file. Exit codes: 0 they agree; 1 they differ; 3 no Claude Code
+    binary, no such session, or the CLI sent nothing.
+
+    Example:
+
+        session-index verify 0b1fed78-ad30-4641-94b1-5f6931526c96 --json
+    """
+    from . import oracle, verify as verifymod
+
+    db = _open(db_path, create=False)
+    try:
+        binary = oracle.find_claude(claude)
+    except oracle.NoClaudeBinary as exc:
+        raise Failure(str(exc)) from None
+    _fresh(db, session_id)
+    file_id, path = db.conn.execute(repairmod.MAIN_FILE_SQL, [session_id]).fetchone()[:2]
+    try:
+        verdict = verifymod.verify_file(db.conn, file_id, session_id, path, binary)
+    except oracle.OracleFailed as exc:
+        raise Failure(str(exc)) from None
+    if as_json:
+        click.echo(json.dumps(verdict.as_dict(), indent=2))
+    else:
+        click.echo(f"{'agree' if verdict.agree else 'DIFFER'}: Claude Code "
+                   f"{verdict.claude_version} sent {verdict.sent_messages} messages"
+                   f"{' (after compacting)' if verdict.compacted else ''}; checked "
+                   f"{verdict.checked['kept']} kept and {verdict.checked['dropped']} dropped items")
+        for item in verdict.kept_not_sent:
+            click.echo(f"  kept by the index, not sent: line {item['line_no']} "
+                       f"{item['kind']} {item['value']!r}")
+        for item in verdict.sent_but_dropped:
+            click.echo(f"  sent, the index drops it ({item['cause']}): line {item['line_no']} "
+                       f"{item['kind']} {item['value']!r}")
+    if not verdict.agree:
+        sys.exit(EXIT_FINDING)

@@ -17,23 +17,28 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from . import views
+from . import resume, views
 from .db import write_lock
 from .lines import CHAIN_TYPES
 
 DERIVE_BATCH = 200
 CACHES = tuple(f"{name}_cache" for name in views.CACHED_VIEWS)
-MESSAGE_TYPES = ("user", "assistant")
-RESUME_LEAF_TYPES = ("user", "assistant", "system", "attachment")
+MESSAGE_TYPES = resume.MESSAGE_TYPES
 
-# Every record with a uuid in a batch of files, in file order (the chain
-# records among them are views._CHAIN_TYPES).
-UUID_RECORDS_SQL = """
+# Every record with a uuid in a batch of files, and every last-prompt record,
+# in file order (the chain records among them are views._CHAIN_TYPES).
+# ts_ms: the timestamp in epoch milliseconds (views.TIMESTAMP_MS), NULL when
+# it is not one; the last-prompt fields read from the line itself.
+UUID_RECORDS_SQL = f"""
 SELECT r.id, r.file_id, r.line_no, r.uuid, r.parent_uuid, r.logical_parent_uuid,
        r.type, r.subtype, r.timestamp, r.is_sidechain, r.is_meta, r.team_name,
-       r.message_id, r.is_tool_result
+       r.message_id, r.is_tool_result, {views.TIMESTAMP_MS.format(r="r")} AS ts_ms,
+       r.leaf_uuid,
+       CASE WHEN r.type = 'last-prompt' THEN {views.LAST_PROMPT_NULL_LEAF.format(r="r")} END,
+       CASE WHEN r.type = 'last-prompt' THEN {views.LAST_PROMPT_EXPLICIT.format(r="r")} END
 FROM records r
-WHERE r.file_id IN (SELECT value FROM json_each(:file_ids)) AND r.uuid IS NOT NULL
+WHERE r.file_id IN (SELECT value FROM json_each(:file_ids))
+  AND (r.uuid IS NOT NULL OR r.type = 'last-prompt')
 ORDER BY r.file_id, r.line_no
 """.strip()
 
@@ -93,6 +98,7 @@ class Rec:
     team_name: str | None
     message_id: str | None
     is_tool_result: int
+    ts_ms: int | None = None
 
     @property
     def eff_parent(self) -> str | None:
@@ -114,32 +120,18 @@ def forget_files(conn, file_ids: list[int]) -> None:
             f"DELETE FROM {table} WHERE file_id IN (SELECT value FROM json_each(?))", [ids])
 
 
-def _walk(start: Rec, nodes: dict[str, Rec], bridges: bool) -> list[tuple[int, Rec]]:
+def _walk(start: Rec, nodes: dict[str, Rec]) -> list[tuple[int, Rec]]:
     """(depth, record) from ``start`` up parent_uuid, stopping at a missing
-    parent or the first revisited uuid; progress records are bridged."""
+    parent or the first revisited uuid (the SDK's walk)."""
     out, seen = [], {start.uuid}
-    depth, cur = 0, start
+    cur = start
     while True:
-        kept = not (bridges and cur.type == "progress") or cur is start
-        if kept:
-            out.append((depth, cur))
-            depth += 1
+        out.append((len(out), cur))
         parent = nodes.get(cur.parent_uuid) if cur.parent_uuid is not None else None
         if parent is None or parent.uuid in seen:
             return out
         seen.add(parent.uuid)
         cur = parent
-
-
-def _message_at_or_above(start: Rec | None, nodes: dict[str, Rec]) -> Rec | None:
-    """The first user/assistant record walking up from ``start`` (itself included)."""
-    cur, seen = start, set()
-    while cur is not None and cur.type not in MESSAGE_TYPES:
-        seen.add(cur.uuid)
-        cur = nodes.get(cur.parent_uuid) if cur.parent_uuid is not None else None
-        if cur is not None and cur.uuid in seen:
-            return None
-    return cur
 
 
 def _sdk_leaf(occ: list[Rec], nodes: dict[str, Rec]) -> tuple[Rec | None, int]:
@@ -167,40 +159,39 @@ def _sdk_leaf(occ: list[Rec], nodes: dict[str, Rec]) -> tuple[Rec | None, int]:
     return best, len(main_leaves)
 
 
-def compute_file(file_id: int, kind: str, session_id, with_uuid: list[Rec]) -> dict:
-    """Every cache's rows for one file, from its records that have a uuid."""
+def compute_file(file_id: int, kind: str, session_id, with_uuid: list[Rec],
+                 prompts: list[resume.Prompt] = ()) -> dict:
+    """Every cache's rows for one file, from its records that have a uuid
+    and its last-prompt records."""
     occ = [r for r in with_uuid if r.type in CHAIN_TYPES]
     nodes: dict[str, Rec] = {}
     for r in occ:
         nodes[r.uuid] = r
     sdk_leaf, branch_count = _sdk_leaf(occ, nodes)
+    view = None
     if kind == "main":
-        candidates = [n for n in nodes.values()
-                      if not n.is_sidechain and n.type in RESUME_LEAF_TYPES]
-        resume_leaf = max(
-            candidates, default=None,
-            key=lambda n: (n.timestamp is not None, n.timestamp or "", n.line_no))
+        view = resume.cli_view(occ, list(prompts), nodes)
+        resume_leaf, rule = resume.resume_leaf(view)
+        resume_chain = resume.walk(view, resume_leaf) if resume_leaf is not None else []
     else:
         resume_leaf = sdk_leaf = next(
             (r for r in reversed(occ) if r.type in MESSAGE_TYPES), None)
-    resume_message = _message_at_or_above(resume_leaf, nodes)
+        rule = "subagent_last_message" if resume_leaf is not None else "no_leaf"
+        resume_chain = _walk(resume_leaf, nodes) if resume_leaf is not None else []
+    resume_message = next((r for _, r in resume_chain if r.type in MESSAGE_TYPES), None)
     leaves_row = (
         file_id, session_id, kind,
         resume_leaf and resume_leaf.id, resume_leaf and resume_leaf.uuid,
         sdk_leaf and sdk_leaf.id, sdk_leaf and sdk_leaf.uuid,
         int((resume_message and resume_message.uuid) == (sdk_leaf and sdk_leaf.uuid)),
-        branch_count,
+        branch_count, rule,
     )
-    ancestry_rows = []
-    chain: list[tuple[int, Rec]] = []
-    for rule, leaf, bridges in (("resume", resume_leaf, kind == "main"), ("sdk", sdk_leaf, False)):
-        if leaf is None:
-            continue
-        walked = _walk(leaf, nodes, bridges)
-        if rule == "resume":
-            chain = walked
-        ancestry_rows += [(file_id, session_id, rule, r.uuid, d, r.id) for d, r in walked]
-    orphan_rows = _orphans(file_id, session_id, nodes, chain) if kind == "main" else []
+    ancestry_rows = [(file_id, session_id, "resume", r.uuid, d, r.id) for d, r in resume_chain]
+    if sdk_leaf is not None:
+        ancestry_rows += [(file_id, session_id, "sdk", r.uuid, d, r.id)
+                          for d, r in _walk(sdk_leaf, nodes)]
+    orphan_rows = (_orphans(file_id, session_id, nodes, resume_chain, resume_message)
+                   if kind == "main" else [])
     breaks = [(file_id, session_id, r.id, r.line_no, r.uuid, r.type, r.subtype, r.timestamp,
                r.parent_uuid) for r in occ
               if r.parent_uuid is not None and r.parent_uuid not in nodes]
@@ -213,32 +204,58 @@ def compute_file(file_id: int, kind: str, session_id, with_uuid: list[Rec]) -> d
             "chain_breaks": breaks, "duplicate_uuids": duplicates}
 
 
-def _orphans(file_id, session_id, nodes: dict[str, Rec], chain: list[tuple[int, Rec]]):
+def _put_back(nodes: dict[str, Rec], message) -> set[str]:
+    """The system and attachment records that hang from the leaf message
+    through non-message records (progress passed through, as the CLI
+    bridges it): the CLI loads them after its walk."""
+    if message is None:
+        return set()
+    children: dict[str, list[Rec]] = {}
+    for n in nodes.values():
+        if n.parent_uuid is not None and n.type not in MESSAGE_TYPES:
+            children.setdefault(n.parent_uuid, []).append(n)
+    out, seen, todo = set(), {message.uuid}, [message.uuid]
+    while todo:
+        for c in children.get(todo.pop(), ()):
+            if c.uuid not in seen:
+                seen.add(c.uuid)
+                todo.append(c.uuid)
+                if c.type != "progress":
+                    out.add(c.uuid)
+    return out
+
+
+def _orphans(file_id, session_id, nodes: dict[str, Rec], chain, message):
+    """Every non-sidechain chain record off the resume chain, with its cause
+    and whether the CLI puts it back (restored)."""
     on_chain = {r.uuid: d for d, r in chain}
-    by_depth = {d: nodes[r.uuid] for d, r in chain}
+    by_depth = {d: r for d, r in chain}
     boundary_line = next(
-        (nodes[r.uuid].line_no for d, r in chain
-         if nodes[r.uuid].type == "system" and nodes[r.uuid].subtype == "compact_boundary"),
+        (r.line_no for _, r in chain if r.type == "system" and r.subtype == "compact_boundary"),
         None)
     chain_messages = {
-        nodes[r.uuid].message_id for _, r in chain
-        if nodes[r.uuid].type == "assistant" and nodes[r.uuid].message_id is not None}
+        r.message_id for _, r in chain if r.type == "assistant" and r.message_id is not None}
     splice_points = {
         r.uuid for d, r in chain
         if d - 1 in by_depth and by_depth[d - 1].type == "system"
         and by_depth[d - 1].subtype == "api_error"}
+    put_back = _put_back(nodes, message)
+
+    def parent_of(n: Rec) -> str | None:
+        return n.eff_parent
+
     off = [n for n in nodes.values() if n.uuid not in on_chain]
+    parents = {n.uuid: parent_of(n) for n in off}
     children: dict[str, list[Rec]] = {}
     for n in off:
-        if n.eff_parent is not None:
-            children.setdefault(n.eff_parent, []).append(n)
+        if parents[n.uuid] is not None:
+            children.setdefault(parents[n.uuid], []).append(n)
 
-    # Top-down from each branch's first record: (branch_point, starts with
-    # progress, origin).
+    # Top-down from each branch's first record: (branch_point, origin).
     reached: dict[str, tuple] = {}
     stack = []
     for n in off:
-        p = n.eff_parent
+        p = parents[n.uuid]
         if p is None:
             stack.append((n, None, "unlinked"))
         elif p in on_chain:
@@ -246,22 +263,21 @@ def _orphans(file_id, session_id, nodes: dict[str, Rec], chain: list[tuple[int, 
         elif p not in nodes:
             stack.append((n, None, "dangling_parent"))
     for n, bp, origin in stack:
-        via = n.type == "progress"  # the branch starts with progress
         todo = [n]
         while todo:
             cur = todo.pop()
-            reached[cur.uuid] = (bp, via, origin)
+            reached[cur.uuid] = (bp, origin)
             todo += [c for c in children.get(cur.uuid, ()) if c.uuid not in reached]
 
     rows = []
     for o in sorted(off, key=lambda n: n.line_no):
         if o.is_sidechain:
             continue
-        bp, via, origin = reached.get(o.uuid, (None, False, None))
+        bp, origin = reached.get(o.uuid, (None, None))
         parent = nodes.get(o.parent_uuid) if o.parent_uuid is not None else None
         if boundary_line is not None and o.line_no < boundary_line:
             cause = "compacted"
-        elif o.type == "progress" or via:
+        elif o.type == "progress":
             cause = "progress"
         elif (o.type == "assistant" and o.message_id is not None
               and o.message_id in chain_messages) or (
@@ -280,8 +296,9 @@ def _orphans(file_id, session_id, nodes: dict[str, Rec], chain: list[tuple[int, 
             cause = "abandoned_branch"
         else:
             cause = "other"
+        restored = int(cause == "parallel_tool_branch" or o.uuid in put_back)
         rows.append((file_id, session_id, o.uuid, o.type, o.subtype, o.timestamp, cause, bp,
-                     o.id, o.line_no, o.message_id))
+                     o.id, o.line_no, o.message_id, restored))
     return rows
 
 
@@ -289,12 +306,17 @@ def derive_files(conn, file_ids: list[int]) -> None:
     """Recompute these files' cached rows (inside the caller's transaction)."""
     params = {"file_ids": json.dumps(file_ids)}
     by_file: dict[int, list[Rec]] = {i: [] for i in file_ids}
+    prompts: dict[int, list[resume.Prompt]] = {i: [] for i in file_ids}
     for row in conn.execute(UUID_RECORDS_SQL, params):
-        by_file[row[1]].append(Rec(*row))
+        if row[6] == "last-prompt":
+            prompts[row[1]].append(resume.Prompt(row[2], row[15], bool(row[16]), bool(row[17])))
+        if row[3] is not None:
+            by_file[row[1]].append(Rec(*row[:15]))
     rows: dict[str, list] = {name: [] for name in views.CACHED_VIEWS}
     forget_files(conn, file_ids)
     for file_id, kind, session_id in conn.execute(FILES_SQL, params).fetchall():
-        for name, file_rows in compute_file(file_id, kind, session_id, by_file[file_id]).items():
+        computed = compute_file(file_id, kind, session_id, by_file[file_id], prompts[file_id])
+        for name, file_rows in computed.items():
             rows[name] += file_rows
     for name, table_rows in rows.items():
         columns = getattr(views, f"{name.upper()}_COLUMNS")

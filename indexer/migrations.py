@@ -360,3 +360,13 @@ def m013_caches_without_rowid(db):
         db.execute(f"DROP TABLE {table}_old")
         for index in indexes:
             db.execute(index)
+
+
+@migrations()
+def m017_add_resume_rule_and_restored(db):
+    # leaves_cache.resume_rule: which of the CLI's rules picked the resume
+    # leaf (resume.py); orphans_cache.restored: 1 when the CLI puts the
+    # record back after its walk. The caches are recomputed (the definitions
+    # changed), so the defaults never show.
+    db.execute("ALTER TABLE leaves_cache ADD COLUMN resume_rule TEXT")
+    db.execute("ALTER TABLE orphans_cache ADD COLUMN restored INTEGER NOT NULL DEFAULT 0")

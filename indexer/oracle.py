@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+import uuid
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -197,11 +198,24 @@ def _holds_ping(body: dict) -> bool:
     return PING in json.dumps(body.get("messages") or [])
 
 
+UUID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", re.I)
+
+
+def resume_id(session_id: str | None) -> str:
+    """The id to resume a copy by: the CLI only resumes by a UUID, so a
+    transcript whose session id is not one is resumed under a UUID derived
+    from it (the file name is what the CLI looks up)."""
+    if session_id and UUID_RE.match(session_id):
+        return session_id
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"session-index:{session_id}"))
+
+
 def resume_sent(transcript: bytes, session_id: str, api: FakeMessagesAPI, binary: str,
                 cwd: str | None = None) -> Sent:
     """Resume a copy of ``transcript`` (bytes) as ``session_id`` and return
     what the CLI sent. ``cwd``: the working directory to run from (a fresh
     temporary one by default; the transcript is placed in its project folder)."""
+    session_id = resume_id(session_id)
     with tempfile.TemporaryDirectory(prefix="session-index-oracle-") as tmp:
         config = Path(tmp, "config")
         work = Path(cwd) if cwd else Path(tmp, "work")

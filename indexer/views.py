@@ -48,12 +48,12 @@ NODES_CTES = f"""
 scope_files AS (
   SELECT id AS file_id, kind, session_id FROM files WHERE kind IN {TRANSCRIPT_KINDS}
 ),
-occ AS (
+occ AS MATERIALIZED (
   SELECT r.id, r.file_id, r.line_no, r.uuid, r.parent_uuid, r.type
   FROM records r JOIN scope_files f ON f.file_id = r.file_id
   WHERE r.uuid IS NOT NULL AND r.type IN {_CHAIN_TYPES}
 ),
-nodes AS (
+nodes AS MATERIALIZED (
   SELECT r.id, r.file_id, r.line_no, r.uuid, r.parent_uuid, r.type, r.subtype,
          r.timestamp, r.is_sidechain, r.message_id, r.is_tool_result,
          CASE WHEN r.type = 'system' AND r.subtype = 'compact_boundary'
@@ -64,11 +64,73 @@ nodes AS (
 )
 """.strip()
 
+# Epoch milliseconds of a record's timestamp, NULL when it is not one.
+TIMESTAMP_MS = ("CAST(round((julianday({r}.timestamp) - 2440587.5) * 86400000.0) AS INTEGER)")
+# A last-prompt record's leafUuid is present and null / its explicit flag.
+LAST_PROMPT_NULL_LEAF = "(json_valid({r}.raw) AND json_type({r}.raw, '$.leafUuid') = 'null')"
+LAST_PROMPT_EXPLICIT = "(json_valid({r}.raw) AND json_type({r}.raw, '$.explicit') = 'true')"
+FALLBACK_MS = 5000  # resume.FALLBACK_MS
+
+# The CLI's view of each file (resume.py states the rules): cli holds its
+# nodes (no progress records) with the bridged parent (read through progress
+# records written before the record; `bridge` climbs them, each step to an
+# earlier line, so it ends) and walk_parent (the bridged parent, else the
+# timestamp fallback when that parent is not a node).
+CLI_CTES = f"""
+bridge(file_id, uuid, up, up_line, steps) AS (
+  SELECT n.file_id, n.uuid, n.parent_uuid, n.line_no, 0 FROM nodes n
+  WHERE n.type <> 'progress' AND EXISTS (
+    SELECT 1 FROM nodes p WHERE p.file_id = n.file_id AND p.uuid = n.parent_uuid
+      AND p.type = 'progress' AND p.line_no < n.line_no)
+  UNION ALL
+  SELECT b.file_id, b.uuid, p.parent_uuid, p.line_no, b.steps + 1
+  FROM bridge b
+  JOIN records p ON p.file_id = b.file_id AND p.uuid = b.up AND p.type = 'progress'
+  WHERE p.line_no < b.up_line AND {_IS_NODE.format(n="p")}
+),
+bridged AS MATERIALIZED (
+  SELECT file_id, uuid, up FROM (
+    SELECT file_id, uuid, up, row_number() OVER (
+             PARTITION BY file_id, uuid ORDER BY steps DESC) AS rn
+    FROM bridge) WHERE rn = 1
+),
+cli_nodes AS MATERIALIZED (
+  SELECT n.id, n.file_id, n.line_no, n.uuid, n.type, n.subtype, n.is_sidechain,
+         r.parent_uuid, r.logical_parent_uuid, {TIMESTAMP_MS.format(r="r")} AS ts_ms,
+         CAST(CASE WHEN b.uuid IS NOT NULL THEN b.up ELSE n.parent_uuid END AS TEXT) AS parent
+  FROM nodes n JOIN records r ON r.id = n.id
+  LEFT JOIN bridged b ON b.file_id = n.file_id AND b.uuid = n.uuid
+  WHERE n.type <> 'progress'
+),
+cli AS MATERIALIZED (
+  SELECT c.*, CAST(CASE
+    WHEN c.parent IS NULL THEN NULL
+    WHEN p.uuid IS NOT NULL THEN c.parent
+    ELSE (SELECT x.uuid FROM cli_nodes x
+          WHERE x.file_id = c.file_id AND x.uuid <> c.uuid AND x.is_sidechain = c.is_sidechain
+            AND NOT (x.type = 'system' AND x.subtype IS 'file_snapshot')
+            AND x.ts_ms <= c.ts_ms AND c.ts_ms - x.ts_ms <= {FALLBACK_MS}
+          ORDER BY x.ts_ms DESC, x.line_no LIMIT 1)
+  END AS TEXT) AS walk_parent
+  FROM cli_nodes c
+  LEFT JOIN cli_nodes p ON p.file_id = c.file_id AND p.uuid = c.parent
+)
+""".strip()
+
+# cli_definition: the CLI's nodes of every transcript file (CLI_CTES), for
+# the orphans definition.
+CLI_DEFINITION_SQL = f"""
+WITH RECURSIVE {NODES_CTES},
+{CLI_CTES}
+SELECT id, file_id, line_no, uuid, type, subtype, is_sidechain, parent, walk_parent, ts_ms
+FROM cli
+""".strip()
+
 # leaves: one row per file.
-#   resume_leaf: main files: newest timestamp among non-sidechain user,
-#     assistant, system and attachment records, later line on ties (what
-#     `claude --resume` starts from); subagent files: the last user/assistant
-#     line (the SDK's subagent rule).
+#   resume_leaf: main files: the record `claude --resume` starts from, by the
+#     rules of resume.py (resume_rule names the rule: checkpoint, last_row,
+#     leaf_scan, newest_record, rewound_to_empty, no_leaf); subagent files:
+#     the last user/assistant line (subagent_last_message).
 #   sdk_leaf: main files: the Agent SDK's _build_conversation_chain rule.
 #     terminals = lines no record names as parent; from each, walk up to the
 #     nearest user/assistant (to_message); prefer leaves
@@ -78,19 +140,188 @@ nodes AS (
 #   branch_count: distinct non-sidechain user/assistant leaves the terminals
 #     reach (1 for a linear transcript).
 #   leaves_agree: both readers end the conversation at the same message: the
-#     first user/assistant record at or above the resume leaf (resume_message)
-#     is the sdk leaf. A resume leaf that is the stop_hook_summary of the
-#     SDK's last message agrees; seed 000's error chain does not.
-LEAVES_DEFINITION_SQL = f"""
-WITH RECURSIVE {NODES_CTES},
-resume_pick AS (
-  SELECT file_id, id FROM (
-    SELECT n.file_id, n.id, row_number() OVER (
-             PARTITION BY n.file_id ORDER BY n.timestamp DESC, n.line_no DESC) AS rn
-    FROM nodes n JOIN scope_files f ON f.file_id = n.file_id
-    WHERE f.kind = 'main' AND NOT n.is_sidechain
-      AND n.type IN ('user','assistant','system','attachment')
-  ) WHERE rn = 1
+#     first user/assistant record on the resume walk is the sdk leaf.
+# Every upward walk is bounded by the file's line count.
+LEAVES_CTES = f"""
+main_files AS (SELECT file_id FROM scope_files WHERE kind = 'main'),
+row_lines AS MATERIALIZED (
+  SELECT o.file_id, o.line_no, o.uuid FROM occ o JOIN records r ON r.id = o.id
+  JOIN main_files m ON m.file_id = o.file_id
+  WHERE o.type <> 'progress' AND NOT r.is_sidechain
+    AND NOT (o.type = 'system' AND r.subtype IS 'file_snapshot')
+),
+last_rows AS MATERIALIZED (
+  SELECT file_id, uuid, line_no FROM (
+    SELECT file_id, uuid, line_no,
+           row_number() OVER (PARTITION BY file_id ORDER BY line_no DESC) AS rn
+    FROM row_lines) WHERE rn = 1
+),
+prompts AS MATERIALIZED (
+  SELECT r.file_id, r.line_no, nullif(r.leaf_uuid, '') AS leaf,
+         {LAST_PROMPT_NULL_LEAF.format(r="r")} AS null_leaf,
+         {LAST_PROMPT_EXPLICIT.format(r="r")} AS explicit
+  FROM records r JOIN main_files m ON m.file_id = r.file_id
+  WHERE r.type = 'last-prompt'
+),
+boundaries AS (
+  SELECT o.file_id, o.line_no FROM occ o JOIN records r ON r.id = o.id
+  WHERE o.type = 'system' AND r.subtype = 'compact_boundary'
+),
+latest_prompt AS (
+  SELECT file_id, line_no, leaf, explicit FROM (
+    SELECT p.*, row_number() OVER (PARTITION BY file_id ORDER BY line_no DESC) AS rn
+    FROM prompts p WHERE leaf IS NOT NULL) WHERE rn = 1
+),
+state AS MATERIALIZED (
+  SELECT m.file_id, lr.uuid AS last_row,
+    EXISTS (SELECT 1 FROM occ o JOIN records r ON r.id = o.id
+            WHERE o.file_id = m.file_id AND o.type = 'system' AND r.subtype = 'file_snapshot'
+              AND o.line_no > coalesce(lr.line_no, 0)) AS trailing,
+    CASE WHEN NOT EXISTS (SELECT 1 FROM boundaries b WHERE b.file_id = m.file_id
+                          AND b.line_no > lp.line_no)
+          AND NOT EXISTS (SELECT 1 FROM prompts q WHERE q.file_id = m.file_id
+                          AND q.line_no > lp.line_no AND q.null_leaf AND q.explicit)
+         THEN lp.leaf END AS checkpoint,
+    coalesce(lp.explicit AND NOT EXISTS (SELECT 1 FROM row_lines w WHERE w.file_id = m.file_id
+                                         AND w.line_no > lp.line_no), 0) AS explicit,
+    EXISTS (SELECT 1 FROM prompts q WHERE q.file_id = m.file_id AND q.null_leaf AND q.explicit
+              AND NOT EXISTS (SELECT 1 FROM row_lines w WHERE w.file_id = m.file_id
+                              AND w.line_no > q.line_no)
+              AND NOT EXISTS (SELECT 1 FROM prompts z WHERE z.file_id = m.file_id
+                              AND z.line_no > q.line_no AND z.leaf IS NOT NULL)) AS empty
+  FROM main_files m
+  LEFT JOIN last_rows lr ON lr.file_id = m.file_id
+  LEFT JOIN latest_prompt lp ON lp.file_id = m.file_id
+),
+-- above_last: the last row and its bridged ancestors.
+above_last(file_id, uuid, parent, steps) AS (
+  SELECT c.file_id, c.uuid, c.parent, 0 FROM state s
+  JOIN cli c ON c.file_id = s.file_id AND c.uuid = s.last_row
+  UNION ALL
+  SELECT a.file_id, c.uuid, c.parent, a.steps + 1 FROM above_last a
+  JOIN cli c ON c.file_id = a.file_id AND c.uuid = a.parent
+  JOIN files f ON f.id = a.file_id
+  WHERE a.steps <= f.line_count
+),
+judged AS MATERIALIZED (
+  SELECT s.*, (cp.uuid IS NOT NULL) AS checkpoint_is_node,
+    EXISTS (SELECT 1 FROM above_last a WHERE a.file_id = s.file_id
+            AND a.uuid = s.checkpoint) AS last_descends
+  FROM state s LEFT JOIN cli cp ON cp.file_id = s.file_id AND cp.uuid = s.checkpoint
+),
+first_pick AS MATERIALIZED (
+  SELECT file_id, last_row, trailing, checkpoint, explicit, last_descends,
+    CASE WHEN empty THEN NULL
+         WHEN checkpoint_is_node AND NOT explicit AND last_row IS NOT NULL
+              AND last_row <> checkpoint AND last_descends THEN last_row
+         WHEN checkpoint_is_node THEN checkpoint
+         WHEN NOT trailing THEN last_row END AS picked,
+    CASE WHEN empty THEN 'rewound_to_empty'
+         WHEN checkpoint_is_node AND NOT explicit AND last_row IS NOT NULL
+              AND last_row <> checkpoint AND last_descends THEN 'last_row'
+         WHEN checkpoint_is_node THEN 'checkpoint'
+         WHEN NOT trailing AND last_row IS NOT NULL THEN 'last_row' END AS rule,
+    empty
+  FROM judged
+),
+-- named: the uuids some node names as its (bridged) parent; by_message when
+-- a user/assistant node does.
+named AS MATERIALIZED (
+  SELECT file_id, parent AS uuid, max(type IN ('user','assistant')) AS by_message FROM cli
+  WHERE parent IS NOT NULL GROUP BY file_id, parent
+),
+-- to_msg: from a start record up bridged parents to the first user/assistant.
+starts AS MATERIALIZED (
+  SELECT file_id, 'picked' AS what, picked AS uuid FROM first_pick WHERE picked IS NOT NULL
+  UNION ALL
+  SELECT file_id, 'last', last_row FROM first_pick WHERE last_row IS NOT NULL
+  UNION ALL
+  SELECT c.file_id, 'terminal:' || c.uuid, c.uuid FROM cli c JOIN main_files m ON m.file_id = c.file_id
+  LEFT JOIN named k ON k.file_id = c.file_id AND k.uuid = c.uuid
+  WHERE k.uuid IS NULL
+),
+to_msg(file_id, what, uuid, type, parent, steps) AS (
+  SELECT s.file_id, s.what, c.uuid, c.type, c.parent, 0 FROM starts s
+  JOIN cli c ON c.file_id = s.file_id AND c.uuid = s.uuid
+  UNION ALL
+  SELECT t.file_id, t.what, c.uuid, c.type, c.parent, t.steps + 1 FROM to_msg t
+  JOIN cli c ON c.file_id = t.file_id AND c.uuid = t.parent
+  JOIN files f ON f.id = t.file_id
+  WHERE t.type NOT IN ('user','assistant') AND t.steps <= f.line_count
+),
+msg_of AS MATERIALIZED (
+  SELECT file_id, what, uuid FROM (
+    SELECT file_id, what, uuid, row_number() OVER (PARTITION BY file_id, what ORDER BY steps) AS rn
+    FROM to_msg WHERE type IN ('user','assistant')) WHERE rn = 1
+),
+scan_leaves AS MATERIALIZED (
+  SELECT DISTINCT m.file_id, m.uuid FROM msg_of m
+  LEFT JOIN named k ON k.file_id = m.file_id AND k.uuid = m.uuid AND k.by_message
+  WHERE m.what LIKE 'terminal:%' AND k.uuid IS NULL
+),
+scan AS MATERIALIZED (
+  SELECT p.file_id, (SELECT count(*) FROM scan_leaves l WHERE l.file_id = p.file_id) AS n,
+    EXISTS (SELECT 1 FROM scan_leaves l WHERE l.file_id = p.file_id AND l.uuid = p.checkpoint)
+      AS checkpoint_is_leaf
+  FROM first_pick p
+),
+-- The CLI's "newest" of a set: the first line with the greatest time; the
+-- last line when none has a time.
+scan_set AS MATERIALIZED (
+  SELECT c.file_id, c.uuid, c.line_no, c.ts_ms FROM cli c
+  JOIN scan_leaves l ON l.file_id = c.file_id AND l.uuid = c.uuid
+  WHERE NOT c.is_sidechain
+),
+scan_newest AS (
+  SELECT file_id, uuid FROM (
+    SELECT s.file_id, s.uuid, row_number() OVER (
+             PARTITION BY s.file_id
+             ORDER BY s.ts_ms IS NOT m.top,
+                      CASE WHEN m.top IS NULL THEN -s.line_no ELSE s.line_no END) AS rn
+    FROM scan_set s JOIN (SELECT file_id, max(ts_ms) AS top FROM scan_set GROUP BY file_id) m
+      ON m.file_id = s.file_id) WHERE rn = 1
+),
+any_set AS MATERIALIZED (
+  SELECT c.file_id, c.uuid, c.line_no, c.ts_ms FROM cli c
+  JOIN main_files m ON m.file_id = c.file_id
+  WHERE NOT c.is_sidechain
+    AND (NOT (c.type = 'system' AND c.subtype IS 'file_snapshot')
+         OR NOT EXISTS (SELECT 1 FROM cli o WHERE o.file_id = c.file_id AND NOT o.is_sidechain
+                        AND NOT (o.type = 'system' AND o.subtype IS 'file_snapshot')))
+),
+any_newest AS (
+  SELECT file_id, uuid FROM (
+    SELECT s.file_id, s.uuid, row_number() OVER (
+             PARTITION BY s.file_id
+             ORDER BY s.ts_ms IS NOT m.top,
+                      CASE WHEN m.top IS NULL THEN -s.line_no ELSE s.line_no END) AS rn
+    FROM any_set s JOIN (SELECT file_id, max(ts_ms) AS top FROM any_set GROUP BY file_id) m
+      ON m.file_id = s.file_id) WHERE rn = 1
+),
+resume_pick AS MATERIALIZED (
+  SELECT p.file_id,
+    CASE WHEN p.empty THEN NULL
+         WHEN pm.uuid IS NOT NULL THEN p.picked
+         WHEN s.n > 1 AND s.checkpoint_is_leaf
+              AND (p.explicit OR p.last_row IS NULL OR NOT p.last_descends) THEN p.checkpoint
+         WHEN s.n > 1 AND NOT p.trailing AND lm.uuid IS NOT NULL THEN lm.uuid
+         WHEN s.n > 0 THEN sn.uuid
+         ELSE an.uuid END AS uuid,
+    CASE WHEN p.empty THEN 'rewound_to_empty'
+         WHEN pm.uuid IS NOT NULL THEN p.rule
+         WHEN s.n > 1 AND s.checkpoint_is_leaf
+              AND (p.explicit OR p.last_row IS NULL OR NOT p.last_descends) THEN 'checkpoint'
+         WHEN s.n > 1 AND NOT p.trailing AND lm.uuid IS NOT NULL THEN 'last_row'
+         WHEN s.n > 0 AND sn.uuid IS NOT NULL THEN 'leaf_scan'
+         WHEN s.n > 0 THEN 'no_leaf'
+         WHEN an.uuid IS NOT NULL THEN 'newest_record'
+         ELSE 'no_leaf' END AS rule
+  FROM first_pick p
+  JOIN scan s ON s.file_id = p.file_id
+  LEFT JOIN msg_of pm ON pm.file_id = p.file_id AND pm.what = 'picked'
+  LEFT JOIN msg_of lm ON lm.file_id = p.file_id AND lm.what = 'last'
+  LEFT JOIN scan_newest sn ON sn.file_id = p.file_id
+  LEFT JOIN any_newest an ON an.file_id = p.file_id
 ),
 last_message AS (
   SELECT file_id, id FROM (
@@ -137,102 +368,119 @@ branches AS (
   SELECT file_id, count(DISTINCT uuid) AS n FROM sdk_candidates
   WHERE is_main GROUP BY file_id
 ),
-picked AS (
-  SELECT f.file_id, f.session_id, f.kind, rr.id AS resume_leaf_id, rr.uuid AS resume_leaf_uuid,
-         rr.type AS resume_type, rr.parent_uuid AS resume_parent,
-         sr.id AS sdk_leaf_id, sr.uuid AS sdk_leaf_uuid, coalesce(br.n, 0) AS branch_count
+picked AS MATERIALIZED (
+  SELECT f.file_id, f.session_id, f.kind,
+         coalesce(rc.id, lmr.id) AS resume_leaf_id,
+         sr.id AS sdk_leaf_id, sr.uuid AS sdk_leaf_uuid, coalesce(br.n, 0) AS branch_count,
+         CASE WHEN f.kind = 'main' THEN rp.rule
+              WHEN lm.id IS NOT NULL THEN 'subagent_last_message' ELSE 'no_leaf' END
+           AS resume_rule
   FROM scope_files f
   LEFT JOIN resume_pick rp ON rp.file_id = f.file_id
+  LEFT JOIN cli rc ON rc.file_id = f.file_id AND rc.uuid = rp.uuid
   LEFT JOIN sdk_pick sp ON sp.file_id = f.file_id
   LEFT JOIN last_message lm ON lm.file_id = f.file_id
-  LEFT JOIN records rr ON rr.id = coalesce(rp.id, lm.id)
+  LEFT JOIN records lmr ON lmr.id = lm.id
   LEFT JOIN records sr ON sr.id = coalesce(sp.id, lm.id)
   LEFT JOIN branches br ON br.file_id = f.file_id
 ),
-resume_message(file_id, uuid, type, parent_uuid, steps) AS (
-  SELECT file_id, resume_leaf_uuid, resume_type, resume_parent, 0 FROM picked
-  WHERE resume_leaf_id IS NOT NULL
+resume_message(file_id, uuid, type, parent, steps) AS (
+  SELECT p.file_id, c.uuid, c.type, c.walk_parent, 0 FROM picked p
+  JOIN cli c ON c.id = p.resume_leaf_id WHERE p.kind = 'main'
   UNION ALL
-  SELECT m.file_id, n.uuid, n.type, n.parent_uuid, m.steps + 1
-  FROM resume_message m
-  JOIN records n ON n.file_id = m.file_id AND n.uuid = m.parent_uuid
+  SELECT m.file_id, c.uuid, c.type, c.walk_parent, m.steps + 1 FROM resume_message m
+  JOIN cli c ON c.file_id = m.file_id AND c.uuid = m.parent
   JOIN files b ON b.id = m.file_id
   WHERE m.type NOT IN ('user','assistant') AND m.steps <= b.line_count
-    AND {_IS_NODE.format(n="n")}
 )
-SELECT p.file_id, p.session_id, p.kind, p.resume_leaf_id, p.resume_leaf_uuid,
-       p.sdk_leaf_id, p.sdk_leaf_uuid,
-       coalesce((SELECT m.uuid FROM resume_message m
-                 WHERE m.file_id = p.file_id AND m.type IN ('user','assistant'))
-                IS p.sdk_leaf_uuid, 0) AS leaves_agree,
-       p.branch_count
-FROM picked p
 """.strip()
+LEAVES_SELECT = """
+SELECT p.file_id, p.session_id, p.kind, p.resume_leaf_id, r.uuid AS resume_leaf_uuid,
+       p.sdk_leaf_id, p.sdk_leaf_uuid,
+       coalesce(CASE WHEN p.kind = 'main'
+                     THEN (SELECT m.uuid FROM resume_message m WHERE m.file_id = p.file_id
+                           AND m.type IN ('user','assistant') ORDER BY m.steps LIMIT 1)
+                     ELSE r.uuid END IS p.sdk_leaf_uuid, 0) AS leaves_agree,
+       p.branch_count, p.resume_rule
+FROM picked p LEFT JOIN records r ON r.id = p.resume_leaf_id
+""".strip()
+LEAVES_DEFINITION_SQL = f"WITH RECURSIVE {NODES_CTES},\n{CLI_CTES},\n{LEAVES_CTES}\n{LEAVES_SELECT}"
 
 # leaf_ancestry: one row per record on the walk from each rule's leaf to the
-# root; depth 0 is the leaf. The walk follows parent_uuid to the last line of
-# that uuid and stops at a missing parent. In main files the 'resume' walk
-# bridges progress records as the CLI does: they are walked through (bridges)
-# but not kept, and depth counts only the records kept. A walk that reaches
-# the step bound went round a cycle: `cut` drops it from the first revisited
-# uuid on.
-LEAF_ANCESTRY_DEFINITION_SQL = f"""
-WITH RECURSIVE {NODES_CTES},
-starts AS (
-  SELECT l.file_id, 'resume' AS rule, l.resume_leaf_id AS id, f.kind = 'main' AS bridges
-  FROM leaves_definition l JOIN scope_files f ON f.file_id = l.file_id
-  WHERE l.resume_leaf_id IS NOT NULL
-  UNION ALL
-  SELECT l.file_id, 'sdk', l.sdk_leaf_id, 0
-  FROM leaves_definition l JOIN scope_files f ON f.file_id = l.file_id
-  WHERE l.sdk_leaf_id IS NOT NULL
+# root; depth 0 is the leaf. The 'resume' walk of a main file follows the
+# CLI's walk parents (cli: progress bridged, the timestamp fallback); every
+# other walk follows parent_uuid to the last line of that uuid. Each stops at
+# a missing parent. A walk that reaches the step bound went round a cycle:
+# `cut` drops it from the first revisited uuid on.
+ANCESTRY_CTES = f"""
+leaves_def AS MATERIALIZED (SELECT * FROM leaves_definition),
+walk_starts AS MATERIALIZED (  -- one reference to leaves_def: each one is planned anew
+  SELECT l.file_id, k.rule,
+         CASE k.rule WHEN 'resume' THEN l.resume_leaf_id ELSE l.sdk_leaf_id END AS id,
+         k.rule = 'resume' AND f.kind = 'main' AS by_cli
+  FROM leaves_def l JOIN scope_files f ON f.file_id = l.file_id
+  JOIN (SELECT 'resume' AS rule UNION ALL SELECT 'sdk') k
+  WHERE CASE k.rule WHEN 'resume' THEN l.resume_leaf_id ELSE l.sdk_leaf_id END IS NOT NULL
 ),
-walk(file_id, rule, bridges, id, uuid, type, parent_uuid, raw_depth, depth, kept) AS (
-  SELECT s.file_id, s.rule, s.bridges, r.id, r.uuid, r.type, r.parent_uuid, 0, 0, 1
-  FROM starts s JOIN records r ON r.id = s.id
+walk(file_id, rule, by_cli, id, uuid, next, raw_depth) AS (
+  SELECT s.file_id, s.rule, s.by_cli, r.id, r.uuid,
+         CASE WHEN s.by_cli THEN c.walk_parent ELSE r.parent_uuid END, 0
+  FROM walk_starts s JOIN records r ON r.id = s.id LEFT JOIN cli c ON c.id = r.id
   UNION ALL
-  SELECT w.file_id, w.rule, w.bridges, n.id, n.uuid, n.type, n.parent_uuid,
-         w.raw_depth + 1, w.depth + w.kept,
-         NOT (w.bridges AND n.type = 'progress')
+  SELECT w.file_id, w.rule, 0, n.id, n.uuid, n.parent_uuid, w.raw_depth + 1
   FROM walk w
-  JOIN records n ON n.file_id = w.file_id AND n.uuid = w.parent_uuid
+  JOIN records n ON n.file_id = w.file_id AND n.uuid = w.next
   JOIN files b ON b.id = w.file_id
-  WHERE w.raw_depth <= b.line_count AND {_IS_NODE.format(n="n")}
+  WHERE NOT w.by_cli AND w.raw_depth <= b.line_count AND {_IS_NODE.format(n="n")}
+  UNION ALL
+  SELECT w.file_id, w.rule, 1, c.id, c.uuid, c.walk_parent, w.raw_depth + 1
+  FROM walk w
+  JOIN cli c ON c.file_id = w.file_id AND c.uuid = w.next
+  JOIN files b ON b.id = w.file_id
+  WHERE w.by_cli AND w.raw_depth <= b.line_count
 ),
+walked AS MATERIALIZED (SELECT * FROM walk),
 cycled AS (
-  SELECT DISTINCT w.file_id, w.rule FROM walk w JOIN files b ON b.id = w.file_id
+  SELECT DISTINCT w.file_id, w.rule FROM walked w JOIN files b ON b.id = w.file_id
   WHERE w.raw_depth > b.line_count
 ),
 cut AS (
   SELECT file_id, rule, min(raw_depth) AS at FROM (
     SELECT w.file_id, w.rule, w.raw_depth, row_number() OVER (
              PARTITION BY w.file_id, w.rule, w.uuid ORDER BY w.raw_depth) AS visit
-    FROM walk w JOIN cycled c ON c.file_id = w.file_id AND c.rule = w.rule
+    FROM walked w JOIN cycled c ON c.file_id = w.file_id AND c.rule = w.rule
   ) WHERE visit > 1 GROUP BY file_id, rule
 )
-SELECT w.file_id, f.session_id, w.rule, w.uuid, w.depth, w.id AS record_id
-FROM walk w
+""".strip()
+ANCESTRY_SELECT = """
+SELECT w.file_id, f.session_id, w.rule, w.uuid, w.raw_depth AS depth, w.id AS record_id
+FROM walked w
 JOIN scope_files f ON f.file_id = w.file_id
 LEFT JOIN cut c ON c.file_id = w.file_id AND c.rule = w.rule
-WHERE w.kept AND (c.at IS NULL OR w.raw_depth < c.at)
+WHERE c.at IS NULL OR w.raw_depth < c.at
 """.strip()
+LEAF_ANCESTRY_DEFINITION_SQL = (
+    f"WITH RECURSIVE {NODES_CTES},\n{CLI_CTES},\n{ANCESTRY_CTES}\n{ANCESTRY_SELECT}")
 
 # orphans: every non-sidechain chain record of a main file that is not on the
 # 'resume' ancestry, with the first matching cause. `down` walks top-down
 # from the ancestry, from other roots (unlinked) and from records whose
 # parent is missing (dangling_parent), following parent_uuid, or a
-# compact_boundary's logicalParentUuid when its parent is null; it carries the
-# branch point (the ancestry record its branch leaves from) and whether the
-# branch starts with a progress record (via_progress: the whole branch hangs
-# off progress; a progress record inside a branch that starts otherwise, such
-# as a rewind's abandoned turns with their hook progress, does not make its
-# descendants 'progress'). A record has one such parent, so it is
-# reached at most once and a cycle is never entered (its records are never
-# reached: 'other'); the step bound is a second guard.
+# compact_boundary's logicalParentUuid when its parent is null; it carries
+# the branch point (the ancestry record its branch leaves from). A record
+# has one such parent, so it is reached at most once and a cycle is never
+# entered (its records are never reached: 'other'); the step bound is a
+# second guard. restored: the CLI puts the record back after its walk: a
+# parallel_tool_branch, or a non-message record that hangs from the leaf
+# message through non-message records (put_back; progress records are
+# passed through, as the CLI bridges them). It reads the resume ancestry from
+# leaf_ancestry, which the tests hold equal to leaf_ancestry_definition:
+# SQLite 3.40 loses the CTEs of leaf_ancestry_definition when a recursive
+# step here reads it ("no such table: main.scope_files").
 ORPHANS_DEFINITION_SQL = f"""
 WITH RECURSIVE {NODES_CTES},
 on_chain AS MATERIALIZED (
-  SELECT a.file_id, a.uuid, a.depth FROM leaf_ancestry_definition a
+  SELECT a.file_id, a.uuid, a.depth FROM leaf_ancestry a
   JOIN scope_files f ON f.file_id = a.file_id
   WHERE a.rule = 'resume' AND f.kind = 'main'
 ),
@@ -251,53 +499,69 @@ chain_messages AS MATERIALIZED (
 ),
 splice_points AS MATERIALIZED (
   SELECT b.file_id, b.uuid FROM on_chain b
-  JOIN leaf_ancestry_definition c ON c.file_id = b.file_id AND c.rule = 'resume' AND c.depth = b.depth - 1
+  JOIN leaf_ancestry c ON c.file_id = b.file_id AND c.rule = 'resume' AND c.depth = b.depth - 1
   JOIN nodes n ON n.file_id = c.file_id AND n.uuid = c.uuid
   WHERE n.type = 'system' AND n.subtype = 'api_error'
+),
+leaf_message AS MATERIALIZED (
+  SELECT file_id, uuid FROM (
+    SELECT a.file_id, a.uuid, row_number() OVER (PARTITION BY a.file_id ORDER BY a.depth) AS rn
+    FROM on_chain a JOIN nodes n ON n.file_id = a.file_id AND n.uuid = a.uuid
+    WHERE n.type IN ('user','assistant')) WHERE rn = 1
+),
+put_back(file_id, uuid, type, steps) AS (
+  SELECT file_id, uuid, 'message', 0 FROM leaf_message
+  UNION ALL
+  SELECT c.file_id, c.uuid, c.type, p.steps + 1 FROM put_back p
+  JOIN records c ON c.file_id = p.file_id AND c.parent_uuid = p.uuid
+  JOIN files b ON b.id = p.file_id
+  WHERE c.type IN ('system','attachment','progress') AND p.steps <= b.line_count
+    AND {_IS_NODE.format(n="c")}
 ),
 off AS MATERIALIZED (
   SELECT n.* FROM nodes n JOIN scope_files f ON f.file_id = n.file_id
   WHERE f.kind = 'main'
     AND NOT EXISTS (SELECT 1 FROM on_chain a WHERE a.file_id = n.file_id AND a.uuid = n.uuid)
 ),
-down(file_id, uuid, branch_point, via_progress, origin, steps) AS (
-  SELECT o.file_id, o.uuid, o.eff_parent, o.type = 'progress', 'ancestry', 0
+down(file_id, uuid, branch_point, origin, steps) AS (
+  SELECT o.file_id, o.uuid, o.eff_parent, 'ancestry', 0
   FROM off o
   WHERE EXISTS (SELECT 1 FROM on_chain a WHERE a.file_id = o.file_id AND a.uuid = o.eff_parent)
   UNION ALL
-  SELECT o.file_id, o.uuid, NULL, o.type = 'progress', 'unlinked', 0
+  SELECT o.file_id, o.uuid, NULL, 'unlinked', 0
   FROM off o WHERE o.eff_parent IS NULL
   UNION ALL
-  SELECT o.file_id, o.uuid, NULL, o.type = 'progress', 'dangling_parent', 0
+  SELECT o.file_id, o.uuid, NULL, 'dangling_parent', 0
   FROM off o
   WHERE o.eff_parent IS NOT NULL
     AND NOT EXISTS (SELECT 1 FROM nodes p WHERE p.file_id = o.file_id AND p.uuid = o.eff_parent)
   UNION ALL
-  SELECT c.file_id, c.uuid, d.branch_point, d.via_progress, d.origin, d.steps + 1
+  SELECT c.file_id, c.uuid, d.branch_point, d.origin, d.steps + 1
   FROM down d
   JOIN records c ON c.file_id = d.file_id AND c.parent_uuid = d.uuid
   JOIN files b ON b.id = d.file_id
   WHERE d.steps <= b.line_count AND {_IS_NODE.format(n="c")}
-    AND NOT EXISTS (SELECT 1 FROM leaf_ancestry_definition a WHERE a.file_id = c.file_id
+    AND NOT EXISTS (SELECT 1 FROM leaf_ancestry a WHERE a.file_id = c.file_id
                     AND a.rule = 'resume' AND a.uuid = c.uuid)
   UNION ALL
-  SELECT c.file_id, c.uuid, d.branch_point, d.via_progress, d.origin, d.steps + 1
+  SELECT c.file_id, c.uuid, d.branch_point, d.origin, d.steps + 1
   FROM down d
   JOIN records c ON c.file_id = d.file_id AND c.logical_parent_uuid = d.uuid
   JOIN files b ON b.id = d.file_id
   WHERE d.steps <= b.line_count AND c.parent_uuid IS NULL
     AND c.type = 'system' AND c.subtype = 'compact_boundary'
     AND {_IS_NODE.format(n="c")}
-    AND NOT EXISTS (SELECT 1 FROM leaf_ancestry_definition a WHERE a.file_id = c.file_id
+    AND NOT EXISTS (SELECT 1 FROM leaf_ancestry a WHERE a.file_id = c.file_id
                     AND a.rule = 'resume' AND a.uuid = c.uuid)
 ),
 reached AS MATERIALIZED (
-  SELECT file_id, uuid, branch_point, via_progress, origin FROM down
-)
+  SELECT file_id, uuid, branch_point, origin FROM down
+),
+classed AS (
 SELECT o.file_id, f.session_id, o.uuid, o.type, o.subtype, o.timestamp,
   CASE
     WHEN o.line_no < lb.line_no THEN 'compacted'
-    WHEN o.type = 'progress' OR d.via_progress THEN 'progress'
+    WHEN o.type = 'progress' THEN 'progress'
     WHEN o.type = 'assistant' AND EXISTS (
            SELECT 1 FROM chain_messages m
            WHERE m.file_id = o.file_id AND m.message_id = o.message_id)
@@ -324,16 +588,22 @@ JOIN scope_files f ON f.file_id = o.file_id
 LEFT JOIN reached d ON d.file_id = o.file_id AND d.uuid = o.uuid
 LEFT JOIN boundary lb ON lb.file_id = o.file_id
 WHERE NOT o.is_sidechain
+)
+SELECT c.*,
+  (c.cause = 'parallel_tool_branch' OR (c.type IN ('system','attachment') AND EXISTS (
+     SELECT 1 FROM put_back p WHERE p.file_id = c.file_id AND p.uuid = c.uuid AND p.steps > 0)))
+    AS restored
+FROM classed c
 """.strip()
 
 LEAVES_COLUMNS = (
     "file_id, session_id, kind, resume_leaf_id, resume_leaf_uuid, "
-    "sdk_leaf_id, sdk_leaf_uuid, leaves_agree, branch_count"
+    "sdk_leaf_id, sdk_leaf_uuid, leaves_agree, branch_count, resume_rule"
 )
 LEAF_ANCESTRY_COLUMNS = "file_id, session_id, rule, uuid, depth, record_id"
 ORPHANS_COLUMNS = (
     "file_id, session_id, uuid, type, subtype, timestamp, cause, "
-    "branch_point_uuid, record_id, line_no, message_id"
+    "branch_point_uuid, record_id, line_no, message_id, restored"
 )
 
 # The contract views, read from the caches (same columns as *_definition).
@@ -760,6 +1030,7 @@ FROM (
 """.strip()
 
 VIEWS = {
+    "cli_definition": CLI_DEFINITION_SQL,
     "leaves_definition": LEAVES_DEFINITION_SQL,
     "leaf_ancestry_definition": LEAF_ANCESTRY_DEFINITION_SQL,
     "orphans_definition": ORPHANS_DEFINITION_SQL,
@@ -782,7 +1053,8 @@ VIEWS = {
 
 # A change to any definition changes this, and every cache is recomputed.
 DEFINITIONS_HASH = hashlib.sha256(
-    "\n".join(VIEWS[f"{name}_definition"] for name in CACHED_VIEWS).encode()
+    "\n".join([CLI_DEFINITION_SQL] + [VIEWS[f"{name}_definition"] for name in CACHED_VIEWS])
+    .encode()
 ).hexdigest()[:16]
 
 

@@ -199,15 +199,18 @@ def _cols(*names, **own):
 _LEAVES_COLS = _cols(
     "file_id", "session_id", "kind",
     resume_leaf_id="records.id where claude --resume starts",
-    resume_leaf_uuid="uuid where claude --resume starts: the newest non-sidechain record",
+    resume_leaf_uuid="uuid where claude --resume starts (Claude Code 2.1.332's rules)",
     sdk_leaf_id="records.id where the Agent SDK starts",
     sdk_leaf_uuid="uuid where the Agent SDK starts (_build_conversation_chain)",
     leaves_agree="1 when both readers end the conversation at the same message",
     branch_count="distinct conversation leaves (1 for a linear transcript)",
+    resume_rule="which rule picked the resume leaf: checkpoint, last_row, leaf_scan, "
+                "newest_record, rewound_to_empty, no_leaf, subagent_last_message",
 )
 _ANCESTRY_COLS = _cols(
     "file_id", "session_id", "uuid", "record_id",
-    rule="resume (claude --resume, progress bridged) or sdk (the Agent SDK's walk)",
+    rule="resume (claude --resume: progress bridged, the 5 s timestamp fallback) or sdk "
+         "(the Agent SDK's walk)",
     depth="steps from the leaf (0 = the leaf)",
 )
 _ORPHANS_COLS = _cols(
@@ -216,6 +219,7 @@ _ORPHANS_COLS = _cols(
     cause="why it is off the chain: compacted, progress, parallel_tool_branch, "
           "api_error_splice, api_error_record, dangling_parent, unlinked, abandoned_branch, other",
     branch_point_uuid="the record on the resume chain where its branch leaves it",
+    restored="1 when the CLI puts it back after its walk (loaded, not dropped)",
 )
 _CHAIN_BREAKS_COLS = _cols(
     "file_id", "session_id", "record_id", "line_no", "uuid", "type", "subtype", "timestamp",
@@ -521,6 +525,19 @@ TABLES = {
             "file_id",
             mtime_ms="storage write time of its last append, milliseconds since the epoch",
             summary="the SDK's folded session summary, JSON as stored",
+        ),
+    },
+    "cli_definition": {
+        "description": "The nodes of every transcript as Claude Code's resume reads them, for "
+                       "the definitions: progress records bridged, the timestamp fallback. Slow.",
+        "columns": _cols(
+            "file_id", "line_no", "uuid", "type", "subtype",
+            id="records.id of the node (the last line of its uuid)",
+            is_sidechain="1 for a sidechain record",
+            parent="the parent through progress records written before it",
+            walk_parent="the parent the resume walk takes: parent, else the record of the same "
+                        "side with the latest timestamp at or before its own within 5 s",
+            ts_ms="its timestamp in milliseconds since the epoch",
         ),
     },
     "leaves_definition": {"description": _DEFINITION.format("leaves"), "columns": _LEAVES_COLS},

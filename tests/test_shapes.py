@@ -210,12 +210,28 @@ def test_chain_break_unlinked_and_dangling(index):
         {"uuid": u(3), "line_no": 3, "missing_parent_uuid": "ffffffff-0000-0000-0000-00000000dead"}]
 
 
-def test_chain_break_on_the_resume_chain_stops_the_walk(index):
+def test_chain_break_within_five_seconds_is_read_on_by_timestamp(index):
+    # The CLI links a record whose parent is missing to the latest record at
+    # or before its time within 5 s (the records here are 1 s apart).
     t = Transcript()
     t.add(u(1), None, "user")
     t.add(u(2), u(1), "assistant")
     t.add(u(3), "ffffffff-0000-0000-0000-00000000dead", "user")
     t.add(u(4), u(3), "assistant")
+    path = t.write(index.projects / "p")
+    index.ingest()
+    fid = check_against_sdk(index, path)
+    assert index.ancestry(fid) == [u(4), u(3), u(2), u(1)]
+    assert index.causes(fid) == {}
+    assert index.value("SELECT count(*) FROM chain_breaks") == 1
+
+
+def test_chain_break_after_a_longer_gap_stops_the_walk(index):
+    t = Transcript()
+    t.add(u(1), None, "user", ts="2026-09-01T00:00:00.000Z")
+    t.add(u(2), u(1), "assistant", ts="2026-09-01T00:00:01.000Z")
+    t.add(u(3), "ffffffff-0000-0000-0000-00000000dead", "user", ts="2026-09-01T00:00:06.001Z")
+    t.add(u(4), u(3), "assistant", ts="2026-09-01T00:00:07.000Z")
     path = t.write(index.projects / "p")
     index.ingest()
     fid = check_against_sdk(index, path)
@@ -252,8 +268,16 @@ def test_self_parent_and_cycles_terminate(index):
     path = t.write(index.projects / "p")
     index.ingest()
     fid = check_against_sdk(index, path)
+    # The last row is the self-parented record: the walk stops at once (the
+    # CLI would try its timestamp fallback there; README, not modelled).
+    assert index.ancestry(fid) == [u(7)]
+    assert index.causes(fid) == {u(n): "other" for n in range(1, 7)}
+    assert index.value("SELECT resume_rule FROM leaves") == "last_row"
+    # The leaf hanging off the cycle, when it is the last row.
+    t.records.append(dict(t.records[3], timestamp="2026-09-01T00:00:00.050Z"))
+    t.write(index.projects / "p")
+    index.ingest()
     assert index.ancestry(fid) == [u(4), u(1), u(2), u(3)]
-    assert index.causes(fid) == {u(5): "other", u(6): "other", u(7): "other"}
 
 
 def test_self_parent_leaf(index):
@@ -301,8 +325,10 @@ def test_progress_records_are_bridged_and_classed(index):
     fid = check_against_sdk(index, path)
     assert index.ancestry(fid) == [u(8), u(5), u(2), u(1)]
     assert index.ancestry(fid, "sdk") == [u(8), u(5), u(4), u(3), u(2), u(1)]
+    # u7 hangs off progress u6, which hangs off u2: the CLI reads it as a
+    # sibling of u5 under u2, an abandoned branch (not dropped with progress).
     assert index.causes(fid) == {u(3): "progress", u(4): "progress", u(6): "progress",
-                                 u(7): "progress"}
+                                 u(7): "abandoned_branch"}
 
 
 def test_sidechain_records_inline_are_not_orphans(index):
