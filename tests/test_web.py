@@ -670,5 +670,8 @@ def test_session_page_lists_the_generations_of_a_rewritten_transcript(site, tmp_
     assert site_.get(links[1][0]).content == path.read_bytes()
     site_.get(links[0][0].replace("generation=1", "generation=7"), status=404)
     site_.get(links[0][0].replace("generation=1", "generation=x"), status=404)
+    for name in ("superseded_generations", "superseded_lines", "file_generations"):
+        no_live_markup(site_.get(f"/{site_.name}/{name}").text)
+        assert site_.json(f"/{site_.name}/{name}.json?_shape=array")
     # A transcript never rewritten has no generations table.
     assert "Generations of this transcript" not in site.get(session_url(sid("parallel-tools"))).text
