@@ -2,8 +2,10 @@
 
 Exit codes: 0 ok; 1 a finding (rows listed by poisoned/stale/expiring/failed,
 rows rejected by refs import); 2 a usage error; 3 the index or a source
-cannot be used; 4/5/6 the check verdicts missing/poisoned/spliced; 7 a repair
-refused (the file is live); 8 a repair rolled back.
+cannot be used (for export/restore also: the session, or the generation asked
+for, is not in the index; restore refused); 4/5/6 the check verdicts
+missing/poisoned/spliced; 7 a repair refused (the file is live); 8 a repair
+rolled back.
 """
 
 from __future__ import annotations
@@ -55,6 +57,10 @@ now_option = click.option(
     "--now", default=None, metavar="ISO-TIME",
     help="Answer as if it were this time (ISO-8601, UTC if no zone; default: the clock).")
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+generation_option = click.option(
+    "--generation", type=click.IntRange(min=1), default=None, metavar="N",
+    help="Generation N of each transcript (1 is the first; every rewrite starts one), "
+         "leaving out those without one; exit 3 if none has it [default: the current].")
 
 
 class _Commands(click.Group):
@@ -153,8 +159,9 @@ def ingest(sources, db_path, config_dir, silent, as_json):
 @db_option
 @json_option
 def status(db_path, as_json):
-    """Counts of files, sessions, records, bad lines, orphans by cause and
-    the operator signals.
+    """Counts of files, sessions, records, bad lines, orphans by cause, the
+    operator signals, and the files with more than one generation (rewritten)
+    with the superseded lines kept.
 
     Example:
 
@@ -176,6 +183,9 @@ def status(db_path, as_json):
     click.echo(f"stale session refs: {s['stale_session_refs']}")
     click.echo(f"transcripts expired or expiring within 7 days: {s['expired_transcripts']}")
     click.echo(f"failed executions: {s['failed_executions']}")
+    click.echo(f"rewritten files (more than one generation): {s['multi_generation_files']}; "
+               f"superseded generations kept: {s['superseded_generations']}, "
+               f"{s['superseded_lines']} lines")
     click.echo("orphans by cause:" + ("" if s["orphans_by_cause"] else " none"))
     for cause, n in s["orphans_by_cause"].items():
         click.echo(f"  {cause:22} {n}")
@@ -339,10 +349,14 @@ def failed(db_path, as_json):
 @click.option("--out", "out", default=".", show_default=True,
               help="Folder to write into (the files keep their projects/ places), "
                    "or - for the main transcript on stdout.")
+@generation_option
 @db_option
-def export(session_id, out, db_path):
+def export(session_id, out, generation, db_path):
     """Write SESSION_ID's transcripts (main and subagents) from the index alone,
-    byte for byte as last ingested, whether or not the originals still exist.
+    byte for byte as last ingested, whether or not the originals still exist;
+    with --generation N, as they were in generation N (a rewrite of a file
+    keeps its earlier generations in the index). Exit 3 when the session, or
+    that generation, is not in the index.
 
     Example:
 
@@ -351,27 +365,34 @@ def export(session_id, out, db_path):
     db = _open(db_path, create=False)
     try:
         if out == "-":
-            main = exportmod.session_files(db, session_id)[0]
+            main = exportmod.main_transcript(db, session_id, generation)
             sys.stdout.buffer.write(main.data)
             sys.stdout.buffer.flush()
             return
-        written = exportmod.export(db, session_id, out)
+        written = exportmod.export(db, session_id, out, generation)
+        left_out = exportmod.left_out(db, session_id, generation)
     except exportmod.NothingToExport as exc:
         raise Failure(str(exc)) from None
     for f, target in written:
-        click.echo(f"{target}  {len(f.data):,} bytes  sha256 {f.sha256}")
+        click.echo(f"{target}  {len(f.data):,} bytes  sha256 {f.sha256}  "
+                   f"generation {f.generation}")
+    for path in left_out:
+        click.echo(f"left out: {path} has no generation {generation}", err=True)
 
 
 @cli.command()
 @click.argument("session_id")
+@generation_option
 @db_option
 @config_dir_option
-def restore(session_id, db_path, config_dir):
+def restore(session_id, generation, db_path, config_dir):
     """Put SESSION_ID's transcripts back, from the index, so a cached id
     resumes again: where they were ingested from, or with --config-dir at
-    their places under that dir's projects/. Refuses to overwrite a different
-    existing file. Sets each file's mtime to now: Claude Code's cleanup deletes
-    by mtime, so the restored transcript gets a full retention period.
+    their places under that dir's projects/; with --generation N, as they
+    were in generation N. Refuses to overwrite a different existing file (exit
+    3, nothing written; so does a session or generation not in the index).
+    Sets each file's mtime to now: Claude Code's cleanup deletes by mtime, so
+    the restored transcript gets a full retention period.
 
     Example:
 
@@ -379,11 +400,14 @@ def restore(session_id, db_path, config_dir):
     """
     db = _open(db_path, create=False)
     try:
-        done = exportmod.restore(db, session_id, config_dir)
+        done = exportmod.restore(db, session_id, config_dir, generation)
+        left_out = exportmod.left_out(db, session_id, generation)
     except (exportmod.NothingToExport, exportmod.RestoreRefused) as exc:
         raise Failure(str(exc)) from None
     for f, target, what in done:
-        click.echo(f"{what}: {target} ({len(f.data):,} bytes)")
+        click.echo(f"{what}: {target} ({len(f.data):,} bytes, generation {f.generation})")
+    for path in left_out:
+        click.echo(f"left out: {path} has no generation {generation}", err=True)
     click.echo("mtime set to now: Claude Code's cleanup counts retention from the mtime",
                err=True)
 

@@ -1,5 +1,7 @@
 """Transcripts back out of the index: ``export`` (byte for byte, from the index
-alone) and ``restore`` (to their place under a config dir's projects/)."""
+alone) and ``restore`` (to their place under a config dir's projects/), each
+file as its current generation or, asked for one, as generation N
+(generations.py): then the files that have no generation N are left out."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path, PurePath
 
-from .ingest import stored_bytes
+from . import generations as gens
 
 # A session's transcript files (main first), never execution logs or store copies.
 SESSION_FILES_SQL = """
@@ -23,6 +25,10 @@ class NothingToExport(Exception):
     """No transcript of this session is in the index."""
 
 
+class UnknownGeneration(NothingToExport):
+    """None of the session's transcripts has the generation asked for."""
+
+
 class RestoreRefused(Exception):
     """A different file already sits where a transcript would be restored."""
 
@@ -34,6 +40,7 @@ class Exported:
     source: str          # the path it was ingested from
     relative: str        # its place under projects/
     data: bytes
+    generation: int
 
     @property
     def sha256(self) -> str:
@@ -50,19 +57,74 @@ def relative_path(path: str, project_dir: str | None) -> str:
     return str(PurePath(*parts[-2:]))
 
 
-def session_files(db, session_id: str) -> list[Exported]:
+def _rows(db, session_id: str) -> list[tuple]:
     rows = db.conn.execute(SESSION_FILES_SQL, [session_id]).fetchall()
     if not rows:
         raise NothingToExport(f"no transcript of session {session_id} is in the index")
-    return [Exported(file_id, kind, path, relative_path(path, project_dir),
-                     b"".join(stored_bytes(db.conn, file_id, with_pending=True)))
-            for file_id, path, kind, project_dir, _deleted in rows]
+    return rows
 
 
-def export(db, session_id: str, out_dir: str | Path) -> list[tuple[Exported, Path]]:
-    """Write the session's files under ``out_dir`` at their projects/ places."""
+def session_files(db, session_id: str, generation: int | None = None) -> list[Exported]:
+    """The session's transcripts (main first), each as its current generation,
+    or only those that have ``generation``, as that one. Raises
+    NothingToExport, or UnknownGeneration when none has that generation."""
+    files, kept = [], {}
+    for file_id, path, kind, project_dir, _deleted in _rows(db, session_id):
+        numbers = gens.generations(db.conn, file_id)
+        kept[path] = numbers
+        if generation is not None and generation not in numbers:
+            continue
+        data = b"".join(gens.generation_bytes(db.conn, file_id, generation))
+        files.append(Exported(file_id, kind, path, relative_path(path, project_dir), data,
+                              generation or numbers[-1]))
+    if not files:
+        raise UnknownGeneration(
+            f"no transcript of session {session_id} has a generation {generation} in the "
+            "index (it holds " + "; ".join(
+                f"{PurePath(p).name}: {_spans(n)}" for p, n in kept.items()) + ")")
+    return files
+
+
+def left_out(db, session_id: str, generation: int | None) -> list[str]:
+    """The session's transcripts that have no generation ``generation``."""
+    if generation is None:
+        return []
+    return [path for file_id, path, *_ in _rows(db, session_id)
+            if generation not in gens.generations(db.conn, file_id)]
+
+
+def main_transcript(db, session_id: str, generation: int | None = None) -> Exported:
+    """The session's main transcript (else its first file) at ``generation``."""
+    first = session_files(db, session_id)[0]
+    if generation is None or generation == first.generation:
+        return first
+    try:
+        data = b"".join(gens.generation_bytes(db.conn, first.file_id, generation))
+    except gens.UnknownGeneration:
+        raise UnknownGeneration(
+            f"{first.source} has no generation {generation} in the index (it holds "
+            f"{_spans(gens.generations(db.conn, first.file_id))})") from None
+    return Exported(first.file_id, first.kind, first.source, first.relative, data, generation)
+
+
+def _spans(numbers: list[int]) -> str:
+    """[1, 2, 3, 5] -> '1-3, 5'."""
+    out, start = [], None
+    for i, n in enumerate(numbers):
+        if start is None:
+            start = n
+        if i + 1 == len(numbers) or numbers[i + 1] != n + 1:
+            out.append(str(start) if start == n else f"{start}-{n}")
+            start = None
+    return ", ".join(out)
+
+
+def export(db, session_id: str, out_dir: str | Path,
+           generation: int | None = None) -> list[tuple[Exported, Path]]:
+    """Write the session's files under ``out_dir`` at their projects/ places
+    (with ``generation``, those that have it, as it was)."""
     written = []
-    for f in session_files(db, session_id):
+    for f in session_files(db, session_id, generation):
         target = Path(out_dir) / f.relative
         target.parent.mkdir(parents=True, exist_ok=True)
         _write_atomically(target, f.data)
@@ -70,14 +132,15 @@ def export(db, session_id: str, out_dir: str | Path) -> list[tuple[Exported, Pat
     return written
 
 
-def restore(db, session_id: str, config_dir: str | Path | None = None
-            ) -> list[tuple[Exported, Path, str]]:
+def restore(db, session_id: str, config_dir: str | Path | None = None,
+            generation: int | None = None) -> list[tuple[Exported, Path, str]]:
     """Put the session's files back where they were ingested from, or with
     ``config_dir`` at their places under ``config_dir``/projects/, each with
-    its mtime set to now (Claude Code's cleanup goes by mtime). A file already
-    there with the same bytes is left alone; a different one is refused, and
-    then nothing is written."""
-    files = session_files(db, session_id)
+    its mtime set to now (Claude Code's cleanup goes by mtime); with
+    ``generation``, those that have it, as it was. A file already there with
+    the same bytes is left alone; a different one is refused, and then
+    nothing is written."""
+    files = session_files(db, session_id, generation)
     plan = []
     for f in files:
         target = (Path(config_dir) / "projects" / f.relative) if config_dir else Path(f.source)
@@ -86,8 +149,9 @@ def restore(db, session_id: str, config_dir: str | Path | None = None
                 plan.append((f, target, "already there"))
                 continue
             raise RestoreRefused(
-                f"{target} exists and differs from the indexed transcript: move it away "
-                "first (nothing was restored)")
+                f"{target} exists and differs from the indexed transcript"
+                + (f" (generation {generation})" if generation is not None else "")
+                + ": move it away first (nothing was restored)")
         plan.append((f, target, "restored"))
     now = time.time()
     for f, target, what in plan:

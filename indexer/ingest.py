@@ -3,14 +3,20 @@
 A file's new lines and its new offset always commit in the same
 ``BEGIN IMMEDIATE`` transaction (one transaction holds many small files, or
 one slice of a big one), so a crash replays only uncommitted work; the unique
-key on (file_id, byte_offset) is the second guard. Only ``\\n``-terminated
-lines are consumed: a partial last line waits for its newline.
+key on (file_id, byte_offset) is the second guard. Lines end with ``\\n``; the
+bytes after the last one are a line too when they parse as a whole JSON
+object (Claude Code reads such a last record, and writes the ``\\n`` before
+its next append): stored once, with ``files.unterminated_tail`` its length,
+so the ``\\n`` that ends it later is skipped, and a last line that turns out
+to go on (more bytes, no ``\\n`` first) is taken back and read again whole.
+Any other partial last line waits for its newline.
 
 What a run does with each file, from a stat:
 - unchanged (device, inode, size, mtime): nothing is read;
 - grown, same inode, first and last ingested bytes unchanged: read from the offset;
-- shrunk, or the first/last ingested bytes changed: rewritten, re-read from 0,
-  its stale rows replaced in the same transaction as the first new ones;
+- shrunk, or the first/last ingested bytes changed: rewritten, re-read from 0;
+  in the same transaction as the first new lines its rows move to the
+  superseded generation (generations.py), so nothing is lost;
 - a new inode, back after deletion, or a same-size touch: the whole ingested
   prefix is compared with the index; equal means appended-to (or restored),
   else rewritten;
@@ -26,10 +32,11 @@ import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable
 
-from . import derive, discover, retention
+from . import derive, discover, generations, retention
 from .db import retry_locked, write_lock
+from .generations import stored_bytes
 from .lines import (LARGE_LINE_BYTES, RECORD_FIELDS, BadLine, NeedsText, parse_large_line,
                     parse_line)
 
@@ -99,12 +106,32 @@ TRACK_FILE_SQL = """
 INSERT INTO files (path, kind, session_id, agent_id, project_dir, first_ingested_at)
 VALUES (:path, :kind, :session_id, :agent_id, :project_dir, :now)
 """.strip()
-# A rewritten file starts again from nothing (its caches go with derive).
+# A rewritten file starts again from nothing, as a new generation (the old
+# one's lines were kept by generations.supersede; its caches go with derive).
 FORGET_LINES_SQL = (
     "DELETE FROM records WHERE file_id = :id",
     "DELETE FROM bad_lines WHERE file_id = :id",
-    """UPDATE files SET rewrites = rewrites + 1, records = 0, first_timestamp = NULL,
-       last_timestamp = NULL, cwd = NULL, version = NULL, git_branch = NULL WHERE id = :id""",
+    """UPDATE files SET rewrites = rewrites + 1, generation = generation + 1,
+       generation_started_at = :now, unterminated_tail = 0, pending_tail = NULL,
+       records = 0, first_timestamp = NULL, last_timestamp = NULL, cwd = NULL,
+       version = NULL, git_branch = NULL WHERE id = :id""",
+)
+# A last record stored without its newline that then went on (more bytes,
+# no newline first): its row goes and it is read again as the line it is
+# now; the running facts are recounted from the records that remain.
+RETRACT_UNTERMINATED_SQL = (
+    "DELETE FROM records WHERE file_id = :id AND byte_offset = :offset",
+    """UPDATE files SET unterminated_tail = 0,
+       records = (SELECT count(*) FROM records WHERE file_id = :id),
+       first_timestamp = (SELECT min(timestamp) FROM records WHERE file_id = :id),
+       last_timestamp = (SELECT max(timestamp) FROM records WHERE file_id = :id),
+       cwd = (SELECT cwd FROM records WHERE file_id = :id AND cwd IS NOT NULL
+              ORDER BY line_no LIMIT 1),
+       version = (SELECT version FROM records WHERE file_id = :id AND version IS NOT NULL
+                  ORDER BY line_no DESC LIMIT 1),
+       git_branch = (SELECT git_branch FROM records WHERE file_id = :id
+                     AND git_branch IS NOT NULL ORDER BY line_no DESC LIMIT 1)
+       WHERE id = :id""",
 )
 # The SET clauses that fold a batch's running_facts() into a files row
 # (sessions are summed from these); shared with store.py.
@@ -114,11 +141,13 @@ RUNNING_FACTS_SET = """
   last_timestamp = coalesce(max(last_timestamp, :last_ts), last_timestamp, :last_ts),
   cwd = coalesce(cwd, :cwd), version = coalesce(:version, version),
   git_branch = coalesce(:git_branch, git_branch)""".strip()
-# After each slice of lines: how far the file is ingested, what the bytes at
-# its start and just before the offset hash to (checked at the next run), and
+# After each slice of lines: how far the file is ingested (and whether its
+# last line is a record still without its newline), what the bytes at its
+# start and just before the offset hash to (checked at the next run), and
 # running facts about its records.
 ADVANCE_OFFSET_SQL = f"""
 UPDATE files SET ingested_offset = :offset, line_count = :line_count,
+  unterminated_tail = :unterminated,
   head_len = :head_len, head_hash = :head_hash, tail_len = :tail_len,
   tail_hash = :tail_hash, session_id = coalesce(session_id, :session_id),
   {RUNNING_FACTS_SET},
@@ -148,27 +177,6 @@ UPDATE files SET size = :size, mtime = :mtime, mtime_ns = :mtime_ns, dev = :dev,
   pending_tail = :pending_tail
 WHERE id = :id
 """.strip()
-# The stored lines of a file in file order, to rebuild its bytes.
-STORED_LINES_SQL = """
-SELECT byte_offset, CAST(raw AS BLOB) FROM records WHERE file_id = :file_id
-UNION ALL
-SELECT byte_offset, raw FROM bad_lines WHERE file_id = :file_id
-ORDER BY byte_offset
-""".strip()
-PENDING_TAIL_SQL = "SELECT pending_tail FROM files WHERE id = :file_id"
-
-
-def stored_bytes(conn, file_id: int, *, with_pending: bool = False) -> Iterable[bytes]:
-    """The file's ingested bytes, line by line, as the index holds them; with
-    ``with_pending``, then the unterminated tail last seen after them."""
-    for _offset, raw in conn.execute(STORED_LINES_SQL, {"file_id": file_id}):
-        yield bytes(raw) + b"\n"
-    if with_pending:
-        tail = conn.execute(PENDING_TAIL_SQL, {"file_id": file_id}).fetchone()
-        if tail and tail[0]:
-            yield bytes(tail[0])
-
-
 class _Writer:
     """One write transaction at a time, committed every TXN_BYTES of lines.
 
@@ -342,21 +350,24 @@ def _ingest_file(writer: _Writer, cand, row: dict | None, st, summary: Summary) 
                 "path": cand.path, "kind": cand.kind, "session_id": cand.session_id,
                 "agent_id": cand.agent_id, "project_dir": cand.project_dir, "now": utcnow()})
             row = {"id": cur.lastrowid, "session_id": cand.session_id, "ingested_offset": 0,
-                   "line_count": 0, "head_len": 0, "head_hash": None, "deleted_at": None}
-            rewrite = False
+                   "line_count": 0, "head_len": 0, "head_hash": None, "deleted_at": None,
+                   "unterminated_tail": 0}
+            rewrite = None
         elif st.st_size < row["ingested_offset"]:
-            rewrite = True
+            rewrite = "shrunk"
         else:
             suspicious = (row["inode"] != st.st_ino or row["dev"] != st.st_dev
                           or row["deleted_at"] is not None
                           or (st.st_size == row["size"] and st.st_mtime_ns != row["mtime_ns"]))
-            rewrite = not _prefix_matches(conn, row, f, whole=suspicious)
+            rewrite = None if _prefix_matches(conn, row, f, whole=suspicious) else "changed"
         if rewrite:
             summary.rewritten_files += 1
+            now = utcnow()
+            generations.supersede(conn, row["id"], rewrite, now)
             derive.forget_file(conn, row["id"])
             for sql in FORGET_LINES_SQL:
-                conn.execute(sql, {"id": row["id"]})
-            row = dict(row, ingested_offset=0, line_count=0, head_hash=None)
+                conn.execute(sql, {"id": row["id"], "now": now})
+            row = dict(row, ingested_offset=0, line_count=0, head_hash=None, unterminated_tail=0)
         stored, pending_tail = _read_new_lines(writer, row, f, summary)
         conn.execute(RECORD_STAT_SQL, {
             "id": row["id"], "size": st.st_size, "mtime": _iso(st.st_mtime),
@@ -364,7 +375,7 @@ def _ingest_file(writer: _Writer, cand, row: dict | None, st, summary: Summary) 
             "returned": 1 if row["deleted_at"] is not None else 0,
             "pending_tail": pending_tail or None})
         writer.maybe_commit(0)
-    return stored or rewrite
+    return stored or bool(rewrite)
 
 
 def _write_raw(conn, table: str, rowid: int, f, start: int, length: int) -> None:
@@ -378,14 +389,35 @@ def _write_raw(conn, table: str, rowid: int, f, start: int, length: int) -> None
     f.seek(position)
 
 
-def _read_new_lines(writer: _Writer, row: dict, f, summary: Summary) -> bool:
+def _read_new_lines(writer: _Writer, row: dict, f, summary: Summary) -> tuple[bool, bytes]:
     """Store every complete line after the file's offset, one slice of at most
-    TXN_BYTES at a time, each slice with the offset that covers it. Returns
-    (stored anything, the unterminated bytes after the last newline)."""
+    TXN_BYTES at a time, each slice with the offset that covers it, then the
+    bytes after the last newline if they are a whole record. Returns (stored
+    or changed anything, the bytes after the last line: the pending tail)."""
     conn = writer.conn
     file_id, offset, line_no = row["id"], row["ingested_offset"], row["line_count"]
     head_len, head_hash = row["head_len"], row["head_hash"]
     session_id = row["session_id"]
+    # The last line stored is a record that had no newline yet: the next byte
+    # either is its newline (skipped: not a line) or shows it went on (its
+    # row goes, and it is read again below as the line it is now).
+    unterminated = row.get("unterminated_tail") or 0
+    settled = False  # the offset moved without a new line: store it anyway
+    if unterminated:
+        f.seek(offset)
+        after = f.read(1)
+        if after == b"\n":
+            offset += 1
+            summary.bytes_read += 1
+        elif after:
+            offset -= unterminated
+            line_no -= 1
+            for sql in RETRACT_UNTERMINATED_SQL:
+                conn.execute(sql, {"id": file_id, "offset": offset})
+            if head_len > offset:
+                head_hash = None
+        if after:
+            unterminated, settled = 0, True
     tail = b""
     if offset:
         f.seek(offset - min(offset, TAIL_BYTES))
@@ -431,10 +463,43 @@ def _read_new_lines(writer: _Writer, row: dict, f, summary: Summary) -> bool:
                 large_fields.append(fields)
         large_pending.clear()
 
+    def take_tail_record() -> bool:
+        """At the end of the file: are the bytes after the last newline a whole
+        record? Then queue them as the last line, unterminated."""
+        nonlocal tail, buf, line_no, offset, slice_bytes, unterminated
+        if not bytes(buf[-64:]).rstrip().endswith(b"}"):
+            return False  # cheap: a whole JSON object ends with its brace
+        with memoryview(buf) as view:
+            fields = None
+            if len(view) > LARGE_LINE_BYTES:
+                try:
+                    fields = parse_large_line(view)
+                except BadLine:
+                    return False
+                except NeedsText:
+                    pass
+            if fields is not None:
+                large_pending.append((fields, None, line_no + 1, offset, len(view)))
+            else:
+                try:
+                    raw, fields = parse_line(view)
+                except BadLine:
+                    return False
+                records.append((file_id, line_no + 1, offset, *fields, raw))
+        n = len(buf)
+        line_no += 1
+        offset += n
+        slice_bytes += n
+        unterminated = n
+        tail, buf = (tail + bytes(buf[-TAIL_BYTES:]))[-TAIL_BYTES:], bytearray()
+        if large_pending:
+            insert_large()
+        return True
+
     def store():
         nonlocal records, bads, slice_bytes, head_len, head_hash, session_id, stored_any
-        nonlocal large_fields, large_bads
-        if not (records or bads or large_fields or large_bads):
+        nonlocal large_fields, large_bads, settled
+        if not (records or bads or large_fields or large_bads or settled):
             return
         facts = [r[3:-1] for r in records] + large_fields
         if session_id is None:
@@ -453,13 +518,14 @@ def _read_new_lines(writer: _Writer, row: dict, f, summary: Summary) -> bool:
             conn.executemany(INSERT_BAD_LINE_SQL, bads)
         conn.execute(ADVANCE_OFFSET_SQL, {
             "id": file_id, "offset": offset, "line_count": line_no,
+            "unterminated": unterminated,
             "head_len": head_len, "head_hash": head_hash,
             "tail_len": len(end), "tail_hash": _digest(end),
             "session_id": session_id, "now": utcnow(), **running_facts(facts)})
         summary.new_records += len(facts)
         summary.bad_lines += len(bads) + large_bads
         summary.new_lines += len(facts) + len(bads) + large_bads
-        stored_any = True
+        stored_any, settled = True, False
         n, records, bads, slice_bytes = slice_bytes, [], [], 0
         large_fields, large_bads = [], 0
         writer.maybe_commit(n)
@@ -501,6 +567,8 @@ def _read_new_lines(writer: _Writer, row: dict, f, summary: Summary) -> bool:
             insert_large()
         if slice_bytes >= TXN_BYTES:
             store()
+    if buf:
+        take_tail_record()
     store()
     return stored_any, bytes(buf)
 

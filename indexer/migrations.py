@@ -363,6 +363,64 @@ def m013_caches_without_rowid(db):
 
 
 @migrations()
+def m014_generations(db):
+    # A record after the last newline: when the bytes after a file's last
+    # newline parse as a whole JSON object they are stored as its last line
+    # (ingested_offset and line_count include it) and unterminated_tail is
+    # their length, so the "\n" that later ends it is not a second line and
+    # export writes no newline where the file had none. 0 otherwise.
+    db.execute("ALTER TABLE files ADD COLUMN unterminated_tail INTEGER NOT NULL DEFAULT 0")
+    # Every rewrite of a file starts a new generation (1 is the first); the
+    # current one is in records/bad_lines as before. A file rewritten before
+    # generations were kept is numbered as if they had been.
+    db.execute("ALTER TABLE files ADD COLUMN generation INTEGER NOT NULL DEFAULT 1")
+    db.execute("ALTER TABLE files ADD COLUMN generation_started_at TEXT")
+    db.execute("UPDATE files SET generation = rewrites + 1")
+    # One row per superseded generation, written in the transaction that
+    # replaced it: when it began and ended, why (shrunk: the file got
+    # shorter than its ingested bytes; changed: those bytes differ), its
+    # lines, its bytes as last seen (sha256 over exactly what export writes),
+    # the file's mtime then, and its tail as files holds it.
+    db.execute(
+        """
+        CREATE TABLE superseded_generations (
+            file_id INTEGER NOT NULL REFERENCES files(id),
+            generation INTEGER NOT NULL,
+            started_at TEXT,               -- NULL: before generations were kept
+            superseded_at TEXT NOT NULL,
+            reason TEXT NOT NULL,          -- shrunk | changed
+            lines INTEGER NOT NULL,
+            bytes INTEGER NOT NULL,
+            sha256 TEXT NOT NULL,
+            mtime TEXT,
+            unterminated_tail INTEGER NOT NULL DEFAULT 0,
+            pending_tail BLOB,
+            PRIMARY KEY (file_id, generation)
+        )
+        """
+    )
+    # The lines of superseded generations, moved out of records and
+    # bad_lines: raw keeps its storage class (TEXT for a record, so SQLite's
+    # JSON functions work on it; the bytes, a BLOB, for a bad line), error is
+    # NULL for a record.
+    db.execute(
+        """
+        CREATE TABLE superseded_lines (
+            id INTEGER PRIMARY KEY,
+            file_id INTEGER NOT NULL REFERENCES files(id),
+            generation INTEGER NOT NULL,
+            line_no INTEGER NOT NULL,
+            byte_offset INTEGER NOT NULL,
+            error TEXT,
+            raw NOT NULL
+        )
+        """
+    )
+    db.execute(
+        "CREATE UNIQUE INDEX superseded_lines_offset "
+        "ON superseded_lines(file_id, generation, byte_offset)")
+
+
 def m017_add_resume_rule_and_restored(db):
     # leaves_cache.resume_rule: which of the CLI's rules picked the resume
     # leaf (resume.py); orphans_cache.restored: 1 when the CLI puts the

@@ -36,6 +36,9 @@ SELECT line_no, CAST(raw AS BLOB) FROM records WHERE file_id = :file_id
 UNION ALL SELECT line_no, raw FROM bad_lines WHERE file_id = :file_id
 ORDER BY 1
 """.strip()
+# How the file ends: its last line, whether that line had no newline (an
+# unterminated last record), and the partial line after it.
+FILE_END_SQL = "SELECT line_count, unterminated_tail, pending_tail FROM files WHERE id = ?"
 RECORD_REPAIR_SQL = """
 INSERT INTO repairs (session_id, file_id, path, backup_path, created_at, status, reparented,
   dropped, chain_before, chain_after, recovered, message, original, repaired_sha256)
@@ -110,16 +113,16 @@ def _reparent_line(line: bytes, old: str | None, new: str) -> bytes:
 def repaired_bytes(db, p: Plan) -> bytes:
     """The main transcript as the index holds it, with the plan applied."""
     out = []
+    last, unterminated, pending = db.conn.execute(FILE_END_SQL, [p.file_id]).fetchone()
     for line_no, raw in db.conn.execute(LINES_SQL, {"file_id": p.file_id}):
         raw = bytes(raw)
         if line_no in p.drop:
             continue
         if line_no in p.reparent:
             raw = _reparent_line(raw, *p.reparent[line_no])
-        out.append(raw + b"\n")
-    tail = db.conn.execute("SELECT pending_tail FROM files WHERE id = ?", [p.file_id]).fetchone()
-    if tail and tail[0]:
-        out.append(bytes(tail[0]))
+        out.append(raw if unterminated and line_no == last else raw + b"\n")
+    if pending:
+        out.append(bytes(pending))
     return b"".join(out)
 
 

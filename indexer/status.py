@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from .db import dict_rows
 
-# One row of counts over the whole index.
+# One row of counts over the whole index. multi_generation_files: files
+# rewritten at least once (more than one generation); superseded_generations
+# and superseded_lines: the earlier generations the index keeps, and their
+# lines.
 STATUS_COUNTS_SQL = """
 SELECT
   (SELECT count(*) FROM files WHERE deleted_at IS NULL) AS live_files,
@@ -21,6 +24,9 @@ SELECT
   (SELECT count(*) FROM stale_session_refs) AS stale_session_refs,
   (SELECT count(*) FROM expired_transcripts) AS expired_transcripts,
   (SELECT count(*) FROM failed_executions) AS failed_executions,
+  (SELECT count(*) FROM files WHERE generation > 1) AS multi_generation_files,
+  (SELECT count(*) FROM superseded_generations) AS superseded_generations,
+  (SELECT count(*) FROM superseded_lines) AS superseded_lines,
   (SELECT value FROM index_meta WHERE key = 'last_ingest_at') AS last_ingest_at
 """.strip()
 

@@ -1029,6 +1029,28 @@ FROM (
 ) c
 """.strip()
 
+# --- Generations -----------------------------------------------------------
+
+# file_generations: every generation of every file (generations.py), the
+# current one (current = 1, its lines in records/bad_lines) and each kept
+# superseded one: file_id, path, session_id, kind, generation (1 is the
+# first), started_at (NULL when it began before the index kept generations),
+# superseded_at, reason (why it was superseded: shrunk | changed), lines,
+# bytes (as last seen, a pending tail included), sha256 of those bytes (NULL
+# for the current generation, which may still grow), mtime (the file's, last
+# seen in that generation).
+FILE_GENERATIONS_SQL = """
+SELECT g.file_id, f.path, f.session_id, f.kind, g.generation, 0 AS current, g.started_at,
+  g.superseded_at, g.reason, g.lines, g.bytes, g.sha256, g.mtime
+FROM superseded_generations g JOIN files f ON f.id = g.file_id
+UNION ALL
+SELECT f.id, f.path, f.session_id, f.kind, f.generation, 1,
+  coalesce(f.generation_started_at, CASE WHEN f.generation = 1 THEN f.first_ingested_at END),
+  NULL, NULL, f.line_count, f.ingested_offset + coalesce(length(f.pending_tail), 0), NULL,
+  f.mtime
+FROM files f
+""".strip()
+
 VIEWS = {
     "cli_definition": CLI_DEFINITION_SQL,
     "leaves_definition": LEAVES_DEFINITION_SQL,
@@ -1049,6 +1071,7 @@ VIEWS = {
     "stale_session_refs": STALE_SESSION_REFS_SQL,
     "repair_plan": REPAIR_PLAN_SQL,
     "session_copies": SESSION_COPIES_SQL,
+    "file_generations": FILE_GENERATIONS_SQL,
 }
 
 # A change to any definition changes this, and every cache is recomputed.

@@ -272,13 +272,19 @@ TABLES = {
             mtime_ns="modification time at the last stat, nanoseconds since the epoch",
             dev="device number at the last stat",
             inode="inode at the last stat",
-            ingested_offset="bytes ingested; never past a partial last line",
-            line_count="complete lines ingested",
+            ingested_offset="bytes ingested; never past a partial last line (a last record "
+                            "without its newline is a line)",
+            line_count="lines ingested",
             head_len="bytes hashed at the start of the file",
             head_hash="hash of the first head_len bytes (detects a rewrite)",
             tail_len="bytes hashed before ingested_offset",
             tail_hash="hash of the tail_len bytes before ingested_offset",
             rewrites="times the file was found rewritten and re-read",
+            generation="its current generation: 1, then one more at every rewrite",
+            generation_started_at=f"when the current generation began (NULL for the "
+                                  f"first: first_ingested_at), {_TS}",
+            unterminated_tail="length of its last line when that is a record without its "
+                              "newline yet, bytes; else 0",
             records="records (JSON object lines) in the file",
             first_timestamp=f"earliest record timestamp, {_TS}",
             last_timestamp=f"latest record timestamp, {_TS}",
@@ -516,6 +522,52 @@ TABLES = {
             local_resume_leaf_uuid="resume leaf of the local file",
             store_resume_leaf_uuid="resume leaf of the store copy",
             diverged="1 when a store-backed resume would not read what the local file says",
+        ),
+    },
+    "superseded_generations": {
+        "description": "One row per superseded generation of a file: the lines it held when "
+                       "a rewrite replaced it are in superseded_lines; session-index export "
+                       "--generation N rebuilds it byte for byte.",
+        "facets": ["reason"],
+        "units": {"bytes": "B"},
+        "columns": _cols(
+            "file_id",
+            generation="its number (1 is the first)",
+            started_at=f"when it began (NULL: before the index kept generations), {_TS}",
+            superseded_at=f"when ingest found the file rewritten, {_TS}",
+            reason="shrunk (shorter than its ingested bytes) or changed (those bytes differ)",
+            lines="lines it held", bytes="its bytes as last seen, the pending tail included",
+            sha256="SHA-256 of those bytes", mtime=f"the file's mtime last seen then, {_TS}",
+            unterminated_tail="length of its last line when that had no newline, bytes",
+            pending_tail="the bytes after its last line as last seen",
+        ),
+    },
+    "superseded_lines": {
+        "description": "The lines of superseded generations, as they were in records and "
+                       "bad_lines: raw is the exact text of a record, the bytes of a bad line.",
+        "columns": _cols(
+            "file_id", "line_no",
+            id="superseded_lines.id", generation="superseded_generations.generation",
+            byte_offset="where the line started in that generation, bytes",
+            error="why it was a bad line; NULL for a record",
+            raw="the exact line (text for a record, bytes for a bad line)",
+        ),
+    },
+    "file_generations": {
+        "description": "Every generation of every file: the current one (its lines in "
+                       "records and bad_lines) and each superseded one the index keeps.",
+        "facets": ["current", "reason"],
+        "units": {"bytes": "B"},
+        "columns": _cols(
+            "file_id", "session_id", "kind",
+            path="absolute path of the file", generation="its number (1 is the first)",
+            current="1 for the file's current generation",
+            started_at=f"when it began (NULL: before the index kept generations), {_TS}",
+            superseded_at=f"when a rewrite replaced it (NULL: current), {_TS}",
+            reason="why it was superseded: shrunk or changed",
+            lines="lines it holds", bytes="its bytes as last seen, the pending tail included",
+            sha256="SHA-256 of those bytes (NULL for the current generation)",
+            mtime=f"the file's mtime last seen in it, {_TS}",
         ),
     },
     "store_keys": {

@@ -26,7 +26,7 @@ RAW_PRETTY_MAX = 5_000_000  # characters; a longer line is shown as written
 SESSION_SQL = "SELECT * FROM sessions WHERE session_id = :session_id"
 SESSION_FILES_SQL = """
 SELECT f.id, f.path, f.kind, f.agent_id, f.records, f.first_timestamp, f.last_timestamp,
-  f.deleted_at, l.resume_leaf_uuid, l.sdk_leaf_uuid, l.leaves_agree, l.branch_count
+  f.deleted_at, f.generation, l.resume_leaf_uuid, l.sdk_leaf_uuid, l.leaves_agree, l.branch_count
 FROM files f LEFT JOIN leaves l ON l.file_id = f.id
 WHERE f.session_id = :session_id AND f.kind IN ('main', 'subagent')
 ORDER BY f.kind = 'main' DESC, f.deleted_at IS NOT NULL, f.first_timestamp, f.id
@@ -37,6 +37,11 @@ SELECT api_error_uuid, branch_point_uuid, orphaned_records, minutes_spanned
 FROM api_error_splices WHERE file_id = :file_id
 """.strip()
 FILE_BREAKS_SQL = "SELECT count(*) FROM chain_breaks WHERE file_id = :file_id"
+# The file's generations, oldest first (the current one is the last).
+FILE_GENERATIONS_SQL = """
+SELECT generation, current, started_at, superseded_at, reason, lines, bytes
+FROM file_generations WHERE file_id = :file_id ORDER BY generation
+""".strip()
 # One record's exact line.
 RECORD_SQL = "SELECT raw, session_id, line_no FROM records WHERE id = :id"
 # Is this file the main transcript of a session whose resume chain ends at a
@@ -132,6 +137,7 @@ async def session_page(datasette, request):
     others = [dict(r) for r in await db.execute(web_tree.OTHER_RECORDS_SQL, fid)]
     splices = [dict(r) for r in await db.execute(FILE_SPLICES_SQL, fid)]
     breaks = (await db.execute(FILE_BREAKS_SQL, fid)).first()[0]
+    generations = [dict(r) for r in await db.execute(FILE_GENERATIONS_SQL, fid)]
     repairable = bool(splices) or (await db.execute(POISONED_TAIL_SQL, fid)).first()[0] > 0
     tree = web_tree.build(rows, ancestry, causes, file)
 
@@ -170,6 +176,7 @@ async def session_page(datasette, request):
         "orphans_url": datasette.urls.table(name, "orphans") + "?" + urlencode(
             {"file_id": file["id"]}),
         "download_url": datasette.urls.path(f"/-/session-download/{int(file['id'])}/"),
+        "generations": generations,
         "repairable": repairable,
         "repair_plan_url": datasette.urls.table(name, "repair_plan") + "?" + urlencode(
             {"file_id": file["id"]}),
@@ -218,9 +225,9 @@ class _Conn:
 
 async def download(datasette, request):
     """A transcript file rebuilt from the index: ``original`` (byte for byte as
-    last ingested) or ``repaired`` (repair_plan applied, the main transcript)."""
-    from . import repair
-    from .ingest import stored_bytes
+    last ingested; ``?generation=N``: as it was in generation N) or
+    ``repaired`` (repair_plan applied, the main transcript)."""
+    from . import generations, repair
 
     name, db = await index_database(datasette, request)
     await datasette.ensure_permissions(request.actor, [("view-table", (name, "records"))])
@@ -228,17 +235,28 @@ async def download(datasette, request):
     row = (await db.execute(DOWNLOAD_FILE_SQL, {"id": int(request.url_vars["file_id"])})).first()
     if row is None or (which == "repaired" and not row["is_main"]):
         raise NotFound("No such transcript file")
+    generation = request.args.get("generation")
+    if generation is not None and (which != "original" or not generation.isdigit()):
+        raise NotFound("No such generation of the transcript")
 
     def build(conn):
         index = _Conn(conn)
         if which == "original":
-            return b"".join(stored_bytes(conn, row["id"], with_pending=True))
+            try:
+                return b"".join(generations.generation_bytes(
+                    conn, row["id"], int(generation) if generation else None))
+            except generations.UnknownGeneration:
+                return None
         return repair.repaired_bytes(index, repair.plan(index, row["session_id"]))
 
     data = await db.execute_fn(build)
+    if data is None:
+        raise NotFound("No such generation of the transcript")
     filename = Path(row["path"]).name.replace('"', "")
     if which == "repaired":
         filename = filename.replace(".jsonl", ".repaired.jsonl")
+    elif generation:
+        filename = filename.replace(".jsonl", f".generation-{int(generation)}.jsonl")
     return Response(data, content_type="application/x-ndjson", headers={
         "Content-Disposition": f'attachment; filename="{quote(filename)}"',
         "X-Content-Type-Options": "nosniff"})

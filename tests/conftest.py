@@ -82,13 +82,12 @@ def index(tmp_path):
 
 
 def sdk_chain(path, kind="main"):
-    """The Agent SDK's own leaf-and-walk on a file's complete lines, before
-    its parallel-result recovery: the uuids from root to leaf."""
+    """The Agent SDK's own leaf-and-walk on a file (its lines, and a last one
+    without a newline when it is a whole record), before its parallel-result
+    recovery: the uuids from root to leaf."""
     from claude_agent_sdk._internal import sessions as sdk
 
-    data = Path(path).read_bytes()
-    complete = data[: data.rfind(b"\n") + 1].decode("utf-8", "replace")
-    entries = sdk._parse_transcript_entries(complete)
+    entries = sdk._parse_transcript_entries(Path(path).read_bytes().decode("utf-8", "replace"))
     if kind != "main":
         return [e["uuid"] for e in sdk._build_subagent_chain(entries)]
     original = sdk._recover_orphaned_parallel_tool_results

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from conftest import CORPUS, Index, sdk_chain
@@ -29,16 +31,33 @@ def test_every_file_ingests(corpus_index):
     # Every .jsonl is a transcript except the captured `claude -p` output.
     logs = index.rows("SELECT path FROM files WHERE kind = 'execution_log'")
     assert [r["path"] for r in logs] == [p for p in on_disk if "ContainAI" in p]
-    assert summary.new_lines == sum(
-        p.read_bytes().count(b"\n") for p in map(__import__("pathlib").Path, indexed))
+    # Every line, and a last one without its newline when it is a JSON object.
+    unterminated = [p for p in indexed if is_object(tail(open(p, "rb").read()))]
+    assert len(unterminated) == 4
+    assert summary.new_lines == len(unterminated) + sum(
+        open(p, "rb").read().count(b"\n") for p in indexed)
+
+
+def tail(data: bytes) -> bytes:
+    return data[data.rfind(b"\n") + 1:]
+
+
+def is_object(line: bytes) -> bool:
+    try:
+        return isinstance(json.loads(line), dict)
+    except ValueError:
+        return False
 
 
 def test_index_rebuilds_every_file_byte_for_byte(corpus_index):
     index, _ = corpus_index
-    for row in index.rows("SELECT id, path FROM files"):
+    for row in index.rows("SELECT id, path, unterminated_tail, pending_tail FROM files"):
         data = open(row["path"], "rb").read()
-        complete = data[: data.rfind(b"\n") + 1]
-        assert b"".join(stored_bytes(index.db.conn, row["id"])) == complete, row["path"]
+        lines = data if is_object(tail(data)) else data[: data.rfind(b"\n") + 1]
+        assert b"".join(stored_bytes(index.db.conn, row["id"])) == lines, row["path"]
+        assert b"".join(stored_bytes(index.db.conn, row["id"], with_pending=True)) == data
+        assert row["unterminated_tail"] == (len(tail(data)) if is_object(tail(data)) else 0)
+        assert row["pending_tail"] == (None if is_object(tail(data)) else tail(data) or None)
 
 
 def test_sdk_ancestry_equals_the_sdk_walk(corpus_index):

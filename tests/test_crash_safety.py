@@ -2,21 +2,25 @@
 
 A real appender process keeps adding lines to a projects/ tree (some lines
 tens of KB, some not JSON, some written in two parts with a pause between,
-two files created part-way through). Meanwhile the real ``session-index
-ingest`` command is started again and again and SIGKILLed after a random
-delay: before it opens the index, while it creates the schema, between and
+some, as Claude Code does, without their newline, which then opens the next
+write to the file; now and then such a line goes on first, into a bad line
+or a record with a CR or more spaces; two files created part-way through).
+Meanwhile the real ``session-index ingest`` command is started again and
+again and SIGKILLed after a random delay: before it opens the index, while it creates the schema, between and
 inside its transactions, during the derive step; some runs are left to finish.
 Nothing touches the index between rounds except a read-only connection (which
 never checkpoints the WAL into the database file), so every run starts from
 exactly what the killed one left behind. That connection checks, after every
 round, ``PRAGMA quick_check`` and that each file's lines and its offset were
 committed together: as many rows as ``line_count``, numbered 1..line_count,
-and the offset at a line boundary.
+and the offset at a line boundary (or at the end of a last record without
+its newline, ``unterminated_tail`` long).
 
 After the appender stops and one last ingest completes, every complete line
 of every file must be in ``records`` or ``bad_lines`` exactly once, with line
-numbers 1..N and byte offsets where the lines really start, the trailing
-partial line must not be stored, ``PRAGMA integrity_check`` must say ok, and
+numbers 1..N and byte offsets where the lines really start (a last record
+without its newline counts as a line), the trailing partial line must not be
+stored, ``PRAGMA integrity_check`` must say ok, and
 the caches must equal their recursive definitions.
 
 ``CRASH_SAFETY_SEED`` replays one schedule of delays and appended lines
@@ -70,7 +74,8 @@ import json, os, random, sys, time, uuid
 cfg = json.load(open(sys.argv[1]))
 rng = random.Random(cfg["seed"])
 files = cfg["files"]
-stats = {"lines": 0, "bad": 0, "split": 0, "big": 0, "bytes": 0, "bursts": 0}
+stats = {"lines": 0, "bad": 0, "split": 0, "big": 0, "bytes": 0, "bursts": 0,
+         "unterminated": 0, "went_on": 0}
 burst = [0]
 clock = [1_700_000_000.0]
 WORDS = ["tool", "résumé", "naïve", "日本語", "emoji 🎉", "path/to/file.py", "\\n", "quote \"x\"",
@@ -130,7 +135,9 @@ def bad_line():
 
 
 def next_line(f):
-    return bad_line() if rng.random() < 0.04 else record_line(f)
+    if rng.random() < 0.04:
+        return bad_line(), False
+    return record_line(f), True
 
 
 handles = {}
@@ -144,19 +151,36 @@ def handle(f):
     return h
 
 
-def write(f, line, split):
+def write(f, line, is_record, split, newline=True):
+    """Write a line; without its newline when not ``newline``: then the next
+    write to the file starts with it (sometimes after the line went on)."""
     h = handle(f)
+    lead = b""
+    if f.get("open"):
+        if rng.random() < 0.25:
+            more = rng.choice([b"\r", b"  ", b" and then some"])
+            stats["went_on"] += 1
+            if more.strip():
+                stats["bad"] += 1  # a record no more
+            h.write(more)
+            h.flush()
+            time.sleep(rng.uniform(0.005, 0.03))
+        lead, f["open"] = b"\n", None
     stats["lines"] += 1
     stats["bytes"] += len(line) + 1
+    end = b"\n" if newline else b""
+    if not newline:
+        stats["unterminated"] += 1
+        f["open"] = True
     if split and len(line) > 1:
         stats["split"] += 1
         cut = rng.randrange(1, len(line))
-        h.write(line[:cut])
+        h.write(lead + line[:cut])
         h.flush()
         time.sleep(rng.uniform(0.005, 0.06))
-        h.write(line[cut:] + b"\n")
+        h.write(line[cut:] + end)
     else:
-        h.write(line + b"\n")
+        h.write(lead + line + end)
     h.flush()
 
 
@@ -165,8 +189,8 @@ for f in files:
     if target:
         size = 0
         while size < target:
-            line = next_line(f)
-            write(f, line, False)
+            line, is_record = next_line(f)
+            write(f, line, is_record, False)
             size += len(line) + 1
 open(cfg["ready"], "w").close()
 
@@ -181,7 +205,10 @@ while not os.path.exists(cfg["stop"]):
         n, burst[0] = rng.randint(15, 40), 1
         stats["bursts"] += 1
     for _ in range(n):
-        write(f, next_line(f), rng.random() < 0.15)
+        line, is_record = next_line(f)
+        # Records only, as Claude Code: a line that is not one would just wait.
+        write(f, line, is_record, rng.random() < 0.15,
+              newline=not is_record or rng.random() >= 0.12)
         appended += 1
     burst[0] = 0
     if rng.random() < 0.3:
@@ -219,7 +246,8 @@ def _files(rng: random.Random, projects: Path) -> list[dict]:
 def _state(db: Path) -> dict:
     """What the last run left behind, read without changing it (read-only: no
     WAL checkpoint), with the invariants that must hold after any kill."""
-    state = {"lines": 0, "offsets": 0, "pending_derive": 0, "partial_tails": 0}
+    state = {"lines": 0, "offsets": 0, "pending_derive": 0, "partial_tails": 0,
+             "unterminated": 0}
     if not db.exists():
         return state
     journal = Path(f"{db}-journal")
@@ -234,6 +262,7 @@ def _state(db: Path) -> dict:
         try:
             files = conn.execute(
                 "SELECT f.path, f.ingested_offset, f.line_count, f.size, f.needs_derive, "
+                "f.unterminated_tail, "
                 "count(l.line_no), coalesce(max(l.line_no), 0), coalesce(max(l.byte_offset), -1) "
                 "FROM files f LEFT JOIN (SELECT file_id, line_no, byte_offset FROM records "
                 "UNION ALL SELECT file_id, line_no, byte_offset FROM bad_lines) l "
@@ -243,11 +272,19 @@ def _state(db: Path) -> dict:
             return state
     finally:
         conn.close()
-    for path, offset, line_count, size, needs_derive, rows, last_no, last_offset in files:
+    for (path, offset, line_count, size, needs_derive, unterminated, rows, last_no,
+         last_offset) in files:
         # A file's lines and its offset commit together: never one without the other.
         assert rows == line_count == last_no, (path, rows, line_count, last_no)
         assert last_offset < offset, (path, last_offset, offset)
-        if offset:  # the offset never passes a partial line
+        if unterminated:  # the offset is at the end of a last record without its newline
+            assert last_offset == offset - unterminated, (path, last_offset, offset)
+            with open(path, "rb") as fh:
+                fh.seek(last_offset - 1 if last_offset else 0)
+                head = fh.read(1 if last_offset else 0)
+                assert head in (b"", b"\n") and _is_record(fh.read(unterminated)), path
+            state["unterminated"] += 1
+        elif offset:  # the offset never passes a partial line
             with open(path, "rb") as fh:
                 fh.seek(offset - 1)
                 assert fh.read(1) == b"\n", (path, offset)
@@ -282,14 +319,17 @@ def _run_ingest(projects: Path, db: Path, delay: float | None):
 
 
 def _disk_lines(path: Path) -> tuple[list[bytes], list[int], int]:
-    """The file's complete lines, where each starts, and where the last ends."""
+    """The file's complete lines (a last one without its newline too when it
+    is a JSON object), where each starts, and where the last ends."""
     data = path.read_bytes()
-    lines = data.split(b"\n")[:-1]
+    lines = data.split(b"\n")
+    if not _is_record(lines[-1]):
+        lines.pop()
     offsets, pos = [], 0
     for line in lines:
         offsets.append(pos)
         pos += len(line) + 1
-    return lines, offsets, pos
+    return lines, offsets, min(pos, len(data))
 
 
 def _is_record(line: bytes) -> bool:
@@ -351,6 +391,7 @@ def test_sigkilled_ingester_stores_every_complete_line_exactly_once(tmp_path):
                 "new_lines": after["lines"] - before["lines"], "progressed": progressed,
                 "pending_derive": after["pending_derive"],
                 "partial_tails": 0 if killed else after["partial_tails"],
+                "unterminated": after["unterminated"],
             })
             before = after
             assert appender.poll() is None, appender.communicate()[1].decode()
@@ -365,9 +406,12 @@ def test_sigkilled_ingester_stores_every_complete_line_exactly_once(tmp_path):
     assert appender.returncode == 0, err.decode()
     written = json.loads(out)
 
-    # A partial last line the appender never finished: it must wait, unstored.
+    # A partial last line the appender never finished: it must wait, unstored
+    # (after the newline of a last record without one, as Claude Code writes).
     partial = b'{"type": "user", "uuid": "never-finished", "message": {"content": "cut'
     with open(files[0]["path"], "ab") as fh:
+        if not Path(files[0]["path"]).read_bytes().endswith(b"\n"):
+            fh.write(b"\n")
         fh.write(partial)
 
     killed, _, summary = _run_ingest(projects, db, None)
@@ -454,9 +498,12 @@ def test_sigkilled_ingester_stores_every_complete_line_exactly_once(tmp_path):
           f"{len(killed_rounds)} killed: {len(killed_rounds) - len(mid_run)} before storing "
           f"anything, {len(mid_write)} mid-write (lines committed, caches not yet), "
           f"{len(mid_run) - len(mid_write)} after their derive commit; finished runs saw {sum(r['partial_tails'] for r in rounds)} "
-          f"partial last lines; appender wrote {written['lines']} lines ({written['bad']} bad, "
+          f"partial last lines and {sum(r['unterminated'] for r in rounds)} last records without "
+          f"a newline; appender wrote {written['lines']} lines ({written['bad']} bad, "
+          f"{written['unterminated']} without a newline at first, {written['went_on']} went on, "
           f"{written['split']} in two parts, {written['big']} over 20 KB, {written['bursts']} "
           f"bursts, {written['bytes']:,} bytes); final ingest stored {summary['new_lines']} lines")
     for r in rounds:
         print("  ", r)
     assert mid_write, "no kill landed while the ingester was writing: timing is off"
+    assert sum(r["unterminated"] for r in rounds), "no run stored a last record without newline"

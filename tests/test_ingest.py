@@ -344,3 +344,202 @@ def test_large_lines_are_stored_exactly(index, name):
         assert error in b["error"]
     assert index.value("SELECT records FROM files") == 3 - (error is not None)
     index.assert_caches_match_definitions()
+
+
+# --- a last record without its newline -----------------------------------------
+# Claude Code reads a whole last record that has no newline yet, and writes the
+# newline before its next append: the index takes it as a line, once.
+
+def disk_lines(data: bytes) -> list[tuple[int, int]]:
+    """(line_no, byte_offset) of every line of ``data``, a last one without a
+    newline included when it is a JSON object (decided here with json)."""
+    out, pos = [], 0
+    pieces = data.split(b"\n")
+    for i, piece in enumerate(pieces):
+        if i == len(pieces) - 1:
+            try:
+                if not isinstance(json.loads(piece), dict):
+                    break
+            except ValueError:
+                break
+        out.append((i + 1, pos))
+        pos += len(piece) + 1
+    return out
+
+
+def stored_lines(index) -> list[tuple[int, int]]:
+    return [(r["line_no"], r["byte_offset"]) for r in index.rows(
+        "SELECT line_no, byte_offset FROM records UNION ALL "
+        "SELECT line_no, byte_offset FROM bad_lines ORDER BY line_no")]
+
+
+def exported(index) -> bytes:
+    from click.testing import CliRunner
+    from indexer.cli import cli
+
+    result = CliRunner().invoke(cli, ["export", SID, "--out", "-", "--db", str(index.path)])
+    assert result.exit_code == 0, result.output
+    return result.stdout_bytes
+
+
+def file_end(index) -> dict:
+    [row] = index.rows("SELECT ingested_offset, line_count, unterminated_tail, pending_tail "
+                       "FROM files")
+    return row
+
+
+def test_whole_last_record_without_newline_is_stored_once(index):
+    path = transcript(index, 2)
+    with open(path, "ab") as f:
+        f.write(line(3, "u-2")[:-1])
+    s = index.ingest()
+    data = path.read_bytes()
+    assert (s.new_records, s.bad_lines) == (3, 0)
+    assert file_end(index) == {"ingested_offset": len(data), "line_count": 3,
+                               "unterminated_tail": len(line(3, "u-2")) - 1,
+                               "pending_tail": None}
+    assert stored_lines(index) == disk_lines(data) == [(1, 0), (2, len(line(1))),
+                                                       (3, len(line(1)) + len(line(2, "u-1")))]
+    assert index.ancestry(index.file_id(path))[0] == "u-3"
+    assert exported(index) == data
+    again = index.ingest()
+    assert (again.changed_files, again.new_lines, again.bytes_read) == (0, 0, 0)
+
+    # Its newline arrives with the next records, the last again without one.
+    with open(path, "ab") as f:
+        f.write(b"\n" + line(4, "u-3") + line(5, "u-4")[:-1])
+    s = index.ingest()
+    data = path.read_bytes()
+    assert (s.new_records, s.rewritten_files) == (2, 0)
+    assert stored_lines(index) == disk_lines(data) and len(disk_lines(data)) == 5
+    assert [r["uuid"] for r in index.rows("SELECT uuid FROM records ORDER BY line_no")] == [
+        "u-1", "u-2", "u-3", "u-4", "u-5"]
+    assert file_end(index)["unterminated_tail"] == len(line(5, "u-4")) - 1
+    assert exported(index) == data
+
+    # Only the newline: nothing new, the record is now terminated.
+    with open(path, "ab") as f:
+        f.write(b"\n")
+    s = index.ingest()
+    data = path.read_bytes()
+    assert (s.new_lines, s.rewritten_files) == (0, 0)
+    assert file_end(index) == {"ingested_offset": len(data), "line_count": 5,
+                               "unterminated_tail": 0, "pending_tail": None}
+    assert exported(index) == data == rebuilt(index, path)
+    with open(path, "ab") as f:
+        f.write(line(6, "u-5"))
+    assert index.ingest().new_records == 1
+    assert stored_lines(index) == disk_lines(path.read_bytes()) and len(stored_lines(index)) == 6
+    assert exported(index) == path.read_bytes()
+    assert index.value("SELECT records FROM files") == 6
+    index.assert_caches_match_definitions()
+
+
+def test_a_new_file_of_one_record_without_newline(index):
+    path = index.projects / "p" / f"{SID}.jsonl"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(line(1)[:-1])
+    assert index.ingest().new_records == 1
+    assert index.rows("SELECT session_id, records FROM sessions") == [
+        {"session_id": SID, "records": 1}]
+    assert exported(index) == path.read_bytes()
+    with open(path, "ab") as f:
+        f.write(b"\n" + line(2, "u-1"))
+    assert index.ingest().new_records == 1
+    assert stored_lines(index) == [(1, 0), (2, len(line(1)))]
+    assert exported(index) == path.read_bytes()
+
+
+@pytest.mark.parametrize("tail", [b'["an", "array"]', b"42", b"   ", b'{"type": "user"'])
+def test_a_tail_that_is_not_a_whole_object_stays_pending(index, tail):
+    path = transcript(index, 2)
+    with open(path, "ab") as f:
+        f.write(tail)
+    assert index.ingest().new_lines == 2
+    assert file_end(index) == {"ingested_offset": len(line(1)) + len(line(2, "u-1")),
+                               "line_count": 2, "unterminated_tail": 0, "pending_tail": tail}
+    assert exported(index) == path.read_bytes()
+
+
+# A last record that was whole, then went on without a newline first: the
+# writer was still writing that line. Its row goes; it is read again as what
+# it is now (a bad line, a record with a CR, a record with more whitespace).
+GOES_ON = {
+    "into_a_bad_line": (b" and more\n", "bad"),
+    "into_crlf": (b"\r\n", "record"),
+    "with_spaces_still_open": (b"  ", "record"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GOES_ON))
+def test_a_last_record_that_goes_on_is_read_again(index, name):
+    more, kind = GOES_ON[name]
+    path = transcript(index, 2)
+    last = line(3, "u-2", version="9.9.9", gitBranch="tail-branch",
+                timestamp="2026-09-02T00:00:00.000Z")[:-1]
+    with open(path, "ab") as f:
+        f.write(last)
+    index.ingest()
+    assert index.value("SELECT version FROM files") == "9.9.9"
+    with open(path, "ab") as f:
+        f.write(more)
+    s = index.ingest()
+    data = path.read_bytes()
+    assert s.rewritten_files == 0
+    assert stored_lines(index) == disk_lines(data) and len(disk_lines(data)) == 3
+    assert exported(index) == data
+    assert index.value("SELECT count(*) FROM records WHERE uuid = 'u-3'") == (kind == "record")
+    assert index.value("SELECT count(*) FROM bad_lines") == (kind == "bad")
+    if kind == "record":
+        assert index.value("SELECT CAST(raw AS BLOB) FROM records WHERE line_no = 3") == \
+            last + more.rstrip(b"\n")
+    # The running facts are those of the records the file holds now.
+    [facts] = index.rows("SELECT records, first_timestamp, last_timestamp, version, git_branch "
+                         "FROM files")
+    assert facts == ({"records": 3, "first_timestamp": "2026-09-01T00:00:01.000Z",
+                      "last_timestamp": "2026-09-02T00:00:00.000Z", "version": "9.9.9",
+                      "git_branch": "tail-branch"} if kind == "record" else
+                     {"records": 2, "first_timestamp": "2026-09-01T00:00:01.000Z",
+                      "last_timestamp": "2026-09-01T00:00:02.000Z", "version": None,
+                      "git_branch": None})
+    index.assert_caches_match_definitions()
+    with open(path, "ab") as f:
+        f.write((b"" if data.endswith(b"\n") else b"\n") + line(4, "u-3"))
+    assert index.ingest().new_lines == 1
+    data = path.read_bytes()
+    assert stored_lines(index) == disk_lines(data) and len(disk_lines(data)) == 4
+    assert exported(index) == data
+    index.assert_caches_match_definitions()
+
+
+def test_a_large_last_record_without_newline(index):
+    path = index.projects / "p" / f"{SID}.jsonl"
+    path.parent.mkdir(parents=True)
+    big = LARGE_LINES["record"][0]
+    path.write_bytes(line(1) + big)
+    assert index.ingest().new_records == 2
+    assert index.rows("SELECT typeof(raw) AS t, length(CAST(raw AS BLOB)) AS n FROM records "
+                      "WHERE line_no = 2") == [{"t": "text", "n": len(big)}]
+    assert file_end(index)["unterminated_tail"] == len(big)
+    assert exported(index) == path.read_bytes()
+    with open(path, "ab") as f:
+        f.write(b"\n" + line(3, "u-2"))
+    assert index.ingest().new_records == 1
+    assert stored_lines(index) == disk_lines(path.read_bytes())
+    assert exported(index) == path.read_bytes()
+
+
+def test_a_last_record_rewritten_in_place_is_a_rewrite(index):
+    path = transcript(index, 2)
+    with open(path, "ab") as f:
+        f.write(line(3, "u-2")[:-1])
+    index.ingest()
+    before = path.stat()
+    data = path.read_bytes().replace(b'"line 3"', b'"line Z"')
+    path.write_bytes(data)
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns + 1_000_000))
+    s = index.ingest()
+    assert (s.rewritten_files, s.new_records) == (1, 3)
+    assert index.value(
+        "SELECT raw ->> '$.message.content' FROM records WHERE line_no = 3") == "line Z"
+    assert exported(index) == data

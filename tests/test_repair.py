@@ -105,6 +105,27 @@ def test_seed000_repair_brings_the_otter_back(index, next_prompt):
     assert json.loads(invoke(index, "check", SID, "--json").output)["verdict"] == "resumable"
 
 
+def test_repair_keeps_a_last_record_without_newline_as_it_is(index):
+    path = seed000(index, next_prompt=True)
+    path.write_bytes(path.read_bytes()[:-1])  # the last record has no newline yet
+    age(path)
+    index.ingest()
+    original = path.read_bytes()
+    code, out = repair(index, "--write")
+    assert code == 0, out
+    repaired = path.read_bytes()
+    assert not repaired.endswith(b"\n")
+    before, after = original.split(b"\n"), repaired.split(b"\n")
+    assert len(before) == len(after) and [
+        i for i, (a, b) in enumerate(zip(before, after)) if a != b] == [3]
+    # The file's generations before (with its newline; without) are kept.
+    fid = index.file_id(path)
+    assert index.rows("SELECT generation, reason, bytes FROM superseded_generations "
+                      "WHERE file_id = ?", [fid]) == [
+        {"generation": 1, "reason": "shrunk", "bytes": len(original) + 1},
+        {"generation": 2, "reason": "changed", "bytes": len(original)}]
+
+
 def spliced_turn(t: Transcript, prompt, prev, n_errors=1, parallel=False, tag=""):
     """One turn that recovered from errors, flushed late (seed 000)."""
     t.add(prompt, prev, "user")
@@ -298,8 +319,7 @@ def test_show_equals_the_sdk_on_every_corpus_transcript(tmp_path):
     for row in rows:
         ours = [m["uuid"] for m in show.recovered_conversation(index.db, row["session_id"])]
         data = Path(row["path"]).read_bytes()
-        complete = data[: data.rfind(b"\n") + 1].decode("utf-8", "replace")
         from claude_agent_sdk._internal import sessions as sdk
         theirs = [m.uuid for m in sdk._entries_to_session_messages(
-            sdk._parse_transcript_entries(complete), None, 0)]
+            sdk._parse_transcript_entries(data.decode("utf-8", "replace")), None, 0)]
         assert ours == theirs, row["path"]

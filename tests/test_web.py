@@ -636,3 +636,42 @@ def test_session_page_downloads_original_and_repaired(site):
     clean = site.get(session_url(sid("parallel-tools"))).text
     assert "/repaired" not in clean and "/original" in clean
     site.get("/-/session-download/999999/original", status=404)
+
+
+def test_session_page_lists_the_generations_of_a_rewritten_transcript(site, tmp_path):
+    sid_ = "cccccccc-0000-4000-8000-000000000001"
+    t = Transcript(sid_)
+    t.add("g1", None, "user")
+    t.add("g2", "g1", "assistant")
+    path = t.write(tmp_path / "projects" / "-tmp-gen")
+    first = path.read_bytes()
+    db_path = tmp_path / "gen.db"
+    db = open_db(db_path)
+    ingest(db, [str(tmp_path / "projects")], config_dir=tmp_path)
+    t.records = t.records[:1]
+    t.write(tmp_path / "projects" / "-tmp-gen")  # shrunk: generation 2
+    ingest(db, [str(tmp_path / "projects")], config_dir=tmp_path)
+    [gen] = db.conn.execute("SELECT started_at, superseded_at FROM superseded_generations"
+                            ).fetchall()
+    db.conn.close()
+    site_ = Web(db_path)
+    html = site_.get(session_url(sid_)).text
+    no_live_markup(html)
+    rows = re.findall(r"<tr[^>]*><td>(\d+)( \(current\))?</td>\s*<td>([^<]*)</td><td>([^<]*)</td>"
+                      r"<td>([^<]*)</td>\s*<td>(\d+)</td>", html)
+    assert rows == [("1", "", gen[0], gen[1], "shrunk", "2"),
+                    ("2", " (current)", gen[1], "", "", "1")]
+    assert ", generation 2" in html
+    links = re.findall(r'href="(/-/session-download/\d+/original\?generation=(\d))"', html)
+    assert [n for _, n in links] == ["1", "2"]
+    old = site_.get(links[0][0])
+    assert old.content == first
+    assert "generation-1.jsonl" in old.headers["content-disposition"]
+    assert site_.get(links[1][0]).content == path.read_bytes()
+    site_.get(links[0][0].replace("generation=1", "generation=7"), status=404)
+    site_.get(links[0][0].replace("generation=1", "generation=x"), status=404)
+    for name in ("superseded_generations", "superseded_lines", "file_generations"):
+        no_live_markup(site_.get(f"/{site_.name}/{name}").text)
+        assert site_.json(f"/{site_.name}/{name}.json?_shape=array")
+    # A transcript never rewritten has no generations table.
+    assert "Generations of this transcript" not in site.get(session_url(sid("parallel-tools"))).text
