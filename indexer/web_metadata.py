@@ -331,7 +331,11 @@ TABLES = {
         "description": "One row per session id, summed from its transcript files.",
         "columns": _cols(
             "session_id",
-            main_file_id="files.id of its main transcript (on disk first, then newest)",
+            main_file_id="files.id of the main transcript claude --resume opens (from the "
+                         "session's own cwd): the file named <session_id>.jsonl in its cwd's "
+                         "project folder, or the only one named so",
+            main_file_rule="why: only_named, named_in_cwd_project, named_newest, store_copy, "
+                           "named_no_messages, not_named or deleted",
             project_dir="the folder under projects/", cwd="working directory",
             main_files="main transcripts with this session id",
             subagent_files="subagent transcripts of this session",
@@ -512,6 +516,39 @@ TABLES = {
             local_resume_leaf_uuid="resume leaf of the local file",
             store_resume_leaf_uuid="resume leaf of the store copy",
             diverged="1 when a store-backed resume would not read what the local file says",
+        ),
+    },
+    "session_main_copies": {
+        "description": "Every main transcript of a session that has several (copies in other "
+                       "project folders, forks that kept the id, stubs, deleted files, store "
+                       "copies), none merged: the one claude --resume opens and why, and how "
+                       "each other one differs from it.",
+        "facets": ["why", "diverged", "chosen"],
+        "columns": _cols(
+            "session_id", "file_id",
+            path="the transcript", project_dir="the folder under projects/",
+            cwd="the working directory its first record carries",
+            origin="file (ingested) or store (SessionStore copy)",
+            chosen="1 for sessions.main_file_id: the one a resume from the session's cwd opens",
+            why="the chosen one's main_file_rule; for the others named_other_project (opened "
+                "only from a cwd of its folder), not_named (never opened for this id), "
+                "no_messages, deleted or store_copy",
+            named="a local file named <session_id>.jsonl",
+            on_disk="not deleted", has_messages="holds a user or assistant record",
+            scan_visible="a line holds the compact \"type\":\"user\" or "
+                         "\"type\":\"assistant\" text the CLI's scan of every project "
+                         "folder looks for",
+            in_cwd_project="its folder is the project folder of its records' cwd",
+            mtime=f"file mtime at the last ingest, {_TS}",
+            deleted_at=f"when it was found gone, {_TS}",
+            records="records in it", chosen_records="records in the chosen one",
+            only_here="distinct uuids it holds and the chosen one does not",
+            only_in_chosen="distinct uuids the chosen one holds and it does not",
+            only_here_uuids="the first 20 of them, a JSON array",
+            only_in_chosen_uuids="the first 20 of them, a JSON array",
+            resume_leaf_uuid="its resume leaf",
+            chosen_resume_leaf_uuid="the chosen one's resume leaf",
+            diverged="1 when the uuids, the record counts or the resume leaves differ",
         ),
     },
     "store_keys": {

@@ -31,6 +31,12 @@ FROM files f LEFT JOIN leaves l ON l.file_id = f.id
 WHERE f.session_id = :session_id AND f.kind IN ('main', 'subagent')
 ORDER BY f.kind = 'main' DESC, f.deleted_at IS NOT NULL, f.first_timestamp, f.id
 """.strip()
+# The session's main transcripts when it has several: which one a resume
+# opens and why, and how each other one differs from it.
+SESSION_MAIN_COPIES_SQL = """
+SELECT file_id, chosen, why, diverged, only_here, only_in_chosen, project_dir
+FROM session_main_copies WHERE session_id = :session_id
+""".strip()
 # The file's api_error episodes and chain breaks (the page's summary line).
 FILE_SPLICES_SQL = """
 SELECT api_error_uuid, branch_point_uuid, orphaned_records, minutes_spanned
@@ -119,6 +125,7 @@ async def session_page(datasette, request):
     params = {"session_id": session_id}
     session = (await db.execute(SESSION_SQL, params)).first()
     files = [dict(r) for r in await db.execute(SESSION_FILES_SQL, params)]
+    copies = {r["file_id"]: dict(r) for r in await db.execute(SESSION_MAIN_COPIES_SQL, params)}
     if session is None and not files:
         return await render(datasette, request, "session_tree.html", {
             "session_id": session_id, "missing": True,
@@ -151,7 +158,9 @@ async def session_page(datasette, request):
         "session": dict(session) if session else {},
         "database": name,
         "files": [dict(f, url=page + "?" + urlencode({"file": f["id"], "database": name}),
-                       current=f["id"] == file["id"]) for f in files],
+                       current=f["id"] == file["id"], copy=copies.get(f["id"])) for f in files],
+        "main_rule": session["main_file_rule"] if session else None,
+        "copies_url": datasette.urls.table(name, "session_main_copies") + "?" + urlencode(params),
         "file": file,
         "leaves_differ": file["resume_leaf_uuid"] != file["sdk_leaf_uuid"],
         "uuid_anchor": lambda uuid: "#u-" + quote(uuid or "", safe=""),
