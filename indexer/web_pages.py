@@ -158,7 +158,7 @@ async def session_page(datasette, request):
         "session": dict(session) if session else {},
         "database": name,
         "files": [dict(f, url=page + "?" + urlencode({"file": f["id"], "database": name}),
-                       current=f["id"] == file["id"], copy=copies.get(f["id"])) for f in files],
+                       current=f["id"] == file["id"], main_copy=copies.get(f["id"])) for f in files],
         "main_rule": session["main_file_rule"] if session else None,
         "copies_url": datasette.urls.table(name, "session_main_copies") + "?" + urlencode(params),
         "file": file,
