@@ -299,7 +299,8 @@ def poisoned(db_path, as_json):
 @json_option
 def stale(db_path, now, as_json):
     """Referenced session ids (refs import, and resume targets of executions)
-    that a resume cannot use: never_indexed, deleted, or expired. Exit 1 when
+    that a resume cannot use: never_indexed, deleted, unopenable (no file a
+    resume opens: none named SESSION_ID.jsonl with a message), or expired. Exit 1 when
     there are any.
 
     Example:

@@ -594,8 +594,10 @@ EXPIRED_TRANSCRIPTS_SQL = EXPIRED_TRANSCRIPTS_TEMPLATE.format(
 # stale_session_refs: every referenced session id (session_refs, and the
 # resume targets of executions) that a resume cannot use now or soon:
 # reason never_indexed (no main transcript ever seen), deleted (seen, gone
-# from disk since deleted_at), expired (on disk but past retention: the next
-# Claude Code start deletes it). refs/sources: its references; the last
+# from disk since deleted_at), unopenable (on disk, but `claude --resume`
+# opens none of its files: none is named <id>.jsonl, or the named one holds
+# no message; sessions.main_file_rule not_named / named_no_messages), expired
+# (on disk but past retention: the next Claude Code start deletes it). refs/sources: its references; the last
 # execution that named it, by log mtime and line.
 STALE_SESSION_REFS_TEMPLATE = """
 WITH refs AS (
@@ -609,7 +611,7 @@ ref_ids AS (
   FROM refs GROUP BY session_id
 ),
 state AS (
-  SELECT i.*, m.id AS file_id, m.path, s.deleted_at,
+  SELECT i.*, m.id AS file_id, m.path, s.deleted_at, s.main_file_rule,
          strftime('%Y-%m-%dT%H:%M:%fZ', julianday(m.mtime) + coalesce(m.retention_days, 30))
            AS expires_at
   FROM ref_ids i
@@ -620,6 +622,7 @@ judged AS (
   SELECT *,
     CASE WHEN file_id IS NULL THEN 'never_indexed'
          WHEN deleted_at IS NOT NULL THEN 'deleted'
+         WHEN main_file_rule IN ('not_named', 'named_no_messages') THEN 'unopenable'
          WHEN julianday({now}) >= julianday(expires_at) THEN 'expired'
     END AS reason
   FROM state

@@ -114,7 +114,7 @@ ORDER BY at_resume_tail DESC, last_seen DESC
 """.strip()
 
 # stale_refs: referenced session ids a resume cannot use;
-# :reason narrows to never_indexed, deleted or expired (blank: all).
+# :reason narrows to never_indexed, deleted, unopenable or expired (blank: all).
 STALE_SESSION_REFS_SQL = """
 SELECT * FROM stale_session_refs
 WHERE reason = coalesce(nullif(:reason, ''), reason)
@@ -438,8 +438,10 @@ TABLES = {
         "facets": ["reason"],
         "columns": _cols(
             "session_id",
-            reason="never_indexed (no transcript ever seen), deleted (gone from disk) or "
-                   "expired (past retention: the next Claude Code start deletes it)",
+            reason="never_indexed (no transcript ever seen), deleted (gone from disk), "
+                   "unopenable (on disk, but claude --resume opens none of its files: none is "
+                   "named <session_id>.jsonl, or that one holds no message) or expired (past "
+                   "retention: the next Claude Code start deletes it)",
             deleted_at=f"when it was found gone, {_TS}",
             expired_at=f"when it passed its retention, {_TS}",
             path="its main transcript", refs="references to it",

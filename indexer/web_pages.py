@@ -22,14 +22,17 @@ CSS_PATH = HERE / "static" / "session-index.css"
 PAGE_TIME_LIMIT_MS = 20_000
 RAW_PRETTY_MAX = 5_000_000  # characters; a longer line is shown as written
 
-# The session's row and its transcript files (main first), with both leaves.
+# The session's row and its transcript files (main first, the one a resume
+# opens first of those), with both leaves.
 SESSION_SQL = "SELECT * FROM sessions WHERE session_id = :session_id"
 SESSION_FILES_SQL = """
 SELECT f.id, f.path, f.kind, f.agent_id, f.records, f.first_timestamp, f.last_timestamp,
   f.deleted_at, l.resume_leaf_uuid, l.sdk_leaf_uuid, l.leaves_agree, l.branch_count
 FROM files f LEFT JOIN leaves l ON l.file_id = f.id
 WHERE f.session_id = :session_id AND f.kind IN ('main', 'subagent')
-ORDER BY f.kind = 'main' DESC, f.deleted_at IS NOT NULL, f.first_timestamp, f.id
+ORDER BY f.kind = 'main' DESC,
+  f.id IS (SELECT main_file_id FROM sessions s WHERE s.session_id = f.session_id) DESC,
+  f.deleted_at IS NOT NULL, f.first_timestamp, f.id
 """.strip()
 # The session's main transcripts when it has several: which one a resume
 # opens and why, and how each other one differs from it.

@@ -101,6 +101,9 @@ def test_a_named_copy_in_another_project_folder_is_a_copy_not_the_transcript(env
         {"path": str(elsewhere), "chosen": 0, "why": "named_other_project", "named": 1,
          "on_disk": 1, "has_messages": 1, "in_cwd_project": 0, "records": 4, "only_here": 2,
          "only_in_chosen": 0, "only_here_uuids": '["u2","a2"]', "diverged": 1}]
+    # export --out - writes the transcript a resume opens.
+    exported = CliRunner().invoke(cli, ["export", SID, "--out", "-", "--db", str(env.path)])
+    assert exported.stdout_bytes == home.read_bytes()
     # The copy is an ordinary transcript of its own: its leaves are kept apart.
     assert {r["file_id"]: r["resume_leaf_uuid"] for r in env.rows("SELECT * FROM leaves")} == {
         env.file_id(home): "a1", env.file_id(elsewhere): "a2"}
@@ -130,7 +133,19 @@ def test_only_a_file_not_named_after_the_session_is_missing_for_check(env):
     assert f"No conversation found with session ID: {SID}" in verdict["reason"]
 
 
-def test_a_named_file_without_messages_is_missing_and_a_store_copy_would_win(env):
+def test_a_referenced_session_no_resume_can_open_is_a_stale_ref(env, tmp_path):
+    conversation().write(env.projects / "-tmp-demo", name="forked-session.jsonl")
+    env.ingest()
+    refs = tmp_path / "refs.json"
+    refs.write_text(json.dumps([{"session_id": SID, "source": "app"}]))
+    assert run(env, "refs", "import", str(refs)).exit_code == 0
+    listed = run(env, "stale", "--json")
+    assert listed.exit_code == 1
+    assert [(r["session_id"], r["reason"]) for r in json.loads(listed.stdout)] == [
+        (SID, "unopenable")]
+
+
+def test_a_named_file_without_messages_is_missing(env):
     stub = write_jsonl(env.projects / "-tmp-demo" / f"{SID}.jsonl", [
         {"type": "file-history-snapshot", "messageId": "m", "snapshot": {}, "sessionId": SID}])
     env.ingest()
