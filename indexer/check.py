@@ -230,11 +230,13 @@ def _missing(session_id: str, choice, files: list[dict], copies: list[dict],
     elif rule == "named_no_messages":
         reason = (f"{main['path']} holds no user or assistant message: {fails}: {MISSING_FIX}")
     elif rule == mainfile.NONE_NAMED and any(
-            c["on_disk"] and c["named"] and c["has_messages"] for c in copies):
-        reason = (f"no transcript of this session in the project folder of {choice.cwd}, and "
-                  f"the only named one is not found by the CLI's scan of every project folder; "
-                  f"{fails}")
-    elif rule == mainfile.NONE_NAMED and any(c["on_disk"] and c["origin"] == "file" for c in copies):
+            c["on_disk"] and c["named"] and c["has_messages"] for c in choice.facts):
+        n = sum(1 for c in choice.facts if c["on_disk"] and c["named"] and c["has_messages"])
+        reason = (f"no transcript named {session_id}.jsonl in the project folder of "
+                  f"{choice.cwd}, and the CLI's scan of every project folder counts none of the "
+                  f"{n} elsewhere (it looks for the compact \"type\":\"user\" text Claude "
+                  f"Code writes, which they lack): {fails}")
+    elif rule == mainfile.NONE_NAMED and any(c["on_disk"] for c in choice.facts):
         reason = (f"none of the session's transcripts on disk is named {session_id}.jsonl "
                   f"with a message in it: {fails}: {MISSING_FIX}")
     else:
@@ -261,7 +263,7 @@ def _copy_warnings(session_id: str, main: dict, choice, copies: list[dict]) -> l
         diverged = sum(1 for c in named if c["diverged"])
         out.append(
             f"{len(named) + 1} transcripts are named {session_id}.jsonl, in different project "
-            f"folders (session_main_copies; {diverged} of the others differ from this one): a "
+            f"folders (session_main_copies; other ones that differ from this one: {diverged}): a "
             f"resume {where} opens {main['path']}; one from a cwd whose project folder holds "
             "another opens that one, and one from a cwd whose folder holds none of them fails "
             "with \"No conversation found\" (check --cwd DIR answers for a resume from DIR)")

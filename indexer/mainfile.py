@@ -62,6 +62,7 @@ class Choice:
     path: str | None = None
     cwd: str | None = None                       # the cwd it was chosen for, if any
     candidates: list = field(default_factory=list)   # the named copies in play, for ambiguous
+    facts: list = field(default_factory=list)    # every main file's facts, when asked for a cwd
 
     @property
     def opened(self) -> bool:
@@ -114,18 +115,20 @@ def for_cwd(db, session_id: str, cwd: str) -> Choice:
 
     rows, here = loadable_in(cwd)
     if here:
-        return Choice(here[0]["file_id"], "named_in_cwd_project", here[0]["path"], cwd)
+        return Choice(here[0]["file_id"], "named_in_cwd_project", here[0]["path"], cwd, facts=rows)
     if any(r["named"] and r["on_disk"] and r["has_messages"] for r in rows):
         for tree in git_worktrees(cwd):
             _, there = loadable_in(tree)
             if there:
-                return Choice(there[0]["file_id"], NAMED_IN_WORKTREE_PROJECT, there[0]["path"], cwd)
+                return Choice(there[0]["file_id"], NAMED_IN_WORKTREE_PROJECT, there[0]["path"],
+                              cwd, facts=rows)
     visible = [r for r in rows if r["named"] and r["on_disk"] and r["scan_visible"]]
     if len(visible) == 1 and visible[0]["has_messages"]:
-        return Choice(visible[0]["file_id"], "only_named", visible[0]["path"], cwd)
+        return Choice(visible[0]["file_id"], "only_named", visible[0]["path"], cwd, facts=rows)
     if len(visible) > 1:
-        return Choice(None, AMBIGUOUS, None, cwd, candidates=[r["path"] for r in visible])
+        return Choice(None, AMBIGUOUS, None, cwd, candidates=[r["path"] for r in visible],
+                      facts=rows)
     store = [r for r in rows if r["origin"] == "store"]
     if store:
-        return Choice(store[0]["file_id"], "store_copy", store[0]["path"], cwd)
-    return Choice(None, NONE_NAMED, None, cwd)
+        return Choice(store[0]["file_id"], "store_copy", store[0]["path"], cwd, facts=rows)
+    return Choice(None, NONE_NAMED, None, cwd, facts=rows)
