@@ -35,7 +35,7 @@ from pathlib import Path
 
 from . import ingest as ingestmod
 from .db import dict_rows
-from . import mainfile, retention, signals, views
+from . import derive, mainfile, retention, signals, views
 
 EXIT_CODES = {"resumable": 0, "missing": 4, "poisoned": 5, "spliced": 6}
 EXPIRY_WARNING_DAYS = views.EXPIRING_WINDOW_DAYS
@@ -120,6 +120,7 @@ def check(db, session_id: str, *, now: str | None = None, config_dir: Path | Non
         ingestmod.ingest(db, stale + found + gone, config_dir=config_dir)
         files = _rows(db, MAIN_FILES_SQL, [session_id])
 
+    derive.refresh_sessions_if_stale(db)  # an index upgraded since its last ingest
     choice = mainfile.for_cwd(db, session_id, cwd) if cwd else mainfile.chosen(db, session_id)
     copies = mainfile.copies(db, session_id)
     by_id = {f["id"]: f for f in files}

@@ -16,7 +16,7 @@ import click
 
 from . import check as checkmod
 from . import db as dbmod
-from . import discover, export as exportmod, ingest as ingestmod, mainfile, refs as refsmod
+from . import derive, discover, export as exportmod, ingest as ingestmod, mainfile, refs as refsmod
 from . import repair as repairmod, show as showmod, signals, status as statusmod
 
 EXIT_FINDING = 1
@@ -408,6 +408,7 @@ def _fresh(db, session_id):
         [session_id])]
     if paths:
         ingestmod.ingest(db, paths)
+    derive.refresh_sessions_if_stale(db)
     if db.conn.execute(repairmod.MAIN_FILE_SQL, [session_id]).fetchone() is None:
         raise Failure(f"session {session_id} has no main transcript in the index")
 

@@ -336,10 +336,7 @@ def derive_pending(db) -> int:
             conn.execute("UPDATE files SET needs_derive = 1")
             conn.execute("INSERT OR REPLACE INTO index_meta VALUES ('definitions_hash', ?)",
                          [views.DEFINITIONS_HASH])
-    stored = conn.execute(
-        "SELECT value FROM index_meta WHERE key = 'sessions_hash'").fetchone()
-    if stored is None or stored[0] != SESSIONS_HASH:
-        refresh_all_sessions(db)
+    refresh_sessions_if_stale(db)
     pending = conn.execute(
         "SELECT id, CASE WHEN kind IN {kinds} THEN session_id END FROM files "
         "WHERE needs_derive ORDER BY id".format(kinds=views.TRANSCRIPT_KINDS)).fetchall()
@@ -353,6 +350,17 @@ def derive_pending(db) -> int:
             conn.executemany("UPDATE files SET needs_derive = 0 WHERE id = ?",
                              [(i,) for i in ids])
     return len(pending)
+
+
+def refresh_sessions_if_stale(db) -> bool:
+    """Refresh every sessions row if they were computed by another rule
+    (index_meta.sessions_hash); True if it did."""
+    stored = db.conn.execute(
+        "SELECT value FROM index_meta WHERE key = 'sessions_hash'").fetchone()
+    if stored is not None and stored[0] == SESSIONS_HASH:
+        return False
+    refresh_all_sessions(db)
+    return True
 
 
 def refresh_all_sessions(db) -> int:

@@ -283,9 +283,14 @@ def test_every_sessions_row_is_refreshed_when_the_rule_changes(env):
     with env.db.conn:
         env.db.conn.execute("UPDATE sessions SET main_file_rule = NULL")
         env.db.conn.execute("UPDATE index_meta SET value = 'older' WHERE key = 'sessions_hash'")
-    env.ingest()  # nothing changed on disk
-    assert session_row(env)["main_file_rule"] == "only_named"
+    # check refreshes them before it answers (an index upgraded since its last ingest)...
+    assert check(env)[1]["details"]["main_file"]["rule"] == "only_named"
     assert env.value("SELECT value FROM index_meta WHERE key = 'sessions_hash'") != "older"
+    with env.db.conn:
+        env.db.conn.execute("UPDATE sessions SET main_file_rule = NULL")
+        env.db.conn.execute("UPDATE index_meta SET value = 'older' WHERE key = 'sessions_hash'")
+    env.ingest()  # ...and so does an ingest, with nothing changed on disk
+    assert session_row(env)["main_file_rule"] == "only_named"
 
 
 def test_every_rule_has_a_rank():
