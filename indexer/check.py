@@ -15,6 +15,13 @@ ingested first. A copy mirrored through the session store (indexer/store.py)
 is on disk in the store: with no local transcript left, the session is
 resumable from the store (a resume must load it through the Agent SDK's
 session_store; a bare `claude --resume` fails).
+
+Which transcript is checked: the one ``claude --resume`` opens
+(mainfile.py). Without ``cwd`` that is sessions.main_file_id (the file a
+resume from the session's own working directory opens); with ``cwd``, the
+one a resume run from that directory opens. A session whose only
+transcripts on disk are not named ``<id>.jsonl``, or hold no message, is
+missing: the CLI opens none of them.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ from pathlib import Path
 
 from . import ingest as ingestmod
 from .db import dict_rows
-from . import retention, signals, views
+from . import derive, mainfile, retention, signals, views
 
 EXIT_CODES = {"resumable": 0, "missing": 4, "poisoned": 5, "spliced": 6}
 EXPIRY_WARNING_DAYS = views.EXPIRING_WINDOW_DAYS
@@ -36,7 +43,7 @@ EXPIRY_WARNING_DAYS = views.EXPIRING_WINDOW_DAYS
 # The session's main transcripts: local files first, then store copies.
 MAIN_FILES_SQL = """
 SELECT f.id, f.path, f.size, f.mtime_ns, f.inode, f.deleted_at, f.cwd, f.origin,
-       f.project_key, f.records
+       f.project_key, f.records, f.project_dir
 FROM files f WHERE f.session_id = ? AND f.kind = 'main'
 ORDER BY f.origin = 'store', f.deleted_at IS NOT NULL, f.mtime DESC, f.id DESC
 """.strip()
@@ -47,6 +54,17 @@ WHERE session_id = ? AND local_file_id = ? AND diverged
 """.strip()
 POISONED_SQL = "SELECT * FROM poisoned_sessions WHERE session_id = ?"
 SPLICES_SQL = "SELECT * FROM api_error_splices WHERE file_id = ? ORDER BY first_orphan_at"
+# The last assistant record on a file's resume chain, when it is a synthetic
+# placeholder (poisoned_sessions' at_resume_tail, for a file that is not the
+# session's main_file_id).
+FILE_TAIL_SQL = f"""
+SELECT * FROM (
+  SELECT r.file_id, r.message_id, r.uuid, {views.SYNTHETIC_RECORD.format(r="r")} AS synthetic
+  FROM leaf_ancestry a JOIN records r ON r.id = a.record_id
+  WHERE a.file_id = ? AND a.rule = 'resume' AND r.type = 'assistant'
+  ORDER BY a.depth LIMIT 1)
+WHERE synthetic
+""".strip()
 
 
 @dataclass
@@ -78,42 +96,46 @@ def _on_disk(config_dir: Path, session_id: str) -> list[str]:
     return sorted(glob.glob(str(config_dir / "projects" / "*" / f"{session_id}.jsonl")))
 
 
-def check(db, session_id: str, *, now: str | None = None, config_dir: Path | None = None) -> Verdict:
+def check(db, session_id: str, *, now: str | None = None, config_dir: Path | None = None,
+          cwd: str | None = None) -> Verdict:
     started = time.monotonic()
     config_dir = Path(config_dir or retention.default_config_dir())
     now_iso = signals.iso_now(now)
     files = _rows(db, MAIN_FILES_SQL, [session_id])
-    stale = []
+    stale, gone = [], []
     for f in files:
         if f["origin"] == "store":
             continue  # in the index itself: nothing to stat
         try:
             st = os.stat(f["path"])
         except OSError:
+            if f["deleted_at"] is None:
+                gone.append(f["path"])
             continue
         if (st.st_size, st.st_mtime_ns, st.st_ino) != (f["size"], f["mtime_ns"], f["inode"]) \
                 or f["deleted_at"] is not None:
             stale.append(f["path"])
     found = [p for p in _on_disk(config_dir, session_id) if p not in {f["path"] for f in files}]
-    if stale or found:  # bring the index up to date for this session first
-        ingestmod.ingest(db, stale + found, config_dir=config_dir)
+    if stale or found or gone:  # bring the index up to date for this session first
+        ingestmod.ingest(db, stale + found + gone, config_dir=config_dir)
         files = _rows(db, MAIN_FILES_SQL, [session_id])
 
-    live = [f for f in files if f["origin"] == "store" or os.path.exists(f["path"])]
-    if not live:
-        gone = files[0]["deleted_at"] if files and files[0]["deleted_at"] else None
-        reason = (f"the transcript was deleted ({gone or 'since the last ingest'}); "
-                  if files else "no transcript with this id was ever seen; ")
-        return _done(Verdict(
-            session_id, "missing",
-            reason + f"`claude --resume` fails with \"No conversation found with session ID: "
-                     f"{session_id}\": start a new session (or restore the transcript)",
-            files[0]["path"] if files else None,
-            details={"indexed_files": [f["path"] for f in files]}), started)
+    derive.refresh_sessions_if_stale(db)  # an index upgraded since its last ingest
+    choice = mainfile.for_cwd(db, session_id, cwd) if cwd else mainfile.chosen(db, session_id)
+    copies = mainfile.copies(db, session_id)
+    by_id = {f["id"]: f for f in files}
+    main = by_id.get(choice.file_id)
+    if main is None or not (choice.opened or choice.rule == "store_copy"):
+        return _done(_missing(session_id, choice, files, copies, set(gone)), started)
 
-    main = live[0]
     verdict = Verdict(session_id, "resumable", "the resume chain ends at a real message",
                       main["path"])
+    verdict.details["main_file"] = {"file_id": main["id"], "rule": choice.rule, "cwd": choice.cwd}
+    if copies:
+        verdict.details["copies"] = [
+            {k: c[k] for k in ("file_id", "path", "chosen", "why", "diverged", "only_here",
+                               "only_in_chosen")} for c in copies]
+        verdict.warnings += _copy_warnings(session_id, main, choice, copies)
     if main["origin"] == "store":
         _from_store(verdict, main, files)
     else:
@@ -122,6 +144,13 @@ def check(db, session_id: str, *, now: str | None = None, config_dir: Path | Non
             f"{c['local_only']} uuid(s) only here, {c['store_only']} only in the store "
             "(see session_copies)" for c in _rows(db, DIVERGED_COPIES_SQL, [session_id, main["id"]])]
     poisoned = _rows(db, POISONED_SQL, [session_id])
+    if cwd and main["id"] != mainfile.chosen(db, session_id).file_id:
+        # --cwd chose another file than sessions.main_file_id, which
+        # poisoned_sessions is about: does this file's chain end at a placeholder?
+        failed = poisoned[0]["failed_resumes"] if poisoned else 0
+        tail = _rows(db, FILE_TAIL_SQL, [main["id"]])
+        poisoned = ([dict(tail[0], at_resume_tail=1, failed_resumes=failed)] if tail else
+                    [{"at_resume_tail": 0, "failed_resumes": failed}] if failed else [])
     if poisoned and poisoned[0]["at_resume_tail"]:
         p = poisoned[0]
         verdict.verdict = "poisoned"
@@ -175,6 +204,77 @@ def check(db, session_id: str, *, now: str | None = None, config_dir: Path | Non
         verdict.warnings.append(
             f"expires in {days_left:.1f} days ({kept.days}-day retention from {kept.source})")
     return _done(verdict, started)
+
+
+MISSING_FIX = "start a new session (or restore the transcript)"
+
+
+def _missing(session_id: str, choice, files: list[dict], copies: list[dict],
+             gone_now: set) -> Verdict:
+    """No transcript a resume opens: why, from the choice's rule."""
+    fails = (f"`claude --resume` fails with \"No conversation found with session ID: "
+             f"{session_id}\"")
+    main = next((f for f in files if f["id"] == choice.file_id), None)
+    rule = choice.rule
+    if not files:
+        reason = f"no transcript with this id was ever seen; {fails}: {MISSING_FIX}"
+    elif rule == mainfile.AMBIGUOUS:
+        reason = (f"{len(choice.candidates)} transcripts named {session_id}.jsonl "
+                  f"({', '.join(choice.candidates)}) and none in the project folder of "
+                  f"{choice.cwd}: the CLI finds several and {fails}; run the resume from the "
+                  "working directory of the one to resume (check --cwd DIR says which it opens)")
+    elif rule == "not_named":
+        reason = (f"the session's transcript on disk, {main['path']}, is not named "
+                  f"{session_id}.jsonl: the CLI opens only <project folder>/{session_id}.jsonl, "
+                  f"so {fails}; copy it to that name in the project folder of the cwd the "
+                  "resume runs from to resume it")
+    elif rule == "named_no_messages":
+        reason = (f"{main['path']} holds no user or assistant message: {fails}: {MISSING_FIX}")
+    elif rule == mainfile.NONE_NAMED and any(
+            c["on_disk"] and c["named"] and c["has_messages"] for c in choice.facts):
+        n = sum(1 for c in choice.facts if c["on_disk"] and c["named"] and c["has_messages"])
+        reason = (f"no transcript named {session_id}.jsonl in the project folder of "
+                  f"{choice.cwd}, and the CLI's scan of every project folder counts none of the "
+                  f"{n} elsewhere (it looks for the compact \"type\":\"user\" text Claude "
+                  f"Code writes, which they lack): {fails}")
+    elif rule == mainfile.NONE_NAMED and any(c["on_disk"] for c in choice.facts):
+        reason = (f"none of the session's transcripts on disk is named {session_id}.jsonl "
+                  f"with a message in it: {fails}: {MISSING_FIX}")
+    else:
+        deleted = main or files[0]
+        when = ("since the last ingest" if deleted["path"] in gone_now or not deleted["deleted_at"]
+                else deleted["deleted_at"])
+        reason = f"the transcript was deleted ({when}); {fails}: {MISSING_FIX}"
+    return Verdict(session_id, "missing", reason,
+                   main["path"] if main else (files[0]["path"] if files else None),
+                   details={"indexed_files": [f["path"] for f in files],
+                            "main_file": {"file_id": choice.file_id, "rule": rule,
+                                          "cwd": choice.cwd}})
+
+
+def _copy_warnings(session_id: str, main: dict, choice, copies: list[dict]) -> list[str]:
+    """What the session's other main transcripts mean for this resume."""
+    out = []
+    named = [c for c in copies if c["named"] and c["on_disk"] and c["has_messages"]
+             and c["file_id"] != main["id"]]
+    if named:
+        where = (f"from {choice.cwd}" if choice.cwd else
+                 "from the session's own working directory" if choice.rule == "named_in_cwd_project"
+                 else "from a cwd whose project folder is " + str(main["project_dir"]))
+        diverged = sum(1 for c in named if c["diverged"])
+        out.append(
+            f"{len(named) + 1} transcripts are named {session_id}.jsonl, in different project "
+            f"folders (session_main_copies; other ones that differ from this one: {diverged}): a "
+            f"resume {where} opens {main['path']}; one from a cwd whose project folder holds "
+            "another opens that one, and one from a cwd whose folder holds none of them fails "
+            "with \"No conversation found\" (check --cwd DIR answers for a resume from DIR)")
+    unnamed = [c for c in copies if c["why"] == "not_named"]
+    if unnamed:
+        out.append(
+            f"{len(unnamed)} other file(s) carry this session id but are not named "
+            f"{session_id}.jsonl ({', '.join(c['path'] for c in unnamed)}): a resume never "
+            "opens them (session_main_copies)")
+    return out
 
 
 def _from_store(verdict: Verdict, main: dict, files: list[dict]) -> None:

@@ -18,7 +18,7 @@ import click
 
 from . import check as checkmod
 from . import db as dbmod
-from . import discover, export as exportmod, ingest as ingestmod, refs as refsmod
+from . import derive, discover, export as exportmod, ingest as ingestmod, mainfile, refs as refsmod
 from . import repair as repairmod, show as showmod, signals, status as statusmod
 
 EXIT_FINDING = 1
@@ -234,8 +234,11 @@ def refs_import(file, db_path, as_json):
 @db_option
 @config_dir_option
 @now_option
+@click.option("--cwd", type=click.Path(file_okay=False), default=None,
+              help="Check the transcript a resume run from this directory opens "
+                   "[default: the one a resume from the session's own cwd opens].")
 @json_option
-def check(session_id, db_path, config_dir, now, as_json):
+def check(session_id, db_path, config_dir, now, cwd, as_json):
     """May SESSION_ID be resumed? For an agent server to call before `--resume`.
 
     Verdicts, the first that matches, and exit codes: missing (4): no
@@ -246,11 +249,19 @@ def check(session_id, db_path, config_dir, now, as_json):
     within 7 days, has expired, or cleanupPeriodDays is 0. The transcript is
     stat'ed afresh: a file deleted since the last ingest is missing.
 
+    The transcript checked is the one `claude --resume` opens: the file
+    named SESSION_ID.jsonl in the project folder of the resume's cwd, else
+    the only one named so in any project folder (several: missing). Without
+    --cwd, the cwd is the session's own (the one its records carry); other
+    copies of the session are listed as warnings.
+
     Example:
 
         session-index check 0b1fed78-ad30-4641-94b1-5f6931526c96 --json
+        session-index check 0b1fed78-ad30-4641-94b1-5f6931526c96 --cwd ~/src/app
     """
-    verdict = checkmod.check(_open(db_path), session_id, now=_now(now), config_dir=config_dir)
+    verdict = checkmod.check(_open(db_path), session_id, now=_now(now), config_dir=config_dir,
+                             cwd=cwd)
     if as_json:
         click.echo(json.dumps(verdict.as_dict(), indent=2))
     else:
@@ -298,7 +309,8 @@ def poisoned(db_path, as_json):
 @json_option
 def stale(db_path, now, as_json):
     """Referenced session ids (refs import, and resume targets of executions)
-    that a resume cannot use: never_indexed, deleted, or expired. Exit 1 when
+    that a resume cannot use: never_indexed, deleted, unopenable (no file a
+    resume opens: none named SESSION_ID.jsonl with a message), or expired. Exit 1 when
     there are any.
 
     Example:
@@ -413,12 +425,30 @@ def restore(session_id, generation, db_path, config_dir):
 
 
 def _fresh(db, session_id):
-    """Ingest the session's main transcript first if it changed on disk."""
-    row = db.conn.execute(repairmod.MAIN_FILE_SQL, [session_id]).fetchone()
-    if row is None:
+    """Ingest the session's main transcripts first if they changed on disk (or
+    went away: which one a resume opens may change with them)."""
+    paths = [r[0] for r in db.conn.execute(
+        "SELECT path FROM files WHERE session_id = ? AND kind = 'main' AND origin = 'file'",
+        [session_id])]
+    if paths:
+        ingestmod.ingest(db, paths)
+    derive.refresh_sessions_if_stale(db)
+    if db.conn.execute(repairmod.MAIN_FILE_SQL, [session_id]).fetchone() is None:
         raise Failure(f"session {session_id} has no main transcript in the index")
-    if Path(row[1]).exists():
-        ingestmod.ingest(db, [row[1]])
+
+
+def _say_copies(db, session_id):
+    """On stderr: which main transcript this is, and the session's other ones."""
+    rows = mainfile.copies(db, session_id)
+    for row in rows:
+        if row["chosen"]:
+            click.echo(f"transcript: {row['path']} ({row['why']})", err=True)
+    for row in rows:
+        if not row["chosen"]:
+            differs = (f"differs: {row['only_here']} uuid(s) only there, "
+                       f"{row['only_in_chosen']} only in the transcript" if row["diverged"]
+                       else "same records")
+            click.echo(f"copy: {row['path']} ({row['why']}; {differs}; not merged)", err=True)
 
 
 @cli.command()
@@ -438,6 +468,7 @@ def show(session_id, db_path, fmt):
     """
     db = _open(db_path, create=False)
     _fresh(db, session_id)
+    _say_copies(db, session_id)
     try:
         messages = showmod.recovered_conversation(db, session_id)
     except repairmod.RepairError as exc:
@@ -472,6 +503,7 @@ def repair(session_id, db_path, write, force, as_json):
     """
     db = _open(db_path, create=False)
     _fresh(db, session_id)
+    _say_copies(db, session_id)
     try:
         plan = repairmod.plan(db, session_id)
         if plan.empty:

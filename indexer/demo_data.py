@@ -10,7 +10,9 @@ it. Nothing is read from ~/.claude.
 - a long session with hook progress and a subagent (the page folds it),
 - transcripts expired and expiring by mtime, one deleted after ingest,
 - session references that are stale (never indexed, deleted, expired),
-- failed ``claude -p`` executions (seed 003's "No conversation found").
+- failed ``claude -p`` executions (seed 003's "No conversation found"),
+- one session id on three main transcripts (a copy in another project
+  folder, a fork that kept the id).
 
 Ids are uuid5s of fixed names, so a rebuilt demo has the same session ids;
 times are relative to ``now`` because retention is judged by the clock.
@@ -98,10 +100,10 @@ class Session:
             "type": "hook_progress", "hookEvent": hook, "hookName": f"{hook}:lint",
             "command": "npm run lint --silent"}, **kw)
 
-    def write(self, projects: Path) -> Path:
-        folder = projects / PROJECT
+    def write(self, projects: Path, project: str = PROJECT, name: str | None = None) -> Path:
+        folder = projects / project
         path = (folder / self.id / "subagents" / f"agent-{self.agent}.jsonl" if self.agent
-                else folder / f"{self.id}.jsonl")
+                else folder / (name or f"{self.id}.jsonl"))
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("".join(json.dumps(r) + "\n" for r in self.records), encoding="utf-8")
         stamp = self.clock.timestamp()
@@ -193,6 +195,21 @@ def rewind(start):
     return [s]
 
 
+def copies(start, projects: Path) -> None:
+    """One session id on three main transcripts: the session in its own
+    project folder (what `claude --resume` opens from the demo cwd), a copy
+    in another project folder that went on a turn, and a fork that kept the
+    id in a file named otherwise (never opened for that id)."""
+    s = Session("copied-session", start)
+    q = s.user(None, "Rename the Cart class to Basket.")
+    a = s.reply(q, "Renamed it in 14 files.")
+    s.write(projects)
+    q2 = s.user(a, "Also rename the tests.", after=600)
+    s.reply(q2, "Renamed the tests too.")
+    s.write(projects, "-home-demo-shop-copy")
+    s.write(projects, name="copied-session-fork.jsonl")
+
+
 def poisoned(start):
     """A synthetic placeholder is the last assistant on the resume chain."""
     s = Session("poisoned-tail", start)
@@ -266,6 +283,7 @@ def build_demo(directory: str | os.PathLike, now: datetime | None = None) -> Pat
     for s in sessions:
         s.write(projects)
     deleted = aged("deleted", now - 8 * day, "Bump the lockfile.")[0].write(projects)
+    copies(now - 7 * day, projects)
 
     never = session_id("never-indexed")
     execution_log(logs / "run-0001.jsonl", _run(session_id("long-session"), {

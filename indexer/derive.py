@@ -14,6 +14,7 @@ crash between the two leaves the file marked and the next run finishes it.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 
@@ -49,20 +50,39 @@ WHERE id IN (SELECT value FROM json_each(:file_ids)) AND kind IN {views.TRANSCRI
 """.strip()
 
 # sessions: one row per session id, summed from its files' running facts.
-# main_file_id prefers a main file that is still on disk, then the newest; a
-# session mirrored through the store and ingested from its file counts its
-# local files and records once (the store copies when there are no local ones).
+# main_file_id is the main transcript `claude --resume <id>` opens, and
+# main_file_rule says why (views.MAIN_FILE_RULE_TEMPLATE: a file named
+# <id>.jsonl on disk with messages, the one in its own cwd's project folder
+# when there are several, else a session-store copy, else what is left);
+# project_dir and cwd are the chosen file's. A session mirrored through the
+# store and ingested from its file counts its local files and records once
+# (the store copies when there are no local ones).
 REFRESH_SESSION_SQL = f"""
+WITH facts AS MATERIALIZED (
+{views.MAIN_FILE_FACTS_TEMPLATE.format(where="f.session_id = :session_id")}
+),
+ruled AS (
+  SELECT *, {views.MAIN_FILE_RULE_TEMPLATE.format(
+      f="facts", loadable="(SELECT count(*) FROM facts WHERE named AND on_disk AND has_messages)")}
+    AS rule
+  FROM facts
+),
+chosen AS MATERIALIZED (
+  SELECT file_id, rule FROM ruled
+  ORDER BY {views.MAIN_FILE_RANK_TEMPLATE.format(rule="rule")}, named DESC, in_cwd_project DESC,
+    mtime DESC, file_id DESC
+  LIMIT 1
+)
 INSERT OR REPLACE INTO sessions (
-  session_id, main_file_id, project_dir, cwd, main_files, subagent_files,
+  session_id, main_file_id, main_file_rule, project_dir, cwd, main_files, subagent_files,
   records, first_timestamp, last_timestamp, version, git_branch, deleted_at)
 SELECT :session_id,
-  (SELECT id FROM files WHERE session_id = :session_id AND kind = 'main'
-   ORDER BY deleted_at IS NOT NULL, mtime DESC, id DESC LIMIT 1),
+  (SELECT file_id FROM chosen),
+  (SELECT rule FROM chosen),
   (SELECT project_dir FROM files WHERE session_id = :session_id AND kind IN {views.TRANSCRIPT_KINDS}
-   ORDER BY kind = 'main' DESC, id LIMIT 1),
+   ORDER BY id IS (SELECT file_id FROM chosen) DESC, kind = 'main' DESC, id LIMIT 1),
   (SELECT cwd FROM files WHERE session_id = :session_id AND cwd IS NOT NULL AND kind IN {views.TRANSCRIPT_KINDS}
-   ORDER BY kind = 'main' DESC, id LIMIT 1),
+   ORDER BY id IS (SELECT file_id FROM chosen) DESC, kind = 'main' DESC, id LIMIT 1),
   sum(kind = 'main' AND f.origin = counted.origin),
   sum(kind <> 'main' AND f.origin = counted.origin),
   sum(CASE WHEN f.origin = counted.origin THEN records END),
@@ -80,6 +100,9 @@ FROM files f,
    WHERE session_id = :session_id AND kind IN {views.TRANSCRIPT_KINDS}) counted
 WHERE f.session_id = :session_id AND f.kind IN {views.TRANSCRIPT_KINDS}
 """.strip()
+# A change to the sessions rule refreshes every sessions row (no cache is
+# recomputed for it): derive_pending compares this with index_meta.
+SESSIONS_HASH = hashlib.sha256(REFRESH_SESSION_SQL.encode()).hexdigest()[:16]
 
 
 @dataclass(slots=True)
@@ -335,6 +358,7 @@ def derive_pending(db) -> int:
             conn.execute("UPDATE files SET needs_derive = 1")
             conn.execute("INSERT OR REPLACE INTO index_meta VALUES ('definitions_hash', ?)",
                          [views.DEFINITIONS_HASH])
+    refresh_sessions_if_stale(db)
     pending = conn.execute(
         "SELECT id, CASE WHEN kind IN {kinds} THEN session_id END FROM files "
         "WHERE needs_derive ORDER BY id".format(kinds=views.TRANSCRIPT_KINDS)).fetchall()
@@ -348,3 +372,30 @@ def derive_pending(db) -> int:
             conn.executemany("UPDATE files SET needs_derive = 0 WHERE id = ?",
                              [(i,) for i in ids])
     return len(pending)
+
+
+def refresh_sessions_if_stale(db) -> bool:
+    """Refresh every sessions row if they were computed by another rule
+    (index_meta.sessions_hash); True if it did."""
+    stored = db.conn.execute(
+        "SELECT value FROM index_meta WHERE key = 'sessions_hash'").fetchone()
+    if stored is not None and stored[0] == SESSIONS_HASH:
+        return False
+    refresh_all_sessions(db)
+    return True
+
+
+def refresh_all_sessions(db) -> int:
+    """Recompute every sessions row (after the rule changed), in batches."""
+    conn = db.conn
+    ids = [r[0] for r in conn.execute(
+        "SELECT DISTINCT session_id FROM files WHERE session_id IS NOT NULL "
+        f"AND kind IN {views.TRANSCRIPT_KINDS} ORDER BY session_id")]
+    for i in range(0, len(ids), DERIVE_BATCH):
+        with write_lock(db):
+            for session_id in ids[i:i + DERIVE_BATCH]:
+                conn.execute(REFRESH_SESSION_SQL, {"session_id": session_id})
+    with write_lock(db):
+        conn.execute("INSERT OR REPLACE INTO index_meta VALUES ('sessions_hash', ?)",
+                     [SESSIONS_HASH])
+    return len(ids)

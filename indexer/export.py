@@ -13,11 +13,13 @@ from pathlib import Path, PurePath
 
 from . import generations as gens
 
-# A session's transcript files (main first), never execution logs or store copies.
+# A session's transcript files (the one `claude --resume` opens first, then the
+# other main files, then subagents), never execution logs or store copies.
 SESSION_FILES_SQL = """
 SELECT id, path, kind, project_dir, deleted_at FROM files
 WHERE session_id = ? AND kind IN ('main', 'subagent') AND path NOT LIKE 'store://%'
-ORDER BY kind = 'main' DESC, path
+ORDER BY id IS (SELECT main_file_id FROM sessions s WHERE s.session_id = files.session_id) DESC,
+  kind = 'main' DESC, path
 """.strip()
 
 

@@ -864,8 +864,10 @@ EXPIRED_TRANSCRIPTS_SQL = EXPIRED_TRANSCRIPTS_TEMPLATE.format(
 # stale_session_refs: every referenced session id (session_refs, and the
 # resume targets of executions) that a resume cannot use now or soon:
 # reason never_indexed (no main transcript ever seen), deleted (seen, gone
-# from disk since deleted_at), expired (on disk but past retention: the next
-# Claude Code start deletes it). refs/sources: its references; the last
+# from disk since deleted_at), unopenable (on disk, but `claude --resume`
+# opens none of its files: none is named <id>.jsonl, or the named one holds
+# no message; sessions.main_file_rule not_named / named_no_messages), expired
+# (on disk but past retention: the next Claude Code start deletes it). refs/sources: its references; the last
 # execution that named it, by log mtime and line.
 STALE_SESSION_REFS_TEMPLATE = """
 WITH refs AS (
@@ -879,7 +881,7 @@ ref_ids AS (
   FROM refs GROUP BY session_id
 ),
 state AS (
-  SELECT i.*, m.id AS file_id, m.path, s.deleted_at,
+  SELECT i.*, m.id AS file_id, m.path, s.deleted_at, s.main_file_rule,
          strftime('%Y-%m-%dT%H:%M:%fZ', julianday(m.mtime) + coalesce(m.retention_days, 30))
            AS expires_at
   FROM ref_ids i
@@ -890,6 +892,7 @@ judged AS (
   SELECT *,
     CASE WHEN file_id IS NULL THEN 'never_indexed'
          WHEN deleted_at IS NOT NULL THEN 'deleted'
+         WHEN main_file_rule IN ('not_named', 'named_no_messages') THEN 'unopenable'
          WHEN julianday({now}) >= julianday(expires_at) THEN 'expired'
     END AS reason
   FROM state
@@ -1051,6 +1054,160 @@ SELECT f.id, f.path, f.session_id, f.kind, f.generation, 1,
 FROM files f
 """.strip()
 
+# --- Which main transcript `claude --resume` opens ------------------------
+
+# Claude Code 2.1.332, `claude --resume <id>` (the experiment and the code it
+# rests on are in the README): (1) <config>/projects/<folder of the cwd>/<id>.jsonl,
+# when that file holds a user or assistant message; (2) the same name in the
+# project folders of the cwd's other git worktrees; (3) every
+# projects/*/<id>.jsonl with a line holding '"type":"user"' or
+# '"type":"assistant"': exactly one is loaded, several are "No conversation
+# found". A file not named <id>.jsonl is never opened for that id, whatever
+# sessionId its records carry.
+
+# The project folder Claude Code names for the working directory {cwd} (an
+# SQL expression): every character outside [A-Za-z0-9] becomes '-' (JavaScript
+# replaces UTF-16 code units, so a character beyond U+FFFF becomes '--'). A
+# name over 200 characters gets a hash suffix the index cannot compute:
+# IN_CWD_PROJECT compares the first 200 characters and the '-', as the CLI's
+# own fallback for such names does (it then checks the cwd the folder's
+# transcripts carry, which is {cwd} here). The recursion stops at the end of
+# the string.
+PROJECT_FOLDER_TEMPLATE = """(WITH RECURSIVE chars(i, folder) AS (
+    SELECT 1, ''
+    UNION ALL
+    SELECT i + 1, folder || CASE
+      WHEN substr({cwd}, i, 1) GLOB '[A-Za-z0-9]' THEN substr({cwd}, i, 1)
+      WHEN unicode(substr({cwd}, i, 1)) > 65535 THEN '--' ELSE '-' END
+    FROM chars WHERE i <= length({cwd}))
+  SELECT folder FROM chars ORDER BY i DESC LIMIT 1)"""
+IN_CWD_PROJECT_TEMPLATE = """(SELECT CASE WHEN length(folder) <= 200 THEN {project_dir} = folder
+    ELSE substr({project_dir}, 1, 201) = substr(folder, 1, 200) || '-' END
+  FROM (SELECT """ + PROJECT_FOLDER_TEMPLATE + """ AS folder))"""
+
+# One row per main transcript (of the sessions {where} selects) with what
+# decides whether `claude --resume <session_id>` opens it: named (a local file
+# named <session_id>.jsonl), on_disk (not deleted), has_messages (a user or
+# assistant record: the CLI loads nothing from a file without one),
+# scan_visible (a line holding the compact '"type":"user"' or
+# '"type":"assistant"' text the CLI's all-folders scan looks for),
+# in_cwd_project (its folder is the project folder of the cwd its records
+# carry: the file a resume from the session's own working directory opens).
+MAIN_FILE_FACTS_TEMPLATE = """
+SELECT f.id AS file_id, f.session_id, f.path, f.project_dir, f.cwd, f.origin, f.mtime,
+  f.deleted_at, f.records,
+  coalesce(f.origin = 'file' AND substr(f.path, -length(f.session_id) - 7)
+    = '/' || f.session_id || '.jsonl', 0) AS named,
+  f.deleted_at IS NULL AS on_disk,
+  EXISTS (SELECT 1 FROM records r WHERE r.file_id = f.id AND r.type IN ('user', 'assistant')
+          AND r.uuid IS NOT NULL) AS has_messages,
+  EXISTS (SELECT 1 FROM records r WHERE r.file_id = f.id
+          AND (instr(r.raw, '"type":"user"') OR instr(r.raw, '"type":"assistant"'))) AS scan_visible,
+  coalesce(f.cwd <> '' AND """ + IN_CWD_PROJECT_TEMPLATE.format(
+    project_dir="f.project_dir", cwd="f.cwd") + """, 0) AS in_cwd_project
+FROM files f
+WHERE f.kind = 'main' AND {where}
+""".strip()
+
+# The session's chosen main transcript (sessions.main_file_id) and why
+# (sessions.main_file_rule), from the facts above, the first that applies:
+#   only_named            the one file named <id>.jsonl on disk with messages:
+#                         the CLI opens it from any cwd (from another folder's
+#                         cwd through its scan of every project folder)
+#   named_in_cwd_project  several such files: the one in the project folder of
+#                         the cwd its records carry (the session's working
+#                         directory); from a cwd whose folder holds another,
+#                         the CLI opens that one, and from a cwd whose folder
+#                         holds none it finds several and fails
+#   named_newest          several, none in its own cwd's folder: the newest by
+#                         mtime (which one a resume opens depends on its cwd)
+#   store_copy            no local named file with messages: the session-store
+#                         copy (a resume must load it through the Agent SDK)
+#   named_no_messages     a named file without a user or assistant record: the
+#                         CLI finds no conversation in it
+#   not_named             only files not named <id>.jsonl (a fork or copy that
+#                         kept the id in its records): the CLI never opens them
+#   deleted               every main file is gone: the one to restore (named
+#                         first, then in its cwd's folder, then the newest)
+# Ties: named, in_cwd_project, the newest mtime, the highest files.id.
+MAIN_FILE_RULE_TEMPLATE = """CASE
+  WHEN {f}.named AND {f}.on_disk AND {f}.has_messages THEN CASE
+    WHEN {loadable} = 1 THEN 'only_named'
+    WHEN {f}.in_cwd_project THEN 'named_in_cwd_project'
+    ELSE 'named_newest' END
+  WHEN {f}.origin = 'store' THEN 'store_copy'
+  WHEN {f}.named AND {f}.on_disk THEN 'named_no_messages'
+  WHEN {f}.on_disk THEN 'not_named'
+  ELSE 'deleted' END"""
+MAIN_FILE_RULES = ("only_named", "named_in_cwd_project", "named_newest", "store_copy",
+                   "named_no_messages", "not_named", "deleted")
+MAIN_FILE_RANK_TEMPLATE = ("CASE {rule} " + " ".join(
+    f"WHEN '{r}' THEN {i}" for i, r in enumerate(MAIN_FILE_RULES)) + " END")
+# The rules under which a bare `claude --resume <id>` opens the chosen file
+# (from the right cwd).
+OPENED_BY_RESUME = ("only_named", "named_in_cwd_project", "named_newest")
+
+# session_main_copies: every main transcript of a session that has more than
+# one (copies in other project folders, forks that kept the id in a file
+# named otherwise, deleted ones, session-store copies), none merged: chosen
+# (it is sessions.main_file_id), why (for the chosen one its main_file_rule;
+# for the others: named_other_project, a named copy in another project folder
+# that a resume opens only from a cwd of that folder; not_named, never opened
+# for this id; no_messages; deleted; store_copy), the facts the choice rests
+# on, and how it differs from the chosen one: only_here / only_in_chosen
+# (distinct uuids one holds and the other does not), the first 20 of them in
+# file order (JSON arrays), the record counts and resume leaves, diverged (1
+# when any of these differ). Correlated subqueries: `WHERE session_id = ?`
+# reads that session's records only.
+SESSION_MAIN_COPIES_SQL = """
+WITH facts AS (
+""" + MAIN_FILE_FACTS_TEMPLATE.format(where="""f.session_id IN (
+    SELECT session_id FROM files WHERE kind = 'main' AND session_id IS NOT NULL
+    GROUP BY session_id HAVING count(*) > 1)""") + """
+),
+compared AS MATERIALIZED (
+  SELECT c.*, s.main_file_id, s.main_file_rule, m.records AS chosen_records,
+    (SELECT count(DISTINCT r.uuid) FROM records r
+     WHERE r.file_id = c.file_id AND r.uuid IS NOT NULL AND NOT EXISTS (
+       SELECT 1 FROM records x WHERE x.file_id = s.main_file_id AND x.uuid = r.uuid))
+      AS only_here,
+    (SELECT count(DISTINCT r.uuid) FROM records r
+     WHERE r.file_id = s.main_file_id AND r.uuid IS NOT NULL AND NOT EXISTS (
+       SELECT 1 FROM records x WHERE x.file_id = c.file_id AND x.uuid = r.uuid))
+      AS only_in_chosen,
+    (SELECT json_group_array(uuid) FROM (
+       SELECT r.uuid FROM records r
+       WHERE r.file_id = c.file_id AND r.uuid IS NOT NULL AND NOT EXISTS (
+         SELECT 1 FROM records x WHERE x.file_id = s.main_file_id AND x.uuid = r.uuid)
+       GROUP BY r.uuid ORDER BY min(r.line_no) LIMIT 20)) AS only_here_uuids,
+    (SELECT json_group_array(uuid) FROM (
+       SELECT r.uuid FROM records r
+       WHERE r.file_id = s.main_file_id AND r.uuid IS NOT NULL AND NOT EXISTS (
+         SELECT 1 FROM records x WHERE x.file_id = c.file_id AND x.uuid = r.uuid)
+       GROUP BY r.uuid ORDER BY min(r.line_no) LIMIT 20)) AS only_in_chosen_uuids,
+    (SELECT resume_leaf_uuid FROM leaves WHERE file_id = c.file_id) AS resume_leaf_uuid,
+    (SELECT resume_leaf_uuid FROM leaves WHERE file_id = s.main_file_id)
+      AS chosen_resume_leaf_uuid
+  FROM facts c
+  JOIN sessions s ON s.session_id = c.session_id
+  LEFT JOIN files m ON m.id = s.main_file_id
+)
+SELECT session_id, file_id, path, project_dir, cwd, origin,
+  file_id IS main_file_id AS chosen,
+  CASE WHEN file_id IS main_file_id THEN main_file_rule
+       WHEN NOT on_disk THEN 'deleted'
+       WHEN origin = 'store' THEN 'store_copy'
+       WHEN NOT named THEN 'not_named'
+       WHEN NOT has_messages THEN 'no_messages'
+       ELSE 'named_other_project' END AS why,
+  named, on_disk, has_messages, scan_visible, in_cwd_project, mtime, deleted_at,
+  records, chosen_records, only_here, only_in_chosen, only_here_uuids, only_in_chosen_uuids,
+  resume_leaf_uuid, chosen_resume_leaf_uuid,
+  (only_here > 0 OR only_in_chosen > 0 OR records IS NOT chosen_records
+   OR resume_leaf_uuid IS NOT chosen_resume_leaf_uuid) AS diverged
+FROM compared
+""".strip()
+
 VIEWS = {
     "cli_definition": CLI_DEFINITION_SQL,
     "leaves_definition": LEAVES_DEFINITION_SQL,
@@ -1072,6 +1229,7 @@ VIEWS = {
     "repair_plan": REPAIR_PLAN_SQL,
     "session_copies": SESSION_COPIES_SQL,
     "file_generations": FILE_GENERATIONS_SQL,
+    "session_main_copies": SESSION_MAIN_COPIES_SQL,
 }
 
 # A change to any definition changes this, and every cache is recomputed.

@@ -43,7 +43,7 @@ ERROR_CLASS_COLOURS = {
 }
 STATUS_COLOURS = {
     "expiring": "#ef6c00", "expired": "#c62828", "deleted": "#37474f",
-    "never_indexed": "#4e342e",
+    "never_indexed": "#4e342e", "unopenable": "#6d4c41",
 }
 
 PRETTY_LIMIT = 20_000  # characters of pretty-printed JSON shown in a table cell

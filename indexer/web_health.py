@@ -75,6 +75,11 @@ CHECKS = (
     Check("Bad lines (not JSON objects)", "bad_lines",
           "SELECT f.session_id, f.last_ingested_at AS at, b.error AS detail "
           "FROM bad_lines b JOIN files f ON f.id = b.file_id"),
+    Check("Copies of a session that differ from the transcript --resume opens",
+          "session_main_copies",
+          "SELECT session_id, mtime AS at, why || ': ' || only_here || ' uuids only there, ' || "
+          "only_in_chosen || ' only in the one opened' AS detail FROM session_main_copies "
+          "WHERE NOT chosen AND diverged AND on_disk", "chosen=0&diverged=1&on_disk=1"),
     Check("Transcripts deleted from disk", "files",
           "SELECT session_id, deleted_at AS at, path AS detail FROM files "
           "WHERE deleted_at IS NOT NULL", "deleted_at__notblank=1"),

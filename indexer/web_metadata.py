@@ -114,7 +114,7 @@ ORDER BY at_resume_tail DESC, last_seen DESC
 """.strip()
 
 # stale_refs: referenced session ids a resume cannot use;
-# :reason narrows to never_indexed, deleted or expired (blank: all).
+# :reason narrows to never_indexed, deleted, unopenable or expired (blank: all).
 STALE_SESSION_REFS_SQL = """
 SELECT * FROM stale_session_refs
 WHERE reason = coalesce(nullif(:reason, ''), reason)
@@ -341,7 +341,11 @@ TABLES = {
         "description": "One row per session id, summed from its transcript files.",
         "columns": _cols(
             "session_id",
-            main_file_id="files.id of its main transcript (on disk first, then newest)",
+            main_file_id="files.id of the main transcript claude --resume opens (from the "
+                         "session's own cwd): the file named <session_id>.jsonl in its cwd's "
+                         "project folder, or the only one named so",
+            main_file_rule="why: only_named, named_in_cwd_project, named_newest, store_copy, "
+                           "named_no_messages, not_named or deleted",
             project_dir="the folder under projects/", cwd="working directory",
             main_files="main transcripts with this session id",
             subagent_files="subagent transcripts of this session",
@@ -444,8 +448,10 @@ TABLES = {
         "facets": ["reason"],
         "columns": _cols(
             "session_id",
-            reason="never_indexed (no transcript ever seen), deleted (gone from disk) or "
-                   "expired (past retention: the next Claude Code start deletes it)",
+            reason="never_indexed (no transcript ever seen), deleted (gone from disk), "
+                   "unopenable (on disk, but claude --resume opens none of its files: none is "
+                   "named <session_id>.jsonl, or that one holds no message) or expired (past "
+                   "retention: the next Claude Code start deletes it)",
             deleted_at=f"when it was found gone, {_TS}",
             expired_at=f"when it passed its retention, {_TS}",
             path="its main transcript", refs="references to it",
@@ -568,6 +574,37 @@ TABLES = {
             lines="lines it holds", bytes="its bytes as last seen, the pending tail included",
             sha256="SHA-256 of those bytes (NULL for the current generation)",
             mtime=f"the file's mtime last seen in it, {_TS}",
+    "session_main_copies": {
+        "description": "Every main transcript of a session that has several (copies in other "
+                       "project folders, forks that kept the id, stubs, deleted files, store "
+                       "copies), none merged: the one claude --resume opens and why, and how "
+                       "each other one differs from it.",
+        "facets": ["why", "diverged", "chosen"],
+        "columns": _cols(
+            "session_id", "file_id",
+            path="the transcript", project_dir="the folder under projects/",
+            cwd="the working directory its first record carries",
+            origin="file (ingested) or store (SessionStore copy)",
+            chosen="1 for sessions.main_file_id: the one a resume from the session's cwd opens",
+            why="the chosen one's main_file_rule; for the others named_other_project (opened "
+                "only from a cwd of its folder), not_named (never opened for this id), "
+                "no_messages, deleted or store_copy",
+            named="a local file named <session_id>.jsonl",
+            on_disk="not deleted", has_messages="holds a user or assistant record",
+            scan_visible="a line holds the compact \"type\":\"user\" or "
+                         "\"type\":\"assistant\" text the CLI's scan of every project "
+                         "folder looks for",
+            in_cwd_project="its folder is the project folder of its records' cwd",
+            mtime=f"file mtime at the last ingest, {_TS}",
+            deleted_at=f"when it was found gone, {_TS}",
+            records="records in it", chosen_records="records in the chosen one",
+            only_here="distinct uuids it holds and the chosen one does not",
+            only_in_chosen="distinct uuids the chosen one holds and it does not",
+            only_here_uuids="the first 20 of them, a JSON array",
+            only_in_chosen_uuids="the first 20 of them, a JSON array",
+            resume_leaf_uuid="its resume leaf",
+            chosen_resume_leaf_uuid="the chosen one's resume leaf",
+            diverged="1 when the uuids, the record counts or the resume leaves differ",
         ),
     },
     "store_keys": {

@@ -22,14 +22,23 @@ CSS_PATH = HERE / "static" / "session-index.css"
 PAGE_TIME_LIMIT_MS = 20_000
 RAW_PRETTY_MAX = 5_000_000  # characters; a longer line is shown as written
 
-# The session's row and its transcript files (main first), with both leaves.
+# The session's row and its transcript files (main first, the one a resume
+# opens first of those), with both leaves.
 SESSION_SQL = "SELECT * FROM sessions WHERE session_id = :session_id"
 SESSION_FILES_SQL = """
 SELECT f.id, f.path, f.kind, f.agent_id, f.records, f.first_timestamp, f.last_timestamp,
   f.deleted_at, f.generation, l.resume_leaf_uuid, l.sdk_leaf_uuid, l.leaves_agree, l.branch_count
 FROM files f LEFT JOIN leaves l ON l.file_id = f.id
 WHERE f.session_id = :session_id AND f.kind IN ('main', 'subagent')
-ORDER BY f.kind = 'main' DESC, f.deleted_at IS NOT NULL, f.first_timestamp, f.id
+ORDER BY f.kind = 'main' DESC,
+  f.id IS (SELECT main_file_id FROM sessions s WHERE s.session_id = f.session_id) DESC,
+  f.deleted_at IS NOT NULL, f.first_timestamp, f.id
+""".strip()
+# The session's main transcripts when it has several: which one a resume
+# opens and why, and how each other one differs from it.
+SESSION_MAIN_COPIES_SQL = """
+SELECT file_id, chosen, why, diverged, only_here, only_in_chosen, project_dir
+FROM session_main_copies WHERE session_id = :session_id
 """.strip()
 # The file's api_error episodes and chain breaks (the page's summary line).
 FILE_SPLICES_SQL = """
@@ -124,6 +133,7 @@ async def session_page(datasette, request):
     params = {"session_id": session_id}
     session = (await db.execute(SESSION_SQL, params)).first()
     files = [dict(r) for r in await db.execute(SESSION_FILES_SQL, params)]
+    copies = {r["file_id"]: dict(r) for r in await db.execute(SESSION_MAIN_COPIES_SQL, params)}
     if session is None and not files:
         return await render(datasette, request, "session_tree.html", {
             "session_id": session_id, "missing": True,
@@ -157,7 +167,9 @@ async def session_page(datasette, request):
         "session": dict(session) if session else {},
         "database": name,
         "files": [dict(f, url=page + "?" + urlencode({"file": f["id"], "database": name}),
-                       current=f["id"] == file["id"]) for f in files],
+                       current=f["id"] == file["id"], main_copy=copies.get(f["id"])) for f in files],
+        "main_rule": session["main_file_rule"] if session else None,
+        "copies_url": datasette.urls.table(name, "session_main_copies") + "?" + urlencode(params),
         "file": file,
         "leaves_differ": file["resume_leaf_uuid"] != file["sdk_leaf_uuid"],
         "uuid_anchor": lambda uuid: "#u-" + quote(uuid or "", safe=""),

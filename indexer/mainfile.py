@@ -1,0 +1,134 @@
+"""Which of a session's main transcripts ``claude --resume <id>`` opens.
+
+A session id can be on several main transcripts: a copy in another project
+folder, a fork that kept the id in a file named otherwise, a stub, a deleted
+file, a session-store copy. Claude Code 2.1.332 opens, for ``--resume <id>``
+run from a working directory CWD (found by running the bundled binary
+against a fake Messages API; the README has the experiment and the code):
+
+1. ``projects/<folder of CWD>/<id>.jsonl``, when it holds a user or assistant
+   message;
+2. else the same name in the project folders of CWD's other git worktrees;
+3. else every ``projects/*/<id>.jsonl`` with a line holding the compact
+   ``"type":"user"``/``"type":"assistant"`` text: exactly one is loaded, two
+   or more are "No conversation found".
+
+A file not named ``<id>.jsonl`` is never opened for that id. The index does
+not know the operator's cwd: ``sessions.main_file_id`` is the file a resume
+from the session's own working directory opens (``main_file_rule`` says why;
+the rule is SQL, views.MAIN_FILE_RULE_TEMPLATE, applied by derive.py), and
+``for_cwd`` answers for a given cwd (``session-index check --cwd DIR``).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass, field
+
+from . import views
+from .db import dict_rows
+
+# The session's main transcripts with the facts the choice rests on, and
+# whether each is in the project folder of the cwd :cwd (for a folder name
+# over 200 characters: the same first 200 characters, and its records' cwd
+# is :cwd, as the CLI's own fallback for hashed names checks).
+CWD_FACTS_SQL = f"""
+SELECT facts.*, {views.IN_CWD_PROJECT_TEMPLATE.format(project_dir="facts.project_dir", cwd=":cwd")}
+    AND (length({views.PROJECT_FOLDER_TEMPLATE.format(cwd=":cwd")}) <= 200
+         OR facts.cwd IS :cwd) AS in_given_cwd_project
+FROM ({views.MAIN_FILE_FACTS_TEMPLATE.format(where="f.session_id = :session_id")}) facts
+ORDER BY facts.mtime DESC, facts.file_id DESC
+""".strip()
+CHOSEN_SQL = """
+SELECT s.main_file_id, s.main_file_rule, f.path FROM sessions s
+LEFT JOIN files f ON f.id = s.main_file_id WHERE s.session_id = ?
+""".strip()
+COPIES_SQL = "SELECT * FROM session_main_copies WHERE session_id = ? ORDER BY NOT chosen, file_id"
+# The folder Claude Code names for a cwd, by the same SQL as the views.
+PROJECT_FOLDER_SQL = f"SELECT {views.PROJECT_FOLDER_TEMPLATE.format(cwd=':cwd')}"
+
+# Rules for_cwd can answer besides views.MAIN_FILE_RULES.
+NAMED_IN_WORKTREE_PROJECT = "named_in_worktree_project"
+AMBIGUOUS = "ambiguous"      # several named copies, none in the cwd's folders
+NONE_NAMED = "none_named"    # no named file with messages on disk
+
+
+@dataclass
+class Choice:
+    """The main transcript a resume opens (``file_id`` None: none) and why."""
+    file_id: int | None
+    rule: str | None
+    path: str | None = None
+    cwd: str | None = None                       # the cwd it was chosen for, if any
+    candidates: list = field(default_factory=list)   # the named copies in play, for ambiguous
+    facts: list = field(default_factory=list)    # every main file's facts, when asked for a cwd
+
+    @property
+    def opened(self) -> bool:
+        """Does a bare `claude --resume` open this file (from that cwd)?"""
+        return self.file_id is not None and self.rule in (
+            *views.OPENED_BY_RESUME, NAMED_IN_WORKTREE_PROJECT)
+
+
+def chosen(db, session_id: str) -> Choice:
+    """sessions.main_file_id and main_file_rule (the session's own cwd)."""
+    row = db.conn.execute(CHOSEN_SQL, [session_id]).fetchone()
+    if row is None or row[0] is None:
+        return Choice(None, None)
+    return Choice(row[0], row[1], row[2])
+
+
+def copies(db, session_id: str) -> list[dict]:
+    """The session_main_copies rows of the session (none when it has one main file)."""
+    return dict_rows(db.conn, COPIES_SQL, [session_id])
+
+
+def project_folder(db, cwd: str) -> str:
+    return db.conn.execute(PROJECT_FOLDER_SQL, {"cwd": cwd}).fetchone()[0]
+
+
+def git_worktrees(cwd: str) -> list[str]:
+    """The other worktrees of the git repository at ``cwd`` (`git worktree list`),
+    in git's order; none when git or the repository is not there."""
+    try:
+        out = subprocess.run(["git", "-C", cwd, "worktree", "list", "--porcelain"],
+                             capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    if out.returncode != 0:
+        return []
+    paths = [line[len("worktree "):] for line in out.stdout.splitlines()
+             if line.startswith("worktree ")]
+    return [p for p in paths if os.path.realpath(p) != cwd]
+
+
+def for_cwd(db, session_id: str, cwd: str) -> Choice:
+    """The main transcript `claude --resume <session_id>` run from ``cwd``
+    opens, by the CLI's three steps (the module docstring)."""
+    cwd = os.path.realpath(cwd)
+
+    def loadable_in(folder_cwd):
+        rows = dict_rows(db.conn, CWD_FACTS_SQL, {"session_id": session_id, "cwd": folder_cwd})
+        return rows, [r for r in rows if r["named"] and r["on_disk"] and r["has_messages"]
+                      and r["in_given_cwd_project"]]
+
+    rows, here = loadable_in(cwd)
+    if here:
+        return Choice(here[0]["file_id"], "named_in_cwd_project", here[0]["path"], cwd, facts=rows)
+    if any(r["named"] and r["on_disk"] and r["has_messages"] for r in rows):
+        for tree in git_worktrees(cwd):
+            _, there = loadable_in(tree)
+            if there:
+                return Choice(there[0]["file_id"], NAMED_IN_WORKTREE_PROJECT, there[0]["path"],
+                              cwd, facts=rows)
+    visible = [r for r in rows if r["named"] and r["on_disk"] and r["scan_visible"]]
+    if len(visible) == 1 and visible[0]["has_messages"]:
+        return Choice(visible[0]["file_id"], "only_named", visible[0]["path"], cwd, facts=rows)
+    if len(visible) > 1:
+        return Choice(None, AMBIGUOUS, None, cwd, candidates=[r["path"] for r in visible],
+                      facts=rows)
+    store = [r for r in rows if r["origin"] == "store"]
+    if store:
+        return Choice(store[0]["file_id"], "store_copy", store[0]["path"], cwd, facts=rows)
+    return Choice(None, NONE_NAMED, None, cwd, facts=rows)
