@@ -574,6 +574,8 @@ TABLES = {
             lines="lines it holds", bytes="its bytes as last seen, the pending tail included",
             sha256="SHA-256 of those bytes (NULL for the current generation)",
             mtime=f"the file's mtime last seen in it, {_TS}",
+        ),
+    },
     "session_main_copies": {
         "description": "Every main transcript of a session that has several (copies in other "
                        "project folders, forks that kept the id, stubs, deleted files, store "
