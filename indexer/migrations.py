@@ -421,6 +421,7 @@ def m014_generations(db):
         "ON superseded_lines(file_id, generation, byte_offset)")
 
 
+@migrations()
 def m017_add_resume_rule_and_restored(db):
     # leaves_cache.resume_rule: which of the CLI's rules picked the resume
     # leaf (resume.py); orphans_cache.restored: 1 when the CLI puts the
@@ -430,6 +431,7 @@ def m017_add_resume_rule_and_restored(db):
     db.execute("ALTER TABLE orphans_cache ADD COLUMN restored INTEGER NOT NULL DEFAULT 0")
 
 
+@migrations()
 def m015_add_main_file_rule_to_sessions(db):
     # Why sessions.main_file_id is the transcript it is (views.MAIN_FILE_RULES:
     # only_named, named_in_cwd_project, ...). derive.py fills it for every
