@@ -12,7 +12,7 @@ from urllib.parse import quote, unquote, urlencode
 
 from datasette.utils.asgi import NotFound, Response
 
-from . import web_health, web_tree
+from . import resume, web_health, web_tree
 from .web_format import CAUSE_COLOURS, pretty_json, session_path
 from .web_metadata import PLUGIN, QUERIES
 
@@ -27,7 +27,8 @@ RAW_PRETTY_MAX = 5_000_000  # characters; a longer line is shown as written
 SESSION_SQL = "SELECT * FROM sessions WHERE session_id = :session_id"
 SESSION_FILES_SQL = """
 SELECT f.id, f.path, f.kind, f.agent_id, f.records, f.first_timestamp, f.last_timestamp,
-  f.deleted_at, f.generation, l.resume_leaf_uuid, l.sdk_leaf_uuid, l.leaves_agree, l.branch_count
+  f.deleted_at, f.generation, l.resume_leaf_uuid, l.sdk_leaf_uuid, l.leaves_agree, l.branch_count,
+  l.resume_rule, (SELECT count(*) FROM orphans o WHERE o.file_id = f.id AND o.restored) AS restored
 FROM files f LEFT JOIN leaves l ON l.file_id = f.id
 WHERE f.session_id = :session_id AND f.kind IN ('main', 'subagent')
 ORDER BY f.kind = 'main' DESC,
@@ -172,6 +173,7 @@ async def session_page(datasette, request):
         "copies_url": datasette.urls.table(name, "session_main_copies") + "?" + urlencode(params),
         "file": file,
         "leaves_differ": file["resume_leaf_uuid"] != file["sdk_leaf_uuid"],
+        "cli_version": resume.CLI_VERSION,
         "uuid_anchor": lambda uuid: "#u-" + quote(uuid or "", safe=""),
         "counts": tree["counts"],
         "by_cause": sorted(by_cause.items(), key=lambda kv: -kv[1]),

@@ -357,6 +357,14 @@ def test_session_page_marks_both_leaves_when_they_differ(site):
     marks = {m for _, _, ms in nodes(html) for m in ms}
     assert {"resume leaf", "SDK leaf", "on the SDK's chain", "api_error"} <= marks
     assert "leaves differ" in html
+    # The rule of the current CLI that picked the resume leaf: the late
+    # stop_hook_summary is the last row in file order.
+    assert "picked by the <code>last_row</code> rule of Claude Code 2.1.332" in html
+
+
+def test_session_page_counts_what_the_cli_puts_back(site):
+    html = site.get(session_url(sid("parallel-tools"))).text
+    assert "put back by the CLI after its walk" in html
 
 
 def test_session_page_poisoned_compaction_parallel(site):
