@@ -142,6 +142,20 @@ FROM cli
 #   leaves_agree: both readers end the conversation at the same message: the
 #     first user/assistant record on the resume walk is the sdk leaf.
 # Every upward walk is bounded by the file's line count.
+# The CLI's "newest" record of a set (file_id, uuid, line_no, ts_ms) per file:
+# the first line with the greatest time; the last line when none has a time.
+NEWEST_OF = """
+  SELECT file_id, uuid FROM (
+    SELECT s.file_id, s.uuid, row_number() OVER (
+             PARTITION BY s.file_id
+             ORDER BY s.ts_ms IS NOT m.top,
+                      CASE WHEN m.top IS NULL THEN -s.line_no ELSE s.line_no END) AS rn
+    FROM {0} s JOIN (SELECT file_id, max(ts_ms) AS top FROM {0} GROUP BY file_id) m
+      ON m.file_id = s.file_id) WHERE rn = 1
+""".strip()
+NEWEST_OF_SCAN_SET = NEWEST_OF.format("scan_set")
+NEWEST_OF_ANY_SET = NEWEST_OF.format("any_set")
+
 LEAVES_CTES = f"""
 main_files AS (SELECT file_id FROM scope_files WHERE kind = 'main'),
 row_lines AS MATERIALIZED (
@@ -265,21 +279,14 @@ scan AS MATERIALIZED (
       AS checkpoint_is_leaf
   FROM first_pick p
 ),
--- The CLI's "newest" of a set: the first line with the greatest time; the
--- last line when none has a time.
+-- The sets the CLI takes its "newest" of (NEWEST_OF).
 scan_set AS MATERIALIZED (
   SELECT c.file_id, c.uuid, c.line_no, c.ts_ms FROM cli c
   JOIN scan_leaves l ON l.file_id = c.file_id AND l.uuid = c.uuid
   WHERE NOT c.is_sidechain
 ),
 scan_newest AS (
-  SELECT file_id, uuid FROM (
-    SELECT s.file_id, s.uuid, row_number() OVER (
-             PARTITION BY s.file_id
-             ORDER BY s.ts_ms IS NOT m.top,
-                      CASE WHEN m.top IS NULL THEN -s.line_no ELSE s.line_no END) AS rn
-    FROM scan_set s JOIN (SELECT file_id, max(ts_ms) AS top FROM scan_set GROUP BY file_id) m
-      ON m.file_id = s.file_id) WHERE rn = 1
+{NEWEST_OF_SCAN_SET}
 ),
 any_set AS MATERIALIZED (
   SELECT c.file_id, c.uuid, c.line_no, c.ts_ms FROM cli c
@@ -290,13 +297,7 @@ any_set AS MATERIALIZED (
                         AND NOT (o.type = 'system' AND o.subtype IS 'file_snapshot')))
 ),
 any_newest AS (
-  SELECT file_id, uuid FROM (
-    SELECT s.file_id, s.uuid, row_number() OVER (
-             PARTITION BY s.file_id
-             ORDER BY s.ts_ms IS NOT m.top,
-                      CASE WHEN m.top IS NULL THEN -s.line_no ELSE s.line_no END) AS rn
-    FROM any_set s JOIN (SELECT file_id, max(ts_ms) AS top FROM any_set GROUP BY file_id) m
-      ON m.file_id = s.file_id) WHERE rn = 1
+{NEWEST_OF_ANY_SET}
 ),
 resume_pick AS MATERIALIZED (
   SELECT p.file_id,

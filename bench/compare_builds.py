@@ -1,0 +1,58 @@
+"""Cold ingest of one corpus by two builds of session-index, alternated in one run.
+
+    python bench/compare_builds.py OLD_SESSION_INDEX [NEW_SESSION_INDEX] [--size-mb 40] [--repeat 3]
+
+OLD/NEW are ``session-index`` executables (e.g. one installed from an earlier commit in
+another venv; NEW defaults to the one beside this Python). Makes a corpus with
+bench/make_corpus.py in a temp dir, then runs ``ingest CORPUS --db X --silent --json`` with
+each build, alternating, ``--repeat`` times, each into a new index. Prints each build's
+median wall time, its median ``seconds`` as reported, and NEW/OLD. The machine is shared
+and noisy: only the ratio of medians measured side by side means anything.
+"""
+import argparse, json, os, statistics, subprocess, sys, tempfile, time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def cold(binary, corpus, db):
+    t0 = time.perf_counter()
+    out = subprocess.run([binary, "ingest", str(corpus), "--db", str(db), "--silent", "--json"],
+                         capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if out.returncode:
+        sys.exit(f"{binary} exited {out.returncode}: {out.stderr[-2000:]}")
+    return wall, json.loads(out.stdout)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("old")
+    ap.add_argument("new", nargs="?", default=str(Path(sys.executable).parent / "session-index"))
+    ap.add_argument("--size-mb", type=float, default=40)
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        corpus = Path(tmp, "projects")
+        subprocess.run([sys.executable, str(HERE / "make_corpus.py"), str(corpus),
+                        "--size-mb", str(args.size_mb)], check=True, capture_output=True)
+        runs = {"old": [], "new": []}
+        for i in range(args.repeat):
+            for name in ("old", "new") if i % 2 == 0 else ("new", "old"):
+                db = Path(tmp, f"{name}-{i}.db")
+                wall, summary = cold(getattr(args, name), corpus, db)
+                runs[name].append((wall, summary["seconds"], summary["new_records"]))
+                os.remove(db)
+        print(f"corpus: {args.size_mb:g} MB, {runs['new'][0][2]:,} records; {args.repeat} cold "
+              f"ingests each, alternated")
+        for name in ("old", "new"):
+            walls = [r[0] for r in runs[name]]
+            print(f"{name}: median wall {statistics.median(walls):.2f} s "
+                  f"(runs {', '.join(f'{w:.2f}' for w in walls)})")
+        ratio = (statistics.median(r[0] for r in runs["new"])
+                 / statistics.median(r[0] for r in runs["old"]))
+        print(f"new/old: {ratio:.2f}")
+
+
+if __name__ == "__main__":
+    main()
