@@ -8,6 +8,7 @@ on loopback (indexer/oracle.py); about a second per transcript."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -239,11 +240,12 @@ KNOWN = {
 }
 
 
-@pytest.mark.skipif(not CORPUS.is_dir(), reason="../shared/corpus is not here")
-def test_every_corpus_transcript_agrees_with_the_cli(index, api):
-    index.ingest(CORPUS)
+def check_folder(index, api, folder, known=frozenset()):
+    """Every main transcript under folder: the CLI and the index agree, but
+    for the known differences (paths relative to folder)."""
+    index.ingest(folder)
     files = index.rows("SELECT id, path, session_id FROM files WHERE kind = 'main' ORDER BY path")
-    assert len(files) > 40
+    assert files, f"no main transcripts under {folder}"
     agreed, differed, loaded_nothing = [], [], []
     for f in files:
         data = open(f["path"], "rb").read()
@@ -261,11 +263,25 @@ def test_every_corpus_transcript_agrees_with_the_cli(index, api):
             loaded_nothing.append(f["path"])
             continue
         a, b, _ = verify.compare(index.db.conn, f["id"], sent)
-        rel = f["path"][len(str(CORPUS)) + 1:]
+        rel = f["path"][len(str(folder)) + 1:]
         (agreed if not a and not b else differed).append(rel)
-    assert set(differed) == KNOWN, differed
-    print(f"\noracle: {len(files)} corpus transcripts, {len(agreed)} agree, "
+    assert set(differed) == set(known), differed
+    print(f"\noracle: {len(files)} transcripts under {folder}, {len(agreed)} agree, "
           f"{len(differed)} known differences, {len(loaded_nothing)} load nothing")
+    return files
+
+
+@pytest.mark.skipif(not CORPUS.is_dir(), reason="../shared/corpus is not here")
+def test_every_corpus_transcript_agrees_with_the_cli(index, api):
+    assert len(check_folder(index, api, CORPUS, KNOWN)) > 40
+
+
+# The same check on transcripts the project has not seen: point
+# SESSION_INDEX_ORACLE_DIR at a projects/ folder (a copy is read, never written).
+@pytest.mark.skipif(not os.environ.get("SESSION_INDEX_ORACLE_DIR"),
+                    reason="SESSION_INDEX_ORACLE_DIR is not set")
+def test_every_transcript_of_oracle_dir_agrees_with_the_cli(index, api):
+    check_folder(index, api, Path(os.environ["SESSION_INDEX_ORACLE_DIR"]).resolve())
 
 
 # --- session-index verify -------------------------------------------------
