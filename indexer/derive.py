@@ -34,7 +34,7 @@ UUID_RECORDS_SQL = f"""
 SELECT r.id, r.file_id, r.line_no, r.uuid, r.parent_uuid, r.logical_parent_uuid,
        r.type, r.subtype, r.timestamp, r.is_sidechain, r.is_meta, r.team_name,
        r.message_id, r.is_tool_result, {views.TIMESTAMP_MS.format(r="r")} AS ts_ms,
-       r.leaf_uuid,
+       r.is_unreadable, r.leaf_uuid,
        CASE WHEN r.type = 'last-prompt' THEN {views.LAST_PROMPT_NULL_LEAF.format(r="r")} END,
        CASE WHEN r.type = 'last-prompt' THEN {views.LAST_PROMPT_EXPLICIT.format(r="r")} END
 FROM records r
@@ -122,6 +122,7 @@ class Rec:
     message_id: str | None
     is_tool_result: int
     ts_ms: int | None = None
+    is_unreadable: int = 0
 
     @property
     def eff_parent(self) -> str | None:
@@ -332,9 +333,9 @@ def derive_files(conn, file_ids: list[int]) -> None:
     prompts: dict[int, list[resume.Prompt]] = {i: [] for i in file_ids}
     for row in conn.execute(UUID_RECORDS_SQL, params):
         if row[6] == "last-prompt":
-            prompts[row[1]].append(resume.Prompt(row[2], row[15], bool(row[16]), bool(row[17])))
+            prompts[row[1]].append(resume.Prompt(row[2], row[16], bool(row[17]), bool(row[18])))
         if row[3] is not None:
-            by_file[row[1]].append(Rec(*row[:15]))
+            by_file[row[1]].append(Rec(*row[:16]))
     rows: dict[str, list] = {name: [] for name in views.CACHED_VIEWS}
     forget_files(conn, file_ids)
     for file_id, kind, session_id in conn.execute(FILES_SQL, params).fetchall():

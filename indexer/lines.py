@@ -119,6 +119,7 @@ RECORD_FIELDS = (
     "version",
     "git_branch",
     "leaf_uuid",
+    "is_unreadable",
 )
 
 
@@ -153,19 +154,41 @@ def _flag(value: Any) -> int:
     return 1 if value else 0
 
 
+def _unreadable(type_, message_is_object: bool, content, is_block) -> int:
+    """1 for a user or assistant record Claude Code's loader drops as
+    unreadable (2.1.332, resume.py): its message is not an object, its
+    content is neither a string nor a list, an assistant's string content
+    is blank, or a non-empty list holds no block (an object with a string
+    ``type``)."""
+    if type_ not in ("user", "assistant"):
+        return 0
+    if not message_is_object:
+        return 1
+    if isinstance(content, str):
+        return int(type_ == "assistant" and not content.strip())
+    if not isinstance(content, list):
+        return 1
+    return int(bool(content) and not any(is_block(b) for b in content))
+
+
 def _from_struct(r: _Record) -> tuple:
     """Fields of a record that fit the fast shape: strings are already
     strings (msgspec rejects lone surrogates), flags are bools or None."""
     msg = r.message
     message_id = model = None
     is_tool_result = 0
+    content = None
     if msg is not None:
         message_id, model = msg.id or None, msg.model or None
         content = msg.content
         if isinstance(content, msgspec.Raw):
-            content = _BLOCKS.decode(content) if memoryview(content)[:1] == b"[" else None
+            first = memoryview(content)[:1]
+            content = (_BLOCKS.decode(content) if first == b"[" else
+                       msgspec.json.decode(content) if first == b'"' else None)
         if content.__class__ is list:
             is_tool_result = 1 if any(b.type == "tool_result" for b in content) else 0
+    unreadable = _unreadable(r.type, msg is not None, content,
+                             lambda b: isinstance(b.type, str))
     return (
         r.session_id or r.stream_session_id or None, r.uuid or None, r.parent_uuid or None,
         r.logical_parent_uuid or None, r.type or None, r.subtype or None,
@@ -173,7 +196,7 @@ def _from_struct(r: _Record) -> tuple:
         r.team_name or None, r.agent_id or None, message_id, model,
         r.request_id or None, 1 if r.is_api_error_message else 0,
         1 if r.is_compact_summary else 0, is_tool_result, r.cwd or None,
-        r.version or None, r.git_branch or None, r.leaf_uuid or None,
+        r.version or None, r.git_branch or None, r.leaf_uuid or None, unreadable,
     )
 
 
@@ -181,6 +204,7 @@ def _from_dict(d: dict) -> tuple:
     msg = d.get("message")
     message_id = model = None
     is_tool_result = 0
+    content = None
     if isinstance(msg, dict):
         message_id, model = msg.get("id"), msg.get("model")
         content = msg.get("content")
@@ -188,14 +212,16 @@ def _from_dict(d: dict) -> tuple:
             is_tool_result = _flag(
                 any(isinstance(b, dict) and b.get("type") == "tool_result" for b in content)
             )
+    unreadable = _unreadable(d.get("type"), isinstance(msg, dict), content,
+                             lambda b: isinstance(b, dict) and isinstance(b.get("type"), str))
     g = d.get
-    return _row(
+    return (*_row(
         g("type"), g("subtype"), g("uuid"), g("parentUuid"), g("logicalParentUuid"),
         g("sessionId") or g("session_id"), g("timestamp"), g("isSidechain"), g("isMeta"), g("teamName"),
         g("agentId"), message_id, model, g("requestId"), g("isApiErrorMessage"),
         g("isCompactSummary"), is_tool_result, g("cwd"), g("version"), g("gitBranch"),
         g("leafUuid"),
-    )
+    ), unreadable)
 
 
 def _row(type_, subtype, uuid, parent, logical_parent, session_id, timestamp,

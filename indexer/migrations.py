@@ -437,3 +437,23 @@ def m015_add_main_file_rule_to_sessions(db):
     # only_named, named_in_cwd_project, ...). derive.py fills it for every
     # session at the next ingest (index_meta.sessions_hash).
     db.execute("ALTER TABLE sessions ADD COLUMN main_file_rule TEXT")
+
+
+@migrations()
+def m018_add_is_unreadable_to_records(db):
+    # records.is_unreadable: a user/assistant record Claude Code's loader
+    # drops as unreadable (lines._unreadable). Existing rows are read again
+    # from their raw text by the same function.
+    from .lines import RECORD_FIELDS, BadLine, parse_line
+    db.execute("ALTER TABLE records ADD COLUMN is_unreadable INTEGER NOT NULL DEFAULT 0")
+    at = RECORD_FIELDS.index("is_unreadable")
+    rows = db.execute("SELECT id, raw FROM records WHERE type IN ('user', 'assistant')")
+    flagged = []
+    for record_id, raw in rows.fetchall():
+        try:
+            data = raw if isinstance(raw, bytes) else raw.encode("utf-8", "surrogatepass")
+            if parse_line(data)[1][at]:
+                flagged.append((record_id,))
+        except (BadLine, UnicodeError):
+            pass
+    db.conn.executemany("UPDATE records SET is_unreadable = 1 WHERE id = ?", flagged)

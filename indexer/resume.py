@@ -7,7 +7,10 @@ The CLI's view of a file (``CliView``):
 - Nodes: user, assistant, system and attachment records, the last line of a
   uuid winning. ``progress`` records are not nodes: a record whose parent is
   a progress record written before it hangs from that record's nearest
-  non-progress ancestor instead (the *bridged* parent).
+  non-progress ancestor instead (the *bridged* parent). Nor are unreadable
+  user/assistant records (``records.is_unreadable``: no message object, no
+  string or list content, blank assistant text, a list with no block): the
+  loader drops them and their children hang from their parent.
 - Rows: the non-sidechain nodes other than ``system``/``file_snapshot``, in
   file order; the *last row* is the last such line.
 - The checkpoint: the ``leafUuid`` of the latest ``last-prompt`` record,
@@ -41,7 +44,8 @@ tool calls and their results off the walked chain (``parallel_tool_branch``),
 and the non-message records (system, attachment) that hang from the leaf
 message through non-message records.
 
-Not modelled (rare; the README lists them): a newer row that descends from
+Not modelled (rare; the README lists them): content the loader cleans
+rather than drops (blocks removed from a list), a newer row that descends from
 the last row, ``sentAsUuid``, ``fork_briefing`` attachments, compaction
 ``preservedSegment`` relinks, the parallel-batch cases of "the last row
 descends from the checkpoint", and a fallback that skips records already on
@@ -85,12 +89,16 @@ class CliView:
 
 
 def _bridged(n, records: dict) -> str | None:
-    """n's parent, read through progress records written before it."""
-    p, line = n.parent_uuid, n.line_no
+    """n's parent, read through progress records written before it and
+    through unreadable records; None when those go round a cycle."""
+    p, line, seen = n.parent_uuid, n.line_no, set()
     while p is not None:
         q = records.get(p)
-        if q is None or q.type != "progress" or q.line_no >= line:
+        if q is None or not ((q.type == "progress" and q.line_no < line) or q.is_unreadable):
             return p
+        if p in seen:
+            return None
+        seen.add(p)
         p, line = q.parent_uuid, q.line_no
     return None
 
@@ -126,14 +134,15 @@ def _fallbacks(nodes: dict, parent: dict) -> dict:
 def cli_view(occ: list, prompts: list[Prompt], nodes_all: dict) -> CliView:
     """The CLI's view of a main file from its chain record lines in file
     order (``occ``), its last-prompt records and the last line per uuid."""
-    nodes = dict(sorted(((u, r) for u, r in nodes_all.items() if r.type in CLI_NODE_TYPES),
+    nodes = dict(sorted(((u, r) for u, r in nodes_all.items()
+                         if r.type in CLI_NODE_TYPES and not r.is_unreadable),
                         key=lambda item: item[1].line_no))
     parent = {u: _bridged(r, nodes_all) for u, r in nodes.items()}
     walk_parent = dict(parent)
     for u, p in _fallbacks(nodes, parent).items():
         walk_parent[u] = p
-    events = [(r.line_no, "row", r) for r in occ
-              if r.type in CLI_NODE_TYPES and not r.is_sidechain and not is_snapshot(r)]
+    events = [(r.line_no, "row", r) for r in occ if r.type in CLI_NODE_TYPES
+              and not r.is_sidechain and not is_snapshot(r) and not r.is_unreadable]
     events += [(r.line_no, "boundary", r) for r in occ
                if r.type == "system" and r.subtype == "compact_boundary"]
     events += [(r.line_no, "snapshot", r) for r in occ if is_snapshot(r)]

@@ -55,7 +55,7 @@ occ AS MATERIALIZED (
 ),
 nodes AS MATERIALIZED (
   SELECT r.id, r.file_id, r.line_no, r.uuid, r.parent_uuid, r.type, r.subtype,
-         r.timestamp, r.is_sidechain, r.message_id, r.is_tool_result,
+         r.timestamp, r.is_sidechain, r.message_id, r.is_tool_result, r.is_unreadable,
          CASE WHEN r.type = 'system' AND r.subtype = 'compact_boundary'
                    AND r.parent_uuid IS NULL
               THEN r.logical_parent_uuid ELSE r.parent_uuid END AS eff_parent
@@ -79,20 +79,26 @@ FALLBACK_MS = 5000  # resume.FALLBACK_MS
 CLI_CTES = f"""
 bridge(file_id, uuid, up, up_line, steps) AS (
   SELECT n.file_id, n.uuid, n.parent_uuid, n.line_no, 0 FROM nodes n
-  WHERE n.type <> 'progress' AND EXISTS (
+  WHERE n.type <> 'progress' AND NOT n.is_unreadable AND EXISTS (
     SELECT 1 FROM nodes p WHERE p.file_id = n.file_id AND p.uuid = n.parent_uuid
-      AND p.type = 'progress' AND p.line_no < n.line_no)
+      AND ((p.type = 'progress' AND p.line_no < n.line_no) OR p.is_unreadable))
   UNION ALL
   SELECT b.file_id, b.uuid, p.parent_uuid, p.line_no, b.steps + 1
   FROM bridge b
-  JOIN records p ON p.file_id = b.file_id AND p.uuid = b.up AND p.type = 'progress'
-  WHERE p.line_no < b.up_line AND {_IS_NODE.format(n="p")}
+  JOIN records p ON p.file_id = b.file_id AND p.uuid = b.up
+  JOIN files f ON f.id = b.file_id
+  WHERE ((p.type = 'progress' AND p.line_no < b.up_line)
+         OR (p.is_unreadable AND p.type IN ('user','assistant')))
+    AND b.steps <= f.line_count AND {_IS_NODE.format(n="p")}
 ),
+-- bridged: the end of each climb; NULL when it went round a cycle of
+-- unreadable records (the step bound).
 bridged AS MATERIALIZED (
-  SELECT file_id, uuid, up FROM (
-    SELECT file_id, uuid, up, row_number() OVER (
-             PARTITION BY file_id, uuid ORDER BY steps DESC) AS rn
-    FROM bridge) WHERE rn = 1
+  SELECT b.file_id, b.uuid, CASE WHEN b.steps > f.line_count THEN NULL ELSE b.up END AS up
+  FROM (SELECT file_id, uuid, up, steps, row_number() OVER (
+               PARTITION BY file_id, uuid ORDER BY steps DESC) AS rn
+        FROM bridge) b JOIN files f ON f.id = b.file_id
+  WHERE b.rn = 1
 ),
 cli_nodes AS MATERIALIZED (
   SELECT n.id, n.file_id, n.line_no, n.uuid, n.type, n.subtype, n.is_sidechain,
@@ -100,7 +106,7 @@ cli_nodes AS MATERIALIZED (
          CAST(CASE WHEN b.uuid IS NOT NULL THEN b.up ELSE n.parent_uuid END AS TEXT) AS parent
   FROM nodes n JOIN records r ON r.id = n.id
   LEFT JOIN bridged b ON b.file_id = n.file_id AND b.uuid = n.uuid
-  WHERE n.type <> 'progress'
+  WHERE n.type <> 'progress' AND NOT n.is_unreadable
 ),
 cli AS MATERIALIZED (
   SELECT c.*, CAST(CASE
@@ -161,7 +167,7 @@ main_files AS (SELECT file_id FROM scope_files WHERE kind = 'main'),
 row_lines AS MATERIALIZED (
   SELECT o.file_id, o.line_no, o.uuid FROM occ o JOIN records r ON r.id = o.id
   JOIN main_files m ON m.file_id = o.file_id
-  WHERE o.type <> 'progress' AND NOT r.is_sidechain
+  WHERE o.type <> 'progress' AND NOT r.is_sidechain AND NOT r.is_unreadable
     AND NOT (o.type = 'system' AND r.subtype IS 'file_snapshot')
 ),
 last_rows AS MATERIALIZED (

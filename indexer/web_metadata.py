@@ -322,6 +322,9 @@ TABLES = {
             is_api_error="isApiErrorMessage, 0/1",
             is_compact_summary="isCompactSummary, 0/1",
             is_tool_result="1 when message.content holds a tool_result",
+            is_unreadable="1 for a user/assistant record Claude Code's loader drops: no "
+                          "message object, no string or list content, blank assistant text, "
+                          "or a list with no block",
             cwd="cwd", version="Claude Code version", git_branch="gitBranch",
             leaf_uuid="leafUuid of summary records",
             raw="the exact text of the line (pretty-printed here)",

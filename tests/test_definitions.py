@@ -2,7 +2,7 @@
 the sdk walk equals the Agent SDK's, on randomly generated trees full of the
 shapes that break readers: forks, cycles, self-parents, missing parents,
 duplicate uuids, compactions, progress, api_error chains, sidechain/meta/team
-records, timestamp ties and gaps."""
+records, unreadable records, timestamp ties and gaps."""
 
 from __future__ import annotations
 
@@ -49,6 +49,8 @@ def random_transcript(rng: random.Random, n: int, session_id: str):
             r["message"] = {"id": message_id, "role": "assistant", "content": [{"type": "text", "text": "x"}]}
         elif type_ == "user":
             content = [{"type": "tool_result", "tool_use_id": "t"}] if rng.random() < 0.4 else "hi"
+            if rng.random() < 0.06:
+                content = ["an unreadable record: no block"]
             r["message"] = {"role": "user", "content": content}
         elif type_ == "system":
             sub = rng.choice(["api_error", "api_error", "stop_hook_summary", "compact_boundary", "turn_duration"])

@@ -231,13 +231,8 @@ def test_seed000_the_cli_drops_the_otter_reply_and_repair_brings_it_back(index, 
 
 # --- The corpus -----------------------------------------------------------
 
-# Known differences, each with its reason (README, "Resume rules"):
-KNOWN = {
-    # The CLI's loader drops a user record whose content is a list of bare
-    # strings (["wow error"]) and resumes from the record before it; the
-    # index keeps the record as the last row.
-    "daaain__claude-code-log/test/test_data/edge_cases.jsonl",
-}
+# Known differences, each with its reason (README, "Resume rules"): none.
+KNOWN: frozenset = frozenset()
 
 
 def check_folder(index, api, folder, known=frozenset()):
@@ -306,21 +301,35 @@ def test_verify_agrees_on_seed000(index):
     assert (index.projects / "-tmp-demo" / f"{SID}.jsonl").read_bytes() == before
 
 
-def test_verify_differs_where_the_cli_drops_a_malformed_record(index):
+def test_verify_differs_where_the_cli_falls_back_at_a_revisited_parent(index):
+    # A self-parented last record: the CLI tries its timestamp fallback at a
+    # parent it has already visited and reads on to u6 and u5; the index
+    # stops there (README: not modelled), so the two differ.
     t = Transcript(SID)
-    t.add(u(1), None, "user")
-    t.add(u(2), u(1), "assistant", message=text("msg_1", "the answer"))
-    # A user record whose content is a list of bare strings: the CLI's loader
-    # drops it, the index keeps it as the last row (a known difference).
-    t.add(u(3), u(2), "assistant", message={"id": "msg_2", "role": "assistant",
-                                             "model": "claude-x", "content": ["bare"]})
-    t.add(u(4), None, "user", message={"role": "user", "content": ["bare string"]})
+    t.add(u(5), u(6), "user", ts="2026-09-01T00:00:00.100Z")
+    t.add(u(6), u(5), "assistant", message=text("msg_6", "reached by the fallback"),
+          ts="2026-09-01T00:00:00.200Z")
+    t.add(u(7), u(7), "user", ts="2026-09-01T00:00:00.500Z")
     write_jsonl(index.projects / "-tmp-demo" / f"{SID}.jsonl", t.records)
     index.ingest()
     result = run_verify(index)
     assert result.exit_code == 1, result.output
     assert result.output.startswith("DIFFER")
-    assert "sent, the index drops it" in result.output
+    assert "sent, the index drops it (other)" in result.output
+    assert "reached by the fallback" in result.output
+
+
+def test_unreadable_records_are_dropped_as_the_cli_drops_them(index, api):
+    t = Transcript(SID)
+    t.add(u(1), None, "user")
+    t.add(u(2), u(1), "assistant", message=text("msg_1", "the answer"))
+    t.add(u(3), u(2), "user", message={"role": "user", "content": ["bare string"]})
+    t.add(u(4), u(3), "assistant", message=text("msg_2", "after the unreadable one"))
+    t.add(u(5), None, "user", message={"role": "user", "content": ["bare again"]})
+    path = write_jsonl(index.projects / "-tmp-demo" / f"{SID}.jsonl", t.records)
+    agree(index, api, path)
+    assert index.ancestry(index.file_id(path)) == [u(4), u(2), u(1)]
+    assert index.value("SELECT count(*) FROM records WHERE is_unreadable") == 2
 
 
 def test_verify_without_a_binary_exits_3(index, tmp_path):
