@@ -126,3 +126,16 @@ class Transcript:
 
     def write(self, directory: Path, name=None):
         return write_jsonl(Path(directory) / (name or f"{self.session_id}.jsonl"), self.records)
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch):
+    """A config dir with projects/, no managed settings, and an index."""
+    config = tmp_path / "claude"
+    (config / "projects").mkdir(parents=True)
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(config))
+    monkeypatch.setenv("SESSION_INDEX_MANAGED_SETTINGS", str(tmp_path / "managed.json"))
+    index = Index(tmp_path)
+    index.projects = config / "projects"
+    index.config = config
+    return index

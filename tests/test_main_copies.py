@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from conftest import Index, Transcript, write_jsonl
+from conftest import Transcript, write_jsonl
 from indexer import mainfile, oracle, views, web
 from indexer.cli import cli
 
@@ -24,19 +24,6 @@ SID = "11111111-2222-3333-4444-555555555555"
 FIXTURES = Path(__file__).parent / "fixtures"
 COPY_COLUMNS = ("path", "chosen", "why", "named", "on_disk", "has_messages", "in_cwd_project",
                 "records", "only_here", "only_in_chosen", "only_here_uuids", "diverged")
-
-
-@pytest.fixture
-def env(tmp_path, monkeypatch):
-    """A config dir with projects/, no managed settings, and an index."""
-    config = tmp_path / "claude"
-    (config / "projects").mkdir(parents=True)
-    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(config))
-    monkeypatch.setenv("SESSION_INDEX_MANAGED_SETTINGS", str(tmp_path / "managed.json"))
-    index = Index(tmp_path)
-    index.projects = config / "projects"
-    index.config = config
-    return index
 
 
 def run(env, *args):

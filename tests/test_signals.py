@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from conftest import Index, Transcript, write_jsonl
+from conftest import Transcript, write_jsonl
 from indexer.cli import cli
 
 SID = "11111111-2222-3333-4444-555555555555"
@@ -27,19 +27,6 @@ SEED003_RESULT = {"type": "result", "subtype": "error_during_execution", "is_err
 SYNTHETIC = {"id": "5f0c1a52-3a49-4a4e-9f0e-2f1c6e3b7d11", "type": "message", "role": "assistant",
              "model": "<synthetic>", "content": [{"type": "text", "text": "API Error: 529"}],
              "usage": {"input_tokens": 0, "output_tokens": 0}}
-
-
-@pytest.fixture
-def env(tmp_path, monkeypatch):
-    """A config dir with projects/, no managed settings, and an index."""
-    config = tmp_path / "claude"
-    (config / "projects").mkdir(parents=True)
-    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(config))
-    monkeypatch.setenv("SESSION_INDEX_MANAGED_SETTINGS", str(tmp_path / "managed.json"))
-    index = Index(tmp_path)
-    index.projects = config / "projects"
-    index.config = config
-    return index
 
 
 def run(env, *args):
