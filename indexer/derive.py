@@ -265,11 +265,8 @@ def _orphans(file_id, session_id, nodes: dict[str, Rec], chain, message):
         and by_depth[d - 1].subtype == "api_error"}
     put_back = _put_back(nodes, message)
 
-    def parent_of(n: Rec) -> str | None:
-        return n.eff_parent
-
     off = [n for n in nodes.values() if n.uuid not in on_chain]
-    parents = {n.uuid: parent_of(n) for n in off}
+    parents = {n.uuid: n.eff_parent for n in off}
     children: dict[str, list[Rec]] = {}
     for n in off:
         if parents[n.uuid] is not None:

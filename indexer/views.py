@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import hashlib
 
+from .resume import FALLBACK_MS
+
 # The record types that carry uuid/parentUuid links (the Agent SDK's
 # _TRANSCRIPT_ENTRY_TYPES). Other record types are metadata.
 _CHAIN_TYPES = "('user','assistant','progress','system','attachment')"
@@ -69,7 +71,6 @@ TIMESTAMP_MS = ("CAST(round((julianday({r}.timestamp) - 2440587.5) * 86400000.0)
 # A last-prompt record's leafUuid is present and null / its explicit flag.
 LAST_PROMPT_NULL_LEAF = "(json_valid({r}.raw) AND json_type({r}.raw, '$.leafUuid') = 'null')"
 LAST_PROMPT_EXPLICIT = "(json_valid({r}.raw) AND json_type({r}.raw, '$.explicit') = 'true')"
-FALLBACK_MS = 5000  # resume.FALLBACK_MS
 
 # The CLI's view of each file (resume.py states the rules): cli holds its
 # nodes (no progress records) with the bridged parent (read through progress
@@ -123,8 +124,8 @@ cli AS MATERIALIZED (
 )
 """.strip()
 
-# cli_definition: the CLI's nodes of every transcript file (CLI_CTES), for
-# the orphans definition.
+# cli_definition: the CLI's nodes of every transcript file (CLI_CTES), with
+# the parent each is read under: to see why a resume walks where it does.
 CLI_DEFINITION_SQL = f"""
 WITH RECURSIVE {NODES_CTES},
 {CLI_CTES}

@@ -622,8 +622,9 @@ TABLES = {
         ),
     },
     "cli_definition": {
-        "description": "The nodes of every transcript as Claude Code's resume reads them, for "
-                       "the definitions: progress records bridged, the timestamp fallback. Slow.",
+        "description": "The nodes of every transcript as Claude Code's resume reads them, with "
+                       "the parent each is read under: progress records bridged, the timestamp "
+                       "fallback. Slow.",
         "columns": _cols(
             "file_id", "line_no", "uuid", "type", "subtype",
             id="records.id of the node (the last line of its uuid)",
