@@ -60,9 +60,9 @@ SPLICES_SQL = "SELECT * FROM api_error_splices WHERE file_id = ? ORDER BY first_
 FILE_TAIL_SQL = f"""
 SELECT * FROM (
   SELECT r.file_id, r.message_id, r.uuid, {views.SYNTHETIC_RECORD.format(r="r")} AS synthetic
-  FROM leaf_ancestry a JOIN records r ON r.id = a.record_id
+  FROM leaf_ancestry_cache a JOIN records r ON r.id = a.record_id
   WHERE a.file_id = ? AND a.rule = 'resume' AND r.type = 'assistant'
-  ORDER BY a.depth LIMIT 1)
+  ORDER BY a.height DESC LIMIT 1)
 WHERE synthetic
 """.strip()
 

@@ -16,36 +16,43 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from collections import Counter
 
-from . import resume, views
+from . import chain, derive_append, resume, views
+from .chain import UUID_RECORDS_SELECT, Rec
 from .db import write_lock
 from .lines import CHAIN_TYPES
 
 DERIVE_BATCH = 200
-CACHES = tuple(f"{name}_cache" for name in views.CACHED_VIEWS)
+CACHES = tuple(f"{name}_cache" for name in views.CACHED_VIEWS) + ("sdk_terminals",)
+# The columns each cache table is written with (views.CACHE_COLUMNS where
+# they hold more than their view shows).
+CACHE_COLUMNS = {
+    **{name: views.CACHE_COLUMNS.get(name) or getattr(views, f"{name.upper()}_COLUMNS")
+       for name in views.CACHED_VIEWS},
+    "sdk_terminals": ("file_id, uuid, message_uuid, message_record_id, is_main, message_line, "
+                      "terminal_line"),
+}
+# A change to how this module (or derive_append.py) computes the caches:
+# bump it and every cache is recomputed, as for a change to a definition.
+DERIVE_VERSION = 2
+CACHES_HASH = hashlib.sha256(
+    f"{views.DEFINITIONS_HASH}:{DERIVE_VERSION}".encode()).hexdigest()[:16]
+# How each file was derived since the process started ("appended": extended
+# by derive_append, "recomputed": from all its records); bench and tests read it.
+STATS: Counter = Counter()
 MESSAGE_TYPES = resume.MESSAGE_TYPES
 
 # Every record with a uuid in a batch of files, and every last-prompt record,
-# in file order (the chain records among them are views._CHAIN_TYPES).
-# ts_ms: the timestamp in epoch milliseconds (views.TIMESTAMP_MS), NULL when
-# it is not one; the last-prompt fields read from the line itself.
-UUID_RECORDS_SQL = f"""
-SELECT r.id, r.file_id, r.line_no, r.uuid, r.parent_uuid, r.logical_parent_uuid,
-       r.type, r.subtype, r.timestamp, r.is_sidechain, r.is_meta, r.team_name,
-       r.message_id, r.is_tool_result, {views.TIMESTAMP_MS.format(r="r")} AS ts_ms,
-       r.is_unreadable, r.leaf_uuid,
-       CASE WHEN r.type = 'last-prompt' THEN {views.LAST_PROMPT_NULL_LEAF.format(r="r")} END,
-       CASE WHEN r.type = 'last-prompt' THEN {views.LAST_PROMPT_EXPLICIT.format(r="r")} END
-FROM records r
+# in file order.
+UUID_RECORDS_SQL = UUID_RECORDS_SELECT + """
 WHERE r.file_id IN (SELECT value FROM json_each(:file_ids))
   AND (r.uuid IS NOT NULL OR r.type = 'last-prompt')
-ORDER BY r.file_id, r.line_no
-""".strip()
+ORDER BY r.file_id, r.line_no"""
 
 # The transcript files of a batch (execution logs have no chain to derive).
 FILES_SQL = f"""
-SELECT id, kind, session_id FROM files
+SELECT id, kind, session_id, line_count, ingested_offset FROM files
 WHERE id IN (SELECT value FROM json_each(:file_ids)) AND kind IN {views.TRANSCRIPT_KINDS}
 """.strip()
 
@@ -105,32 +112,6 @@ WHERE f.session_id = :session_id AND f.kind IN {views.TRANSCRIPT_KINDS}
 SESSIONS_HASH = hashlib.sha256(REFRESH_SESSION_SQL.encode()).hexdigest()[:16]
 
 
-@dataclass(slots=True)
-class Rec:
-    id: int
-    file_id: int
-    line_no: int
-    uuid: str
-    parent_uuid: str | None
-    logical_parent_uuid: str | None
-    type: str
-    subtype: str | None
-    timestamp: str | None
-    is_sidechain: int
-    is_meta: int
-    team_name: str | None
-    message_id: str | None
-    is_tool_result: int
-    ts_ms: int | None = None
-    is_unreadable: int = 0
-
-    @property
-    def eff_parent(self) -> str | None:
-        if self.type == "system" and self.subtype == "compact_boundary" and self.parent_uuid is None:
-            return self.logical_parent_uuid
-        return self.parent_uuid
-
-
 def forget_file(conn, file_id: int) -> None:
     """Drop a file's cached rows (inside the caller's transaction)."""
     forget_files(conn, [file_id])
@@ -144,55 +125,40 @@ def forget_files(conn, file_ids: list[int]) -> None:
             f"DELETE FROM {table} WHERE file_id IN (SELECT value FROM json_each(?))", [ids])
 
 
-def _walk(start: Rec, nodes: dict[str, Rec]) -> list[tuple[int, Rec]]:
-    """(depth, record) from ``start`` up parent_uuid, stopping at a missing
-    parent or the first revisited uuid (the SDK's walk)."""
-    out, seen = [], {start.uuid}
-    cur = start
-    while True:
-        out.append((len(out), cur))
-        parent = nodes.get(cur.parent_uuid) if cur.parent_uuid is not None else None
-        if parent is None or parent.uuid in seen:
-            return out
-        seen.add(parent.uuid)
-        cur = parent
-
-
-def _sdk_leaf(occ: list[Rec], nodes: dict[str, Rec]) -> tuple[Rec | None, int]:
-    """The Agent SDK's leaf and the number of distinct main leaves."""
+def _sdk_leaf(occ: list[Rec], nodes: dict[str, Rec]):
+    """The Agent SDK's leaf, the number of distinct main leaves, and the
+    sdk_terminals rows: each terminal (a chain record no record names as
+    parent) with the message it walks up to."""
     parents = {r.parent_uuid for r in occ if r.parent_uuid is not None}
-    best, best_key, main_leaves = None, None, set()
+    best, best_key, main_leaves, terminals = None, None, set(), []
     for terminal in occ:
         if terminal.uuid in parents:
             continue
-        cur, seen = terminal, {terminal.uuid}
-        while cur.type not in MESSAGE_TYPES:
-            cur = nodes.get(cur.parent_uuid) if cur.parent_uuid is not None else None
-            if cur is None or cur.uuid in seen:
-                cur = None
-                break
-            seen.add(cur.uuid)
-        if cur is None:
+        message = chain.message_of_terminal(terminal, nodes)
+        if message is None:
             continue
-        is_main = not cur.is_sidechain and cur.team_name is None and not cur.is_meta
-        if is_main:
-            main_leaves.add(cur.uuid)
-        key = (is_main, nodes[cur.uuid].line_no, -terminal.line_no)
+        line = nodes[message.uuid].line_no
+        terminals.append((terminal.file_id, terminal.uuid, message.uuid, message.id,
+                          int(message.is_main_message), line, terminal.line_no))
+        if message.is_main_message:
+            main_leaves.add(message.uuid)
+        key = chain.terminal_key(terminal, message, line)
         if best_key is None or key > best_key:
-            best, best_key = cur, key
-    return best, len(main_leaves)
+            best, best_key = message, key
+    return best, len(main_leaves), terminals
 
 
 def compute_file(file_id: int, kind: str, session_id, with_uuid: list[Rec],
-                 prompts: list[resume.Prompt] = ()) -> dict:
+                 prompts: list[resume.Prompt] = (), covers: tuple = (None, None)) -> dict:
     """Every cache's rows for one file, from its records that have a uuid
-    and its last-prompt records."""
+    and its last-prompt records; ``covers``: (lines, bytes) of the file
+    they are read from, where derive_append.py carries on."""
     occ = [r for r in with_uuid if r.type in CHAIN_TYPES]
     nodes: dict[str, Rec] = {}
     for r in occ:
         nodes[r.uuid] = r
-    sdk_leaf, branch_count = _sdk_leaf(occ, nodes)
-    view = None
+    sdk_leaf, branch_count, terminals = _sdk_leaf(occ, nodes)
+    state = {"lines": covers[0], "offset": covers[1]}
     if kind == "main":
         view = resume.cli_view(occ, list(prompts), nodes)
         resume_leaf, rule = resume.resume_leaf(view)
@@ -201,23 +167,34 @@ def compute_file(file_id: int, kind: str, session_id, with_uuid: list[Rec],
         resume_leaf = sdk_leaf = next(
             (r for r in reversed(occ) if r.type in MESSAGE_TYPES), None)
         rule = "subagent_last_message" if resume_leaf is not None else "no_leaf"
-        resume_chain = _walk(resume_leaf, nodes) if resume_leaf is not None else []
+        resume_chain = chain.walk(resume_leaf, nodes) if resume_leaf is not None else []
     resume_message = next((r for _, r in resume_chain if r.type in MESSAGE_TYPES), None)
+    boundary_line = next(
+        (r.line_no for _, r in resume_chain
+         if r.type == "system" and r.subtype == "compact_boundary"), None)
+    sdk_chain = chain.walk(sdk_leaf, nodes) if sdk_leaf is not None else []
+    state["sdk_cycle"] = chain.ends_in_cycle(sdk_chain, lambda r: r.parent_uuid)
+    if kind == "main":
+        state.update(derive_append.main_state(view, resume_chain, resume_message, boundary_line))
+        state["resume_cycle"] = chain.ends_in_cycle(
+            resume_chain, lambda r: view.walk_parent.get(r.uuid))
+    else:
+        state["resume_cycle"] = state["sdk_cycle"]
     leaves_row = (
         file_id, session_id, kind,
         resume_leaf and resume_leaf.id, resume_leaf and resume_leaf.uuid,
         sdk_leaf and sdk_leaf.id, sdk_leaf and sdk_leaf.uuid,
         int((resume_message and resume_message.uuid) == (sdk_leaf and sdk_leaf.uuid)),
-        branch_count, rule,
+        branch_count, rule, len(resume_chain), len(sdk_chain), covers[0],
+        json.dumps(state),
     )
-    ancestry_rows = [(file_id, session_id, "resume", r.uuid, d, r.id) for d, r in resume_chain]
-    if sdk_leaf is not None:
-        ancestry_rows += [(file_id, session_id, "sdk", r.uuid, d, r.id)
-                          for d, r in _walk(sdk_leaf, nodes)]
-    orphan_rows = (_orphans(file_id, session_id, nodes, resume_chain, resume_message)
+    ancestry_rows = [(file_id, session_id, "resume", r.uuid, len(resume_chain) - 1 - d, r.id)
+                     for d, r in resume_chain]
+    ancestry_rows += [(file_id, session_id, "sdk", r.uuid, len(sdk_chain) - 1 - d, r.id)
+                      for d, r in sdk_chain]
+    orphan_rows = (_orphans(session_id, nodes, resume_chain, resume_message, boundary_line)
                    if kind == "main" else [])
-    breaks = [(file_id, session_id, r.id, r.line_no, r.uuid, r.type, r.subtype, r.timestamp,
-               r.parent_uuid) for r in occ
+    breaks = [chain.chain_break_row(r, session_id) for r in occ
               if r.parent_uuid is not None and r.parent_uuid not in nodes]
     lines_of: dict[str, list[int]] = {}
     for r in with_uuid:
@@ -225,45 +202,25 @@ def compute_file(file_id: int, kind: str, session_id, with_uuid: list[Rec],
     duplicates = [(file_id, session_id, uuid, len(lines), ",".join(map(str, lines)), lines[-1])
                   for uuid, lines in lines_of.items() if len(lines) > 1]
     return {"leaves": [leaves_row], "leaf_ancestry": ancestry_rows, "orphans": orphan_rows,
-            "chain_breaks": breaks, "duplicate_uuids": duplicates}
+            "chain_breaks": breaks, "duplicate_uuids": duplicates, "sdk_terminals": terminals}
 
 
-def _put_back(nodes: dict[str, Rec], message) -> set[str]:
-    """The system and attachment records that hang from the leaf message
-    through non-message records (progress passed through, as the CLI
-    bridges it): the CLI loads them after its walk."""
-    if message is None:
-        return set()
-    children: dict[str, list[Rec]] = {}
-    for n in nodes.values():
-        if n.parent_uuid is not None and n.type not in MESSAGE_TYPES:
-            children.setdefault(n.parent_uuid, []).append(n)
-    out, seen, todo = set(), {message.uuid}, [message.uuid]
-    while todo:
-        for c in children.get(todo.pop(), ()):
-            if c.uuid not in seen:
-                seen.add(c.uuid)
-                todo.append(c.uuid)
-                if c.type != "progress":
-                    out.add(c.uuid)
-    return out
-
-
-def _orphans(file_id, session_id, nodes: dict[str, Rec], chain, message):
+def _orphans(session_id, nodes: dict[str, Rec], resume_chain, message, boundary_line):
     """Every non-sidechain chain record off the resume chain, with its cause
     and whether the CLI puts it back (restored)."""
-    on_chain = {r.uuid: d for d, r in chain}
-    by_depth = {d: r for d, r in chain}
-    boundary_line = next(
-        (r.line_no for _, r in chain if r.type == "system" and r.subtype == "compact_boundary"),
-        None)
+    on_chain = {r.uuid: d for d, r in resume_chain}
+    by_depth = {d: r for d, r in resume_chain}
     chain_messages = {
-        r.message_id for _, r in chain if r.type == "assistant" and r.message_id is not None}
+        r.message_id for _, r in resume_chain if r.type == "assistant" and r.message_id is not None}
     splice_points = {
-        r.uuid for d, r in chain
+        r.uuid for d, r in resume_chain
         if d - 1 in by_depth and by_depth[d - 1].type == "system"
         and by_depth[d - 1].subtype == "api_error"}
-    put_back = _put_back(nodes, message)
+    children_of: dict[str, list[Rec]] = {}
+    for n in nodes.values():
+        if n.parent_uuid is not None and n.type not in MESSAGE_TYPES:
+            children_of.setdefault(n.parent_uuid, []).append(n)
+    put_back = chain.put_back(lambda u: children_of.get(u, ()), message)
 
     off = [n for n in nodes.values() if n.uuid not in on_chain]
     parents = {n.uuid: n.eff_parent for n in off}
@@ -296,53 +253,45 @@ def _orphans(file_id, session_id, nodes: dict[str, Rec], chain, message):
             continue
         bp, origin = reached.get(o.uuid, (None, None))
         parent = nodes.get(o.parent_uuid) if o.parent_uuid is not None else None
-        if boundary_line is not None and o.line_no < boundary_line:
-            cause = "compacted"
-        elif o.type == "progress":
-            cause = "progress"
-        elif (o.type == "assistant" and o.message_id is not None
-              and o.message_id in chain_messages) or (
-                o.type == "user" and o.is_tool_result and parent is not None
-                and parent.type == "assistant" and parent.message_id in chain_messages):
-            cause = "parallel_tool_branch"
-        elif bp is not None and bp in splice_points:
-            cause = "api_error_splice"
-        elif o.type == "system" and o.subtype == "api_error":
-            cause = "api_error_record"
-        elif origin == "dangling_parent":
-            cause = "dangling_parent"
-        elif origin == "unlinked":
-            cause = "unlinked"
-        elif origin == "ancestry":
-            cause = "abandoned_branch"
-        else:
-            cause = "other"
-        restored = int(cause == "parallel_tool_branch" or o.uuid in put_back)
-        rows.append((file_id, session_id, o.uuid, o.type, o.subtype, o.timestamp, cause, bp,
-                     o.id, o.line_no, o.message_id, restored))
+        cause = chain.cause_of(o, parent, bp, origin, boundary_line,
+                               chain_messages.__contains__, splice_points.__contains__)
+        rows.append(chain.orphan_row(o, session_id, cause, bp, put_back))
     return rows
 
 
 def derive_files(conn, file_ids: list[int]) -> None:
-    """Recompute these files' cached rows (inside the caller's transaction)."""
-    params = {"file_ids": json.dumps(file_ids)}
-    by_file: dict[int, list[Rec]] = {i: [] for i in file_ids}
-    prompts: dict[int, list[resume.Prompt]] = {i: [] for i in file_ids}
-    for row in conn.execute(UUID_RECORDS_SQL, params):
-        if row[6] == "last-prompt":
-            prompts[row[1]].append(resume.Prompt(row[2], row[16], bool(row[17]), bool(row[18])))
-        if row[3] is not None:
-            by_file[row[1]].append(Rec(*row[:16]))
-    rows: dict[str, list] = {name: [] for name in views.CACHED_VIEWS}
-    forget_files(conn, file_ids)
-    for file_id, kind, session_id in conn.execute(FILES_SQL, params).fetchall():
-        computed = compute_file(file_id, kind, session_id, by_file[file_id], prompts[file_id])
+    """Bring these files' cached rows up to date (inside the caller's
+    transaction): extended by what was appended where derive_append.py can
+    (a chain grown at its leaf), else recomputed from all their records."""
+    files = conn.execute(FILES_SQL, {"file_ids": json.dumps(file_ids)}).fetchall()
+    extended = {file_id for file_id, kind, session_id, *covers in files
+                if derive_append.extend(conn, file_id, kind, session_id, covers)}
+    STATS["appended"] += len(extended)
+    todo = [i for i in file_ids if i not in extended]
+    if not todo:
+        return
+    params = {"file_ids": json.dumps(todo)}
+    read = chain.read_rows(conn.execute(UUID_RECORDS_SQL, params), todo)
+    rows: dict[str, list] = {name: [] for name in CACHE_COLUMNS}
+    forget_files(conn, todo)
+    for file_id, kind, session_id, *covers in files:
+        if file_id in extended:
+            continue
+        STATS["recomputed"] += 1
+        recs, prompts = read[file_id]
+        computed = compute_file(file_id, kind, session_id, recs, prompts, covers)
         for name, file_rows in computed.items():
             rows[name] += file_rows
     for name, table_rows in rows.items():
-        columns = getattr(views, f"{name.upper()}_COLUMNS")
-        marks = ", ".join("?" * len(columns.split(",")))
-        conn.executemany(f"INSERT INTO {name}_cache ({columns}) VALUES ({marks})", table_rows)
+        insert_rows(conn, name, table_rows)
+
+
+def insert_rows(conn, name: str, rows: list) -> None:
+    """Write rows into one cache table (CACHE_COLUMNS order)."""
+    columns = CACHE_COLUMNS[name]
+    table = name if name == "sdk_terminals" else f"{name}_cache"
+    marks = ", ".join("?" * len(columns.split(",")))
+    conn.executemany(f"INSERT INTO {table} ({columns}) VALUES ({marks})", rows)
 
 
 def derive_pending(db) -> int:
@@ -351,11 +300,12 @@ def derive_pending(db) -> int:
     conn = db.conn
     stored = conn.execute(
         "SELECT value FROM index_meta WHERE key = 'definitions_hash'").fetchone()
-    if stored is None or stored[0] != views.DEFINITIONS_HASH:
+    if stored is None or stored[0] != CACHES_HASH:
         with write_lock(db):
             conn.execute("UPDATE files SET needs_derive = 1")
+            conn.execute("UPDATE leaves_cache SET derive_state = NULL")  # recompute each
             conn.execute("INSERT OR REPLACE INTO index_meta VALUES ('definitions_hash', ?)",
-                         [views.DEFINITIONS_HASH])
+                         [CACHES_HASH])
     refresh_sessions_if_stale(db)
     pending = conn.execute(
         "SELECT id, CASE WHEN kind IN {kinds} THEN session_id END FROM files "

@@ -121,6 +121,8 @@ FORGET_LINES_SQL = (
 # now; the running facts are recounted from the records that remain.
 RETRACT_UNTERMINATED_SQL = (
     "DELETE FROM records WHERE file_id = :id AND byte_offset = :offset",
+    # a line the caches covered changes: derive recomputes the file
+    "UPDATE leaves_cache SET derive_state = NULL WHERE file_id = :id",
     """UPDATE files SET unterminated_tail = 0,
        records = (SELECT count(*) FROM records WHERE file_id = :id),
        first_timestamp = (SELECT min(timestamp) FROM records WHERE file_id = :id),
@@ -170,6 +172,11 @@ def running_facts(fields: list[tuple]) -> dict:
     return {"new_records": len(fields), "first_ts": min(stamps, default=None),
             "last_ts": max(stamps, default=None), "cwd": first(_CWD),
             "version": last(_VERSION), "git_branch": last(_BRANCH)}
+# A file's row, read again once the write lock is held (another process may
+# have tracked or moved it on since the run's first read).
+FILE_ROW_SQL = "SELECT * FROM files WHERE path = ?"
+# Where a file stands: checked each time the lock is taken again mid-file.
+FILE_POSITION_SQL = "SELECT ingested_offset, generation FROM files WHERE id = ?"
 # At the end of a file: the stat the next run compares against.
 RECORD_STAT_SQL = """
 UPDATE files SET size = :size, mtime = :mtime, mtime_ns = :mtime_ns, dev = :dev,
@@ -177,20 +184,30 @@ UPDATE files SET size = :size, mtime = :mtime, mtime_ns = :mtime_ns, dev = :dev,
   pending_tail = :pending_tail
 WHERE id = :id
 """.strip()
+class Overtaken(Exception):
+    """Another process moved the file on while this one had let go of the
+    write lock between two slices: it stops this file (the other has it)."""
+
+
 class _Writer:
     """One write transaction at a time, committed every TXN_BYTES of lines.
 
     Callers only ever end a unit of work (rows plus the offset that covers
-    them) before calling ``maybe_commit``, so every commit is consistent."""
+    them) before calling ``maybe_commit``, so every commit is consistent.
+    ``guard``, when set, runs each time the write lock is taken again: it
+    checks that what the caller read before is still so (or raises)."""
 
     def __init__(self, conn, progress):
         self.conn, self.progress = conn, progress
         self.open, self.pending = False, 0
+        self.guard = None
 
     def begin(self):
         if not self.open:
             retry_locked(lambda: self.conn.execute("BEGIN IMMEDIATE"))
             self.open = True
+            if self.guard is not None:
+                self.guard()
 
     def maybe_commit(self, n: int):
         self.pending += n
@@ -199,6 +216,8 @@ class _Writer:
 
     def commit(self):
         if self.open:
+            if self.guard is not None:
+                self.guard.capture()
             self.conn.execute("COMMIT")
             self.open = False
         if self.progress and self.pending:
@@ -252,6 +271,8 @@ def ingest(
             raise SourceNotFound(f"{source}: no such file or folder")
 
     work = []
+    # Rows read here only decide what to look at: _ingest_file reads each
+    # again under the write lock before it writes.
     for path, cand in candidates.items():
         try:
             st = os.stat(path)
@@ -284,6 +305,10 @@ def ingest(
                     summary.changed_files += 1
             except OSError as exc:
                 summary.errors.append(f"{cand.path}: {exc.strerror or exc}")
+            except Overtaken:
+                pass  # the other process stores what is left of it
+            finally:
+                writer.guard = None
         writer.commit()
     except BaseException:
         writer.rollback()
@@ -345,6 +370,11 @@ def _ingest_file(writer: _Writer, cand, row: dict | None, st, summary: Summary) 
     with open(cand.path, "rb") as f:
         st = os.fstat(f.fileno())
         writer.begin()
+        cur = conn.execute(FILE_ROW_SQL, [cand.path])
+        found = cur.fetchone()
+        row = dict(zip([d[0] for d in cur.description], found)) if found else None
+        if row is not None and _unchanged(row, st):
+            return False  # another process has just stored it
         if row is None:
             cur = conn.execute(TRACK_FILE_SQL, {
                 "path": cand.path, "kind": cand.kind, "session_id": cand.session_id,
@@ -368,6 +398,7 @@ def _ingest_file(writer: _Writer, cand, row: dict | None, st, summary: Summary) 
             for sql in FORGET_LINES_SQL:
                 conn.execute(sql, {"id": row["id"], "now": now})
             row = dict(row, ingested_offset=0, line_count=0, head_hash=None, unterminated_tail=0)
+        writer.guard = _PositionGuard(conn, row["id"])
         stored, pending_tail = _read_new_lines(writer, row, f, summary)
         conn.execute(RECORD_STAT_SQL, {
             "id": row["id"], "size": st.st_size, "mtime": _iso(st.st_mtime),
@@ -376,6 +407,25 @@ def _ingest_file(writer: _Writer, cand, row: dict | None, st, summary: Summary) 
             "pending_tail": pending_tail or None})
         writer.maybe_commit(0)
     return stored or bool(rewrite)
+
+
+class _PositionGuard:
+    """A _Writer guard for one file: when the lock is taken again, the
+    file's stored offset and generation are still those this run committed,
+    else Overtaken (another process stored its next lines meanwhile)."""
+
+    def __init__(self, conn, file_id: int):
+        self.conn, self.file_id = conn, file_id
+        self.committed = None
+
+    def capture(self):
+        """Just before a commit: where this run leaves the file."""
+        self.committed = self.conn.execute(FILE_POSITION_SQL, [self.file_id]).fetchone()
+
+    def __call__(self):
+        if self.committed is not None and self.conn.execute(
+                FILE_POSITION_SQL, [self.file_id]).fetchone() != self.committed:
+            raise Overtaken(self.file_id)
 
 
 def _write_raw(conn, table: str, rowid: int, f, start: int, length: int) -> None:

@@ -457,3 +457,77 @@ def m018_add_is_unreadable_to_records(db):
         except (BadLine, UnicodeError):
             pass
     db.conn.executemany("UPDATE records SET is_unreadable = 1 WHERE id = ?", flagged)
+
+
+@migrations()
+def m019_heights_and_append_state(db):
+    # Appending at a file's leaf extends its caches instead of recomputing
+    # them (derive_append.py). leaf_ancestry_cache keeps each record's
+    # height (0 at the end of the walk), which appending does not change;
+    # the view computes depth from the chain's length, now kept in
+    # leaves_cache. leaves_cache also keeps what the next append carries on
+    # from; sdk_terminals holds the Agent SDK's leaf candidates (a terminal
+    # record and the message line it walks up to; message_line is the line
+    # of that message's uuid that wins, which orders them). Existing rows are converted.
+    for (view,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'view'").fetchall():
+        db.execute(f"DROP VIEW [{view}]")
+    for column in ("resume_length", "sdk_length", "derived_lines"):
+        db.execute(f"ALTER TABLE leaves_cache ADD COLUMN {column} INTEGER")
+    db.execute("ALTER TABLE leaves_cache ADD COLUMN derive_state TEXT")
+    db.execute("ALTER TABLE leaf_ancestry_cache RENAME TO leaf_ancestry_cache_old")
+    for index in ("leaf_ancestry_cache_session", "leaf_ancestry_cache_uuid"):
+        db.execute(f"DROP INDEX IF EXISTS {index}")
+    db.execute(
+        """
+        CREATE TABLE leaf_ancestry_cache (
+            file_id INTEGER NOT NULL,
+            session_id TEXT,
+            rule TEXT NOT NULL,
+            height INTEGER NOT NULL,
+            uuid TEXT,
+            record_id INTEGER,
+            PRIMARY KEY (file_id, rule, height)
+        ) WITHOUT ROWID
+        """
+    )
+    db.execute(
+        """
+        INSERT INTO leaf_ancestry_cache (file_id, session_id, rule, height, uuid, record_id)
+        SELECT file_id, session_id, rule,
+               max(depth) OVER (PARTITION BY file_id, rule) - depth, uuid, record_id
+        FROM leaf_ancestry_cache_old
+        """
+    )
+    db.execute(
+        """
+        UPDATE leaves_cache SET
+          resume_length = (SELECT count(*) FROM leaf_ancestry_cache_old a
+                           WHERE a.file_id = leaves_cache.file_id AND a.rule = 'resume'),
+          sdk_length = (SELECT count(*) FROM leaf_ancestry_cache_old a
+                        WHERE a.file_id = leaves_cache.file_id AND a.rule = 'sdk')
+        """
+    )
+    db.execute("DROP TABLE leaf_ancestry_cache_old")
+    db.execute("CREATE INDEX leaf_ancestry_cache_session ON leaf_ancestry_cache(session_id)")
+    db.execute("CREATE INDEX leaf_ancestry_cache_uuid ON leaf_ancestry_cache(file_id, rule, uuid)")
+    db.execute(
+        """
+        CREATE TABLE sdk_terminals (
+            file_id INTEGER NOT NULL,
+            uuid TEXT NOT NULL,
+            terminal_line INTEGER NOT NULL,
+            message_uuid TEXT NOT NULL,
+            message_record_id INTEGER NOT NULL,
+            is_main INTEGER NOT NULL,
+            message_line INTEGER NOT NULL,
+            -- the key's columns first: SQLite 3.40's integrity_check reports
+            -- NOT NULL columns between them as NULL in a WITHOUT ROWID table
+            PRIMARY KEY (file_id, uuid, terminal_line)
+        ) WITHOUT ROWID
+        """
+    )
+    # The records of one API message (an appended one may make an older
+    # off-chain record a parallel tool branch).
+    db.execute(
+        "CREATE INDEX records_file_message ON records(file_id, message_id) "
+        "WHERE message_id IS NOT NULL")

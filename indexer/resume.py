@@ -141,6 +141,26 @@ def cli_view(occ: list, prompts: list[Prompt], nodes_all: dict) -> CliView:
     walk_parent = dict(parent)
     for u, p in _fallbacks(nodes, parent).items():
         walk_parent[u] = p
+    seen = scan_events(occ, prompts, Scanned())
+    return CliView(nodes, parent, walk_parent, seen.last_row, seen.checkpoint, seen.explicit,
+                   seen.rewound_to_empty, seen.trailing_snapshots)
+
+
+@dataclass(slots=True)
+class Scanned:
+    """What the CLI's scan of a file's lines in order has seen so far (the
+    last row, the checkpoint and the rest of CliView's file-order facts):
+    scanning more lines carries it on, so appended lines continue it."""
+    last_row: object = None
+    checkpoint: str | None = None
+    explicit: bool = False
+    rewound_to_empty: bool = False
+    trailing_snapshots: bool = False
+
+
+def scan_events(occ: list, prompts: list[Prompt], seen: Scanned) -> Scanned:
+    """Carry ``seen`` on over chain record lines ``occ`` and last-prompt
+    records ``prompts`` that all come after the lines it has seen."""
     events = [(r.line_no, "row", r) for r in occ if r.type in CLI_NODE_TYPES
               and not r.is_sidechain and not is_snapshot(r) and not r.is_unreadable]
     events += [(r.line_no, "boundary", r) for r in occ
@@ -148,7 +168,8 @@ def cli_view(occ: list, prompts: list[Prompt], nodes_all: dict) -> CliView:
     events += [(r.line_no, "snapshot", r) for r in occ if is_snapshot(r)]
     events += [(p.line_no, "prompt", p) for p in prompts]
     events.sort(key=lambda e: (e[0], e[1] != "row"))
-    last_row, checkpoint, explicit, empty, snapshots = None, None, False, False, False
+    last_row, checkpoint, explicit = seen.last_row, seen.checkpoint, seen.explicit
+    empty, snapshots = seen.rewound_to_empty, seen.trailing_snapshots
     for _, kind, item in events:
         if kind == "row":
             last_row, explicit, empty, snapshots = item, False, False, False
@@ -160,7 +181,7 @@ def cli_view(occ: list, prompts: list[Prompt], nodes_all: dict) -> CliView:
             checkpoint, explicit, empty = item.leaf_uuid, item.explicit, False
         elif item.leaf_is_null and item.explicit:
             checkpoint, explicit, empty = None, False, True
-    return CliView(nodes, parent, walk_parent, last_row, checkpoint, explicit, empty, snapshots)
+    return Scanned(last_row, checkpoint, explicit, empty, snapshots)
 
 
 def _descends(view: CliView, uuid: str, ancestor: str) -> bool:

@@ -549,7 +549,7 @@ down(file_id, uuid, branch_point, origin, steps) AS (
   JOIN records c ON c.file_id = d.file_id AND c.parent_uuid = d.uuid
   JOIN files b ON b.id = d.file_id
   WHERE d.steps <= b.line_count AND {_IS_NODE.format(n="c")}
-    AND NOT EXISTS (SELECT 1 FROM leaf_ancestry a WHERE a.file_id = c.file_id
+    AND NOT EXISTS (SELECT 1 FROM leaf_ancestry_cache a WHERE a.file_id = c.file_id
                     AND a.rule = 'resume' AND a.uuid = c.uuid)
   UNION ALL
   SELECT c.file_id, c.uuid, d.branch_point, d.origin, d.steps + 1
@@ -559,7 +559,7 @@ down(file_id, uuid, branch_point, origin, steps) AS (
   WHERE d.steps <= b.line_count AND c.parent_uuid IS NULL
     AND c.type = 'system' AND c.subtype = 'compact_boundary'
     AND {_IS_NODE.format(n="c")}
-    AND NOT EXISTS (SELECT 1 FROM leaf_ancestry a WHERE a.file_id = c.file_id
+    AND NOT EXISTS (SELECT 1 FROM leaf_ancestry_cache a WHERE a.file_id = c.file_id
                     AND a.rule = 'resume' AND a.uuid = c.uuid)
 ),
 reached AS MATERIALIZED (
@@ -609,6 +609,14 @@ LEAVES_COLUMNS = (
     "sdk_leaf_id, sdk_leaf_uuid, leaves_agree, branch_count, resume_rule"
 )
 LEAF_ANCESTRY_COLUMNS = "file_id, session_id, rule, uuid, depth, record_id"
+# The caches' columns where they hold more than their view shows: a leaves
+# row also keeps the chain lengths and what derive_append.py carries on from
+# (derived_lines: the lines it covers; derive_state: JSON), an ancestry row
+# its height instead of its depth.
+CACHE_COLUMNS = {
+    "leaves": LEAVES_COLUMNS + ", resume_length, sdk_length, derived_lines, derive_state",
+    "leaf_ancestry": "file_id, session_id, rule, uuid, height, record_id",
+}
 ORPHANS_COLUMNS = (
     "file_id, session_id, uuid, type, subtype, timestamp, cause, "
     "branch_point_uuid, record_id, line_no, message_id, restored"
@@ -616,7 +624,16 @@ ORPHANS_COLUMNS = (
 
 # The contract views, read from the caches (same columns as *_definition).
 LEAVES_SQL = f"SELECT {LEAVES_COLUMNS} FROM leaves_cache"
-LEAF_ANCESTRY_SQL = f"SELECT {LEAF_ANCESTRY_COLUMNS} FROM leaf_ancestry_cache"
+# leaf_ancestry_cache stores a record's height (its distance from the end
+# of the walk: 0 at the root), which stays put as the chain grows at its
+# leaf (derive_append.py); depth, the distance from the leaf, is the chain's
+# length less one less that.
+LEAF_ANCESTRY_SQL = f"""
+SELECT a.file_id, a.session_id, a.rule, a.uuid,
+  CASE a.rule WHEN 'resume' THEN l.resume_length ELSE l.sdk_length END - 1 - a.height AS depth,
+  a.record_id
+FROM leaf_ancestry_cache a JOIN leaves_cache l ON l.file_id = a.file_id
+""".strip()
 ORPHANS_SQL = f"SELECT {ORPHANS_COLUMNS} FROM orphans_cache"
 
 # api_error_splices: one row per spliced episode (seed 000): a branch point on
@@ -637,10 +654,10 @@ SELECT o.file_id, o.session_id, child.uuid AS api_error_uuid,
        round((julianday(max(o.timestamp)) - julianday(min(o.timestamp))) * 1440, 1)
          AS minutes_spanned
 FROM orphans o
-JOIN leaf_ancestry bp ON bp.file_id = o.file_id AND bp.rule = 'resume'
+JOIN leaf_ancestry_cache bp ON bp.file_id = o.file_id AND bp.rule = 'resume'
   AND bp.uuid = o.branch_point_uuid
-JOIN leaf_ancestry child ON child.file_id = o.file_id AND child.rule = 'resume'
-  AND child.depth = bp.depth - 1
+JOIN leaf_ancestry_cache child ON child.file_id = o.file_id AND child.rule = 'resume'
+  AND child.height = bp.height + 1
 WHERE o.cause = 'api_error_splice'
 GROUP BY o.file_id, o.branch_point_uuid
 """.strip()
@@ -791,21 +808,21 @@ WITH placeholders AS MATERIALIZED (
   WHERE {SYNTHETIC_RECORD.format(r="r")}
 ),
 synthetic AS (
-  SELECT s.session_id, r.file_id, r.id, r.uuid, r.message_id, a.depth
+  SELECT s.session_id, r.file_id, r.id, r.uuid, r.message_id, a.height
   FROM placeholders r
   JOIN sessions s ON s.main_file_id = r.file_id
-  JOIN leaf_ancestry a ON a.file_id = r.file_id AND a.rule = 'resume'
+  JOIN leaf_ancestry_cache a ON a.file_id = r.file_id AND a.rule = 'resume'
     AND a.uuid = r.uuid AND a.record_id = r.id
 ),
 tails AS (
   SELECT f.file_id, (
-    SELECT a.record_id FROM leaf_ancestry a JOIN records t ON t.id = a.record_id
+    SELECT a.record_id FROM leaf_ancestry_cache a JOIN records t ON t.id = a.record_id
     WHERE a.file_id = f.file_id AND a.rule = 'resume' AND t.type = 'assistant'
-    ORDER BY a.depth LIMIT 1) AS record_id
+    ORDER BY a.height DESC LIMIT 1) AS record_id
   FROM (SELECT DISTINCT file_id FROM synthetic) f
 ),
 on_chain AS (
-  SELECT y.session_id, y.file_id, y.uuid, y.message_id, min(y.depth) AS depth,
+  SELECT y.session_id, y.file_id, y.uuid, y.message_id, max(y.height) AS height,
          count(*) AS synthetic_on_chain, max(y.id = t.record_id) AS at_resume_tail
   FROM synthetic y JOIN tails t ON t.file_id = y.file_id
   GROUP BY y.session_id
@@ -940,40 +957,42 @@ CACHED_VIEWS = ("leaves", "leaf_ancestry", "orphans", "chain_breaks", "duplicate
 REPAIR_PLAN_SQL = f"""
 WITH RECURSIVE episodes AS (
   SELECT s.file_id, s.session_id, s.api_error_uuid, s.branch_point_uuid,
-    (SELECT a.record_id FROM leaf_ancestry a JOIN records r ON r.id = a.record_id
-     WHERE a.file_id = s.file_id AND a.rule = 'resume' AND a.depth < e.depth
+    (SELECT a.record_id FROM leaf_ancestry_cache a JOIN records r ON r.id = a.record_id
+     WHERE a.file_id = s.file_id AND a.rule = 'resume' AND a.height > e.height
        AND NOT (r.type = 'system' AND r.subtype = 'api_error')
-     ORDER BY a.depth DESC LIMIT 1) AS record_id,
+     ORDER BY a.height LIMIT 1) AS record_id,
     (SELECT o.uuid FROM orphans o
      WHERE o.file_id = s.file_id AND o.cause = 'api_error_splice'
        AND o.branch_point_uuid = s.branch_point_uuid
      ORDER BY o.line_no DESC LIMIT 1) AS new_parent_uuid
   FROM api_error_splices s
-  JOIN leaf_ancestry e ON e.file_id = s.file_id AND e.rule = 'resume' AND e.uuid = s.api_error_uuid
+  JOIN leaf_ancestry_cache e ON e.file_id = s.file_id AND e.rule = 'resume'
+    AND e.uuid = s.api_error_uuid
   JOIN sessions m ON m.main_file_id = s.file_id
 ),
 poisoned AS (  -- with the last real assistant message on the chain
-  SELECT p.session_id, p.file_id, a.depth, r.line_no, r.timestamp
+  SELECT p.session_id, p.file_id, a.height, r.line_no, r.timestamp
   FROM poisoned_sessions p
-  JOIN leaf_ancestry a ON a.file_id = p.file_id AND a.rule = 'resume' AND a.record_id = (
-    SELECT k.record_id FROM leaf_ancestry k JOIN records t ON t.id = k.record_id
+  JOIN leaf_ancestry_cache a ON a.file_id = p.file_id AND a.rule = 'resume' AND a.record_id = (
+    SELECT k.record_id FROM leaf_ancestry_cache k JOIN records t ON t.id = k.record_id
     WHERE k.file_id = p.file_id AND k.rule = 'resume' AND t.type = 'assistant'
       AND NOT ({SYNTHETIC_RECORD.format(r="t")})
-    ORDER BY k.depth LIMIT 1)
+    ORDER BY k.height DESC LIMIT 1)
   JOIN records r ON r.id = a.record_id
   WHERE p.at_resume_tail
 ),
 dropped(file_id, uuid) AS (
   SELECT a.file_id, a.uuid FROM poisoned p
-  JOIN leaf_ancestry a ON a.file_id = p.file_id AND a.rule = 'resume' AND a.depth < p.depth
+  JOIN leaf_ancestry_cache a ON a.file_id = p.file_id AND a.rule = 'resume'
+    AND a.height > p.height
   UNION
   SELECT r.file_id, r.uuid FROM poisoned p
   JOIN records r ON r.file_id = p.file_id
   WHERE r.uuid IS NOT NULL AND NOT r.is_sidechain
     AND r.type IN ('user', 'assistant', 'system', 'attachment')
     AND (r.timestamp > p.timestamp OR (r.timestamp = p.timestamp AND r.line_no > p.line_no))
-    AND NOT EXISTS (SELECT 1 FROM leaf_ancestry a WHERE a.file_id = r.file_id
-                    AND a.rule = 'resume' AND a.uuid = r.uuid AND a.depth >= p.depth)
+    AND NOT EXISTS (SELECT 1 FROM leaf_ancestry_cache a WHERE a.file_id = r.file_id
+                    AND a.rule = 'resume' AND a.uuid = r.uuid AND a.height <= p.height)
   UNION
   SELECT c.file_id, c.uuid FROM dropped d
   JOIN records c ON c.file_id = d.file_id AND c.parent_uuid = d.uuid

@@ -653,6 +653,28 @@ for _view in ("leaves", "leaf_ancestry", "orphans", "chain_breaks", "duplicate_u
         "hidden": True,
         "columns": TABLES[_view]["columns"],
     }
+# What the caches keep beyond their view's columns (derive_append.py).
+TABLES["leaves_cache"]["columns"] = dict(
+    TABLES["leaves"]["columns"],
+    resume_length="records on the resume walk",
+    sdk_length="records on the sdk walk",
+    derived_lines="the file's lines the caches cover",
+    derive_state="what the next append's extension carries on from (JSON)")
+TABLES["leaf_ancestry_cache"]["columns"] = dict(
+    {k: v for k, v in TABLES["leaf_ancestry"]["columns"].items() if k != "depth"},
+    height="steps from the end of the walk (0 = its root end); depth is the walk's "
+           "length less one less height")
+TABLES["sdk_terminals"] = {
+    "description": "The Agent SDK's leaf candidates per file: each record no record names as "
+                   "parent, with the message it walks up to (kept by ingest; the SDK leaf "
+                   "of leaves is the best of them).",
+    "hidden": True,
+    "columns": {"file_id": "files.id", "uuid": "the terminal record's uuid",
+                "terminal_line": "its line", "message_uuid": "the message it walks up to",
+                "message_record_id": "records.id of that message line",
+                "is_main": "1 for a message of the main chain (not sidechain, team or meta)",
+                "message_line": "the line of the message's uuid that wins"},
+}
 TABLES["_sqlite_migrations"] = {
     "description": "Schema migrations applied to the index (sqlite-utils).",
     "hidden": True,
