@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 import sys
 import threading
 import time
@@ -175,11 +176,11 @@ class Watcher:
                 self.stop.wait(TICK_MS / 1000)
                 continue
             with notify:
+                # Started before the ingest, so a write during it is not missed.
+                self._full_ingest(at_start=first)
                 if first:
                     self._say("watching", sources=", ".join(self.sources),
                               mode="polling" if self.polling else "inotify")
-                # Started before the ingest, so a write during it is not missed.
-                self._full_ingest(at_start=first)
                 first = False
                 self._follow(notify)
 
@@ -220,7 +221,12 @@ class Watcher:
     def _follow(self, notify) -> None:
         last_full = time.monotonic()
         while not self.stop.is_set():
-            changes = notify.watch(DEBOUNCE_MS, STEP_MS, TICK_MS, self.stop)
+            try:
+                changes = notify.watch(DEBOUNCE_MS, STEP_MS, TICK_MS, self.stop)
+            except (OSError, RuntimeError) as exc:  # the watch broke: start it anew
+                self._error(f"watching failed, restarting it: {type(exc).__name__}: {exc}")
+                self.stop.wait(TICK_MS / 1000)
+                return
             if changes in ("stop", "signal"):
                 return
             paths = set() if changes == "timeout" else self._relevant(changes)
@@ -345,6 +351,12 @@ def run_until_signal(db_path, sources, *, config_dir=None, log=stderr_log) -> No
         watcher.run()
     except Stopped:
         pass
+    except WatchError:
+        raise
+    except Exception as exc:
+        if not (watcher.stop.is_set() and isinstance(exc, sqlite3.Error)):
+            raise WatchError(f"the watcher stopped: {type(exc).__name__}: {exc}") from None
+        # A second signal cut a transaction's bookkeeping short: SQLite rolled it back.
     finally:
         running[0] = False
         for sig, handler in previous.items():
