@@ -1,13 +1,15 @@
 """Write-to-visible latency under ``session-index ingest --watch``.
 
     python bench/watch_latency.py [--n 100] [--size-mb 40] [--polling] [--seed 1]
+                                  [--big-session RECORDS] [--json]
 
 Makes a ``projects/`` tree with bench/make_corpus.py in a temp dir, starts a
 real ``session-index ingest --watch`` subprocess on it (after its first
 ingest), then appends N lines one at a time, ``interval`` apart (50-100 ms,
 random), round-robin to the corpus' largest main sessions and to sessions of
 its median size, each line a realistic record (an assistant reply chained on
-the file's last record, 0.3-3 KB). For each, the latency is the time from the
+the file's last record, 0.3-3 KB; with --big-session, to one session of that
+many records too). For each, the latency is the time from the
 write's return to the row being readable by a separate sqlite3 connection
 (polled every ``poll_ms``). Prints p50 / p99 / max, overall and by session
 size; the watcher is stopped with SIGTERM and must exit 0.
@@ -88,12 +90,28 @@ def _targets(projects: Path, per_class: int):
     return large + middle
 
 
+def _big_session(projects: Path, records: int, rng) -> Path:
+    """One main transcript of ``records`` chained records."""
+    session_id = "b16b16b1-0000-4000-8000-%012x" % rng.getrandbits(48)
+    path = projects / "-home-user-big" / f"{session_id}.jsonl"
+    path.parent.mkdir(parents=True)
+    parent = None
+    with open(path, "wb") as f:
+        for i in range(records):
+            uuid = f"b16{i:05x}-0000-4000-8000-{rng.getrandbits(48):012x}"
+            f.write(_record(rng, uuid, parent, session_id))
+            parent = uuid
+    return path
+
+
 def measure(n: int = 100, *, size_mb: float = 40, seed: int = 1, interval=(0.05, 0.1),
             poll_ms: float = 2.0, per_class: int = 4, polling: bool = False,
-            workdir: str | None = None) -> dict:
-    """Run the watcher over a fresh corpus and time N appends. Returns
-    {n, p50, p99, max, mean (seconds), by_class: {class: {n, lines, p50, p99, max}},
-    mode, corpus_mb, initial_ingest_s, exit_code}."""
+            big_session: int = 0, workdir: str | None = None) -> dict:
+    """Run the watcher over a fresh corpus and time N appends. With
+    ``big_session``, one more session of that many records is made and
+    appended to in turn. Returns {n, p50, p99, max, mean (seconds),
+    by_class: {class: {n, lines, p50, p99, max}}, mode, corpus_mb,
+    initial_ingest_s, exit_code, traceback_in_log}."""
     sys.path.insert(0, str(HERE))
     from make_corpus import Gen
 
@@ -110,6 +128,8 @@ def measure(n: int = 100, *, size_mb: float = 40, seed: int = 1, interval=(0.05,
         gen = Gen(str(projects), seed, int(size_mb * 1024 * 1024), 0, 2)
         gen.run()
         targets = _targets(projects, per_class)
+        if big_session:
+            targets.append((_big_session(projects, big_session, rng), big_session, "big"))
         db = base / "index.db"
         for suffix in ("", "-wal", "-shm"):
             Path(f"{db}{suffix}").unlink(missing_ok=True)
@@ -165,7 +185,7 @@ def measure(n: int = 100, *, size_mb: float = 40, seed: int = 1, interval=(0.05,
             shutil.rmtree(base, ignore_errors=True)
     values = [s for s, _, _ in samples]
     by_class = {}
-    for klass in ("largest", "median"):
+    for klass in ("largest", "median", "big"):
         vs = [s for s, k, _ in samples if k == klass]
         sizes = sorted({lines for _, k, lines in samples if k == klass})
         by_class[klass] = {"n": len(vs), "lines": sizes, "p50": percentile(vs, 50),
@@ -183,9 +203,12 @@ def main():
     ap.add_argument("--size-mb", type=float, default=40)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--polling", action="store_true", help="watchfiles' polling fallback")
+    ap.add_argument("--big-session", type=int, default=0, metavar="RECORDS",
+                    help="also append to one session of this many records")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
-    r = measure(a.n, size_mb=a.size_mb, seed=a.seed, polling=a.polling)
+    r = measure(a.n, size_mb=a.size_mb, seed=a.seed, polling=a.polling,
+                big_session=a.big_session)
     if a.json:
         print(json.dumps(r, indent=2))
         return

@@ -153,6 +153,7 @@ def serve(sources, db_path, host, port, watch, config_dir):
 
     Example:
 
+    \b
         session-index serve --db sessions.db --port 8001
         session-index serve --watch --db sessions.db
     """
