@@ -12,7 +12,9 @@ whole sources again: a safety net for notifications the kernel dropped.
 
 Notifications are grouped for at most DEBOUNCE_MS (and yielded as soon as
 STEP_MS pass without a new one), so a complete line is committed well within
-a second of its write.
+a second of its write. When polling, a write in the same second as the one
+before it is seen about RECHECK_SECONDS later (polling compares mtimes to
+the second).
 
 Stopping (``request_stop``, from a SIGINT/SIGTERM handler) is cooperative:
 a batch stops at its next commit (ingest calls its ``progress`` callback
@@ -52,6 +54,10 @@ STEP_MS = 50
 # timers (retries, the periodic rescan, replaced folders).
 TICK_MS = 1000
 POLL_DELAY_MS = 200           # the polling fallback's interval
+# Polling compares mtimes to the second: a write in the same second as the
+# change just reported goes unseen. So, when polling, each path reported (and
+# the sources, after a whole ingest) is ingested once more this long after.
+RECHECK_SECONDS = 1.1
 RESCAN_SECONDS = 300.0        # the safety-net ingest of the whole sources
 RETRY_SECONDS, MAX_RETRY_SECONDS = 1.0, 60.0
 
@@ -134,6 +140,7 @@ class Watcher:
         self.retry_delay = RETRY_SECONDS
         self.last_errors: dict[str, str] = {}   # path -> the error last logged for it
         self.last_warnings: set[str] = set()
+        self.recheck: dict[str, float] = {}     # polling: path -> when to ingest it again
         self.dir_roots = [s for s in self.sources if os.path.isdir(s)]
         self.file_roots = {s for s in self.sources if s not in self.dir_roots}
 
@@ -222,7 +229,7 @@ class Watcher:
         last_full = time.monotonic()
         while not self.stop.is_set():
             try:
-                changes = notify.watch(DEBOUNCE_MS, STEP_MS, TICK_MS, self.stop)
+                changes = notify.watch(DEBOUNCE_MS, STEP_MS, self._timeout_ms(), self.stop)
             except (OSError, RuntimeError) as exc:  # the watch broke: start it anew
                 self._error(f"watching failed, restarting it: {type(exc).__name__}: {exc}")
                 self.stop.wait(TICK_MS / 1000)
@@ -230,7 +237,15 @@ class Watcher:
             if changes in ("stop", "signal"):
                 return
             paths = set() if changes == "timeout" else self._relevant(changes)
-            if self.retry and time.monotonic() >= self.retry_at:
+            now = time.monotonic()
+            if self.polling:
+                for path in paths:
+                    self.recheck[path] = now + RECHECK_SECONDS
+                due = {p for p, at in self.recheck.items() if at <= now}
+                for path in due:
+                    del self.recheck[path]
+                paths |= due
+            if self.retry and now >= self.retry_at:
                 paths |= self.retry
                 self.retry = set()
             if paths:
@@ -240,6 +255,14 @@ class Watcher:
             if time.monotonic() - last_full >= self.rescan_seconds:
                 self._full_ingest()
                 last_full = time.monotonic()
+
+    def _timeout_ms(self) -> int:
+        """How long to wait for notifications: a tick, or less when a
+        recheck is due sooner."""
+        if not self.recheck:
+            return TICK_MS
+        wait = min(self.recheck.values()) - time.monotonic()
+        return max(10, min(TICK_MS, int(wait * 1000) + 1))
 
     # -- which paths to ingest ---------------------------------------------
 
@@ -278,6 +301,9 @@ class Watcher:
     # -- ingesting ----------------------------------------------------------
 
     def _full_ingest(self, at_start: bool = False) -> None:
+        if self.polling:
+            for source in self.sources:
+                self.recheck[source] = time.monotonic() + RECHECK_SECONDS
         try:
             self._run_ingest(list(self.sources))
         except ingestmod.SourceNotFound as exc:

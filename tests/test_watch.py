@@ -231,12 +231,22 @@ def test_watch_follows_files_through_appends_partial_lines_rewrites_and_deletion
     assert b"".join(generations.generation_bytes(live.reader(), old_id, 1)) == old
     assert live.value("SELECT lines FROM superseded_generations WHERE file_id = ?",
                       [old_id]) == 6
+    # ... and truncated in place (the same inode), then written anew.
+    second = path.read_bytes()
+    with open(path, "r+b") as f:
+        f.truncate(0)
+        f.write(record("w1") + b"\n")
+    poll(lambda: live.value("SELECT generation FROM files WHERE path = ?", [str(path)]) == 3,
+         "the truncation")
+    poll(lambda: len(live.lines(path)) == 1, "the third generation's line")
+    assert b"".join(generations.generation_bytes(live.reader(), old_id, 2)) == second
+    assert live.value("SELECT id FROM files WHERE path = ?", [str(path)]) == old_id
 
     # A deletion: rows kept, deleted_at set.
     path.unlink()
     poll(lambda: live.value("SELECT deleted_at FROM files WHERE path = ?", [str(path)]),
          "deleted_at")
-    assert len(live.lines(path)) == 2
+    assert len(live.lines(path)) == 1
 
     assert proc.p.poll() is None
     assert proc.stop() == 0
@@ -254,8 +264,12 @@ def test_polling_fallback_and_sigint(live):
     proc = live.watch(WATCHFILES_FORCE_POLLING="1")
     assert " (polling)" in proc.log()
     assert len(live.lines(path)) == 1
+    # Polling compares mtimes to the second: appends in the same second as
+    # the write before them are seen too.
     append(path, record("u2", "u1") + b"\n")
     poll(lambda: len(live.lines(path)) == 2, "an append, polled")
+    append(path, record("u3", "u2") + b"\n")
+    poll(lambda: len(live.lines(path)) == 3, "an append right after it, polled")
     assert proc.stop(signal.SIGINT) == 0
     assert_clean_log(proc, "SIGINT")
 
