@@ -97,7 +97,11 @@ def cli():
 @config_dir_option
 @click.option("--silent", is_flag=True, help="No progress bar.")
 @json_option
-def ingest(sources, db_path, config_dir, silent, as_json):
+@click.option("--watch", is_flag=True,
+              help="Then keep following SOURCES (file notifications) and index each new "
+                   "line within a second of its write, until SIGINT or SIGTERM (exit 0); "
+                   "logs one line per batch on stderr.")
+def ingest(sources, db_path, config_dir, silent, as_json, watch):
     """Index new lines of the transcripts under SOURCES.
 
     SOURCES are folders and/or .jsonl files; the default is
@@ -109,15 +113,31 @@ def ingest(sources, db_path, config_dir, silent, as_json):
     project's .claude/settings*.json and managed settings; a
     cleanupPeriodDays of 0 is reported on stderr.
 
+    With --watch it indexes, then follows SOURCES as they are written (new
+    files and folders, appends, rewrites, deletions) until SIGINT or SIGTERM,
+    which end it at the next commit (exit 0; what is left, the next ingest
+    does). Its log on stderr: one line per batch, one per error.
+
     Example:
 
         session-index ingest ~/.claude/projects --db sessions.db --json
+        session-index ingest --watch --db sessions.db
     """
     if not sources:
         default = (Path(config_dir) / "projects") if config_dir else discover.default_projects_dir()
         if not default.is_dir():
             raise Failure(f"{default} does not exist: name the transcript folders to index")
         sources = (str(default),)
+    if watch:
+        if as_json:
+            raise click.UsageError("--json does not apply to --watch (it logs on stderr)")
+        from . import watch as watchmod
+
+        try:
+            watchmod.run_until_signal(db_path, list(sources), config_dir=config_dir)
+        except watchmod.WatchError as exc:
+            raise Failure(str(exc)) from None
+        return
     db = _open(db_path)
     show = not silent and not as_json and sys.stderr.isatty()
     bar = None

@@ -127,10 +127,17 @@ port_option = click.option("--port", default=DEFAULT_PORT, show_default=True, ty
 
 
 @click.command()
+@click.argument("sources", nargs=-1, type=click.Path())
 @db_option
 @host_option
 @port_option
-def serve(db_path, host, port):
+@click.option("--watch", is_flag=True,
+              help="Also keep the index current: follow SOURCES as `ingest --watch` does, "
+                   "in this process; SIGINT or SIGTERM stops both (exit 0).")
+@click.option("--config-dir", type=click.Path(file_okay=False), default=None,
+              help="With --watch: Claude Code's config dir, for settings.json and projects/ "
+                   "[default: $CLAUDE_CONFIG_DIR, else ~/.claude].")
+def serve(sources, db_path, host, port, watch, config_dir):
     """Browse the index in Datasette, with the session pages.
 
     Serves the live index (ingest may keep writing) with the metadata, canned
@@ -138,14 +145,37 @@ def serve(db_path, host, port):
     /-/sessions/SESSION_ID for each session's record tree. Listens on
     127.0.0.1 unless --host says otherwise.
 
+    With --watch it is the one long-running process of a live index: it
+    creates the index if needed, ingests SOURCES (default
+    $CLAUDE_CONFIG_DIR/projects, else ~/.claude/projects) and follows them
+    while serving, logging as `ingest --watch` does. Exit 3 if the watcher
+    cannot go on.
+
     Example:
 
+    \b
         session-index serve --db sessions.db --port 8001
+        session-index serve --watch --db sessions.db
     """
+    if sources and not watch:
+        raise click.UsageError("SOURCES are followed only with --watch")
     try:
+        if watch:
+            from . import service, watch as watchmod
+
+            try:
+                sources = watchmod.default_sources(sources, config_dir)
+                dbmod.open_db(db_path).conn.close()   # create or upgrade it
+            except (watchmod.WatchError, dbmod.IndexError_) as exc:
+                raise WebError(str(exc)) from None
         prepare_index(db_path)
         check_port(host, port)
-        run_server(db_path, host, port)
+        if watch:
+            code = service.serve_and_watch(db_path, host, port, sources, config_dir=config_dir)
+            if code:
+                raise SystemExit(code)
+        else:
+            run_server(db_path, host, port)
     except WebError as exc:
         raise Failure(str(exc)) from None
 

@@ -1,0 +1,101 @@
+"""``session-index serve --watch``: Datasette and the watcher in one process,
+the one long-running process an operator starts.
+
+uvicorn serves Datasette in the main thread; a :class:`watch.Watcher` runs
+in a thread of its own with its own SQLite connection (Datasette reads
+through its own; WAL lets every page see the latest commit). SIGINT and
+SIGTERM stop both: the server stops taking requests and finishes those in
+flight, the watcher stops at its next commit, then the process exits 0 with
+one log line. A second signal stops at once (an open transaction is rolled
+back by SQLite). If the watcher cannot go on, the server stops too and the
+process exits 3, so a supervisor restarts it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import threading
+
+import click
+
+from . import watch as watchmod
+
+EXIT_UNUSABLE = 3
+JOIN_STEP_SECONDS = 0.1
+
+
+def _server_class():
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        """uvicorn's server without its own signal handling (which re-raises
+        the signal after shutdown, so the process would die by it)."""
+
+        @contextlib.contextmanager
+        def capture_signals(self):
+            yield
+
+    return Server
+
+
+def serve_and_watch(db_path, host: str, port: int, sources, *, config_dir=None,
+                    log=watchmod.stderr_log) -> int:
+    """Serve ``db_path`` and keep it current with ``sources`` until a signal;
+    returns the exit code (0 on a signal, 3 when the watcher failed)."""
+    import uvicorn
+
+    from . import web
+
+    ds = web.make_datasette(db_path)
+    asyncio.new_event_loop().run_until_complete(ds.invoke_startup())
+    config = uvicorn.Config(ds.app(), host=host, port=port, log_level="warning",
+                            lifespan="on", workers=1)
+    server = _server_class()(config)
+    watcher = watchmod.Watcher(db_path, sources, config_dir=config_dir, log=log)
+    failure: list[str] = []
+    forced = threading.Event()
+
+    def follow():
+        try:
+            watcher.run()
+        except watchmod.WatchError as exc:
+            failure.append(str(exc))
+        except Exception as exc:  # never a traceback: say it, stop the server
+            failure.append(f"the watcher stopped: {type(exc).__name__}: {exc}")
+        if not watcher.stop.is_set():
+            server.should_exit = True
+
+    def handle(sig, _frame):
+        if server.should_exit:
+            server.force_exit = True
+            forced.set()
+        server.should_exit = True
+        watcher.request_stop(sig)
+
+    previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+    thread = threading.Thread(target=follow, name="session-index-watch", daemon=True)
+    try:
+        shown = f"[{host}]" if ":" in host else host
+        click.echo(f"Serving {db_path} at http://{shown}:{port}/-/session-health", err=True)
+        if not web.is_loopback(host):
+            click.echo("warning: listening beyond this machine; anyone who reaches it reads "
+                       "every transcript (see the deployment notes)", err=True)
+        thread.start()
+        try:
+            server.run()
+        except SystemExit:   # uvicorn could not start (it said why)
+            failure.append(f"the web server could not start on {host}:{port}")
+        watcher.request_stop()
+        while thread.is_alive() and not forced.is_set():
+            thread.join(JOIN_STEP_SECONDS)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if failure:
+        for message in failure:
+            log(watchmod.LOG_FORMATS["error"].format(message=message))
+        return EXIT_UNUSABLE
+    log(watchmod.LOG_FORMATS["stopped"].format(signal=watcher.stop_signal or "request"))
+    return 0
