@@ -1,6 +1,6 @@
 """Many writers on one index, as real processes, while transcripts grow:
-`ingest` processes started over and over, store appends from another
-process, and `check` loops. Every process exits as documented (no
+`ingest` processes started over and over, an `ingest --watch`, store
+appends from another process, and `check` loops. Every process exits as documented (no
 traceback, no IntegrityError), every complete line is stored exactly once,
 and the index passes integrity_check."""
 
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import random
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -35,7 +36,6 @@ async def main(db, batches):
 
 asyncio.run(main(sys.argv[1], json.load(open(sys.argv[2]))))
 '''
-WATCHER_SECONDS = 12.0
 
 
 def _run(cmd, allowed={0}):
@@ -106,6 +106,9 @@ def test_many_writers_store_every_line_exactly_once(tmp_path):
                     str(tmp_path / "no-config")], CHECK_EXITS) for sid in sessions[:2]]
     for loop in ingests + checks:
         loop.start()
+    watcher = subprocess.Popen(
+        [SESSION_INDEX, "ingest", "--watch", str(tmp_path / "projects"), "--db", str(db)],
+        stderr=subprocess.PIPE, text=True)
     store = subprocess.Popen([sys.executable, "-c", STORE_APPENDER, str(db), str(batch_file)],
                              stderr=subprocess.PIPE, text=True)
     files = {sid: projects / f"{sid}.jsonl" for sid in sessions}
@@ -125,6 +128,11 @@ def test_many_writers_store_every_line_exactly_once(tmp_path):
                 f.write(data[cut:])
         time.sleep(rng.random() * 0.03)
     _, store_err = store.communicate(timeout=120)
+    time.sleep(1.0)  # the watcher's last batch
+    watcher.send_signal(signal.SIGTERM)
+    _, watch_err = watcher.communicate(timeout=120)
+    assert watcher.returncode == 0, watch_err[-3000:]
+    assert "Traceback" not in watch_err and "rror" not in watch_err, watch_err[-3000:]
     for loop in ingests + checks:
         loop.stop.set()
     for loop in ingests + checks:
