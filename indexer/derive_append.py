@@ -46,14 +46,15 @@ BAILS: Counter = Counter()
 EXTENDABLE_RULES = ("checkpoint", "last_row", "subagent_last_message")
 
 PREVIOUS_SQL = """
-SELECT resume_leaf_uuid, sdk_leaf_uuid, resume_rule, resume_length, sdk_length, derive_state
+SELECT resume_leaf_uuid, sdk_leaf_uuid, resume_rule, resume_length, sdk_length, branch_count,
+       derive_state
 FROM leaves_cache WHERE file_id = ?
 """.strip()
 # The lines after the ones the caches cover (records_file_offset index).
 APPENDED_SQL = UUID_RECORDS_SELECT + """
 WHERE r.file_id = :file_id AND r.byte_offset >= :offset
   AND (r.uuid IS NOT NULL OR r.type = 'last-prompt')
-ORDER BY r.line_no"""
+ORDER BY r.byte_offset"""
 # Does an older record share an appended uuid, or name one as its parent?
 CLASH_SQL = """
 SELECT 1 FROM records WHERE file_id = :file_id AND line_no <= :lines
@@ -106,7 +107,7 @@ ORDER BY a.height DESC LIMIT 1
 # stored resume chain (NULL: none).
 CHAIN_MESSAGE_SQL = """
 SELECT min(a.height) FROM records r
-JOIN leaf_ancestry_cache a ON a.file_id = r.file_id AND a.rule = 'resume' AND a.uuid = r.uuid
+CROSS JOIN leaf_ancestry_cache a ON a.file_id = r.file_id AND a.rule = 'resume' AND a.uuid = r.uuid
 WHERE r.file_id = ? AND r.message_id = ? AND r.type = 'assistant'
 """.strip()
 ORPHANS_AT_SQL = "SELECT uuid FROM orphans_cache WHERE file_id = ? AND branch_point_uuid = ?"
@@ -130,8 +131,15 @@ SDK_LEAF_SQL = """
 SELECT message_record_id FROM sdk_terminals WHERE file_id = ?
 ORDER BY is_main DESC, message_line DESC, terminal_line LIMIT 1
 """.strip()
-MAIN_LEAVES_SQL = """
-SELECT count(DISTINCT message_uuid) FROM sdk_terminals WHERE file_id = ? AND is_main
+# Main-chain messages of the terminals that an append names as parent.
+DROPPED_MAIN_SQL = """
+SELECT DISTINCT t.message_uuid FROM json_each(?2) j
+CROSS JOIN sdk_terminals t ON t.file_id = ?1 AND t.uuid = j.value
+WHERE t.is_main
+""".strip()
+IS_MAIN_LEAF_SQL = """
+SELECT 1 FROM sdk_terminals INDEXED BY sdk_terminals_message
+WHERE file_id = ? AND message_uuid = ? AND is_main LIMIT 1
 """.strip()
 INSERT_ANCESTRY_SQL = """
 INSERT INTO leaf_ancestry_cache (file_id, session_id, rule, uuid, height, record_id)
@@ -191,9 +199,9 @@ def extend(conn, file_id: int, kind: str, session_id, covers) -> bool:
     transaction). False, having changed nothing, when the file must be
     recomputed instead."""
     prev = conn.execute(PREVIOUS_SQL, [file_id]).fetchone()
-    if prev is None or prev[5] is None or kind not in ("main", "subagent"):
+    if prev is None or prev[-1] is None or kind not in ("main", "subagent"):
         return False
-    state = json.loads(prev[5])
+    state = json.loads(prev[-1])
     lines, offset = covers
     if state.get("lines") is None or lines is None or lines < state["lines"]:
         return False
@@ -356,7 +364,7 @@ class _Extension:
     def __init__(self, conn, file_id, kind, session_id, prev, state, covers):
         self.conn, self.file_id, self.kind, self.session_id = conn, file_id, kind, session_id
         (self.resume_leaf_uuid, self.sdk_leaf_uuid, self.rule, self.resume_length,
-         self.sdk_length, _) = prev
+         self.sdk_length, self.branch_count, _) = prev
         self.state, self.covers = state, covers
 
     def run(self) -> None:
@@ -412,21 +420,32 @@ class _Extension:
 
     def sdk_terminals(self, new: list[Rec]):
         """Update sdk_terminals: the older terminals an appended record names
-        as parent go, the appended terminals come. (SDK leaf, main leaves)."""
-        conn, g = self.conn, self.g
-        named = {r.parent_uuid for r in new if r.parent_uuid is not None}
-        conn.execute(DROP_TERMINALS_SQL, [self.file_id, json.dumps(sorted(named))])
+        as parent go, the appended terminals come. (SDK leaf, main leaves:
+        the stored count less the main messages left with no terminal, plus
+        the new ones.)"""
+        conn, g, file_id = self.conn, self.g, self.file_id
+        named = json.dumps(sorted({r.parent_uuid for r in new if r.parent_uuid is not None}))
+        dropped = [m for (m,) in conn.execute(DROPPED_MAIN_SQL, [file_id, named])]
+        conn.execute(DROP_TERMINALS_SQL, [file_id, named])
+
+        def is_leaf(m):
+            return conn.execute(IS_MAIN_LEAF_SQL, [file_id, m]).fetchone() is not None
+
+        count = self.branch_count - sum(1 for m in dropped if not is_leaf(m))
+        parents = {r.parent_uuid for r in new}
+        rows = []
         for t in new:
-            if t.uuid in named:
+            if t.uuid in parents:
                 continue
             message = chain.message_of_terminal(t, g)
             if message is not None:
-                conn.execute(INSERT_TERMINAL_SQL, (
-                    self.file_id, t.uuid, message.uuid, message.id,
-                    int(message.is_main_message), message.line_no, t.line_no))
-        row = conn.execute(SDK_LEAF_SQL, [self.file_id]).fetchone()
-        leaf = g.line(row[0]) if row else None
-        return leaf, conn.execute(MAIN_LEAVES_SQL, [self.file_id]).fetchone()[0]
+                rows.append((file_id, t.uuid, message.uuid, message.id,
+                             int(message.is_main_message), message.line_no, t.line_no))
+        gained = {r[2] for r in rows if r[4]}
+        count += sum(1 for m in gained if not is_leaf(m))
+        conn.executemany(INSERT_TERMINAL_SQL, rows)
+        row = conn.execute(SDK_LEAF_SQL, [file_id]).fetchone()
+        return (g.line(row[0]) if row else None), count
 
     def climb(self, leaf: Rec | None, rule: str, length: int, parent_of) -> _Walk:
         """Walk up from the new leaf (``parent_of``: a record's walk parent

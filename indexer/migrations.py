@@ -526,6 +526,9 @@ def m019_heights_and_append_state(db):
         ) WITHOUT ROWID
         """
     )
+    db.execute("CREATE INDEX sdk_terminals_best ON sdk_terminals("
+               "file_id, is_main DESC, message_line DESC, terminal_line)")
+    db.execute("CREATE INDEX sdk_terminals_message ON sdk_terminals(file_id, message_uuid)")
     # The records of one API message (an appended one may make an older
     # off-chain record a parallel tool branch).
     db.execute(
