@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from . import resume, views
 from .db import write_lock
-from .lines import CHAIN_TYPES
+from .resume import CHAIN_TYPES
 
 DERIVE_BATCH = 200
 CACHES = tuple(f"{name}_cache" for name in views.CACHED_VIEWS)

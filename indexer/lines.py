@@ -20,10 +20,6 @@ from typing import Any, Optional, Union
 
 import msgspec
 
-# Types whose records carry uuid/parentUuid links (the Agent SDK's
-# _TRANSCRIPT_ENTRY_TYPES). Everything else is metadata.
-CHAIN_TYPES = frozenset({"user", "assistant", "progress", "system", "attachment"})
-
 BOM = "\ufeff"
 
 
