@@ -57,7 +57,7 @@ def measure(db, session_id, runs=30, compare=None):
     ``python -m indexer check``."""
     import indexer
 
-    compileall.compile_dir(Path(indexer.__file__).parent, quiet=1)
+    compileall.compile_dir(list(indexer.__path__)[0], quiet=1)
     if compare:
         compileall.compile_dir(Path(compare) / "indexer", quiet=1)
     with tempfile.TemporaryDirectory() as config:
