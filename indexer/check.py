@@ -33,7 +33,6 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from . import ingest as ingestmod
 from .db import dict_rows
 from . import derive, mainfile, retention, signals, views
 
@@ -117,12 +116,14 @@ def check(db, session_id: str, *, now: str | None = None, config_dir: Path | Non
             stale.append(f["path"])
     found = [p for p in _on_disk(config_dir, session_id) if p not in {f["path"] for f in files}]
     if stale or found or gone:  # bring the index up to date for this session first
+        from . import ingest as ingestmod  # the parser: only when there is something to read
+
         ingestmod.ingest(db, stale + found + gone, config_dir=config_dir)
         files = _rows(db, MAIN_FILES_SQL, [session_id])
 
     derive.refresh_sessions_if_stale(db)  # an index upgraded since its last ingest
     choice = mainfile.for_cwd(db, session_id, cwd) if cwd else mainfile.chosen(db, session_id)
-    copies = mainfile.copies(db, session_id)
+    copies = mainfile.copies(db, session_id, main_files=len(files))
     by_id = {f["id"]: f for f in files}
     main = by_id.get(choice.file_id)
     if main is None or not (choice.opened or choice.rule == "store_copy"):

@@ -10,16 +10,33 @@ rolled back.
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 from pathlib import Path
 
 import click
 
-from . import check as checkmod
 from . import db as dbmod
-from . import derive, discover, export as exportmod, ingest as ingestmod, mainfile, refs as refsmod
-from . import repair as repairmod, show as showmod, signals, status as statusmod
+from .views import EXPIRING_WINDOW_DAYS
+
+
+class _OnUse:
+    """A module of this package, imported when one of its names is first
+    used: a command loads only what it runs (a check of a current index
+    needs neither the parser nor sqlite-utils; bench/startup_speed.py)."""
+
+    def __init__(self, name: str):
+        self._name = name
+
+    def __getattr__(self, attr):
+        return getattr(importlib.import_module(f".{self._name}", __package__), attr)
+
+
+checkmod, derive, discover = _OnUse("check"), _OnUse("derive"), _OnUse("discover")
+exportmod, ingestmod, mainfile = _OnUse("export"), _OnUse("ingest"), _OnUse("mainfile")
+refsmod, repairmod, showmod = _OnUse("refs"), _OnUse("repair"), _OnUse("show")
+signals, statusmod = _OnUse("signals"), _OnUse("status")
 
 EXIT_FINDING = 1
 EXIT_UNUSABLE = 3
@@ -31,10 +48,7 @@ class Failure(click.ClickException):
 
 def _open(path: str, create: bool = True):
     try:
-        db = dbmod.open_db(path, create=create)
-        if not create:
-            dbmod.upgrade(db)
-        return db
+        return dbmod.open_index(path, create=create)
     except dbmod.IndexError_ as exc:
         raise Failure(str(exc)) from None
 
@@ -294,7 +308,7 @@ def check(session_id, db_path, config_dir, now, cwd, as_json):
 def _listing(name, db_path, now=None, days=None, as_json=False):
     db = _open(db_path, create=False)
     rows = signals.listing(db, name, now=_now(now),
-                           days=days if days is not None else checkmod.EXPIRY_WARNING_DAYS)
+                           days=days if days is not None else EXPIRING_WINDOW_DAYS)
     if as_json:
         click.echo(json.dumps(rows, indent=2))
     elif not rows:
@@ -343,7 +357,7 @@ def stale(db_path, now, as_json):
 @cli.command()
 @db_option
 @now_option
-@click.option("--days", type=float, default=checkmod.EXPIRY_WARNING_DAYS, show_default=True,
+@click.option("--days", type=float, default=EXPIRING_WINDOW_DAYS, show_default=True,
               help="Report transcripts expiring within this many days.")
 @json_option
 def expiring(db_path, now, days, as_json):

@@ -1,5 +1,10 @@
 """Opening the index: pragmas for one writer beside Datasette readers,
-migrations, view definitions, and short ``BEGIN IMMEDIATE`` transactions."""
+migrations, view definitions, and short ``BEGIN IMMEDIATE`` transactions.
+
+A command opens the index with ``open_index``: an index already at the
+schema this code states is opened with sqlite3 alone (sqlite-utils costs
+about 50 ms of imports, and checking migrations and views as many
+queries), any other through ``open_db`` and ``upgrade``."""
 
 from __future__ import annotations
 
@@ -8,11 +13,12 @@ import os
 import sqlite3
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import sqlite_utils
-
-from .migrations import migrations
 from . import views
+
+if TYPE_CHECKING:
+    import sqlite_utils
 
 BUSY_TIMEOUT_MS = 30_000
 PAGE_SIZE = 16384
@@ -20,8 +26,31 @@ PAGE_SIZE = 16384
 JOURNAL_SIZE_LIMIT = 64 * 1024 * 1024
 
 
+# The last migration of migrations.py, as sqlite-utils' Migrations records
+# it once applied (tests/test_cli.py holds these to migrations.py: a new
+# migration updates them). Migrations apply in order, so an index that has
+# it has them all.
+MIGRATION_SET, LAST_MIGRATION = "session-index", "m018_add_is_unreadable_to_records"
+# 1 when that migration is recorded as applied.
+LAST_MIGRATION_SQL = "SELECT 1 FROM _sqlite_migrations WHERE migration_set = ? AND name = ?"
+# Each view as stored: "CREATE VIEW <name> AS <its SELECT>" (sqlite-utils'
+# create_view writes it so, and rewrites it when the SELECT differs).
+STORED_VIEWS_SQL = "SELECT name, sql FROM sqlite_master WHERE type = 'view'"
+
+
 class IndexError_(Exception):
     """The index file cannot be opened or is not a session index."""
+
+
+class Index:
+    """An index opened with sqlite3 alone (``open_index``): its ``conn``,
+    which is all the library uses of a sqlite_utils.Database outside
+    migrations and view creation."""
+
+    __slots__ = ("conn",)
+
+    def __init__(self, conn: sqlite3.Connection):
+        self.conn = conn
 
 
 def dict_rows(conn, sql: str, params=()) -> list[dict]:
@@ -35,11 +64,8 @@ def default_db_path() -> str:
     return os.environ.get("SESSION_INDEX_DB") or "sessions.db"
 
 
-def open_db(path: str | Path, *, create: bool = True) -> sqlite_utils.Database:
-    """Open (and, with ``create``, create or upgrade) the index at ``path``."""
-    path = Path(path)
-    if not create and not path.exists():
-        raise IndexError_(f"no index at {path}: run 'session-index ingest' first")
+def connect(path: str | Path) -> sqlite3.Connection:
+    """A connection to the index file with the pragmas every open uses."""
     try:
         conn = sqlite3.connect(str(path), isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
         # Before anything is written (it only applies to a new file): 16 KiB
@@ -52,20 +78,77 @@ def open_db(path: str | Path, *, create: bool = True) -> sqlite_utils.Database:
         conn.execute("PRAGMA synchronous = NORMAL")
         conn.execute(f"PRAGMA journal_size_limit = {JOURNAL_SIZE_LIMIT}")
         conn.execute("PRAGMA foreign_keys = OFF")
+        # As sqlite_utils.Database sets it, so both opens behave alike.
+        conn.execute("PRAGMA recursive_triggers = on")
         # 32 MB of page cache; checkpoint the WAL every 64 MB rather than 4 MB
         # (bench/ingest_speed.py).
         conn.execute("PRAGMA cache_size = -32768")
         conn.execute("PRAGMA wal_autocheckpoint = 16384")
     except sqlite3.DatabaseError as exc:
         raise IndexError_(f"{path} is not a usable SQLite database: {exc}") from None
-    db = sqlite_utils.Database(conn)
+    return conn
+
+
+def _missing(path: Path) -> IndexError_:
+    return IndexError_(f"no index at {path}: run 'session-index ingest' first")
+
+
+def open_db(path: str | Path, *, create: bool = True) -> sqlite_utils.Database:
+    """Open (and, with ``create``, create or upgrade) the index at ``path``."""
+    import sqlite_utils
+
+    path = Path(path)
+    if not create and not path.exists():
+        raise _missing(path)
+    db = sqlite_utils.Database(connect(path))
     if create:
         upgrade(db)
     return db
 
 
+def open_index(path: str | Path, *, create: bool = True) -> Index | sqlite_utils.Database:
+    """The index at ``path``, upgraded (with ``create``, made if missing):
+    what a command opens. At the current schema (``is_current``) it is an
+    ``Index`` on a plain sqlite3 connection; otherwise the sqlite_utils
+    Database that ``upgrade`` brought up to date."""
+    path = Path(path)
+    if not path.exists():
+        if not create:
+            raise _missing(path)
+        return open_db(path)
+    conn = connect(path)
+    try:
+        current = is_current(conn)
+    except sqlite3.DatabaseError as exc:
+        conn.close()
+        raise IndexError_(f"{path} is not a usable SQLite database: {exc}") from None
+    if current:
+        return Index(conn)
+    import sqlite_utils
+
+    db = sqlite_utils.Database(conn)
+    upgrade(db)
+    return db
+
+
+def is_current(conn: sqlite3.Connection) -> bool:
+    """Would ``upgrade`` change nothing? True when the last migration is
+    applied and every view is stored as views.py states it."""
+    try:
+        applied = conn.execute(LAST_MIGRATION_SQL, [MIGRATION_SET, LAST_MIGRATION]).fetchone()
+    except sqlite3.OperationalError:  # no _sqlite_migrations table: a new index
+        return False
+    if applied is None:
+        return False
+    stored = dict(conn.execute(STORED_VIEWS_SQL).fetchall())
+    return all((stored.get(name) or "").partition(" AS ")[2] == sql
+               for name, sql in views.VIEWS.items())
+
+
 def upgrade(db: sqlite_utils.Database) -> None:
     """Apply pending migrations, then (re)create every view."""
+    from .migrations import migrations
+
     # Under one IMMEDIATE lock, so two processes opening a new index at once
     # do not both try to create it (migrations nest as savepoints).
     with write_lock(db):
@@ -85,7 +168,7 @@ def retry_locked(fn, attempts: int = 50):
 
 
 @contextlib.contextmanager
-def write_lock(db: sqlite_utils.Database):
+def write_lock(db: Index | sqlite_utils.Database):
     """A ``BEGIN IMMEDIATE`` transaction: commit on success, roll back on error.
 
     sqlite-utils' ``db.atomic()`` is a deferred transaction, which fails at

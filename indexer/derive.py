@@ -21,7 +21,7 @@ from collections import Counter
 from . import chain, derive_append, resume, views
 from .chain import UUID_RECORDS_SELECT, Rec
 from .db import write_lock
-from .lines import CHAIN_TYPES
+from .resume import CHAIN_TYPES
 
 DERIVE_BATCH = 200
 CACHES = tuple(f"{name}_cache" for name in views.CACHED_VIEWS) + ("sdk_terminals",)

@@ -32,20 +32,22 @@ def default_projects_dir() -> Path:
 
 
 def describe(path: str) -> Candidate:
-    """What the path says about a .jsonl file (it may still not be a transcript)."""
-    p = Path(path)
-    stem = p.stem
-    parent = p.parent
+    """What the path (absolute, normalized) says about a .jsonl file (it may
+    still not be a transcript). String operations, not pathlib: every run
+    describes every file under its sources."""
+    parent, name = os.path.split(path)
+    stem = os.path.splitext(name)[0]
+    folder = os.path.basename(parent)
     if stem.startswith("agent-"):
         agent_id = stem[len("agent-"):]
-        if parent.name == "subagents":
-            session_dir = parent.parent
-            return Candidate(path, "subagent", session_dir.name, agent_id,
-                             session_dir.parent.name, True)
-        return Candidate(path, "subagent", None, agent_id, parent.name, True)
+        if folder == "subagents":
+            session_dir = os.path.dirname(parent)
+            return Candidate(path, "subagent", os.path.basename(session_dir), agent_id,
+                             os.path.basename(os.path.dirname(session_dir)), True)
+        return Candidate(path, "subagent", None, agent_id, folder, True)
     if UUID_RE.match(stem):
-        return Candidate(path, "main", stem, None, parent.name, True)
-    return Candidate(path, "main", None, None, parent.name, False)
+        return Candidate(path, "main", stem, None, folder, True)
+    return Candidate(path, "main", None, None, folder, False)
 
 
 def walk(root: str):

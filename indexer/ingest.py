@@ -37,8 +37,7 @@ from typing import Callable
 from . import derive, discover, generations, retention
 from .db import retry_locked, write_lock
 from .generations import stored_bytes
-from .lines import (LARGE_LINE_BYTES, RECORD_FIELDS, BadLine, NeedsText, parse_large_line,
-                    parse_line)
+from .rows import LARGE_LINE_BYTES, RECORD_FIELDS, BadLine, NeedsText
 
 READ_CHUNK = 1 << 20
 # Commit after this many bytes of new lines: long enough to amortize the
@@ -90,17 +89,19 @@ def _digest(data: bytes) -> str:
     return hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
-INSERT_RECORD_SQL = (
+_INSERT_RECORD_SQL = (
     "INSERT INTO records (file_id, line_no, byte_offset, "
     + ", ".join(RECORD_FIELDS)
-    + ", raw) VALUES (" + ", ".join("?" * (len(RECORD_FIELDS) + 4)) + ")"
+    + ", raw) VALUES (" + "?, " * (len(RECORD_FIELDS) + 3) + "{raw})"
 )
+# raw is text, or the line's UTF-8 bytes taken as text (lines.parse_line_bytes).
+INSERT_RECORD_SQL = _INSERT_RECORD_SQL.format(raw="CAST(? AS TEXT)")
 INSERT_BAD_LINE_SQL = (
     "INSERT INTO bad_lines (file_id, line_no, byte_offset, error, raw) VALUES (?, ?, ?, ?, ?)"
 )
 # A large line's row, its raw value a placeholder of the right length that
 # _write_raw then fills from the read buffer (no copy of the line in Python).
-INSERT_LARGE_RECORD_SQL = INSERT_RECORD_SQL[:-len("?)")] + "CAST(zeroblob(?) AS TEXT))"
+INSERT_LARGE_RECORD_SQL = _INSERT_RECORD_SQL.format(raw="CAST(zeroblob(?) AS TEXT)")
 INSERT_LARGE_BAD_LINE_SQL = INSERT_BAD_LINE_SQL[:-len("?)")] + "zeroblob(?))"
 TRACK_FILE_SQL = """
 INSERT INTO files (path, kind, session_id, agent_id, project_dir, first_ingested_at)
@@ -444,6 +445,8 @@ def _read_new_lines(writer: _Writer, row: dict, f, summary: Summary) -> tuple[bo
     TXN_BYTES at a time, each slice with the offset that covers it, then the
     bytes after the last newline if they are a whole record. Returns (stored
     or changed anything, the bytes after the last line: the pending tail)."""
+    from .lines import parse_large_line, parse_line, parse_line_bytes  # msgspec: when reading
+
     conn = writer.conn
     file_id, offset, line_no = row["id"], row["ingested_offset"], row["line_count"]
     head_len, head_hash = row["head_len"], row["head_hash"]
@@ -594,7 +597,7 @@ def _read_new_lines(writer: _Writer, row: dict, f, summary: Summary) -> tuple[bo
                 line_no += 1
                 if not (len(line) > LARGE_LINE_BYTES and parse_large(line)):
                     try:
-                        raw, fields = parse_line(line)
+                        raw, fields = parse_line_bytes(line)
                         records.append((file_id, line_no, offset, *fields, raw))
                     except BadLine as exc:
                         bads.append((file_id, line_no, offset, str(exc), bytes(line)))

@@ -20,9 +20,7 @@ from typing import Any, Optional, Union
 
 import msgspec
 
-# Types whose records carry uuid/parentUuid links (the Agent SDK's
-# _TRANSCRIPT_ENTRY_TYPES). Everything else is metadata.
-CHAIN_TYPES = frozenset({"user", "assistant", "progress", "system", "attachment"})
+from .rows import LARGE_LINE_BYTES, RECORD_FIELDS, BadLine, NeedsText  # noqa: F401 (the parser's API)
 
 BOM = "\ufeff"
 
@@ -79,48 +77,8 @@ class _LargeRecord(_Record):
 
 _FAST = msgspec.json.Decoder(_Record)
 _LARGE = msgspec.json.Decoder(_LargeRecord)
-
-
-class BadLine(Exception):
-    """A line that is not a JSON object; ``str(exc)`` says why."""
-
-
-class NeedsText(Exception):
-    """A large line the fast path cannot read from its bytes: parse_line it."""
-
-
-# Lines longer than this are parsed from their bytes without a text copy,
-# and stored with incremental blob I/O (ingest.py), so memory stays bounded
-# by the longest line, not several copies of it.
-LARGE_LINE_BYTES = 4 << 20
+# Large lines are checked for UTF-8, NUL and blankness a piece at a time.
 _PIECE = 1 << 20
-
-
-# Column order of a parsed record, shared with the INSERT in ingest.py.
-RECORD_FIELDS = (
-    "session_id",
-    "uuid",
-    "parent_uuid",
-    "logical_parent_uuid",
-    "type",
-    "subtype",
-    "timestamp",
-    "is_sidechain",
-    "is_meta",
-    "team_name",
-    "agent_id",
-    "message_id",
-    "model",
-    "request_id",
-    "is_api_error",
-    "is_compact_summary",
-    "is_tool_result",
-    "cwd",
-    "version",
-    "git_branch",
-    "leaf_uuid",
-    "is_unreadable",
-)
 
 
 def _text(value: Any) -> str | None:
@@ -274,6 +232,27 @@ def parse_line(data) -> tuple[str, tuple]:
     except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         pass
     return text, _from_dict(_slow_decode(body))
+
+
+_BOM_BYTES = BOM.encode()
+_FAST_FAILS = (UnicodeDecodeError, msgspec.DecodeError, msgspec.ValidationError, RecursionError)
+
+
+def parse_line_bytes(data) -> tuple[bytes | str, tuple]:
+    """parse_line for the ingest's hot path: the same fields and errors, but
+    ``raw`` is the line's own bytes when they are UTF-8 without NUL or BOM
+    and fit the fast shape (stored as TEXT by ingest's INSERT, the same text
+    parse_line would give), read without making a str of the line; any other
+    line is parse_line's. tests/test_ingest.py holds the two equal."""
+    raw = bytes(data)
+    if b"\x00" not in raw and not raw.startswith(_BOM_BYTES):
+        try:
+            if not raw.isascii():
+                raw.decode("utf-8")  # strict: what parse_line's str() accepts
+            return raw, _from_struct(_FAST.decode(raw))
+        except _FAST_FAILS:
+            pass
+    return parse_line(raw)
 
 
 def parse_large_line(data) -> tuple:

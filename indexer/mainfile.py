@@ -23,7 +23,6 @@ the rule is SQL, views.MAIN_FILE_RULE_TEMPLATE, applied by derive.py), and
 from __future__ import annotations
 
 import os
-import subprocess
 from dataclasses import dataclass, field
 
 from . import views
@@ -79,8 +78,12 @@ def chosen(db, session_id: str) -> Choice:
     return Choice(row[0], row[1], row[2])
 
 
-def copies(db, session_id: str) -> list[dict]:
-    """The session_main_copies rows of the session (none when it has one main file)."""
+def copies(db, session_id: str, main_files: int | None = None) -> list[dict]:
+    """The session_main_copies rows of the session (none when it has one main
+    file: a caller that counted them, ``main_files``, skips the view, whose
+    preparing is a good part of a fresh check process)."""
+    if main_files is not None and main_files < 2:
+        return []
     return dict_rows(db.conn, COPIES_SQL, [session_id])
 
 
@@ -91,6 +94,8 @@ def project_folder(db, cwd: str) -> str:
 def git_worktrees(cwd: str) -> list[str]:
     """The other worktrees of the git repository at ``cwd`` (`git worktree list`),
     in git's order; none when git or the repository is not there."""
+    import subprocess  # only for check --cwd: its import costs every other check
+
     try:
         out = subprocess.run(["git", "-C", cwd, "worktree", "list", "--porcelain"],
                              capture_output=True, text=True, timeout=10)

@@ -60,6 +60,9 @@ from dataclasses import dataclass
 CLI_VERSION = "2.1.332"
 FALLBACK_MS = 5000
 MESSAGE_TYPES = ("user", "assistant")
+# Types whose records carry uuid/parentUuid links (the Agent SDK's
+# _TRANSCRIPT_ENTRY_TYPES). Everything else is metadata.
+CHAIN_TYPES = frozenset({"user", "assistant", "progress", "system", "attachment"})
 CLI_NODE_TYPES = ("user", "assistant", "system", "attachment")
 
 

@@ -11,6 +11,7 @@ the config dir. ``0`` deletes everything and stops writing transcripts.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -68,11 +69,12 @@ def _read_days(path: Path) -> tuple[int | None, str | None]:
     return int(value), None
 
 
-def resolve(config_dir: Path, cwd: str | None) -> Retention:
-    """The cleanupPeriodDays in force for a session whose cwd is ``cwd``."""
+def resolve(config_dir: Path, cwd: str | None, read_days=_read_days) -> Retention:
+    """The cleanupPeriodDays in force for a session whose cwd is ``cwd``
+    (``read_days``: _read_days, or a memo of it over many cwds)."""
     warnings = []
     for path in settings_files(config_dir, cwd):
-        days, warning = _read_days(path)
+        days, warning = read_days(path)
         if warning:
             warnings.append(warning)
         if days is not None:
@@ -96,9 +98,11 @@ def apply(db, config_dir: Path) -> list[str]:
 
     resolved: dict = {}
     changes = []
+    # The managed and the user settings are read once, not once per cwd.
+    read_days = functools.lru_cache(maxsize=None)(_read_days)
     for cwd, file_id, days, source in db.conn.execute(FILES_BY_CWD_SQL).fetchall():
         if cwd not in resolved:
-            resolved[cwd] = resolve(config_dir, cwd)
+            resolved[cwd] = resolve(config_dir, cwd, read_days)
         r = resolved[cwd]
         if (days, source) != (r.days, r.source):
             changes.append((r.days, r.source, file_id))

@@ -148,3 +148,79 @@ def test_progress_bar_on_a_terminal_and_not_when_silent(tmp_path):
 def test_version():
     result = run("--version")
     assert result.exit_code == 0 and "version" in result.output
+
+
+# Start-up (db.open_index): a command opens a current index with sqlite3 alone.
+HEAVY_MODULES = ("sqlite_utils", "msgspec", "datasette", "markupsafe", "yaml")
+LOADED_BY_A_COMMAND = """
+import json, sys
+from indexer.cli import cli
+try:
+    cli(sys.argv[1:])
+except SystemExit as exc:
+    code = exc.code
+print(json.dumps({"exit": code, "loaded": sorted(m for m in %r if m in sys.modules)}))
+""" % (HEAVY_MODULES,)
+
+
+def loaded_by(*args, env):
+    out = subprocess.run([sys.executable, "-c", LOADED_BY_A_COMMAND, *args], env=env,
+                         capture_output=True, text=True, timeout=60)
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+def test_the_fast_open_names_the_last_migration():
+    import sqlite_utils
+
+    from indexer import db as dbmod
+    from indexer.migrations import migrations
+
+    names = [m.name for m in migrations.pending(sqlite_utils.Database(memory=True))]
+    assert (dbmod.MIGRATION_SET, dbmod.LAST_MIGRATION) == (migrations.name, names[-1])
+
+
+def test_check_of_a_current_index_loads_neither_sqlite_utils_nor_the_parser(tmp_path):
+    projects = make_projects(tmp_path)
+    config = tmp_path / "claude"
+    config.mkdir()
+    env = dict(os.environ, CLAUDE_CONFIG_DIR=str(config),
+               SESSION_INDEX_MANAGED_SETTINGS=str(tmp_path / "managed.json"))
+    db = str(tmp_path / "x.db")
+    assert run("ingest", str(projects), "--db", db, "--silent").exit_code == 0
+    assert loaded_by("check", SID, "--db", db, env=env) == {"exit": 0, "loaded": []}
+    # A transcript that changed on disk is ingested first: the parser is loaded then.
+    with open(projects / "-tmp-demo" / f"{SID}.jsonl", "a") as f:
+        f.write(json.dumps({"type": "custom-title", "customTitle": "x", "sessionId": SID}) + "\n")
+    assert loaded_by("check", SID, "--db", db, env=env) == {"exit": 0, "loaded": ["msgspec"]}
+    assert loaded_by("check", SID, "--db", db, env=env) == {"exit": 0, "loaded": []}
+
+
+def test_check_upgrades_an_index_made_by_an_older_version(tmp_path, monkeypatch):
+    import sqlite_utils
+
+    from indexer import db as dbmod
+    from indexer.migrations import migrations
+
+    config = tmp_path / "claude"
+    projects = make_projects(config)
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(config))
+    monkeypatch.setenv("SESSION_INDEX_MANAGED_SETTINGS", str(tmp_path / "managed.json"))
+    old = tmp_path / "old.db"
+    db = sqlite_utils.Database(old)
+    migrations.apply(db, stop_before=dbmod.LAST_MIGRATION)  # the schema one version back
+    db.close()
+    result = run("check", SID, "--db", str(old), "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["path"] == str(projects / "-tmp-demo" / f"{SID}.jsonl")
+    conn = dbmod.connect(old)
+    assert dbmod.is_current(conn)
+    assert conn.execute("SELECT count(*) FROM records").fetchone() == (2,)
+    # A view whose stored text is not views.py's is recreated by the next open.
+    conn.execute("DROP VIEW poisoned_sessions")
+    conn.execute("CREATE VIEW poisoned_sessions AS SELECT 1 AS session_id")
+    assert not dbmod.is_current(conn)
+    conn.close()
+    assert run("check", SID, "--db", str(old)).exit_code == 0
+    conn = dbmod.connect(old)
+    assert dbmod.is_current(conn)
+    conn.close()

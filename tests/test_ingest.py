@@ -543,3 +543,60 @@ def test_a_last_record_rewritten_in_place_is_a_rewrite(index):
     assert index.value(
         "SELECT raw ->> '$.message.content' FROM records WHERE line_no = 3") == "line Z"
     assert exported(index) == data
+
+
+# lines.parse_line_bytes, the ingest's hot path, against parse_line: the same
+# fields, the same text (its raw bytes as UTF-8) and the same errors.
+HOT_PATH_LINES = [
+    json.dumps(rec(1)).encode(),
+    json.dumps(rec(2, "u-1", message={"role": "assistant", "id": "msg_x", "model": "m",
+                                      "content": [{"type": "text", "text": "héllo ✓ 😀"}]}),
+               ensure_ascii=False).encode(),
+    b'{"type":"user","uuid":"u","message":{"content":"\xff"}}',          # invalid UTF-8
+    b'{"type":"user","uuid":"u","zz":"\xff"}',                           # ... in a skipped field
+    b'{"type":"user","uuid":"u","zz":"\xed\xa0\x80"}',                   # a UTF-8-encoded surrogate
+    b'{"type":"user","uuid":"u","zz":"\xc0\x80"}',                       # an overlong NUL
+    b'{"type":"user","uuid":"\\ud800"}',                                 # a lone surrogate escape
+    b'{"type":"user","uuid":"u","zz":"a\x00b"}', b'{"a":1}\x00',         # NUL bytes
+    b"\xef\xbb\xbf" + json.dumps(rec(3)).encode(),                       # BOM
+    json.dumps(rec(4)).encode() + b"\r",                                 # CRLF
+    b"", b"   ", b"\t\r",                                                # blank
+    b"[1, 2]", b'"text"', b"42", b"null", b"{", b'{"a":1} x',            # not an object
+    b'{"type":"user","uuid":"u","n":123456789012345678901234567890}',    # over 2**63
+    b'{"type":"user","uuid":"u","x":NaN}', b'{"type":"user","x":Infinity}',
+    b"[" * 5000 + b"]" * 5000, b'{"a":' * 3000 + b"1" + b"}" * 3000,     # deep nesting
+    b'{"type":"user","uuid":"u","parentUuid":5,"isSidechain":"yes"}',    # wrong types
+    b'{"type":"assistant","uuid":"u","message":"not an object"}',
+    b'{"type":"brand-new-type","uuid":"u","timestamp":17}',
+]
+
+
+def _parsed(parse, data):
+    try:
+        raw, fields = parse(data)
+    except Exception as exc:  # noqa: BLE001 - the error is what is compared
+        return type(exc).__name__, str(exc)
+    return (raw.decode("utf-8") if isinstance(raw, bytes) else raw), fields
+
+
+def test_the_hot_path_parses_every_line_as_parse_line_does():
+    from conftest import CORPUS
+    from indexer.lines import parse_line, parse_line_bytes
+
+    lines = list(HOT_PATH_LINES)
+    for path in sorted(CORPUS.rglob("*.jsonl"))[:200] if CORPUS.is_dir() else []:
+        lines += path.read_bytes().split(b"\n")
+    assert len(lines) > len(HOT_PATH_LINES) or not CORPUS.is_dir()
+    for data in lines:
+        expected = _parsed(parse_line, memoryview(data))
+        assert _parsed(parse_line_bytes, memoryview(data)) == expected, data[:200]
+
+
+def test_raw_is_stored_as_text_from_either_path(index):
+    path = index.projects / "p" / f"{SID}.jsonl"
+    write_jsonl(path, [rec(1), json.dumps(rec(2, "u-1", cwd="/tmp/é"), ensure_ascii=False),
+                       b"\xef\xbb\xbf" + json.dumps(rec(3, "u-2")).encode(), b"\xff"])
+    index.ingest()
+    assert index.rows("SELECT typeof(raw) AS t, count(*) AS n FROM records GROUP BY 1") == [
+        {"t": "text", "n": 3}]
+    assert rebuilt(index, path) == path.read_bytes()

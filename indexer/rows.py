@@ -1,0 +1,47 @@
+"""The row a transcript line becomes: its columns (RECORD_FIELDS) and why a
+line is not a record. Without the parser (lines.py and its msgspec), so a
+run with nothing new to read does not load it.
+"""
+
+from __future__ import annotations
+
+
+class BadLine(Exception):
+    """A line that is not a JSON object; ``str(exc)`` says why."""
+
+
+class NeedsText(Exception):
+    """A large line the fast path cannot read from its bytes: parse_line it."""
+
+
+# Lines longer than this are parsed from their bytes without a text copy,
+# and stored with incremental blob I/O (ingest.py), so memory stays bounded
+# by the longest line, not several copies of it.
+LARGE_LINE_BYTES = 4 << 20
+
+
+# Column order of a parsed record, shared with the INSERT in ingest.py.
+RECORD_FIELDS = (
+    "session_id",
+    "uuid",
+    "parent_uuid",
+    "logical_parent_uuid",
+    "type",
+    "subtype",
+    "timestamp",
+    "is_sidechain",
+    "is_meta",
+    "team_name",
+    "agent_id",
+    "message_id",
+    "model",
+    "request_id",
+    "is_api_error",
+    "is_compact_summary",
+    "is_tool_result",
+    "cwd",
+    "version",
+    "git_branch",
+    "leaf_uuid",
+    "is_unreadable",
+)
