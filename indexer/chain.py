@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import views
-from .lines import CHAIN_TYPES
+from .resume import CHAIN_TYPES
 from .resume import MESSAGE_TYPES
 
 # The columns Rec is built from (records r), in its field order; ts_ms: the

@@ -32,7 +32,7 @@ from collections import Counter
 
 from . import chain, resume
 from .chain import CHAIN_TYPES_SQL, REC_COLUMNS, UUID_RECORDS_SELECT, Rec
-from .lines import CHAIN_TYPES
+from .resume import CHAIN_TYPES
 from .resume import CLI_NODE_TYPES, FALLBACK_MS, MESSAGE_TYPES
 
 # Lookups of older records one extension may make before it gives up.
