@@ -51,7 +51,7 @@ DIVERGED_COPIES_SQL = """
 SELECT store_path, local_only, store_only FROM session_copies
 WHERE session_id = ? AND local_file_id = ? AND diverged
 """.strip()
-POISONED_SQL = "SELECT * FROM poisoned_sessions WHERE session_id = ?"
+POISONED_SQL = views.POISONED_SESSION_SQL  # poisoned_sessions, for one session
 SPLICES_SQL = "SELECT * FROM api_error_splices WHERE file_id = ? ORDER BY first_orphan_at"
 # The last assistant record on a file's resume chain, when it is a synthetic
 # placeholder (poisoned_sessions' at_resume_tail, for a file that is not the
@@ -144,7 +144,7 @@ def check(db, session_id: str, *, now: str | None = None, config_dir: Path | Non
             f"the session store's copy ({c['store_path']}) differs from this transcript: "
             f"{c['local_only']} uuid(s) only here, {c['store_only']} only in the store "
             "(see session_copies)" for c in _rows(db, DIVERGED_COPIES_SQL, [session_id, main["id"]])]
-    poisoned = _rows(db, POISONED_SQL, [session_id])
+    poisoned = _rows(db, POISONED_SQL, {"session_id": session_id})
     if cwd and main["id"] != mainfile.chosen(db, session_id).file_id:
         # --cwd chose another file than sessions.main_file_id, which
         # poisoned_sessions is about: does this file's chain end at a placeholder?

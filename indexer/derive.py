@@ -298,14 +298,7 @@ def derive_pending(db) -> int:
     """Recompute every file marked ``needs_derive`` (all of them when the
     definitions changed since the caches were built). Returns the count."""
     conn = db.conn
-    stored = conn.execute(
-        "SELECT value FROM index_meta WHERE key = 'definitions_hash'").fetchone()
-    if stored is None or stored[0] != CACHES_HASH:
-        with write_lock(db):
-            conn.execute("UPDATE files SET needs_derive = 1")
-            conn.execute("UPDATE leaves_cache SET derive_state = NULL")  # recompute each
-            conn.execute("INSERT OR REPLACE INTO index_meta VALUES ('definitions_hash', ?)",
-                         [CACHES_HASH])
+    mark_all_if_definitions_changed(db)
     refresh_sessions_if_stale(db)
     pending = conn.execute(
         "SELECT id, CASE WHEN kind IN {kinds} THEN session_id END FROM files "
@@ -320,6 +313,22 @@ def derive_pending(db) -> int:
             conn.executemany("UPDATE files SET needs_derive = 0 WHERE id = ?",
                              [(i,) for i in ids])
     return len(pending)
+
+
+def mark_all_if_definitions_changed(db) -> bool:
+    """Mark every file for recomputing when the caches were built by other
+    definitions (or another DERIVE_VERSION); True if it did."""
+    conn = db.conn
+    stored = conn.execute(
+        "SELECT value FROM index_meta WHERE key = 'definitions_hash'").fetchone()
+    if stored is not None and stored[0] == CACHES_HASH:
+        return False
+    with write_lock(db):
+        conn.execute("UPDATE files SET needs_derive = 1")
+        conn.execute("UPDATE leaves_cache SET derive_state = NULL")  # recompute each
+        conn.execute("INSERT OR REPLACE INTO index_meta VALUES ('definitions_hash', ?)",
+                     [CACHES_HASH])
+    return True
 
 
 def refresh_sessions_if_stale(db) -> bool:

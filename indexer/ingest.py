@@ -34,7 +34,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-from . import derive, discover, generations, retention
+from . import derive, derive_worker, discover, generations, retention
 from .db import retry_locked, write_lock
 from .generations import stored_bytes
 from .rows import LARGE_LINE_BYTES, RECORD_FIELDS, BadLine, NeedsText
@@ -202,6 +202,7 @@ class _Writer:
         self.conn, self.progress = conn, progress
         self.open, self.pending = False, 0
         self.guard = None
+        self.background = None   # derive_worker.Background: told of each commit
 
     def begin(self):
         if not self.open:
@@ -221,6 +222,8 @@ class _Writer:
                 self.guard.capture()
             self.conn.execute("COMMIT")
             self.open = False
+            if self.background is not None:
+                self.background.committed()
         if self.progress and self.pending:
             self.progress(self.pending)
         self.pending = 0
@@ -299,6 +302,8 @@ def ingest(
         plan(sum(max(st.st_size - (row["ingested_offset"] if row else 0), 0)
                  for _, row, st in work))
     writer = _Writer(conn, progress)
+    if sum(st.st_size for _, row, st in work if row is None) >= derive_worker.MIN_BYTES:
+        writer.background = derive_worker.start(db)   # new files' caches on the other core
     try:
         for cand, row, st in work:
             try:
@@ -313,6 +318,8 @@ def ingest(
         writer.commit()
     except BaseException:
         writer.rollback()
+        if writer.background is not None:
+            writer.background.close()
         raise
 
     seen = set(candidates)
@@ -322,6 +329,8 @@ def ingest(
         gone += [p for p in tracked if p.startswith(prefix) and p not in seen]
     summary.deleted_files = _mark_deleted(db, gone)
 
+    if writer.background is not None:
+        derive_worker.apply(db, writer.background)
     derive.derive_pending(db)
     summary.warnings = retention.apply(
         db, Path(config_dir) if config_dir else retention.default_config_dir())
@@ -401,6 +410,8 @@ def _ingest_file(writer: _Writer, cand, row: dict | None, st, summary: Summary) 
             row = dict(row, ingested_offset=0, line_count=0, head_hash=None, unterminated_tail=0)
         writer.guard = _PositionGuard(conn, row["id"])
         stored, pending_tail = _read_new_lines(writer, row, f, summary)
+        if writer.background is not None and row["ingested_offset"] == 0:
+            writer.background.finished(cand.path)   # read whole: the worker may derive it
         conn.execute(RECORD_STAT_SQL, {
             "id": row["id"], "size": st.st_size, "mtime": _iso(st.st_mtime),
             "mtime_ns": st.st_mtime_ns, "dev": st.st_dev, "inode": st.st_ino,

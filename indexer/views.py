@@ -802,10 +802,10 @@ FAILED_EXECUTIONS_SQL = "SELECT * FROM executions WHERE error_class <> 'ok'"
 # failed_resumes: executions classed poisoned_previous_message_id naming the
 # session (as its session_id or its init session id); last_seen: the newest
 # record timestamp of the session.
-POISONED_SESSIONS_SQL = f"""
+POISONED_SESSIONS_TEMPLATE = f"""
 WITH placeholders AS MATERIALIZED (
   SELECT r.file_id, r.id, r.uuid, r.message_id FROM records r
-  WHERE {SYNTHETIC_RECORD.format(r="r")}
+  WHERE {{files}} AND {SYNTHETIC_RECORD.format(r="r")}
 ),
 synthetic AS (
   SELECT s.session_id, r.file_id, r.id, r.uuid, r.message_id, a.height
@@ -831,9 +831,11 @@ failed AS (
   SELECT session_id, count(*) AS failed_resumes FROM (
     SELECT id, session_id FROM executions
     WHERE error_class = 'poisoned_previous_message_id' AND session_id IS NOT NULL
+      AND {{session_id}}
     UNION
     SELECT id, init_session_id FROM executions
-    WHERE error_class = 'poisoned_previous_message_id' AND init_session_id IS NOT NULL)
+    WHERE error_class = 'poisoned_previous_message_id' AND init_session_id IS NOT NULL
+      AND {{init_session_id}})
   GROUP BY session_id
 ),
 ids AS (SELECT session_id FROM on_chain UNION SELECT session_id FROM failed)
@@ -847,6 +849,13 @@ LEFT JOIN on_chain c ON c.session_id = i.session_id
 LEFT JOIN failed fl ON fl.session_id = i.session_id
 LEFT JOIN sessions s ON s.session_id = i.session_id
 """.strip()
+POISONED_SESSIONS_SQL = POISONED_SESSIONS_TEMPLATE.format(
+    files="1", session_id="1", init_session_id="1")
+# The same for one session (:session_id), reading only its records: check's
+# question (the view reads every placeholder in the index first).
+POISONED_SESSION_SQL = POISONED_SESSIONS_TEMPLATE.format(
+    files="r.file_id = (SELECT main_file_id FROM sessions WHERE session_id = :session_id)",
+    session_id="session_id = :session_id", init_session_id="init_session_id = :session_id")
 
 # Time-dependent definitions are templates over {now} (an ISO-8601 UTC
 # expression): the views use the clock, the CLI binds --now.

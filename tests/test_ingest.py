@@ -600,3 +600,45 @@ def test_raw_is_stored_as_text_from_either_path(index):
     assert index.rows("SELECT typeof(raw) AS t, count(*) AS n FROM records GROUP BY 1") == [
         {"t": "text", "n": 3}]
     assert rebuilt(index, path) == path.read_bytes()
+
+
+def test_new_files_derived_on_the_other_core_equal_derive_pending(tmp_path, monkeypatch):
+    """A big ingest of new files has their caches computed by a worker
+    process (derive_worker.py) while it goes on: the caches it writes equal
+    what derive_pending writes alone, and the definitions hold."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from conftest import Index
+    from indexer import derive, derive_worker
+
+    corpus = tmp_path / "corpus"
+    subprocess.run([sys.executable, str(Path(__file__).parent.parent / "bench" / "make_corpus.py"),
+                    str(corpus), "--size-mb", "3", "--seed", "4"], check=True,
+                   capture_output=True)
+    tables = ["leaves_cache", "leaf_ancestry_cache", "orphans_cache", "chain_breaks_cache",
+              "duplicate_uuids_cache", "sdk_terminals", "sessions"]
+    dumps = {}
+    original = derive_worker.apply
+    for with_worker in (False, True):
+        monkeypatch.setattr(derive_worker, "MIN_BYTES", 0 if with_worker else 1 << 60)
+        monkeypatch.setattr(derive_worker, "BATCH", 7)
+        (tmp_path / f"i{int(with_worker)}").mkdir()
+        index = Index(tmp_path / f"i{int(with_worker)}")
+        applied = []
+        monkeypatch.setattr(derive_worker, "apply",
+                            lambda db, bg: applied.append(original(db, bg)) or applied[-1])
+        before = derive.STATS["recomputed"]
+        index.ingest(corpus)
+        files = index.value("SELECT count(*) FROM files WHERE kind IN ('main', 'subagent')")
+        assert derive.STATS["recomputed"] - before == files
+        if with_worker:
+            assert applied and applied[0] == files   # the worker did every file
+            index.assert_caches_match_definitions()
+        else:
+            assert applied == []
+        assert index.value("SELECT count(*) FROM files WHERE needs_derive") == 0
+        dumps[with_worker] = {t: sorted(map(tuple, index.db.conn.execute(
+            f"SELECT * FROM {t}").fetchall()), key=repr) for t in tables}
+    assert dumps[True] == dumps[False]

@@ -172,6 +172,25 @@ def test_failed_resumes_with_the_seed001_400_are_counted(env):
     assert code == 0 and "previous_message_id" in verdict["warnings"][0]
 
 
+def test_the_one_session_poisoned_query_equals_the_view(env):
+    """check asks poisoned_sessions for one session through a query that reads
+    only that session's records: the same row as the view, for a poisoned
+    tail, a placeholder mid-chain, failed resumes, and a clean session."""
+    from indexer.views import POISONED_SESSION_SQL
+
+    sids = [f"{k}1111111-2222-3333-4444-555555555555" for k in range(4)]
+    session(env, sids[0], tail_synthetic=True)
+    session(env, sids[1], mid_synthetic=True)
+    session(env, sids[2])
+    session(env, sids[3])
+    ingest(env, execution_log(env, {"type": "result", "subtype": "success", "is_error": True,
+                                    "result": SEED001_400, "session_id": sids[2]}))
+    assert env.value("SELECT count(*) FROM poisoned_sessions") == 3
+    for sid in sids:
+        assert env.rows(POISONED_SESSION_SQL, {"session_id": sid}) == env.rows(
+            "SELECT * FROM poisoned_sessions WHERE session_id = ?", [sid]), sid
+
+
 # --- stale refs, deleted and expired transcripts ---------------------------
 
 def refs_file(env, rows, name="refs.jsonl"):
