@@ -17,10 +17,13 @@
    --store-sizes entries: p50 / p99 by size (target: flat).
 3. Write-to-visible latency under ``ingest --watch`` (bench/watch_latency.py,
    --watch-n appends): p50 / p99 (target: p99 under 1 s).
-4. Start-up and bulk figures from bench/startup_speed.py and bench/ingest_speed.py
-   when present (``check`` process median on the 1M-record index, no-op ingest
-   process vs cold, cold ingest vs ``sqlite-utils insert --lines``): run those
-   scripts for them; this one prints where to find them.
+4. With --startup-workdir DIR (an index built by bench/query_speed.py there):
+   ``session-index check`` as a fresh process, median of --startup-runs
+   (bench/startup_speed.measure; target < 100 ms).
+5. With --bulk-workdir DIR (bench/ingest_speed.py's corpus there, made if
+   missing): a no-op ingest process vs a cold one (target < 2%) and cold
+   ingest vs ``sqlite-utils insert --lines`` side by side (target >= 1x)
+   (bench/ingest_speed.measure).
 Targets never set the exit status.
 """
 from __future__ import annotations
@@ -209,6 +212,9 @@ def main():
     ap.add_argument("--store-sizes", default="200,2000,20000")
     ap.add_argument("--watch-n", type=int, default=100)
     ap.add_argument("--skip-watch", action="store_true")
+    ap.add_argument("--startup-workdir", help="bench/query_speed.py's workdir (the 1M index)")
+    ap.add_argument("--startup-runs", type=int, default=30)
+    ap.add_argument("--bulk-workdir", help="bench/ingest_speed.py's workdir")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
@@ -220,8 +226,25 @@ def main():
         import watch_latency
         w = watch_latency.measure(n=args.watch_n, seed=args.seed)
         out["watch"] = {k: w[k] for k in ("n", "p50", "p99", "max", "mode")}
+    if args.startup_workdir:
+        import sqlite3
+
+        import startup_speed
+        index = Path(args.startup_workdir) / "index.db"
+        conn = sqlite3.connect(index)
+        sid = conn.execute("SELECT session_id FROM sessions ORDER BY records DESC LIMIT 1"
+                           ).fetchone()[0]
+        conn.close()
+        m = startup_speed.measure(index, sid, runs=args.startup_runs)
+        out["startup"] = {k: m[k] for k in ("runs", "check_median_s", "check_p90_s",
+                                            "python_median_s")}
+    if args.bulk_workdir:
+        import ingest_speed
+        out["bulk"] = {k: ingest_speed.measure(Path(args.bulk_workdir))["figures"][k] for k in (
+            "cold_s", "sqlite_utils_lines_s", "cold_vs_sqlite_utils_lines", "noop_process_s",
+            "noop_process_pct_of_cold")}
     if args.json:
-        print(json.dumps(out, indent=2))
+        print(json.dumps(out, indent=2, default=str))
         return
     print("## One-line append: in-process ingest of the session's folder")
     print("| records | extended p50 | p90 | whole-file recompute p50 | p90 | recompute / extend |")
@@ -248,7 +271,21 @@ def main():
         print(f"\n## ingest --watch, write to visible ({w['n']} appends, {w['mode']})")
         print(f"p50 {w['p50'] * 1000:.0f} ms, p99 {w['p99'] * 1000:.0f} ms, max {w['max'] * 1000:.0f} ms"
               f" (target p99 < 1 s: {'pass' if w['p99'] < 1 else 'FAIL'})")
-    print("\nStart-up and bulk: python bench/startup_speed.py; python bench/ingest_speed.py")
+    if "startup" in out:
+        m = out["startup"]
+        print(f"\n## session-index check, fresh process ({m['runs']} runs)")
+        print(f"median {m['check_median_s'] * 1000:.0f} ms, p90 {m['check_p90_s'] * 1000:.0f} ms; "
+              f"python -c pass {m['python_median_s'] * 1000:.0f} ms (target median < 100 ms: "
+              f"{'pass' if m['check_median_s'] < 0.1 else 'FAIL'})")
+    if "bulk" in out:
+        b = out["bulk"]
+        print("\n## Bulk")
+        print(f"no-op ingest process {b['noop_process_s']:.3f} s = "
+              f"{b['noop_process_pct_of_cold']:.2f}% of cold {b['cold_s']:.2f} s (target < 2%: "
+              f"{'pass' if b['noop_process_pct_of_cold'] < 2 else 'FAIL'})")
+        print(f"cold ingest {b['cold_s']:.2f} s vs sqlite-utils insert --lines "
+              f"{b['sqlite_utils_lines_s']:.2f} s: {b['cold_vs_sqlite_utils_lines']:.2f}x "
+              f"(target >= 1x: {'pass' if b['cold_vs_sqlite_utils_lines'] >= 1 else 'FAIL'})")
 
 
 if __name__ == "__main__":
