@@ -25,6 +25,8 @@ from . import chain, derive
 MIN_BYTES = 32 << 20
 # Files per request to the worker.
 BATCH = 50
+# What the worker runs (python -m WORKER_MODULE DB DIR).
+WORKER_MODULE = "indexer.derive_worker"
 
 FILE_IDS_SQL = "SELECT id FROM files WHERE path IN (SELECT value FROM json_each(?))"
 # Where a file stood when the worker read it: applied only if it still does.
@@ -78,7 +80,7 @@ class Background:
         self.db_path, self.pending, self.sent = db_path, [], 0
         self.dir = tempfile.mkdtemp(prefix="session-index-derive-")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "indexer.derive_worker", db_path, self.dir],
+            [sys.executable, "-m", WORKER_MODULE, db_path, self.dir],
             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     def finished(self, path: str) -> None:

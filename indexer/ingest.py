@@ -327,10 +327,13 @@ def ingest(
     for root in scanned_roots:
         prefix = root.rstrip(os.sep) + os.sep
         gone += [p for p in tracked if p.startswith(prefix) and p not in seen]
-    summary.deleted_files = _mark_deleted(db, gone)
-
-    if writer.background is not None:
-        derive_worker.apply(db, writer.background)
+    try:
+        summary.deleted_files = _mark_deleted(db, gone)
+        if writer.background is not None:
+            derive_worker.apply(db, writer.background)
+    finally:
+        if writer.background is not None:
+            writer.background.close()   # never left running, whatever happened
     derive.derive_pending(db)
     summary.warnings = retention.apply(
         db, Path(config_dir) if config_dir else retention.default_config_dir())

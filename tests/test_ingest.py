@@ -642,3 +642,30 @@ def test_new_files_derived_on_the_other_core_equal_derive_pending(tmp_path, monk
         dumps[with_worker] = {t: sorted(map(tuple, index.db.conn.execute(
             f"SELECT * FROM {t}").fetchall()), key=repr) for t in tables}
     assert dumps[True] == dumps[False]
+
+
+def test_a_worker_that_fails_leaves_the_caches_to_derive_pending(index, monkeypatch):
+    """When the derive worker cannot run (or dies), nothing is lost: the
+    files stay marked and derive_pending computes their caches."""
+    from indexer import derive_worker
+
+    monkeypatch.setattr(derive_worker, "MIN_BYTES", 0)
+    monkeypatch.setattr(derive_worker, "WORKER_MODULE", "indexer.no_such_worker")
+    sid = "77777777-aaaa-4000-8000-000000000000"
+    path = index.projects / "p" / f"{sid}.jsonl"
+    path.parent.mkdir(parents=True)
+    path.write_text("".join(json.dumps({
+        "type": "user", "uuid": f"u{i}", "parentUuid": f"u{i - 1}" if i else None,
+        "sessionId": sid, "message": {"role": "user", "content": "x"}}) + "\n"
+        for i in range(30)))
+    import tempfile
+    from pathlib import Path
+
+    temp = Path(tempfile.gettempdir())
+    before = set(temp.glob("session-index-derive-*"))
+    summary = index.ingest()
+    assert summary.errors == [] and summary.new_records == 30
+    assert index.value("SELECT count(*) FROM files WHERE needs_derive") == 0
+    assert index.value("SELECT count(*) FROM leaf_ancestry WHERE rule = 'resume'") == 30
+    index.assert_caches_match_definitions()
+    assert set(temp.glob("session-index-derive-*")) == before   # its folder went too
