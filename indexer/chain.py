@@ -153,6 +153,25 @@ def cause_of(o: Rec, parent: Rec | None, branch_point: str | None, origin: str |
     return "other"
 
 
+# The columns each cache table is written with (views.CACHE_COLUMNS where
+# they hold more than their view shows), and the tables.
+CACHE_COLUMNS = {
+    **{name: views.CACHE_COLUMNS.get(name) or getattr(views, f"{name.upper()}_COLUMNS")
+       for name in views.CACHED_VIEWS},
+    "sdk_terminals": ("file_id, uuid, message_uuid, message_record_id, is_main, message_line, "
+                      "terminal_line"),
+}
+CACHE_TABLES = {name: name if name == "sdk_terminals" else f"{name}_cache"
+                for name in CACHE_COLUMNS}
+
+
+def insert_rows(conn, name: str, rows: list) -> None:
+    """Write rows into one cache table (CACHE_COLUMNS order)."""
+    columns = CACHE_COLUMNS[name]
+    marks = ", ".join("?" * len(columns.split(",")))
+    conn.executemany(f"INSERT INTO {CACHE_TABLES[name]} ({columns}) VALUES ({marks})", rows)
+
+
 def orphan_row(o: Rec, session_id, cause: str, branch_point: str | None,
                put_back_set: set[str]) -> tuple:
     """An orphans_cache row (views.ORPHANS_COLUMNS order)."""

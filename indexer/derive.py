@@ -24,15 +24,7 @@ from .db import write_lock
 from .resume import CHAIN_TYPES
 
 DERIVE_BATCH = 200
-CACHES = tuple(f"{name}_cache" for name in views.CACHED_VIEWS) + ("sdk_terminals",)
-# The columns each cache table is written with (views.CACHE_COLUMNS where
-# they hold more than their view shows).
-CACHE_COLUMNS = {
-    **{name: views.CACHE_COLUMNS.get(name) or getattr(views, f"{name.upper()}_COLUMNS")
-       for name in views.CACHED_VIEWS},
-    "sdk_terminals": ("file_id, uuid, message_uuid, message_record_id, is_main, message_line, "
-                      "terminal_line"),
-}
+CACHES = tuple(chain.CACHE_TABLES.values())
 # A change to how this module (or derive_append.py) computes the caches:
 # bump it and every cache is recomputed, as for a change to a definition.
 DERIVE_VERSION = 2
@@ -107,6 +99,15 @@ FROM files f,
    WHERE session_id = :session_id AND kind IN {views.TRANSCRIPT_KINDS}) counted
 WHERE f.session_id = :session_id AND f.kind IN {views.TRANSCRIPT_KINDS}
 """.strip()
+# The sessions a batch of files belongs to, and unmarking the files once
+# derived (finish_files).
+SESSIONS_OF_FILES_SQL = f"""
+SELECT DISTINCT session_id FROM files
+WHERE id IN (SELECT value FROM json_each(?)) AND session_id IS NOT NULL
+  AND kind IN {views.TRANSCRIPT_KINDS}
+ORDER BY session_id
+""".strip()
+UNMARK_FILES_SQL = "UPDATE files SET needs_derive = 0 WHERE id IN (SELECT value FROM json_each(?))"
 # A change to the sessions rule refreshes every sessions row (no cache is
 # recomputed for it): derive_pending compares this with index_meta.
 SESSIONS_HASH = hashlib.sha256(REFRESH_SESSION_SQL.encode()).hexdigest()[:16]
@@ -272,7 +273,7 @@ def derive_files(conn, file_ids: list[int]) -> None:
         return
     params = {"file_ids": json.dumps(todo)}
     read = chain.read_rows(conn.execute(UUID_RECORDS_SQL, params), todo)
-    rows: dict[str, list] = {name: [] for name in CACHE_COLUMNS}
+    rows: dict[str, list] = {name: [] for name in chain.CACHE_COLUMNS}
     forget_files(conn, todo)
     for file_id, kind, session_id, *covers in files:
         if file_id in extended:
@@ -283,15 +284,7 @@ def derive_files(conn, file_ids: list[int]) -> None:
         for name, file_rows in computed.items():
             rows[name] += file_rows
     for name, table_rows in rows.items():
-        insert_rows(conn, name, table_rows)
-
-
-def insert_rows(conn, name: str, rows: list) -> None:
-    """Write rows into one cache table (CACHE_COLUMNS order)."""
-    columns = CACHE_COLUMNS[name]
-    table = name if name == "sdk_terminals" else f"{name}_cache"
-    marks = ", ".join("?" * len(columns.split(",")))
-    conn.executemany(f"INSERT INTO {table} ({columns}) VALUES ({marks})", rows)
+        chain.insert_rows(conn, name, table_rows)
 
 
 def derive_pending(db) -> int:
@@ -300,19 +293,22 @@ def derive_pending(db) -> int:
     conn = db.conn
     mark_all_if_definitions_changed(db)
     refresh_sessions_if_stale(db)
-    pending = conn.execute(
-        "SELECT id, CASE WHEN kind IN {kinds} THEN session_id END FROM files "
-        "WHERE needs_derive ORDER BY id".format(kinds=views.TRANSCRIPT_KINDS)).fetchall()
+    pending = [i for (i,) in conn.execute("SELECT id FROM files WHERE needs_derive ORDER BY id")]
     for i in range(0, len(pending), DERIVE_BATCH):
-        batch = pending[i:i + DERIVE_BATCH]
-        ids = [file_id for file_id, _ in batch]
+        ids = pending[i:i + DERIVE_BATCH]
         with write_lock(db):
             derive_files(conn, ids)
-            for session_id in sorted({s for _, s in batch if s is not None}):
-                conn.execute(REFRESH_SESSION_SQL, {"session_id": session_id})
-            conn.executemany("UPDATE files SET needs_derive = 0 WHERE id = ?",
-                             [(i,) for i in ids])
+            finish_files(conn, ids)
     return len(pending)
+
+
+def finish_files(conn, file_ids: list[int]) -> None:
+    """Once these files' caches are written (inside the caller's
+    transaction): their sessions' rows again, and the files unmarked."""
+    ids = json.dumps(file_ids)
+    for (session_id,) in conn.execute(SESSIONS_OF_FILES_SQL, [ids]).fetchall():
+        conn.execute(REFRESH_SESSION_SQL, {"session_id": session_id})
+    conn.execute(UNMARK_FILES_SQL, [ids])
 
 
 def mark_all_if_definitions_changed(db) -> bool:

@@ -121,11 +121,6 @@ WHERE b.file_id = ? AND b.rule = 'resume' AND b.uuid = ?
 DROP_TERMINALS_SQL = """
 DELETE FROM sdk_terminals WHERE file_id = ? AND uuid IN (SELECT value FROM json_each(?))
 """.strip()
-INSERT_TERMINAL_SQL = """
-INSERT INTO sdk_terminals (file_id, uuid, message_uuid, message_record_id, is_main,
-  message_line, terminal_line)
-VALUES (?, ?, ?, ?, ?, ?, ?)
-""".strip()
 # The Agent SDK's leaf (chain.terminal_key's order) and its count of main leaves.
 SDK_LEAF_SQL = """
 SELECT message_record_id FROM sdk_terminals WHERE file_id = ?
@@ -141,22 +136,8 @@ IS_MAIN_LEAF_SQL = """
 SELECT 1 FROM sdk_terminals INDEXED BY sdk_terminals_message
 WHERE file_id = ? AND message_uuid = ? AND is_main LIMIT 1
 """.strip()
-INSERT_ANCESTRY_SQL = """
-INSERT INTO leaf_ancestry_cache (file_id, session_id, rule, uuid, height, record_id)
-VALUES (?, ?, ?, ?, ?, ?)
-""".strip()
 DROP_ORPHANS_SQL = """
 DELETE FROM orphans_cache WHERE file_id = ? AND uuid IN (SELECT value FROM json_each(?))
-""".strip()
-INSERT_ORPHAN_SQL = """
-INSERT INTO orphans_cache (file_id, session_id, uuid, type, subtype, timestamp, cause,
-  branch_point_uuid, record_id, line_no, message_id, restored)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-""".strip()
-INSERT_BREAK_SQL = """
-INSERT INTO chain_breaks_cache (file_id, session_id, record_id, line_no, uuid, type, subtype,
-  timestamp, missing_parent_uuid)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
 """.strip()
 UPDATE_LEAVES_SQL = """
 UPDATE leaves_cache SET resume_leaf_id = :resume_leaf_id, resume_leaf_uuid = :resume_leaf_uuid,
@@ -228,6 +209,7 @@ class _Graph:
     def __init__(self, conn, file_id: int, lines: int, new: list[Rec]):
         self.conn, self.file_id, self.lines = conn, file_id, lines
         self.known: dict[str, Rec | None] = {r.uuid: r for r in new}
+        self.new_by_id = {r.id: r for r in new}
         self.new_children: dict[str, list[Rec]] = {}
         self.new_logical_children: dict[str, list[Rec]] = {}
         for r in new:
@@ -254,9 +236,8 @@ class _Graph:
     def line(self, record_id: int) -> Rec:
         """The chain record line of that id (a duplicated uuid's earlier
         line too: the SDK's leaf can be one)."""
-        for r in self.known.values():
-            if r is not None and r.id == record_id:
-                return r
+        if record_id in self.new_by_id:
+            return self.new_by_id[record_id]
         return Rec(*self.query(LINE_SQL, record_id, one=True))
 
     def get(self, uuid: str | None) -> Rec | None:
@@ -404,7 +385,7 @@ class _Extension:
             self.orphans(new, resume_walk, message)
         self.write_ancestry("resume", resume_walk)
         self.write_ancestry("sdk", sdk_walk)
-        conn.executemany(INSERT_BREAK_SQL, [
+        chain.insert_rows(conn, "chain_breaks", [
             chain.chain_break_row(r, self.session_id) for r in new
             if r.parent_uuid is not None and g.get(r.parent_uuid) is None])
         message_uuid = message.uuid if message is not None else None
@@ -443,7 +424,7 @@ class _Extension:
                              int(message.is_main_message), message.line_no, t.line_no))
         gained = {r[2] for r in rows if r[4]}
         count += sum(1 for m in gained if not is_leaf(m))
-        conn.executemany(INSERT_TERMINAL_SQL, rows)
+        chain.insert_rows(conn, "sdk_terminals", rows)
         row = conn.execute(SDK_LEAF_SQL, [file_id]).fetchone()
         return (g.line(row[0]) if row else None), count
 
@@ -611,7 +592,7 @@ class _Extension:
             rows.append(chain.orphan_row(o, self.session_id, cause, bp, put_back))
         gone = sorted(set(redo) | {r.uuid for r in joined})
         self.conn.execute(DROP_ORPHANS_SQL, [self.file_id, json.dumps(gone)])
-        self.conn.executemany(INSERT_ORPHAN_SQL, rows)
+        chain.insert_rows(self.conn, "orphans", rows)
 
     def resume_bottom(self, walk: _Walk) -> str | None:
         """The uuid of the stored record the new resume walk comes down to."""
@@ -641,6 +622,6 @@ class _Extension:
     def write_ancestry(self, rule: str, walk: _Walk) -> None:
         if walk.cut:
             self.conn.execute(DROP_CUT_SQL, [self.file_id, rule, walk.height])
-        self.conn.executemany(INSERT_ANCESTRY_SQL, [
+        chain.insert_rows(self.conn, "leaf_ancestry", [
             (self.file_id, self.session_id, rule, r.uuid, walk.length - 1 - i, r.id)
             for i, r in enumerate(walk.added)])

@@ -19,6 +19,7 @@ import json
 import sqlite3
 
 from . import chain, derive
+from .db import write_lock
 
 # Bytes an ingest must plan to read from files it has not stored before
 # (or re-reads whole) for the worker to be worth its start-up (~0.3 s).
@@ -29,19 +30,11 @@ BATCH = 50
 WORKER_MODULE = "indexer.derive_worker"
 
 FILE_IDS_SQL = "SELECT id FROM files WHERE path IN (SELECT value FROM json_each(?))"
-# Where a file stood when the worker read it: applied only if it still does.
-POSITION_SQL = """
-SELECT line_count, ingested_offset, generation FROM files
-WHERE id = ? AND needs_derive
-""".strip()
+# Where files stand: the worker's rows for one are applied only if it still
+# stands where the worker read it, still marked needs_derive.
 POSITIONS_SQL = """
-SELECT id, line_count, ingested_offset, generation FROM files
+SELECT id, line_count, ingested_offset, generation, needs_derive FROM files
 WHERE id IN (SELECT value FROM json_each(?))
-""".strip()
-SESSIONS_SQL = f"""
-SELECT DISTINCT session_id FROM files
-WHERE id IN (SELECT value FROM json_each(?)) AND session_id IS NOT NULL
-  AND kind IN {derive.views.TRANSCRIPT_KINDS}
 """.strip()
 
 
@@ -53,7 +46,7 @@ def compute(db_path: str, paths: list[str]) -> dict:
         conn.execute("BEGIN")
         ids = [i for (i,) in conn.execute(FILE_IDS_SQL, [json.dumps(paths)])]
         params = {"file_ids": json.dumps(ids)}
-        positions = {i: tuple(p) for i, *p in conn.execute(POSITIONS_SQL, [json.dumps(ids)])}
+        positions = {i: tuple(p) for i, *p, _ in conn.execute(POSITIONS_SQL, [json.dumps(ids)])}
         read = chain.read_rows(conn.execute(derive.UUID_RECORDS_SQL, params), ids)
         out = {}
         for file_id, kind, session_id, *covers in conn.execute(derive.FILES_SQL, params):
@@ -133,29 +126,26 @@ def start(db) -> Background | None:
 def apply(db, background: Background) -> int:
     """Write the worker's rows for the files still as it read them; the
     rest stays marked needs_derive. Returns the files written."""
-    from .db import write_lock
-
     background.committed(final=True)
     derive.mark_all_if_definitions_changed(db)
     written = 0
     try:
         for computed in background.results():
             with write_lock(db) as conn:
-                ids = [file_id for file_id, (position, _) in computed.items()
-                       if conn.execute(POSITION_SQL, [file_id]).fetchone() == position]
+                now = {i: (tuple(p), marked) for i, *p, marked in conn.execute(
+                    POSITIONS_SQL, [json.dumps(list(computed))])}
+                ids = [i for i, (position, _) in computed.items()
+                       if now.get(i) == (position, 1)]
                 if not ids:
                     continue
                 derive.forget_files(conn, ids)
-                rows = {name: [] for name in derive.CACHE_COLUMNS}
+                rows = {name: [] for name in chain.CACHE_COLUMNS}
                 for file_id in ids:
                     for name, file_rows in computed[file_id][1].items():
                         rows[name] += file_rows
                 for name, table_rows in rows.items():
-                    derive.insert_rows(conn, name, table_rows)
-                for (session_id,) in conn.execute(SESSIONS_SQL, [json.dumps(ids)]).fetchall():
-                    conn.execute(derive.REFRESH_SESSION_SQL, {"session_id": session_id})
-                conn.executemany("UPDATE files SET needs_derive = 0 WHERE id = ?",
-                                 [(i,) for i in ids])
+                    chain.insert_rows(conn, name, table_rows)
+                derive.finish_files(conn, ids)
                 derive.STATS["recomputed"] += len(ids)
                 written += len(ids)
     finally:
