@@ -1,14 +1,18 @@
 """Start-up cost of ``session-index check`` as a fresh process, on the 1M-record index.
 
     python bench/startup_speed.py [--workdir DIR] [--runs 30] [--records 1000000] [--seed 1]
-                                  [--compare SRC]
+                                  [--install VENV] [--compare SRC]
 
 Builds (or reuses, with --workdir) the index of bench/query_speed.py (make_corpus
 ``--records N``; a cold ``session-index ingest``). Then, alternated ``--runs`` times,
 each a fresh subprocess timed by wall clock:
 - ``session-index check SESSION_ID --db INDEX`` for the largest session (the answer as
   an agent server would ask it; CLAUDE_CONFIG_DIR is an empty temp dir, so no
-  settings file or projects/ folder of this machine takes part);
+  settings file or projects/ folder of this machine takes part). The command is the
+  one beside this interpreter, or with --install VENV the one of a venv the README's
+  set-up command makes (``python3 -m venv VENV && VENV/bin/pip install .``, run
+  when VENV has no session-index yet): a wheel install, as users have it. An editable
+  install (``pip install -e``) adds its import finder, about 25 ms, to every start;
 - ``python -c pass``: the interpreter alone, the floor under any command;
 - with --compare SRC (a folder holding another version's ``indexer`` package, e.g.
   ``git archive main indexer | tar -x -C SRC``): ``python -m indexer check ...`` with
@@ -16,8 +20,9 @@ each a fresh subprocess timed by wall clock:
 The package's bytecode is compiled first (``compileall``, as ``pip install`` of a wheel
 does; an editable checkout under PYTHONDONTWRITEBYTECODE would otherwise compile every
 module at every start). Prints median and p90 of each, the check minus the floor, the
-verdict, the modules a check process loaded that it should not need (sqlite_utils,
-msgspec, datasette, markupsafe, yaml), and the ``python -X importtime`` top entries of
+verdict, the modules a check process loaded that it should not need (click, sqlite_utils,
+msgspec, datasette, markupsafe, yaml, dataclasses, pathlib: beyond what the interpreter's
+own start-up loaded), and the ``python -X importtime`` top entries of
 one check run. Target: check median < 100 ms. Targets never set the exit status.
 """
 import argparse, compileall, os, statistics, subprocess, sys, tempfile, time
@@ -28,16 +33,18 @@ from query_speed import build
 
 TARGET_S = 0.100
 # Modules a check of a current index has no use for.
-HEAVY = ("sqlite_utils", "msgspec", "datasette", "markupsafe", "yaml")
+HEAVY = ("click", "sqlite_utils", "msgspec", "datasette", "markupsafe", "yaml", "dataclasses",
+         "pathlib")
 # Runs the CLI's check in this interpreter and prints which HEAVY modules it loaded.
 LOADED = """
 import sys
-from indexer.cli import cli
+before = set(sys.modules)  # what the interpreter's start-up (site, .pth finders) loaded
+from indexer.entry import main
 try:
-    cli(sys.argv[1:])
+    main()
 except SystemExit:
     pass
-print(" ".join(m for m in {heavy!r} if m in sys.modules), file=sys.stderr)
+print(" ".join(m for m in {heavy!r} if m in sys.modules and m not in before), file=sys.stderr)
 """
 
 
@@ -51,10 +58,21 @@ def p90(values):
     return statistics.quantiles(values, n=10)[-1] if len(values) > 1 else values[0]
 
 
-def measure(db, session_id, runs=30, compare=None):
+def install(venv) -> str:
+    """The session-index of a venv made by the README's set-up command."""
+    command = Path(venv) / "bin" / "session-index"
+    if not command.exists():
+        checkout = Path(__file__).resolve().parent.parent
+        subprocess.run(["python3", "-m", "venv", str(venv)], check=True)
+        subprocess.run([str(Path(venv) / "bin" / "pip"), "install", "-q", str(checkout)],
+                       check=True)
+    return str(command)
+
+
+def measure(db, session_id, runs=30, compare=None, command=SESSION_INDEX):
     """Fresh-process check and interpreter times (seconds), as a dict; with
     ``compare`` (a folder holding another ``indexer`` package) both versions'
-    ``python -m indexer check``."""
+    ``python -m indexer check``; ``command`` the session-index to run."""
     import indexer
 
     compileall.compile_dir(list(indexer.__path__)[0], quiet=1)
@@ -62,9 +80,10 @@ def measure(db, session_id, runs=30, compare=None):
         compileall.compile_dir(Path(compare) / "indexer", quiet=1)
     with tempfile.TemporaryDirectory() as config:
         env = dict(os.environ, CLAUDE_CONFIG_DIR=config)
-        check_cmd = [SESSION_INDEX, "check", session_id, "--db", str(db)]
+        check_cmd = [command, "check", session_id, "--db", str(db)]
         module_cmd = [sys.executable, "-m", "indexer", "check", session_id, "--db", str(db)]
-        floor_cmd = [sys.executable, "-c", "pass"]
+        python = str(Path(command).parent / "python")  # the command's own interpreter
+        floor_cmd = [python, "-c", "pass"]
         other_env = dict(env, PYTHONPATH=str(Path(compare).resolve())) if compare else None
         _timed(check_cmd, env)  # warm the page cache once
         checks, floors, verdict = [], [], None
@@ -81,16 +100,16 @@ def measure(db, session_id, runs=30, compare=None):
                     sys.exit(f"--compare answered {out.stdout!r}{out.stderr[-2000:]}")
                 pair["compare"].append(wall)
         loaded = subprocess.run(
-            [sys.executable, "-c", LOADED.format(heavy=HEAVY), "check", session_id,
+            [python, "-c", LOADED.format(heavy=HEAVY), "check", session_id,
              "--db", str(db)], env=env, capture_output=True, text=True).stderr.split()
         importtime = subprocess.run(
-            [sys.executable, "-X", "importtime", "-c", LOADED.format(heavy=HEAVY), "check",
+            [python, "-X", "importtime", "-c", LOADED.format(heavy=HEAVY), "check",
              session_id, "--db", str(db)], env=env, capture_output=True, text=True).stderr
     top = sorted((line for line in importtime.splitlines() if line.startswith("import time:")
                   and "|" in line and line.split("|")[1].strip().isdigit()),
                  key=lambda line: -int(line.split("|")[1]))[:12]
     return {
-        "runs": runs, "session_id": session_id, "verdict": verdict,
+        "runs": runs, "session_id": session_id, "verdict": verdict, "command": command,
         "check_median_s": statistics.median(checks), "check_p90_s": p90(checks),
         "python_median_s": statistics.median(floors), "python_p90_s": p90(floors),
         "heavy_modules_loaded": loaded, "importtime_top": top,
@@ -107,6 +126,9 @@ def main():
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--compare", metavar="SRC", help="a folder holding another indexer package")
+    ap.add_argument("--install", metavar="VENV",
+                    help="measure the session-index of this venv, made by the README's "
+                         "set-up command if it has none")
     args = ap.parse_args()
     workdir, _ = setup_workdir(args, "bench-startup-")
     db, _, _ = build(workdir, args.records, args.seed)
@@ -115,9 +137,10 @@ def main():
     session_id, records = conn.execute(
         "SELECT session_id, records FROM sessions ORDER BY records DESC, session_id").fetchone()
     conn.close()
-    r = measure(db, session_id, args.runs, args.compare)
+    command = install(args.install) if args.install else SESSION_INDEX
+    r = measure(db, session_id, args.runs, args.compare, command)
     print(f"\nstartup_speed: {args.runs} fresh processes each, alternated; index {db}; "
-          f"session {session_id} ({records:,} records): {r['verdict']}")
+          f"session {session_id} ({records:,} records): {r['verdict']}; command {command}")
     print(f"\n{'process':<44}{'median ms':>11}{'p90 ms':>9}")
     print("-" * 64)
     print(f"{'session-index check SESSION_ID --db INDEX':<44}{r['check_median_s'] * 1000:>11.1f}"

@@ -1,5 +1,5 @@
 """``python -m indexer`` runs the session-index command."""
 
-from .cli import cli
+from .entry import main
 
-cli()
+main()

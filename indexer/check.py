@@ -26,15 +26,16 @@ missing: the CLI opens none of them.
 
 from __future__ import annotations
 
-import glob
+import json
 import os
 import time
-from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
-from pathlib import Path
 
 from .db import dict_rows
-from . import derive, mainfile, retention, signals, views
+from . import mainfile, retention, signals, views
+
+# A check imports only what its answer needs: no click, dataclasses, pathlib
+# or parser (indexer/entry.py; bench/startup_speed.py).
 
 EXIT_CODES = {"resumable": 0, "missing": 4, "poisoned": 5, "spliced": 6}
 EXPIRY_WARNING_DAYS = views.EXPIRING_WINDOW_DAYS
@@ -66,39 +67,64 @@ WHERE synthetic
 """.strip()
 
 
-@dataclass
 class Verdict:
-    session_id: str
-    verdict: str
-    reason: str
-    path: str | None = None
-    warnings: list = field(default_factory=list)
-    details: dict = field(default_factory=dict)
-    checked_in_ms: float = 0.0
+    """A check's answer: the verdict, why, the transcript, warnings and details."""
+
+    __slots__ = ("session_id", "verdict", "reason", "path", "warnings", "details",
+                 "checked_in_ms")
+
+    def __init__(self, session_id: str, verdict: str, reason: str, path: str | None = None,
+                 warnings: list | None = None, details: dict | None = None,
+                 checked_in_ms: float = 0.0):
+        self.session_id, self.verdict, self.reason, self.path = session_id, verdict, reason, path
+        self.warnings = [] if warnings is None else warnings
+        self.details = {} if details is None else details
+        self.checked_in_ms = checked_in_ms
 
     @property
     def exit_code(self) -> int:
         return EXIT_CODES[self.verdict]
 
     def as_dict(self) -> dict:
-        return dict(asdict(self), exit_code=self.exit_code)
+        return dict({k: getattr(self, k) for k in self.__slots__}, exit_code=self.exit_code)
+
+    def __repr__(self) -> str:
+        return f"Verdict({self.session_id!r}, {self.verdict!r}, {self.reason!r})"
+
+
+def report(verdict: Verdict, as_json: bool, out, err) -> int:
+    """Print a verdict as ``session-index check`` does; its exit code."""
+    if as_json:
+        out.write(json.dumps(verdict.as_dict(), indent=2) + "\n")
+    else:
+        out.write(f"{verdict.verdict}: {verdict.reason}\n")
+        for warning in verdict.warnings:
+            err.write(f"warning: {warning}\n")
+    return verdict.exit_code
 
 
 def _rows(db, sql, params):
     return dict_rows(db.conn, sql, params)
 
 
-def _on_disk(config_dir: Path, session_id: str) -> list[str]:
+def _on_disk(config_dir: str, session_id: str) -> list[str]:
     """Main transcripts of this id under the config dir's projects/."""
     if not session_id or any(c in session_id for c in "/\\*?[]"):
         return []
-    return sorted(glob.glob(str(config_dir / "projects" / "*" / f"{session_id}.jsonl")))
+    projects = os.path.join(config_dir, "projects")
+    try:
+        folders = os.listdir(projects)
+    except OSError:
+        return []
+    named = (os.path.join(projects, d, f"{session_id}.jsonl") for d in folders
+             if not d.startswith("."))  # as glob's "*"
+    return sorted(p for p in named if os.path.exists(p))
 
 
-def check(db, session_id: str, *, now: str | None = None, config_dir: Path | None = None,
+def check(db, session_id: str, *, now: str | None = None, config_dir=None,
           cwd: str | None = None) -> Verdict:
     started = time.monotonic()
-    config_dir = Path(config_dir or retention.default_config_dir())
+    config_dir = os.fspath(config_dir or retention.default_config_dir())
     now_iso = signals.iso_now(now)
     files = _rows(db, MAIN_FILES_SQL, [session_id])
     stale, gone = [], []
@@ -121,7 +147,10 @@ def check(db, session_id: str, *, now: str | None = None, config_dir: Path | Non
         ingestmod.ingest(db, stale + found + gone, config_dir=config_dir)
         files = _rows(db, MAIN_FILES_SQL, [session_id])
 
-    derive.refresh_sessions_if_stale(db)  # an index upgraded since its last ingest
+    if not views.sessions_current(db.conn):  # an index upgraded since its last ingest
+        from . import derive
+
+        derive.refresh_sessions_if_stale(db)
     choice = mainfile.for_cwd(db, session_id, cwd) if cwd else mainfile.chosen(db, session_id)
     copies = mainfile.copies(db, session_id, main_files=len(files))
     by_id = {f["id"]: f for f in files}

@@ -296,13 +296,7 @@ def check(session_id, db_path, config_dir, now, cwd, as_json):
     """
     verdict = checkmod.check(_open(db_path), session_id, now=_now(now), config_dir=config_dir,
                              cwd=cwd)
-    if as_json:
-        click.echo(json.dumps(verdict.as_dict(), indent=2))
-    else:
-        click.echo(f"{verdict.verdict}: {verdict.reason}")
-        for warning in verdict.warnings:
-            click.echo(f"warning: {warning}", err=True)
-    sys.exit(verdict.exit_code)
+    sys.exit(checkmod.report(verdict, as_json, sys.stdout, sys.stderr))
 
 
 def _listing(name, db_path, now=None, days=None, as_json=False):

@@ -8,15 +8,13 @@ queries), any other through ``open_db`` and ``upgrade``."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sqlite3
 import time
-from pathlib import Path
-from typing import TYPE_CHECKING
 
 from . import views
 
+TYPE_CHECKING = False  # typing costs a check process start-up time
 if TYPE_CHECKING:
     import sqlite_utils
 
@@ -64,7 +62,7 @@ def default_db_path() -> str:
     return os.environ.get("SESSION_INDEX_DB") or "sessions.db"
 
 
-def connect(path: str | Path) -> sqlite3.Connection:
+def connect(path) -> sqlite3.Connection:
     """A connection to the index file with the pragmas every open uses."""
     try:
         conn = sqlite3.connect(str(path), isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
@@ -89,16 +87,16 @@ def connect(path: str | Path) -> sqlite3.Connection:
     return conn
 
 
-def _missing(path: Path) -> IndexError_:
+def _missing(path) -> IndexError_:
     return IndexError_(f"no index at {path}: run 'session-index ingest' first")
 
 
-def open_db(path: str | Path, *, create: bool = True) -> sqlite_utils.Database:
+def open_db(path, *, create: bool = True) -> sqlite_utils.Database:
     """Open (and, with ``create``, create or upgrade) the index at ``path``."""
     import sqlite_utils
 
-    path = Path(path)
-    if not create and not path.exists():
+    path = os.fspath(path)
+    if not create and not os.path.exists(path):
         raise _missing(path)
     db = sqlite_utils.Database(connect(path))
     if create:
@@ -106,13 +104,15 @@ def open_db(path: str | Path, *, create: bool = True) -> sqlite_utils.Database:
     return db
 
 
-def open_index(path: str | Path, *, create: bool = True) -> Index | sqlite_utils.Database:
+def open_index(path, *, create: bool = True) -> Index | sqlite_utils.Database:
     """The index at ``path``, upgraded (with ``create``, made if missing):
     what a command opens. At the current schema (``is_current``) it is an
     ``Index`` on a plain sqlite3 connection; otherwise the sqlite_utils
     Database that ``upgrade`` brought up to date."""
-    path = Path(path)
-    if not path.exists():
+    path = os.fspath(path)
+    if not path:  # sqlite3 would open a temporary database, gone at exit
+        raise IndexError_("the index path is empty: name the index file")
+    if not os.path.exists(path):
         if not create:
             raise _missing(path)
         return open_db(path)
@@ -167,21 +167,31 @@ def retry_locked(fn, attempts: int = 50):
             time.sleep(0.05 * (i + 1))
 
 
-@contextlib.contextmanager
-def write_lock(db: Index | sqlite_utils.Database):
-    """A ``BEGIN IMMEDIATE`` transaction: commit on success, roll back on error.
+class write_lock:
+    """``with write_lock(db) as conn``: a ``BEGIN IMMEDIATE`` transaction,
+    committed on success and rolled back on error (when SQLite has not
+    already rolled it back itself, as it does on a full disk: the error
+    raised is then the real one).
 
     sqlite-utils' ``db.atomic()`` is a deferred transaction, which fails at
     once with "database is locked" when it reads and then tries to write
     while another process writes; IMMEDIATE takes the write lock up front
-    and waits ``busy_timeout`` for it.
+    and waits ``busy_timeout`` for it. (A class, not contextlib: a check
+    process imports neither.)
     """
-    conn = db.conn
-    retry_locked(lambda: conn.execute("BEGIN IMMEDIATE"))
-    try:
-        yield conn
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    else:
-        conn.execute("COMMIT")
+
+    __slots__ = ("conn",)
+
+    def __init__(self, db: Index | sqlite_utils.Database):
+        self.conn = db.conn
+
+    def __enter__(self) -> sqlite3.Connection:
+        retry_locked(lambda: self.conn.execute("BEGIN IMMEDIATE"))
+        return self.conn
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if exc_type is None:
+            self.conn.execute("COMMIT")
+        elif self.conn.in_transaction:
+            self.conn.execute("ROLLBACK")
+        return False

@@ -48,57 +48,6 @@ SELECT id, kind, session_id, line_count, ingested_offset FROM files
 WHERE id IN (SELECT value FROM json_each(:file_ids)) AND kind IN {views.TRANSCRIPT_KINDS}
 """.strip()
 
-# sessions: one row per session id, summed from its files' running facts.
-# main_file_id is the main transcript `claude --resume <id>` opens, and
-# main_file_rule says why (views.MAIN_FILE_RULE_TEMPLATE: a file named
-# <id>.jsonl on disk with messages, the one in its own cwd's project folder
-# when there are several, else a session-store copy, else what is left);
-# project_dir and cwd are the chosen file's. A session mirrored through the
-# store and ingested from its file counts its local files and records once
-# (the store copies when there are no local ones).
-REFRESH_SESSION_SQL = f"""
-WITH facts AS MATERIALIZED (
-{views.MAIN_FILE_FACTS_TEMPLATE.format(where="f.session_id = :session_id")}
-),
-ruled AS (
-  SELECT *, {views.MAIN_FILE_RULE_TEMPLATE.format(
-      f="facts", loadable="(SELECT count(*) FROM facts WHERE named AND on_disk AND has_messages)")}
-    AS rule
-  FROM facts
-),
-chosen AS MATERIALIZED (
-  SELECT file_id, rule FROM ruled
-  ORDER BY {views.MAIN_FILE_RANK_TEMPLATE.format(rule="rule")}, named DESC, in_cwd_project DESC,
-    mtime DESC, file_id DESC
-  LIMIT 1
-)
-INSERT OR REPLACE INTO sessions (
-  session_id, main_file_id, main_file_rule, project_dir, cwd, main_files, subagent_files,
-  records, first_timestamp, last_timestamp, version, git_branch, deleted_at)
-SELECT :session_id,
-  (SELECT file_id FROM chosen),
-  (SELECT rule FROM chosen),
-  (SELECT project_dir FROM files WHERE session_id = :session_id AND kind IN {views.TRANSCRIPT_KINDS}
-   ORDER BY id IS (SELECT file_id FROM chosen) DESC, kind = 'main' DESC, id LIMIT 1),
-  (SELECT cwd FROM files WHERE session_id = :session_id AND cwd IS NOT NULL AND kind IN {views.TRANSCRIPT_KINDS}
-   ORDER BY id IS (SELECT file_id FROM chosen) DESC, kind = 'main' DESC, id LIMIT 1),
-  sum(kind = 'main' AND f.origin = counted.origin),
-  sum(kind <> 'main' AND f.origin = counted.origin),
-  sum(CASE WHEN f.origin = counted.origin THEN records END),
-  min(first_timestamp), max(last_timestamp),
-  (SELECT version FROM files WHERE session_id = :session_id AND version IS NOT NULL AND kind IN {views.TRANSCRIPT_KINDS}
-   ORDER BY last_timestamp DESC LIMIT 1),
-  (SELECT git_branch FROM files WHERE session_id = :session_id AND git_branch IS NOT NULL AND kind IN {views.TRANSCRIPT_KINDS}
-   ORDER BY last_timestamp DESC LIMIT 1),
-  CASE WHEN sum(kind = 'main') = sum(kind = 'main' AND deleted_at IS NOT NULL)
-       AND sum(kind = 'main') > 0
-       THEN max(deleted_at) END
-FROM files f,
-  -- count the local transcripts, or the store copies when there are none
-  (SELECT min(origin) AS origin FROM files
-   WHERE session_id = :session_id AND kind IN {views.TRANSCRIPT_KINDS}) counted
-WHERE f.session_id = :session_id AND f.kind IN {views.TRANSCRIPT_KINDS}
-""".strip()
 # The sessions a batch of files belongs to, and unmarking the files once
 # derived (finish_files).
 SESSIONS_OF_FILES_SQL = f"""
@@ -108,9 +57,7 @@ WHERE id IN (SELECT value FROM json_each(?)) AND session_id IS NOT NULL
 ORDER BY session_id
 """.strip()
 UNMARK_FILES_SQL = "UPDATE files SET needs_derive = 0 WHERE id IN (SELECT value FROM json_each(?))"
-# A change to the sessions rule refreshes every sessions row (no cache is
-# recomputed for it): derive_pending compares this with index_meta.
-SESSIONS_HASH = hashlib.sha256(REFRESH_SESSION_SQL.encode()).hexdigest()[:16]
+REFRESH_SESSION_SQL, SESSIONS_HASH = views.REFRESH_SESSION_SQL, views.SESSIONS_HASH
 
 
 def forget_file(conn, file_id: int) -> None:
@@ -330,9 +277,7 @@ def mark_all_if_definitions_changed(db) -> bool:
 def refresh_sessions_if_stale(db) -> bool:
     """Refresh every sessions row if they were computed by another rule
     (index_meta.sessions_hash); True if it did."""
-    stored = db.conn.execute(
-        "SELECT value FROM index_meta WHERE key = 'sessions_hash'").fetchone()
-    if stored is not None and stored[0] == SESSIONS_HASH:
+    if views.sessions_current(db.conn):
         return False
     refresh_all_sessions(db)
     return True

@@ -23,7 +23,6 @@ the rule is SQL, views.MAIN_FILE_RULE_TEMPLATE, applied by derive.py), and
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 
 from . import views
 from .db import dict_rows
@@ -53,15 +52,23 @@ AMBIGUOUS = "ambiguous"      # several named copies, none in the cwd's folders
 NONE_NAMED = "none_named"    # no named file with messages on disk
 
 
-@dataclass
 class Choice:
-    """The main transcript a resume opens (``file_id`` None: none) and why."""
-    file_id: int | None
-    rule: str | None
-    path: str | None = None
-    cwd: str | None = None                       # the cwd it was chosen for, if any
-    candidates: list = field(default_factory=list)   # the named copies in play, for ambiguous
-    facts: list = field(default_factory=list)    # every main file's facts, when asked for a cwd
+    """The main transcript a resume opens (``file_id`` None: none) and why:
+    ``cwd`` is the cwd it was chosen for, if any; ``candidates`` the named
+    copies in play, for ambiguous; ``facts`` every main file's facts, when
+    asked for a cwd."""
+
+    __slots__ = ("file_id", "rule", "path", "cwd", "candidates", "facts")
+
+    def __init__(self, file_id: int | None, rule: str | None, path: str | None = None,
+                 cwd: str | None = None, candidates: list | None = None,
+                 facts: list | None = None):
+        self.file_id, self.rule, self.path, self.cwd = file_id, rule, path, cwd
+        self.candidates = [] if candidates is None else candidates
+        self.facts = [] if facts is None else facts
+
+    def __repr__(self) -> str:
+        return f"Choice({self.file_id!r}, {self.rule!r}, {self.path!r}, {self.cwd!r})"
 
     @property
     def opened(self) -> bool:

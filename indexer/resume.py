@@ -57,8 +57,9 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 
+from .views import FALLBACK_MS
+
 CLI_VERSION = "2.1.332"
-FALLBACK_MS = 5000
 MESSAGE_TYPES = ("user", "assistant")
 # Types whose records carry uuid/parentUuid links (the Agent SDK's
 # _TRANSCRIPT_ENTRY_TYPES). Everything else is metadata.

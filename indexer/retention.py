@@ -15,8 +15,6 @@ import functools
 import json
 import os
 import sys
-from dataclasses import dataclass
-from pathlib import Path
 
 DEFAULT_DAYS = 30
 # Where managed (enterprise) settings live; SESSION_INDEX_MANAGED_SETTINGS
@@ -27,36 +25,48 @@ MANAGED_SETTINGS = {
 }.get(sys.platform, "/etc/claude-code/managed-settings.json")
 
 
-@dataclass(frozen=True)
 class Retention:
-    days: int
-    source: str            # the settings file that set it, or 'default'
-    warnings: tuple = ()   # unreadable settings files, bad values
+    """The cleanupPeriodDays in force: ``source`` is the settings file that
+    set it, or 'default'; ``warnings`` name unreadable files and bad values."""
+
+    __slots__ = ("days", "source", "warnings")
+
+    def __init__(self, days: int, source: str, warnings: tuple = ()):
+        self.days, self.source, self.warnings = days, source, warnings
+
+    def __eq__(self, other):
+        return isinstance(other, Retention) and (self.days, self.source, self.warnings) == (
+            other.days, other.source, other.warnings)
+
+    def __repr__(self) -> str:
+        return f"Retention({self.days!r}, {self.source!r}, {self.warnings!r})"
 
     @property
     def deletes_everything(self) -> bool:
         return self.days == 0
 
 
-def default_config_dir() -> Path:
+def default_config_dir() -> str:
     config = os.environ.get("CLAUDE_CONFIG_DIR")
-    return Path(config) if config else Path.home() / ".claude"
+    return config if config else os.path.join(os.path.expanduser("~"), ".claude")
 
 
-def settings_files(config_dir: Path, cwd: str | None) -> list[Path]:
+def settings_files(config_dir, cwd: str | None) -> list[str]:
     """The settings files that can set cleanupPeriodDays, highest precedence first."""
-    files = [Path(os.environ.get("SESSION_INDEX_MANAGED_SETTINGS") or MANAGED_SETTINGS)]
+    files = [os.environ.get("SESSION_INDEX_MANAGED_SETTINGS") or MANAGED_SETTINGS]
     if cwd and os.path.isdir(cwd):
-        project = Path(cwd) / ".claude"
-        files += [project / "settings.local.json", project / "settings.json"]
-    files.append(Path(config_dir) / "settings.json")
+        project = os.path.join(cwd, ".claude")
+        files += [os.path.join(project, "settings.local.json"),
+                  os.path.join(project, "settings.json")]
+    files.append(os.path.join(config_dir, "settings.json"))
     return files
 
 
-def _read_days(path: Path) -> tuple[int | None, str | None]:
+def _read_days(path: str) -> tuple[int | None, str | None]:
     """(cleanupPeriodDays, warning) from one settings file."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        with open(path, encoding="utf-8") as f:
+            data = json.loads(f.read())
     except FileNotFoundError:
         return None, None
     except (OSError, ValueError) as exc:
@@ -69,7 +79,7 @@ def _read_days(path: Path) -> tuple[int | None, str | None]:
     return int(value), None
 
 
-def resolve(config_dir: Path, cwd: str | None, read_days=_read_days) -> Retention:
+def resolve(config_dir, cwd: str | None, read_days=_read_days) -> Retention:
     """The cleanupPeriodDays in force for a session whose cwd is ``cwd``
     (``read_days``: _read_days, or a memo of it over many cwds)."""
     warnings = []
@@ -91,7 +101,7 @@ WHERE f.kind IN ('main', 'subagent')
 SET_RETENTION_SQL = "UPDATE files SET retention_days = ?, retention_source = ? WHERE id = ?"
 
 
-def apply(db, config_dir: Path) -> list[str]:
+def apply(db, config_dir) -> list[str]:
     """Store the retention in force on every transcript file; return warnings
     (settings problems, and loudly, any cleanupPeriodDays of 0)."""
     from .db import write_lock

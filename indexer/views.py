@@ -23,9 +23,17 @@ a CTE there is re-materialized and re-indexed at every step.
 
 from __future__ import annotations
 
-import hashlib
+try:  # CPython's own SHA-256: hashlib would load OpenSSL, 5 ms of a check process
+    from _sha256 import sha256          # Python 3.11
+except ImportError:  # pragma: no cover
+    try:
+        from _sha2 import sha256        # Python 3.12+
+    except ImportError:
+        from hashlib import sha256
 
-from .resume import FALLBACK_MS
+# The CLI's parent fallback (resume.py): a record whose parent is not in the
+# file hangs under the latest message at or before it within this many ms.
+FALLBACK_MS = 5000
 
 # The record types that carry uuid/parentUuid links (the Agent SDK's
 # _TRANSCRIPT_ENTRY_TYPES). Other record types are metadata.
@@ -1269,10 +1277,73 @@ VIEWS = {
 }
 
 # A change to any definition changes this, and every cache is recomputed.
-DEFINITIONS_HASH = hashlib.sha256(
+DEFINITIONS_HASH = sha256(
     "\n".join([CLI_DEFINITION_SQL] + [VIEWS[f"{name}_definition"] for name in CACHED_VIEWS])
     .encode()
 ).hexdigest()[:16]
+
+
+# sessions: one row per session id, summed from its files' running facts.
+# main_file_id is the main transcript `claude --resume <id>` opens, and
+# main_file_rule says why (MAIN_FILE_RULE_TEMPLATE: a file named
+# <id>.jsonl on disk with messages, the one in its own cwd's project folder
+# when there are several, else a session-store copy, else what is left);
+# project_dir and cwd are the chosen file's. A session mirrored through the
+# store and ingested from its file counts its local files and records once
+# (the store copies when there are no local ones).
+REFRESH_SESSION_SQL = f"""
+WITH facts AS MATERIALIZED (
+{MAIN_FILE_FACTS_TEMPLATE.format(where="f.session_id = :session_id")}
+),
+ruled AS (
+  SELECT *, {MAIN_FILE_RULE_TEMPLATE.format(
+      f="facts", loadable="(SELECT count(*) FROM facts WHERE named AND on_disk AND has_messages)")}
+    AS rule
+  FROM facts
+),
+chosen AS MATERIALIZED (
+  SELECT file_id, rule FROM ruled
+  ORDER BY {MAIN_FILE_RANK_TEMPLATE.format(rule="rule")}, named DESC, in_cwd_project DESC,
+    mtime DESC, file_id DESC
+  LIMIT 1
+)
+INSERT OR REPLACE INTO sessions (
+  session_id, main_file_id, main_file_rule, project_dir, cwd, main_files, subagent_files,
+  records, first_timestamp, last_timestamp, version, git_branch, deleted_at)
+SELECT :session_id,
+  (SELECT file_id FROM chosen),
+  (SELECT rule FROM chosen),
+  (SELECT project_dir FROM files WHERE session_id = :session_id AND kind IN {TRANSCRIPT_KINDS}
+   ORDER BY id IS (SELECT file_id FROM chosen) DESC, kind = 'main' DESC, id LIMIT 1),
+  (SELECT cwd FROM files WHERE session_id = :session_id AND cwd IS NOT NULL AND kind IN {TRANSCRIPT_KINDS}
+   ORDER BY id IS (SELECT file_id FROM chosen) DESC, kind = 'main' DESC, id LIMIT 1),
+  sum(kind = 'main' AND f.origin = counted.origin),
+  sum(kind <> 'main' AND f.origin = counted.origin),
+  sum(CASE WHEN f.origin = counted.origin THEN records END),
+  min(first_timestamp), max(last_timestamp),
+  (SELECT version FROM files WHERE session_id = :session_id AND version IS NOT NULL AND kind IN {TRANSCRIPT_KINDS}
+   ORDER BY last_timestamp DESC LIMIT 1),
+  (SELECT git_branch FROM files WHERE session_id = :session_id AND git_branch IS NOT NULL AND kind IN {TRANSCRIPT_KINDS}
+   ORDER BY last_timestamp DESC LIMIT 1),
+  CASE WHEN sum(kind = 'main') = sum(kind = 'main' AND deleted_at IS NOT NULL)
+       AND sum(kind = 'main') > 0
+       THEN max(deleted_at) END
+FROM files f,
+  -- count the local transcripts, or the store copies when there are none
+  (SELECT min(origin) AS origin FROM files
+   WHERE session_id = :session_id AND kind IN {TRANSCRIPT_KINDS}) counted
+WHERE f.session_id = :session_id AND f.kind IN {TRANSCRIPT_KINDS}
+""".strip()
+# A change to the sessions rule refreshes every sessions row (no cache is
+# recomputed for it): derive.refresh_sessions_if_stale compares this with index_meta.
+SESSIONS_HASH = sha256(REFRESH_SESSION_SQL.encode()).hexdigest()[:16]
+SESSIONS_HASH_SQL = "SELECT value FROM index_meta WHERE key = 'sessions_hash'"
+
+
+def sessions_current(conn) -> bool:
+    """Were the sessions rows computed by REFRESH_SESSION_SQL as it is now?"""
+    stored = conn.execute(SESSIONS_HASH_SQL).fetchone()
+    return stored is not None and stored[0] == SESSIONS_HASH
 
 
 def create_views(db) -> None:

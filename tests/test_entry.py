@@ -1,0 +1,139 @@
+"""The console script (indexer/entry.py): a plain ``check`` is answered
+without click, with the same output and exit code as the click command;
+anything else goes to click."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import Transcript
+from indexer import entry
+
+SID = "11111111-2222-3333-4444-555555555555"
+POISONED = "22222222-2222-3333-4444-555555555555"
+SYNTHETIC = {"id": "5f0c1a52-3a49-4a4e-9f0e-2f1c6e3b7d11", "type": "message", "role": "assistant",
+             "model": "<synthetic>", "content": [{"type": "text", "text": "API Error: 529"}]}
+# The same command through the console script's entry and through click alone.
+ENTRY = "from indexer.entry import main; main()"
+CLICK = "from indexer.cli import cli; cli()"
+# What a check process imported beyond the interpreter's own start-up.
+LOADED = """
+import json, sys
+before = set(sys.modules)
+from indexer.entry import main
+try:
+    main()
+except SystemExit as exc:
+    code = exc.code
+print(json.dumps({"exit": code, "loaded": sorted(m for m in %r
+                                               if m in sys.modules and m not in before)}))
+""" % (("click", "dataclasses", "pathlib", "sqlite_utils", "msgspec", "typing"),)
+
+
+@pytest.fixture
+def world(tmp_path):
+    config = tmp_path / "claude"
+    projects = config / "projects" / "-tmp-demo"
+    ok = Transcript(SID)
+    ok.add("a", None, "user")
+    ok.add("b", "a", "assistant")
+    ok.write(projects)
+    bad = Transcript(POISONED)
+    bad.add("a", None, "user")
+    bad.add("b", "a", "assistant")
+    bad.add("c", "b", "user")
+    bad.add("s", "c", "assistant", message=SYNTHETIC, isApiErrorMessage=True)
+    path = bad.write(projects)
+    old = 1_700_000_000  # long expired under the default 30 days: a warning on stderr
+    os.utime(path, (old, old))
+    (config / "settings.json").write_text('{"cleanupPeriodDays": "soon"}')  # another warning
+    env = dict(os.environ, CLAUDE_CONFIG_DIR=str(config),
+               SESSION_INDEX_MANAGED_SETTINGS=str(tmp_path / "managed.json"))
+    db = str(tmp_path / "x.db")
+    subprocess.run([sys.executable, "-c", CLICK, "ingest", str(config / "projects"), "--db", db,
+                    "--silent"], env=env, check=True, capture_output=True)
+    return {"env": env, "db": db, "tmp": tmp_path}
+
+
+def both(world, *args):
+    out = []
+    for code in (ENTRY, CLICK):
+        p = subprocess.run([sys.executable, "-c", code, *args], env=world["env"],
+                           capture_output=True, text=True, timeout=60)
+        out.append((p.returncode, p.stdout, p.stderr))
+    return out
+
+
+def without_timing(stdout):
+    """checked_in_ms differs run to run."""
+    try:
+        data = json.loads(stdout)
+    except ValueError:
+        return stdout
+    data.pop("checked_in_ms")
+    return data
+
+
+@pytest.mark.parametrize("args,exit_code", [
+    (["check", SID], 0),
+    (["check", SID, "--json"], 0),
+    (["check", POISONED], 5),
+    (["check", POISONED, "--json", "--now", "2030-01-01"], 5),
+    (["check", "33333333-0000-0000-0000-000000000000", "--json"], 4),
+    (["check", SID, "--cwd=/tmp/demo", "--json"], 0),
+    (["check", SID, "--cwd", "/tmp"], 4),
+    (["check", SID, "--now", "not a time"], 2),          # click words the usage error
+    (["check", "--json"], 2),                             # no session id
+    (["check", SID, SID], 2),                             # two
+    (["check", SID, "--json", "--json"], 0),              # a repeated option: click's rules
+    (["check", SID, "--frobnicate"], 2),                  # an option it does not know
+    (["check", "--help"], 0),
+])
+def test_the_fast_check_answers_as_the_click_command_does(world, args, exit_code):
+    fast, slow = both(world, *args, "--db", world["db"])
+    assert fast[0] == slow[0] == exit_code, (fast, slow)
+    assert without_timing(fast[1]) == without_timing(slow[1])
+    assert fast[2] == slow[2]
+    if exit_code == 5 and "--json" not in args:
+        assert "warning: expired" in fast[2]  # warnings on stderr, as click prints them
+
+
+def test_errors_are_the_click_commands(world):
+    folder = world["tmp"]
+    for args in (["--db", str(folder)],                      # a directory: a usage error
+                 ["--db", str(folder / "no" / "such.db")],   # cannot be opened: exit 3
+                 ["--db", ""],
+                 ["--db", world["db"], "--config-dir", world["db"]]):  # a file as a dir
+        fast, slow = both(world, "check", SID, *args)
+        assert fast == slow and fast[0] in (2, 3) and "Error:" in fast[2], (args, fast)
+
+
+def test_a_plain_check_loads_no_click_dataclasses_or_pathlib(world):
+    p = subprocess.run([sys.executable, "-c", LOADED, "check", SID, "--db", world["db"]],
+                       env=world["env"], capture_output=True, text=True, timeout=60)
+    assert json.loads(p.stdout.splitlines()[-1]) == {"exit": 0, "loaded": []}, p.stderr
+    # Anything else is click's.
+    p = subprocess.run([sys.executable, "-c", LOADED, "status", "--db", world["db"]],
+                       env=world["env"], capture_output=True, text=True, timeout=60)
+    assert "click" in json.loads(p.stdout.splitlines()[-1])["loaded"]
+
+
+def test_parse_check_leaves_anything_unusual_to_click():
+    assert entry.parse_check([SID, "--db=x.db", "--json"]) == {
+        "session_id": SID, "db_path": "x.db", "as_json": True}
+    assert entry.parse_check([SID, "--now", "2030-01-01", "--cwd", "/"]) == {
+        "session_id": SID, "now": "2030-01-01", "cwd": "/"}
+    for args in ([], [SID, "-h"], [SID, "--db"], [SID, "--json=1"], ["--", SID],
+                 [SID, "--db", "a", "--db", "b"], [SID, "--no-such"]):
+        assert entry.parse_check(args) is None, args
+
+
+def test_python_dash_m_indexer_uses_the_entry(world):
+    p = subprocess.run([sys.executable, "-m", "indexer", "check", POISONED, "--db", world["db"]],
+                       env=world["env"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 5 and p.stdout.startswith("poisoned: ")
