@@ -195,3 +195,64 @@ class write_lock:
         elif self.conn.in_transaction:
             self.conn.execute("ROLLBACK")
         return False
+
+
+# A bulk write checkpoints the WAL from a thread (background_checkpoints).
+CHECKPOINT_EVERY_S = 0.1
+# Past this size the thread's checkpoint also restarts the WAL (waiting for
+# the writer between two transactions), so it cannot grow without bound.
+WAL_HIGH_WATER = 512 << 20
+
+
+class background_checkpoints:
+    """``with background_checkpoints(conn):`` while one connection writes a
+    lot (a cold ingest), the WAL is copied into the database file by a
+    thread on a second connection, on the other core, rather than by the
+    writer at the commit that crosses ``wal_autocheckpoint`` (sqlite3 lets
+    go of the GIL while SQLite works). The writer's autocheckpoint is off
+    meanwhile and set back after. Nothing is lost if the process dies: a
+    checkpoint only copies committed pages (bench/ingest_speed.py)."""
+
+    def __init__(self, conn: sqlite3.Connection):
+        self.conn = conn
+        self.path = next(r[2] for r in conn.execute("PRAGMA database_list") if r[1] == "main")
+        self.stop = None
+        self.thread = None
+        self.autocheckpoint = None
+
+    def __enter__(self):
+        import threading
+
+        if not self.path:  # an in-memory or temporary database has no WAL
+            return self
+        self.autocheckpoint = self.conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0]
+        self.conn.execute("PRAGMA wal_autocheckpoint = 0")
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="wal-checkpoint", daemon=True)
+        self.thread.start()
+        return self
+
+    def _run(self):
+        try:
+            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
+                                   timeout=BUSY_TIMEOUT_MS / 1000)
+        except sqlite3.Error:
+            return
+        try:
+            while not self.stop.wait(CHECKPOINT_EVERY_S):
+                try:
+                    big = os.path.getsize(self.path + "-wal") > WAL_HIGH_WATER
+                except OSError:
+                    big = False
+                conn.execute(f"PRAGMA wal_checkpoint({'RESTART' if big else 'PASSIVE'})")
+        except sqlite3.Error:
+            pass  # the writer's own checkpoints take over once it is set back
+        finally:
+            conn.close()
+
+    def __exit__(self, *exc) -> bool:
+        if self.thread is not None:
+            self.stop.set()
+            self.thread.join()
+            self.conn.execute(f"PRAGMA wal_autocheckpoint = {int(self.autocheckpoint)}")
+        return False

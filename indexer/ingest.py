@@ -25,6 +25,7 @@ What a run does with each file, from a stat:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import os
@@ -35,7 +36,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import derive, derive_worker, discover, generations, retention
-from .db import retry_locked, write_lock
+from .db import background_checkpoints, retry_locked, write_lock
 from .generations import stored_bytes
 from .rows import LARGE_LINE_BYTES, RECORD_FIELDS, BadLine, NeedsText
 
@@ -302,38 +303,41 @@ def ingest(
         plan(sum(max(st.st_size - (row["ingested_offset"] if row else 0), 0)
                  for _, row, st in work))
     writer = _Writer(conn, progress)
-    if sum(st.st_size for _, row, st in work if row is None) >= derive_worker.MIN_BYTES:
+    bulk = sum(st.st_size for _, row, st in work if row is None) >= derive_worker.MIN_BYTES
+    if bulk:
         writer.background = derive_worker.start(db)   # new files' caches on the other core
-    try:
-        for cand, row, st in work:
-            try:
-                if _ingest_file(writer, cand, row, st, summary):
-                    summary.changed_files += 1
-            except OSError as exc:
-                summary.errors.append(f"{cand.path}: {exc.strerror or exc}")
-            except Overtaken:
-                pass  # the other process stores what is left of it
-            finally:
-                writer.guard = None
-        writer.commit()
-    except BaseException:
-        writer.rollback()
-        if writer.background is not None:
-            writer.background.close()
-        raise
+    checkpoints = background_checkpoints(conn) if bulk else contextlib.nullcontext()
+    with checkpoints:   # the WAL copied into the index on the other core meanwhile
+        try:
+            for cand, row, st in work:
+                try:
+                    if _ingest_file(writer, cand, row, st, summary):
+                        summary.changed_files += 1
+                except OSError as exc:
+                    summary.errors.append(f"{cand.path}: {exc.strerror or exc}")
+                except Overtaken:
+                    pass  # the other process stores what is left of it
+                finally:
+                    writer.guard = None
+            writer.commit()
+        except BaseException:
+            writer.rollback()
+            if writer.background is not None:
+                writer.background.close()
+            raise
 
-    seen = set(candidates)
-    gone = list(missing_files)
-    for root in scanned_roots:
-        prefix = root.rstrip(os.sep) + os.sep
-        gone += [p for p in tracked if p.startswith(prefix) and p not in seen]
-    try:
-        summary.deleted_files = _mark_deleted(db, gone)
-        if writer.background is not None:
-            derive_worker.apply(db, writer.background)
-    finally:
-        if writer.background is not None:
-            writer.background.close()   # never left running, whatever happened
+        seen = set(candidates)
+        gone = list(missing_files)
+        for root in scanned_roots:
+            prefix = root.rstrip(os.sep) + os.sep
+            gone += [p for p in tracked if p.startswith(prefix) and p not in seen]
+        try:
+            summary.deleted_files = _mark_deleted(db, gone)
+            if writer.background is not None:
+                derive_worker.apply(db, writer.background)
+        finally:
+            if writer.background is not None:
+                writer.background.close()   # never left running, whatever happened
     derive.derive_pending(db)
     summary.warnings = retention.apply(
         db, Path(config_dir) if config_dir else retention.default_config_dir())

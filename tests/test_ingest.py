@@ -669,3 +669,28 @@ def test_a_worker_that_fails_leaves_the_caches_to_derive_pending(index, monkeypa
     assert index.value("SELECT count(*) FROM leaf_ancestry WHERE rule = 'resume'") == 30
     index.assert_caches_match_definitions()
     assert set(temp.glob("session-index-derive-*")) == before   # its folder went too
+
+
+def test_a_bulk_write_checkpoints_the_wal_from_a_thread(tmp_path, monkeypatch):
+    from indexer import db as dbmod
+
+    conn = dbmod.connect(tmp_path / "x.db")
+    conn.execute("CREATE TABLE t (v BLOB)")
+    before = conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0]
+    monkeypatch.setattr(dbmod, "WAL_HIGH_WATER", 4 << 20)
+    wal = tmp_path / "x.db-wal"
+    sizes = []
+    with dbmod.background_checkpoints(conn):
+        assert conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0
+        for _ in range(40):   # 40 transactions of 1 MB: 40 MB of WAL if nothing copied it
+            with dbmod.write_lock(dbmod.Index(conn)):
+                conn.executemany("INSERT INTO t VALUES (?)", [(os.urandom(1 << 16),)] * 16)
+            sizes.append(wal.stat().st_size)
+            time.sleep(0.03)
+        time.sleep(3 * dbmod.CHECKPOINT_EVERY_S)
+        busy, frames, copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+    assert frames == copied   # the thread had copied every committed page
+    assert max(sizes) < 16 << 20   # and restarted the WAL past the high-water mark
+    assert conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == before
+    assert conn.execute("SELECT count(*) FROM t").fetchone()[0] == 640
+    assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
