@@ -10,8 +10,7 @@ each a fresh subprocess timed by wall clock:
   an agent server would ask it; CLAUDE_CONFIG_DIR is an empty temp dir, so no
   settings file or projects/ folder of this machine takes part). The command is the
   one beside this interpreter, or with --install VENV the one of a venv the README's
-  set-up command makes (``python3 -m venv VENV && VENV/bin/pip install .``, run
-  when VENV has no session-index yet): a wheel install, as users have it. An editable
+  set-up command makes (ingest_speed.install: a wheel install, as users have it). An editable
   install (``pip install -e``) adds its import finder, about 25 ms, to every start;
 - ``python -c pass``: the interpreter alone, the floor under any command;
 - with --compare SRC (a folder holding another version's ``indexer`` package, e.g.
@@ -28,7 +27,7 @@ one check run. Target: check median < 100 ms. Targets never set the exit status.
 import argparse, compileall, os, statistics, subprocess, sys, tempfile, time
 from pathlib import Path
 
-from ingest_speed import SESSION_INDEX, setup_workdir
+from ingest_speed import SESSION_INDEX, install, setup_workdir
 from query_speed import build
 
 TARGET_S = 0.100
@@ -56,17 +55,6 @@ def _timed(cmd, env):
 
 def p90(values):
     return statistics.quantiles(values, n=10)[-1] if len(values) > 1 else values[0]
-
-
-def install(venv) -> str:
-    """The session-index of a venv made by the README's set-up command."""
-    command = Path(venv) / "bin" / "session-index"
-    if not command.exists():
-        checkout = Path(__file__).resolve().parent.parent
-        subprocess.run(["python3", "-m", "venv", str(venv)], check=True)
-        subprocess.run([str(Path(venv) / "bin" / "pip"), "install", "-q", str(checkout)],
-                       check=True)
-    return str(command)
 
 
 def measure(db, session_id, runs=30, compare=None, command=SESSION_INDEX):

@@ -137,11 +137,10 @@ def ingest(sources, db_path, config_dir, silent, as_json, watch):
         session-index ingest ~/.claude/projects --db sessions.db --json
         session-index ingest --watch --db sessions.db
     """
-    if not sources:
-        default = (Path(config_dir) / "projects") if config_dir else discover.default_projects_dir()
-        if not default.is_dir():
-            raise Failure(f"{default} does not exist: name the transcript folders to index")
-        sources = (str(default),)
+    try:
+        sources = discover.default_sources(sources, config_dir)
+    except discover.NoProjectsFolder as exc:
+        raise Failure(str(exc)) from None
     if watch:
         if as_json:
             raise click.UsageError("--json does not apply to --watch (it logs on stderr)")
@@ -174,19 +173,9 @@ def ingest(sources, db_path, config_dir, silent, as_json, watch):
     finally:
         if bar is not None:
             bar.__exit__(None, None, None)
-    for error in summary.errors:
-        click.echo(f"warning: {error}", err=True)
-    for warning in summary.warnings:
-        click.secho(f"WARNING: {warning}", err=True, fg="red", bold=True)
-    if as_json:
-        click.echo(json.dumps(summary.as_dict(), indent=2))
-    else:
-        d = summary
-        click.echo(
-            f"{d.files} files ({d.changed_files} changed, {d.deleted_files} newly deleted, "
-            f"{d.rewritten_files} rewritten, {d.skipped_files} not transcripts): "
-            f"{d.new_records} new records, {d.bad_lines} bad lines, "
-            f"{d.bytes_read:,} bytes read in {d.seconds:.2f}s")
+    ingestmod.report(summary, as_json, sys.stdout, sys.stderr,
+                     style=lambda text: click.style(text, fg="red", bold=True)
+                     if sys.stderr.isatty() else text)
 
 
 @cli.command()

@@ -213,9 +213,10 @@ class background_checkpoints:
     meanwhile and set back after. Nothing is lost if the process dies: a
     checkpoint only copies committed pages (bench/ingest_speed.py)."""
 
-    def __init__(self, conn: sqlite3.Connection):
+    def __init__(self, conn: sqlite3.Connection, enabled: bool = True):
         self.conn = conn
-        self.path = next(r[2] for r in conn.execute("PRAGMA database_list") if r[1] == "main")
+        self.path = next(r[2] for r in conn.execute("PRAGMA database_list")
+                         if r[1] == "main") if enabled else None
         self.stop = None
         self.thread = None
         self.autocheckpoint = None
@@ -223,7 +224,7 @@ class background_checkpoints:
     def __enter__(self):
         import threading
 
-        if not self.path:  # an in-memory or temporary database has no WAL
+        if not self.path:  # not enabled, or an in-memory or temporary database
             return self
         self.autocheckpoint = self.conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0]
         self.conn.execute("PRAGMA wal_autocheckpoint = 0")

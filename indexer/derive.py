@@ -14,7 +14,6 @@ crash between the two leaves the file marked and the next run finishes it.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections import Counter
 
@@ -25,11 +24,7 @@ from .resume import CHAIN_TYPES
 
 DERIVE_BATCH = 200
 CACHES = tuple(chain.CACHE_TABLES.values())
-# A change to how this module (or derive_append.py) computes the caches:
-# bump it and every cache is recomputed, as for a change to a definition.
-DERIVE_VERSION = 2
-CACHES_HASH = hashlib.sha256(
-    f"{views.DEFINITIONS_HASH}:{DERIVE_VERSION}".encode()).hexdigest()[:16]
+DERIVE_VERSION, CACHES_HASH = views.DERIVE_VERSION, views.CACHES_HASH
 # How each file was derived since the process started ("appended": extended
 # by derive_append, "recomputed": from all its records); bench and tests read it.
 STATS: Counter = Counter()
@@ -262,9 +257,7 @@ def mark_all_if_definitions_changed(db) -> bool:
     """Mark every file for recomputing when the caches were built by other
     definitions (or another DERIVE_VERSION); True if it did."""
     conn = db.conn
-    stored = conn.execute(
-        "SELECT value FROM index_meta WHERE key = 'definitions_hash'").fetchone()
-    if stored is not None and stored[0] == CACHES_HASH:
+    if views.caches_current(conn):
         return False
     with write_lock(db):
         conn.execute("UPDATE files SET needs_derive = 1")

@@ -18,8 +18,10 @@ from __future__ import annotations
 import json
 import sqlite3
 
-from . import chain, derive
 from .db import write_lock
+
+# chain and derive are imported where they are used: ingest imports this
+# module on every run, and a run with nothing new needs neither.
 
 # Bytes an ingest must plan to read from files it has not stored before
 # (or re-reads whole) for the worker to be worth its start-up (~0.3 s).
@@ -40,6 +42,8 @@ WHERE id IN (SELECT value FROM json_each(?))
 
 def compute(db_path: str, paths: list[str]) -> dict:
     """In the worker: {file_id: (position, rows by cache)} for these files."""
+    from . import chain, derive
+
     conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, isolation_level=None,
                            timeout=30)
     try:
@@ -126,6 +130,8 @@ def start(db) -> Background | None:
 def apply(db, background: Background) -> int:
     """Write the worker's rows for the files still as it read them; the
     rest stays marked needs_derive. Returns the files written."""
+    from . import chain, derive
+
     background.committed(final=True)
     derive.mark_all_if_definitions_changed(db)
     written = 0

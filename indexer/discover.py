@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import dataclass
-from pathlib import Path
+from collections import namedtuple
 
 UUID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", re.I)
 # Folders under a project that hold no transcripts: large tool outputs and
@@ -15,20 +14,29 @@ SKIP_DIRS = {"tool-results", "workflows"}
 SNIFF_BYTES = 64 * 1024
 
 
-@dataclass(frozen=True)
-class Candidate:
-    path: str          # absolute
-    kind: str          # main | subagent | execution_log
-    session_id: str | None   # from the path; None when only the content can say
-    agent_id: str | None
-    project_dir: str | None
-    named: bool        # its name alone says it is a transcript
+# A file under a SOURCE, as its path describes it: ``path`` absolute;
+# ``kind`` main | subagent | execution_log; ``session_id`` from the path,
+# None when only the content can say; ``named``: its name alone says it is a
+# transcript. (A namedtuple: ingest describes files on every run, and a
+# dataclass costs start-up time.)
+Candidate = namedtuple("Candidate", "path kind session_id agent_id project_dir named")
 
 
-def default_projects_dir() -> Path:
-    config = os.environ.get("CLAUDE_CONFIG_DIR")
-    base = Path(config) if config else Path.home() / ".claude"
-    return base / "projects"
+class NoProjectsFolder(Exception):
+    """No SOURCES given, and the default projects folder does not exist."""
+
+
+def default_sources(sources, config_dir=None) -> list[str]:
+    """The SOURCES given, else the projects folder of the config dir
+    ($CLAUDE_CONFIG_DIR, else ~/.claude): what ingest reads by default."""
+    if sources:
+        return [os.fspath(s) for s in sources]
+    from .retention import default_config_dir
+
+    default = os.path.join(config_dir or default_config_dir(), "projects")
+    if not os.path.isdir(default):
+        raise NoProjectsFolder(f"{default} does not exist: name the transcript folders to index")
+    return [default]
 
 
 def describe(path: str) -> Candidate:

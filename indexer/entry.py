@@ -1,12 +1,19 @@
 """The ``session-index`` console script.
 
-``session-index check SESSION_ID [--db F] [--config-dir D] [--now T] [--cwd D]
-[--json]`` is what an agent server runs before every resume, so it is
-answered here without loading click (about 50 ms of a fresh process's
-start-up; bench/startup_speed.py). Any other command, ``--help``, an option
-this parser does not know, or an argument that needs an error message goes
-to the click CLI (indexer/cli.py), which owns every option's help and
-errors: the answer and the output are the same either way (check.report).
+Two commands run so often that start-up is most of their cost: ``check``
+(an agent server runs it before every resume) and a no-op ``ingest`` (cron,
+every minute). Their plain forms are answered here without loading click,
+about 50 ms of a fresh process (bench/startup_speed.py,
+bench/ingest_speed.py):
+
+    session-index check SESSION_ID [--db F] [--config-dir D] [--now T] [--cwd D] [--json]
+    session-index ingest [SOURCES...] [--db F] [--config-dir D] [--silent] [--json]
+        (when stderr is not a terminal: no progress bar to draw)
+
+Any other command, ``--help``, an option this parser does not know, or an
+argument that needs an error message goes to the click CLI (indexer/cli.py),
+which owns every option's help and errors: the answer and the output are the
+same either way (check.report, ingest.report).
 """
 
 from __future__ import annotations
@@ -14,33 +21,33 @@ from __future__ import annotations
 import os
 import sys
 
-# check's options as cli.py declares them: flag -> (keyword, what its value
-# is). "file": a path click refuses when it is a directory; "dir": one it
-# refuses when it is a file; "text": any value; None: a flag.
-CHECK_OPTIONS = {
-    "--db": ("db_path", "file"), "--config-dir": ("config_dir", "dir"),
-    "--now": ("now", "text"), "--cwd": ("cwd", "dir"), "--json": ("as_json", None),
-}
+# Options as cli.py declares them: flag -> (keyword, what its value is).
+# "file": a path click refuses when it is a directory; "dir": one it refuses
+# when it is a file; "text": any value; None: a flag.
+DB = {"--db": ("db_path", "file"), "--config-dir": ("config_dir", "dir")}
+CHECK_OPTIONS = {**DB, "--now": ("now", "text"), "--cwd": ("cwd", "dir"),
+                 "--json": ("as_json", None)}
+INGEST_OPTIONS = {**DB, "--silent": ("silent", None), "--json": ("as_json", None)}
 REFUSED = {"file": os.path.isdir, "dir": os.path.isfile, "text": lambda value: False}
 
 
-def parse_check(args: list[str]) -> dict | None:
-    """``check``'s arguments as keyword arguments, or None when the click
-    CLI should parse them (help, an unknown or repeated option, no or two
-    session ids, a missing value)."""
+def parse(args: list[str], options: dict) -> tuple[list[str], dict] | None:
+    """(the positional arguments, the options as keyword arguments), or
+    None when the click CLI should parse them (help, an unknown or repeated
+    option, a missing or empty value, a value click would refuse)."""
     found: dict = {}
-    session_ids = []
+    positional = []
     i = 0
     while i < len(args):
         arg = args[i]
         if not arg.startswith("-") or arg == "-":
-            session_ids.append(arg)
+            positional.append(arg)
             i += 1
             continue
         flag, eq, value = arg.partition("=")
-        if flag not in CHECK_OPTIONS:
+        if flag not in options:
             return None
-        name, kind = CHECK_OPTIONS[flag]
+        name, kind = options[flag]
         if name in found:
             return None  # click's rule for a repeated option: leave it to click
         if kind is None:
@@ -58,9 +65,25 @@ def parse_check(args: list[str]) -> dict | None:
             return None  # click's error message
         found[name] = value
         i += 1
-    if len(session_ids) != 1:
+    return positional, found
+
+
+def parse_check(args: list[str]) -> dict | None:
+    """``check``'s keyword arguments, or None (see ``parse``; also: no or
+    two session ids)."""
+    parsed = parse(args, CHECK_OPTIONS)
+    if parsed is None or len(parsed[0]) != 1:
         return None
-    return {"session_id": session_ids[0], **found}
+    return {"session_id": parsed[0][0], **parsed[1]}
+
+
+def _open(options: dict):
+    from . import db
+
+    try:
+        return db.open_index(options.get("db_path") or db.default_db_path())
+    except db.IndexError_:
+        return None  # click words the error (exit 3)
 
 
 def fast_check(args: list[str]) -> int | None:
@@ -68,22 +91,51 @@ def fast_check(args: list[str]) -> int | None:
     options = parse_check(args)
     if options is None:
         return None
-    from . import check, db, signals
+    from . import check, signals
 
     try:
         now = signals.iso_now(options.get("now"))
-        index = db.open_index(options.get("db_path") or db.default_db_path())
-    except (signals.BadTime, db.IndexError_):
-        return None  # click words the error (a usage error, or exit 3)
+    except signals.BadTime:
+        return None  # click words the usage error
+    index = _open(options)
+    if index is None:
+        return None
     verdict = check.check(index, options["session_id"], now=now,
                           config_dir=options.get("config_dir"), cwd=options.get("cwd"))
     return check.report(verdict, options.get("as_json", False), sys.stdout, sys.stderr)
 
 
+def fast_ingest(args: list[str]) -> int | None:
+    """Run a plain ``ingest`` whose stderr is no terminal (no progress bar
+    to draw, no colour); its exit code, or None to leave it to click."""
+    parsed = parse(args, INGEST_OPTIONS)
+    if parsed is None or sys.stderr.isatty():
+        return None
+    sources, options = parsed
+    from . import discover, ingest
+
+    try:
+        sources = discover.default_sources(sources, options.get("config_dir"))
+    except discover.NoProjectsFolder:
+        return None
+    index = _open(options)
+    if index is None:
+        return None
+    try:
+        summary = ingest.ingest(index, sources, config_dir=options.get("config_dir"))
+    except ingest.SourceNotFound:
+        return None  # raised before anything is written: click says it
+    ingest.report(summary, options.get("as_json", False), sys.stdout, sys.stderr)
+    return 0
+
+
+FAST = {"check": fast_check, "ingest": fast_ingest}
+
+
 def main() -> None:
     args = sys.argv[1:]
-    if args[:1] == ["check"]:
-        code = fast_check(args[1:])
+    if args and args[0] in FAST:
+        code = FAST[args[0]](args[1:])
         if code is not None:
             sys.stdout.flush()
             sys.exit(code)

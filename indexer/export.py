@@ -5,12 +5,12 @@ file as its current generation or, asked for one, as generation N
 
 from __future__ import annotations
 
-import hashlib
 import os
 import time
 from dataclasses import dataclass
 from pathlib import Path, PurePath
 
+from .digests import sha256
 from . import generations as gens
 
 # A session's transcript files (the one `claude --resume` opens first, then the
@@ -46,7 +46,7 @@ class Exported:
 
     @property
     def sha256(self) -> str:
-        return hashlib.sha256(self.data).hexdigest()
+        return sha256(self.data).hexdigest()
 
 
 def relative_path(path: str, project_dir: str | None) -> str:

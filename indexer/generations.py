@@ -12,8 +12,12 @@ the pending tail).
 
 from __future__ import annotations
 
-import hashlib
-from typing import Iterable
+
+from .digests import sha256
+
+TYPE_CHECKING = False  # typing costs start-up time
+if TYPE_CHECKING:
+    from typing import Iterable
 
 # The current generation's lines in file order, as bytes.
 STORED_LINES_SQL = """
@@ -115,7 +119,7 @@ def supersede(conn, file_id: int, reason: str, now: str) -> None:
     """Keep the file's current generation as superseded (inside the caller's
     transaction, before its lines are deleted): its row, its sha256 and its
     lines. ``reason``: shrunk or changed."""
-    digest, size = hashlib.sha256(), 0
+    digest, size = sha256(), 0
     for piece in stored_bytes(conn, file_id, with_pending=True):
         digest.update(piece)
         size += len(piece)

@@ -25,18 +25,18 @@ What a run does with each file, from a stat:
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-import hashlib
+import json
 import os
 import time
-from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
-from pathlib import Path
-from typing import Callable
 
-from . import derive, derive_worker, discover, generations, retention
+TYPE_CHECKING = False  # typing costs start-up time
+if TYPE_CHECKING:
+    from typing import Callable
+
+from . import derive_worker, discover, generations, retention, views
 from .db import background_checkpoints, retry_locked, write_lock
+from .digests import blake2b
 from .generations import stored_bytes
 from .rows import LARGE_LINE_BYTES, RECORD_FIELDS, BadLine, NeedsText
 
@@ -52,27 +52,34 @@ _SESSION, _TIMESTAMP = RECORD_FIELDS.index("session_id"), RECORD_FIELDS.index("t
 _CWD, _VERSION, _BRANCH = (RECORD_FIELDS.index(k) for k in ("cwd", "version", "git_branch"))
 
 
+TRACKED_COLUMNS = ("path", "inode", "dev", "size", "mtime_ns", "deleted_at", "ingested_offset")
+TRACKED_FILES_SQL = f"SELECT {', '.join(TRACKED_COLUMNS)} FROM files"
+
+
 class SourceNotFound(Exception):
     """A SOURCE given to ingest does not exist and was never indexed."""
 
 
-@dataclass
 class Summary:
-    files: int = 0            # transcript and execution-log files looked at
-    changed_files: int = 0    # files whose bytes were read
-    skipped_files: int = 0    # .jsonl files that are not transcripts
-    deleted_files: int = 0    # files newly found gone
-    rewritten_files: int = 0  # files re-read from the start
-    new_lines: int = 0
-    new_records: int = 0
-    bad_lines: int = 0
-    bytes_read: int = 0
-    seconds: float = 0.0
-    errors: list = field(default_factory=list)     # files that could not be read
-    warnings: list = field(default_factory=list)   # retention settings to look at
+    """What one run did (``session-index ingest --json`` prints it):
+    files: transcript and execution-log files looked at; changed_files: those
+    whose bytes were read; skipped_files: .jsonl files that are not
+    transcripts; deleted_files: newly found gone; rewritten_files: re-read
+    from the start; errors: files that could not be read; warnings:
+    retention settings to look at."""
+
+    COUNTS = ("files", "changed_files", "skipped_files", "deleted_files", "rewritten_files",
+              "new_lines", "new_records", "bad_lines", "bytes_read")
+    __slots__ = COUNTS + ("seconds", "errors", "warnings")
+
+    def __init__(self):
+        for name in self.COUNTS:
+            setattr(self, name, 0)
+        self.seconds = 0.0
+        self.errors, self.warnings = [], []
 
     def as_dict(self) -> dict:
-        d = asdict(self)
+        d = {name: getattr(self, name) for name in self.__slots__}
         d["seconds"] = round(self.seconds, 3)
         return d
 
@@ -87,7 +94,7 @@ def _iso(ts: float) -> str:
 
 
 def _digest(data: bytes) -> str:
-    return hashlib.blake2b(data, digest_size=16).hexdigest()
+    return blake2b(data, digest_size=16).hexdigest()
 
 
 _INSERT_RECORD_SQL = (
@@ -253,37 +260,42 @@ def ingest(
     started = time.monotonic()
     summary = Summary()
     conn = db.conn
-    cur = conn.execute("SELECT * FROM files")
-    cols = [d[0] for d in cur.description]
-    tracked = {row[1]: dict(zip(cols, row)) for row in cur}
+    # What a run needs of each tracked file to see that it is unchanged
+    # (_unchanged); _ingest_file reads the whole row again under the lock.
+    tracked = {row[0]: dict(zip(TRACKED_COLUMNS, row))
+               for row in conn.execute(TRACKED_FILES_SQL)}
 
-    candidates: dict[str, discover.Candidate] = {}
+    found: list[str] = []   # paths under the sources, described only if they need work
     scanned_roots: list[str] = []
     missing_files: list[str] = []
     for source in sources:
         path = os.path.abspath(source)
         if os.path.isdir(path):
             scanned_roots.append(path)
-            for p in discover.walk(path):
-                candidates[p] = discover.describe(p)
+            found.extend(discover.walk(path))
         elif os.path.isfile(path):
-            candidates[path] = discover.describe(path)
+            found.append(path)
         elif path in tracked:
             missing_files.append(path)
         elif any(t.startswith(path + os.sep) for t in tracked):
             scanned_roots.append(path)
         else:
             raise SourceNotFound(f"{source}: no such file or folder")
+    found = list(dict.fromkeys(found))   # a file under two sources once
 
     work = []
     # Rows read here only decide what to look at: _ingest_file reads each
     # again under the write lock before it writes.
-    for path, cand in candidates.items():
+    for path in found:
         try:
             st = os.stat(path)
         except OSError:
             continue
         row = tracked.get(path)
+        if row is not None and _unchanged(row, st):
+            summary.files += 1
+            continue
+        cand = discover.describe(path)
         if row is None:
             verdict = discover.sniff(path)
             if verdict is None and not cand.named:
@@ -292,10 +304,7 @@ def ingest(
                 summary.skipped_files += 1
                 continue
             if verdict == discover.EXECUTION_LOG:
-                cand = dataclasses.replace(cand, kind=discover.EXECUTION_LOG, session_id=None)
-        elif _unchanged(row, st):
-            summary.files += 1
-            continue
+                cand = cand._replace(kind=discover.EXECUTION_LOG, session_id=None)
         summary.files += 1
         work.append((cand, row, st))
 
@@ -306,8 +315,7 @@ def ingest(
     bulk = sum(st.st_size for _, row, st in work if row is None) >= derive_worker.MIN_BYTES
     if bulk:
         writer.background = derive_worker.start(db)   # new files' caches on the other core
-    checkpoints = background_checkpoints(conn) if bulk else contextlib.nullcontext()
-    with checkpoints:   # the WAL copied into the index on the other core meanwhile
+    with background_checkpoints(conn, enabled=bulk):   # the WAL copied into the index on the other core meanwhile
         try:
             for cand, row, st in work:
                 try:
@@ -326,7 +334,7 @@ def ingest(
                 writer.background.close()
             raise
 
-        seen = set(candidates)
+        seen = set(found)
         gone = list(missing_files)
         for root in scanned_roots:
             prefix = root.rstrip(os.sep) + os.sep
@@ -338,13 +346,34 @@ def ingest(
         finally:
             if writer.background is not None:
                 writer.background.close()   # never left running, whatever happened
-    derive.derive_pending(db)
+    if not views.nothing_to_derive(conn):
+        from . import derive
+
+        derive.derive_pending(db)
     summary.warnings = retention.apply(
-        db, Path(config_dir) if config_dir else retention.default_config_dir())
+        db, config_dir or retention.default_config_dir())
     with write_lock(db) as c:
         c.execute("INSERT OR REPLACE INTO index_meta VALUES ('last_ingest_at', ?)", [utcnow()])
     summary.seconds = time.monotonic() - started
     return summary
+
+
+def report(summary: Summary, as_json: bool, out, err, style=lambda text: text) -> None:
+    """Print a run's summary as ``session-index ingest`` does (``style``
+    marks the loud warnings, on a terminal)."""
+    for error in summary.errors:
+        err.write(f"warning: {error}\n")
+    for warning in summary.warnings:
+        err.write(style(f"WARNING: {warning}") + "\n")
+    if as_json:
+        out.write(json.dumps(summary.as_dict(), indent=2) + "\n")
+        return
+    d = summary
+    out.write(
+        f"{d.files} files ({d.changed_files} changed, {d.deleted_files} newly deleted, "
+        f"{d.rewritten_files} rewritten, {d.skipped_files} not transcripts): "
+        f"{d.new_records} new records, {d.bad_lines} bad lines, "
+        f"{d.bytes_read:,} bytes read in {d.seconds:.2f}s\n")
 
 
 def _unchanged(row: dict, st) -> bool:
@@ -361,11 +390,11 @@ def _prefix_matches(conn, row: dict, f, whole: bool) -> bool:
     if offset == 0:
         return True
     if whole:
-        h = hashlib.blake2b(digest_size=16)
+        h = blake2b(digest_size=16)
         for line in stored_bytes(conn, row["id"]):
             h.update(line)
         f.seek(0)
-        g = hashlib.blake2b(digest_size=16)
+        g = blake2b(digest_size=16)
         remaining = offset
         while remaining:
             chunk = f.read(min(READ_CHUNK, remaining))
@@ -411,6 +440,8 @@ def _ingest_file(writer: _Writer, cand, row: dict | None, st, summary: Summary) 
             summary.rewritten_files += 1
             now = utcnow()
             generations.supersede(conn, row["id"], rewrite, now)
+            from . import derive
+
             derive.forget_file(conn, row["id"])
             for sql in FORGET_LINES_SQL:
                 conn.execute(sql, {"id": row["id"], "now": now})

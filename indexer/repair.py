@@ -11,7 +11,6 @@ file that changed under it, or a repair that does not verify, is rolled back.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -19,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .digests import sha256
 from . import conversation
 from .db import dict_rows, write_lock
 from .ingest import ingest, stored_bytes, utcnow
@@ -238,4 +238,4 @@ def _record(db, p: Plan, result: Result, status, message, original, data):
             "status": status, "reparented": len(p.reparent), "dropped": len(p.drop),
             "chain_before": p.chain_before, "chain_after": result.chain_after,
             "recovered": len(result.recovered), "message": message, "original": original,
-            "repaired_sha256": hashlib.sha256(data).hexdigest()})
+            "repaired_sha256": sha256(data).hexdigest()})

@@ -23,13 +23,7 @@ a CTE there is re-materialized and re-indexed at every step.
 
 from __future__ import annotations
 
-try:  # CPython's own SHA-256: hashlib would load OpenSSL, 5 ms of a check process
-    from _sha256 import sha256          # Python 3.11
-except ImportError:  # pragma: no cover
-    try:
-        from _sha2 import sha256        # Python 3.12+
-    except ImportError:
-        from hashlib import sha256
+from .digests import sha256
 
 # The CLI's parent fallback (resume.py): a record whose parent is not in the
 # file hangs under the latest message at or before it within this many ms.
@@ -1338,12 +1332,34 @@ WHERE f.session_id = :session_id AND f.kind IN {TRANSCRIPT_KINDS}
 # recomputed for it): derive.refresh_sessions_if_stale compares this with index_meta.
 SESSIONS_HASH = sha256(REFRESH_SESSION_SQL.encode()).hexdigest()[:16]
 SESSIONS_HASH_SQL = "SELECT value FROM index_meta WHERE key = 'sessions_hash'"
+# A change to how derive.py (or derive_append.py) computes the caches: bump
+# it and every cache is recomputed, as for a change to a definition.
+DERIVE_VERSION = 2
+# What built the caches: derive.mark_all_if_definitions_changed compares it
+# with index_meta.definitions_hash.
+CACHES_HASH = sha256(f"{DEFINITIONS_HASH}:{DERIVE_VERSION}".encode()).hexdigest()[:16]
+CACHES_HASH_SQL = "SELECT value FROM index_meta WHERE key = 'definitions_hash'"
+# Files whose caches wait to be computed.
+PENDING_DERIVE_SQL = "SELECT 1 FROM files WHERE needs_derive LIMIT 1"
 
 
 def sessions_current(conn) -> bool:
     """Were the sessions rows computed by REFRESH_SESSION_SQL as it is now?"""
     stored = conn.execute(SESSIONS_HASH_SQL).fetchone()
     return stored is not None and stored[0] == SESSIONS_HASH
+
+
+def caches_current(conn) -> bool:
+    """Were the caches built by these definitions and this DERIVE_VERSION?"""
+    stored = conn.execute(CACHES_HASH_SQL).fetchone()
+    return stored is not None and stored[0] == CACHES_HASH
+
+
+def nothing_to_derive(conn) -> bool:
+    """Would derive.derive_pending do nothing? (A run with nothing new then
+    need not import derive.py.)"""
+    return (caches_current(conn) and sessions_current(conn)
+            and conn.execute(PENDING_DERIVE_SQL).fetchone() is None)
 
 
 def create_views(db) -> None:

@@ -87,12 +87,10 @@ class Stopped(Exception):
 
 def default_sources(sources, config_dir=None) -> list[str]:
     """The SOURCES given, else the projects folder ingest defaults to."""
-    if sources:
-        return [str(s) for s in sources]
-    default = (Path(config_dir) / "projects") if config_dir else discover.default_projects_dir()
-    if not default.is_dir():
-        raise WatchError(f"{default} does not exist: name the transcript folders to index")
-    return [str(default)]
+    try:
+        return discover.default_sources(sources, config_dir)
+    except discover.NoProjectsFolder as exc:
+        raise WatchError(str(exc)) from None
 
 
 def stderr_log(line: str) -> None:

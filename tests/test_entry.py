@@ -137,3 +137,41 @@ def test_python_dash_m_indexer_uses_the_entry(world):
     p = subprocess.run([sys.executable, "-m", "indexer", "check", POISONED, "--db", world["db"]],
                        env=world["env"], capture_output=True, text=True, timeout=60)
     assert p.returncode == 5 and p.stdout.startswith("poisoned: ")
+
+
+def without_seconds(text):
+    import re
+
+    return re.sub(r'("seconds": |in )[0-9.]+s?', r"\1N", text)
+
+
+@pytest.mark.parametrize("args", [
+    [],                                   # the config dir's projects/
+    ["--json"],
+    ["{projects}", "--silent"],
+    ["{projects}", "{projects}/-tmp-demo"],
+    ["{tmp}/no-such-folder"],             # exit 3, click's words
+    ["{projects}", "--watch", "--json"],  # a usage error
+])
+def test_the_fast_ingest_runs_as_the_click_command_does(world, args):
+    projects = str(world["tmp"] / "claude" / "projects")
+    args = [a.format(projects=projects, tmp=world["tmp"]) for a in args]
+    (world["tmp"] / "claude" / "settings.json").write_text('{"cleanupPeriodDays": 0}')  # loud
+    fast, slow = both(world, "ingest", *args, "--db", world["db"])
+    assert fast[0] == slow[0], (fast, slow)
+    assert without_seconds(fast[1]) == without_seconds(slow[1])
+    assert fast[2] == slow[2]
+    if fast[0] == 0:
+        assert "WARNING: cleanupPeriodDays is 0" in fast[2]
+
+
+def test_a_no_op_ingest_loads_no_click(world):
+    p = subprocess.run([sys.executable, "-c", LOADED, "ingest", "--db", world["db"]],
+                       env=world["env"], capture_output=True, text=True, timeout=60)
+    loaded = json.loads(p.stdout.splitlines()[-1])
+    assert loaded["exit"] == 0 and "click" not in loaded["loaded"], p.stderr
+    # With no config dir to default to, click says so (exit 3).
+    env = dict(world["env"], CLAUDE_CONFIG_DIR=str(world["tmp"] / "none"))
+    p = subprocess.run([sys.executable, "-c", ENTRY, "ingest", "--db", world["db"]], env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 3 and "does not exist: name the transcript folders" in p.stderr
