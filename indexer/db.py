@@ -151,10 +151,12 @@ def upgrade(db: sqlite_utils.Database) -> None:
 
     # Under one IMMEDIATE lock, so two processes opening a new index at once
     # do not both try to create it (migrations nest as savepoints).
-    with write_lock(db):
+    with write_lock(db) as conn:
         if migrations.pending(db):
             migrations.apply(db)
         views.create_views(db)
+        if conn.execute("SELECT 1 FROM files LIMIT 1").fetchone() is None:
+            views.stamp_current(conn)   # nothing indexed yet: nothing to recompute
 
 
 def retry_locked(fn, attempts: int = 50):

@@ -1355,6 +1355,13 @@ def caches_current(conn) -> bool:
     return stored is not None and stored[0] == CACHES_HASH
 
 
+def stamp_current(conn) -> None:
+    """Record that the caches and sessions rows are those of today's
+    definitions (true of an index with nothing in it yet)."""
+    conn.executemany("INSERT OR REPLACE INTO index_meta VALUES (?, ?)",
+                     [("definitions_hash", CACHES_HASH), ("sessions_hash", SESSIONS_HASH)])
+
+
 def nothing_to_derive(conn) -> bool:
     """Would derive.derive_pending do nothing? (A run with nothing new then
     need not import derive.py.)"""

@@ -694,3 +694,24 @@ def test_a_bulk_write_checkpoints_the_wal_from_a_thread(tmp_path, monkeypatch):
     assert conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == before
     assert conn.execute("SELECT count(*) FROM t").fetchone()[0] == 640
     assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+def test_a_new_index_needs_no_refresh_of_every_session(index, monkeypatch):
+    from indexer import derive
+
+    t = Transcript()
+    t.add("a", None, "user")
+    t.add("b", "a", "assistant")
+    t.write(index.projects / "-tmp-demo")
+
+    def refresh_all(db):
+        raise AssertionError("a new index's sessions rows are already today's")
+
+    monkeypatch.setattr(derive, "refresh_all_sessions", refresh_all)
+    marked = []
+    original = derive.mark_all_if_definitions_changed
+    monkeypatch.setattr(derive, "mark_all_if_definitions_changed",
+                        lambda db: marked.append(original(db)))
+    index.ingest()
+    assert index.value("SELECT records FROM sessions") == 2
+    assert marked and not any(marked)   # the caches were already today's
