@@ -46,7 +46,8 @@ class Failure(click.ClickException):
     exit_code = EXIT_UNUSABLE
 
 
-def _open(path: str, create: bool = True):
+def _open(path: str, create: bool = False):
+    """The index at ``path``; only ingest creates one (``create``)."""
     try:
         return dbmod.open_index(path, create=create)
     except dbmod.IndexError_ as exc:
@@ -151,7 +152,7 @@ def ingest(sources, db_path, config_dir, silent, as_json, watch):
         except watchmod.WatchError as exc:
             raise Failure(str(exc)) from None
         return
-    db = _open(db_path)
+    db = _open(db_path, create=True)
     show = not silent and not as_json and sys.stderr.isatty()
     bar = None
 

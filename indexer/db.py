@@ -91,12 +91,76 @@ def _missing(path) -> IndexError_:
     return IndexError_(f"no index at {path}: run 'session-index ingest' first")
 
 
+SQLITE_HEADER = b"SQLite format 3\x00"
+TABLES_SQL = "SELECT name FROM sqlite_master WHERE type = 'table'"
+IS_INDEX_SQL = "SELECT 1 FROM _sqlite_migrations WHERE migration_set = ? LIMIT 1"
+NEW, INDEX = "new", "index"
+
+
+def readonly_uri(path: str, immutable: bool = False) -> str:
+    """A ``file:`` URI opening ``path`` read-only (sqlite3.connect(uri=True))."""
+    quoted = os.path.abspath(path).replace("%", "%25").replace("?", "%3f").replace("#", "%23")
+    return f"file:{quoted}?mode=ro" + ("&immutable=1" if immutable else "")
+
+
+def probe(path: str) -> str:
+    """What ``path`` holds, found without changing a byte of it: NEW (no
+    file, an empty one, or a SQLite database with no table yet: an index
+    may be made there) or INDEX; IndexError_ for anything else (a folder,
+    a FIFO, a file that is not SQLite, another application's database)."""
+    if not path:  # sqlite3 would open a temporary database, gone at exit
+        raise IndexError_("the index path is empty: name the index file")
+    if path == ":memory:":
+        return NEW
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return NEW
+    except OSError as exc:
+        raise IndexError_(f"{path}: {exc.strerror or exc}") from None
+    from .safefiles import NotRegular, open_regular
+
+    try:
+        with open_regular(path) as f:
+            head = f.read(100)
+    except NotRegular as exc:
+        raise IndexError_(f"{path} is {exc.what}, not an index file") from None
+    except OSError as exc:
+        raise IndexError_(f"{path} cannot be read: {exc.strerror or exc}") from None
+    if not head:
+        return NEW
+    if not head.startswith(SQLITE_HEADER):
+        raise IndexError_(f"{path} is not a SQLite database, so not a session index: "
+                          "name another --db") from None
+    # A WAL database with no -wal file: read it as immutable, so that no
+    # -wal or -shm file is made beside another application's database.
+    immutable = len(head) > 19 and head[18] == 2 and not os.path.exists(path + "-wal")
+    try:
+        conn = sqlite3.connect(readonly_uri(path, immutable), uri=True)
+        try:
+            tables = {name for (name,) in conn.execute(TABLES_SQL)}
+            if "_sqlite_migrations" in tables and conn.execute(
+                    IS_INDEX_SQL, [MIGRATION_SET]).fetchone():
+                return INDEX
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError as exc:
+        raise IndexError_(f"{path} is not a usable SQLite database: {exc}") from None
+    if not tables:
+        return NEW
+    names = ", ".join(sorted(tables)[:4]) + (", ..." if len(tables) > 4 else "")
+    raise IndexError_(f"{path} is another application's SQLite database, not a session index "
+                      f"(its tables: {names}); it was left as it was: name another --db")
+
+
 def open_db(path, *, create: bool = True) -> sqlite_utils.Database:
-    """Open (and, with ``create``, create or upgrade) the index at ``path``."""
+    """The index at ``path`` as a sqlite_utils Database; with ``create``,
+    made if the file is new or empty, and upgraded. Never anything else's
+    database (``probe``)."""
     import sqlite_utils
 
     path = os.fspath(path)
-    if not create and not os.path.exists(path):
+    if probe(path) == NEW and not create:
         raise _missing(path)
     db = sqlite_utils.Database(connect(path))
     if create:
@@ -104,18 +168,18 @@ def open_db(path, *, create: bool = True) -> sqlite_utils.Database:
     return db
 
 
-def open_index(path, *, create: bool = True) -> Index | sqlite_utils.Database:
-    """The index at ``path``, upgraded (with ``create``, made if missing):
-    what a command opens. At the current schema (``is_current``) it is an
-    ``Index`` on a plain sqlite3 connection; otherwise the sqlite_utils
-    Database that ``upgrade`` brought up to date."""
+def open_index(path, *, create: bool = False) -> Index | sqlite_utils.Database:
+    """The index at ``path``, upgraded (with ``create``, made if the file is
+    new or empty): what a command opens. Only ingest and the session store
+    create an index; no command touches a file that is not one (``probe``).
+    At the current schema (``is_current``) it is an ``Index`` on a plain
+    sqlite3 connection; otherwise the sqlite_utils Database that ``upgrade``
+    brought up to date."""
     path = os.fspath(path)
-    if not path:  # sqlite3 would open a temporary database, gone at exit
-        raise IndexError_("the index path is empty: name the index file")
-    if not os.path.exists(path):
+    if probe(path) == NEW:
         if not create:
             raise _missing(path)
-        return open_db(path)
+        return open_db(path, create=True)
     conn = connect(path)
     try:
         current = is_current(conn)

@@ -195,8 +195,9 @@ def extend(conn, file_id: int, kind: str, session_id, covers) -> bool:
         conn.execute("RELEASE derive_append")
         return False
     except BaseException:
-        conn.execute("ROLLBACK TO derive_append")
-        conn.execute("RELEASE derive_append")
+        if conn.in_transaction:   # not when SQLite rolled it all back (a full disk)
+            conn.execute("ROLLBACK TO derive_append")
+            conn.execute("RELEASE derive_append")
         raise
     conn.execute("RELEASE derive_append")
     return True

@@ -81,8 +81,10 @@ def _is_execution_event(value: dict) -> bool:
 def sniff(path: str) -> str | None:
     """What the first complete lines say the file is: TRANSCRIPT,
     EXECUTION_LOG, OTHER, or None (no complete line yet: decide later)."""
+    from .safefiles import open_regular
+
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             head = f.read(SNIFF_BYTES)
     except OSError:
         return OTHER

@@ -77,11 +77,11 @@ def parse_check(args: list[str]) -> dict | None:
     return {"session_id": parsed[0][0], **parsed[1]}
 
 
-def _open(options: dict):
+def _open(options: dict, create: bool = False):
     from . import db
 
     try:
-        return db.open_index(options.get("db_path") or db.default_db_path())
+        return db.open_index(options.get("db_path") or db.default_db_path(), create=create)
     except db.IndexError_:
         return None  # click words the error (exit 3)
 
@@ -118,7 +118,7 @@ def fast_ingest(args: list[str]) -> int | None:
         sources = discover.default_sources(sources, options.get("config_dir"))
     except discover.NoProjectsFolder:
         return None
-    index = _open(options)
+    index = _open(options, create=True)
     if index is None:
         return None
     try:
@@ -130,9 +130,25 @@ def fast_ingest(args: list[str]) -> int | None:
 
 
 FAST = {"check": fast_check, "ingest": fast_ingest}
+EXIT_UNUSABLE = 3
+DEBUG_ENV = "SESSION_INDEX_DEBUG"
 
 
-def main() -> None:
+def failure_line(exc: BaseException) -> str:
+    """One line naming what went wrong: SQLite's or the system's own words
+    (``database or disk is full``, ``Read-only file system: PATH``)."""
+    if isinstance(exc, OSError) and exc.strerror:
+        where = exc.filename if exc.filename is not None else ""
+        return f"{exc.strerror}: {where}" if where else exc.strerror
+    text = " ".join(str(exc).split()) or exc.__class__.__name__
+    import sqlite3
+
+    if isinstance(exc, (sqlite3.Error, OSError)):
+        return text
+    return f"internal error, {exc.__class__.__name__}: {text} ({DEBUG_ENV}=1 shows the traceback)"
+
+
+def run() -> None:
     args = sys.argv[1:]
     if args and args[0] in FAST:
         code = FAST[args[0]](args[1:])
@@ -142,3 +158,23 @@ def main() -> None:
     from .cli import cli
 
     cli()
+
+
+def main() -> None:
+    """Run the command; whatever escapes it (a full disk, a read-only
+    folder, a corrupt page, a bug) ends in one line on stderr and exit 3,
+    never a traceback (unless $SESSION_INDEX_DEBUG is set)."""
+    try:
+        run()
+    except KeyboardInterrupt:
+        sys.stderr.write("Aborted!\n")
+        sys.exit(130)
+    except Exception as exc:
+        if os.environ.get(DEBUG_ENV):
+            raise
+        try:
+            sys.stdout.flush()
+        except OSError:
+            pass
+        sys.stderr.write(f"Error: {failure_line(exc)}\n")
+        sys.exit(EXIT_UNUSABLE)

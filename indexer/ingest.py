@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 from . import derive_worker, discover, generations, retention, views
 from .db import background_checkpoints, retry_locked, write_lock
 from .digests import blake2b
+from .safefiles import NotRegular, open_regular, regular_stat
 from .generations import stored_bytes
 from .rows import LARGE_LINE_BYTES, RECORD_FIELDS, BadLine, NeedsText
 
@@ -64,12 +65,13 @@ class Summary:
     """What one run did (``session-index ingest --json`` prints it):
     files: transcript and execution-log files looked at; changed_files: those
     whose bytes were read; skipped_files: .jsonl files that are not
-    transcripts; deleted_files: newly found gone; rewritten_files: re-read
+    transcripts; not_regular_files: FIFOs, devices, sockets (each also in
+    errors), never read; deleted_files: newly found gone; rewritten_files: re-read
     from the start; errors: files that could not be read; warnings:
     retention settings to look at."""
 
-    COUNTS = ("files", "changed_files", "skipped_files", "deleted_files", "rewritten_files",
-              "new_lines", "new_records", "bad_lines", "bytes_read")
+    COUNTS = ("files", "changed_files", "skipped_files", "not_regular_files", "deleted_files",
+              "rewritten_files", "new_lines", "new_records", "bad_lines", "bytes_read")
     __slots__ = COUNTS + ("seconds", "errors", "warnings")
 
     def __init__(self):
@@ -237,9 +239,11 @@ class _Writer:
         self.pending = 0
 
     def rollback(self):
-        if self.open:
+        # SQLite may have rolled back already (a full disk): then the error
+        # that brought us here is the one to report, not "no transaction".
+        if self.open and self.conn.in_transaction:
             self.conn.execute("ROLLBACK")
-            self.open = False
+        self.open = False
         self.pending = 0
 
 
@@ -273,7 +277,7 @@ def ingest(
         if os.path.isdir(path):
             scanned_roots.append(path)
             found.extend(discover.walk(path))
-        elif os.path.isfile(path):
+        elif os.path.exists(path):   # a file, or a FIFO or device: noted below
             found.append(path)
         elif path in tracked:
             missing_files.append(path)
@@ -288,7 +292,11 @@ def ingest(
     # again under the write lock before it writes.
     for path in found:
         try:
-            st = os.stat(path)
+            st = regular_stat(path)
+        except NotRegular as exc:   # a FIFO would hang the read, /dev/zero never end
+            summary.not_regular_files += 1
+            summary.errors.append(f"{path}: {exc.what}, not a regular file: skipped")
+            continue
         except OSError:
             continue
         row = tracked.get(path)
@@ -373,7 +381,9 @@ def report(summary: Summary, as_json: bool, out, err, style=lambda text: text) -
         f"{d.files} files ({d.changed_files} changed, {d.deleted_files} newly deleted, "
         f"{d.rewritten_files} rewritten, {d.skipped_files} not transcripts): "
         f"{d.new_records} new records, {d.bad_lines} bad lines, "
-        f"{d.bytes_read:,} bytes read in {d.seconds:.2f}s\n")
+        f"{d.bytes_read:,} bytes read in {d.seconds:.2f}s"
+        + (f"; {d.not_regular_files} not regular files skipped" if d.not_regular_files else "")
+        + "\n")
 
 
 def _unchanged(row: dict, st) -> bool:
@@ -413,7 +423,7 @@ def _prefix_matches(conn, row: dict, f, whole: bool) -> bool:
 def _ingest_file(writer: _Writer, cand, row: dict | None, st, summary: Summary) -> bool:
     """Read what is new in one file. True if anything was stored or replaced."""
     conn = writer.conn
-    with open(cand.path, "rb") as f:
+    with open_regular(cand.path) as f:   # NotRegular if it was swapped since the stat
         st = os.fstat(f.fileno())
         writer.begin()
         cur = conn.execute(FILE_ROW_SQL, [cand.path])

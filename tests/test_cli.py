@@ -114,7 +114,7 @@ def test_a_file_that_is_not_sqlite_is_a_clear_error(tmp_path):
     bogus.write_bytes(b"this is not a database at all" * 100)
     result = CliRunner().invoke(cli, ["ingest", str(make_projects(tmp_path)), "--db", str(bogus)])
     assert result.exit_code == 3
-    assert "not a usable SQLite database" in result.output
+    assert "is not a SQLite database, so not a session index" in result.output
     assert "Traceback" not in result.output
 
 

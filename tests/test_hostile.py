@@ -1,0 +1,165 @@
+"""Hostile files, foreign databases, faults: every command gives a clear
+one-line error, writes nowhere it was not asked to, and never a traceback
+(issue 11). Each test runs the real console entry (``python -m indexer``) on
+real files, FIFOs and symlinks."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import Transcript
+
+SID = "11111111-2222-3333-4444-555555555555"
+
+
+def cli(*args, env=None, timeout=60, cwd=None):
+    """The session-index command as a user runs it: (exit code, stdout, stderr)."""
+    p = subprocess.run([sys.executable, "-m", "indexer", *map(str, args)], env=env,
+                       capture_output=True, text=True, timeout=timeout, cwd=cwd)
+    assert "Traceback" not in p.stderr, p.stderr
+    return p.returncode, p.stdout, p.stderr
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def listing(folder: Path) -> dict:
+    """Every file under ``folder`` with its bytes' digest (symlinks as links)."""
+    out = {}
+    for root, dirs, files in os.walk(folder):
+        for name in files + [d for d in dirs if os.path.islink(os.path.join(root, d))]:
+            p = Path(root) / name
+            out[str(p.relative_to(folder))] = (
+                "link:" + os.readlink(p) if p.is_symlink() else
+                digest(p) if p.is_file() else "special")
+    return out
+
+
+@pytest.fixture
+def home(tmp_path):
+    config = tmp_path / "claude"
+    t = Transcript(SID)
+    t.add("a", None, "user")
+    t.add("b", "a", "assistant")
+    t.write(config / "projects" / "-tmp-demo")
+    env = dict(os.environ, CLAUDE_CONFIG_DIR=str(config),
+               SESSION_INDEX_MANAGED_SETTINGS=str(tmp_path / "managed.json"))
+    env.pop("SESSION_INDEX_DEBUG", None)
+    return {"tmp": tmp_path, "config": config, "projects": config / "projects", "env": env}
+
+
+# --- files that are not regular files --------------------------------------
+
+def test_fifos_and_device_symlinks_in_a_folder_are_skipped_with_a_note(home):
+    folder = home["projects"] / "-tmp-demo"
+    os.mkfifo(folder / "x.jsonl")
+    os.mkfifo(folder / "22222222-2222-3333-4444-555555555555.jsonl")
+    os.symlink("/dev/zero", folder / "33333333-2222-3333-4444-555555555555.jsonl")
+    os.symlink("/dev/urandom", folder / "44444444-2222-3333-4444-555555555555.jsonl")
+    db = home["tmp"] / "x.db"
+    code, out, err = cli("ingest", home["projects"], "--db", db, "--json", env=home["env"],
+                         timeout=30)   # a FIFO read would hang past the timeout
+    summary = json.loads(out)
+    assert code == 0 and summary["not_regular_files"] == 4 and summary["new_records"] == 2
+    assert err.count("not a regular file: skipped") == 4
+    assert "x.jsonl: a FIFO" in err and "a character device" in err
+    assert os.path.getsize(db) < 1 << 20
+    # The good file was stored, and stays so at the next run.
+    code, out, _ = cli("ingest", home["projects"], "--db", db, env=home["env"], timeout=30)
+    assert code == 0 and "4 not regular files skipped" in out
+
+
+def test_a_fifo_given_as_a_source_is_skipped_not_missing(home):
+    fifo = home["tmp"] / "run.jsonl"
+    os.mkfifo(fifo)
+    code, out, err = cli("ingest", fifo, "--db", home["tmp"] / "x.db", "--json",
+                         env=home["env"], timeout=30)
+    assert code == 0 and json.loads(out)["not_regular_files"] == 1
+    assert "run.jsonl: a FIFO, not a regular file: skipped" in err
+
+
+def test_a_symlink_to_a_regular_file_is_followed(home):
+    elsewhere = home["tmp"] / "kept" / f"{SID}.jsonl"
+    elsewhere.parent.mkdir()
+    os.replace(home["projects"] / "-tmp-demo" / f"{SID}.jsonl", elsewhere)
+    os.symlink(elsewhere, home["projects"] / "-tmp-demo" / f"{SID}.jsonl")
+    code, out, _ = cli("ingest", home["projects"], "--db", home["tmp"] / "x.db", "--json",
+                       env=home["env"])
+    assert code == 0 and json.loads(out)["new_records"] == 2
+
+
+# --- foreign databases -----------------------------------------------------
+
+def foreign_db(path: Path, wal: bool = False) -> Path:
+    conn = sqlite3.connect(path)
+    if wal:
+        conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("CREATE TABLE files (id INTEGER PRIMARY KEY, path TEXT)")
+    conn.execute("CREATE TABLE users (name TEXT)")
+    conn.execute("INSERT INTO files (path) VALUES ('/etc/passwd')")
+    conn.commit()
+    conn.close()
+    return path
+
+
+def every_command(home, db):
+    """Each command with the arguments it needs, against ``db``."""
+    refs = home["tmp"] / "refs.csv"
+    refs.write_text(f"session_id\n{SID}\n")
+    out = home["tmp"] / "out"
+    return [
+        ["ingest", home["projects"]], ["status"], ["poisoned"], ["stale"], ["expiring"],
+        ["failed"], ["check", SID], ["show", SID], ["export", SID, "--out", out],
+        ["restore", SID, "--config-dir", home["tmp"] / "restored"], ["repair", SID],
+        ["repair", SID, "--write", "--force"], ["refs", "import", refs], ["verify", SID],
+        ["serve", "--port", "0"], ["serve", "--watch", "--port", "0"],
+        ["ingest", "--watch", home["projects"]],
+    ], [out, home["tmp"] / "restored"]
+
+
+@pytest.mark.parametrize("kind", ["tables", "wal", "not sqlite", "directory"])
+def test_no_command_touches_a_database_that_is_not_an_index(home, kind):
+    db = home["tmp"] / "app.db"
+    if kind == "not sqlite":
+        db.write_bytes(b"PK\x03\x04 a zip file, say" * 50)
+    elif kind == "directory":
+        db.mkdir()
+    else:
+        foreign_db(db, wal=kind == "wal")
+    before = listing(home["tmp"])
+    commands, never_made = every_command(home, db)
+    before = listing(home["tmp"])
+    for args in commands:
+        code, out, err = cli(*args, "--db", db, env=home["env"], timeout=60)
+        assert code in (2, 3), (args, code, out, err)
+        lines = err.strip().splitlines()
+        assert lines and lines[-1].startswith("Error: "), (args, err)
+        if kind == "tables":
+            assert "another application's SQLite database, not a session index" in err, args
+        assert listing(home["tmp"]) == before, args   # not a byte changed, nothing made
+    for folder in never_made:
+        assert not folder.exists()
+
+
+def test_an_empty_file_or_a_new_name_becomes_an_index_only_by_ingest(home):
+    empty = home["tmp"] / "empty.db"
+    empty.touch()
+    for args in (["status"], ["check", SID], ["poisoned"], ["show", SID]):
+        code, _, err = cli(*args, "--db", empty, env=home["env"])
+        assert code == 3 and "no index at" in err
+        assert empty.stat().st_size == 0
+        code, _, err = cli(*args, "--db", home["tmp"] / "new.db", env=home["env"])
+        assert code == 3 and not (home["tmp"] / "new.db").exists()
+    code, _, _ = cli("ingest", home["projects"], "--db", empty, env=home["env"])
+    assert code == 0
+    code, out, _ = cli("check", SID, "--db", empty, env=home["env"])
+    assert code == 0 and out.startswith("resumable")
