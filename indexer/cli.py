@@ -379,14 +379,19 @@ def failed(db_path, as_json):
 @click.option("--out", "out", default=".", show_default=True,
               help="Folder to write into (the files keep their projects/ places), "
                    "or - for the main transcript on stdout.")
+@click.option("--force", is_flag=True,
+              help="Replace a different file already at a target (else exit 3, nothing written).")
 @generation_option
 @db_option
-def export(session_id, out, generation, db_path):
+def export(session_id, out, force, generation, db_path):
     """Write SESSION_ID's transcripts (main and subagents) from the index alone,
     byte for byte as last ingested, whether or not the originals still exist;
     with --generation N, as they were in generation N (a rewrite of a file
     keeps its earlier generations in the index). Exit 3 when the session, or
-    that generation, is not in the index.
+    that generation, is not in the index, and when a target lies outside
+    --out (a `..` or a symlink), is a symlink, or is a different file
+    (unless --force); then nothing is written. Each file is written to a new
+    temporary file beside it and renamed into place.
 
     Example:
 
@@ -399,9 +404,9 @@ def export(session_id, out, generation, db_path):
             sys.stdout.buffer.write(main.data)
             sys.stdout.buffer.flush()
             return
-        written = exportmod.export(db, session_id, out, generation)
+        written = exportmod.export(db, session_id, out, generation, force=force)
         left_out = exportmod.left_out(db, session_id, generation)
-    except exportmod.NothingToExport as exc:
+    except (exportmod.NothingToExport, exportmod.WriteRefused) as exc:
         raise Failure(str(exc)) from None
     for f, target in written:
         click.echo(f"{target}  {len(f.data):,} bytes  sha256 {f.sha256}  "
@@ -432,7 +437,7 @@ def restore(session_id, generation, db_path, config_dir):
     try:
         done = exportmod.restore(db, session_id, config_dir, generation)
         left_out = exportmod.left_out(db, session_id, generation)
-    except (exportmod.NothingToExport, exportmod.RestoreRefused) as exc:
+    except (exportmod.NothingToExport, exportmod.WriteRefused) as exc:
         raise Failure(str(exc)) from None
     for f, target, what in done:
         click.echo(f"{what}: {target} ({len(f.data):,} bytes, generation {f.generation})")

@@ -12,6 +12,7 @@ from pathlib import Path, PurePath
 
 from .digests import sha256
 from . import generations as gens
+from . import safefiles
 
 # A session's transcript files (the one `claude --resume` opens first, then the
 # other main files, then subagents), never execution logs or store copies.
@@ -31,8 +32,40 @@ class UnknownGeneration(NothingToExport):
     """None of the session's transcripts has the generation asked for."""
 
 
-class RestoreRefused(Exception):
+class WriteRefused(Exception):
+    """A transcript would be written outside the folder asked for, through a
+    symlink, or over a different file."""
+
+
+class RestoreRefused(WriteRefused):
     """A different file already sits where a transcript would be restored."""
+
+
+TMP_SUFFIX = ".session-index-tmp"
+
+
+def _target(root: str | Path | None, f: Exported) -> Path:
+    """Where ``f`` goes: under ``root`` at its projects/ place, or (no root)
+    back at the path it was ingested from. WriteRefused when a ``..`` or a
+    symlink in the path (a crafted ``files.path``) leads out of ``root``,
+    or the path it came from is not a plain absolute one."""
+    if root is None:
+        target = f.source
+        if not os.path.isabs(target) or os.path.normpath(target) != target:
+            raise WriteRefused(f"{target!r} is not a plain absolute path: refusing to write it "
+                               "(name a --config-dir to restore under)")
+    else:
+        target = os.path.join(root, f.relative)
+        if os.path.islink(target):
+            raise WriteRefused(f"{target} is a symlink: refusing to write through it "
+                               "(nothing was written)")
+        if not safefiles.inside(root, target):
+            raise WriteRefused(f"{f.source!r} would be written to {target}, outside {root}: "
+                               "refused (nothing was written)")
+    if os.path.islink(target):
+        raise WriteRefused(f"{target} is a symlink: refusing to write through it "
+                           "(nothing was written)")
+    return Path(target)
 
 
 @dataclass
@@ -121,17 +154,33 @@ def _spans(numbers: list[int]) -> str:
     return ", ".join(out)
 
 
-def export(db, session_id: str, out_dir: str | Path,
-           generation: int | None = None) -> list[tuple[Exported, Path]]:
+def export(db, session_id: str, out_dir: str | Path, generation: int | None = None,
+           force: bool = False) -> list[tuple[Exported, Path]]:
     """Write the session's files under ``out_dir`` at their projects/ places
-    (with ``generation``, those that have it, as it was)."""
-    written = []
+    (with ``generation``, those that have it, as it was). A different file
+    already at a target is refused unless ``force`` (then nothing is
+    written); one with the same bytes is left as it is."""
+    plan = []
     for f in session_files(db, session_id, generation):
-        target = Path(out_dir) / f.relative
-        target.parent.mkdir(parents=True, exist_ok=True)
-        _write_atomically(target, f.data)
-        written.append((f, target))
-    return written
+        target = _target(out_dir, f)
+        if not force and os.path.lexists(target) and not _holds(target, f.data):
+            raise WriteRefused(f"{target} exists and differs from the indexed transcript: "
+                               "--force replaces it (nothing was written)")
+        plan.append((f, target))
+    for f, target in plan:
+        if not _holds(target, f.data):
+            target.parent.mkdir(parents=True, exist_ok=True)
+            _write_atomically(target, f.data)
+    return plan
+
+
+def _holds(target: Path, data: bytes) -> bool:
+    """Is ``target`` a regular file with exactly these bytes?"""
+    try:
+        with safefiles.open_regular(str(target)) as f:
+            return f.read(len(data) + 1) == data
+    except OSError:
+        return False
 
 
 def restore(db, session_id: str, config_dir: str | Path | None = None,
@@ -145,9 +194,9 @@ def restore(db, session_id: str, config_dir: str | Path | None = None,
     files = session_files(db, session_id, generation)
     plan = []
     for f in files:
-        target = (Path(config_dir) / "projects" / f.relative) if config_dir else Path(f.source)
-        if target.exists():
-            if target.read_bytes() == f.data:
+        target = _target(os.path.join(config_dir, "projects") if config_dir else None, f)
+        if os.path.lexists(target):
+            if _holds(target, f.data):
                 plan.append((f, target, "already there"))
                 continue
             raise RestoreRefused(
@@ -165,9 +214,16 @@ def restore(db, session_id: str, config_dir: str | Path | None = None,
 
 
 def _write_atomically(target: Path, data: bytes) -> None:
-    tmp = target.with_name(f".{target.name}.session-index-tmp")
-    with open(tmp, "wb") as out:
-        out.write(data)
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(tmp, target)
+    """Write through a new temporary file beside ``target`` (O_EXCL, no
+    symlink followed), then rename it over ``target``."""
+    out, tmp = safefiles.temp_beside(str(target), TMP_SUFFIX)
+    try:
+        with out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+        raise

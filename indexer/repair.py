@@ -16,9 +16,9 @@ import os
 import re
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from .digests import sha256
+from .safefiles import open_regular, temp_beside
 from . import conversation
 from .db import dict_rows, write_lock
 from .ingest import ingest, stored_bytes, utcnow
@@ -126,19 +126,106 @@ def repaired_bytes(db, p: Plan) -> bytes:
     return b"".join(out)
 
 
-def _open_elsewhere(path: str) -> bool:
-    """Is the file open in another process (Linux /proc)?"""
-    real = os.path.realpath(path)
-    for fd_dir in Path("/proc").glob("[0-9]*/fd"):
-        if fd_dir.parent.name == str(os.getpid()):
-            continue
+def _open_elsewhere(path: str, writing: bool = False) -> bool:
+    """Is the file (its inode, by whatever name) open in another process
+    (Linux /proc)? With ``writing``: open for writing."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    return _holders(st.st_dev, st.st_ino, writing)
+
+
+def _holders(dev: int, ino: int, writing: bool) -> bool:
+    me = str(os.getpid())
+    try:
+        pids = [p for p in os.listdir("/proc") if p.isdigit() and p != me]
+    except OSError:
+        return False
+    for pid in pids:
         try:
-            for fd in fd_dir.iterdir():
-                if os.readlink(fd) == real:
-                    return True
+            fds = os.listdir(f"/proc/{pid}/fd")
         except OSError:
             continue
+        for fd in fds:
+            try:
+                st = os.stat(f"/proc/{pid}/fd/{fd}")
+                if (st.st_dev, st.st_ino) != (dev, ino):
+                    continue
+                if not writing:
+                    return True
+                with open(f"/proc/{pid}/fdinfo/{fd}") as info:
+                    flags = next(int(line.split()[1], 8) for line in info
+                                 if line.startswith("flags:"))
+                if flags & 3:   # O_WRONLY or O_RDWR
+                    return True
+            except (OSError, StopIteration, ValueError):
+                continue
     return False
+
+
+# After the swap, bytes still appended to the old file (by a writer that
+# holds it open) are copied onto the repaired one until it has been quiet
+# this long (longer with --force, when a writer may well be there); a writer
+# that goes on past SWAP_DEADLINE_S gets the old file back, nothing lost.
+SWAP_QUIET_S, SWAP_QUIET_FORCED_S, SWAP_DEADLINE_S = 0.1, 1.0, 10.0
+
+
+def _append(path: str, ino: int, data: bytes) -> None:
+    """Append ``data`` to ``path`` if it is still the inode ``ino``."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        if os.fstat(fd).st_ino != ino:
+            raise Refused(f"{path} was replaced by another program during the repair")
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
+
+
+def _swap(path: str, old, size: int, data: bytes, tmp: str, backup: str, quiet_s: float):
+    """Put the repaired file (``tmp``) in place of ``path``, whose open
+    file ``old`` was read up to ``size``, keeping the original as ``backup``.
+    Whatever a writer appends to the original meanwhile is folded onto the
+    repaired file; one that keeps writing to the original (or holds it open
+    for writing at the end) gets it back, with anything that reached the
+    repaired file appended: no line is lost either way."""
+    os.link(path, backup)            # the original stays reachable by its backup name
+    os.replace(tmp, path)            # atomic: readers see the old file or the new one
+    new_ino = os.stat(path).st_ino
+    folded, quiet_since, started = size, time.monotonic(), time.monotonic()
+    while True:
+        grown = os.fstat(old.fileno()).st_size
+        if grown > folded:
+            old.seek(folded)
+            _append(path, new_ino, old.read(grown - folded))
+            folded, quiet_since = grown, time.monotonic()
+        now = time.monotonic()
+        if now - quiet_since >= quiet_s:
+            break
+        if now - started > SWAP_DEADLINE_S:
+            _swap_back(path, backup, len(data) + folded - size)
+            raise Refused(f"{path} is still being written: the original is back in place, "
+                          "nothing lost (stop the writer and repair again)")
+        time.sleep(0.02)
+    st = os.fstat(old.fileno())
+    if _holders(st.st_dev, st.st_ino, writing=True):
+        _swap_back(path, backup, len(data) + folded - size)
+        raise Refused(f"{path} is held open for writing by another process: the original is "
+                      "back in place, nothing lost (stop the writer and repair again)")
+    return folded - size
+
+
+def _swap_back(path: str, backup: str, ours: int) -> None:
+    """The original back at ``path``, with what others appended to the
+    repaired file after its first ``ours`` bytes."""
+    with open(path, "rb") as f:
+        f.seek(ours)
+        extra = f.read()
+    if extra:
+        _append(backup, os.stat(backup).st_ino, extra)
+    os.replace(backup, path)
 
 
 @dataclass
@@ -148,10 +235,12 @@ class Result:
     backup: str | None = None
     chain_after: int | None = None
     recovered: list = field(default_factory=list)
+    appended_meanwhile: int = 0   # bytes a writer appended during the swap, folded in
 
     def as_dict(self) -> dict:
         return dict(self.plan.as_dict(), written=self.written, backup=self.backup,
-                    chain_after=self.chain_after, recovered=len(self.recovered))
+                    chain_after=self.chain_after, recovered=len(self.recovered),
+                    appended_meanwhile=self.appended_meanwhile)
 
 
 def write(db, p: Plan, *, force: bool = False) -> Result:
@@ -163,35 +252,41 @@ def write(db, p: Plan, *, force: bool = False) -> Result:
         st = os.stat(path)
     except OSError:
         raise RepairError(f"{path} is not on disk: restore it first") from None
-    with open(path, "rb") as f:
-        on_disk = f.read()
-    if on_disk != original:
-        raise Refused(f"{path} differs from the index (ingest it first, or it is being written)")
-    if not force:
-        age = time.time() - st.st_mtime
-        if age < LIVE_SECONDS:
-            raise Refused(f"{path} was modified {age:.0f} s ago: a session may be writing it "
-                          "(wait, or --force)")
-        if _open_elsewhere(path):
-            raise Refused(f"{path} is open in a running process (close it, or --force)")
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    backup = f"{path}.session-index-backup-{stamp}"
-    tmp = f"{os.path.dirname(path)}/.{os.path.basename(path)}.repair-tmp"
-    with open(tmp, "wb") as out:
-        out.write(data)
-        out.flush()
-        os.fsync(out.fileno())
-    os.utime(tmp, (st.st_atime, st.st_mtime))
-    os.link(path, backup)            # the original stays reachable by its backup name
-    os.replace(tmp, path)            # atomic: readers see the old file or the new one
-    if os.stat(backup).st_size != st.st_size:   # appended to between our read and the rename
-        os.replace(backup, path)
-        raise Refused(f"{path} grew while it was being repaired: rolled back, nothing lost")
-    result = Result(p, written=True, backup=backup)
+    if os.path.islink(path):
+        raise Refused(f"{path} is a symlink: repair the file it names, not the link")
+    with open_regular(path) as old:
+        on_disk = old.read(len(original) + 1)
+        if on_disk != original:
+            raise Refused(f"{path} differs from the index (ingest it first, or it is being "
+                          "written)")
+        if not force:
+            age = time.time() - st.st_mtime
+            if age < LIVE_SECONDS:
+                raise Refused(f"{path} was modified {age:.0f} s ago: a session may be writing "
+                              "it (wait, or --force)")
+            if _open_elsewhere(path):
+                raise Refused(f"{path} is open in a running process (close it, or --force)")
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        backup = f"{path}.session-index-backup-{stamp}"
+        if os.path.lexists(backup):
+            raise Refused(f"{backup} exists already: a repair ran this second; try again")
+        out, tmp = temp_beside(path, ".repair-tmp")   # O_EXCL, a random name: no link followed
+        try:
+            with out:
+                out.write(data)
+                out.flush()
+                os.fsync(out.fileno())
+            os.utime(tmp, (st.st_atime, st.st_mtime))
+            folded = _swap(path, old, len(original), data, tmp, backup,
+                           SWAP_QUIET_FORCED_S if force else SWAP_QUIET_S)
+        finally:
+            if os.path.lexists(tmp):
+                os.unlink(tmp)
+    result = Result(p, written=True, backup=backup, appended_meanwhile=folded)
     try:
         _verify(db, p, result)
     except RolledBack as exc:
-        os.replace(backup, path)
+        _swap_back(path, backup, len(data) + folded)   # with what was appended since
         ingest(db, [path])
         _record(db, p, result, "rolled_back", str(exc), original, data)
         raise

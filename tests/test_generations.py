@@ -201,7 +201,11 @@ def test_files_without_the_generation_are_left_out(index, path):
     assert result.exit_code == 0, result.output
     assert f"left out: {sub_path} has no generation 2" in result.stderr
     assert sorted(p.name for p in out.rglob("*.jsonl")) == [f"{SID}.jsonl"]
+    # Generation 1 differs from the generation 2 now in out/: replaced only with --force.
     result = invoke(index, "export", SID, "--generation", "1", "--out", str(out))
+    assert result.exit_code == 3 and "exists and differs" in result.output
+    assert (out / "-tmp-p" / f"{SID}.jsonl").read_bytes() == line(5)
+    result = invoke(index, "export", SID, "--generation", "1", "--out", str(out), "--force")
     assert result.exit_code == 0 and "left out" not in result.output
     assert (out / "-tmp-p" / f"{SID}.jsonl").read_bytes() == line(1)
     assert (out / "-tmp-p" / SID / "subagents" / "agent-a1.jsonl").read_bytes() == \

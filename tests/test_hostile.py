@@ -163,3 +163,80 @@ def test_an_empty_file_or_a_new_name_becomes_an_index_only_by_ingest(home):
     assert code == 0
     code, out, _ = cli("check", SID, "--db", empty, env=home["env"])
     assert code == 0 and out.startswith("resumable")
+
+
+# --- writing only where it may ---------------------------------------------
+
+def indexed(home) -> Path:
+    db = home["tmp"] / "x.db"
+    code, _, err = cli("ingest", home["projects"], "--db", db, env=home["env"])
+    assert code == 0, err
+    return db
+
+
+def crafted_path(db: Path, path: str) -> None:
+    conn = sqlite3.connect(db)
+    conn.execute("UPDATE files SET path = ? WHERE session_id = ?", [path, SID])
+    conn.commit()
+    conn.close()
+
+
+def test_a_dotdot_in_files_path_never_writes_outside_the_folder(home):
+    db = indexed(home)
+    crafted_path(db, f"{home['projects']}/-tmp-demo/../../../../escaped/{SID}.jsonl")
+    victim_dir = home["tmp"].parent / "escaped"
+    out = home["tmp"] / "out"
+    for args, folder in ((["export", SID, "--out", out], out),
+                         (["restore", SID, "--config-dir", home["tmp"] / "c2"], home["tmp"] / "c2"),
+                         (["restore", SID], None)):
+        code, _, err = cli(*args, "--db", db, env=home["env"])
+        assert code == 3, (args, err)
+        assert "refus" in err and len(err.strip().splitlines()) == 1, err
+        assert not victim_dir.exists() and not (folder and folder.exists())
+
+
+def test_a_symlink_at_a_temporary_or_target_name_is_never_followed(home):
+    db = indexed(home)
+    victim = home["tmp"] / "victim.txt"
+    victim.write_text("precious\n")
+    out = home["tmp"] / "out" / "-tmp-demo"
+    out.mkdir(parents=True)
+    # The temporary names earlier versions used, planted as links to the victim.
+    os.symlink(victim, out / f".{SID}.jsonl.session-index-tmp")
+    code, _, err = cli("export", SID, "--out", home["tmp"] / "out", "--db", db, env=home["env"])
+    assert code == 0, err
+    assert victim.read_text() == "precious\n"
+    assert (out / f"{SID}.jsonl").read_bytes() == \
+        (home["projects"] / "-tmp-demo" / f"{SID}.jsonl").read_bytes()
+    # A link at the target itself: refused, even with --force.
+    os.unlink(out / f"{SID}.jsonl")
+    os.symlink(victim, out / f"{SID}.jsonl")
+    for extra in ([], ["--force"]):
+        code, _, err = cli("export", SID, "--out", home["tmp"] / "out", "--db", db, *extra,
+                           env=home["env"])
+        assert code == 3 and "is a symlink: refusing to write through it" in err
+    assert victim.read_text() == "precious\n"
+    # repair's temporary name too.
+    transcript = home["projects"] / "-tmp-demo" / f"{SID}.jsonl"
+    os.symlink(victim, transcript.parent / f".{SID}.jsonl.repair-tmp")
+    code, _, err = cli("repair", SID, "--write", "--force", "--db", db, env=home["env"])
+    assert code in (0, 3, 7) and victim.read_text() == "precious\n"
+    assert not transcript.is_symlink()
+
+
+def test_export_over_a_different_file_needs_force(home):
+    db = indexed(home)
+    target = home["tmp"] / "out" / "-tmp-demo" / f"{SID}.jsonl"
+    target.parent.mkdir(parents=True)
+    target.write_text("someone else's file\n")
+    code, _, err = cli("export", SID, "--out", home["tmp"] / "out", "--db", db, env=home["env"])
+    assert code == 3 and "exists and differs from the indexed transcript: --force" in err
+    assert target.read_text() == "someone else's file\n"
+    code, _, err = cli("export", SID, "--out", home["tmp"] / "out", "--db", db, "--force",
+                       env=home["env"])
+    assert code == 0 and target.read_bytes() == \
+        (home["projects"] / "-tmp-demo" / f"{SID}.jsonl").read_bytes()
+    # The same bytes again: nothing to refuse.
+    code, _, _ = cli("export", SID, "--out", home["tmp"] / "out", "--db", db, env=home["env"])
+    assert code == 0
+    assert not [p for p in target.parent.iterdir() if p.name.startswith(".")]

@@ -323,3 +323,93 @@ def test_show_equals_the_sdk_on_every_corpus_transcript(tmp_path):
         theirs = [m.uuid for m in sdk._entries_to_session_messages(
             sdk._parse_transcript_entries(data.decode("utf-8", "replace")), None, 0)]
         assert ours == theirs, row["path"]
+
+
+# A writer that holds the transcript open (one fd, O_APPEND), as a process
+# that keeps its log file open does: it appends N lines once GO exists,
+# then keeps the file open until STOP exists.
+HOLDER = """
+import json, os, sys, time
+path, go, stop, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+open(go + ".ready", "w").close()
+while not os.path.exists(go):
+    time.sleep(0.005)
+for i in range(n):
+    os.write(fd, json.dumps({"type": "progress", "uuid": f"held-{i}", "parentUuid": None,
+                             "data": {}}).encode() + b"\\n")
+    time.sleep(0.01)
+while not os.path.exists(stop):
+    time.sleep(0.01)
+os.close(fd)
+"""
+
+
+def held_lines(data: bytes) -> list[str]:
+    return [json.loads(l)["uuid"] for l in data.splitlines()
+            if l.startswith(b'{"type": "progress"')]
+
+
+@pytest.mark.parametrize("closes", [False, True])
+def test_a_writer_holding_the_file_open_loses_no_line_to_a_forced_repair(index, tmp_path,
+                                                                         monkeypatch, closes):
+    from indexer import repair as repairmod
+
+    path = seed000(index, next_prompt=True)
+    original = path.read_bytes()
+    go, stop = tmp_path / "go", tmp_path / "stop"
+    if closes:
+        stop.touch()   # the writer closes the file once its 40 lines are written
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(path), str(go), str(stop), "40"])
+    while not (tmp_path / "go.ready").exists():
+        time.sleep(0.01)
+    real = repairmod.temp_beside
+
+    def start_writing_now(*args):   # after the read-and-compare, just before the swap
+        go.touch()
+        return real(*args)
+
+    monkeypatch.setattr(repairmod, "temp_beside", start_writing_now)
+    try:
+        code, out = repair(index, "--write", "--force")
+    finally:
+        stop.touch()
+        proc.wait(timeout=30)
+    data = path.read_bytes()
+    assert held_lines(data) == [f"held-{i}" for i in range(40)]   # every line, in order
+    if closes:   # applied, the lines written to the old file meanwhile folded in
+        assert code == 0 and not data.startswith(original), out
+        assert OTTER in texts(sdk_messages(path))
+    else:   # still held open for writing at the end: the original is back
+        assert code == 7 and "held open for writing" in out, out
+        assert data.startswith(original)
+
+
+def test_lines_appended_to_the_old_file_during_the_swap_are_folded_in(tmp_path):
+    import threading
+
+    from indexer import repair as repairmod
+
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(b'{"type": "user", "uuid": "u"}\n')
+    old = open(path, "rb")
+    old.read()
+    repaired = b'{"type": "user", "uuid": "u", "repaired": true}\n'
+    tmp = tmp_path / ".t.tmp"
+    tmp.write_bytes(repaired)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND)   # this process's: not "another" holder
+
+    def write():
+        for i in range(30):
+            os.write(fd, json.dumps({"type": "progress", "uuid": f"held-{i}"}).encode() + b"\n")
+            time.sleep(0.01)
+        os.close(fd)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    folded = repairmod._swap(str(path), old, len(b'{"type": "user", "uuid": "u"}\n'),
+                             repaired, str(tmp), str(tmp_path / "t.backup"), 0.3)
+    writer.join()
+    data = path.read_bytes()
+    assert data.startswith(repaired) and folded == len(data) - len(repaired)
+    assert held_lines(data) == [f"held-{i}" for i in range(30)]
