@@ -2,8 +2,10 @@
 
 Exit codes: 0 ok; 1 a finding (rows listed by poisoned/stale/expiring/failed,
 rows rejected by refs import, verify: the CLI and the index differ); 2 a usage error; 3 the index or a source
-cannot be used (for export/restore also: the session, or the generation asked
-for, is not in the index; restore refused); 4/5/6 the check verdicts
+cannot be used (a file that is not an index, a full disk, a read-only file
+system, a corrupt page: one line, never a traceback; for export/restore also:
+the session, or the generation asked for, is not in the index; a target
+outside the folder, a symlink or a different file: refused); 4/5/6 the check verdicts
 missing/poisoned/spliced; 7 a repair refused (the file is live); 8 a repair
 rolled back.
 """

@@ -56,9 +56,29 @@ def make_datasette(db_path, **kwargs):
                      plugins_dir=str(plugins_dir()), settings=dict(SETTINGS), **kwargs)
 
 
+# Characters Datasette 0.65 puts unescaped into the foreign-key links of a
+# table page (datasette/views/table.py, LINK_WITH_LABEL / LINK_WITH_VALUE
+# format the database name into an href as it is): a file named
+# x"><img src=x onerror=...>.db would run script there.
+MARKUP_CHARACTERS = set('<>"\'&`')
+
+
+def check_database_name(db_path) -> None:
+    """WebError when the database name Datasette derives from the file (its
+    stem) holds markup or control characters."""
+    name = Path(db_path).stem
+    if any(c in MARKUP_CHARACTERS or ord(c) < 32 for c in name):
+        raise WebError(
+            f"refusing to serve {str(db_path)!r}: its name holds markup characters, which "
+            "Datasette 0.65 puts unescaped into the foreign-key links of table pages; "
+            "rename the file (or serve a symlink with a plain name)")
+
+
 def prepare_index(db_path) -> None:
-    """Fail early on a missing or foreign file; bring an older index's schema
-    and views up to date, as ``status`` does."""
+    """Fail early on a missing or foreign file, or a name Datasette would
+    render unescaped; bring an older index's schema and views up to date,
+    as ``status`` does."""
+    check_database_name(db_path)
     try:
         db = dbmod.open_db(db_path, create=False)
         dbmod.upgrade(db)
@@ -160,6 +180,7 @@ def serve(sources, db_path, host, port, watch, config_dir):
     if sources and not watch:
         raise click.UsageError("SOURCES are followed only with --watch")
     try:
+        check_database_name(db_path)   # before --watch makes the file
         if watch:
             from . import service, watch as watchmod
 

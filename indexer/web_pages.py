@@ -211,12 +211,24 @@ def _chosen_file(request, session, files):
     return files[0]
 
 
+SQLITE_MAX_INT = (1 << 63) - 1
+
+
+def url_int(text: str, what: str) -> int:
+    """A row id from a URL: NotFound when SQLite's integer cannot hold it
+    (binding it would raise OverflowError: a 500)."""
+    n = int(text)
+    if n > SQLITE_MAX_INT:
+        raise NotFound(f"No such {what}")
+    return n
+
+
 async def record_raw(datasette, request):
     """A record's line, pretty-printed, as text/plain (the session page shows
     it with textContent, never as HTML)."""
     name, db = await index_database(datasette, request)
     await datasette.ensure_permissions(request.actor, [("view-table", (name, "records"))])
-    row = (await db.execute(RECORD_SQL, {"id": int(request.url_vars["record_id"])})).first()
+    row = (await db.execute(RECORD_SQL, {"id": url_int(request.url_vars["record_id"], "record")})).first()
     if row is None:
         raise NotFound("No such record")
     raw = row["raw"]
@@ -246,11 +258,12 @@ async def download(datasette, request):
     name, db = await index_database(datasette, request)
     await datasette.ensure_permissions(request.actor, [("view-table", (name, "records"))])
     which = request.url_vars["which"]
-    row = (await db.execute(DOWNLOAD_FILE_SQL, {"id": int(request.url_vars["file_id"])})).first()
+    row = (await db.execute(DOWNLOAD_FILE_SQL, {"id": url_int(request.url_vars["file_id"], "transcript file")})).first()
     if row is None or (which == "repaired" and not row["is_main"]):
         raise NotFound("No such transcript file")
     generation = request.args.get("generation")
-    if generation is not None and (which != "original" or not generation.isdigit()):
+    if generation is not None and (which != "original" or not generation.isdigit()
+                                   or int(generation) > SQLITE_MAX_INT):
         raise NotFound("No such generation of the transcript")
 
     def build(conn):

@@ -76,6 +76,8 @@ def test_fifos_and_device_symlinks_in_a_folder_are_skipped_with_a_note(home):
     # The good file was stored, and stays so at the next run.
     code, out, _ = cli("ingest", home["projects"], "--db", db, env=home["env"], timeout=30)
     assert code == 0 and "4 not regular files skipped" in out
+    code, data, _ = cli("export", SID, "--out", "-", "--db", db, env=home["env"])
+    assert code == 0 and data == (folder / f"{SID}.jsonl").read_text()
 
 
 def test_a_fifo_given_as_a_source_is_skipped_not_missing(home):
@@ -240,3 +242,174 @@ def test_export_over_a_different_file_needs_force(home):
     code, _, _ = cli("export", SID, "--out", home["tmp"] / "out", "--db", db, env=home["env"])
     assert code == 0
     assert not [p for p in target.parent.iterdir() if p.name.startswith(".")]
+
+
+# --- faults: full disk, read-only file systems, a corrupt page -------------
+
+@pytest.fixture
+def mount(tmp_path):
+    """mount(size, ro=False) -> a fresh tmpfs folder; skipped where mounting
+    is not allowed (not root, no CAP_SYS_ADMIN)."""
+    mounted = []
+
+    def make(size="4m", ro=False, at=None):
+        point = at or tmp_path / f"mnt{len(mounted)}"
+        point.mkdir(exist_ok=True)
+        options = f"size={size}" + (",ro" if ro else "")
+        p = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(point)],
+                           capture_output=True, text=True)
+        if p.returncode:
+            pytest.skip(f"cannot mount a tmpfs here: {p.stderr.strip()}")
+        mounted.append(point)
+        return point
+
+    yield make
+    for point in reversed(mounted):
+        subprocess.run(["umount", "-l", str(point)], capture_output=True)
+
+
+def remount(point, options):
+    subprocess.run(["mount", "-o", f"remount,{options}", str(point)], check=True)
+
+
+def one_error_line(err: str, *words: str) -> None:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: "), err
+    for w in words:
+        assert w in lines[0], err
+
+
+def many_sessions(projects: Path, n=40, size=20_000):
+    for i in range(n):
+        t = Transcript(f"{i:08d}-2222-3333-4444-555555555555")
+        t.add("a", None, "user", message={"role": "user", "content": "x" * size})
+        t.add("b", "a", "assistant")
+        t.write(projects / "-tmp-many")
+
+
+def test_a_full_disk_is_one_line_and_the_index_rebuilds_after(home, mount):
+    many_sessions(home["projects"])
+    disk = mount("1m")
+    db = disk / "x.db"
+    code, _, err = cli("ingest", home["projects"], "--db", db, env=home["env"])
+    assert code == 3
+    one_error_line(err, "database or disk is full")
+    assert "cannot rollback" not in err
+    conn = sqlite3.connect(db)
+    assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    conn.close()
+    remount(disk, "size=64m")
+    code, _, err = cli("ingest", home["projects"], "--db", db, env=home["env"])
+    assert code == 0, err
+    out = home["tmp"] / "out"
+    for f in (home["projects"] / "-tmp-many").iterdir():
+        code, _, err = cli("export", f.stem, "--out", out, "--db", db, env=home["env"])
+        assert code == 0, err
+        assert (out / "-tmp-many" / f.name).read_bytes() == f.read_bytes()
+
+
+def test_restore_onto_a_directory_or_a_read_only_file_system_is_one_line(home, mount):
+    db = indexed(home)
+    blocked = home["tmp"] / "c1" / "projects" / "-tmp-demo" / f"{SID}.jsonl"
+    blocked.mkdir(parents=True)   # a folder where the transcript would go
+    code, _, err = cli("restore", SID, "--config-dir", home["tmp"] / "c1", "--db", db,
+                       env=home["env"])
+    assert code == 3
+    one_error_line(err)
+    assert blocked.is_dir() and not list(blocked.iterdir())
+    ro = mount("1m", ro=True)
+    code, _, err = cli("restore", SID, "--config-dir", ro, "--db", db, env=home["env"])
+    assert code == 3
+    one_error_line(err, "Read-only file system")
+    code, _, err = cli("export", SID, "--out", ro, "--db", db, env=home["env"])
+    assert code == 3
+    one_error_line(err, "Read-only file system")
+
+
+def test_repair_write_in_a_read_only_folder_is_one_line(home, mount):
+    fixtures = Path(__file__).parent / "fixtures"
+    disk = mount("4m")
+    projects = disk / "projects"
+    transcript = projects / "-tmp-demo" / f"{SID}.jsonl"
+    transcript.parent.mkdir(parents=True)
+    transcript.write_bytes((fixtures / "seed000_splice.jsonl").read_bytes())
+    old = 1_700_000_000
+    os.utime(transcript, (old, old))
+    db = home["tmp"] / "x.db"
+    assert cli("ingest", projects, "--db", db, env=home["env"])[0] == 0
+    before = transcript.read_bytes()
+    remount(disk, "ro")
+    code, _, err = cli("repair", SID, "--write", "--db", db, env=home["env"])
+    assert code == 3
+    one_error_line(err, "Read-only file system")
+    assert transcript.read_bytes() == before
+
+
+def test_an_existing_backup_name_is_a_refusal_not_a_traceback(home, monkeypatch):
+    import time
+
+    fixtures = Path(__file__).parent / "fixtures"
+    transcript = home["projects"] / "-tmp-demo" / f"{SID}.jsonl"
+    transcript.write_bytes((fixtures / "seed000_splice.jsonl").read_bytes())
+    os.utime(transcript, (1_700_000_000, 1_700_000_000))
+    db = indexed(home)
+    before = transcript.read_bytes()
+    # Every name this minute's repair could take is taken.
+    now = time.time()
+    for s in range(0, 120):
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now + s))
+        Path(f"{transcript}.session-index-backup-{stamp}").write_text("taken")
+    code, _, err = cli("repair", SID, "--write", "--db", db, env=home["env"])
+    assert code == 7 and "exists already" in err and transcript.read_bytes() == before
+
+
+def test_a_corrupt_page_is_one_line_and_the_file_is_left_alone(home):
+    db = indexed(home)
+    many = home["tmp"] / "many"
+    many_sessions(many)
+    assert cli("ingest", many, "--db", db, env=home["env"])[0] == 0
+    conn = sqlite3.connect(db)
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    page = conn.execute("PRAGMA page_size").fetchone()[0]
+    pages = conn.execute("PRAGMA page_count").fetchone()[0]
+    conn.close()
+    with open(db, "r+b") as f:   # scribble over every page but the first
+        for n in range(1, pages):
+            f.seek(n * page + 100)
+            f.write(b"\xde\xad\xbe\xef" * 64)
+    before = digest(db)
+    for args in (["status"], ["poisoned"], ["check", SID], ["show", SID], ["export", SID, "--out", "-"]):
+        code, _, err = cli(*args, "--db", db, env=home["env"])
+        assert code == 3, (args, err)
+        one_error_line(err)
+        assert digest(db) == before, args
+
+
+# --- the web ---------------------------------------------------------------
+
+def test_serve_refuses_a_database_name_datasette_would_render_unescaped(home):
+    folder = home["tmp"] / "names"
+    folder.mkdir()
+    bad = folder / 'x"><img src=x onerror=alert(1)>.db'
+    for extra in ([], ["--watch", home["projects"]]):
+        code, _, err = cli("serve", *extra, "--db", bad, "--port", "0", env=home["env"])
+        assert code == 3
+        one_error_line(err, "markup characters")
+        assert list(folder.iterdir()) == []   # --watch made no index either
+
+
+def test_ids_too_large_for_sqlite_are_404_not_500(home):
+    db = indexed(home)
+    from indexer import web
+
+    async def fetch():
+        ds = web.make_datasette(db)
+        huge = "9" * 30
+        return [(await ds.client.get(path)).status_code for path in (
+            f"/-/session-record/{huge}", f"/-/session-download/{huge}/original",
+            f"/-/session-download/{huge}/repaired",
+            f"/-/session-download/1/original?generation={huge}")]
+
+    import asyncio
+
+    assert asyncio.run(fetch()) == [404, 404, 404, 404]
