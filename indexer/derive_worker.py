@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import sqlite3
 
-from .db import write_lock
+from .db import readonly_uri, write_lock
 
 # chain and derive are imported where they are used: ingest imports this
 # module on every run, and a run with nothing new needs neither.
@@ -44,8 +44,7 @@ def compute(db_path: str, paths: list[str]) -> dict:
     """In the worker: {file_id: (position, rows by cache)} for these files."""
     from . import chain, derive
 
-    conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, isolation_level=None,
-                           timeout=30)
+    conn = sqlite3.connect(readonly_uri(db_path), uri=True, isolation_level=None, timeout=30)
     try:
         conn.execute("BEGIN")
         ids = [i for (i,) in conn.execute(FILE_IDS_SQL, [json.dumps(paths)])]

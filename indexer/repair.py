@@ -269,7 +269,8 @@ def write(db, p: Plan, *, force: bool = False) -> Result:
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
         backup = f"{path}.session-index-backup-{stamp}"
         if os.path.lexists(backup):
-            raise Refused(f"{backup} exists already: a repair ran this second; try again")
+            raise RepairError(f"{backup} exists already (a repair ran this second?): "
+                              "nothing written; try again")
         out, tmp = temp_beside(path, ".repair-tmp")   # O_EXCL, a random name: no link followed
         try:
             with out:

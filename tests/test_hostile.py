@@ -176,6 +176,17 @@ def indexed(home) -> Path:
     return db
 
 
+def assert_rebuilds(db: Path, projects: Path, env) -> None:
+    """Every main transcript under ``projects`` comes back out of the index
+    byte for byte."""
+    mains = [p for p in projects.glob("*/*.jsonl") if p.is_file() and not p.is_symlink()]
+    assert mains
+    for path in mains:
+        p = subprocess.run([sys.executable, "-m", "indexer", "export", path.stem, "--out", "-",
+                            "--db", str(db)], env=env, capture_output=True, timeout=60)
+        assert p.returncode == 0 and p.stdout == path.read_bytes(), (path, p.stderr)
+
+
 def crafted_path(db: Path, path: str) -> None:
     conn = sqlite3.connect(db)
     conn.execute("UPDATE files SET path = ? WHERE session_id = ?", [path, SID])
@@ -195,6 +206,8 @@ def test_a_dotdot_in_files_path_never_writes_outside_the_folder(home):
         assert code == 3, (args, err)
         assert "refus" in err and len(err.strip().splitlines()) == 1, err
         assert not victim_dir.exists() and not (folder and folder.exists())
+    crafted_path(db, str(home["projects"] / "-tmp-demo" / f"{SID}.jsonl"))
+    assert_rebuilds(db, home["projects"], home["env"])
 
 
 def test_a_symlink_at_a_temporary_or_target_name_is_never_followed(home):
@@ -218,6 +231,7 @@ def test_a_symlink_at_a_temporary_or_target_name_is_never_followed(home):
                            env=home["env"])
         assert code == 3 and "is a symlink: refusing to write through it" in err
     assert victim.read_text() == "precious\n"
+    assert_rebuilds(db, home["projects"], home["env"])
     # repair's temporary name too.
     transcript = home["projects"] / "-tmp-demo" / f"{SID}.jsonl"
     os.symlink(victim, transcript.parent / f".{SID}.jsonl.repair-tmp")
@@ -242,6 +256,7 @@ def test_export_over_a_different_file_needs_force(home):
     code, _, _ = cli("export", SID, "--out", home["tmp"] / "out", "--db", db, env=home["env"])
     assert code == 0
     assert not [p for p in target.parent.iterdir() if p.name.startswith(".")]
+    assert_rebuilds(db, home["projects"], home["env"])
 
 
 # --- faults: full disk, read-only file systems, a corrupt page -------------
@@ -324,6 +339,7 @@ def test_restore_onto_a_directory_or_a_read_only_file_system_is_one_line(home, m
     code, _, err = cli("export", SID, "--out", ro, "--db", db, env=home["env"])
     assert code == 3
     one_error_line(err, "Read-only file system")
+    assert_rebuilds(db, home["projects"], home["env"])
 
 
 def test_repair_write_in_a_read_only_folder_is_one_line(home, mount):
@@ -343,6 +359,7 @@ def test_repair_write_in_a_read_only_folder_is_one_line(home, mount):
     assert code == 3
     one_error_line(err, "Read-only file system")
     assert transcript.read_bytes() == before
+    assert_rebuilds(db, projects, home["env"])
 
 
 def test_an_existing_backup_name_is_a_refusal_not_a_traceback(home, monkeypatch):
@@ -360,7 +377,9 @@ def test_an_existing_backup_name_is_a_refusal_not_a_traceback(home, monkeypatch)
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now + s))
         Path(f"{transcript}.session-index-backup-{stamp}").write_text("taken")
     code, _, err = cli("repair", SID, "--write", "--db", db, env=home["env"])
-    assert code == 7 and "exists already" in err and transcript.read_bytes() == before
+    assert code == 3 and transcript.read_bytes() == before
+    one_error_line(err, "exists already")
+    assert_rebuilds(db, home["projects"], home["env"])
 
 
 def test_a_corrupt_page_is_one_line_and_the_file_is_left_alone(home):

@@ -310,14 +310,14 @@ def test_errors_are_logged_once_and_the_watcher_goes_on(tmp_path, monkeypatch):
     monkeypatch.setenv("SESSION_INDEX_MANAGED_SETTINGS", str(tmp_path / "managed.json"))
     bad, good = project / f"{SID}.jsonl", project / f"{SID2}.jsonl"
     denied = {str(bad)}
-    real_open = open
+    real_open = ingestmod.open_regular
 
     def guarded_open(file, *args, **kwargs):
         if str(file) in denied:
             raise PermissionError(13, "Permission denied", str(file))
         return real_open(file, *args, **kwargs)
 
-    monkeypatch.setattr(ingestmod, "open", guarded_open, raising=False)
+    monkeypatch.setattr(ingestmod, "open_regular", guarded_open)
     db = tmp_path / "index.db"
     watcher, thread, log, failure = run_watcher_thread(db, [str(tmp_path / "projects")])
     reader = sqlite3.connect(f"file:{db}?mode=ro", uri=True, isolation_level=None)
