@@ -1,9 +1,10 @@
 """session-index pages: the health page (in the menu), a session's tree, a
-record's raw JSON, and the stylesheet. The handlers are in indexer/web_pages.py."""
+record's raw JSON, downloads; the canned queries of any database that is a
+session index; the stylesheet. The handlers are in indexer/web_pages.py."""
 
 from datasette import hookimpl
 
-from indexer import web_pages
+from indexer import web_metadata, web_pages
 
 
 @hookimpl
@@ -15,7 +16,6 @@ def register_routes():
         (r"^/-/session-record/(?P<record_id>[0-9]+)$", web_pages.record_raw),
         (r"^/-/session-download/(?P<file_id>[0-9]+)/(?P<which>original|repaired)$",
          web_pages.download),
-        (r"^/-/session-index\.css$", web_pages.stylesheet),
     ]
 
 
@@ -26,4 +26,14 @@ def menu_links(datasette):
 
 @hookimpl
 def extra_css_urls(datasette):
-    return [datasette.urls.path("/-/session-index.css")]
+    return [datasette.urls.static_plugins(web_metadata.PLUGIN, "session-index.css")]
+
+
+@hookimpl
+def canned_queries(datasette, database):
+    async def inner():
+        if await web_pages.is_session_index(datasette, database):
+            return web_metadata.canned_queries()
+        return {}
+
+    return inner

@@ -27,9 +27,8 @@ DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 8001
 # The *_definition views are the specification, not the fast path: a few
 # seconds to plan and run, so the SQL time limit allows for them.
 SETTINGS = {"facet_time_limit_ms": 1000, "sql_time_limit_ms": 5000}
-HERE = Path(__file__).resolve().parent
-# The plugins: the checkout's folder, else the copy an installed wheel carries.
-PLUGIN_DIRS = (HERE.parent / "datasette-plugins", HERE / "datasette_plugins")
+# The plugin module the datasette entry point registers (pyproject.toml).
+PLUGIN_MODULE = "indexer.datasette_plugins"
 
 
 class Failure(click.ClickException):
@@ -40,20 +39,27 @@ class WebError(Exception):
     """The web UI cannot start (no plugins, no index, port taken)."""
 
 
-def plugins_dir() -> Path:
-    for candidate in PLUGIN_DIRS:
-        if candidate.is_dir() and any(candidate.glob("*.py")):
-            return candidate
-    raise WebError("the Datasette plugins are not installed with this package")
+def check_plugin() -> None:
+    """WebError unless Datasette has loaded the plugin from its entry point
+    (the package is installed, not only checked out)."""
+    from datasette.plugins import pm
+
+    if not any(getattr(p, "__name__", None) == PLUGIN_MODULE for p in pm.get_plugins()):
+        raise WebError("the session-index Datasette plugin is not registered: install the "
+                       "package (pip install .) so its datasette entry point is there")
 
 
 def make_datasette(db_path, **kwargs):
-    """A Datasette on the index at ``db_path`` (mutable: not ``-i``), its
-    metadata naming the database as Datasette does (the file's stem)."""
+    """A Datasette on the index at ``db_path`` (mutable: not ``-i``) with
+    the plugin, as ``datasette FILE.db`` has it once the package is
+    installed, and the metadata (descriptions, facets) naming the database
+    as Datasette does (the file's stem)."""
     from datasette.app import Datasette
 
-    return Datasette([str(db_path)], metadata=web_metadata.metadata(Path(db_path).stem),
-                     plugins_dir=str(plugins_dir()), settings=dict(SETTINGS), **kwargs)
+    check_plugin()
+    return Datasette([str(db_path)],
+                     metadata=web_metadata.metadata(Path(db_path).stem, queries=False),
+                     settings=dict(SETTINGS), **kwargs)
 
 
 # Characters Datasette 0.65 puts unescaped into the foreign-key links of a

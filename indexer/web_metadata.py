@@ -683,12 +683,18 @@ TABLES["_sqlite_migrations"] = {
 }
 
 
-def metadata(database: str = "sessions") -> dict:
-    """Datasette metadata with the index under ``database`` (the file's stem)."""
-    queries = {
-        name: {"title": title, "description": description, "sql": sql}
-        for name, (title, sql, description) in QUERIES.items()
-    }
+def canned_queries() -> dict:
+    """The canned queries, as the plugin's canned_queries hook gives them to
+    every database that is a session index."""
+    return {name: {"title": title, "description": description, "sql": sql}
+            for name, (title, sql, description) in QUERIES.items()}
+
+
+def metadata(database: str = "sessions", queries: bool = True) -> dict:
+    """Datasette metadata with the index under ``database`` (the file's stem):
+    descriptions, units, facets, hidden caches. The canned queries come from
+    the plugin, for any name; ``metadata.yml`` carries them too, for a
+    Datasette without the plugin."""
     return {
         "title": TITLE,
         "description_html": DESCRIPTION_HTML,
@@ -698,7 +704,7 @@ def metadata(database: str = "sessions") -> dict:
                 # Marks the database the plugins act on (render_cell, pages).
                 "plugins": {PLUGIN: {"index": True}},
                 "tables": TABLES,
-                "queries": queries,
+                **({"queries": canned_queries()} if queries else {}),
             }
         },
     }

@@ -2,7 +2,8 @@
 
 The hook files in ``datasette-plugins/`` route to these handlers. Each reads
 the index through Datasette (its permissions, its read-only connections) and
-renders a template from ``indexer/templates`` inside Datasette's layout.
+renders a template of the plugin (``datasette-plugins/templates``) inside
+Datasette's layout.
 """
 
 from __future__ import annotations
@@ -16,9 +17,6 @@ from . import resume, web_health, web_tree
 from .web_format import CAUSE_COLOURS, pretty_json, session_path
 from .web_metadata import PLUGIN, QUERIES
 
-HERE = Path(__file__).resolve().parent
-TEMPLATES = HERE / "templates"
-CSS_PATH = HERE / "static" / "session-index.css"
 PAGE_TIME_LIMIT_MS = 20_000
 RAW_PRETTY_MAX = 5_000_000  # characters; a longer line is shown as written
 
@@ -69,11 +67,7 @@ WHERE f.id = :id AND f.kind IN ('main', 'subagent')
 async def index_database(datasette, request):
     """The index database a page is about: ``?database=`` or the first the
     metadata marks as a session index (else the first with the views)."""
-    names = [n for n in datasette.databases
-             if datasette.plugin_config(PLUGIN, database=n, fallback=False)]
-    if not names:
-        names = [n for n, db in datasette.databases.items()
-                 if n != "_internal" and "leaf_ancestry" in await db.view_names()]
+    names = [n for n in datasette.databases if await is_session_index(datasette, n)]
     wanted = request.args.get("database")
     name = wanted if wanted in names else (names[0] if names else None)
     if name is None:
@@ -83,9 +77,23 @@ async def index_database(datasette, request):
     return name, datasette.get_database(name)
 
 
+async def is_session_index(datasette, name: str) -> bool:
+    """Is the attached database ``name`` a session index (it has the
+    views)? Asked once per database and Datasette instance."""
+    known = datasette.__dict__.setdefault("_session_index_databases", {})
+    if name not in known:
+        try:
+            db = datasette.get_database(name)
+        except KeyError:
+            return False
+        known[name] = name != "_internal" and "leaf_ancestry" in await db.view_names()
+    return known[name]
+
+
 async def render(datasette, request, template, context, status=200):
-    tmpl = datasette.jinja_env.from_string((TEMPLATES / template).read_text())
-    html = await datasette.render_template(tmpl, context, request=request)
+    """A page of the plugin's templates/ (found by Datasette's loader, which
+    holds every plugin's templates) inside Datasette's layout."""
+    html = await datasette.render_template(template, context, request=request)
     return Response.html(html, status=status)
 
 
@@ -235,11 +243,6 @@ async def record_raw(datasette, request):
     text = pretty_json(raw) if len(raw) <= RAW_PRETTY_MAX else raw
     return Response.text(text, headers={"X-Content-Type-Options": "nosniff",
                                         "Cache-Control": "no-store"})
-
-
-async def stylesheet(datasette, request):
-    return Response(CSS_PATH.read_text(), content_type="text/css; charset=utf-8",
-                    headers={"Cache-Control": "max-age=300"})
 
 
 class _Conn:

@@ -39,6 +39,8 @@ HOSTILE_UUID = f'u"><script>{PWN}</script>'
 BROKEN_SID = "bbbbbbbb-0000-4000-8000-000000000001"
 
 
+CSS_URL = "/-/static-plugins/session-index/session-index.css"
+
 def hostile_transcript(projects: Path) -> None:
     t = Transcript(HOSTILE_SID)
     t.add(HOSTILE_UUID, None, "user", message={"role": "user", "content": HOSTILE_TEXT},
@@ -302,10 +304,10 @@ def test_health_checks_skip_missing_names_and_report_bad_sql(site):
 
 
 def test_stylesheet_is_linked_from_every_page(site):
-    css = site.get("/-/session-index.css")
+    css = site.get(CSS_URL)   # served as Datasette serves a plugin's static files
     assert css.headers["content-type"].startswith("text/css") and ".si-node" in css.text
     for path in ("/", f"/{site.name}/records", "/-/session-health"):
-        assert '<link rel="stylesheet" href="/-/session-index.css">' in site.get(path).text
+        assert f'<link rel="stylesheet" href="{CSS_URL}">' in site.get(path).text
 
 
 def test_pages_keep_datasettes_permissions(tmp_path):
@@ -313,7 +315,7 @@ def test_pages_keep_datasettes_permissions(tmp_path):
     meta = web_metadata.metadata("demo")
     meta["allow"] = {"id": "ops"}
     from datasette.app import Datasette
-    ds = Datasette([str(db_path)], metadata=meta, plugins_dir=str(web.plugins_dir()))
+    ds = Datasette([str(db_path)], metadata=meta)
     record_id = sqlite3.connect(db_path).execute("SELECT max(id) FROM records").fetchone()[0]
     for path in ("/-/session-health", session_url(sid("seed-000")),
                  f"/-/session-record/{record_id}", "/demo/splices.json"):
@@ -483,7 +485,7 @@ def test_render_cell_leaves_other_databases_alone(tmp_path):
     conn.commit()
     conn.close()
     from datasette.app import Datasette
-    ds = Datasette([str(other)], plugins_dir=str(web.plugins_dir()))
+    ds = Datasette([str(other)])
     html = asyncio.run(ds.client.get("/other/t")).text
     assert "/-/sessions/s1" not in html and "si-json" not in html
     assert asyncio.run(ds.client.get("/-/session-health")).status_code == 404
@@ -491,7 +493,7 @@ def test_render_cell_leaves_other_databases_alone(tmp_path):
 
 def test_pages_find_the_index_without_metadata(site):
     from datasette.app import Datasette
-    ds = Datasette([str(site.path)], plugins_dir=str(web.plugins_dir()))
+    ds = Datasette([str(site.path)])
     html = asyncio.run(ds.client.get("/-/session-health")).text
     assert "Problems by class" in html and f'href="/{site.name}/leaves?leaves_agree=0"' in html
 
@@ -589,20 +591,23 @@ def test_serve_refuses_a_taken_port(tmp_path):
     assert result.exit_code == 3 and "cannot listen" in result.output
 
 
-def test_plain_datasette_command_from_the_checkout(site, tmp_path):
-    """datasette sessions.db -m metadata.yml --plugins-dir datasette-plugins"""
-    shutil.copy(site.path, tmp_path / "sessions.db")
+@pytest.mark.parametrize("with_metadata", [False, True])
+def test_plain_datasette_command_on_any_name(site, tmp_path, with_metadata):
+    """datasette some-name.db (the plugin from its entry point; no metadata,
+    no plugins dir), and with -m metadata.yml, keyed by another name."""
+    shutil.copy(site.path, tmp_path / "some-name.db")
     datasette = Path(sys.executable).parent / "datasette"
-    for path, needle in (("/-/session-health", "Session health"),
-                         (session_url(sid("seed-000")), "leaves differ"),
-                         ("/sessions/splices.json?_shape=array&min_orphaned=",
-                          sid("seed-000"))):
-        out = subprocess.run(
-            [str(datasette), str(tmp_path / "sessions.db"), "-m", str(ROOT / "metadata.yml"),
-             "--plugins-dir", str(ROOT / "datasette-plugins"), "--get", path],
-            capture_output=True, text=True, timeout=60)
-        assert out.returncode == 0, out.stderr
-        assert needle in out.stdout
+    extra = ["-m", str(ROOT / "metadata.yml")] if with_metadata else []
+    checks = [("/-/session-health", "Session health"),
+              (session_url(sid("seed-000")), "leaves differ"),
+              ("/some-name/splices.json?_shape=array&min_orphaned=", sid("seed-000")),
+              (CSS_URL, ".si-node")]
+    checks += [(f"/some-name/{name}.json?_shape=array", "[") for name in web_metadata.QUERIES]
+    for path, needle in checks:
+        out = subprocess.run([str(datasette), str(tmp_path / "some-name.db"), *extra,
+                              "--get", path], capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, (path, out.stderr)
+        assert needle in out.stdout, path
 
 
 def test_the_package_build_carries_plugins_templates_and_styles(tmp_path):
@@ -616,8 +621,9 @@ def test_the_package_build_carries_plugins_templates_and_styles(tmp_path):
     plugins = {f"indexer/datasette_plugins/{p.name}"
                for p in (ROOT / "datasette-plugins").glob("*.py")}
     assert plugins and plugins <= built
-    assert {"indexer/templates/session_health.html", "indexer/templates/session_tree.html",
-            "indexer/static/session-index.css", "indexer/web.py"} <= built
+    assert {"indexer/datasette_plugins/templates/session_health.html",
+            "indexer/datasette_plugins/templates/session_tree.html",
+            "indexer/datasette_plugins/static/session-index.css", "indexer/web.py"} <= built
 
 
 def test_session_page_downloads_original_and_repaired(site):
