@@ -689,3 +689,12 @@ def test_session_page_lists_the_generations_of_a_rewritten_transcript(site, tmp_
         assert site_.json(f"/{site_.name}/{name}.json?_shape=array")
     # A transcript never rewritten has no generations table.
     assert "Generations of this transcript" not in site.get(session_url(sid("parallel-tools"))).text
+
+
+def test_datasette_plugins_lists_the_plugin():
+    datasette = Path(sys.executable).parent / "datasette"
+    out = subprocess.run([str(datasette), "plugins"], capture_output=True, text=True, timeout=60)
+    [plugin] = [p for p in json.loads(out.stdout) if p["name"] == "session-index"]
+    assert plugin["static"] and plugin["templates"]
+    assert {"canned_queries", "register_routes", "render_cell", "prepare_connection"} <= set(
+        plugin["hooks"])
