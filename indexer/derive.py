@@ -24,7 +24,6 @@ from .resume import CHAIN_TYPES
 
 DERIVE_BATCH = 200
 CACHES = tuple(chain.CACHE_TABLES.values())
-DERIVE_VERSION, CACHES_HASH = views.DERIVE_VERSION, views.CACHES_HASH
 # How each file was derived since the process started ("appended": extended
 # by derive_append, "recomputed": from all its records); bench and tests read it.
 STATS: Counter = Counter()
@@ -263,7 +262,7 @@ def mark_all_if_definitions_changed(db) -> bool:
         conn.execute("UPDATE files SET needs_derive = 1")
         conn.execute("UPDATE leaves_cache SET derive_state = NULL")  # recompute each
         conn.execute("INSERT OR REPLACE INTO index_meta VALUES ('definitions_hash', ?)",
-                     [CACHES_HASH])
+                     [views.CACHES_HASH])
     return True
 
 

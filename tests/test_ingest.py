@@ -715,3 +715,25 @@ def test_a_new_index_needs_no_refresh_of_every_session(index, monkeypatch):
     index.ingest()
     assert index.value("SELECT records FROM sessions") == 2
     assert marked and not any(marked)   # the caches were already today's
+
+
+def test_a_new_derive_version_rebuilds_every_cache(index, monkeypatch):
+    from indexer import derive, views
+    from indexer.digests import sha256
+
+    for n, sid in enumerate(("11111111-2222-3333-4444-555555555555",
+                             "22222222-2222-3333-4444-555555555555")):
+        t = Transcript(sid)
+        t.add("a", None, "user")
+        t.add("b", "a", "assistant")
+        t.write(index.projects / f"-tmp-p{n}")
+    index.ingest()
+    before = index.rows("SELECT * FROM leaf_ancestry_cache ORDER BY file_id, rule, height")
+    index.db.conn.execute("DELETE FROM leaf_ancestry_cache")   # what a wrong version left
+    bumped = sha256(f"{views.DEFINITIONS_HASH}:{views.DERIVE_VERSION + 1}".encode()).hexdigest()[:16]
+    monkeypatch.setattr(views, "CACHES_HASH", bumped)
+    derive.STATS.clear()
+    index.ingest()   # nothing new on disk: the version alone rebuilds both files' caches
+    assert derive.STATS["recomputed"] == 2
+    assert index.rows("SELECT * FROM leaf_ancestry_cache ORDER BY file_id, rule, height") == before
+    assert index.value("SELECT value FROM index_meta WHERE key = 'definitions_hash'") == bumped
