@@ -7,7 +7,7 @@ system, a corrupt page: one line, never a traceback; for export/restore also:
 the session, or the generation asked for, is not in the index; a target
 outside the folder, a symlink or a different file: refused); 4/5/6 the check verdicts
 missing/poisoned/spliced; 7 a repair refused (the file is live); 8 a repair
-rolled back.
+rolled back; 9 show/export/restore/repair/verify: no such session in the index.
 """
 
 from __future__ import annotations
@@ -42,10 +42,24 @@ signals, statusmod = _OnUse("signals"), _OnUse("status")
 
 EXIT_FINDING = 1
 EXIT_UNUSABLE = 3
+EXIT_UNKNOWN_SESSION = 9
+KNOWN_SESSION_SQL = "SELECT 1 FROM files WHERE session_id = ? LIMIT 1"
 
 
 class Failure(click.ClickException):
     exit_code = EXIT_UNUSABLE
+
+
+class UnknownSession(click.ClickException):
+    exit_code = EXIT_UNKNOWN_SESSION
+
+
+def _known(db, session_id: str):
+    """``db``, if it holds any file of ``session_id``; else exit 9."""
+    if db.conn.execute(KNOWN_SESSION_SQL, [session_id]).fetchone() is None:
+        raise UnknownSession(f"session {session_id} is not in the index (exit 9); "
+                             "ingest its transcripts first")
+    return db
 
 
 def _open(path: str, create: bool = False):
@@ -104,7 +118,8 @@ def cli():
     and why; poisoned, stale and expiring sessions; failed `claude -p` runs.
 
     Exit codes: 0 ok; 1 a finding; 2 usage; 3 the index or a source cannot
-    be used; 4/5/6 check: missing/poisoned/spliced; 7/8 repair: refused/rolled back.
+    be used; 4/5/6 check: missing/poisoned/spliced; 7/8 repair: refused/rolled back;
+    9 the session id is not in the index.
     """
 
 
@@ -291,27 +306,34 @@ def check(session_id, db_path, config_dir, now, cwd, as_json):
     sys.exit(checkmod.report(verdict, as_json, sys.stdout, sys.stderr))
 
 
-def _listing(name, db_path, now=None, days=None, as_json=False):
+def output_options(fn):
+    """--json, --nl, --csv, --tsv, --table: one of them (the last given wins),
+    tab-separated by default (indexer/output.py)."""
+    for flag, help_text in reversed((
+            ("--json", "Print a JSON array."),
+            ("--nl", "Print one JSON object per line."),
+            ("--csv", "Print CSV with a header row."),
+            ("--tsv", "Print tab-separated values with a header row (the default)."),
+            ("--table", "Print aligned columns."))):
+        fn = click.option(flag, "fmt", flag_value=flag[2:], help=help_text)(fn)
+    return fn
+
+
+def _listing(name, db_path, now=None, days=None, fmt=None):
+    from . import output
+
     db = _open(db_path, create=False)
     rows = signals.listing(db, name, now=_now(now),
                            days=days if days is not None else EXPIRING_WINDOW_DAYS)
-    if as_json:
-        click.echo(json.dumps(rows, indent=2))
-    elif not rows:
-        click.echo("none")
-    else:
-        columns = list(rows[0])
-        click.echo("\t".join(columns))
-        for row in rows:
-            click.echo("\t".join("" if row[c] is None else str(row[c]) for c in columns))
+    output.write_rows(rows, fmt or "tsv", sys.stdout)
     if rows:
         sys.exit(EXIT_FINDING)
 
 
 @cli.command()
 @db_option
-@json_option
-def poisoned(db_path, as_json):
+@output_options
+def poisoned(db_path, fmt):
     """Sessions with a synthetic placeholder on their resume chain (at_resume_tail:
     the next resume fails with the previous_message_id 400) or failed resumes of
     that kind. Exit 1 when there are any.
@@ -320,14 +342,14 @@ def poisoned(db_path, as_json):
 
         session-index poisoned --json
     """
-    _listing("poisoned", db_path, as_json=as_json)
+    _listing("poisoned", db_path, fmt=fmt)
 
 
 @cli.command()
 @db_option
 @now_option
-@json_option
-def stale(db_path, now, as_json):
+@output_options
+def stale(db_path, now, fmt):
     """Referenced session ids (refs import, and resume targets of executions)
     that a resume cannot use: never_indexed, deleted, unopenable (no file a
     resume opens: none named SESSION_ID.jsonl with a message), or expired. Exit 1 when
@@ -337,7 +359,7 @@ def stale(db_path, now, as_json):
 
         session-index stale --now 2026-12-01T00:00:00Z
     """
-    _listing("stale", db_path, now=now, as_json=as_json)
+    _listing("stale", db_path, now=now, fmt=fmt)
 
 
 @cli.command()
@@ -345,8 +367,8 @@ def stale(db_path, now, as_json):
 @now_option
 @click.option("--days", type=float, default=EXPIRING_WINDOW_DAYS, show_default=True,
               help="Report transcripts expiring within this many days.")
-@json_option
-def expiring(db_path, now, days, as_json):
+@output_options
+def expiring(db_path, now, days, fmt):
     """Transcripts Claude Code's cleanup will delete within --days, has
     already made due (expired, still on disk), or deleted (kept in the index).
     Exit 1 when there are any.
@@ -355,13 +377,13 @@ def expiring(db_path, now, days, as_json):
 
         session-index expiring --days 7 --json
     """
-    _listing("expiring", db_path, now=now, days=days, as_json=as_json)
+    _listing("expiring", db_path, now=now, days=days, fmt=fmt)
 
 
 @cli.command()
 @db_option
-@json_option
-def failed(db_path, as_json):
+@output_options
+def failed(db_path, fmt):
     """`claude -p` runs that failed, with the real message and its class,
     including those a parser reading `result` records as success (an empty
     result with the message in errors[], or subtype success with is_error).
@@ -371,7 +393,7 @@ def failed(db_path, as_json):
 
         session-index failed --json
     """
-    _listing("failed", db_path, as_json=as_json)
+    _listing("failed", db_path, fmt=fmt)
 
 
 
@@ -399,7 +421,7 @@ def export(session_id, out, force, generation, db_path):
 
         session-index export 0b1fed78-ad30-4641-94b1-5f6931526c96 --out backup/
     """
-    db = _open(db_path, create=False)
+    db = _known(_open(db_path, create=False), session_id)
     try:
         if out == "-":
             main = exportmod.main_transcript(db, session_id, generation)
@@ -435,7 +457,7 @@ def restore(session_id, generation, db_path, config_dir):
 
         session-index restore 0b1fed78-ad30-4641-94b1-5f6931526c96 --config-dir ~/.claude
     """
-    db = _open(db_path, create=False)
+    db = _known(_open(db_path, create=False), session_id)
     try:
         done = exportmod.restore(db, session_id, config_dir, generation)
         left_out = exportmod.left_out(db, session_id, generation)
@@ -481,6 +503,7 @@ def _say_copies(db, session_id):
 @db_option
 @click.option("--format", "fmt", type=click.Choice(["text", "markdown", "json"]),
               default="text", show_default=True)
+@click.option("--json", "fmt", flag_value="json", help="The same as --format json.")
 def show(session_id, db_path, fmt):
     """The conversation SESSION_ID really holds: the resume chain, with the
     parallel tool calls and results put back where the Agent SDK puts them and
@@ -491,7 +514,7 @@ def show(session_id, db_path, fmt):
 
         session-index show 0b1fed78-ad30-4641-94b1-5f6931526c96 --format markdown
     """
-    db = _open(db_path, create=False)
+    db = _known(_open(db_path, create=False), session_id)
     _fresh(db, session_id)
     _say_copies(db, session_id)
     try:
@@ -526,7 +549,7 @@ def repair(session_id, db_path, write, force, as_json):
 
         session-index repair 0b1fed78-ad30-4641-94b1-5f6931526c96 --write
     """
-    db = _open(db_path, create=False)
+    db = _known(_open(db_path, create=False), session_id)
     _fresh(db, session_id)
     _say_copies(db, session_id)
     try:
@@ -592,7 +615,7 @@ def verify(session_id, db_path, claude, as_json):
     """
     from . import oracle, verify as verifymod
 
-    db = _open(db_path, create=False)
+    db = _known(_open(db_path, create=False), session_id)
     try:
         binary = oracle.find_claude(claude)
     except oracle.NoClaudeBinary as exc:

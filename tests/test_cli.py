@@ -224,3 +224,19 @@ def test_check_upgrades_an_index_made_by_an_older_version(tmp_path, monkeypatch)
     conn = dbmod.connect(old)
     assert dbmod.is_current(conn)
     conn.close()
+
+
+def test_an_unknown_session_id_is_exit_9_everywhere(tmp_path):
+    db = str(tmp_path / "x.db")
+    assert run("ingest", str(make_projects(tmp_path)), "--db", db, "--silent").exit_code == 0
+    other = "99999999-2222-3333-4444-555555555555"
+    for args in (["show", other], ["show", other, "--json"], ["export", other, "--out", "-"],
+                 ["export", other, "--out", str(tmp_path / "o")], ["repair", other],
+                 ["restore", other, "--config-dir", str(tmp_path / "c")], ["verify", other]):
+        result = CliRunner().invoke(cli, [*args, "--db", db])
+        assert result.exit_code == 9, (args, result.output)
+        assert f"session {other} is not in the index" in result.output
+    assert not (tmp_path / "o").exists() and not (tmp_path / "c").exists()
+    # A known one still works, and show --json is show --format json.
+    result = CliRunner().invoke(cli, ["show", SID, "--json", "--db", db])
+    assert result.exit_code == 0 and json.loads(result.output)[0]["uuid"] == "a"

@@ -393,3 +393,35 @@ def test_status_counts_the_signals(env):
     s = json.loads(run(env, "status", "--json").output)
     assert (s["poisoned_sessions"], s["stale_session_refs"], s["failed_executions"],
             s["execution_logs"]) == (1, 1, 1, 1)
+
+
+# --- listing output formats ------------------------------------------------
+
+@pytest.mark.parametrize("fmt", ["", "--json", "--nl", "--csv", "--tsv", "--table"])
+def test_listings_print_each_format_and_nothing_when_empty(env, fmt):
+    import csv
+    import io
+
+    ingest(env)
+    result = run(env, "poisoned", *([fmt] if fmt else []))
+    assert result.exit_code == 0
+    assert result.output == ("[]\n" if fmt == "--json" else "")   # nothing to list
+    session(env, tail_synthetic=True)
+    ingest(env)
+    result = run(env, "poisoned", *([fmt] if fmt else []))
+    assert result.exit_code == 1
+    out = result.output
+    if fmt == "--json":
+        [row] = json.loads(out)
+    elif fmt == "--nl":
+        [row] = [json.loads(line) for line in out.splitlines()]
+    elif fmt == "--csv":
+        [row] = list(csv.DictReader(io.StringIO(out)))
+    elif fmt == "--table":
+        header, rule, line = out.splitlines()
+        assert set(rule.replace(" ", "")) == {"-"} and header.split()[0] == "session_id"
+        row = {"session_id": line.split()[0]}
+    else:
+        header, line = out.splitlines()
+        row = dict(zip(header.split("\t"), line.split("\t")))
+    assert row["session_id"] == SID
