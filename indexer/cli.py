@@ -152,6 +152,7 @@ def ingest(sources, db_path, config_dir, silent, as_json, watch):
 
     Example:
 
+    \b
         session-index ingest ~/.claude/projects --db sessions.db --json
         session-index ingest --watch --db sessions.db
     """
@@ -206,6 +207,7 @@ def status(db_path, as_json):
 
     Example:
 
+    \b
         session-index status --db sessions.db --json
     """
     s = statusmod.status(_open(db_path, create=False))
@@ -252,6 +254,7 @@ def refs_import(file, db_path, as_json):
 
     Example:
 
+    \b
         session-index refs import cached-sessions.csv --db sessions.db
     """
     db = _open(db_path)
@@ -298,6 +301,7 @@ def check(session_id, db_path, config_dir, now, cwd, as_json):
 
     Example:
 
+    \b
         session-index check 0b1fed78-ad30-4641-94b1-5f6931526c96 --json
         session-index check 0b1fed78-ad30-4641-94b1-5f6931526c96 --cwd ~/src/app
     """
@@ -340,6 +344,7 @@ def poisoned(db_path, fmt):
 
     Example:
 
+    \b
         session-index poisoned --json
     """
     _listing("poisoned", db_path, fmt=fmt)
@@ -357,6 +362,7 @@ def stale(db_path, now, fmt):
 
     Example:
 
+    \b
         session-index stale --now 2026-12-01T00:00:00Z
     """
     _listing("stale", db_path, now=now, fmt=fmt)
@@ -375,6 +381,7 @@ def expiring(db_path, now, days, fmt):
 
     Example:
 
+    \b
         session-index expiring --days 7 --json
     """
     _listing("expiring", db_path, now=now, days=days, fmt=fmt)
@@ -391,6 +398,7 @@ def failed(db_path, fmt):
 
     Example:
 
+    \b
         session-index failed --json
     """
     _listing("failed", db_path, fmt=fmt)
@@ -419,6 +427,7 @@ def export(session_id, out, force, generation, db_path):
 
     Example:
 
+    \b
         session-index export 0b1fed78-ad30-4641-94b1-5f6931526c96 --out backup/
     """
     db = _known(_open(db_path, create=False), session_id)
@@ -455,6 +464,7 @@ def restore(session_id, generation, db_path, config_dir):
 
     Example:
 
+    \b
         session-index restore 0b1fed78-ad30-4641-94b1-5f6931526c96 --config-dir ~/.claude
     """
     db = _known(_open(db_path, create=False), session_id)
@@ -512,6 +522,7 @@ def show(session_id, db_path, fmt):
 
     Example:
 
+    \b
         session-index show 0b1fed78-ad30-4641-94b1-5f6931526c96 --format markdown
     """
     db = _known(_open(db_path, create=False), session_id)
@@ -547,6 +558,7 @@ def repair(session_id, db_path, write, force, as_json):
 
     Example:
 
+    \b
         session-index repair 0b1fed78-ad30-4641-94b1-5f6931526c96 --write
     """
     db = _known(_open(db_path, create=False), session_id)
@@ -611,6 +623,7 @@ def verify(session_id, db_path, claude, as_json):
 
     Example:
 
+    \b
         session-index verify 0b1fed78-ad30-4641-94b1-5f6931526c96 --json
     """
     from . import oracle, verify as verifymod

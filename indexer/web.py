@@ -221,6 +221,7 @@ def demo(directory, no_serve, host, port):
 
     Example:
 
+    \b
         session-index demo --port 8001
         session-index demo --dir /tmp/si-demo --no-serve
     """

@@ -50,6 +50,14 @@ def test_every_command_has_help_with_an_example_and_is_in_the_readme():
         assert result.exit_code == 0
         assert "Example:" in result.output, path
         assert f"session-index {' '.join(path)}" in readme, path
+        # Each example line printed as written, one per line (not rewrapped).
+        command = cli
+        for name in path:
+            command = command.get_command(None, name)
+        examples = [line.strip() for line in command.help.split("Example:")[1].splitlines()
+                    if line.strip().startswith("session-index ")]
+        printed = [line.strip() for line in result.output.splitlines()]
+        assert examples and all(e in printed for e in examples), (path, examples)
 
 
 def test_ingest_json_summary_then_noop(tmp_path):
