@@ -124,6 +124,7 @@ def _on_disk(config_dir: str, session_id: str) -> list[str]:
 def check(db, session_id: str, *, now: str | None = None, config_dir=None,
           cwd: str | None = None) -> Verdict:
     started = time.monotonic()
+    given_dir = config_dir is not None
     config_dir = os.fspath(config_dir or retention.default_config_dir())
     now_iso = signals.iso_now(now)
     files = _rows(db, MAIN_FILES_SQL, [session_id])
@@ -140,7 +141,9 @@ def check(db, session_id: str, *, now: str | None = None, config_dir=None,
         if (st.st_size, st.st_mtime_ns, st.st_ino) != (f["size"], f["mtime_ns"], f["inode"]) \
                 or f["deleted_at"] is not None:
             stale.append(f["path"])
-    found = [p for p in _on_disk(config_dir, session_id) if p not in {f["path"] for f in files}]
+    searched = [config_dir] if given_dir else retention.config_dirs()
+    found = [p for d in searched for p in _on_disk(d, session_id)
+             if p not in {f["path"] for f in files}]
     if stale or found or gone:  # bring the index up to date for this session first
         from . import ingest as ingestmod  # the parser: only when there is something to read
 

@@ -79,11 +79,13 @@ def _now(now):
 
 db_option = click.option(
     "--db", "db_path", type=click.Path(dir_okay=False), default=dbmod.default_db_path,
-    show_default="$SESSION_INDEX_DB, else sessions.db", help="The index file.")
+    show_default="$SESSION_INDEX_DB, else $XDG_DATA_HOME/session-index/sessions.db, "
+                 "else ~/.local/share/session-index/sessions.db", help="The index file.")
 config_dir_option = click.option(
     "--config-dir", type=click.Path(file_okay=False), default=None,
     help="Claude Code's config dir, for settings.json and projects/ "
-         "[default: $CLAUDE_CONFIG_DIR, else ~/.claude].")
+         "[default: $CLAUDE_CONFIG_DIR (a comma-separated list allowed), else "
+         "~/.config/claude and ~/.claude].")
 now_option = click.option(
     "--now", default=None, metavar="ISO-TIME",
     help="Answer as if it were this time (ISO-8601, UTC if no zone; default: the clock).")
@@ -136,8 +138,10 @@ def cli():
 def ingest(sources, db_path, config_dir, silent, as_json, watch):
     """Index new lines of the transcripts under SOURCES.
 
-    SOURCES are folders and/or .jsonl files; the default is
-    $CLAUDE_CONFIG_DIR/projects, else ~/.claude/projects. Only lines added
+    SOURCES are folders and/or .jsonl files; the default is the projects/
+    folder of each config dir: $CLAUDE_CONFIG_DIR (a comma-separated list
+    allowed), else ~/.config/claude and ~/.claude. The summary names the
+    index file. Only lines added
     since the last run are read; files that vanished are marked deleted and
     their lines kept. `claude -p --output-format stream-json` logs found in
     SOURCES are indexed as execution logs. The retention in force
@@ -194,7 +198,7 @@ def ingest(sources, db_path, config_dir, silent, as_json, watch):
             bar.__exit__(None, None, None)
     ingestmod.report(summary, as_json, sys.stdout, sys.stderr,
                      style=lambda text: click.style(text, fg="red", bold=True)
-                     if sys.stderr.isatty() else text)
+                     if sys.stderr.isatty() else text, db_path=db_path)
 
 
 @cli.command()
@@ -408,9 +412,10 @@ def failed(db_path, fmt):
 
 @cli.command()
 @click.argument("session_id")
-@click.option("--out", "out", default=".", show_default=True,
+@click.option("--out", "out", required=True, metavar="DIR|-",
               help="Folder to write into (the files keep their projects/ places), "
-                   "or - for the main transcript on stdout.")
+                   "or - for the main transcript on stdout. Required: export never "
+                   "writes into the current directory unasked.")
 @click.option("--force", is_flag=True,
               help="Replace a different file already at a target (else exit 3, nothing written).")
 @generation_option

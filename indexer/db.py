@@ -58,8 +58,25 @@ def dict_rows(conn, sql: str, params=()) -> list[dict]:
     return [dict(zip(columns, row)) for row in cur.fetchall()]
 
 
+def data_dir() -> str:
+    """Where the default index lives: $XDG_DATA_HOME/session-index, else
+    ~/.local/share/session-index."""
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local",
+                                                           "share")
+    return os.path.join(base, "session-index")
+
+
 def default_db_path() -> str:
-    return os.environ.get("SESSION_INDEX_DB") or "sessions.db"
+    """$SESSION_INDEX_DB, else sessions.db in the user's data dir (``--db``
+    wins over both)."""
+    return os.environ.get("SESSION_INDEX_DB") or os.path.join(data_dir(), "sessions.db")
+
+
+def _make_default_folder(path: str) -> None:
+    """The data dir, made when the default index is first created there
+    (a folder named by --db is never made)."""
+    if os.path.abspath(path) == os.path.abspath(os.path.join(data_dir(), "sessions.db")):
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
 
 
 def connect(path) -> sqlite3.Connection:
@@ -160,8 +177,10 @@ def open_db(path, *, create: bool = True) -> sqlite_utils.Database:
     import sqlite_utils
 
     path = os.fspath(path)
-    if probe(path) == NEW and not create:
-        raise _missing(path)
+    if probe(path) == NEW:
+        if not create:
+            raise _missing(path)
+        _make_default_folder(path)
     db = sqlite_utils.Database(connect(path))
     if create:
         upgrade(db)

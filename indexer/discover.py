@@ -27,16 +27,20 @@ class NoProjectsFolder(Exception):
 
 
 def default_sources(sources, config_dir=None) -> list[str]:
-    """The SOURCES given, else the projects folder of the config dir
-    ($CLAUDE_CONFIG_DIR, else ~/.claude): what ingest reads by default."""
+    """The SOURCES given, else the projects folder of ``config_dir``, else
+    those of every config dir (retention.config_dirs): what ingest reads by
+    default."""
     if sources:
         return [os.fspath(s) for s in sources]
-    from .retention import default_config_dir
+    from .retention import config_dirs
 
-    default = os.path.join(config_dir or default_config_dir(), "projects")
-    if not os.path.isdir(default):
-        raise NoProjectsFolder(f"{default} does not exist: name the transcript folders to index")
-    return [default]
+    candidates = [os.path.join(d, "projects") for d in ([config_dir] if config_dir
+                                                        else config_dirs())]
+    found = [p for p in candidates if os.path.isdir(p)]
+    if not found:
+        raise NoProjectsFolder(f"{' or '.join(candidates)} does not exist: name the transcript "
+                               "folders to index")
+    return found
 
 
 def describe(path: str) -> Candidate:

@@ -77,6 +77,12 @@ def parse_check(args: list[str]) -> dict | None:
     return {"session_id": parsed[0][0], **parsed[1]}
 
 
+def _default_db() -> str:
+    from . import db
+
+    return db.default_db_path()
+
+
 def _open(options: dict, create: bool = False):
     from . import db
 
@@ -125,7 +131,8 @@ def fast_ingest(args: list[str]) -> int | None:
         summary = ingest.ingest(index, sources, config_dir=options.get("config_dir"))
     except ingest.SourceNotFound:
         return None  # raised before anything is written: click says it
-    ingest.report(summary, options.get("as_json", False), sys.stdout, sys.stderr)
+    ingest.report(summary, options.get("as_json", False), sys.stdout, sys.stderr,
+                  db_path=options.get("db_path") or _default_db())
     return 0
 
 

@@ -366,15 +366,19 @@ def ingest(
     return summary
 
 
-def report(summary: Summary, as_json: bool, out, err, style=lambda text: text) -> None:
+def report(summary: Summary, as_json: bool, out, err, style=lambda text: text,
+           db_path: str | None = None) -> None:
     """Print a run's summary as ``session-index ingest`` does (``style``
-    marks the loud warnings, on a terminal)."""
+    marks the loud warnings, on a terminal), naming the index file."""
     for error in summary.errors:
         err.write(f"warning: {error}\n")
     for warning in summary.warnings:
         err.write(style(f"WARNING: {warning}") + "\n")
     if as_json:
-        out.write(json.dumps(summary.as_dict(), indent=2) + "\n")
+        data = summary.as_dict()
+        if db_path is not None:
+            data["db"] = os.path.abspath(db_path)
+        out.write(json.dumps(data, indent=2) + "\n")
         return
     d = summary
     out.write(
@@ -383,6 +387,7 @@ def report(summary: Summary, as_json: bool, out, err, style=lambda text: text) -
         f"{d.new_records} new records, {d.bad_lines} bad lines, "
         f"{d.bytes_read:,} bytes read in {d.seconds:.2f}s"
         + (f"; {d.not_regular_files} not regular files skipped" if d.not_regular_files else "")
+        + (f"; index {os.path.abspath(db_path)}" if db_path is not None else "")
         + "\n")
 
 

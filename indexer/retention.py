@@ -46,9 +46,24 @@ class Retention:
         return self.days == 0
 
 
+def config_dirs() -> list[str]:
+    """Claude Code's config dirs: $CLAUDE_CONFIG_DIR (a comma-separated list
+    allowed, as other Claude Code tools take it), else those of
+    $XDG_CONFIG_HOME/claude (~/.config/claude) and ~/.claude that exist
+    (~/.claude if neither does)."""
+    env = os.environ.get("CLAUDE_CONFIG_DIR")
+    if env and env.strip(", "):
+        return [d for d in (part.strip() for part in env.split(",")) if d]
+    home = os.path.expanduser("~")
+    xdg = os.environ.get("XDG_CONFIG_HOME") or os.path.join(home, ".config")
+    found = [d for d in (os.path.join(xdg, "claude"), os.path.join(home, ".claude"))
+             if os.path.isdir(d)]
+    return found or [os.path.join(home, ".claude")]
+
+
 def default_config_dir() -> str:
-    config = os.environ.get("CLAUDE_CONFIG_DIR")
-    return config if config else os.path.join(os.path.expanduser("~"), ".claude")
+    """The config dir whose settings.json applies: the first of config_dirs()."""
+    return config_dirs()[0]
 
 
 def settings_files(config_dir, cwd: str | None) -> list[str]:

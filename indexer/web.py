@@ -162,7 +162,7 @@ port_option = click.option("--port", default=DEFAULT_PORT, show_default=True, ty
                    "in this process; SIGINT or SIGTERM stops both (exit 0).")
 @click.option("--config-dir", type=click.Path(file_okay=False), default=None,
               help="With --watch: Claude Code's config dir, for settings.json and projects/ "
-                   "[default: $CLAUDE_CONFIG_DIR, else ~/.claude].")
+                   "[default: $CLAUDE_CONFIG_DIR (a comma-separated list), else ~/.config/claude and ~/.claude].")
 def serve(sources, db_path, host, port, watch, config_dir):
     """Browse the index in Datasette, with the session pages.
 

@@ -175,3 +175,53 @@ def test_a_no_op_ingest_loads_no_click(world):
     p = subprocess.run([sys.executable, "-c", ENTRY, "ingest", "--db", world["db"]], env=env,
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 3 and "does not exist: name the transcript folders" in p.stderr
+
+
+def test_the_default_index_is_in_the_users_data_dir(world):
+    data = world["tmp"] / "xdg-data"
+    env = dict(world["env"], XDG_DATA_HOME=str(data))
+    env.pop("SESSION_INDEX_DB", None)
+    db = data / "session-index" / "sessions.db"
+    for code in (ENTRY, CLICK):
+        p = subprocess.run([sys.executable, "-c", code, "status"], env=env, capture_output=True,
+                           text=True, timeout=60)
+        assert p.returncode == 3 and "no index at" in p.stderr
+        assert not data.exists()   # only ingest makes it
+    p = subprocess.run([sys.executable, "-c", ENTRY, "ingest"], env=env, capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 0 and p.stdout.rstrip().endswith(f"; index {db}"), p.stdout
+    p = subprocess.run([sys.executable, "-c", ENTRY, "check", SID], env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0
+    # $SESSION_INDEX_DB, then --db, win.
+    other = world["tmp"] / "other.db"
+    p = subprocess.run([sys.executable, "-c", ENTRY, "ingest", "--json"],
+                       env=dict(env, SESSION_INDEX_DB=str(other)), capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 0 and json.loads(p.stdout)["db"] == str(other)
+
+
+def test_config_dirs_a_list_or_the_xdg_and_home_ones(world):
+    second = world["tmp"] / "second"
+    t = Transcript("44444444-2222-3333-4444-555555555555")
+    t.add("a", None, "user")
+    t.add("b", "a", "assistant")
+    t.write(second / "projects" / "-tmp-other")
+    env = dict(world["env"], CLAUDE_CONFIG_DIR=f"{world['env']['CLAUDE_CONFIG_DIR']}, {second}")
+    db = str(world["tmp"] / "list.db")
+    p = subprocess.run([sys.executable, "-c", ENTRY, "ingest", "--db", db, "--json"], env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and json.loads(p.stdout)["new_records"] == 2 + 4 + 2  # both dirs
+    p = subprocess.run([sys.executable, "-c", ENTRY, "check", "44444444-2222-3333-4444-555555555555",
+                        "--db", db], env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stdout
+    # No $CLAUDE_CONFIG_DIR: ~/.config/claude and ~/.claude.
+    home = world["tmp"] / "home"
+    (home / ".config" / "claude").mkdir(parents=True)
+    (second / "projects").rename(home / ".config" / "claude" / "projects")
+    env = dict(world["env"], HOME=str(home))
+    env.pop("CLAUDE_CONFIG_DIR")
+    env.pop("XDG_CONFIG_HOME", None)
+    p = subprocess.run([sys.executable, "-c", ENTRY, "ingest", "--db", str(home / "x.db"),
+                        "--json"], env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and json.loads(p.stdout)["new_records"] == 2

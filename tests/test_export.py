@@ -109,5 +109,5 @@ def test_restore_into_a_config_dir_sets_mtime_and_refuses_a_different_file(index
 
 def test_export_of_an_unknown_session_is_a_clear_error(index):
     index.ingest()
-    result = CliRunner().invoke(cli, ["export", "nope", "--db", str(index.path)])
+    result = CliRunner().invoke(cli, ["export", "nope", "--out", "-", "--db", str(index.path)])
     assert result.exit_code == 9 and "session nope is not in the index" in result.output

@@ -158,7 +158,7 @@ def test_an_unknown_generation_is_a_clear_error(index, path):
     result = invoke(index, "restore", SID, "--generation", "3")
     assert result.exit_code == 3 and "generation 3" in result.output
     assert invoke(index, "export", SID, "--generation", "0").exit_code == 2
-    assert invoke(index, "export", "nope", "--generation", "1").exit_code == 9  # unknown session
+    assert invoke(index, "export", "nope", "--generation", "1", "--out", "-").exit_code == 9  # unknown session
 
 
 def test_restore_puts_an_earlier_generation_back(index, path, tmp_path):
