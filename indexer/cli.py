@@ -408,6 +408,33 @@ def failed(db_path, fmt):
     _listing("failed", db_path, fmt=fmt)
 
 
+@cli.command()
+@db_option
+@click.option("--project", default=None, metavar="P",
+              help="Only sessions of this project folder (as in ~/.claude/projects) or cwd.")
+@click.option("--since", default=None, metavar="ISO-TIME",
+              help="Only sessions active since this time (ISO-8601, UTC if no zone).")
+@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
+@output_options
+def sessions(db_path, project, since, limit, fmt):
+    """The sessions most recently active, newest first: title (the
+    custom-title, else the ai-title, else a summary record, else the first
+    prompt), project, last activity, records and state (missing, poisoned,
+    spliced or resumable, from the index: `check` stats the file too).
+
+    Example:
+
+    \b
+        session-index sessions --since 2026-11-01 --table
+    """
+    from . import output
+
+    since = _now(since) if since else None
+    rows = signals.sessions(_open(db_path, create=False), project=project, since=since,
+                            limit=limit)
+    output.write_rows(rows, fmt or "tsv", sys.stdout)
+
+
 
 
 @cli.command()

@@ -534,3 +534,12 @@ def m019_heights_and_append_state(db):
     db.execute(
         "CREATE INDEX records_file_message ON records(file_id, message_id) "
         "WHERE message_id IS NOT NULL")
+
+
+@migrations()
+def m020_title_records(db):
+    # The records that title a session (session-index sessions): the
+    # user's custom-title, Claude Code's ai-title, the older summary.
+    db.execute(
+        "CREATE INDEX records_titles ON records(file_id, line_no) "
+        "WHERE type IN ('custom-title', 'ai-title', 'summary')")

@@ -38,5 +38,49 @@ LISTINGS = {
 }
 
 
+# The title a session goes by, most recent first of each kind: the user's
+# custom-title, Claude Code's ai-title, an older summary record, else the
+# first prompt of its main transcript (records_titles keeps this cheap).
+SESSION_TITLE_TEMPLATE = """coalesce(
+  (SELECT t.raw ->> '$.customTitle' FROM records t WHERE t.file_id = {s}.main_file_id
+     AND t.type = 'custom-title' ORDER BY t.line_no DESC LIMIT 1),
+  (SELECT t.raw ->> '$.aiTitle' FROM records t WHERE t.file_id = {s}.main_file_id
+     AND t.type = 'ai-title' ORDER BY t.line_no DESC LIMIT 1),
+  (SELECT t.raw ->> '$.summary' FROM records t WHERE t.file_id = {s}.main_file_id
+     AND t.type = 'summary' ORDER BY t.line_no DESC LIMIT 1),
+  (SELECT substr(CASE WHEN json_type(u.raw, '$.message.content') = 'text'
+                      THEN u.raw ->> '$.message.content'
+                      ELSE u.raw ->> '$.message.content[0].text' END, 1, 120)
+     FROM records u WHERE u.file_id = {s}.main_file_id AND u.type = 'user' AND NOT u.is_meta
+       AND json_valid(u.raw) ORDER BY u.line_no LIMIT 1))"""
+# What a resume of the session meets, from the views: the check verdict
+# without the stat of the file (check says it for one session).
+SESSION_STATE_TEMPLATE = """CASE
+  WHEN {s}.deleted_at IS NOT NULL THEN 'missing'
+  WHEN EXISTS (SELECT 1 FROM poisoned_sessions p WHERE p.session_id = {s}.session_id
+               AND p.at_resume_tail) THEN 'poisoned'
+  WHEN EXISTS (SELECT 1 FROM api_error_splices a WHERE a.file_id = {s}.main_file_id)
+    THEN 'spliced'
+  ELSE 'resumable' END"""
+# session-index sessions: the most recently active first.
+SESSIONS_SQL = f"""
+SELECT s.session_id, {SESSION_TITLE_TEMPLATE.format(s="s")} AS title, s.project_dir,
+  s.cwd, s.last_timestamp AS last_activity, s.records,
+  {SESSION_STATE_TEMPLATE.format(s="s")} AS state
+FROM sessions s
+WHERE (:project = '' OR s.project_dir = :project OR s.cwd = :project)
+  AND coalesce(s.last_timestamp, '') >= :since
+ORDER BY s.last_timestamp DESC, s.session_id
+LIMIT :limit
+""".strip()
+
+
+def sessions(db, project: str | None = None, since: str | None = None,
+             limit: int = 50) -> list[dict]:
+    """The sessions most recently active, with their title and state."""
+    return dict_rows(db.conn, SESSIONS_SQL, {
+        "project": project or "", "since": iso_now(since) if since else "", "limit": limit})
+
+
 def listing(db, name: str, now: str | None = None, days: float = views.EXPIRING_WINDOW_DAYS):
     return dict_rows(db.conn, LISTINGS[name], {"now": iso_now(now), "days": days})

@@ -425,3 +425,33 @@ def test_listings_print_each_format_and_nothing_when_empty(env, fmt):
         header, line = out.splitlines()
         row = dict(zip(header.split("\t"), line.split("\t")))
     assert row["session_id"] == SID
+
+
+def test_sessions_lists_titles_state_newest_first(env):
+    other = "22222222-2222-3333-4444-555555555555"
+    path = session(env, tail_synthetic=True)
+    with open(path, "a") as f:
+        for record in ({"type": "summary", "summary": "An old summary", "leafUuid": "a1"},
+                       {"type": "ai-title", "aiTitle": "Fixing the login redirect",
+                        "sessionId": SID}):
+            f.write(json.dumps(record) + "\n")
+    t = Transcript(other)
+    t.add("u1", None, "user", ts="2026-10-01T00:00:00.000Z",
+          message={"role": "user", "content": "Why is the build red?"})
+    t.add("a1", "u1", "assistant", ts="2026-10-01T00:00:01.000Z")
+    t.write(env.projects / "-tmp-other")
+    ingest(env)
+    rows = json.loads(run(env, "sessions", "--json").output)
+    assert [(r["session_id"], r["title"], r["state"]) for r in rows] == [
+        (other, "Why is the build red?", "resumable"),
+        (SID, "Fixing the login redirect", "poisoned")]
+    with open(path, "a") as f:   # the user's own title wins
+        f.write(json.dumps({"type": "custom-title", "customTitle": "login", "sessionId": SID})
+                + "\n")
+    ingest(env)
+    rows = json.loads(run(env, "sessions", "--json", "--project", "-tmp-demo").output)
+    assert [(r["session_id"], r["title"]) for r in rows] == [(SID, "login")]
+    assert json.loads(run(env, "sessions", "--json", "--since", "2026-09-15").output)[0][
+        "session_id"] == other
+    assert run(env, "sessions", "--since", "2030-01-01").output == ""
+    assert run(env, "sessions", "--since", "soon").exit_code == 2
