@@ -54,6 +54,7 @@ WHERE session_id = ? AND local_file_id = ? AND diverged
 """.strip()
 POISONED_SQL = views.POISONED_SESSION_SQL  # poisoned_sessions, for one session
 SPLICES_SQL = "SELECT * FROM api_error_splices WHERE file_id = ? ORDER BY first_orphan_at"
+NOTHING_TO_CUT_SQL = f"SELECT {views.NOTHING_TO_CUT_TEMPLATE.format(file='?')} AS stuck"
 # The last assistant record on a file's resume chain, when it is a synthetic
 # placeholder (poisoned_sessions' at_resume_tail, for a file that is not the
 # session's main_file_id).
@@ -187,10 +188,15 @@ def check(db, session_id: str, *, now: str | None = None, config_dir=None,
     if poisoned and poisoned[0]["at_resume_tail"]:
         p = poisoned[0]
         verdict.verdict = "poisoned"
+        uncuttable = _rows(db, NOTHING_TO_CUT_SQL, [main["id"]])[0]["stuck"]
         verdict.reason = (
             f"the resume chain ends at a synthetic placeholder (message.id {p['message_id']!r}, "
             f"uuid {p['uuid']}): the next resume sends it as previous_message_id and gets a 400; "
-            "end the chain at the last real msg_ message, or start a new session")
+            + ("no real assistant message comes before it, so there is nothing to cut back "
+               "to and no repair can help: start a new session" if uncuttable else
+               f"end the chain at the last real msg_ message (session-index repair "
+               f"{session_id} --write), or start a new session"))
+        verdict.details["nothing_to_cut_back_to"] = bool(uncuttable)
         verdict.details["poisoned"] = p
     elif poisoned and poisoned[0]["failed_resumes"]:
         verdict.warnings.append(

@@ -599,7 +599,16 @@ def repair(session_id, db_path, write, force, as_json):
     try:
         plan = repairmod.plan(db, session_id)
         if plan.empty:
-            click.echo("nothing to repair" if not as_json else json.dumps(plan.as_dict(), indent=2))
+            stuck = repairmod.poisoned_beyond_repair(db, plan)
+            if as_json:
+                click.echo(json.dumps(dict(plan.as_dict(), nothing_to_cut_back_to=stuck),
+                                      indent=2))
+            elif stuck:
+                click.echo("nothing to repair: the resume chain ends at a synthetic placeholder "
+                           "and holds no real assistant message to cut back to; start a new "
+                           "session (the transcript is left as it is)")
+            else:
+                click.echo("nothing to repair")
             return
         if not write:
             result = repairmod.Result(plan)

@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 
 from .digests import sha256
+from . import views
 from .safefiles import open_regular, temp_beside
 from . import conversation
 from .db import dict_rows, write_lock
@@ -241,6 +242,17 @@ class Result:
         return dict(self.plan.as_dict(), written=self.written, backup=self.backup,
                     chain_after=self.chain_after, recovered=len(self.recovered),
                     appended_meanwhile=self.appended_meanwhile)
+
+
+STUCK_SQL = f"""
+SELECT 1 FROM poisoned_sessions p WHERE p.session_id = ? AND p.file_id = ? AND p.at_resume_tail
+  AND {views.NOTHING_TO_CUT_TEMPLATE.format(file="p.file_id")}
+""".strip()
+
+
+def poisoned_beyond_repair(db, p: Plan) -> bool:
+    """Is the session poisoned with nothing to cut back to (no plan can help)?"""
+    return db.conn.execute(STUCK_SQL, [p.session_id, p.file_id]).fetchone() is not None
 
 
 def write(db, p: Plan, *, force: bool = False) -> Result:

@@ -62,6 +62,41 @@ SESSION_STATE_TEMPLATE = """CASE
   WHEN EXISTS (SELECT 1 FROM api_error_splices a WHERE a.file_id = {s}.main_file_id)
     THEN 'spliced'
   ELSE 'resumable' END"""
+# What to do about each state, for the pages and listings (check words its
+# own, with the details of one session).
+ADVICE = {
+    "missing": ("no transcript a resume opens is on disk: claude --resume fails with "
+                "\"No conversation found\"", "session-index restore {sid}"),
+    "poisoned": ("the resume chain ends at a synthetic placeholder: the next resume gets "
+                 "the previous_message_id 400", "session-index repair {sid} --write"),
+    "poisoned_uncuttable": ("the resume chain ends at a synthetic placeholder and holds no "
+                            "real assistant message to cut back to: no repair can help",
+                            "start a new session"),
+    "spliced": ("late api_error records orphan recovered output: a resume drops it",
+                "session-index repair {sid} --write"),
+    "resumable": ("the resume chain ends at a real message", None),
+}
+
+
+# One session's state, and whether a poisoned tail has nothing to cut back to.
+SESSION_VERDICT_SQL = f"""
+SELECT {SESSION_STATE_TEMPLATE.format(s="s")} AS state,
+  {views.NOTHING_TO_CUT_TEMPLATE.format(file="s.main_file_id")} AS stuck
+FROM sessions s WHERE s.session_id = :session_id
+""".strip()
+
+
+def verdict_key(state: str, stuck) -> str:
+    """The ADVICE key of a session's state."""
+    return "poisoned_uncuttable" if state == "poisoned" and stuck else state
+
+
+def advice(state: str, session_id: str) -> tuple[str, str | None]:
+    """(why, the command that fixes it or what to do) for a session state."""
+    why, fix = ADVICE[state]
+    return why, fix.format(sid=session_id) if fix else None
+
+
 # session-index sessions: the most recently active first.
 SESSIONS_SQL = f"""
 SELECT s.session_id, {SESSION_TITLE_TEMPLATE.format(s="s")} AS title, s.project_dir,

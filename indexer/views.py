@@ -710,6 +710,14 @@ SYNTHETIC_RECORD = (
     "OR {r}.message_id NOT LIKE 'msg\\_%' ESCAPE '\\')"
 )
 
+# 1 when file {file}'s resume chain holds no real (msg_...) assistant message:
+# a poisoned tail then has nothing to be cut back to (repair cannot help; a
+# new session is the way on).
+NOTHING_TO_CUT_TEMPLATE = f"""NOT EXISTS (
+  SELECT 1 FROM leaf_ancestry_cache k JOIN records t ON t.id = k.record_id
+  WHERE k.file_id = {{file}} AND k.rule = 'resume' AND t.type = 'assistant'
+    AND NOT ({SYNTHETIC_RECORD.format(r="t")}))"""
+
 # executions: one row per `result` event of a `claude -p --output-format
 # stream-json` log. error_message: the result text, else the errors, never
 # empty for an error. error_class: the first of resume_not_found,

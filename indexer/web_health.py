@@ -8,12 +8,29 @@ its newest problem, sorts classes by it, and lists the newest problems of all
 classes. A check whose table or view is not in the index is skipped, so a
 class can be listed before the index has it.
 
+Each class has a severity (SEVERITIES): it breaks a resume now, it will
+break one soon, or it is history and information; the page groups by it.
+``at`` means one thing everywhere (WHEN): when the problem happened (the
+record's time, the deletion, the failure, the cache of the stale id, the
+file's last write for a bad line), or for an expiry, when cleanup deletes
+the transcript.
+
 The problem logic is in the views; these queries only pick columns.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+NOW, SOON, HISTORY = "now", "soon", "history"
+SEVERITIES = (
+    (NOW, "Breaks a resume now", "the next claude --resume fails or loses work: fix these first"),
+    (SOON, "Will break soon", "nothing is lost yet; act before the date"),
+    (HISTORY, "History and information", "what the transcripts went through; no resume "
+                                          "breaks because of it"),
+)
+WHEN = ("when it happened (the record's time, the deletion, the failure), or for an expiry, "
+        "when cleanup deletes the transcript")
 
 
 @dataclass(frozen=True)
@@ -22,31 +39,32 @@ class Check:
     name: str   # the table or view (or canned query) the count links to
     sql: str    # rows of (session_id, at, detail)
     link: str = ""  # query string added to the link
+    severity: str = HISTORY
 
 
 CHECKS = (
     Check("Poisoned: a synthetic placeholder ends the resume chain", "poisoned_sessions",
           "SELECT session_id, last_seen AS at, 'placeholder ' || coalesce(message_id, '?') "
-          "AS detail FROM poisoned_sessions WHERE at_resume_tail", "at_resume_tail=1"),
+          "AS detail FROM poisoned_sessions WHERE at_resume_tail", "at_resume_tail=1", severity=NOW),
     Check("Synthetic placeholders inside the resume chain", "poisoned_sessions",
           "SELECT session_id, last_seen AS at, synthetic_on_chain || ' on the chain' AS detail "
           "FROM poisoned_sessions WHERE NOT at_resume_tail AND synthetic_on_chain",
           "at_resume_tail=0"),
     Check("api_error splices: --resume drops recovered output", "api_error_splices",
           "SELECT session_id, last_orphan_at AS at, orphaned_records || ' records, ' || "
-          "minutes_spanned || ' min' AS detail FROM api_error_splices"),
+          "minutes_spanned || ' min' AS detail FROM api_error_splices", severity=NOW),
     Check("Failed executions (claude -p)", "failed_executions",
           "SELECT coalesce(session_id, init_session_id) AS session_id, log_mtime AS at, "
           "error_class || ': ' || substr(error_message, 1, 80) AS detail FROM failed_executions"),
     Check("Stale session references", "stale_session_refs",
           "SELECT session_id, coalesce(deleted_at, expired_at, last_cached_at) AS at, "
-          "reason || ' (' || refs || ' refs)' AS detail FROM stale_session_refs"),
+          "reason || ' (' || refs || ' refs)' AS detail FROM stale_session_refs", severity=NOW),
     Check("Transcripts expired, still on disk", "expired_transcripts",
           "SELECT session_id, expires_at AS at, path AS detail FROM expired_transcripts "
-          "WHERE status = 'expired'", "status=expired"),
+          "WHERE status = 'expired'", "status=expired", severity=SOON),
     Check("Transcripts expiring within 7 days", "expired_transcripts",
-          "SELECT session_id, mtime AS at, days_left || ' days left' AS detail "
-          "FROM expired_transcripts WHERE status = 'expiring'", "status=expiring"),
+          "SELECT session_id, expires_at AS at, days_left || ' days left' AS detail "
+          "FROM expired_transcripts WHERE status = 'expiring'", "status=expiring", severity=SOON),
     Check("Leaves that disagree (resume vs SDK)", "leaves",
           "SELECT l.session_id, r.timestamp AS at, l.branch_count || ' branches' AS detail "
           "FROM leaves l LEFT JOIN records r ON r.id = l.resume_leaf_id "
@@ -73,16 +91,16 @@ CHECKS = (
           "SELECT session_id, NULL AS at, copies || ' copies of ' || uuid AS detail "
           "FROM duplicate_uuids"),
     Check("Bad lines (not JSON objects)", "bad_lines",
-          "SELECT f.session_id, f.last_ingested_at AS at, b.error AS detail "
+          "SELECT f.session_id, f.mtime AS at, b.error AS detail "
           "FROM bad_lines b JOIN files f ON f.id = b.file_id"),
     Check("Copies of a session that differ from the transcript --resume opens",
           "session_main_copies",
           "SELECT session_id, mtime AS at, why || ': ' || only_here || ' uuids only there, ' || "
           "only_in_chosen || ' only in the one opened' AS detail FROM session_main_copies "
-          "WHERE NOT chosen AND diverged AND on_disk", "chosen=0&diverged=1&on_disk=1"),
+          "WHERE NOT chosen AND diverged AND on_disk", "chosen=0&diverged=1&on_disk=1", severity=SOON),
     Check("Transcripts deleted from disk", "files",
           "SELECT session_id, deleted_at AS at, path AS detail FROM files "
-          "WHERE deleted_at IS NOT NULL", "deleted_at__notblank=1"),
+          "WHERE deleted_at IS NOT NULL", "deleted_at__notblank=1", severity=NOW),
 )
 
 RECENT_PER_CHECK = 10

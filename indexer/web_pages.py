@@ -13,11 +13,12 @@ from urllib.parse import quote, unquote, urlencode
 
 from datasette.utils.asgi import NotFound, Response
 
-from . import resume, web_health, web_tree
+from . import resume, signals, web_health, web_tree
 from .web_format import CAUSE_COLOURS, pretty_json, session_path
 from .web_metadata import PLUGIN, QUERIES
 
 PAGE_TIME_LIMIT_MS = 20_000
+RECENT_SESSIONS = 15   # on the health page
 RAW_PRETTY_MAX = 5_000_000  # characters; a longer line is shown as written
 
 # The session's row and its transcript files (main first, the one a resume
@@ -113,12 +114,21 @@ async def health_page(datasette, request):
     def session_url(session_id):
         return datasette.urls.path(session_path(session_id)) if session_id else None
 
+    results = [{"label": r.check.label, "url": check_url(r.check), "total": r.total,
+                "newest": r.newest, "error": r.error, "severity": r.check.severity}
+               for r in results]
+    recent_sessions = [dict(row, url=session_url(row["session_id"])) for row in await db.execute(
+        signals.SESSIONS_SQL, {"project": "", "since": "", "limit": RECENT_SESSIONS})]
     return await render(datasette, request, "session_health.html", {
         "database": name,
         "db_url": datasette.urls.database(name),
         "overview": overview,
-        "results": [{"label": r.check.label, "url": check_url(r.check), "total": r.total,
-                     "newest": r.newest, "error": r.error} for r in results],
+        "groups": [{"key": key, "title": title, "note": note,
+                    "results": [r for r in results if r["severity"] == key],
+                    "problems": sum(r["total"] for r in results if r["severity"] == key)}
+                   for key, title, note in web_health.SEVERITIES],
+        "when": web_health.WHEN,
+        "recent_sessions": recent_sessions,
         "recent": [{"at": row["at"], "label": check.label, "url": check_url(check),
                     "session_id": row["session_id"], "session_url": session_url(row["session_id"]),
                     "detail": row["detail"]} for row, check in recent],
@@ -157,7 +167,12 @@ async def session_page(datasette, request):
     splices = [dict(r) for r in await db.execute(FILE_SPLICES_SQL, fid)]
     breaks = (await db.execute(FILE_BREAKS_SQL, fid)).first()[0]
     generations = [dict(r) for r in await db.execute(FILE_GENERATIONS_SQL, fid)]
-    repairable = bool(splices) or (await db.execute(POISONED_TAIL_SQL, fid)).first()[0] > 0
+    state = (await db.execute(signals.SESSION_VERDICT_SQL, params)).first()
+    key = signals.verdict_key(state["state"], state["stuck"]) if state else "missing"
+    why, fix = signals.advice(key, session_id)
+    # A repaired download only where a repair changes something.
+    repairable = (bool(splices) or (await db.execute(POISONED_TAIL_SQL, fid)).first()[0] > 0) \
+        and key != "poisoned_uncuttable"
     tree = web_tree.build(rows, ancestry, causes, file)
 
     records_url = datasette.urls.table(name, "records") + "/"
@@ -200,6 +215,7 @@ async def session_page(datasette, request):
         "download_url": datasette.urls.path(f"/-/session-download/{int(file['id'])}/"),
         "generations": generations,
         "repairable": repairable,
+        "verdict": {"state": key.split("_")[0], "key": key, "why": why, "fix": fix},
         "repair_plan_url": datasette.urls.table(name, "repair_plan") + "?" + urlencode(
             {"file_id": file["id"]}),
     })

@@ -455,3 +455,33 @@ def test_sessions_lists_titles_state_newest_first(env):
         "session_id"] == other
     assert run(env, "sessions", "--since", "2030-01-01").output == ""
     assert run(env, "sessions", "--since", "soon").exit_code == 2
+
+
+def test_poisoned_with_nothing_to_cut_back_to_says_start_a_new_session(env):
+    from indexer import web
+
+    t = Transcript(SID)
+    t.add("u1", None, "user", cwd="/nonexistent/project")
+    t.add("s1", "u1", "assistant", message=SYNTHETIC, isApiErrorMessage=True)
+    path = t.write(env.projects / "-tmp-demo")
+    old = time.time() - 600
+    os.utime(path, (old, old))
+    ingest(env)
+    code, verdict = check(env)
+    assert code == 5 and verdict["details"]["nothing_to_cut_back_to"] is True
+    assert "nothing to cut back to" in verdict["reason"] and "start a new session" in \
+        verdict["reason"] and "session-index repair" not in verdict["reason"]
+    before = path.read_bytes()
+    result = run(env, "repair", SID, "--write")
+    assert result.exit_code == 0 and "start a new session" in result.output
+    assert path.read_bytes() == before
+    # The page says so too, and offers no "repaired" download identical to the original.
+    import asyncio
+
+    async def page():
+        ds = web.make_datasette(env.path)
+        return (await ds.client.get(f"/-/sessions/{SID}")).text
+
+    html = asyncio.run(page())
+    assert 'data-verdict="poisoned_uncuttable"' in html and "Start a new session." in html
+    assert "/repaired" not in html

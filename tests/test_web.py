@@ -278,12 +278,26 @@ def test_health_page(site):
     for check in web_health.CHECKS:
         assert f'href="/{site.name}/{check.name}' in html
     assert f'href="/{site.name}/orphans?cause=parallel_tool_branch"' in html
-    # Classes with problems come first, newest first; empty ones after.
-    table = html[html.index("Problems by class"):html.index("Newest problems")]
-    counts = [int(n) for n in re.findall(r'<td class="si-count">(\d+)</td>', table)]
-    assert counts[:10] and all(counts[:10]) and counts.index(0) >= 10
-    newest = re.findall(r'<td class="si-count">[1-9]\d*</td>\s*<td>([^<]+)</td>', table)
-    assert newest == sorted(newest, reverse=True)
+    # Grouped by severity, in order; in each group classes with problems come
+    # first, newest first, empty ones after.
+    table = html[html.index("Problems by class"):html.index("Recent sessions")]
+    starts = [table.index(f'class="si-severity si-sev-{key}') for key, _, _ in
+              web_health.SEVERITIES]
+    assert starts == sorted(starts)
+    for key, title, _ in web_health.SEVERITIES:
+        group = table[table.index(f'si-sev-{key}'):].split("</section>")[0]
+        assert title in group
+        labels_here = [c.label for c in web_health.CHECKS if c.severity == key]
+        assert all(str(Markup.escape(label)) in group for label in labels_here)
+        counts = [int(n) for n in re.findall(r'<td class="si-count">(\d+)</td>', group)]
+        assert counts == sorted(counts, key=lambda n: n == 0)
+        newest = re.findall(r'<td class="si-count">[1-9]\d*</td>\s*<td>([^<]+)</td>', group)
+        assert newest == sorted(newest, reverse=True)
+    now = table[table.index("si-sev-now"):].split("</section>")[0]
+    assert "Poisoned: a synthetic placeholder" in now and "Abandoned branches" not in now
+    # Recent sessions with their title and state, linking to their page.
+    sessions = html[html.index("Recent sessions"):html.index("Newest problems")]
+    assert session_url(sid("poisoned-tail")) in sessions and ">poisoned<" in sessions
     recent = html[html.index("Newest problems"):]
     whens = re.findall(r"<tr>\s*<td>([^<]+)</td>", recent)
     assert whens and whens == sorted(whens, reverse=True)
@@ -698,3 +712,20 @@ def test_datasette_plugins_lists_the_plugin():
     assert plugin["static"] and plugin["templates"]
     assert {"canned_queries", "register_routes", "render_cell", "prepare_connection"} <= set(
         plugin["hooks"])
+
+
+@pytest.mark.parametrize("name,state,fix", [
+    ("poisoned-tail", "poisoned", "session-index repair {sid} --write"),
+    ("api-error-splice", "spliced", "session-index repair {sid} --write"),
+    ("deleted", "missing", "session-index restore {sid}"),
+    ("parallel-tools", "resumable", None),
+])
+def test_the_session_page_opens_with_the_verdict_and_the_fix(site, name, state, fix):
+    html = site.get(session_url(sid(name))).text
+    banner = html[html.index('<div class="si-verdict'):].split("</div>")[0]
+    assert html.index('<div class="si-verdict') < html.index("<h2>")   # before anything else
+    assert f"si-verdict-{state}" in banner and f"<strong>{state}</strong>" in banner
+    if fix:
+        assert f"Fix: <code>{fix.format(sid=sid(name))}</code>" in banner
+    else:
+        assert "Fix:" not in banner
