@@ -179,3 +179,52 @@ def test_hostile_transcript_runs_nothing(server, page):
     assert "&lt;script&gt;" not in page.inner_text("pre.si-json")
     assert "<script>window.__pwned=1</script>" in page.inner_text("pre.si-json")
     assert_inert(page)
+
+
+# Set SESSION_INDEX_SCREENSHOTS=docs/screenshots to refresh the README's pictures.
+SHOTS = os.environ.get("SESSION_INDEX_SCREENSHOTS")
+
+
+def shot(page, folder, name):
+    page.screenshot(path=str(folder / name), full_page=True)
+    if SHOTS:
+        Path(SHOTS).mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(Path(SHOTS) / name), full_page=True)
+
+
+def test_health_page_groups_by_severity_in_a_browser(server, page):
+    base, folder = server
+    page.goto(base + "/-/session-health")
+    groups = page.locator("section.si-severity h3")
+    assert [t.split(" ")[0] for t in groups.all_inner_texts()] == ["Breaks", "Will", "History"]
+    now = page.locator("section.si-sev-now")
+    assert "Poisoned: a synthetic placeholder ends the resume chain" in now.inner_text()
+    assert "Abandoned branches" not in now.inner_text()
+    # Only what breaks a resume now is red; history is grey.
+    colour = lambda sel: page.locator(sel).evaluate(  # noqa: E731
+        "e => getComputedStyle(e).borderLeftColor")
+    assert colour("section.si-sev-now") == "rgb(183, 28, 28)"
+    assert colour("section.si-sev-history") in ("rgb(144, 164, 174)", "rgb(46, 125, 50)")
+    recent = page.locator("table.si-sessions tbody tr")
+    assert recent.count() >= 5
+    assert page.locator("table.si-sessions tr.si-state-poisoned").count() >= 1
+    shot(page, folder, "health-severity.png")
+
+
+@pytest.mark.parametrize("name,state,fix", [
+    ("poisoned-tail", "poisoned", "session-index repair {} --write"),
+    ("api-error-splice", "spliced", "session-index repair {} --write"),
+    ("deleted", "missing", "session-index restore {}"),
+])
+def test_session_page_states_the_verdict_and_the_fix_in_a_browser(server, page, name, state,
+                                                                  fix):
+    base, folder = server
+    page.goto(session_url(base, sid(name)))
+    banner = page.locator(".si-verdict")
+    assert banner.is_visible()
+    box, title = banner.bounding_box(), page.locator("h1").bounding_box()
+    assert box["y"] > title["y"] and box["y"] < page.locator("h2").first.bounding_box()["y"]
+    assert banner.locator("strong").first.inner_text() == state
+    assert banner.locator("code").inner_text() == fix.format(sid(name))
+    assert banner.evaluate("e => getComputedStyle(e).borderTopColor") == "rgb(183, 28, 28)"
+    shot(page, folder, f"session-{state}.png")
