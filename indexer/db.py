@@ -130,7 +130,7 @@ def probe(path: str) -> str:
     if path == ":memory:":
         return NEW
     try:
-        st = os.stat(path)
+        os.stat(path)
     except FileNotFoundError:
         return NEW
     except OSError as exc:

@@ -630,7 +630,7 @@ LEAVES_SQL = f"SELECT {LEAVES_COLUMNS} FROM leaves_cache"
 # of the walk: 0 at the root), which stays put as the chain grows at its
 # leaf (derive_append.py); depth, the distance from the leaf, is the chain's
 # length less one less that.
-LEAF_ANCESTRY_SQL = f"""
+LEAF_ANCESTRY_SQL = """
 SELECT a.file_id, a.session_id, a.rule, a.uuid,
   CASE a.rule WHEN 'resume' THEN l.resume_length ELSE l.sdk_length END - 1 - a.height AS depth,
   a.record_id

@@ -15,7 +15,7 @@ from datasette.utils.asgi import NotFound, Response
 
 from . import resume, signals, web_health, web_tree
 from .web_format import CAUSE_COLOURS, pretty_json, session_path
-from .web_metadata import PLUGIN, QUERIES
+from .web_metadata import QUERIES
 
 PAGE_TIME_LIMIT_MS = 20_000
 RECENT_SESSIONS = 15   # on the health page

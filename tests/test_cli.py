@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import click
-import pytest
 from click.testing import CliRunner
 
 from conftest import Transcript

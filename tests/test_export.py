@@ -9,7 +9,7 @@ import shutil
 import pytest
 from click.testing import CliRunner
 
-from conftest import CORPUS, Index, Transcript, write_jsonl
+from conftest import CORPUS, Index, Transcript
 from indexer.cli import cli
 
 SID = "11111111-2222-3333-4444-555555555555"

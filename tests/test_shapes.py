@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
-import pytest
 
 from conftest import Transcript, sdk_chain, write_jsonl
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from conftest import CORPUS, Index, Transcript
+from conftest import CORPUS, Transcript
 from indexer.cli import cli
 from indexer.db import open_db
 from indexer.lines import RECORD_FIELDS
