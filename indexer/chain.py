@@ -8,7 +8,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import views
-from .resume import CHAIN_TYPES
 from .resume import MESSAGE_TYPES
 
 # The columns Rec is built from (records r), in its field order; ts_ms: the
@@ -26,7 +25,7 @@ SELECT {REC_COLUMNS}, r.leaf_uuid,
        CASE WHEN r.type = 'last-prompt' THEN {views.LAST_PROMPT_EXPLICIT.format(r="r")} END
 FROM records r
 """.strip()
-CHAIN_TYPES_SQL = "(" + ",".join(f"'{t}'" for t in sorted(CHAIN_TYPES)) + ")"
+CHAIN_TYPES_SQL = views.CHAIN_TYPES_SQL
 
 
 @dataclass(slots=True)

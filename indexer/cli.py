@@ -227,7 +227,8 @@ def status(db_path, as_json):
     click.echo(f"api_error splices: {s['api_error_splices']}")
     click.echo(f"poisoned at the resume tail: {s['poisoned_sessions']}")
     click.echo(f"stale session refs: {s['stale_session_refs']}")
-    click.echo(f"transcripts expired or expiring within 7 days: {s['expired_transcripts']}")
+    click.echo(f"transcripts expired or expiring within {EXPIRING_WINDOW_DAYS} days: "
+               f"{s['expired_transcripts']}")
     click.echo(f"failed executions: {s['failed_executions']}")
     click.echo(f"rewritten files (more than one generation): {s['multi_generation_files']}; "
                f"superseded generations kept: {s['superseded_generations']}, "

@@ -14,8 +14,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from .views import CHAIN_TYPES
+
 Entry = dict[str, Any]
-TRANSCRIPT_ENTRY_TYPES = frozenset({"user", "assistant", "progress", "system", "attachment"})
+TRANSCRIPT_ENTRY_TYPES = frozenset(CHAIN_TYPES)  # the SDK's set is the chain types
 
 
 def parse_entries(lines) -> list[Entry]:

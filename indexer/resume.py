@@ -57,13 +57,14 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 
+from . import views
 from .views import FALLBACK_MS
 
 CLI_VERSION = "2.1.332"
 MESSAGE_TYPES = ("user", "assistant")
 # Types whose records carry uuid/parentUuid links (the Agent SDK's
 # _TRANSCRIPT_ENTRY_TYPES). Everything else is metadata.
-CHAIN_TYPES = frozenset({"user", "assistant", "progress", "system", "attachment"})
+CHAIN_TYPES = frozenset(views.CHAIN_TYPES)
 CLI_NODE_TYPES = ("user", "assistant", "system", "attachment")
 
 

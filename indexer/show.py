@@ -12,8 +12,7 @@ from __future__ import annotations
 import json
 
 from . import conversation, repair
-
-SYNTHETIC_MODEL = "<synthetic>"
+from .views import SYNTHETIC_MODEL
 
 
 def recovered_conversation(db, session_id: str) -> list[dict]:

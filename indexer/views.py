@@ -24,24 +24,29 @@ a CTE there is re-materialized and re-indexed at every step.
 from __future__ import annotations
 
 from .digests import sha256
+from .retention import DEFAULT_DAYS as DEFAULT_RETENTION_DAYS
 
 # The CLI's parent fallback (resume.py): a record whose parent is not in the
 # file hangs under the latest message at or before it within this many ms.
 FALLBACK_MS = 5000
 
 # The record types that carry uuid/parentUuid links (the Agent SDK's
-# _TRANSCRIPT_ENTRY_TYPES). Other record types are metadata.
-_CHAIN_TYPES = "('user','assistant','progress','system','attachment')"
+# _TRANSCRIPT_ENTRY_TYPES): the one list resume.py, chain.py, conversation.py
+# and the pages use. Other record types are metadata.
+CHAIN_TYPES = ("user", "assistant", "progress", "system", "attachment")
+CHAIN_TYPES_SQL = "(" + ",".join(f"'{t}'" for t in CHAIN_TYPES) + ")"
+# A synthetic placeholder's message.model (SYNTHETIC_RECORD; show.py).
+SYNTHETIC_MODEL = "<synthetic>"
 # Files that are transcripts (the rest are `claude -p` execution logs).
 TRANSCRIPT_KINDS = "('main','subagent')"
 
 # Is record {n} a node (a chain record, the last line of its uuid)? Used
 # inside recursive steps, which must reach only real tables and their indexes:
 # a CTE there is re-materialized (and re-indexed) at every step.
-_IS_NODE = f"""{{n}}.uuid IS NOT NULL AND {{n}}.type IN {_CHAIN_TYPES}
+_IS_NODE = f"""{{n}}.uuid IS NOT NULL AND {{n}}.type IN {CHAIN_TYPES_SQL}
     AND NOT EXISTS (SELECT 1 FROM records later
       WHERE later.file_id = {{n}}.file_id AND later.uuid = {{n}}.uuid
-        AND later.line_no > {{n}}.line_no AND later.type IN {_CHAIN_TYPES})"""
+        AND later.line_no > {{n}}.line_no AND later.type IN {CHAIN_TYPES_SQL})"""
 
 # Common table expressions shared by the three definitions.
 # scope_files: the files computed (all of them). occ: every chain record line (a duplicated
@@ -55,7 +60,7 @@ scope_files AS (
 occ AS MATERIALIZED (
   SELECT r.id, r.file_id, r.line_no, r.uuid, r.parent_uuid, r.type
   FROM records r JOIN scope_files f ON f.file_id = r.file_id
-  WHERE r.uuid IS NOT NULL AND r.type IN {_CHAIN_TYPES}
+  WHERE r.uuid IS NOT NULL AND r.type IN {CHAIN_TYPES_SQL}
 ),
 nodes AS MATERIALIZED (
   SELECT r.id, r.file_id, r.line_no, r.uuid, r.parent_uuid, r.type, r.subtype,
@@ -345,7 +350,7 @@ terminals AS (
   SELECT o.file_id, o.id, o.line_no, o.type, o.parent_uuid FROM occ o
   WHERE NOT EXISTS (SELECT 1 FROM records c
                     WHERE c.file_id = o.file_id AND c.parent_uuid = o.uuid
-                      AND c.uuid IS NOT NULL AND c.type IN {_CHAIN_TYPES})
+                      AND c.uuid IS NOT NULL AND c.type IN {CHAIN_TYPES_SQL})
 ),
 to_message(file_id, terminal_line, id, type, parent_uuid, steps) AS (
   SELECT file_id, line_no, id, type, parent_uuid, 0 FROM terminals
@@ -671,11 +676,11 @@ SELECT r.file_id, f.session_id, r.id AS record_id, r.line_no, r.uuid, r.type,
        r.subtype, r.timestamp, r.parent_uuid AS missing_parent_uuid
 FROM records r JOIN files f ON f.id = r.file_id AND f.kind IN {TRANSCRIPT_KINDS}
 WHERE r.parent_uuid IS NOT NULL AND r.uuid IS NOT NULL
-  AND r.type IN {_CHAIN_TYPES}
+  AND r.type IN {CHAIN_TYPES_SQL}
   AND NOT EXISTS (
     SELECT 1 FROM records p
     WHERE p.file_id = r.file_id AND p.uuid = r.parent_uuid
-      AND p.type IN {_CHAIN_TYPES})
+      AND p.type IN {CHAIN_TYPES_SQL})
 """.strip()
 
 # duplicate_uuids: a uuid (on a record of any type) on more than one line of
@@ -706,7 +711,7 @@ DUPLICATE_UUIDS_SQL = f"SELECT {DUPLICATE_UUIDS_COLUMNS} FROM duplicate_uuids_ca
 # previous_message_id and gets a 400. Matches the partial index
 # records_synthetic (migrations.m009) word for word, so that it is used.
 SYNTHETIC_RECORD = (
-    "{r}.type = 'assistant' AND ({r}.model = '<synthetic>' "
+    "{r}.type = 'assistant' AND ({r}.model = '" + SYNTHETIC_MODEL + "' "
     "OR {r}.message_id NOT LIKE 'msg\\_%' ESCAPE '\\')"
 )
 
@@ -881,9 +886,9 @@ EXPIRING_WINDOW_DAYS = 7
 EXPIRED_TRANSCRIPTS_TEMPLATE = """
 WITH subject AS (
   SELECT f.id AS file_id, f.session_id, f.path, f.kind, f.mtime, f.deleted_at,
-         coalesce(f.retention_days, 30) AS retention_days,
+         coalesce(f.retention_days, {DEFAULT_RETENTION_DAYS}) AS retention_days,
          coalesce(f.retention_source, 'default') AS retention_source,
-         strftime('%Y-%m-%dT%H:%M:%fZ', julianday(f.mtime) + coalesce(f.retention_days, 30))
+         strftime('%Y-%m-%dT%H:%M:%fZ', julianday(f.mtime) + coalesce(f.retention_days, {DEFAULT_RETENTION_DAYS}))
            AS expires_at
   FROM files f
   WHERE f.kind = 'main' OR (f.kind = 'subagent' AND f.path NOT LIKE '%/subagents/%')
@@ -902,6 +907,7 @@ SELECT file_id, session_id, path, kind, status, expires_at, days_left, retention
        retention_source, mtime, deleted_at
 FROM judged WHERE status IS NOT NULL
 """.strip()
+EXPIRED_TRANSCRIPTS_TEMPLATE = EXPIRED_TRANSCRIPTS_TEMPLATE.replace("{DEFAULT_RETENTION_DAYS}", str(DEFAULT_RETENTION_DAYS))
 EXPIRED_TRANSCRIPTS_SQL = EXPIRED_TRANSCRIPTS_TEMPLATE.format(
     now=CLOCK, window=EXPIRING_WINDOW_DAYS)
 
@@ -926,7 +932,7 @@ ref_ids AS (
 ),
 state AS (
   SELECT i.*, m.id AS file_id, m.path, s.deleted_at, s.main_file_rule,
-         strftime('%Y-%m-%dT%H:%M:%fZ', julianday(m.mtime) + coalesce(m.retention_days, 30))
+         strftime('%Y-%m-%dT%H:%M:%fZ', julianday(m.mtime) + coalesce(m.retention_days, {DEFAULT_RETENTION_DAYS}))
            AS expires_at
   FROM ref_ids i
   LEFT JOIN sessions s ON s.session_id = i.session_id
@@ -954,6 +960,7 @@ LEFT JOIN executions e ON e.id = (
   ORDER BY x.log_mtime DESC, x.line_no DESC LIMIT 1)
 WHERE j.reason IS NOT NULL
 """.strip()
+STALE_SESSION_REFS_TEMPLATE = STALE_SESSION_REFS_TEMPLATE.replace("{DEFAULT_RETENTION_DAYS}", str(DEFAULT_RETENTION_DAYS))
 STALE_SESSION_REFS_SQL = STALE_SESSION_REFS_TEMPLATE.format(now=CLOCK)
 
 # Each cache-backed view, with its definition (tests hold them equal).

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .views import EXPIRING_WINDOW_DAYS
+
 NOW, SOON, HISTORY = "now", "soon", "history"
 SEVERITIES = (
     (NOW, "Breaks a resume now", "the next claude --resume fails or loses work: fix these first"),
@@ -62,7 +64,7 @@ CHECKS = (
     Check("Transcripts expired, still on disk", "expired_transcripts",
           "SELECT session_id, expires_at AS at, path AS detail FROM expired_transcripts "
           "WHERE status = 'expired'", "status=expired", severity=SOON),
-    Check("Transcripts expiring within 7 days", "expired_transcripts",
+    Check(f"Transcripts expiring within {EXPIRING_WINDOW_DAYS} days", "expired_transcripts",
           "SELECT session_id, expires_at AS at, days_left || ' days left' AS detail "
           "FROM expired_transcripts WHERE status = 'expiring'", "status=expiring", severity=SOON),
     Check("Leaves that disagree (resume vs SDK)", "leaves",

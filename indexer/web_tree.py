@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from markupsafe import Markup, escape
 
+from .views import CHAIN_TYPES_SQL, SYNTHETIC_MODEL
 from .web_format import CAUSE_COLOURS, css_class
 
 # Columns of one chain record as the page draws it.
@@ -37,10 +38,10 @@ TREE_NODES_SQL = f"""
 SELECT {_NODE_COLUMNS}
 FROM records r
 WHERE r.file_id = :file_id AND r.uuid IS NOT NULL
-  AND r.type IN ('user', 'assistant', 'system', 'attachment', 'progress')
+  AND r.type IN {CHAIN_TYPES_SQL}
   AND NOT EXISTS (SELECT 1 FROM records later
     WHERE later.file_id = r.file_id AND later.uuid = r.uuid AND later.line_no > r.line_no
-      AND later.type IN ('user', 'assistant', 'system', 'attachment', 'progress'))
+      AND later.type IN {CHAIN_TYPES_SQL})
 ORDER BY r.line_no
 """.strip()
 
@@ -183,7 +184,7 @@ def _mark(by_uuid, spine_set, sdk, leaves):
                 marks.append(("leaf sdk", "SDK leaf"))
         if r["type"] == "system" and r["subtype"] == "api_error":
             marks.append(("api-error", "api_error"))
-        if r["model"] == "<synthetic>" or r["is_api_error"]:
+        if r["model"] == SYNTHETIC_MODEL or r["is_api_error"]:
             marks.append(("synthetic", "synthetic placeholder"))
         elif r["type"] == "assistant" and r["message_id"] \
                 and not str(r["message_id"]).startswith("msg_"):
