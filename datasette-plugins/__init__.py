@@ -8,7 +8,8 @@ serves a plugin's (``templates/``, ``static/`` beside this file)."""
 
 from .session_index_cells import render_cell
 from .session_index_functions import prepare_connection
-from .session_index_pages import canned_queries, extra_css_urls, menu_links, register_routes
+from .session_index_pages import (canned_queries, extra_css_urls, menu_links,
+                                  permission_allowed, register_routes)
 
-__all__ = ["canned_queries", "extra_css_urls", "menu_links", "prepare_connection",
-           "register_routes", "render_cell"]
+__all__ = ["canned_queries", "extra_css_urls", "menu_links", "permission_allowed",
+           "prepare_connection", "register_routes", "render_cell"]

@@ -30,6 +30,23 @@ def extra_css_urls(datasette):
 
 
 @hookimpl
+def permission_allowed(datasette, actor, action, resource):
+    """The *_definition views (the recursive specification, seconds per
+    query on a large index) are kept out of the listings and their table
+    pages; SQL can still name them."""
+    if action != "view-table" or not isinstance(resource, tuple) \
+            or not resource[1].endswith("_definition"):
+        return None
+
+    async def inner():
+        if await web_pages.is_session_index(datasette, resource[0]):
+            return False
+        return None
+
+    return inner
+
+
+@hookimpl
 def canned_queries(datasette, database):
     async def inner():
         if await web_pages.is_session_index(datasette, database):

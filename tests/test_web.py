@@ -178,7 +178,8 @@ def test_index_database_and_every_table_page(site):
     for query in web_metadata.QUERIES:
         assert f"/{site.name}/{query}" in db_page
     for name in web_metadata.TABLES:
-        if not site.rows("SELECT 1 FROM sqlite_master WHERE name = ?", [name]):
+        if not site.rows("SELECT 1 FROM sqlite_master WHERE name = ?", [name]) \
+                or name.endswith("_definition"):   # kept out (see below)
             continue
         html = site.get(f"/{site.name}/{name}").text
         no_live_markup(html)
@@ -729,3 +730,13 @@ def test_the_session_page_opens_with_the_verdict_and_the_fix(site, name, state, 
         assert f"Fix: <code>{fix.format(sid=sid(name))}</code>" in banner
     else:
         assert "Fix:" not in banner
+
+
+def test_the_definition_views_are_kept_out_of_the_listings(site):
+    html = site.get(f"/{site.name}").text
+    assert "orphans_definition" not in html and f'href="/{site.name}/orphans"' in html
+    site.get(f"/{site.name}/orphans_definition", status=403)
+    # SQL can still name them.
+    rows = site.get(f"/{site.name}.json?sql=select+count(*)+as+n+from+leaves_definition"
+                    "&_shape=array").json()
+    assert rows[0]["n"] >= 1
