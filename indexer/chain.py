@@ -51,9 +51,8 @@ class Rec:
     def eff_parent(self) -> str | None:
         """The parent the cause walk follows: a compact_boundary with a null
         parentUuid hangs from its logicalParentUuid."""
-        if self.type == "system" and self.subtype == "compact_boundary" and self.parent_uuid is None:
-            return self.logical_parent_uuid
-        return self.parent_uuid
+        return views.effective_parent(self.type, self.subtype, self.parent_uuid,
+                                      self.logical_parent_uuid)
 
     @property
     def is_main_message(self) -> bool:

@@ -35,6 +35,17 @@ FALLBACK_MS = 5000
 # and the pages use. Other record types are metadata.
 CHAIN_TYPES = ("user", "assistant", "progress", "system", "attachment")
 CHAIN_TYPES_SQL = "(" + ",".join(f"'{t}'" for t in CHAIN_TYPES) + ")"
+
+
+def effective_parent(type_, subtype, parent_uuid, logical_parent_uuid):
+    """The parent the cause walk follows (eff_parent in the SQL below): a
+    compact_boundary with a null parentUuid hangs from its logicalParentUuid.
+    chain.py and the session page use this one."""
+    if parent_uuid is None and type_ == "system" and subtype == "compact_boundary":
+        return logical_parent_uuid
+    return parent_uuid
+
+
 # A synthetic placeholder's message.model (SYNTHETIC_RECORD; show.py).
 SYNTHETIC_MODEL = "<synthetic>"
 # Files that are transcripts (the rest are `claude -p` execution logs).

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from markupsafe import Markup, escape
 
-from .views import CHAIN_TYPES_SQL, SYNTHETIC_MODEL
+from .views import CHAIN_TYPES_SQL, SYNTHETIC_MODEL, effective_parent
 from .web_format import CAUSE_COLOURS, css_class
 
 # Columns of one chain record as the page draws it.
@@ -138,12 +138,8 @@ def build(rows, ancestry, causes, leaves) -> dict:
 
 
 def _effective_parent(row):
-    # A compact_boundary with no parent continues from its logicalParentUuid
-    # (the rule the orphans view's cause walk uses).
-    if row["parent_uuid"] is None and row["type"] == "system" \
-            and row["subtype"] == "compact_boundary":
-        return row["logical_parent_uuid"]
-    return row["parent_uuid"]
+    return effective_parent(row["type"], row["subtype"], row["parent_uuid"],
+                            row["logical_parent_uuid"])
 
 
 def _subtree(root: Node, level: int, children, placed) -> list:
