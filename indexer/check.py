@@ -124,10 +124,29 @@ def _on_disk(config_dir: str, session_id: str) -> list[str]:
 
 def check(db, session_id: str, *, now: str | None = None, config_dir=None,
           cwd: str | None = None) -> Verdict:
+    """The verdict for a resume of ``session_id`` (see the module docstring),
+    in four steps: bring the index up to date for it, pick the transcript a
+    resume opens, then poisoned, spliced and retention in that order."""
     started = time.monotonic()
-    given_dir = config_dir is not None
+    searched = [os.fspath(config_dir)] if config_dir is not None else retention.config_dirs()
     config_dir = os.fspath(config_dir or retention.default_config_dir())
     now_iso = signals.iso_now(now)
+    files, gone = _freshen(db, session_id, config_dir, searched)
+    choice = mainfile.for_cwd(db, session_id, cwd) if cwd else mainfile.chosen(db, session_id)
+    copies = mainfile.copies(db, session_id, main_files=len(files))
+    main = {f["id"]: f for f in files}.get(choice.file_id)
+    if main is None or not (choice.opened or choice.rule == "store_copy"):
+        return _done(_missing(session_id, choice, files, copies, set(gone)), started)
+    verdict = _opened(db, session_id, main, choice, copies, files)
+    _poisoned(db, verdict, session_id, main, cwd)
+    _spliced(db, verdict, main)
+    _retention(verdict, main, config_dir, now_iso)
+    return _done(verdict, started)
+
+
+def _freshen(db, session_id: str, config_dir: str, searched: list[str]):
+    """(the session's main files, those found gone): a changed, vanished or
+    newly appeared transcript of the session is ingested first."""
     files = _rows(db, MAIN_FILES_SQL, [session_id])
     stale, gone = [], []
     for f in files:
@@ -142,7 +161,6 @@ def check(db, session_id: str, *, now: str | None = None, config_dir=None,
         if (st.st_size, st.st_mtime_ns, st.st_ino) != (f["size"], f["mtime_ns"], f["inode"]) \
                 or f["deleted_at"] is not None:
             stale.append(f["path"])
-    searched = [config_dir] if given_dir else retention.config_dirs()
     found = [p for d in searched for p in _on_disk(d, session_id)
              if p not in {f["path"] for f in files}]
     if stale or found or gone:  # bring the index up to date for this session first
@@ -150,18 +168,16 @@ def check(db, session_id: str, *, now: str | None = None, config_dir=None,
 
         ingestmod.ingest(db, stale + found + gone, config_dir=config_dir)
         files = _rows(db, MAIN_FILES_SQL, [session_id])
-
     if not views.sessions_current(db.conn):  # an index upgraded since its last ingest
         from . import derive
 
         derive.refresh_sessions_if_stale(db)
-    choice = mainfile.for_cwd(db, session_id, cwd) if cwd else mainfile.chosen(db, session_id)
-    copies = mainfile.copies(db, session_id, main_files=len(files))
-    by_id = {f["id"]: f for f in files}
-    main = by_id.get(choice.file_id)
-    if main is None or not (choice.opened or choice.rule == "store_copy"):
-        return _done(_missing(session_id, choice, files, copies, set(gone)), started)
+    return files, gone
 
+
+def _opened(db, session_id: str, main: dict, choice, copies: list, files: list) -> Verdict:
+    """A resumable verdict for the transcript a resume opens, with the
+    warnings its copies (and a store copy) call for."""
     verdict = Verdict(session_id, "resumable", "the resume chain ends at a real message",
                       main["path"])
     verdict.details["main_file"] = {"file_id": main["id"], "rule": choice.rule, "cwd": choice.cwd}
@@ -177,6 +193,12 @@ def check(db, session_id: str, *, now: str | None = None, config_dir=None,
             f"the session store's copy ({c['store_path']}) differs from this transcript: "
             f"{c['local_only']} uuid(s) only here, {c['store_only']} only in the store "
             "(see session_copies)" for c in _rows(db, DIVERGED_COPIES_SQL, [session_id, main["id"]])]
+    return verdict
+
+
+def _poisoned(db, verdict: Verdict, session_id: str, main: dict, cwd) -> None:
+    """Poisoned when the chain ends at a synthetic placeholder; a warning
+    when earlier resumes failed with the 400."""
     poisoned = _rows(db, POISONED_SQL, {"session_id": session_id})
     if cwd and main["id"] != mainfile.chosen(db, session_id).file_id:
         # --cwd chose another file than sessions.main_file_id, which
@@ -202,6 +224,10 @@ def check(db, session_id: str, *, now: str | None = None, config_dir=None,
         verdict.warnings.append(
             f"{poisoned[0]['failed_resumes']} earlier resume(s) failed with the "
             "previous_message_id 400; the chain no longer ends at a placeholder")
+
+
+def _spliced(db, verdict: Verdict, main: dict) -> None:
+    """Spliced when late api_error records orphan recovered output."""
     splices = _rows(db, SPLICES_SQL, [main["id"]])
     if splices and verdict.verdict == "resumable":
         lost = sum(s["orphaned_records"] for s in splices)
@@ -209,9 +235,13 @@ def check(db, session_id: str, *, now: str | None = None, config_dir=None,
         verdict.reason = (
             f"{len(splices)} api_error splice(s) leave {lost} record(s) of recovered output off "
             "the resume chain: a resume drops them; re-parent the record after each error chain "
-            "onto the last orphaned record (see api_error_splices)")
+            f"onto the last orphaned record (session-index repair {verdict.session_id} --write; "
+            "see api_error_splices)")
         verdict.details["api_error_splices"] = splices
 
+
+def _retention(verdict: Verdict, main: dict, config_dir: str, now_iso: str) -> None:
+    """The retention in force, and warnings when the transcript expires soon."""
     kept = retention.resolve(config_dir, main["cwd"])
     verdict.warnings += list(kept.warnings)
     if main["origin"] == "store":  # not swept by cleanupPeriodDays
@@ -224,7 +254,7 @@ def check(db, session_id: str, *, now: str | None = None, config_dir=None,
             verdict.warnings.append(
                 f"cleanupPeriodDays is 0 ({kept.source}): Claude Code writes no new transcripts, "
                 "so nothing new is mirrored to the store")
-        return _done(verdict, started)
+        return
     st = os.stat(main["path"])
     expires = datetime.fromtimestamp(st.st_mtime).astimezone() + timedelta(days=kept.days)
     days_left = (expires - datetime.fromisoformat(now_iso.replace("Z", "+00:00"))).total_seconds() / 86400
@@ -242,7 +272,6 @@ def check(db, session_id: str, *, now: str | None = None, config_dir=None,
     elif days_left <= EXPIRY_WARNING_DAYS:
         verdict.warnings.append(
             f"expires in {days_left:.1f} days ({kept.days}-day retention from {kept.source})")
-    return _done(verdict, started)
 
 
 MISSING_FIX = "start a new session (or restore the transcript)"
