@@ -66,17 +66,22 @@ def data_dir() -> str:
     return os.path.join(base, "session-index")
 
 
+def data_db_path() -> str:
+    """sessions.db in the user's data dir."""
+    return os.path.join(data_dir(), "sessions.db")
+
+
 def default_db_path() -> str:
     """$SESSION_INDEX_DB, else sessions.db in the user's data dir (``--db``
     wins over both)."""
-    return os.environ.get("SESSION_INDEX_DB") or os.path.join(data_dir(), "sessions.db")
+    return os.environ.get("SESSION_INDEX_DB") or data_db_path()
 
 
 def _make_default_folder(path: str) -> None:
     """The data dir, made when the default index is first created there
     (a folder named by --db is never made)."""
-    if os.path.abspath(path) == os.path.abspath(os.path.join(data_dir(), "sessions.db")):
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    if os.path.abspath(path) == os.path.abspath(data_db_path()):
+        os.makedirs(data_dir(), exist_ok=True)
 
 
 def connect(path) -> sqlite3.Connection:
@@ -129,17 +134,13 @@ def probe(path: str) -> str:
         raise IndexError_("the index path is empty: name the index file")
     if path == ":memory:":
         return NEW
-    try:
-        os.stat(path)
-    except FileNotFoundError:
-        return NEW
-    except OSError as exc:
-        raise IndexError_(f"{path}: {exc.strerror or exc}") from None
     from .safefiles import NotRegular, open_regular
 
     try:
         with open_regular(path) as f:
             head = f.read(100)
+    except FileNotFoundError:
+        return NEW
     except NotRegular as exc:
         raise IndexError_(f"{path} is {exc.what}, not an index file") from None
     except OSError as exc:
@@ -180,10 +181,20 @@ def open_db(path, *, create: bool = True) -> sqlite_utils.Database:
     if probe(path) == NEW:
         if not create:
             raise _missing(path)
-        _make_default_folder(path)
+        return _create(path)
     db = sqlite_utils.Database(connect(path))
     if create:
         upgrade(db)
+    return db
+
+
+def _create(path: str) -> sqlite_utils.Database:
+    """A new index at ``path``, which ``probe`` found NEW."""
+    import sqlite_utils
+
+    _make_default_folder(path)
+    db = sqlite_utils.Database(connect(path))
+    upgrade(db)
     return db
 
 
@@ -198,7 +209,7 @@ def open_index(path, *, create: bool = False) -> Index | sqlite_utils.Database:
     if probe(path) == NEW:
         if not create:
             raise _missing(path)
-        return open_db(path, create=True)
+        return _create(path)
     conn = connect(path)
     try:
         current = is_current(conn)

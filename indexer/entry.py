@@ -77,19 +77,20 @@ def parse_check(args: list[str]) -> dict | None:
     return {"session_id": parsed[0][0], **parsed[1]}
 
 
-def _default_db() -> str:
-    from . import db
-
-    return db.default_db_path()
-
-
-def _open(options: dict, create: bool = False):
+def _open(db_path: str, create: bool = False):
     from . import db
 
     try:
-        return db.open_index(options.get("db_path") or db.default_db_path(), create=create)
+        return db.open_index(db_path, create=create)
     except db.IndexError_:
         return None  # click words the error (exit 3)
+
+
+def _db_path(options: dict) -> str:
+    """--db, else the default (db.default_db_path), as click's default is."""
+    from . import db
+
+    return options.get("db_path") or db.default_db_path()
 
 
 def fast_check(args: list[str]) -> int | None:
@@ -103,7 +104,7 @@ def fast_check(args: list[str]) -> int | None:
         now = signals.iso_now(options.get("now"))
     except signals.BadTime:
         return None  # click words the usage error
-    index = _open(options)
+    index = _open(_db_path(options))
     if index is None:
         return None
     verdict = check.check(index, options["session_id"], now=now,
@@ -124,7 +125,8 @@ def fast_ingest(args: list[str]) -> int | None:
         sources = discover.default_sources(sources, options.get("config_dir"))
     except discover.NoProjectsFolder:
         return None
-    index = _open(options, create=True)
+    db_path = _db_path(options)
+    index = _open(db_path, create=True)
     if index is None:
         return None
     try:
@@ -132,7 +134,7 @@ def fast_ingest(args: list[str]) -> int | None:
     except ingest.SourceNotFound:
         return None  # raised before anything is written: click says it
     ingest.report(summary, options.get("as_json", False), sys.stdout, sys.stderr,
-                  db_path=options.get("db_path") or _default_db())
+                  db_path=db_path)
     return 0
 
 

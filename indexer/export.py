@@ -49,22 +49,16 @@ def _target(root: str | Path | None, f: Exported) -> Path:
     back at the path it was ingested from. WriteRefused when a ``..`` or a
     symlink in the path (a crafted ``files.path``) leads out of ``root``,
     or the path it came from is not a plain absolute one."""
-    if root is None:
-        target = f.source
-        if not os.path.isabs(target) or os.path.normpath(target) != target:
-            raise WriteRefused(f"{target!r} is not a plain absolute path: refusing to write it "
-                               "(name a --config-dir to restore under)")
-    else:
-        target = os.path.join(root, f.relative)
-        if os.path.islink(target):
-            raise WriteRefused(f"{target} is a symlink: refusing to write through it "
-                               "(nothing was written)")
-        if not safefiles.inside(root, target):
-            raise WriteRefused(f"{f.source!r} would be written to {target}, outside {root}: "
-                               "refused (nothing was written)")
+    target = f.source if root is None else os.path.join(root, f.relative)
+    if root is None and (not os.path.isabs(target) or os.path.normpath(target) != target):
+        raise WriteRefused(f"{target!r} is not a plain absolute path: refusing to write it "
+                           "(name a --config-dir to restore under)")
     if os.path.islink(target):
         raise WriteRefused(f"{target} is a symlink: refusing to write through it "
                            "(nothing was written)")
+    if root is not None and not safefiles.inside(root, target):
+        raise WriteRefused(f"{f.source!r} would be written to {target}, outside {root}: "
+                           "refused (nothing was written)")
     return Path(target)
 
 
@@ -160,17 +154,18 @@ def export(db, session_id: str, out_dir: str | Path, generation: int | None = No
     (with ``generation``, those that have it, as it was). A different file
     already at a target is refused unless ``force`` (then nothing is
     written); one with the same bytes is left as it is."""
-    plan = []
+    plan, to_write = [], []
     for f in session_files(db, session_id, generation):
         target = _target(out_dir, f)
-        if not force and os.path.lexists(target) and not _holds(target, f.data):
-            raise WriteRefused(f"{target} exists and differs from the indexed transcript: "
-                               "--force replaces it (nothing was written)")
-        plan.append((f, target))
-    for f, target in plan:
         if not _holds(target, f.data):
-            target.parent.mkdir(parents=True, exist_ok=True)
-            _write_atomically(target, f.data)
+            if not force and os.path.lexists(target):
+                raise WriteRefused(f"{target} exists and differs from the indexed transcript: "
+                                   "--force replaces it (nothing was written)")
+            to_write.append((f, target))
+        plan.append((f, target))
+    for f, target in to_write:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        _write_atomically(target, f.data)
     return plan
 
 
