@@ -127,14 +127,14 @@ def repaired_bytes(db, p: Plan) -> bytes:
     return b"".join(out)
 
 
-def _open_elsewhere(path: str, writing: bool = False) -> bool:
+def _open_elsewhere(path: str) -> bool:
     """Is the file (its inode, by whatever name) open in another process
-    (Linux /proc)? With ``writing``: open for writing."""
+    (Linux /proc)?"""
     try:
         st = os.stat(path)
     except OSError:
         return False
-    return _holders(st.st_dev, st.st_ino, writing)
+    return _holders(st.st_dev, st.st_ino, writing=False)
 
 
 def _holders(dev: int, ino: int, writing: bool) -> bool:

@@ -110,11 +110,16 @@ LIMIT :limit
 """.strip()
 
 
+def sessions_params(project: str | None = None, since: str | None = None,
+                    limit: int = 50) -> dict:
+    """SESSIONS_SQL's parameters (blank: any project, any time)."""
+    return {"project": project or "", "since": iso_now(since) if since else "", "limit": limit}
+
+
 def sessions(db, project: str | None = None, since: str | None = None,
              limit: int = 50) -> list[dict]:
     """The sessions most recently active, with their title and state."""
-    return dict_rows(db.conn, SESSIONS_SQL, {
-        "project": project or "", "since": iso_now(since) if since else "", "limit": limit})
+    return dict_rows(db.conn, SESSIONS_SQL, sessions_params(project, since, limit))
 
 
 def listing(db, name: str, now: str | None = None, days: float = views.EXPIRING_WINDOW_DAYS):

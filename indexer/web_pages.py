@@ -118,7 +118,7 @@ async def health_page(datasette, request):
                 "newest": r.newest, "error": r.error, "severity": r.check.severity}
                for r in results]
     recent_sessions = [dict(row, url=session_url(row["session_id"])) for row in await db.execute(
-        signals.SESSIONS_SQL, {"project": "", "since": "", "limit": RECENT_SESSIONS})]
+        signals.SESSIONS_SQL, signals.sessions_params(limit=RECENT_SESSIONS))]
     return await render(datasette, request, "session_health.html", {
         "database": name,
         "db_url": datasette.urls.database(name),
