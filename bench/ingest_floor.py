@@ -1,0 +1,133 @@
+"""Where a cold ingest's time goes, beside ``sqlite-utils insert --lines`` (issue 10's bulk figure).
+
+    python bench/ingest_floor.py [--workdir DIR] [--repeat 3]
+
+Uses the corpus of bench/ingest_speed.py (made there, or here with the same arguments)
+and runs, alternated --repeat times, each in a fresh process:
+- ``sqlite-utils insert DB lines ALL.jsonl --lines`` (wall, and its CPU from os.wait4);
+- ``ingest()`` of the corpus into a new index (wall, and this process's CPU: the derive
+  worker's is not in it);
+- the same with every line's parse done before the clock starts (the main process's time
+  if parsing were moved to another core for free: an upper bound for a parse worker);
+- the index's SQLite writes alone: the records and cache rows of that index inserted into
+  a new one with the same schema, with executemany, a commit every 8 MB (the serial floor
+  of this schema: one writer, ten record indexes).
+Prints medians and each as a ratio to sqlite-utils' wall time (their time / ours, so more
+than 1 is faster than sqlite-utils). Figures only; the exit status is 0 unless a run fails.
+"""
+import argparse, os, shutil, statistics, subprocess, sys, tempfile, time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from ingest_speed import SQLITE_UTILS, ensure_corpus  # noqa: E402
+
+CHILD = r"""
+import os, sys, time
+mode, corpus, db, src = sys.argv[1:5]
+from indexer import db as dbm
+if mode == "free":
+    from indexer import lines
+    done, real = {}, lines.parse_line_bytes
+    for d, _, names in os.walk(corpus):
+        for name in names:
+            for line in open(os.path.join(d, name), "rb").read().split(b"\n")[:-1]:
+                try:
+                    done[line] = real(line)
+                except Exception:
+                    pass
+    lines.parse_line_bytes = lambda data: done.get(bytes(data)) or real(data)
+index = dbm.open_index(db, create=True)
+if mode == "writes":
+    import sqlite3
+    from indexer import chain
+    old = sqlite3.connect(src)
+    tables = ["records"] + [chain.CACHE_TABLES[n] for n in chain.CACHE_COLUMNS]
+    data = {}
+    for t in tables:
+        cols = [r[1] for r in old.execute(f"PRAGMA table_info({t})") if r[1] != "id"]
+        data[t] = (cols, old.execute(f"SELECT {', '.join(cols)} FROM {t}").fetchall())
+    conn = index.conn
+    conn.execute("DELETE FROM files")
+t0, c0 = time.perf_counter(), time.process_time()
+if mode == "writes":
+    for t, (cols, rows) in data.items():
+        sql = f"INSERT INTO {t} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})"
+        raw = cols.index("raw") if "raw" in cols else None
+        conn.execute("BEGIN IMMEDIATE")
+        pending = 0
+        for i in range(0, len(rows), 500):
+            batch = rows[i:i + 500]
+            conn.executemany(sql, batch)
+            pending += sum(len(r[raw]) for r in batch) if raw is not None else 0
+            if pending >= 8 << 20:
+                conn.execute("COMMIT")
+                conn.execute("BEGIN IMMEDIATE")
+                pending = 0
+        conn.execute("COMMIT")
+else:
+    from indexer import ingest
+    ingest.ingest(index, [corpus])
+print(time.perf_counter() - t0, time.process_time() - c0)
+"""
+
+
+def timed(cmd):
+    """(wall s, CPU s of the child and the children it waited for)"""
+    t0 = time.perf_counter()
+    p = subprocess.Popen([str(c) for c in cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(p.pid, 0)
+    wall = time.perf_counter() - t0
+    out, err = p.stdout.read(), p.stderr.read()
+    if os.waitstatus_to_exitcode(status):
+        shown = " ".join(str(c) for c in cmd if c is not CHILD)
+        sys.exit(f"{shown} failed:\n{err.decode()[-2000:]}")
+    return wall, usage.ru_utime + usage.ru_stime, out.decode()
+
+
+def fresh(path):
+    for suffix in ("", "-wal", "-shm"):
+        Path(str(path) + suffix).unlink(missing_ok=True)
+    return path
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--workdir", default="/tmp/session-index-bench-ingest")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--size-mb", type=int, default=200)
+    ap.add_argument("--seed", type=int, default=1)
+    args = ap.parse_args()
+    workdir = Path(args.workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    corpus, _ = ensure_corpus(workdir, ["--size-mb", args.size_mb, "--seed", args.seed])
+    scratch = Path(tempfile.mkdtemp(prefix="floor-", dir=workdir))
+    try:
+        lines = scratch / "all.jsonl"
+        with open(lines, "wb") as out:
+            for d, _, names in sorted(os.walk(corpus)):
+                for name in sorted(names):
+                    out.write((Path(d) / name).read_bytes())
+        figures = {k: [] for k in ("sqlite-utils", "ingest", "ingest, parse free", "SQLite writes alone")}
+        for _ in range(args.repeat):
+            wall, cpu, _ = timed([SQLITE_UTILS, "insert", fresh(scratch / "su.db"), "lines", lines, "--lines"])
+            figures["sqlite-utils"].append((wall, cpu))
+            for name, mode in (("ingest", "real"), ("ingest, parse free", "free"),
+                               ("SQLite writes alone", "writes")):
+                db = fresh(scratch / f"{mode}.db")
+                _, _, out = timed([sys.executable, "-c", CHILD, mode, corpus, db, scratch / "real.db"])
+                figures[name].append(tuple(map(float, out.split())))
+        floor = statistics.median(w for w, _ in figures["sqlite-utils"])
+        print(f"ingest_floor: corpus {corpus}, {args.repeat} alternated runs, medians\n")
+        print(f"{'what':28} {'wall s':>8} {'CPU s':>8} {'their wall / ours':>18}")
+        for name, runs in figures.items():
+            wall = statistics.median(w for w, _ in runs)
+            cpu = statistics.median(c for _, c in runs)
+            print(f"{name:28} {wall:8.2f} {cpu:8.2f} {floor / wall:17.2f}x")
+        print("\nCPU: sqlite-utils' own; the others the main process only (not the derive worker).")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
