@@ -43,7 +43,7 @@ EXPIRY_WARNING_DAYS = views.EXPIRING_WINDOW_DAYS
 # The session's main transcripts: local files first, then store copies.
 MAIN_FILES_SQL = """
 SELECT f.id, f.path, f.size, f.mtime_ns, f.inode, f.deleted_at, f.cwd, f.origin,
-       f.project_key, f.records, f.project_dir
+       f.project_key, f.records, f.project_dir, f.host
 FROM files f WHERE f.session_id = ? AND f.kind = 'main'
 ORDER BY f.origin = 'store', f.deleted_at IS NOT NULL, f.mtime DESC, f.id DESC
 """.strip()
@@ -54,6 +54,10 @@ WHERE session_id = ? AND local_file_id = ? AND diverged
 """.strip()
 POISONED_SQL = views.POISONED_SESSION_SQL  # poisoned_sessions, for one session
 SPLICES_SQL = "SELECT * FROM api_error_splices WHERE file_id = ? ORDER BY first_orphan_at"
+# Another host's last heartbeat (fleet_ingest.py records it).
+FLEET_HOST_SQL = "SELECT last_heartbeat_at, last_message_at FROM fleet_hosts WHERE host = ?"
+# A heartbeat older than this: the host's shipper may be down.
+STALE_HEARTBEAT_S = 60
 NOTHING_TO_CUT_SQL = f"SELECT {views.NOTHING_TO_CUT_TEMPLATE.format(file='?')} AS stuck"
 # The last assistant record on a file's resume chain, when it is a synthetic
 # placeholder (poisoned_sessions' at_resume_tail, for a file that is not the
@@ -141,6 +145,8 @@ def check(db, session_id: str, *, now: str | None = None, config_dir=None,
     _poisoned(db, verdict, session_id, main, cwd)
     _spliced(db, verdict, main)
     _retention(verdict, main, config_dir, now_iso)
+    if main["origin"] == "fleet":
+        _shipped(db, verdict, main, now_iso)
     return _done(verdict, started)
 
 
@@ -150,8 +156,8 @@ def _freshen(db, session_id: str, config_dir: str, searched: list[str]):
     files = _rows(db, MAIN_FILES_SQL, [session_id])
     stale, gone = [], []
     for f in files:
-        if f["origin"] == "store":
-            continue  # in the index itself: nothing to stat
+        if f["origin"] != "file":
+            continue  # a store copy or another host's file (fleet): nothing here to stat
         try:
             st = os.stat(f["path"])
         except OSError:
@@ -244,6 +250,11 @@ def _retention(verdict: Verdict, main: dict, config_dir: str, now_iso: str) -> N
     """The retention in force, and warnings when the transcript expires soon."""
     kept = retention.resolve(config_dir, main["cwd"])
     verdict.warnings += list(kept.warnings)
+    if main["origin"] == "fleet":  # its host's retention is not known here
+        verdict.details["retention"] = {
+            "days": None, "source": f"host {main['host']}", "expires_at": None,
+            "days_left": None}
+        return
     if main["origin"] == "store":  # not swept by cleanupPeriodDays
         verdict.details["retention"] = {
             "days": None, "source": "session store", "expires_at": None, "days_left": None}
@@ -358,6 +369,26 @@ def _from_store(verdict: Verdict, main: dict, files: list[dict]) -> None:
     verdict.details["resume_from"] = "store"
     verdict.details["store"] = {"file_id": main["id"], "project_key": main["project_key"],
                                 "path": main["path"], "records": main["records"]}
+
+
+def _shipped(db, verdict: Verdict, main: dict, now_iso: str) -> None:
+    """A transcript of another host answers from what its shipper last sent:
+    how fresh that is, by the host's last heartbeat."""
+    row = _rows(db, FLEET_HOST_SQL, [main["host"]])
+    beat = row[0]["last_heartbeat_at"] if row else None
+    age = None
+    if beat:
+        age = round((datetime.fromisoformat(now_iso.replace("Z", "+00:00"))
+                     - datetime.fromisoformat(beat.replace("Z", "+00:00"))).total_seconds(), 1)
+    verdict.details["fleet"] = {"host": main["host"], "last_heartbeat_at": beat,
+                                "heartbeat_age_s": age,
+                                "last_message_at": row[0]["last_message_at"] if row else None}
+    if age is None:
+        verdict.warnings.append(f"from what host {main['host']} last shipped; its shipper has "
+                                "sent no heartbeat: the host may have written more since")
+    elif age > STALE_HEARTBEAT_S:
+        verdict.warnings.append(f"from what host {main['host']} last shipped; its last heartbeat "
+                                f"was {age:.0f} s ago: the host may have written more since")
 
 
 def _done(verdict: Verdict, started: float) -> Verdict:

@@ -95,6 +95,29 @@ generation_option = click.option(
          "leaving out those without one; exit 3 if none has it [default: the current].")
 
 
+def nats_auth_options(fn):
+    """The NATS connection's auth and TLS options (ship, ingest --from)."""
+    for option in reversed((
+        click.option("--token", "nats_token", envvar="NATS_TOKEN", default=None,
+                     help="The server's auth token [default: $NATS_TOKEN]."),
+        click.option("--creds", "nats_creds", type=click.Path(dir_okay=False, exists=True),
+                     default=None, help="A NATS credentials file (.creds: JWT and nkey)."),
+        click.option("--tls-ca", "nats_tls_ca", type=click.Path(dir_okay=False, exists=True),
+                     default=None, help="Verify the server's TLS certificate with this CA "
+                                        "file (use a tls:// URL)."),
+    )):
+        fn = option(fn)
+    return fn
+
+
+def _nats_options(url: str, auth: dict):
+    from . import fleet_nats
+
+    return fleet_nats.ConnectOptions(url, token=auth.get("nats_token"),
+                                     creds=auth.get("nats_creds"),
+                                     tls_ca=auth.get("nats_tls_ca"))
+
+
 class _Commands(click.Group):
     """The group, with the web commands imported only when they run (Datasette
     and its friends cost every other command start-up time)."""
@@ -134,7 +157,16 @@ def cli():
               help="Then keep following SOURCES (file notifications) and index each new "
                    "line within a second of its write, until SIGINT or SIGTERM (exit 0); "
                    "logs one line per batch on stderr.")
-def ingest(sources, db_path, config_dir, silent, as_json, watch):
+@click.option("--from", "from_url", metavar="nats://HOST:PORT", default=None,
+              help="Instead of SOURCES: the lines `session-index ship` sent to this NATS "
+                   "JetStream server (every host's), drained, then exit; with --watch, "
+                   "keep consuming until SIGINT or SIGTERM.")
+@click.option("--consumer", default=None, metavar="NAME",
+              help="With --from: the durable consumer's name [default: "
+                   "session-index-central]; one per central index.")
+@nats_auth_options
+def ingest(sources, db_path, config_dir, silent, as_json, watch, from_url, consumer,
+           **nats_auth):
     """Index new lines of the transcripts under SOURCES.
 
     SOURCES are folders and/or .jsonl files; the default is the projects/
@@ -159,6 +191,11 @@ def ingest(sources, db_path, config_dir, silent, as_json, watch):
         session-index ingest ~/.claude/projects --db sessions.db --json
         session-index ingest --watch --db sessions.db
     """
+    if from_url is not None:
+        if sources:
+            raise click.UsageError("--from reads NATS, not SOURCES: give one or the other")
+        _ingest_from(db_path, from_url, consumer, watch, as_json, nats_auth)
+        return
     try:
         sources = discover.default_sources(sources, config_dir)
     except discover.NoProjectsFolder as exc:
@@ -198,6 +235,89 @@ def ingest(sources, db_path, config_dir, silent, as_json, watch):
     ingestmod.report(summary, as_json, sys.stdout, sys.stderr,
                      style=lambda text: click.style(text, fg="red", bold=True)
                      if sys.stderr.isatty() else text, db_path=db_path)
+
+
+def _ingest_from(db_path, url, consumer, watch, as_json, auth):
+    """ingest --from: drain (or follow) the fleet's stream into the index."""
+    from . import fleet_ingest, fleet_nats, fleet_wire
+
+    options = _nats_options(url, auth)
+    db = _open(db_path, create=True)
+
+    def log(summary):
+        if watch:
+            click.echo(f"batch: {summary.messages} messages, {summary.new_lines} new lines "
+                       f"so far", err=True)
+        derive.derive_pending(db)
+
+    try:
+        summary = fleet_nats.run(lambda stop: fleet_ingest.consume(
+            db, options, consumer=consumer or fleet_wire.DEFAULT_CONSUMER, watch=watch,
+            stop=stop, after_batch=log,
+            log=lambda line: click.echo(f"ingest --from: {line}", err=True)), follow=watch)
+    except fleet_nats.FleetError as exc:
+        raise Failure(str(exc)) from None
+    derive.derive_pending(db)
+    if as_json:
+        click.echo(json.dumps(dict(summary.as_dict(), db=db_path)))
+    else:
+        click.echo(f"{summary.messages} messages from {len(summary.hosts)} hosts: "
+                   f"{summary.new_lines} new lines ({summary.duplicates} duplicates skipped, "
+                   f"{summary.gaps} to come again) in {summary.seconds:.1f}s; index {db_path}")
+
+
+@cli.command()
+@click.argument("sources", nargs=-1, type=click.Path())
+@click.option("--to", "to_url", required=True, metavar="nats://HOST:PORT",
+              help="The NATS server (JetStream enabled) the central index reads.")
+@click.option("--host", default=None, help="This machine's name in the central index "
+                                           "[default: the hostname].")
+@click.option("--ledger", type=click.Path(dir_okay=False), default=None,
+              help="The shipper's ledger: what JetStream acknowledged, per file "
+                   "[default: ship.db beside the default index].")
+@click.option("--once", is_flag=True, help="Send what is new now, then exit "
+                                           "(default: follow SOURCES until SIGINT/SIGTERM).")
+@config_dir_option
+@nats_auth_options
+def ship(sources, to_url, host, ledger, once, config_dir, **auth):
+    """Send every new complete line of the transcripts under SOURCES to NATS
+    JetStream, for a central `session-index ingest --from` (a fleet of hosts
+    in one index).
+
+    Each line goes byte-exact with this host's name, its file, the file's
+    generation and its byte offset; the ledger moves on only after JetStream
+    acknowledged it, so a crash re-sends (a duplicate JetStream or the central
+    drops), never loses. Rewrites start a new generation; deleted files are
+    sent as such. SOURCES default as for ingest. Logs on stderr. Exit codes:
+    0 done or stopped by a signal; 3 the server, a source or the ledger
+    cannot be used.
+
+    Example:
+
+    \b
+        session-index ship --to nats://central:4222 --host build-7
+        session-index ship ~/.claude/projects --to nats://127.0.0.1:4222 --once
+    """
+    from . import fleet_nats, ship as shipmod
+
+    try:
+        sources = discover.default_sources(sources, config_dir)
+    except discover.NoProjectsFolder as exc:
+        raise Failure(str(exc)) from None
+    host = host or shipmod.default_host()
+
+    def log(line):
+        click.echo(f"ship {host}: {line}", err=True)
+
+    try:
+        shipper = fleet_nats.run(lambda stop: shipmod.ship(
+            _nats_options(to_url, auth), list(sources), host=host,
+            ledger_path=ledger or shipmod.default_ledger(), once=once, log=log, stop=stop),
+            follow=not once)
+    except (fleet_nats.FleetError, shipmod.ShipError) as exc:
+        raise Failure(str(exc)) from None
+    log(f"{shipper.messages} messages, {shipper.sent_lines} lines, "
+        f"{shipper.sent_bytes} bytes sent")
 
 
 @cli.command()

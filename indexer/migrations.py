@@ -543,3 +543,56 @@ def m020_title_records(db):
     db.execute(
         "CREATE INDEX records_titles ON records(file_id, line_no) "
         "WHERE type IN ('custom-title', 'ai-title', 'summary')")
+
+
+@migrations()
+def m024_fleet(db):
+    # Transcripts of other hosts, carried by `session-index ship` over NATS
+    # JetStream and written by `ingest --from` (fleet_ingest.py): files rows
+    # of origin 'fleet', path fleet://HOST/PATH, with host set (NULL: this
+    # machine's files and store copies).
+    db.execute("ALTER TABLE files ADD COLUMN host TEXT")
+    db.execute(
+        """
+        CREATE TABLE fleet_files (
+            file_id INTEGER PRIMARY KEY REFERENCES files(id),
+            host TEXT NOT NULL,
+            remote_path TEXT NOT NULL,          -- the file's path on its host
+            remote_generation INTEGER NOT NULL, -- the host's count of its rewrites
+            gaps INTEGER NOT NULL DEFAULT 0,    -- messages that came before an earlier one
+            UNIQUE (host, remote_path)
+        )
+        """
+    )
+    # Pieces of a line too long for one message, until the last one comes.
+    db.execute(
+        """
+        CREATE TABLE fleet_parts (
+            file_id INTEGER NOT NULL,
+            line_offset INTEGER NOT NULL,  -- where the line starts in the file
+            at INTEGER NOT NULL,           -- where this piece starts
+            data BLOB NOT NULL,
+            PRIMARY KEY (file_id, line_offset, at)
+        )
+        """
+    )
+    db.execute(
+        """
+        CREATE TABLE fleet_hosts (
+            host TEXT PRIMARY KEY,
+            last_heartbeat_at TEXT,   -- the host's shipper's last heartbeat (ISO UTC)
+            last_message_at TEXT,     -- when the central last stored a message of it
+            messages INTEGER NOT NULL DEFAULT 0
+        )
+        """
+    )
+    # How far each durable consumer has committed (the stream sequence).
+    db.execute(
+        """
+        CREATE TABLE fleet_consumers (
+            name TEXT PRIMARY KEY,
+            stream_seq INTEGER NOT NULL,
+            updated_at TEXT
+        )
+        """
+    )

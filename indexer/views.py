@@ -1160,7 +1160,7 @@ IN_CWD_PROJECT_TEMPLATE = """(SELECT CASE WHEN length(folder) <= 200 THEN {proje
 MAIN_FILE_FACTS_TEMPLATE = """
 SELECT f.id AS file_id, f.session_id, f.path, f.project_dir, f.cwd, f.origin, f.mtime,
   f.deleted_at, f.records,
-  coalesce(f.origin = 'file' AND substr(f.path, -length(f.session_id) - 7)
+  coalesce(f.origin IN ('file', 'fleet') AND substr(f.path, -length(f.session_id) - 7)
     = '/' || f.session_id || '.jsonl', 0) AS named,
   f.deleted_at IS NULL AS on_disk,
   EXISTS (SELECT 1 FROM records r WHERE r.file_id = f.id AND r.type IN ('user', 'assistant')

@@ -295,6 +295,8 @@ TABLES = {
             last_ingested_at=f"latest ingest that read it, {_TS}",
             deleted_at=f"when ingest found it gone from disk, {_TS}",
             needs_derive="1 while its leaves/ancestry/orphans caches are being recomputed",
+            host="the host a fleet file was shipped from (session-index ship); NULL for this "
+                 "machine's files and store copies",
             retention_days="cleanupPeriodDays in force for the file, days",
             retention_source="the settings file that set it, or default",
             pending_tail="bytes after the last newline as last seen (not a line yet)",
@@ -610,6 +612,46 @@ TABLES = {
             resume_leaf_uuid="its resume leaf",
             chosen_resume_leaf_uuid="the chosen one's resume leaf",
             diverged="1 when the uuids, the record counts or the resume leaves differ",
+        ),
+    },
+    "fleet_files": {
+        "description": "Per file shipped from another host (session-index ship, ingest "
+                       "--from): its path there and its generation there.",
+        "columns": _cols(
+            "file_id",
+            host="the host it was shipped from (the shipper's --host)",
+            remote_path="the file's path on its host",
+            remote_generation="the host's count of the file's rewrites (1, then one more each)",
+            gaps="messages that came before an earlier one of the file (taken again later)",
+        ),
+    },
+    "fleet_parts": {
+        "description": "Pieces of a shipped line too long for one message, kept until its "
+                       "last piece comes.",
+        "columns": _cols(
+            "file_id",
+            line_offset="where the line starts in its file, bytes",
+            at="where this piece starts in the file, bytes",
+            data="the piece's bytes",
+        ),
+    },
+    "fleet_hosts": {
+        "description": "Per host that ships to this index: its shipper's last heartbeat and "
+                       "its last message stored.",
+        "columns": _cols(
+            host="the host's name (the shipper's --host)",
+            last_heartbeat_at=f"the shipper's last heartbeat, {_TS}",
+            last_message_at=f"when a message of the host was last stored, {_TS}",
+            messages="messages of the host stored",
+        ),
+    },
+    "fleet_consumers": {
+        "description": "Per durable JetStream consumer that writes into this index: the "
+                       "stream position it committed.",
+        "columns": _cols(
+            name="the consumer's durable name",
+            stream_seq="the highest stream sequence committed",
+            updated_at=f"its last commit, {_TS}",
         ),
     },
     "store_keys": {

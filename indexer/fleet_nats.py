@@ -1,0 +1,123 @@
+"""The NATS side of the fleet, in one place: connecting (auth and TLS passed
+through to nats-py), the stream the lines travel on, the key-value bucket of
+each host's last heartbeat. Only ``ship`` and ``ingest --from`` import it;
+nats-py is the optional ``fleet`` extra.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from . import fleet_wire
+
+# The hosts' heartbeats: one key per host, its last value only.
+HEARTBEAT_BUCKET = "session_index_hosts"
+
+
+try:  # what an outage of the server raises while connected: nats-py
+    # reconnects, and the step is tried again
+    import nats.errors as _errors
+
+    TRANSIENT = (_errors.Error, asyncio.TimeoutError, OSError)
+except ImportError:
+    TRANSIENT = (asyncio.TimeoutError, OSError)
+
+
+class FleetError(Exception):
+    """NATS cannot be reached or used (no client, refused, no JetStream)."""
+
+
+class ConnectOptions:
+    """How to reach the server: a nats:// (or tls://) URL, with a token, a
+    credentials file (.creds, NATS' JWT + nkey) and/or a TLS CA file."""
+
+    __slots__ = ("url", "token", "creds", "tls_ca")
+
+    def __init__(self, url: str, token=None, creds=None, tls_ca=None):
+        self.url, self.token, self.creds, self.tls_ca = url, token, creds, tls_ca
+
+
+def client():
+    try:
+        import nats
+    except ImportError:
+        raise FleetError("the NATS client is not installed: pip install 'session-index[fleet]'") \
+            from None
+    return nats
+
+
+# How long a run that is not following (ship --once, ingest --from without
+# --watch) tries to reach the server before it gives up (exit 3).
+CONNECT_WAIT_S = 5.0
+
+
+async def connect(options: ConnectOptions, *, name: str, follow: bool = False):
+    """A connected client that reconnects after an outage; FleetError (one
+    line) if the server cannot be reached within CONNECT_WAIT_S, unless
+    ``follow`` (a service: it waits for the server)."""
+    nats = client()
+    kwargs = {"name": name, "connect_timeout": 2, "allow_reconnect": True,
+              "max_reconnect_attempts": -1, "reconnect_time_wait": 0.5}
+    if options.token:
+        kwargs["token"] = options.token
+    if options.creds:
+        kwargs["user_credentials"] = options.creds
+    if options.tls_ca:
+        import ssl
+
+        kwargs["tls"] = ssl.create_default_context(cafile=options.tls_ca)
+    errors = []
+
+    async def on_error(exc):
+        errors.append(exc)
+
+    kwargs["error_cb"] = on_error
+    try:
+        return await asyncio.wait_for(nats.connect(options.url, **kwargs),
+                                      None if follow else CONNECT_WAIT_S)
+    except Exception as exc:   # nats-py raises several unrelated types here
+        cause = errors[-1] if errors else exc
+        raise FleetError(f"cannot connect to {options.url}: "
+                         f"{str(cause) or type(cause).__name__}") from None
+
+
+async def ensure_stream(js) -> None:
+    """The lines stream, made if missing (file storage, the duplicate window)."""
+    from nats.js.api import StorageType, StreamConfig
+    from nats.js.errors import NotFoundError
+
+    try:
+        await js.stream_info(fleet_wire.STREAM)
+        return
+    except NotFoundError:
+        pass
+    await js.add_stream(StreamConfig(
+        name=fleet_wire.STREAM, subjects=fleet_wire.STREAM_SUBJECTS,
+        storage=StorageType.FILE, duplicate_window=fleet_wire.DUPLICATE_WINDOW_S))
+
+
+async def heartbeats(js):
+    """The key-value bucket of heartbeats, made if missing."""
+    from nats.js.errors import BucketNotFoundError
+
+    try:
+        return await js.key_value(HEARTBEAT_BUCKET)
+    except BucketNotFoundError:
+        return await js.create_key_value(bucket=HEARTBEAT_BUCKET, history=1)
+
+
+def run(make, *, follow: bool):
+    """``asyncio.run`` of ``make(stop)``; when following, SIGINT and SIGTERM
+    set ``stop`` (the coroutine ends at its next step, nothing half-written)."""
+    import asyncio
+    import signal
+
+    async def main():
+        stop = asyncio.Event()
+        if follow:
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, stop.set)
+        return await make(stop)
+
+    return asyncio.run(main())

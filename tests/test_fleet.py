@@ -1,0 +1,299 @@
+"""A fleet in one index: `ship` on each host, `ingest --from` on the central,
+through a real nats-server with JetStream on a loopback port (.ci/run
+installs the Debian package). Every test runs the real commands as
+processes and compares the central index with each host's files byte for
+byte (`export SESSION --out -`)."""
+
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+pytest.importorskip("nats", reason="the fleet extra (nats-py) is not installed")
+NATS_SERVER = shutil.which("nats-server") or (
+    "/usr/sbin/nats-server" if os.path.exists("/usr/sbin/nats-server") else None)
+pytestmark = pytest.mark.skipif(NATS_SERVER is None, reason="nats-server is not installed")
+
+CLI = [sys.executable, "-m", "indexer"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """nats-server -js on loopback, its store in a folder; restartable."""
+
+    def __init__(self, store):
+        self.store, self.port, self.proc = store, free_port(), None
+        self.url = f"nats://127.0.0.1:{self.port}"
+
+    def start(self):
+        self.proc = subprocess.Popen(
+            [NATS_SERVER, "-js", "-a", "127.0.0.1", "-p", str(self.port), "-sd", str(self.store)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+                return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError("nats-server did not start")
+
+    def kill(self):
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait()
+
+
+@pytest.fixture
+def server(tmp_path):
+    s = Server(tmp_path / "jetstream")
+    s.start()
+    yield s
+    s.kill()
+
+
+def record(session_id, parent, text, **extra):
+    r = {"type": "user", "uuid": str(uuid.uuid4()), "parentUuid": parent, "sessionId": session_id,
+         "timestamp": "2026-11-30T10:00:00.000Z", "cwd": "/work/app",
+         "message": {"role": "user", "content": text}}
+    r.update(extra)
+    return r
+
+
+class Transcript:
+    """A growing transcript file of one session."""
+
+    def __init__(self, folder, session_id=None):
+        self.session_id = session_id or str(uuid.uuid4())
+        self.path = folder / "projects" / "-work-app" / f"{self.session_id}.jsonl"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.parent = None
+
+    def append(self, n=1, text="hello", newline=True, **extra):
+        with open(self.path, "ab") as f:
+            for _ in range(n):
+                r = record(self.session_id, self.parent, text, **extra)
+                self.parent = r["uuid"]
+                f.write(json.dumps(r).encode() + (b"\n" if newline else b""))
+
+    def append_bytes(self, data: bytes):
+        with open(self.path, "ab") as f:
+            f.write(data)
+
+    def complete(self) -> bytes:
+        data = self.path.read_bytes()
+        return data[:data.rfind(b"\n") + 1]
+
+
+def run(*args, check=True, timeout=120):
+    p = subprocess.run([*CLI, *map(str, args)], capture_output=True, timeout=timeout)
+    assert b"Traceback" not in p.stderr, p.stderr.decode()
+    if check:
+        assert p.returncode == 0, (args, p.stdout.decode(), p.stderr.decode())
+    return p
+
+
+def ship_once(server, host, folder, tmp_path):
+    return run("ship", folder, "--to", server.url, "--host", host,
+               "--ledger", tmp_path / f"ledger-{host}.db", "--once")
+
+
+def drain(server, db):
+    p = run("ingest", "--from", server.url, "--db", db, "--json")
+    return json.loads(p.stdout)
+
+
+def exported(db, session_id) -> bytes:
+    return run("export", session_id, "--out", "-", "--db", db).stdout
+
+
+def test_three_hosts_reach_one_index_byte_exact(server, tmp_path):
+    db = tmp_path / "central.db"
+    hosts = {name: tmp_path / name for name in ("web-1", "web-2.example.com", "gpu 3")}
+    files = {}
+    for name, folder in hosts.items():
+        t = Transcript(folder)
+        t.append(5)
+        t.append_bytes(b"\xff not json\n")                          # a bad line travels too
+        t.append(1, text="x" * (1_300_000))                          # longer than a message
+        t.append(1, text="<script>alert(1)</script> \u00e9\u4e2d")
+        t.append(1, newline=False)                                   # not complete yet
+        files[name] = t
+        ship_once(server, name, folder, tmp_path)
+    summary = drain(server, db)
+    assert summary["hosts"] == sorted(hosts)
+    assert summary["duplicates"] == summary["gaps"] == 0
+    for name, t in files.items():
+        assert exported(db, t.session_id) == t.complete()
+    conn = sqlite3.connect(db)
+    rows = conn.execute("SELECT host, origin, path, line_count FROM files ORDER BY host").fetchall()
+    assert rows == [(name, "fleet", f"fleet://{name}{files[name].path}", 8)
+                    for name in sorted(hosts)]
+    assert conn.execute("SELECT count(*) FROM bad_lines").fetchone() == (3,)
+    assert conn.execute("SELECT count(*) FROM fleet_parts").fetchone() == (0,)
+
+    # The unterminated line completed, more appended; shipped again (twice:
+    # the second sends nothing), drained again: nothing doubled.
+    for name, t in files.items():
+        t.append_bytes(b"\n")
+        t.append(3)
+        ship_once(server, name, hosts[name], tmp_path)
+        ship_once(server, name, hosts[name], tmp_path)
+    summary = drain(server, db)
+    assert summary["new_lines"] == 3 * 4
+    for name, t in files.items():
+        assert exported(db, t.session_id) == t.complete()
+    assert drain(server, db)["messages"] == 0
+
+
+def test_rewrite_and_deletion_travel_as_events(server, tmp_path):
+    db = tmp_path / "central.db"
+    folder = tmp_path / "host"
+    t, gone = Transcript(folder), Transcript(folder)
+    t.append(4)
+    gone.append(2)
+    ship_once(server, "h", folder, tmp_path)
+    drain(server, db)
+    # Rewritten shorter (a new file at the same path), and another deleted.
+    t.path.unlink()
+    t.parent = None
+    t.append(2, text="rewritten")
+    gone.path.unlink()
+    ship_once(server, "h", folder, tmp_path)
+    summary = drain(server, db)
+    assert (summary["new_generations"], summary["deleted_files"]) == (1, 1)
+    assert exported(db, t.session_id) == t.complete()
+    conn = sqlite3.connect(db)
+    assert conn.execute(
+        "SELECT generation, rewrites FROM files WHERE session_id = ?", [t.session_id]
+    ).fetchone() == (2, 1)
+    assert conn.execute("SELECT count(*) FROM superseded_lines").fetchone() == (4,)
+    assert conn.execute(
+        "SELECT deleted_at IS NOT NULL FROM files WHERE session_id = ?", [gone.session_id]
+    ).fetchone() == (1,)
+
+
+def test_check_answers_for_another_host_with_its_heartbeat(server, tmp_path):
+    db = tmp_path / "central.db"
+    t = Transcript(tmp_path / "host")
+    t.append(2)
+    t.append(1, type="assistant", message={"id": "msg_01", "model": "claude-x", "role": "assistant",
+                                           "content": [{"type": "text", "text": "hi"}]})
+    ship_once(server, "build-7", tmp_path / "host", tmp_path)
+    drain(server, db)
+    p = run("check", t.session_id, "--db", db, "--json", check=False)
+    verdict = json.loads(p.stdout)
+    assert (p.returncode, verdict["verdict"]) == (0, "resumable")
+    assert verdict["details"]["fleet"]["host"] == "build-7"
+    assert 0 <= verdict["details"]["fleet"]["heartbeat_age_s"] < 60
+    assert verdict["warnings"] == []
+    # An hour later with no heartbeat since: the answer says how old it is.
+    later = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 3600))
+    verdict = json.loads(run("check", t.session_id, "--db", db, "--json", "--now", later,
+                             check=False).stdout)
+    assert any("last heartbeat was" in w for w in verdict["warnings"])
+
+
+def test_a_new_index_under_an_old_consumer_gets_everything(server, tmp_path):
+    t = Transcript(tmp_path / "host")
+    t.append(3)
+    ship_once(server, "h", tmp_path / "host", tmp_path)
+    drain(server, tmp_path / "first.db")
+    assert drain(server, tmp_path / "second.db")["new_lines"] == 3
+    assert exported(tmp_path / "second.db", t.session_id) == t.complete()
+
+
+def test_no_server_is_one_line_exit_3(tmp_path):
+    t = Transcript(tmp_path / "host")
+    t.append(1)
+    url = f"nats://127.0.0.1:{free_port()}"
+    for args in (["ship", tmp_path / "host", "--to", url, "--once", "--ledger", tmp_path / "l.db"],
+                 ["ingest", "--from", url, "--db", tmp_path / "c.db"]):
+        p = run(*args, check=False)
+        assert p.returncode == 3
+        assert p.stderr.decode().startswith("Error: cannot connect to nats://127.0.0.1:")
+        assert len(p.stderr.decode().strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_kills_of_shippers_central_and_server_lose_and_double_nothing(server, tmp_path):
+    """3 shippers following their folders, a central `ingest --from --watch`,
+    appends all along; SIGKILL of a shipper, the central and the NATS server
+    at random points, each restarted; at the end every complete line of every
+    host is in the index once, byte-exact, and integrity_check is ok."""
+    rng = random.Random(14)
+    db = tmp_path / "central.db"
+    hosts = [f"host-{i}" for i in range(3)]
+    transcripts = {h: [Transcript(tmp_path / h) for _ in range(2)] for h in hosts}
+    for ts in transcripts.values():
+        for t in ts:
+            t.append(2)
+
+    def start_shipper(h):
+        return subprocess.Popen([*CLI, "ship", tmp_path / h, "--to", server.url, "--host", h,
+                                 "--ledger", tmp_path / f"ledger-{h}.db"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    def start_central():
+        return subprocess.Popen([*CLI, "ingest", "--from", server.url, "--watch", "--db", db],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    shippers = {h: start_shipper(h) for h in hosts}
+    central = start_central()
+    try:
+        for round_ in range(12):
+            for _ in range(rng.randint(5, 15)):
+                t = rng.choice(rng.choice(list(transcripts.values())))
+                t.append(rng.randint(1, 3), text="y" * rng.choice([10, 1000, 700_000]))
+                time.sleep(rng.random() * 0.05)
+            victim = rng.choice(["shipper", "shipper", "central", "server"])
+            time.sleep(rng.random() * 0.5)
+            if victim == "shipper":
+                h = rng.choice(hosts)
+                shippers[h].kill()
+                shippers[h].wait()
+                shippers[h] = start_shipper(h)
+            elif victim == "central":
+                central.kill()
+                central.wait()
+                central = start_central()
+            else:
+                server.kill()
+                time.sleep(rng.random())
+                server.start()
+        time.sleep(3)
+        for h in hosts:   # a clean stop: SIGTERM, exit 0
+            shippers[h].send_signal(signal.SIGTERM)
+            assert shippers[h].wait(timeout=30) == 0, shippers[h].stderr.read().decode()
+        central.send_signal(signal.SIGTERM)
+        assert central.wait(timeout=30) == 0, central.stderr.read().decode()
+        for proc in [central, *shippers.values()]:
+            assert b"Traceback" not in proc.stderr.read()
+    finally:
+        for proc in [central, *shippers.values()]:
+            if proc.poll() is None:
+                proc.kill()
+    for h in hosts:   # what was still in flight
+        ship_once(server, h, tmp_path / h, tmp_path)
+    drain(server, db)
+    for h, ts in transcripts.items():
+        for t in ts:
+            assert exported(db, t.session_id) == t.complete(), (h, t.path)
+    conn = sqlite3.connect(db)
+    assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    lines = sum(t.complete().count(b"\n") for ts in transcripts.values() for t in ts)
+    assert conn.execute("SELECT count(*) FROM records").fetchone() == (lines,)
