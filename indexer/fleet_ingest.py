@@ -378,3 +378,39 @@ async def consume(db, options: fleet_nats.ConnectOptions, *, consumer: str = fle
         await nc.close()
     summary.seconds = round(time.monotonic() - started, 3)
     return summary
+
+
+class Follower:
+    """``consume(watch=True)`` in a thread of its own, with its own event
+    loop and index connection (``serve --watch --from``); ``request_stop``
+    from any thread ends it after its current batch."""
+
+    def __init__(self, db_path: str, options: fleet_nats.ConnectOptions, *, consumer: str,
+                 log):
+        self.db_path, self.options, self.consumer, self.log = db_path, options, consumer, log
+        self.loop = asyncio.new_event_loop()
+        self.stop = asyncio.Event()
+
+    def run(self) -> Summary:
+        from .db import open_db
+
+        db = open_db(self.db_path)
+        try:
+            return self.loop.run_until_complete(consume(
+                db, self.options, consumer=self.consumer, watch=True, stop=self.stop,
+                after_batch=lambda summary: self._batch(db, summary), log=self.log))
+        finally:
+            db.conn.close()
+            self.loop.close()
+
+    def _batch(self, db, summary: Summary) -> None:
+        from . import derive
+
+        derive.derive_pending(db)
+        self.log(f"batch: {summary.messages} messages, {summary.new_lines} new lines so far")
+
+    def request_stop(self, sig=None) -> None:
+        try:
+            self.loop.call_soon_threadsafe(self.stop.set)
+        except RuntimeError:   # the loop is closed: it has stopped already
+            pass

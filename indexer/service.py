@@ -41,9 +41,10 @@ def _server_class():
 
 
 def serve_and_watch(db_path, host: str, port: int, sources, *, config_dir=None,
-                    log=watchmod.stderr_log) -> int:
-    """Serve ``db_path`` and keep it current with ``sources`` until a signal;
-    returns the exit code (0 on a signal, 3 when the watcher failed)."""
+                    fleet=None, log=watchmod.stderr_log) -> int:
+    """Serve ``db_path`` and keep it current with ``sources`` (if any) and
+    ``fleet`` (a fleet_ingest.Follower: ``serve --watch --from``) until a
+    signal; returns the exit code (0 on a signal, 3 when a follower failed)."""
     import uvicorn
 
     from . import web
@@ -53,43 +54,60 @@ def serve_and_watch(db_path, host: str, port: int, sources, *, config_dir=None,
     config = uvicorn.Config(ds.app(), host=host, port=port, log_level="warning",
                             lifespan="on", workers=1)
     server = _server_class()(config)
-    watcher = watchmod.Watcher(db_path, sources, config_dir=config_dir, log=log)
+    followers = []
+    if sources:
+        followers.append(watchmod.Watcher(db_path, sources, config_dir=config_dir, log=log))
+    if fleet is not None:
+        followers.append(fleet)
     failure: list[str] = []
     forced = threading.Event()
+    stopping = threading.Event()
+    stopped_by: list[str] = []
 
-    def follow():
+    def follow(follower):
         try:
-            watcher.run()
+            follower.run()
         except watchmod.WatchError as exc:
             failure.append(str(exc))
         except Exception as exc:  # never a traceback: say it, stop the server
-            failure.append(f"the watcher stopped: {type(exc).__name__}: {exc}")
-        if not watcher.stop.is_set():
+            failure.append(f"the {_name(follower)} stopped: {type(exc).__name__}: {exc}")
+        if not stopping.is_set():
+            if not failure:
+                failure.append(f"the {_name(follower)} stopped")
             server.should_exit = True
+
+    def stop_all(sig=None):
+        stopping.set()
+        for follower in followers:
+            follower.request_stop(sig)
 
     def handle(sig, _frame):
         if server.should_exit:
             server.force_exit = True
             forced.set()
         server.should_exit = True
-        watcher.request_stop(sig)
+        stopped_by.append(watchmod.signal_name(sig))
+        stop_all(sig)
 
     previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGINT, signal.SIGTERM)}
-    thread = threading.Thread(target=follow, name="session-index-watch", daemon=True)
+    threads = [threading.Thread(target=follow, args=(f,), name=f"session-index-{_name(f)}",
+                                daemon=True) for f in followers]
     try:
         shown = f"[{host}]" if ":" in host else host
         click.echo(f"Serving {db_path} at http://{shown}:{port}/-/session-health", err=True)
         if not web.is_loopback(host):
             click.echo("warning: listening beyond this machine; anyone who reaches it reads "
                        "every transcript (see the deployment notes)", err=True)
-        thread.start()
+        for thread in threads:
+            thread.start()
         try:
             server.run()
         except SystemExit:   # uvicorn could not start (it said why)
             failure.append(f"the web server could not start on {host}:{port}")
-        watcher.request_stop()
-        while thread.is_alive() and not forced.is_set():
-            thread.join(JOIN_STEP_SECONDS)
+        stop_all()
+        for thread in threads:
+            while thread.is_alive() and not forced.is_set():
+                thread.join(JOIN_STEP_SECONDS)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -97,5 +115,9 @@ def serve_and_watch(db_path, host: str, port: int, sources, *, config_dir=None,
         for message in failure:
             log(watchmod.LOG_FORMATS["error"].format(message=message))
         return EXIT_UNUSABLE
-    log(watchmod.LOG_FORMATS["stopped"].format(signal=watcher.stop_signal or "request"))
+    log(watchmod.LOG_FORMATS["stopped"].format(signal=stopped_by[0] if stopped_by else "request"))
     return 0
+
+
+def _name(follower) -> str:
+    return "watcher" if isinstance(follower, watchmod.Watcher) else "fleet consumer"

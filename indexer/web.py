@@ -20,6 +20,7 @@ import click
 
 from . import db as dbmod
 from . import demo_data, web_metadata
+from .cli import _nats_options, nats_auth_options
 
 EXIT_UNUSABLE = 3
 DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 8001
@@ -163,7 +164,14 @@ port_option = click.option("--port", default=DEFAULT_PORT, show_default=True, ty
 @click.option("--config-dir", type=click.Path(file_okay=False), default=None,
               help="With --watch: Claude Code's config dir, for settings.json and projects/ "
                    "[default: $CLAUDE_CONFIG_DIR (a comma-separated list), else ~/.config/claude and ~/.claude].")
-def serve(sources, db_path, host, port, watch, config_dir):
+@click.option("--from", "from_url", metavar="nats://HOST:PORT", default=None,
+              help="With --watch: also consume what `session-index ship` sends to this NATS "
+                   "JetStream server, as `ingest --from --watch` does (without SOURCES, "
+                   "only that: a fleet's central index).")
+@click.option("--consumer", default=None, metavar="NAME",
+              help="With --from: the durable consumer's name [default: session-index-central].")
+@nats_auth_options
+def serve(sources, db_path, host, port, watch, config_dir, from_url, consumer, **nats_auth):
     """Browse the index in Datasette, with the session pages.
 
     Serves the live index (ingest may keep writing) with the metadata, canned
@@ -185,20 +193,32 @@ def serve(sources, db_path, host, port, watch, config_dir):
     """
     if sources and not watch:
         raise click.UsageError("SOURCES are followed only with --watch")
+    if from_url and not watch:
+        raise click.UsageError("--from is followed only with --watch")
+    fleet = None
     try:
         check_database_name(db_path)   # before --watch makes the file
         if watch:
             from . import service, watch as watchmod
 
             try:
-                sources = watchmod.default_sources(sources, config_dir)
+                if sources or not from_url:
+                    sources = watchmod.default_sources(sources, config_dir)
                 dbmod.open_db(db_path).conn.close()   # create or upgrade it
             except (watchmod.WatchError, dbmod.IndexError_) as exc:
                 raise WebError(str(exc)) from None
+            if from_url:
+                from . import fleet_ingest, fleet_wire
+
+                fleet = fleet_ingest.Follower(
+                    db_path, _nats_options(from_url, nats_auth),
+                    consumer=consumer or fleet_wire.DEFAULT_CONSUMER,
+                    log=lambda line: watchmod.stderr_log(f"fleet: {line}"))
         prepare_index(db_path)
         check_port(host, port)
         if watch:
-            code = service.serve_and_watch(db_path, host, port, sources, config_dir=config_dir)
+            code = service.serve_and_watch(db_path, host, port, sources, config_dir=config_dir,
+                                           fleet=fleet)
             if code:
                 raise SystemExit(code)
         else:

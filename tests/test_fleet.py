@@ -297,3 +297,36 @@ def test_kills_of_shippers_central_and_server_lose_and_double_nothing(server, tm
     assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
     lines = sum(t.complete().count(b"\n") for ts in transcripts.values() for t in ts)
     assert conn.execute("SELECT count(*) FROM records").fetchone() == (lines,)
+
+
+def test_serve_watch_from_shows_what_hosts_ship(server, tmp_path):
+    """serve --watch --from: Datasette and the fleet consumer in one process;
+    a shipped transcript is on its pages within seconds; SIGTERM: exit 0."""
+    import urllib.request
+
+    db = tmp_path / "central.db"
+    port = free_port()
+    proc = subprocess.Popen([*CLI, "serve", "--watch", "--from", server.url, "--db", db,
+                             "--port", str(port)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    try:
+        t = Transcript(tmp_path / "host")
+        t.append(3)
+        ship_once(server, "edge-9", tmp_path / "host", tmp_path)
+        url = f"http://127.0.0.1:{port}/central/files.json?_shape=array&host=edge-9"
+        rows, deadline = [], time.monotonic() + 20
+        while not rows and time.monotonic() < deadline:
+            time.sleep(0.2)
+            try:
+                rows = json.load(urllib.request.urlopen(url, timeout=2))
+            except OSError:
+                continue
+        assert [(r["origin"], r["line_count"], r["session_id"]) for r in rows] == [
+            ("fleet", 3, t.session_id)]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=30)
+    err = proc.stderr.read().decode()
+    assert code == 0, err
+    assert "Traceback" not in err
+    assert "batch: " in err
