@@ -42,7 +42,8 @@ CREATE TABLE IF NOT EXISTS shipped (
     line INTEGER NOT NULL,         -- the number of the next line to send
     dev INTEGER, ino INTEGER,      -- of the file those bytes came from
     size INTEGER, mtime_ns INTEGER,  -- at the last look (unchanged: nothing to read)
-    head_hash TEXT,                -- of its first bytes up to HEAD_BYTES
+    head_len INTEGER,              -- its first bytes hashed (HEAD_BYTES, or all it had)
+    head_hash TEXT,                -- of those head_len bytes
     tail_hash TEXT,                -- of the TAIL_BYTES before offset
     deleted INTEGER NOT NULL DEFAULT 0
 )
@@ -51,9 +52,10 @@ LEDGER_ROW_SQL = "SELECT * FROM shipped WHERE path = ?"
 LEDGER_LIVE_SQL = "SELECT path FROM shipped WHERE deleted = 0"
 LEDGER_SAVE_SQL = """
 INSERT OR REPLACE INTO shipped
-  (path, generation, offset, line, dev, ino, size, mtime_ns, head_hash, tail_hash, deleted)
-VALUES (:path, :generation, :offset, :line, :dev, :ino, :size, :mtime_ns, :head_hash,
-        :tail_hash, :deleted)
+  (path, generation, offset, line, dev, ino, size, mtime_ns, head_len, head_hash, tail_hash,
+   deleted)
+VALUES (:path, :generation, :offset, :line, :dev, :ino, :size, :mtime_ns, :head_len,
+        :head_hash, :tail_hash, :deleted)
 """.strip()
 
 
@@ -159,10 +161,10 @@ class Shipper:
             st = os.fstat(f.fileno())
             if row is None:
                 row = {"path": path, "generation": 1, "offset": 0, "line": 1,
-                       "head_hash": None, "tail_hash": None}
+                       "head_len": 0, "head_hash": None, "tail_hash": None}
             elif self._rewritten(row, f, st):
                 row = dict(row, generation=row["generation"] + 1, offset=0, line=1,
-                           head_hash=None, tail_hash=None)
+                           head_len=0, head_hash=None, tail_hash=None)
                 self.log(f"{path}: rewritten: generation {row['generation']} from its start")
             row.update(dev=st.st_dev, ino=st.st_ino, deleted=0)
             f.seek(row["offset"])
@@ -191,8 +193,9 @@ class Shipper:
             lines = body.count(b"\n")
             row["offset"], row["line"] = header["end"], row["line"] + lines
             position = f.tell()
-            if row["head_hash"] is None or row["offset"] <= HEAD_BYTES:
-                row["head_hash"] = _hash(f, 0, min(HEAD_BYTES, row["offset"]))
+            if (row["head_len"] or 0) < HEAD_BYTES:   # until HEAD_BYTES are there
+                row["head_len"] = min(HEAD_BYTES, row["offset"])
+                row["head_hash"] = _hash(f, 0, row["head_len"])
             tail = min(TAIL_BYTES, row["offset"])
             row["tail_hash"] = _hash(f, row["offset"] - tail, tail)
             f.seek(position)
@@ -210,8 +213,7 @@ class Shipper:
         offset = row["offset"]
         if st.st_size < offset:
             return True
-        if row["head_hash"] is not None and \
-                _hash(f, 0, min(HEAD_BYTES, offset)) != row["head_hash"]:
+        if row["head_hash"] is not None and _hash(f, 0, row["head_len"]) != row["head_hash"]:
             return True
         tail = min(TAIL_BYTES, offset)
         return row["tail_hash"] is not None and _hash(f, offset - tail, tail) != row["tail_hash"]

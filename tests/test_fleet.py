@@ -241,6 +241,7 @@ def test_kills_of_shippers_central_and_server_lose_and_double_nothing(server, tm
     transcripts = {h: [Transcript(tmp_path / h) for _ in range(2)] for h in hosts}
     for ts in transcripts.values():
         for t in ts:
+            t.append_bytes(b'{"type":"summary"}\n')   # a short first line: the head grows
             t.append(2)
 
     def start_shipper(h):
@@ -297,6 +298,9 @@ def test_kills_of_shippers_central_and_server_lose_and_double_nothing(server, tm
     assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
     lines = sum(t.complete().count(b"\n") for ts in transcripts.values() for t in ts)
     assert conn.execute("SELECT count(*) FROM records").fetchone() == (lines,)
+    # Appends only: no file was ever taken for rewritten (a new generation).
+    assert conn.execute("SELECT max(generation), max(remote_generation) FROM files "
+                        "JOIN fleet_files ON file_id = id").fetchone() == (1, 1)
 
 
 def test_serve_watch_from_shows_what_hosts_ship(server, tmp_path):
