@@ -549,8 +549,9 @@ def m020_title_records(db):
 def m023_record_kinds(db):
     # Format drift (record_kinds.py, the record_types view): per transcript
     # file how far its records' kinds are counted, per file and kind the
-    # counts, and per kind its first sighting (first_run: the ingest run,
-    # index_meta.ingest_runs; NULL for kinds already in the index now).
+    # counts, and per kind their sums and its first sighting (first_run: the
+    # ingest run, index_meta.ingest_runs; NULL for kinds already in the
+    # index now).
     # '' stands for no type or no subtype (the key's columns are NOT NULL).
     db.execute(
         """
@@ -581,6 +582,7 @@ def m023_record_kinds(db):
         ) WITHOUT ROWID
         """
     )
+    db.execute("CREATE INDEX record_kind_files_kind ON record_kind_files(type, subtype)")
     db.execute(
         """
         CREATE TABLE record_kinds (
@@ -588,9 +590,20 @@ def m023_record_kinds(db):
             subtype TEXT NOT NULL,
             first_run INTEGER,
             first_ingested_at TEXT,
+            -- the sums of its record_kind_files rows, kept with them
+            records INTEGER NOT NULL DEFAULT 0,
+            files INTEGER NOT NULL DEFAULT 0,
+            first_version_key TEXT,
+            last_version_key TEXT,
+            first_timestamp TEXT,
+            last_timestamp TEXT,
+            last_ingested_at TEXT,
             PRIMARY KEY (type, subtype)
         ) WITHOUT ROWID
         """
     )
+    # What after_ingest reads of every transcript file, without its wide rows.
+    db.execute("CREATE INDEX files_record_kinds ON files(id, generation, ingested_offset) "
+               "WHERE kind IN ('main', 'subagent')")
     from .record_kinds import backfill
     backfill(db.conn)

@@ -41,7 +41,8 @@ CHUNK_RECORDS = 50_000
 
 # Transcript files whose records changed since they were last counted.
 PENDING_FILES_SQL = f"""
-SELECT f.id FROM files f LEFT JOIN record_kind_scans s ON s.file_id = f.id
+SELECT f.id FROM files f
+LEFT JOIN record_kind_scans s ON s.file_id = f.id
 WHERE f.kind IN {TRANSCRIPT_KINDS}
   AND (s.file_id IS NULL OR s.generation IS NOT f.generation
        OR s.ingested_offset IS NOT f.ingested_offset)
@@ -55,37 +56,57 @@ FROM record_kind_scans WHERE file_id = ?
 """.strip()
 # The id of the record at a byte offset (is the last one counted still there?).
 RECORD_AT_SQL = "SELECT id FROM records WHERE file_id = ? AND byte_offset = ?"
-# The records after a byte offset, in file order, with what their kind is
-# made of. raw is read for attachments only (NaN and the like are not JSON
-# to SQLite: their attachment type is unknown).
+# The records after a byte offset, in file order, each with its kind as the
+# tables key it: (type, subtype), '' for none, the subtype a system record's
+# subtype or an attachment's attachment.type, else ''. raw is read for
+# attachments only (a line SQLite does not take for JSON, with NaN say, has
+# no attachment type).
 NEW_RECORDS_SQL = """
-SELECT id, byte_offset, type, subtype,
-  CASE WHEN type = 'attachment' AND json_valid(raw) THEN raw ->> '$.attachment.type' END,
+SELECT id, byte_offset, coalesce(type, ''),
+  CASE type WHEN 'system' THEN coalesce(subtype, '')
+    WHEN 'attachment' THEN coalesce(CASE WHEN json_valid(raw)
+                                    THEN CAST(raw ->> '$.attachment.type' AS TEXT) END, '')
+    ELSE '' END,
   version, timestamp
 FROM records WHERE file_id = ? AND byte_offset > ? ORDER BY byte_offset
 """.strip()
+# The running facts of a kind, and how a batch's fold into them.
+_FACTS = ("records", "first_version_key", "last_version_key", "first_timestamp",
+          "last_timestamp", "last_ingested_at")
+_MERGE = ",\n  ".join(
+    f"{c} = {c} + excluded.{c}" if c == "records" else
+    f"{c} = excluded.{c}" if c == "last_ingested_at" else
+    f"{c} = coalesce({'min' if c.startswith('first') else 'max'}({c}, excluded.{c}), "
+    f"{c}, excluded.{c})"
+    for c in _FACTS)
 # Adds a batch of one file's records of one kind to its row.
-ADD_FILE_KIND_SQL = """
-INSERT INTO record_kind_files (file_id, type, subtype, records, first_version_key,
-  last_version_key, first_timestamp, last_timestamp, last_ingested_at)
+ADD_FILE_KIND_SQL = f"""
+INSERT INTO record_kind_files (file_id, type, subtype, {", ".join(_FACTS)})
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (file_id, type, subtype) DO UPDATE SET
-  records = records + excluded.records,
-  first_version_key = coalesce(min(first_version_key, excluded.first_version_key),
-                               first_version_key, excluded.first_version_key),
-  last_version_key = coalesce(max(last_version_key, excluded.last_version_key),
-                              last_version_key, excluded.last_version_key),
-  first_timestamp = coalesce(min(first_timestamp, excluded.first_timestamp),
-                             first_timestamp, excluded.first_timestamp),
-  last_timestamp = coalesce(max(last_timestamp, excluded.last_timestamp),
-                            last_timestamp, excluded.last_timestamp),
-  last_ingested_at = excluded.last_ingested_at
+  {_MERGE}
 """.strip()
-# A kind's first sighting; later ones change nothing.
-SEEN_KIND_SQL = """
-INSERT INTO record_kinds (type, subtype, first_run, first_ingested_at) VALUES (?, ?, ?, ?)
-ON CONFLICT (type, subtype) DO NOTHING
+# Adds the same batch to the kind's sums (files: 1 when the file had none of
+# it before); a kind never seen before is noted with its first sighting.
+ADD_KIND_SQL = f"""
+INSERT INTO record_kinds (type, subtype, first_run, first_ingested_at, files, {", ".join(_FACTS)})
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (type, subtype) DO UPDATE SET
+  files = files + excluded.files,
+  {_MERGE}
 """.strip()
+# A kind's sums computed again from record_kind_files (a file's rows went).
+RECOUNT_KIND_SQL = """
+UPDATE record_kinds SET (records, files, first_version_key, last_version_key,
+    first_timestamp, last_timestamp, last_ingested_at) = (
+  SELECT coalesce(sum(f.records), 0), count(*), min(f.first_version_key),
+    max(f.last_version_key), min(f.first_timestamp), max(f.last_timestamp),
+    max(f.last_ingested_at)
+  FROM record_kind_files f WHERE f.type = :type AND f.subtype = :subtype)
+WHERE type = :type AND subtype = :subtype
+""".strip()
+# The kinds a file has rows for.
+FILE_KINDS_SQL = "SELECT type, subtype FROM record_kind_files WHERE file_id = ?"
 SAVE_SCAN_SQL = """
 INSERT OR REPLACE INTO record_kind_scans (file_id, generation, ingested_offset, last_offset,
   last_record_id, version, timestamp) VALUES (?, ?, ?, ?, ?, ?, ?)
@@ -121,18 +142,6 @@ def version_key(version: str) -> str:
     return _NUMBER.sub(lambda m: m.group().zfill(12), version).replace(" ", "_") + " " + version
 
 
-def kind_of(type_, subtype, attachment_type) -> tuple[str, str]:
-    """(type, subtype) as the tables key them: '' for none; the subtype is a
-    system record's subtype or an attachment's type, else ''."""
-    if type_ == "system":
-        sub = subtype or ""
-    elif type_ == "attachment":
-        sub = "" if attachment_type is None else str(attachment_type)
-    else:
-        sub = ""
-    return (type_ or "", sub)
-
-
 def current_run(conn) -> int:
     row = conn.execute(RUNS_SQL).fetchone()
     return row[0] if row and row[0] is not None else 0
@@ -153,20 +162,20 @@ def count_file(conn, file_id: int, *, run: int | None, now: str | None) -> int:
     if scan is not None and scan[0] == generation and scan[1] == ingested_offset:
         return 0   # another writer counted it meanwhile
     after, last_id, version, timestamp = -1, None, None, None
+    held: set = set()   # the kinds the file has rows for
     if scan is not None:
         same = scan[0] == generation and (scan[3] is None or conn.execute(
             RECORD_AT_SQL, [file_id, scan[2]]).fetchone() == (scan[3],))
         if same:
             after, last_id, version, timestamp = scan[2], scan[3], scan[4], scan[5]
+            held = {tuple(k) for k in conn.execute(FILE_KINDS_SQL, [file_id])}
         else:
-            for sql in FORGET_FILE_SQL:
-                conn.execute(sql, [file_id])
+            forget_file(conn, file_id)
     kinds: dict[tuple[str, str], list] = {}
     keys: dict[str, str] = {}   # version -> its key, computed once per file
     n = 0
     vkey = version_key(version) if version else None
-    for rid, offset, type_, subtype, attachment_type, v, ts in conn.execute(
-            NEW_RECORDS_SQL, [file_id, after]):
+    for rid, offset, type_, subtype, v, ts in conn.execute(NEW_RECORDS_SQL, [file_id, after]):
         n += 1
         after, last_id = offset, rid
         if v and v != version:
@@ -176,10 +185,9 @@ def count_file(conn, file_id: int, *, run: int | None, now: str | None) -> int:
                 vkey = keys[v] = version_key(v)
         if ts:
             timestamp = ts
-        kind = kind_of(type_, subtype, attachment_type)
-        k = kinds.get(kind)
+        k = kinds.get((type_, subtype))
         if k is None:
-            kinds[kind] = [1, vkey, vkey, timestamp, timestamp]
+            kinds[type_, subtype] = [1, vkey, vkey, timestamp, timestamp]
             continue
         k[0] += 1
         if vkey is not None:
@@ -193,8 +201,10 @@ def count_file(conn, file_id: int, *, run: int | None, now: str | None) -> int:
             if k[4] is None or timestamp > k[4]:
                 k[4] = timestamp
     conn.executemany(ADD_FILE_KIND_SQL, [
-        (file_id, t, s, c, fk, lk, ft, lt, now) for (t, s), (c, fk, lk, ft, lt) in kinds.items()])
-    conn.executemany(SEEN_KIND_SQL, [(t, s, run, now) for t, s in kinds])
+        (file_id, t, s, *facts, now) for (t, s), facts in kinds.items()])
+    conn.executemany(ADD_KIND_SQL, [
+        (t, s, run, now, 0 if (t, s) in held else 1, *facts, now)
+        for (t, s), facts in kinds.items()])
     conn.execute(SAVE_SCAN_SQL, [file_id, generation, ingested_offset, after, last_id,
                                  version, timestamp])
     return n
@@ -238,9 +248,12 @@ def backfill(conn) -> None:
 
 
 def forget_file(conn, file_id: int) -> None:
-    """A file's rows go (a deleted store copy); its kinds' first sightings stay."""
+    """A file's rows go (a deleted store copy, or to be counted again), and
+    its kinds' sums are computed again without it; their first sightings stay."""
+    kinds = conn.execute(FILE_KINDS_SQL, [file_id]).fetchall()
     for sql in FORGET_FILE_SQL:
         conn.execute(sql, [file_id])
+    conn.executemany(RECOUNT_KIND_SQL, [{"type": t, "subtype": s} for t, s in kinds])
 
 
 def new_kinds(conn) -> list[tuple[str, int]]:

@@ -1299,14 +1299,15 @@ FROM compared
 """.strip()
 
 # record_types: every record type, system subtype and attachment type of
-# the transcripts (not the execution logs), summed from record_kind_files
-# (record_kinds.py keeps it at the end of every ingest run and store
-# append). kind: type, or type/subtype ('(no type)' for a record without
-# one). first_version/last_version: the lowest and highest Claude Code
-# version among its records, compared number by number (the *_key columns
-# hold a sortable key, a space, then the version); a record without its own
-# version or timestamp counts those of the nearest earlier record of its
-# file that has one. new: first stored by the most recent ingest run
+# the transcripts (not the execution logs) the index holds records of, from
+# record_kinds (record_kinds.py keeps there the sums of record_kind_files, at
+# the end of every ingest run and in every store append). kind: type, or
+# type/subtype ('(no type)' for a record without one).
+# first_version/last_version: the lowest and highest Claude Code version
+# among its records, compared number by number (the *_key columns hold a
+# sortable key, a space, then the version); a record without its own version
+# or timestamp counts those of the nearest earlier record of its file that
+# has one. new: first stored by the most recent ingest run
 # (index_meta.ingest_runs), or by a store append since. modeled: in
 # MODELED_KINDS; chain: its type is a chain type.
 def _sql_text(value: str) -> str:
@@ -1317,28 +1318,22 @@ _MODELED_VALUES = ",\n  ".join(f"({_sql_text(t)}, {_sql_text(s)}, {_sql_text(m)}
                                 for t, s, m in MODELED_KINDS)
 
 RECORD_TYPES_SQL = f"""
-WITH counted AS (
-  SELECT type, subtype, sum(records) AS records, count(*) AS files,
-    min(first_version_key) AS first_key, max(last_version_key) AS last_key,
-    min(first_timestamp) AS first_seen, max(last_timestamp) AS last_seen,
-    max(last_ingested_at) AS last_ingested_at
-  FROM record_kind_files GROUP BY type, subtype
-),
-modeled(type, subtype, meaning) AS (VALUES
+WITH modeled(type, subtype, meaning) AS (VALUES
   {_MODELED_VALUES}
 )
-SELECT CASE WHEN c.type = '' THEN '(no type)' WHEN c.subtype = '' THEN c.type
-            ELSE c.type || '/' || c.subtype END AS kind,
-  nullif(c.type, '') AS type, nullif(c.subtype, '') AS subtype, c.records, c.files,
-  substr(c.first_key, instr(c.first_key, ' ') + 1) AS first_version,
-  substr(c.last_key, instr(c.last_key, ' ') + 1) AS last_version,
-  c.first_seen, c.last_seen, k.first_ingested_at, c.last_ingested_at,
+SELECT CASE WHEN k.type = '' THEN '(no type)' WHEN k.subtype = '' THEN k.type
+            ELSE k.type || '/' || k.subtype END AS kind,
+  nullif(k.type, '') AS type, nullif(k.subtype, '') AS subtype, k.records, k.files,
+  substr(k.first_version_key, instr(k.first_version_key, ' ') + 1) AS first_version,
+  substr(k.last_version_key, instr(k.last_version_key, ' ') + 1) AS last_version,
+  k.first_timestamp AS first_seen, k.last_timestamp AS last_seen,
+  k.first_ingested_at, k.last_ingested_at,
   coalesce(k.first_run = coalesce((SELECT CAST(value AS INTEGER) FROM index_meta
                                    WHERE key = 'ingest_runs'), 0), 0) AS new,
-  m.meaning IS NOT NULL AS modeled, c.type IN {CHAIN_TYPES_SQL} AS chain, m.meaning
-FROM counted c
-JOIN record_kinds k ON k.type = c.type AND k.subtype = c.subtype
-LEFT JOIN modeled m ON m.type = c.type AND m.subtype = c.subtype
+  m.meaning IS NOT NULL AS modeled, k.type IN {CHAIN_TYPES_SQL} AS chain, m.meaning
+FROM record_kinds k
+LEFT JOIN modeled m ON m.type = k.type AND m.subtype = k.subtype
+WHERE k.records > 0
 """.strip()
 
 VIEWS = {
