@@ -654,14 +654,21 @@ TABLES = {
         ),
     },
     "record_kinds": {
-        "description": "Per record kind, its first sighting (kept by ingest; query "
-                       "record_types).",
+        "description": "Per record kind, its first sighting and the sums of its "
+                       "record_kind_files rows (kept by ingest; query record_types).",
         "hidden": True,
         "columns": {"type": "record type ('' for none)",
                     "subtype": "system subtype or attachment type ('' for none)",
                     "first_run": "index_meta.ingest_runs of the run that first stored one "
                                  "(NULL: before migration m023)",
-                    "first_ingested_at": f"when, {_TS}"},
+                    "first_ingested_at": f"when, {_TS}",
+                    "records": "records of this kind in the index",
+                    "files": "transcripts holding one",
+                    "first_version_key": "lowest version: a sortable key, a space, the version",
+                    "last_version_key": "highest version, the same way",
+                    "first_timestamp": f"earliest timestamp, {_TS}",
+                    "last_timestamp": f"latest timestamp, {_TS}",
+                    "last_ingested_at": f"when one was last stored, {_TS}"},
     },
     "record_kind_files": {
         "description": "Per transcript file and record kind, its counts (kept by ingest; "
