@@ -16,12 +16,18 @@ kinds (status, the health page), the record-types listing, and
 record_kinds.after_ingest with nothing to count (what every ingest run, a
 plain no-op one included, pays). Targets: the view and the listings under
 100 ms, a no-op after_ingest under 10 ms. Targets never set the exit status.
+
+With ``--corpus-mb N`` (default 200; 0 skips it) it also makes a
+bench/make_corpus.py corpus of N MB (seed 1) and ingests it cold, in this
+process, timing record_kinds.after_ingest inside the run (its share of the
+cold ingest), then appends 10 records to each of 10 sessions and ingests
+again (after_ingest's time in that run).
 """
-import argparse, os, shutil, sqlite3, statistics, sys, tempfile, time
+import argparse, json, os, shutil, sqlite3, statistics, subprocess, sys, tempfile, time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from indexer import db as dbmod, record_kinds  # noqa: E402
+from indexer import db as dbmod, ingest as ingestmod, record_kinds  # noqa: E402
 
 RUNS = 5
 
@@ -45,11 +51,56 @@ def copy_index(source: str, target: str) -> float:
     return time.perf_counter() - t0
 
 
+def cold_ingest_share(workdir: str, size_mb: float) -> None:
+    """A cold in-process ingest of a fresh corpus, after_ingest timed inside it."""
+    corpus = os.path.join(workdir, "corpus")
+    shutil.rmtree(corpus, ignore_errors=True)
+    subprocess.run([sys.executable, os.path.join(os.path.dirname(__file__), "make_corpus.py"),
+                    corpus, "--size-mb", str(size_mb), "--seed", "1"], check=True,
+                   capture_output=True)
+    spent = []
+    original = record_kinds.after_ingest
+
+    def timed_after_ingest(db):
+        t0 = time.perf_counter()
+        original(db)
+        spent.append(time.perf_counter() - t0)
+
+    record_kinds.after_ingest = timed_after_ingest
+    try:
+        path = os.path.join(workdir, "cold.db")
+        for suffix in ("", "-wal", "-shm"):
+            if os.path.exists(path + suffix):
+                os.remove(path + suffix)
+        db = dbmod.open_db(path)
+        t0 = time.perf_counter()
+        summary = ingestmod.ingest(db, [corpus])
+        total = time.perf_counter() - t0
+        print(f"cold ingest of {size_mb:g} MB ({summary.new_records:,} records): {total:.2f} s, "
+              f"after_ingest {spent[-1]:.2f} s = {spent[-1] / total:.1%} of it")
+        sessions = sorted(
+            (os.path.join(root, name) for root, _, names in os.walk(corpus) for name in names
+             if name.endswith(".jsonl") and "subagents" not in root))[:10]
+        for path in sessions:
+            with open(path, "a") as f:
+                for n in range(10):
+                    f.write(json.dumps({"type": "mode", "mode": f"m{n}", "sessionId": "x"}) + "\n")
+        t0 = time.perf_counter()
+        ingestmod.ingest(db, [corpus])
+        total = time.perf_counter() - t0
+        print(f"appending 10 records to 10 sessions: ingest {total * 1000:.1f} ms, "
+              f"after_ingest {spent[-1] * 1000:.1f} ms")
+        db.conn.close()
+    finally:
+        record_kinds.after_ingest = original
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--index", default="/work/bench-1m/index.db")
     ap.add_argument("--workdir", default=None, help="where the copy goes (default: a temp dir, "
                                                     "removed at the end)")
+    ap.add_argument("--corpus-mb", type=float, default=200)
     args = ap.parse_args()
     workdir = args.workdir or tempfile.mkdtemp(prefix="record-types-bench-")
     os.makedirs(workdir, exist_ok=True)
@@ -103,6 +154,8 @@ def main():
               f"(target < 10 ms) {'PASS' if ok else 'FAIL'}")
         conn.close()
         print("every figure within its target" if not misses else f"{misses} missed")
+        if args.corpus_mb:
+            cold_ingest_share(workdir, args.corpus_mb)
     finally:
         if not args.workdir:
             shutil.rmtree(workdir, ignore_errors=True)

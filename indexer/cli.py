@@ -434,7 +434,12 @@ def record_types(db_path, only_new, since, fmt):
     """
     from . import output
 
-    since = _now(since) if since else None
+    if since:
+        try:
+            since = signals.iso_now(since)
+        except signals.BadTime as exc:
+            raise click.BadParameter(str(exc).replace("--now", "--since", 1),
+                                     param_hint="--since") from None
     rows = record_kinds.listing(_open(db_path, create=False), new=only_new, since=since)
     output.write_rows(rows, fmt or "tsv", sys.stdout)
     if only_new and rows:
