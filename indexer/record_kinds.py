@@ -18,8 +18,11 @@ every session-store append (``count_files``):
   record without its own inherits;
 - ``record_kind_files``: per file and kind, its records, lowest and highest
   version, first and last timestamp, and when the index last stored one;
-- ``record_kinds``: per kind, its first sighting: the ingest run
-  (``index_meta.ingest_runs``, one more at the end of every run) and the time.
+- ``record_kinds``: per kind, the sums of its record_kind_files rows (what
+  the view reads: a few rows, however large the index), added to as rows are
+  counted and computed again from them when a file's rows go; and its first
+  sighting: the ingest run (``index_meta.ingest_runs``, one more at the end
+  of every run) and the time.
 
 Records past the last one counted are counted in file order; a rewritten
 file (a new generation) or one whose last counted record went (an
@@ -49,7 +52,8 @@ WHERE f.kind IN {TRANSCRIPT_KINDS}
 ORDER BY f.id
 """.strip()
 # A file as it is now, and how far its records were counted.
-FILE_SQL = f"SELECT generation, ingested_offset FROM files WHERE id = ? AND kind IN {TRANSCRIPT_KINDS}"
+FILE_SQL = (f"SELECT generation, ingested_offset FROM files "
+            f"WHERE id = ? AND kind IN {TRANSCRIPT_KINDS}")
 SCAN_SQL = """
 SELECT generation, ingested_offset, last_offset, last_record_id, version, timestamp
 FROM record_kind_scans WHERE file_id = ?
