@@ -493,3 +493,29 @@ def test_a_rewrite_that_keeps_every_offset_and_record_id_is_counted_again(index)
     assert index.rows("SELECT id, byte_offset FROM records ORDER BY id") == before
     assert index.value("SELECT generation FROM files") == 2
     assert view_count(index) == fresh_count(index) == {"cccc": (1, 1), "dddd": (1, 1)}
+
+
+def test_two_ingest_processes_at_once_count_every_record_once(index, tmp_path):
+    """Each writer reads a file's count state again under the write lock, so
+    two runs over the same new files never count a record twice."""
+    import os
+    import subprocess
+    import sys
+
+    for n in range(40):
+        t = Transcript(f"{n:08d}-0000-4000-8000-000000000000")
+        for i in range(50):
+            t.add(f"u{i}", f"u{i - 1}" if i else None, "user" if i % 2 == 0 else "assistant")
+        t.records.append({"type": "mode", "mode": "plan", "sessionId": t.session_id})
+        t.write(index.projects / f"-p{n % 4}")
+    env = dict(os.environ, CLAUDE_CONFIG_DIR=str(tmp_path / "claude"),
+               SESSION_INDEX_MANAGED_SETTINGS=str(tmp_path / "managed.json"))
+    procs = [subprocess.Popen([sys.executable, "-m", "indexer", "ingest", str(index.projects),
+                               "--db", str(index.path), "--silent"], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+             for _ in range(2)]
+    for p in procs:
+        assert p.wait(timeout=120) == 0, p.stderr.read()
+    assert view_count(index) == fresh_count(index) == {
+        "user": (1000, 40), "assistant": (1000, 40), "mode": (40, 40)}
+    assert index.value("SELECT value FROM index_meta WHERE key = 'ingest_runs'") == "2"
