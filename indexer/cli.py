@@ -38,6 +38,7 @@ checkmod, derive, discover = _OnUse("check"), _OnUse("derive"), _OnUse("discover
 exportmod, ingestmod, mainfile = _OnUse("export"), _OnUse("ingest"), _OnUse("mainfile")
 refsmod, repairmod, showmod = _OnUse("refs"), _OnUse("repair"), _OnUse("show")
 signals, statusmod = _OnUse("signals"), _OnUse("status")
+record_kinds = _OnUse("record_kinds")
 
 EXIT_FINDING = 1
 EXIT_UNUSABLE = 3
@@ -357,6 +358,8 @@ def status(db_path, as_json):
     for cause, n in s["orphans_by_cause"].items():
         click.echo(f"  {cause:22} {n}")
     click.echo(f"last ingest: {s['last_ingest_at'] or 'never'}")
+    click.echo("new record types in the last ingest: "
+               + record_kinds.describe(s["new_record_types"].items()))
 
 
 @cli.group()
@@ -526,6 +529,41 @@ def failed(db_path, fmt):
         session-index failed --json
     """
     _listing("failed", db_path, fmt=fmt)
+
+
+@cli.command("record-types")
+@db_option
+@click.option("--new", "only_new", is_flag=True,
+              help="Only the kinds the most recent ingest run brought (exit 1 when there "
+                   "are any).")
+@click.option("--since", default=None, metavar="ISO-TIME",
+              help="Only the kinds the index first stored at or after this time.")
+@output_options
+def record_types(db_path, only_new, since, fmt):
+    """Every record type, system subtype and attachment type in the
+    transcripts (the record_types view), newest first: records, files, first
+    and last Claude Code version and time, when the index first stored one,
+    new (brought by the most recent ingest run), and whether the index models
+    it (modeled, meaning) or keeps it raw.
+
+    Example:
+
+    \b
+        session-index record-types --new --table
+        session-index record-types --since 2026-11-01 --json
+    """
+    from . import output
+
+    if since:
+        try:
+            since = signals.iso_now(since)
+        except signals.BadTime as exc:
+            raise click.BadParameter(str(exc).replace("--now", "--since", 1),
+                                     param_hint="--since") from None
+    rows = record_kinds.listing(_open(db_path, create=False), new=only_new, since=since)
+    output.write_rows(rows, fmt or "tsv", sys.stdout)
+    if only_new and rows:
+        sys.exit(EXIT_FINDING)
 
 
 @cli.command()

@@ -546,6 +546,70 @@ def m020_title_records(db):
 
 
 @migrations()
+def m023_record_kinds(db):
+    # Format drift (record_kinds.py, the record_types view): per transcript
+    # file how far its records' kinds are counted, per file and kind the
+    # counts, and per kind their sums and its first sighting (first_run: the
+    # ingest run, index_meta.ingest_runs; NULL for kinds already in the
+    # index now).
+    # '' stands for no type or no subtype (the key's columns are NOT NULL).
+    db.execute(
+        """
+        CREATE TABLE record_kind_scans (
+            file_id INTEGER PRIMARY KEY,
+            generation INTEGER NOT NULL,
+            ingested_offset INTEGER NOT NULL,
+            last_offset INTEGER NOT NULL,   -- byte_offset of the last record counted; -1: none
+            last_record_id INTEGER,
+            version TEXT,                   -- inherited by the next record without one
+            timestamp TEXT
+        )
+        """
+    )
+    db.execute(
+        """
+        CREATE TABLE record_kind_files (
+            file_id INTEGER NOT NULL,
+            type TEXT NOT NULL,
+            subtype TEXT NOT NULL,
+            records INTEGER NOT NULL,
+            first_version_key TEXT,         -- record_kinds.version_key: sortable, then the version
+            last_version_key TEXT,
+            first_timestamp TEXT,
+            last_timestamp TEXT,
+            last_ingested_at TEXT,
+            PRIMARY KEY (file_id, type, subtype)
+        ) WITHOUT ROWID
+        """
+    )
+    db.execute("CREATE INDEX record_kind_files_kind ON record_kind_files(type, subtype)")
+    db.execute(
+        """
+        CREATE TABLE record_kinds (
+            type TEXT NOT NULL,
+            subtype TEXT NOT NULL,
+            first_run INTEGER,
+            first_ingested_at TEXT,
+            -- the sums of its record_kind_files rows, kept with them
+            records INTEGER NOT NULL DEFAULT 0,
+            files INTEGER NOT NULL DEFAULT 0,
+            first_version_key TEXT,
+            last_version_key TEXT,
+            first_timestamp TEXT,
+            last_timestamp TEXT,
+            last_ingested_at TEXT,
+            PRIMARY KEY (type, subtype)
+        ) WITHOUT ROWID
+        """
+    )
+    # What after_ingest reads of every transcript file, without its wide rows.
+    db.execute("CREATE INDEX files_record_kinds ON files(id, generation, ingested_offset) "
+               "WHERE kind IN ('main', 'subagent')")
+    from .record_kinds import backfill
+    backfill(db.conn)
+
+
+@migrations()
 def m024_fleet(db):
     # Transcripts of other hosts, carried by `session-index ship` over NATS
     # JetStream and written by `ingest --from` (fleet_ingest.py): files rows

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .db import dict_rows
+from .record_kinds import NEW_KINDS_SQL
 
 # One row of counts over the whole index. multi_generation_files: files
 # rewritten at least once (more than one generation); superseded_generations
@@ -39,4 +40,6 @@ SELECT cause, count(*) AS n FROM orphans GROUP BY cause ORDER BY n DESC, cause
 def status(db) -> dict:
     [row] = dict_rows(db.conn, STATUS_COUNTS_SQL)
     row["orphans_by_cause"] = {c: n for c, n in db.conn.execute(ORPHANS_BY_CAUSE_SQL)}
+    # Record kinds the most recent ingest run brought: {kind: records}.
+    row["new_record_types"] = {k: n for k, n in db.conn.execute(NEW_KINDS_SQL)}
     return row

@@ -52,7 +52,7 @@ from urllib.parse import quote
 
 import msgspec
 
-from . import derive
+from . import derive, record_kinds
 from .db import open_db, retry_locked, write_lock
 from .ingest import (INSERT_BAD_LINE_SQL, INSERT_RECORD_SQL, RUNNING_FACTS_SET, running_facts,
                      utcnow)
@@ -305,6 +305,7 @@ class _Backend:
                 "file_id": file_id, "mtime_ms": mtime_ms, "summary": summary})
             derive.derive_files(conn, [file_id])
             conn.execute(derive.REFRESH_SESSION_SQL, {"session_id": session_id})
+            record_kinds.count_files(conn, [file_id])
 
     @staticmethod
     def _fold(summary: str | None, project_key, session_id, entries, mtime_ms) -> str | None:
@@ -336,6 +337,7 @@ class _Backend:
                     return
                 for file_id in ids:
                     derive.forget_file(conn, file_id)
+                    record_kinds.forget_file(conn, file_id)
                     for sql in FORGET_COPY_SQL:
                         conn.execute(sql, {"id": file_id})
                 params = {"session_id": session_id}

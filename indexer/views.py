@@ -36,6 +36,32 @@ FALLBACK_MS = 5000
 CHAIN_TYPES = ("user", "assistant", "progress", "system", "attachment")
 CHAIN_TYPES_SQL = "(" + ",".join(f"'{t}'" for t in CHAIN_TYPES) + ")"
 
+# The record kinds this index models: (type, subtype, what it means to the
+# index), the subtype being a system record's `subtype` or an attachment's
+# `attachment.type` ('' for none). Every other kind is kept raw (and, if its
+# type is a chain type, linked into the tree like any record of that type,
+# its meaning unread). The record_types view marks each kind it counts
+# against this list; record_kinds.py counts them.
+MODELED_KINDS = (
+    ("user", "", "a prompt or tool results: a message of the chain (toolUseResult, "
+                 "isCompactSummary)"),
+    ("assistant", "", "an API response, or a synthetic placeholder (model <synthetic>, "
+                      "isApiErrorMessage): a message of the chain"),
+    ("progress", "", "legacy hook/tool progress: a chain record the CLI does not load "
+                     "(orphans cause progress; the resume walk bridges it)"),
+    ("system", "", "a system record without a subtype: a chain record"),
+    ("system", "api_error", "a failed API call; late-flushed ones splice the chain "
+                            "(api_error_splices)"),
+    ("system", "compact_boundary", "a compaction: a root hanging from its logicalParentUuid; "
+                                   "what is before it is compacted"),
+    ("system", "file_snapshot", "a snapshot record the CLI's last-row rule passes over"),
+    ("summary", "", "a session title of older versions (session-index sessions)"),
+    ("custom-title", "", "the user's session title (session-index sessions)"),
+    ("ai-title", "", "Claude Code's session title (session-index sessions)"),
+    ("last-prompt", "", "the resume checkpoint: leafUuid, explicit (the checkpoint and "
+                        "rewound_to_empty rules)"),
+)
+
 
 def effective_parent(type_, subtype, parent_uuid, logical_parent_uuid):
     """The parent the cause walk follows (eff_parent in the SQL below): a
@@ -1272,6 +1298,44 @@ SELECT session_id, file_id, path, project_dir, cwd, origin,
 FROM compared
 """.strip()
 
+# record_types: every record type, system subtype and attachment type of
+# the transcripts (not the execution logs) the index holds records of, from
+# record_kinds (record_kinds.py keeps there the sums of record_kind_files, at
+# the end of every ingest run and in every store append). kind: type, or
+# type/subtype ('(no type)' for a record without one).
+# first_version/last_version: the lowest and highest Claude Code version
+# among its records, compared number by number (the *_key columns hold a
+# sortable key, a space, then the version); a record without its own version
+# or timestamp counts those of the nearest earlier record of its file that
+# has one. new: first stored by the most recent ingest run
+# (index_meta.ingest_runs), or by a store append since. modeled: in
+# MODELED_KINDS; chain: its type is a chain type.
+def _sql_text(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+_MODELED_VALUES = ",\n  ".join(f"({_sql_text(t)}, {_sql_text(s)}, {_sql_text(m)})"
+                                for t, s, m in MODELED_KINDS)
+
+RECORD_TYPES_SQL = f"""
+WITH modeled(type, subtype, meaning) AS (VALUES
+  {_MODELED_VALUES}
+)
+SELECT CASE WHEN k.type = '' THEN '(no type)' WHEN k.subtype = '' THEN k.type
+            ELSE k.type || '/' || k.subtype END AS kind,
+  nullif(k.type, '') AS type, nullif(k.subtype, '') AS subtype, k.records, k.files,
+  substr(k.first_version_key, instr(k.first_version_key, ' ') + 1) AS first_version,
+  substr(k.last_version_key, instr(k.last_version_key, ' ') + 1) AS last_version,
+  k.first_timestamp AS first_seen, k.last_timestamp AS last_seen,
+  k.first_ingested_at, k.last_ingested_at,
+  coalesce(k.first_run = coalesce((SELECT CAST(value AS INTEGER) FROM index_meta
+                                   WHERE key = 'ingest_runs'), 0), 0) AS new,
+  m.meaning IS NOT NULL AS modeled, k.type IN {CHAIN_TYPES_SQL} AS chain, m.meaning
+FROM record_kinds k
+LEFT JOIN modeled m ON m.type = k.type AND m.subtype = k.subtype
+WHERE k.records > 0
+""".strip()
+
 VIEWS = {
     "cli_definition": CLI_DEFINITION_SQL,
     "leaves_definition": LEAVES_DEFINITION_SQL,
@@ -1294,6 +1358,7 @@ VIEWS = {
     "session_copies": SESSION_COPIES_SQL,
     "file_generations": FILE_GENERATIONS_SQL,
     "session_main_copies": SESSION_MAIN_COPIES_SQL,
+    "record_types": RECORD_TYPES_SQL,
 }
 
 # A change to any definition changes this, and every cache is recomputed.

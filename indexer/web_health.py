@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .record_kinds import NEW_KINDS_SQL
 from .views import EXPIRING_WINDOW_DAYS
 
 NOW, SOON, HISTORY = "now", "soon", "history"
@@ -126,6 +127,10 @@ SELECT (SELECT value FROM index_meta WHERE key = 'last_ingest_at') AS last_inges
 """.strip()
 
 
+# The record kinds the most recent ingest run brought (record_types.new).
+NEW_KINDS_VIEW = "record_types"
+
+
 @dataclass
 class Result:
     check: Check
@@ -163,3 +168,11 @@ async def run_checks(db, checks=CHECKS) -> tuple[list[Result], list]:
 async def overview(db) -> dict:
     rows = await db.execute(OVERVIEW_SQL)
     return dict(rows.first())
+
+
+async def new_kinds(db) -> list[dict] | None:
+    """The kinds the most recent ingest run brought, most records first:
+    [{kind, records}]; None for an index without the record_types view."""
+    if NEW_KINDS_VIEW not in {r[0] for r in await db.execute(NAMES_SQL)}:
+        return None
+    return [dict(r) for r in await db.execute(NEW_KINDS_SQL)]

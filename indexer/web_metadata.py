@@ -149,6 +149,16 @@ WHERE error_class = coalesce(nullif(:error_class, ''), error_class)
 ORDER BY log_mtime DESC, line_no DESC
 """.strip()
 
+# format_drift: every record type, system subtype and attachment type, the
+# newest kinds first; :new 1 for those the most recent ingest run brought,
+# :since for those first stored at or after that ISO time (blank: all).
+FORMAT_DRIFT_SQL = """
+SELECT * FROM record_types
+WHERE new >= CAST(coalesce(nullif(:new, ''), 0) AS INTEGER)
+  AND coalesce(first_ingested_at, '') >= coalesce(nullif(:since, ''), '')
+ORDER BY first_ingested_at IS NULL, first_ingested_at DESC, records DESC, kind
+""".strip()
+
 QUERIES = {
     "session_health": ("Session health", SESSION_HEALTH_SQL,
                        "One session's facts, both leaves and a count of each problem."),
@@ -168,6 +178,9 @@ QUERIES = {
                           "Recovered output that --resume drops, newest first."),
     "failed_runs": ("Failed executions", FAILED_EXECUTIONS_SQL,
                           "claude -p runs that failed, including ones reported as success."),
+    "format_drift": ("Record types (format drift)", FORMAT_DRIFT_SQL,
+                     "Every record type, system subtype and attachment type, newest first; "
+                     "new=1: those the last ingest brought."),
 }
 
 _TS = "ISO-8601 UTC"
@@ -361,7 +374,8 @@ TABLES = {
         ),
     },
     "index_meta": {
-        "description": "Facts about the index itself (last_ingest_at, definitions hash).",
+        "description": "Facts about the index itself (last_ingest_at, ingest_runs: the ingest "
+                       "runs ended, definitions hash).",
         "columns": {"key": "the fact's name", "value": "its value"},
     },
     "leaves": {
@@ -653,6 +667,73 @@ TABLES = {
             stream_seq="the highest stream sequence committed",
             updated_at=f"its last commit, {_TS}",
         ),
+    },
+    "record_types": {
+        "description": "Every record type, system subtype and attachment type in the "
+                       "transcripts: how many, the Claude Code versions and times it was "
+                       "written by and at, when the index first stored one, whether the most "
+                       "recent ingest brought it, and whether the index models it.",
+        "facets": ["new", "modeled", "chain", "type"],
+        "columns": _cols(
+            kind="type, or type/subtype; (no type) for a record without one",
+            type="the record's type", subtype="a system record's subtype or an attachment's "
+                                              "attachment.type",
+            records="records of this kind in the index", files="transcripts holding one",
+            first_version="lowest Claude Code version that wrote one (compared number by "
+                          "number; a record without a version counts the nearest earlier "
+                          "one's in its file)",
+            last_version="highest such version",
+            first_seen=f"earliest record timestamp (or the nearest earlier one's), {_TS}",
+            last_seen=f"latest such timestamp, {_TS}",
+            first_ingested_at=f"when the index first stored one (NULL: before migration "
+                              f"m023), {_TS}",
+            last_ingested_at=f"when the index last stored one, {_TS}",
+            new="1 when the most recent ingest run (or a store append since) first stored "
+                "this kind",
+            modeled="1 when the index reads this kind (views.MODELED_KINDS); 0: kept raw",
+            chain="1 when its type is a chain type (linked into the tree whatever it means)",
+            meaning="what the kind means to the index, for a modeled one",
+        ),
+    },
+    "record_kinds": {
+        "description": "Per record kind, its first sighting and the sums of its "
+                       "record_kind_files rows (kept by ingest; query record_types).",
+        "hidden": True,
+        "columns": {"type": "record type ('' for none)",
+                    "subtype": "system subtype or attachment type ('' for none)",
+                    "first_run": "index_meta.ingest_runs of the run that first stored one "
+                                 "(NULL: before migration m023)",
+                    "first_ingested_at": f"when, {_TS}",
+                    "records": "records of this kind in the index",
+                    "files": "transcripts holding one",
+                    "first_version_key": "lowest version: a sortable key, a space, the version",
+                    "last_version_key": "highest version, the same way",
+                    "first_timestamp": f"earliest timestamp, {_TS}",
+                    "last_timestamp": f"latest timestamp, {_TS}",
+                    "last_ingested_at": f"when one was last stored, {_TS}"},
+    },
+    "record_kind_files": {
+        "description": "Per transcript file and record kind, its counts (kept by ingest; "
+                       "query record_types).",
+        "hidden": True,
+        "columns": {"file_id": _FILE, "type": "record type ('' for none)",
+                    "subtype": "system subtype or attachment type ('' for none)",
+                    "records": "records of this kind in the file",
+                    "first_version_key": "lowest version: a sortable key, a space, the version",
+                    "last_version_key": "highest version, the same way",
+                    "first_timestamp": f"earliest timestamp, {_TS}",
+                    "last_timestamp": f"latest timestamp, {_TS}",
+                    "last_ingested_at": f"when one was last stored, {_TS}"},
+    },
+    "record_kind_scans": {
+        "description": "Per transcript file, how far its records' kinds are counted.",
+        "hidden": True,
+        "columns": {"file_id": _FILE, "generation": "the file's generation then",
+                    "ingested_offset": "the file's ingested_offset then, bytes",
+                    "last_offset": "byte_offset of the last record counted (-1: none)",
+                    "last_record_id": "records.id of that record",
+                    "version": "the version the next record without one counts",
+                    "timestamp": "the timestamp the next record without one counts"},
     },
     "store_keys": {
         "description": "Per SessionStore copy: its last append time and the SDK's session "

@@ -119,6 +119,8 @@ async def health_page(datasette, request):
                for r in results]
     recent_sessions = [dict(row, url=session_url(row["session_id"])) for row in await db.execute(
         signals.SESSIONS_SQL, signals.sessions_params(limit=RECENT_SESSIONS))]
+    kinds = await web_health.new_kinds(db)
+    kinds_url = datasette.urls.table(name, web_health.NEW_KINDS_VIEW)
     return await render(datasette, request, "session_health.html", {
         "database": name,
         "db_url": datasette.urls.database(name),
@@ -135,6 +137,9 @@ async def health_page(datasette, request):
         "queries": [{"title": title, "url": datasette.urls.query(name, q)}
                     for q, (title, _, _) in QUERIES.items()],
         "lookup_url": datasette.urls.path("/-/sessions"),
+        "new_kinds": None if kinds is None else [
+            dict(k, url=kinds_url + "?" + urlencode({"kind": k["kind"]})) for k in kinds],
+        "record_types_url": kinds_url,
     })
 
 
