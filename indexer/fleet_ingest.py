@@ -373,9 +373,10 @@ async def consume(db, options: fleet_nats.ConnectOptions, *, consumer: str = fle
             if time.monotonic() - last_beats >= HEARTBEAT_READ_S:
                 record_heartbeats(db, await _read_heartbeats(kv))
                 last_beats = time.monotonic()
-        record_heartbeats(db, await _read_heartbeats(kv))
+        if not watch:
+            record_heartbeats(db, await _read_heartbeats(kv))
     finally:
-        await nc.close()
+        await fleet_nats.close(nc)
     summary.seconds = round(time.monotonic() - started, 3)
     return summary
 

@@ -81,6 +81,15 @@ async def connect(options: ConnectOptions, *, name: str, follow: bool = False):
                          f"{str(cause) or type(cause).__name__}") from None
 
 
+async def close(nc) -> None:
+    """Close a connection; a server already gone is not an error then (what
+    was acknowledged is all that counts)."""
+    try:
+        await nc.close()
+    except TRANSIENT:
+        pass
+
+
 async def ensure_stream(js) -> None:
     """The lines stream, made if missing (file storage, the duplicate window)."""
     from nats.js.api import StorageType, StreamConfig

@@ -260,7 +260,7 @@ async def ship(options: fleet_nats.ConnectOptions, sources: list[str], *, host: 
         return shipper
     finally:
         ledger.close()
-        await nc.close()
+        await fleet_nats.close(nc)
 
 
 async def _follow(shipper: Shipper, stop: asyncio.Event) -> None:

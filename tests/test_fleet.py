@@ -334,3 +334,15 @@ def test_serve_watch_from_shows_what_hosts_ship(server, tmp_path):
     assert code == 0, err
     assert "Traceback" not in err
     assert "batch: " in err
+
+
+def test_the_central_stops_cleanly_with_the_server_gone(server, tmp_path):
+    proc = subprocess.Popen([*CLI, "ingest", "--from", server.url, "--watch",
+                             "--db", tmp_path / "c.db"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    time.sleep(3)
+    server.kill()
+    time.sleep(2)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 0
+    assert b"Traceback" not in proc.stderr.read()
