@@ -360,6 +360,9 @@ def ingest(
         derive.derive_pending(db)
     summary.warnings = retention.apply(
         db, config_dir or retention.default_config_dir())
+    from . import search   # the new records' text, when search is enabled (search.py)
+
+    search.catch_up(db)
     with write_lock(db) as c:
         c.execute("INSERT OR REPLACE INTO index_meta VALUES ('last_ingest_at', ?)", [utcnow()])
     summary.seconds = time.monotonic() - started

@@ -543,3 +543,19 @@ def m020_title_records(db):
     db.execute(
         "CREATE INDEX records_titles ON records(file_id, line_no) "
         "WHERE type IN ('custom-title', 'ai-title', 'summary')")
+
+
+@migrations()
+def m021_search(db):
+    # Full-text search (search.py): one row while search is enabled on this
+    # index (session-index search --enable makes the FTS tables then), with
+    # the high-water mark below which every record with text is indexed.
+    db.execute(
+        """
+        CREATE TABLE search_state (
+            id INTEGER PRIMARY KEY CHECK (id = 1),
+            high_water INTEGER NOT NULL,   -- records.id: every text record <= it is indexed
+            enabled_at TEXT NOT NULL
+        )
+        """
+    )
