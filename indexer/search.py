@@ -70,24 +70,11 @@ STATE_SQL = """
 SELECT high_water, (SELECT coalesce(max(id), 0) FROM records) AS last_record FROM search_state
 """.strip()
 ENABLE_SQL = (
-    """CREATE TABLE IF NOT EXISTS search_text (
-        key INTEGER PRIMARY KEY,          -- sort_key(): newest last
-        record_id INTEGER NOT NULL UNIQUE,
-        file_id INTEGER NOT NULL,
-        session_id TEXT,
-        type TEXT,
-        timestamp TEXT,
-        text TEXT NOT NULL
-    )""",
-    """CREATE VIRTUAL TABLE IF NOT EXISTS search_words USING fts5(
-        text, content='search_text', content_rowid='key', tokenize='porter unicode61')""",
-    """CREATE VIRTUAL TABLE IF NOT EXISTS search_code USING fts5(
-        text, content='search_text', content_rowid='key', tokenize='trigram')""",
     # A deleted record takes its text out of both indexes; a mark at or past
     # it goes back below it (its rowid may be reused by the next insert).
     """CREATE TRIGGER IF NOT EXISTS search_forget_record AFTER DELETE ON records BEGIN
-        INSERT INTO search_words (search_words, rowid, text)
-          SELECT 'delete', key, text FROM search_text WHERE record_id = OLD.id;
+        INSERT INTO search_words (search_words, rowid, text, session_id)
+          SELECT 'delete', key, text, session_id FROM search_text WHERE record_id = OLD.id;
         INSERT INTO search_code (search_code, rowid, text)
           SELECT 'delete', key, text FROM search_text WHERE record_id = OLD.id;
         DELETE FROM search_text WHERE record_id = OLD.id;
@@ -97,9 +84,9 @@ ENABLE_SQL = (
 )
 DISABLE_SQL = (
     "DROP TRIGGER IF EXISTS search_forget_record",
-    "DROP TABLE IF EXISTS search_words",
-    "DROP TABLE IF EXISTS search_code",
-    "DROP TABLE IF EXISTS search_text",
+    "INSERT INTO search_words (search_words) VALUES ('delete-all')",
+    "INSERT INTO search_code (search_code) VALUES ('delete-all')",
+    "DELETE FROM search_text",
     "DELETE FROM search_state",
 )
 
@@ -124,7 +111,7 @@ INSERT INTO search_text (key, record_id, file_id, session_id, type, timestamp, t
 VALUES (?, ?, ?, ?, ?, ?, ?)
 """.strip()
 KEY_TAKEN_SQL = "SELECT 1 FROM search_text WHERE key = ?"
-INDEX_WORDS_SQL = "INSERT INTO search_words (rowid, text) VALUES (?, ?)"
+INDEX_WORDS_SQL = "INSERT INTO search_words (rowid, text, session_id) VALUES (?, ?, ?)"
 INDEX_CODE_SQL = "INSERT INTO search_code (rowid, text) VALUES (?, ?)"
 SET_HIGH_WATER_SQL = "UPDATE search_state SET high_water = max(high_water, :high_water)"
 
@@ -139,8 +126,8 @@ def enabled(conn) -> bool:
 
 
 def enable(db, progress=None) -> int:
-    """Make the search tables (if search is not enabled yet) and index every
-    stored record with text; the number of records indexed.
+    """Turn search on (the trigger, the mark) and index every stored record
+    with text; the number of records indexed.
     ``progress(n, total)`` after each batch."""
     from .ingest import utcnow
 
@@ -151,7 +138,7 @@ def enable(db, progress=None) -> int:
 
 
 def disable(db) -> bool:
-    """Drop the search tables and the trigger; False if search was not enabled."""
+    """Empty the search tables and drop the trigger; False if search was not enabled."""
     with write_lock(db) as conn:
         was = enabled(conn)
         for sql in DISABLE_SQL:
@@ -200,7 +187,7 @@ def catch_up_in(conn, batch: int | None = None) -> tuple[int, bool]:
         while conn.execute(KEY_TAKEN_SQL, [row[0]]).fetchone():   # two records, one key
             row[0] += 1
         conn.execute(INSERT_TEXT_SQL, row)
-    conn.executemany(INDEX_WORDS_SQL, [(row[0], row[-1]) for row in texts])
+    conn.executemany(INDEX_WORDS_SQL, [(row[0], row[-1], row[3]) for row in texts])
     conn.executemany(INDEX_CODE_SQL, [(row[0], row[-1]) for row in texts])
     more = batch is not None and len(rows) == batch
     conn.execute(SET_HIGH_WATER_SQL, {"high_water": rows[-1][0] if more else last})
@@ -374,14 +361,20 @@ def compile_query(query: str) -> dict[str, str]:
             by_index.setdefault(CODE, []).append(Term(term.text, False, CODE).fts())
     if not by_index:
         raise EmptyQuery(f"nothing to search for in {query!r}")
-    return {index: " AND ".join(parts) for index, parts in by_index.items()}
+    compiled = {index: " AND ".join(parts) for index, parts in by_index.items()}
+    if WORDS in compiled:   # the text, not the session ids search_words also holds
+        compiled[WORDS] = f"text : ({compiled[WORDS]})"
+    return compiled
 
 
-# Hits, newest first. The driving table ({table}) is the trigram index when
+# Hits, newest first. The driving index ({table}) is the trigram one when
 # the query has a code term (rarer, so fewer rows to walk), else the word
 # index; the other index's terms are checked per hit ({also}). FTS5 walks
-# its rowids (search_text.key, time-ordered) backwards from :before and
-# stops at :limit.
+# its rowids (search_text.key, time-ordered) backwards from the newest and
+# stops at :limit, so a common word costs no more than a rare one. With
+# --session, the word index matches the session id too (a join of two
+# doclists in FTS5); a walk of the trigram index keeps the session's rows
+# ({session}, from search_text_session).
 SEARCH_TEMPLATE = """
 SELECT t.session_id, t.timestamp, t.type, f.project_dir AS project,
   snippet({table}, 0, char(2), char(3), '…', {tokens}) AS snippet, t.record_id
@@ -390,18 +383,26 @@ FROM {table} JOIN search_text t ON t.key = {table}.rowid
 WHERE {table} MATCH :match AND {table}.rowid >= :since_key
   AND (:session IS NULL OR t.session_id = :session)
   AND (:project IS NULL OR f.project_dir = :project OR f.cwd = :project)
-  {also}
+  {also} {session}
 ORDER BY {table}.rowid DESC LIMIT :limit
 """.strip()
-ALSO_TEMPLATE = ("AND {table}.rowid IN (SELECT rowid FROM {other} WHERE {other} MATCH :also "
-                 "AND rowid >= :since_key)")
+# (+rowid: a filter on the walk, not a list of rowids to look up one by one)
+ALSO_SQL = ("AND +{table}.rowid IN (SELECT rowid FROM {other} WHERE {other} MATCH :also "
+            "AND rowid >= :since_key)")
+SESSION_SQL = ("AND +{table}.rowid IN (SELECT key FROM search_text "
+               "WHERE session_id = :session AND key >= :since_key)")
 SEARCH_SQL = {
-    (table, bool(other)): SEARCH_TEMPLATE.format(
+    (table, also, session): SEARCH_TEMPLATE.format(
         table=f"search_{table}", tokens=SNIPPET_TOKENS[table],
-        also=ALSO_TEMPLATE.format(table=f"search_{table}", other=f"search_{other}")
-        if other else "")
-    for table, other in ((WORDS, None), (CODE, None), (CODE, WORDS))
+        also=ALSO_SQL.format(table=f"search_{table}", other="search_words") if also else "",
+        session=SESSION_SQL.format(table=f"search_{table}") if session else "")
+    for table, also, session in ((WORDS, False, False), (CODE, False, False),
+                                 (CODE, True, False), (CODE, False, True), (CODE, True, True))
 }
+
+
+def _phrase(text: str) -> str:
+    return '"' + text.replace('"', '""') + '"'
 
 
 def search(db, query: str, *, session: str | None = None, project: str | None = None,
@@ -415,11 +416,14 @@ def search(db, query: str, *, session: str | None = None, project: str | None = 
                                "'session-index search --enable' first")
     compiled = compile_query(query)
     table = CODE if CODE in compiled else WORDS
-    also = compiled.get(WORDS) if table == CODE else None
-    params = {"match": compiled[table], "also": also, "session": session or None,
+    match, also = compiled[table], compiled.get(WORDS) if table == CODE else None
+    if session and table == WORDS:
+        match = f"({match}) AND session_id : {_phrase(session)}"
+    params = {"match": match, "also": also, "session": session or None,
               "project": project or None, "limit": limit,
               "since_key": (_ms(since) << KEY_SHIFT) if since else 0}
-    return dict_rows(conn, SEARCH_SQL[(table, also is not None)], params)
+    sql = SEARCH_SQL[(table, also is not None, bool(session) and table == CODE)]
+    return dict_rows(conn, sql, params)
 
 
 _MATCH = re.compile(f"{MARK_START}(.*?){MARK_END}", re.S)
@@ -448,7 +452,7 @@ FROM (
   SELECT rowid AS key, snippet(search_words, 0, '[[', ']]', '…', 16) AS snippet
   FROM search_words
   WHERE NOT (length(trim(:q)) >= 3 AND (:q GLOB '*[^A-Za-z0-9 ''-]*'))
-    AND search_words MATCH '"' || replace(:q, '"', '""') || '"'
+    AND search_words MATCH 'text : "' || replace(:q, '"', '""') || '"'
   UNION ALL
   SELECT rowid AS key, snippet(search_code, 0, '[[', ']]', '…', 64) AS snippet
   FROM search_code

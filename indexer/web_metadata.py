@@ -702,7 +702,16 @@ for _fts, _how in (("search_words", "words (porter unicode61)"),
     TABLES[_fts] = {
         "description": f"FTS5 index of search_text.text by {_how}; rowid is search_text.key.",
         "hidden": True,
+        "columns": {"text": "search_text.text (MATCH it)"},
     }
+    for _shadow, _cols_of in (("data", {"id": "block id", "block": "index b-tree data"}),
+                              ("idx", {"segid": "segment", "term": "term prefix",
+                                       "pgno": "page"}),
+                              ("docsize", {"id": "rowid", "sz": "tokens per column"}),
+                              ("config", {"k": "setting", "v": "value"})):
+        TABLES[f"{_fts}_{_shadow}"] = {
+            "description": f"FTS5's own storage of {_fts} (a shadow table).",
+            "hidden": True, "columns": _cols_of}
 TABLES["search_state"] = {
     "description": "One row while search is enabled: every record with text up to "
                    "high_water (records.id) is in search_text.",

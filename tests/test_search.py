@@ -98,11 +98,20 @@ def assert_consistent(index):
         index.db.conn.execute(f"INSERT INTO {fts} ({fts}) VALUES ('integrity-check')")
 
 
-def test_search_is_off_until_enabled_and_a_default_ingest_makes_no_search_table(index):
+def searched(index):
+    """How much of search is there: its state row, text rows, trigger."""
+    return index.rows(
+        "SELECT (SELECT count(*) FROM search_state) AS state, "
+        "(SELECT count(*) FROM search_text) AS text, "
+        "(SELECT count(*) FROM sqlite_master WHERE type = 'trigger' "
+        " AND name = 'search_forget_record') AS trigger")[0]
+
+
+def test_search_is_off_until_enabled_and_a_default_ingest_indexes_nothing(index):
     write_session(index.projects)
     index.ingest()
-    assert index.rows("SELECT name FROM sqlite_master WHERE name LIKE 'search%'") == [
-        {"name": "search_state"}]
+    nothing = {"state": 0, "text": 0, "trigger": 0}
+    assert searched(index) == nothing
     result = run("search", "redirect", "--db", str(index.path))
     assert result.exit_code == 3
     assert result.output == (f"Error: search is not enabled on this index: run 'session-index "
@@ -115,9 +124,11 @@ def test_search_is_off_until_enabled_and_a_default_ingest_makes_no_search_table(
     missing = run("search", "--enable", "--db", str(index.path.parent / "none.db"))
     assert missing.exit_code == 3 and not (index.path.parent / "none.db").exists()
     # --disable drops it all; searching is refused again, ingest goes on.
+    assert searched(index) == {"state": 1, "text": 13, "trigger": 1}
     assert run("search", "--disable", "--db", str(index.path)).exit_code == 0
-    assert index.rows("SELECT name FROM sqlite_master WHERE name LIKE 'search%'") == [
-        {"name": "search_state"}]
+    assert searched(index) == nothing
+    assert index.value("SELECT count(*) FROM search_words WHERE search_words MATCH 'redirect'") \
+        == 0
     assert run("search", "redirect", "--db", str(index.path)).exit_code == 3
     write_session(index.projects, SID2, RECORDS[:1])
     assert index.ingest().new_records == 1
@@ -164,7 +175,7 @@ def test_hyphens_apostrophes_and_fts_syntax_are_text(searchable):
 
 
 def test_short_terms_and_cjk(searchable):
-    assert search.compile_query("CI") == {"words": '"CI"'}
+    assert search.compile_query("CI") == {"words": 'text : ("CI")'}
     assert hits(searchable, "CI") == ["a4"]                       # a word: not CIRCLE
     assert hits(searchable, "ci*") == ["u4", "a4"]
     # CJK: 3 characters or more are substrings (trigram); unicode61 would
@@ -186,11 +197,25 @@ def test_tool_results_are_indexed_up_to_the_bound(searchable):
 
 
 def test_filters_by_session_project_and_time(searchable):
-    write_session(searchable.projects, SID2, RECORDS[:2], folder="-tmp-other", cwd="/tmp/other")
+    write_session(searchable.projects, SID2, RECORDS[:3], folder="-tmp-other", cwd="/tmp/other")
     searchable.ingest()
     other = searchable.db.conn.execute(
         "SELECT uuid FROM records WHERE session_id = ? ORDER BY timestamp DESC", [SID2]).fetchall()
-    assert other == [("u1",), ("a1",)]
+    assert other == [("u1",), ("a2",), ("a1",)]
+    sessions = dict(searchable.db.conn.execute("SELECT id, session_id FROM records"))
+
+    def sessions_of(query, *options):
+        result = run("search", query, "--db", str(searchable.path), "--json", *options)
+        return [sessions[r["record_id"]] for r in json.loads(result.output)]
+
+    # The trigram index, and both, with --session.
+    # (one timestamp: the later row first)
+    assert sessions_of("_recover_orphaned") == [SID2, SID]
+    assert sessions_of("_recover_orphaned", "--session", SID2) == [SID2]
+    assert sessions_of("Grep _recover", "--session", SID) == [SID]
+    assert sessions_of("Grep _recover", "--session", "no-such-session") == []
+    # The session id is not text: its parts are not words of the records.
+    assert sessions_of(SID2.split("-")[1]) == []
     everything = hits(searchable, "redirect")
     assert len(everything) == 4
     assert hits(searchable, "redirect", "--session", SID2) == ["u1", "a1"]
