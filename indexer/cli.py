@@ -5,7 +5,8 @@ rows rejected by refs import, verify: the CLI and the index differ); 2 a usage e
 cannot be used (a file that is not an index, a full disk, a read-only file
 system, a corrupt page: one line, never a traceback; for export/restore also:
 the session, or the generation asked for, is not in the index; a target
-outside the folder, a symlink or a different file: refused); 4/5/6 the check verdicts
+outside the folder, a symlink or a different file: refused; for search: search
+is not enabled on the index); 4/5/6 the check verdicts
 missing/poisoned/spliced; 7 a repair refused (the file is live); 8 a repair
 rolled back; 9 show/export/restore/repair/verify: no such session in the index.
 """

@@ -444,3 +444,39 @@ def test_two_records_with_one_sort_key_are_both_indexed(index):
 def hits_any(index, query):
     result = run("search", query, "--db", str(index.path), "--json")
     return json.loads(result.output)
+
+
+def test_on_a_terminal_matches_are_bold_and_enable_shows_progress(searchable):
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    def on_tty(*args, stream="stdout"):
+        leader, follower = pty.openpty()
+        proc = subprocess.run(
+            [sys.executable, "-m", "indexer", *args, "--db", str(searchable.path)],
+            stdout=follower if stream == "stdout" else subprocess.PIPE,
+            stderr=follower if stream == "stderr" else subprocess.PIPE, timeout=60)
+        os.close(follower)
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(leader, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        os.close(leader)
+        assert proc.returncode == 0
+        return b"".join(chunks).decode()
+
+    line = on_tty("search", '"login redirect"').splitlines()[1]
+    assert "We fixed the \x1b[1mlogin redirect\x1b[0m in the auth" in line
+    assert "[[" not in line
+    assert run("search", "--disable", "--db", str(searchable.path)).exit_code == 0
+    assert "Indexing text" in on_tty("search", "--enable", stream="stderr")
+    assert "[[login redirect]]" in subprocess.run(
+        [sys.executable, "-m", "indexer", "search", '"login redirect"', "--db",
+         str(searchable.path)], capture_output=True, text=True, timeout=60).stdout
