@@ -702,7 +702,9 @@ for _fts, _how in (("search_words", "words (porter unicode61)"),
     TABLES[_fts] = {
         "description": f"FTS5 index of search_text.text by {_how}; rowid is search_text.key.",
         "hidden": True,
-        "columns": {"text": "search_text.text (MATCH it)"},
+        "columns": {"text": "search_text.text (MATCH it)",
+                    **({"session_id": "search_text.session_id (search --session)"}
+                       if _fts == "search_words" else {})},
     }
     for _shadow, _cols_of in (("data", {"id": "block id", "block": "index b-tree data"}),
                               ("idx", {"segid": "segment", "term": "term prefix",
