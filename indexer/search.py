@@ -359,16 +359,21 @@ def parse_query(query: str) -> list[Term]:
     return terms
 
 
+def typed_prefixes(query: str) -> list[str]:
+    """The prefixes of ``query`` (lower case) a hit's text must also hold as
+    typed: the porter tokenizer stems a prefix too ("pars*" would look for
+    "par*" and find "parallel"). ASCII ones of 3 characters or more (porter
+    stems only those; SQLite's lower() folds only ASCII)."""
+    return [t.text.lower() for t in parse_query(query)
+            if t.prefix and t.index == WORDS and len(t.text) >= 3 and t.text.isascii()]
+
+
 def compile_query(query: str) -> dict[str, str]:
     """{index: FTS5 expression} for the query's terms (all must match);
     EmptyQuery when none is left."""
     by_index: dict[str, list[str]] = {}
     for term in parse_query(query):
         by_index.setdefault(term.index, []).append(term.fts())
-        if term.prefix and term.index == WORDS and len(term.text) >= 3 and " " not in term.text:
-            # The porter tokenizer stems a prefix too ("pars*" would look for
-            # "par*"): the text must also hold the prefix as typed.
-            by_index.setdefault(CODE, []).append(Term(term.text, False, CODE).fts())
     if not by_index:
         raise EmptyQuery(f"nothing to search for in {query!r}")
     compiled = {index: " AND ".join(parts) for index, parts in by_index.items()}
@@ -377,14 +382,15 @@ def compile_query(query: str) -> dict[str, str]:
     return compiled
 
 
-# Hits, newest first. The driving index ({table}) is the trigram one when
-# the query has a code term (rarer, so fewer rows to walk), else the word
-# index; the other index's terms are checked per hit ({also}). FTS5 walks
-# its rowids (search_text.key, time-ordered) backwards from the newest and
-# stops at :limit, so a common word costs no more than a rare one. With
-# --session, the word index matches the session id too (a join of two
-# doclists in FTS5); a walk of the trigram index keeps the session's rows
-# ({session}, from search_text_session).
+# Hits, newest first: a walk of one index's rowids (search_text.key, so in
+# time order) backwards from the newest, which FTS5 stops at :limit, so a
+# common word costs no more than a rare one. The walk is of the trigram
+# index when the query has a code term, else of the word index. Checked per
+# hit: the word terms of a query that has both (a probe of the word index
+# at that rowid: materializing a common word's hits costs more); the
+# session's rows for the trigram index (the word index holds each record's
+# session id: there --session is one more doclist joined inside FTS5); a
+# prefix as typed (:typed).
 SEARCH_TEMPLATE = """
 SELECT t.session_id, t.timestamp, t.type, f.project_dir AS project,
   snippet({table}, 0, char(2), char(3), '…', {tokens}) AS snippet, t.record_id
@@ -393,18 +399,20 @@ FROM {table} JOIN search_text t ON t.key = {table}.rowid
 WHERE {table} MATCH :match AND {table}.rowid >= :since_key
   AND (:session IS NULL OR t.session_id = :session)
   AND (:project IS NULL OR f.project_dir = :project OR f.cwd = :project)
+  AND (:typed IS NULL OR NOT EXISTS (SELECT 1 FROM json_each(:typed) p
+                                     WHERE instr(lower(t.text), p.value) = 0))
   {also} {session}
 ORDER BY {table}.rowid DESC LIMIT :limit
 """.strip()
+ALSO_SQL = ("AND EXISTS (SELECT 1 FROM search_words w WHERE search_words MATCH :also "
+            "AND w.rowid = {table}.rowid)")
 # (+rowid: a filter on the walk, not a list of rowids to look up one by one)
-ALSO_SQL = ("AND +{table}.rowid IN (SELECT rowid FROM {other} WHERE {other} MATCH :also "
-            "AND rowid >= :since_key)")
 SESSION_SQL = ("AND +{table}.rowid IN (SELECT key FROM search_text "
                "WHERE session_id = :session AND key >= :since_key)")
 SEARCH_SQL = {
     (table, also, session): SEARCH_TEMPLATE.format(
         table=f"search_{table}", tokens=SNIPPET_TOKENS[table],
-        also=ALSO_SQL.format(table=f"search_{table}", other="search_words") if also else "",
+        also=ALSO_SQL.format(table=f"search_{table}") if also else "",
         session=SESSION_SQL.format(table=f"search_{table}") if session else "")
     for table, also, session in ((WORDS, False, False), (CODE, False, False),
                                  (CODE, True, False), (CODE, False, True), (CODE, True, True))
@@ -426,13 +434,17 @@ def search(db, query: str, *, session: str | None = None, project: str | None = 
                                "'session-index search --enable' first")
     compiled = compile_query(query)
     table = CODE if CODE in compiled else WORDS
-    match, also = compiled[table], compiled.get(WORDS) if table == CODE else None
-    if session and table == WORDS:
-        match = f"({match}) AND session_id : {_phrase(session)}"
-    params = {"match": match, "also": also, "session": session or None,
-              "project": project or None, "limit": limit,
+    words = compiled.get(WORDS)
+    if words and session:
+        words = f"({words}) AND session_id : {_phrase(session)}"
+    typed = typed_prefixes(query)
+    params = {"match": compiled[CODE] if table == CODE else words,
+              "also": words if table == CODE else None,
+              "session": session or None, "project": project or None, "limit": limit,
+              "typed": json.dumps(typed) if typed else None,
               "since_key": (_ms(since) << KEY_SHIFT) if since else 0}
-    sql = SEARCH_SQL[(table, also is not None, bool(session) and table == CODE)]
+    sql = SEARCH_SQL[(table, table == CODE and words is not None,
+                      table == CODE and bool(session) and words is None)]
     return dict_rows(conn, sql, params)
 
 
