@@ -707,12 +707,14 @@ def verify(session_id, db_path, claude, as_json):
               help="Only records of this project folder (as in ~/.claude/projects) or cwd.")
 @click.option("--since", default=None, metavar="ISO-TIME",
               help="Only records at or after this time (ISO-8601, UTC if no zone).")
-@click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True)
+@click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True,
+              metavar="N", help="At most N records.")
 @click.option("--enable", is_flag=True,
               help="Make this index searchable: build the search tables from what it holds "
                    "(progress on stderr); from then on every ingest, watch and store append "
                    "keeps them current.")
-@click.option("--disable", is_flag=True, help="Drop the search tables.")
+@click.option("--disable", is_flag=True,
+              help="Empty the search tables and stop keeping them current.")
 @output_options
 def search(query, db_path, session_id, project, since, limit, enable, disable, fmt):
     """Records whose text matches QUERY, newest first: session, time, type,

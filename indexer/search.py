@@ -2,7 +2,8 @@
 
 Search is enabled per index (``session-index search --enable``), as
 sqlite-utils users know from ``enable-fts``: a default cold ingest pays
-nothing for it. Once enabled:
+nothing for it. The tables are in every index (migrations.m021_search),
+empty until then, so SQL naming them runs anywhere. Once enabled:
 
 - ``search_text`` holds one row per record that carries text: user prompts,
   assistant text and thinking, tool names and tool inputs, tool results (each
@@ -14,7 +15,8 @@ nothing for it. Once enabled:
 - Two external-content FTS5 tables index that text: ``search_words``
   (``porter unicode61``: words, stemmed) and ``search_code`` (``trigram``:
   any substring of 3 characters or more, for code identifiers and CJK text,
-  which unicode61 does not segment).
+  which unicode61 does not segment); ``search_words`` also indexes each
+  row's session id, in a column of its own.
 - ``catch_up`` indexes the records above the high-water mark in
   ``search_state``; every writer calls it after its commit (ingest, and so
   ``ingest --watch``, ``serve --watch``, ``check``'s fresh ingest, repair's
