@@ -59,14 +59,14 @@ TEXT_TYPES = ("user", "assistant", "system", "summary", "custom-title", "ai-titl
 
 
 class SearchNotEnabled(Exception):
-    """The index has no search tables: ``session-index search --enable``."""
+    """Search is not enabled on the index: ``session-index search --enable``."""
 
 
 class EmptyQuery(ValueError):
     """The query has nothing to search for."""
 
 
-# --- the schema, made by enable() ---------------------------------------------
+# --- turning it on and off -------------------------------------------------------
 
 # Is search enabled, and how far is it? (search_state is made by m021_search.)
 STATE_SQL = """
@@ -136,7 +136,7 @@ def enabled(conn) -> bool:
 def enable(db, progress=None) -> int:
     """Turn search on (the trigger, the mark) and index every stored record
     with text; the number of records indexed.
-    ``progress(n, total)`` after each batch."""
+    ``progress(looked_at, total)`` after each batch."""
     from .ingest import utcnow
 
     with write_lock(db) as conn:
@@ -164,13 +164,13 @@ def catch_up(db, progress=None) -> int:
         return 0
     total = conn.execute(PENDING_COUNT_SQL, {"high_water": now[0]}).fetchone()[0] \
         if progress else 0
-    done = 0
+    done = looked_at = 0
     while True:
         with write_lock(db) as c:
-            n, more = catch_up_in(c, BATCH)
-        done += n
+            n, rows, more = catch_up_in(c, BATCH)
+        done, looked_at = done + n, looked_at + rows
         if progress:
-            progress(done, max(total, done))
+            progress(looked_at, max(total, looked_at))
         if not more:
             return done
 
@@ -178,10 +178,10 @@ def catch_up(db, progress=None) -> int:
 def catch_up_in(conn, batch: int | None = None) -> tuple[int, bool]:
     """Inside the caller's transaction: index up to ``batch`` records above
     the mark (all, without one) and move the mark; (records indexed,
-    whether more are left)."""
+    records looked at, whether more are left)."""
     now = state(conn)
     if now is None or now[0] >= now[1]:
-        return 0, False
+        return 0, 0, False
     high_water, last = now
     rows = conn.execute(PENDING_SQL, {"high_water": high_water,
                                       "batch": batch or -1}).fetchall()
@@ -203,7 +203,7 @@ def catch_up_in(conn, batch: int | None = None) -> tuple[int, bool]:
     conn.executemany(INDEX_CODE_SQL, [(row[0], row[-1]) for row in texts])
     more = batch is not None and len(rows) == batch
     conn.execute(SET_HIGH_WATER_SQL, {"high_water": rows[-1][0] if more else last})
-    return len(texts), more
+    return len(texts), len(rows), more
 
 
 def sort_key(timestamp, record_id: int) -> int:
