@@ -5,7 +5,8 @@ rows rejected by refs import, verify: the CLI and the index differ); 2 a usage e
 cannot be used (a file that is not an index, a full disk, a read-only file
 system, a corrupt page: one line, never a traceback; for export/restore also:
 the session, or the generation asked for, is not in the index; a target
-outside the folder, a symlink or a different file: refused); 4/5/6 the check verdicts
+outside the folder, a symlink or a different file: refused; for search: search
+is not enabled on the index); 4/5/6 the check verdicts
 missing/poisoned/spliced; 7 a repair refused (the file is live); 8 a repair
 rolled back; 9 show/export/restore/repair/verify: no such session in the index.
 """
@@ -853,3 +854,100 @@ def verify(session_id, db_path, claude, as_json):
                        f"{item['kind']} {item['value']!r}")
     if not verdict.agree:
         sys.exit(EXIT_FINDING)
+
+
+@cli.command()
+@click.argument("query", required=False)
+@db_option
+@click.option("--session", "session_id", default=None, metavar="ID",
+              help="Only records of this session.")
+@click.option("--project", default=None, metavar="P",
+              help="Only records of this project folder (as in ~/.claude/projects) or cwd.")
+@click.option("--since", default=None, metavar="ISO-TIME",
+              help="Only records at or after this time (ISO-8601, UTC if no zone).")
+@click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True,
+              metavar="N", help="At most N records.")
+@click.option("--enable", is_flag=True,
+              help="Make this index searchable: build the search tables from what it holds "
+                   "(progress on stderr); from then on every ingest, watch and store append "
+                   "keeps them current.")
+@click.option("--disable", is_flag=True,
+              help="Empty the search tables and stop keeping them current.")
+@output_options
+def search(query, db_path, session_id, project, since, limit, enable, disable, fmt):
+    """Records whose text matches QUERY, newest first: session, time, type,
+    project and a snippet with each match marked ([[...]], bold on a
+    terminal). Searched: user prompts, assistant text and thinking, tool
+    names and inputs, tool results (each input and result up to 4,000
+    characters), system messages, summaries and titles.
+
+    Search is off until `search --enable` (exit 3 without it). QUERY is
+    words, "quoted phrases" and prefixes (word*); every term must match. No
+    FTS syntax is read: quotes, -, ', *, : and AND/OR/NOT are text. Each term
+    goes to one of two indexes: terms of 3 characters or more holding a
+    character of code (anything but letters, digits, - and ', e.g.
+    _recover_orphaned_parallel_tool_results, foo.bar, a::b) or of CJK, kana,
+    hangul or thai go to a trigram index, which matches them as substrings
+    (case-insensitive); all others to a word index (porter unicode61:
+    whole words, stemmed, so `running` finds `run`), which is where terms
+    shorter than 3 characters must go (a trigram index cannot match them):
+    a 2-character CJK word is found only where it stands as a word. A prefix
+    (word*) must also appear as typed.
+
+    Example:
+
+    \b
+        session-index search --enable
+        session-index search "login redirect" --since 2026-11-01
+        session-index search _recover_orphaned_parallel_tool_results --json
+    """
+    from . import output
+    from . import search as searchmod
+
+    if enable and disable:
+        raise click.UsageError("--enable and --disable cannot be given together")
+    db = _open(db_path, create=False)
+    if disable:
+        was = searchmod.disable(db)
+        click.echo(f"search {'disabled' if was else 'was not enabled'} on {db_path}")
+        return
+    if enable:
+        bar = None
+
+        def progress(done, total):
+            nonlocal bar
+            if sys.stderr.isatty():
+                if bar is None:
+                    bar = click.progressbar(length=total, label="Indexing text",
+                                            file=sys.stderr)
+                    bar.__enter__()
+                bar.update(done - bar.pos)
+
+        import time
+
+        t0 = time.monotonic()
+        try:
+            n = searchmod.enable(db, progress)
+        finally:
+            if bar is not None:
+                bar.__exit__(None, None, None)
+        click.echo(f"search enabled on {db_path}: {n} records indexed in "
+                   f"{time.monotonic() - t0:.1f} s")
+        if not query:
+            return
+    if not query:
+        raise click.UsageError("give a QUERY, or --enable or --disable")
+    since = _now(since) if since else None
+    try:
+        rows = searchmod.search(db, query, session=session_id, project=project, since=since,
+                                limit=limit)
+    except searchmod.SearchNotEnabled as exc:
+        raise Failure(f"{exc} (on {db_path})") from None
+    except searchmod.EmptyQuery as exc:
+        raise click.UsageError(str(exc)) from None
+    fmt = fmt or "tsv"
+    bold = fmt == "tsv" and sys.stdout.isatty()
+    for row in rows:
+        row["snippet"] = searchmod.marked(
+            row["snippet"], style=(lambda match: click.style(match, bold=True)) if bold else None)
+    output.write_rows(rows, fmt, sys.stdout)

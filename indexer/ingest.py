@@ -360,8 +360,9 @@ def ingest(
         derive.derive_pending(db)
     summary.warnings = retention.apply(
         db, config_dir or retention.default_config_dir())
-    from . import record_kinds
+    from . import record_kinds, search
 
+    search.catch_up(db)   # the new records' text, when search is enabled (search.py)
     record_kinds.after_ingest(db)   # the kinds of the new records; the run ends
     with write_lock(db) as c:
         c.execute("INSERT OR REPLACE INTO index_meta VALUES ('last_ingest_at', ?)", [utcnow()])

@@ -546,6 +546,46 @@ def m020_title_records(db):
 
 
 @migrations()
+def m021_search(db):
+    # Full-text search (search.py): search_state has one row while search is
+    # enabled on this index (session-index search --enable), with the
+    # high-water mark up to which every record with text is indexed; the
+    # text and its two FTS5 indexes stay empty until then.
+    db.execute(
+        """
+        CREATE TABLE search_state (
+            id INTEGER PRIMARY KEY CHECK (id = 1),
+            high_water INTEGER NOT NULL,   -- records.id: every text record <= it is indexed
+            enabled_at TEXT NOT NULL
+        )
+        """
+    )
+    # One row per record with text; key orders them by time (search.sort_key).
+    db.execute(
+        """
+        CREATE TABLE search_text (
+            key INTEGER PRIMARY KEY,       -- (timestamp ms << 20) | (record_id & 0xFFFFF)
+            record_id INTEGER NOT NULL UNIQUE,
+            file_id INTEGER NOT NULL,
+            session_id TEXT,
+            type TEXT,
+            timestamp TEXT,
+            text TEXT NOT NULL             -- what both indexes hold
+        )
+        """
+    )
+    # A session's rows, newest last (search --session of a small session).
+    db.execute("CREATE INDEX search_text_session ON search_text(session_id, key)")
+    # Words (stemmed), and any substring of 3 characters or more (code, CJK).
+    # search_words also indexes session_id (its parts as words), so that
+    # search --session is a join of two doclists inside FTS5.
+    db.execute("CREATE VIRTUAL TABLE search_words USING fts5(text, session_id, "
+               "content='search_text', content_rowid='key', tokenize='porter unicode61')")
+    db.execute("CREATE VIRTUAL TABLE search_code USING fts5(text, content='search_text', "
+               "content_rowid='key', tokenize='trigram')")
+
+
+@migrations()
 def m023_record_kinds(db):
     # Format drift (record_kinds.py, the record_types view): per transcript
     # file how far its records' kinds are counted, per file and kind the

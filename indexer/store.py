@@ -52,7 +52,7 @@ from urllib.parse import quote
 
 import msgspec
 
-from . import derive, record_kinds
+from . import derive, record_kinds, search
 from .db import open_db, retry_locked, write_lock
 from .ingest import (INSERT_BAD_LINE_SQL, INSERT_RECORD_SQL, RUNNING_FACTS_SET, running_facts,
                      utcnow)
@@ -306,6 +306,7 @@ class _Backend:
             derive.derive_files(conn, [file_id])
             conn.execute(derive.REFRESH_SESSION_SQL, {"session_id": session_id})
             record_kinds.count_files(conn, [file_id])
+            search.catch_up_in(conn)   # the batch's text, when search is enabled
 
     @staticmethod
     def _fold(summary: str | None, project_key, session_id, entries, mtime_ms) -> str | None:

@@ -18,11 +18,12 @@ answer the table's URL with the query.
 
 from __future__ import annotations
 
-from . import views
-
+import copy
 import sys
 
 import yaml
+
+from . import search, views
 
 PLUGIN = "session-index"
 TITLE = "session-index"
@@ -182,6 +183,12 @@ QUERIES = {
                      "Every record type, system subtype and attachment type, newest first; "
                      "new=1: those the last ingest brought."),
 }
+# search_transcripts: records whose text holds :q as a phrase, newest first
+# (search.py; needs session-index search --enable).
+QUERIES["search_transcripts"] = (
+    "Search what was said", search.CANNED_SEARCH_SQL,
+    "Records whose text holds :q as a phrase (words, or a substring of code or CJK text), "
+    "newest first, the match in [[...]]. Needs session-index search --enable.")
 
 _TS = "ISO-8601 UTC"
 _SID = "Claude Code session id (links to the session page)"
@@ -798,6 +805,46 @@ TABLES["sdk_terminals"] = {
                 "is_main": "1 for a message of the main chain (not sidechain, team or meta)",
                 "message_line": "the line of the message's uuid that wins"},
 }
+# Full-text search (search.py), there once session-index search --enable ran:
+# Datasette's search box on search_text searches the word index.
+TABLES["search_text"] = {
+    "description": "The text of each record search indexes (user prompts, assistant text and "
+                   "thinking, tool names and inputs, tool results up to "
+                   f"{search.TOOL_TEXT_CHARS:,} characters, system messages, titles); the "
+                   "search box matches words (search_words). Kept current by ingest once "
+                   "session-index search --enable ran.",
+    "fts_table": "search_words",
+    "fts_pk": "key",
+    "sort_desc": "key",
+    "columns": _cols(
+        "file_id", "session_id", "record_id", "type", "timestamp",
+        key="time-ordered key: the timestamp in ms, then the low bits of record_id",
+        text="the record's text as indexed"),
+}
+for _fts, _how in (("search_words", "words (porter unicode61)"),
+                   ("search_code", "substrings of 3 characters or more (trigram)")):
+    TABLES[_fts] = {
+        "description": f"FTS5 index of search_text.text by {_how}; rowid is search_text.key.",
+        "hidden": True,
+        "columns": {"text": "search_text.text (MATCH it)",
+                    **({"session_id": "search_text.session_id (search --session)"}
+                       if _fts == "search_words" else {})},
+    }
+    for _shadow, _cols_of in (("data", {"id": "block id", "block": "index b-tree data"}),
+                              ("idx", {"segid": "segment", "term": "term prefix",
+                                       "pgno": "page"}),
+                              ("docsize", {"id": "rowid", "sz": "tokens per column"}),
+                              ("config", {"k": "setting", "v": "value"})):
+        TABLES[f"{_fts}_{_shadow}"] = {
+            "description": f"FTS5's own storage of {_fts} (a shadow table).",
+            "hidden": True, "columns": _cols_of}
+TABLES["search_state"] = {
+    "description": "One row while search is enabled: every record with text up to "
+                   "high_water (records.id) is in search_text.",
+    "hidden": True,
+    "columns": {"id": "1", "high_water": "records.id indexed up to",
+                "enabled_at": f"when search --enable ran, {_TS}"},
+}
 TABLES["_sqlite_migrations"] = {
     "description": "Schema migrations applied to the index (sqlite-utils).",
     "hidden": True,
@@ -826,7 +873,8 @@ def metadata(database: str = "sessions", queries: bool = True) -> dict:
                 "description": "A session index (session-index ingest).",
                 # Marks the database the plugins act on (render_cell, pages).
                 "plugins": {PLUGIN: {"index": True}},
-                "tables": TABLES,
+                # a copy: Datasette fills in what it is handed
+                "tables": copy.deepcopy(TABLES),
                 **({"queries": canned_queries()} if queries else {}),
             }
         },

@@ -13,11 +13,12 @@ from urllib.parse import quote, unquote, urlencode
 
 from datasette.utils.asgi import NotFound, Response
 
-from . import resume, signals, web_health, web_tree
+from . import resume, search, signals, web_health, web_tree
 from .web_format import CAUSE_COLOURS, pretty_json, session_path
 from .web_metadata import QUERIES
 
 PAGE_TIME_LIMIT_MS = 20_000
+SESSION_SEARCH_LIMIT = 50   # hits shown on a session page
 RECENT_SESSIONS = 15   # on the health page
 RAW_PRETTY_MAX = 5_000_000  # characters; a longer line is shown as written
 
@@ -191,8 +192,10 @@ async def session_page(datasette, request):
         by_cause[cause] = by_cause.get(cause, 0) + 1
     queries = {q: datasette.urls.query(name, q) + "?" + urlencode(params)
                for q in ("session_health", "resume_chain", "session_orphans", "session_files")}
+    found = await _session_search(db, session_id, request.args.get("q"))
     return await render(datasette, request, "session_tree.html", {
         "session_id": session_id,
+        "search": found,
         "session": dict(session) if session else {},
         "database": name,
         "files": [dict(f, url=page + "?" + urlencode({"file": f["id"], "database": name}),
@@ -224,6 +227,27 @@ async def session_page(datasette, request):
         "repair_plan_url": datasette.urls.table(name, "repair_plan") + "?" + urlencode(
             {"file_id": file["id"]}),
     })
+
+
+async def _session_search(db, session_id: str, query: str | None) -> dict:
+    """The session page's search field: ``?q=`` searched within the session
+    (search.search), each snippet escaped with its matches in <mark>."""
+    query = (query or "").strip()
+    if not query:
+        return {"q": "", "hits": [], "note": None}
+
+    def run(conn):
+        try:
+            return search.search(_Conn(conn), query, session=session_id,
+                                 limit=SESSION_SEARCH_LIMIT), None
+        except search.SearchNotEnabled:
+            return [], "Search is not enabled on this index: run session-index search --enable."
+        except search.EmptyQuery:
+            return [], "Nothing to search for in that query."
+
+    hits, note = await db.execute_fn(run)
+    return {"q": query, "note": note,
+            "hits": [dict(h, snippet=search.html_snippet(h["snippet"])) for h in hits]}
 
 
 def _chosen_file(request, session, files):
