@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,31 @@ CORPUS = Path(__file__).resolve().parent.parent.parent / "shared" / "corpus"
 
 def pytest_report_header(config):
     return f"sqlite_version(): {sqlite3.sqlite_version}"
+
+
+def run_on_tty(cmd: list, stream: str = "stderr") -> str:
+    """Run ``cmd`` with its ``stream`` (stdout or stderr) on a pseudo-terminal
+    and the other piped: what the terminal got (the command must exit 0)."""
+    import pty
+
+    leader, follower = pty.openpty()
+    proc = subprocess.run(
+        [str(c) for c in cmd],
+        stdout=follower if stream == "stdout" else subprocess.PIPE,
+        stderr=follower if stream == "stderr" else subprocess.PIPE, timeout=60)
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(leader)
+    assert proc.returncode == 0
+    return b"".join(chunks).decode()
 
 
 def write_jsonl(path: Path, records, *, newline_at_end: bool = True) -> Path:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import pty
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +11,7 @@ from pathlib import Path
 import click
 from click.testing import CliRunner
 
-from conftest import Transcript
+from conftest import Transcript, run_on_tty
 from indexer.cli import cli
 
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -129,24 +128,8 @@ def test_progress_bar_on_a_terminal_and_not_when_silent(tmp_path):
     projects = make_projects(tmp_path)
 
     def stderr_on_tty(*extra):
-        leader, follower = pty.openpty()
-        proc = subprocess.run(
-            [sys.executable, "-c", "from indexer.cli import cli; cli()", "ingest", str(projects),
-             "--db", str(tmp_path / f"tty{len(extra)}.db"), *extra],
-            stdout=subprocess.PIPE, stderr=follower, timeout=60)
-        os.close(follower)
-        chunks = []
-        while True:
-            try:
-                chunk = os.read(leader, 4096)
-            except OSError:
-                break
-            if not chunk:
-                break
-            chunks.append(chunk)
-        os.close(leader)
-        assert proc.returncode == 0
-        return b"".join(chunks).decode()
+        return run_on_tty([sys.executable, "-c", "from indexer.cli import cli; cli()", "ingest",
+                           projects, "--db", tmp_path / f"tty{len(extra)}.db", *extra])
 
     assert "Indexing" in stderr_on_tty()
     assert "Indexing" not in stderr_on_tty("--silent")

@@ -11,7 +11,7 @@ import time
 import pytest
 from click.testing import CliRunner
 
-from conftest import Transcript, write_jsonl
+from conftest import Transcript, run_on_tty, write_jsonl
 from test_watch import live  # noqa: F401  (the watcher fixture)
 from indexer import search, web, web_format
 from indexer.cli import cli
@@ -447,30 +447,12 @@ def hits_any(index, query):
 
 
 def test_on_a_terminal_matches_are_bold_and_enable_shows_progress(searchable):
-    import os
-    import pty
     import subprocess
     import sys
 
     def on_tty(*args, stream="stdout"):
-        leader, follower = pty.openpty()
-        proc = subprocess.run(
-            [sys.executable, "-m", "indexer", *args, "--db", str(searchable.path)],
-            stdout=follower if stream == "stdout" else subprocess.PIPE,
-            stderr=follower if stream == "stderr" else subprocess.PIPE, timeout=60)
-        os.close(follower)
-        chunks = []
-        while True:
-            try:
-                chunk = os.read(leader, 4096)
-            except OSError:
-                break
-            if not chunk:
-                break
-            chunks.append(chunk)
-        os.close(leader)
-        assert proc.returncode == 0
-        return b"".join(chunks).decode()
+        return run_on_tty([sys.executable, "-m", "indexer", *args, "--db", searchable.path],
+                          stream)
 
     line = on_tty("search", '"login redirect"').splitlines()[1]
     assert "We fixed the \x1b[1mlogin redirect\x1b[0m in the auth" in line
