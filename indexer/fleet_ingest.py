@@ -232,8 +232,6 @@ def apply_message(conn, payload: bytes, now: str, summary: Summary) -> bool:
     summary.messages += 1
     summary.hosts.add(header["host"])
     conn.execute(SEEN_HOST_SQL, {"host": header["host"], "now": now, "n": 1})
-    if header["kind"] == "heartbeat":
-        return True
     row = _file(conn, header, now, summary)
     if row is None:
         summary.duplicates += 1

@@ -9,7 +9,9 @@ Every message is one JSON header line, a newline, then a body of raw bytes:
   ``offset``..``end``, this piece starts at ``at``. The central keeps the
   pieces until the last one arrives, then stores the line.
 - ``deleted``: the file is gone from the host (its lines stay indexed).
-- ``heartbeat``: the host's shipper is alive, at ``sent_at``.
+
+(A host's heartbeat is not a message: the shipper puts it in a key-value
+bucket, fleet_nats.HEARTBEAT_BUCKET, which keeps the last one per host.)
 
 A ``lines`` or ``part`` message's id (``Nats-Msg-Id``) names the host, file,
 generation and byte range: the shipper cuts a file into the same messages
@@ -36,7 +38,7 @@ MESSAGE_BYTES = 512 << 10
 # The durable consumer the central index reads with, unless told another.
 DEFAULT_CONSUMER = "session-index-central"
 
-KINDS = ("lines", "part", "deleted", "heartbeat")
+KINDS = ("lines", "part", "deleted")
 _TOKEN = re.compile(r"[^A-Za-z0-9_-]")
 
 
@@ -86,7 +88,7 @@ def decode(payload: bytes) -> tuple[dict, bytes]:
     if not isinstance(header, dict) or header.get("kind") not in KINDS \
             or not isinstance(header.get("host"), str):
         raise BadMessage("not a session-index fleet message")
-    if header["kind"] in ("lines", "part", "deleted") and not isinstance(header.get("path"), str):
+    if not isinstance(header.get("path"), str):
         raise BadMessage("a fleet message without a path")
     return header, body
 

@@ -74,19 +74,37 @@ def default_ledger() -> str:
 
 
 class Ledger:
-    """What JetStream has acknowledged, per file (one connection)."""
+    """What JetStream has acknowledged, per file (one connection), held by
+    one shipper at a time (a lock on LEDGER.lock)."""
 
     def __init__(self, path: str):
+        import fcntl
         import sqlite3
 
         if os.path.dirname(path):
             os.makedirs(os.path.dirname(path), exist_ok=True)
+        self.lock = open(path + ".lock", "a")
+        try:
+            fcntl.flock(self.lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            self.lock.close()
+            raise ShipError(f"{path}: another ship is using this ledger") from None
         try:
             self.conn = sqlite3.connect(path, isolation_level=None, timeout=30)
+            others = [n for (n,) in self.conn.execute(
+                "SELECT name FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'") if n != "shipped"]
+            if others:
+                raise ShipError(f"{path} is another SQLite database (its tables: "
+                                f"{', '.join(others[:5])}), not a ship ledger: name another "
+                                "--ledger")
             self.conn.execute("PRAGMA journal_mode = WAL")
             self.conn.execute(LEDGER_SCHEMA_SQL)
         except sqlite3.DatabaseError as exc:
+            self.close()
             raise ShipError(f"{path}: not a usable ledger: {exc}") from None
+        except ShipError:
+            self.close()
+            raise
         self.conn.row_factory = sqlite3.Row
 
     def get(self, path: str) -> dict | None:
@@ -100,7 +118,9 @@ class Ledger:
         self.conn.execute(LEDGER_SAVE_SQL, row)
 
     def close(self) -> None:
-        self.conn.close()
+        if getattr(self, "conn", None) is not None:
+            self.conn.close()
+        self.lock.close()
 
 
 def _hash(f, start: int, length: int) -> str:

@@ -346,3 +346,25 @@ def test_the_central_stops_cleanly_with_the_server_gone(server, tmp_path):
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 0
     assert b"Traceback" not in proc.stderr.read()
+
+
+def test_a_ledger_is_one_shippers_and_never_another_database(server, tmp_path):
+    import fcntl
+
+    t = Transcript(tmp_path / "host")
+    t.append(1)
+    ledger = tmp_path / "ledger.db"
+    with open(str(ledger) + ".lock", "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        p = run("ship", tmp_path / "host", "--to", server.url, "--ledger", ledger, "--once",
+                check=False)
+    assert p.returncode == 3
+    assert p.stderr.decode() == f"Error: {ledger}: another ship is using this ledger\n"
+    other = tmp_path / "other.db"
+    sqlite3.connect(other).execute("CREATE TABLE notes (x)")
+    before = other.read_bytes()
+    p = run("ship", tmp_path / "host", "--to", server.url, "--ledger", other, "--once",
+            check=False)
+    assert p.returncode == 3
+    assert "is another SQLite database (its tables: notes), not a ship ledger" in p.stderr.decode()
+    assert other.read_bytes() == before
