@@ -359,6 +359,11 @@ def status(db_path, as_json):
     for cause, n in s["orphans_by_cause"].items():
         click.echo(f"  {cause:22} {n}")
     click.echo(f"last ingest: {s['last_ingest_at'] or 'never'}")
+    if s["fleet_hosts"]:
+        click.echo(f"fleet: {s['fleet_hosts']} hosts, {s['fleet_files']} files shipped; oldest "
+                   f"last heartbeat {s['oldest_heartbeat_at'] or 'none'}; sessions on several "
+                   f"hosts: {s['sessions_on_several_hosts']} "
+                   f"({s['sessions_diverged_across_hosts']} diverged, see host_copies)")
     click.echo("new record types in the last ingest: "
                + record_kinds.describe(s["new_record_types"].items()))
 

@@ -8,7 +8,9 @@ from .record_kinds import NEW_KINDS_SQL
 # One row of counts over the whole index. multi_generation_files: files
 # rewritten at least once (more than one generation); superseded_generations
 # and superseded_lines: the earlier generations the index keeps, and their
-# lines.
+# lines; fleet_*: the hosts that ship here (ingest --from), their files, the
+# oldest of their last heartbeats, and the sessions with copies on several
+# hosts (host_copies), and of those the ones whose copies differ.
 STATUS_COUNTS_SQL = """
 SELECT
   (SELECT count(*) FROM files WHERE deleted_at IS NULL) AS live_files,
@@ -28,7 +30,13 @@ SELECT
   (SELECT count(*) FROM files WHERE generation > 1) AS multi_generation_files,
   (SELECT count(*) FROM superseded_generations) AS superseded_generations,
   (SELECT count(*) FROM superseded_lines) AS superseded_lines,
-  (SELECT value FROM index_meta WHERE key = 'last_ingest_at') AS last_ingest_at
+  (SELECT value FROM index_meta WHERE key = 'last_ingest_at') AS last_ingest_at,
+  (SELECT count(*) FROM fleet_hosts) AS fleet_hosts,
+  (SELECT count(*) FROM files WHERE origin = 'fleet') AS fleet_files,
+  (SELECT min(last_heartbeat_at) FROM fleet_hosts) AS oldest_heartbeat_at,
+  (SELECT count(DISTINCT session_id) FROM host_copies) AS sessions_on_several_hosts,
+  (SELECT count(DISTINCT session_id) FROM host_copies WHERE diverged)
+    AS sessions_diverged_across_hosts
 """.strip()
 
 # Orphans per cause, most first.

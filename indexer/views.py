@@ -1122,6 +1122,46 @@ FROM (
 ) c
 """.strip()
 
+# --- Copies on several hosts ---------------------------------------------
+
+# host_copies: one row per pair of copies of one transcript on two hosts: a
+# file shipped from a host (origin 'fleet', `session-index ship`) and this
+# machine's ingested file (host '' here), or two hosts' files; the same
+# session id and kind, and agent id for a subagent file. a_* is the copy
+# with the lower file id. a_only / b_only: how many distinct uuids one copy
+# holds and the other does not; diverged: 1 when those differ, or the record
+# counts, or the resume leaves. The copies are never merged: each stays a
+# file of its own in every view. Correlated subqueries, so `WHERE
+# session_id = ?` reads that session's records only.
+HOST_COPIES_SQL = """
+SELECT c.*,
+       (c.a_only > 0 OR c.b_only > 0 OR c.a_records <> c.b_records
+        OR c.a_resume_leaf_uuid IS NOT c.b_resume_leaf_uuid) AS diverged
+FROM (
+  SELECT a.session_id, a.kind, a.agent_id,
+         coalesce(a.host, '') AS a_host, a.id AS a_file_id, a.path AS a_path,
+         a.records AS a_records, a.deleted_at AS a_deleted_at,
+         coalesce(b.host, '') AS b_host, b.id AS b_file_id, b.path AS b_path,
+         b.records AS b_records, b.deleted_at AS b_deleted_at,
+         (SELECT count(DISTINCT r.uuid) FROM records r
+          WHERE r.file_id = a.id AND r.uuid IS NOT NULL
+            AND NOT EXISTS (SELECT 1 FROM records x WHERE x.file_id = b.id AND x.uuid = r.uuid))
+           AS a_only,
+         (SELECT count(DISTINCT r.uuid) FROM records r
+          WHERE r.file_id = b.id AND r.uuid IS NOT NULL
+            AND NOT EXISTS (SELECT 1 FROM records x WHERE x.file_id = a.id AND x.uuid = r.uuid))
+           AS b_only,
+         (SELECT resume_leaf_uuid FROM leaves WHERE file_id = a.id) AS a_resume_leaf_uuid,
+         (SELECT resume_leaf_uuid FROM leaves WHERE file_id = b.id) AS b_resume_leaf_uuid
+  FROM files a
+  JOIN files b ON b.session_id = a.session_id AND b.kind = a.kind AND b.id > a.id
+    AND (a.kind = 'main' OR b.agent_id IS a.agent_id)
+    AND coalesce(b.host, '') <> coalesce(a.host, '')
+    AND b.origin IN ('file', 'fleet')
+  WHERE a.origin IN ('file', 'fleet') AND a.kind IN ('main', 'subagent')
+) c
+""".strip()
+
 # --- Generations -----------------------------------------------------------
 
 # file_generations: every generation of every file (generations.py), the
@@ -1356,6 +1396,7 @@ VIEWS = {
     "stale_session_refs": STALE_SESSION_REFS_SQL,
     "repair_plan": REPAIR_PLAN_SQL,
     "session_copies": SESSION_COPIES_SQL,
+    "host_copies": HOST_COPIES_SQL,
     "file_generations": FILE_GENERATIONS_SQL,
     "session_main_copies": SESSION_MAIN_COPIES_SQL,
     "record_types": RECORD_TYPES_SQL,

@@ -635,6 +635,27 @@ TABLES = {
             diverged="1 when the uuids, the record counts or the resume leaves differ",
         ),
     },
+    "host_copies": {
+        "description": "Pairs of copies of one transcript on two hosts (shipped with "
+                       "session-index ship, or this machine's, host ''): never merged; diverged "
+                       "when their uuids, record counts or resume leaves differ.",
+        "columns": _cols(
+            "session_id", "kind",
+            agent_id="subagent id (agent-<id>.jsonl) of a subagent transcript",
+            a_host="the first copy's host ('' for this machine)",
+            a_file_id="files.id of the first copy (the lower id)",
+            a_path="its path in the index", a_records="its records",
+            a_deleted_at=f"when it was found gone, {_TS}",
+            b_host="the second copy's host ('' for this machine)",
+            b_file_id="files.id of the second copy", b_path="its path in the index",
+            b_records="its records", b_deleted_at=f"when it was found gone, {_TS}",
+            a_only="distinct uuids only the first copy holds",
+            b_only="distinct uuids only the second copy holds",
+            a_resume_leaf_uuid="the first copy's resume leaf",
+            b_resume_leaf_uuid="the second copy's resume leaf",
+            diverged="1 when the uuids, the record counts or the resume leaves differ",
+        ),
+    },
     "fleet_files": {
         "description": "Per file shipped from another host (session-index ship, ingest "
                        "--from): its path there and its generation there.",

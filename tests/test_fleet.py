@@ -368,3 +368,33 @@ def test_a_ledger_is_one_shippers_and_never_another_database(server, tmp_path):
     assert p.returncode == 3
     assert "is another SQLite database (its tables: notes), not a ship ledger" in p.stderr.decode()
     assert other.read_bytes() == before
+
+
+def test_copies_of_one_session_on_two_hosts_side_by_side(server, tmp_path):
+    db = tmp_path / "central.db"
+    a = Transcript(tmp_path / "a")
+    a.append(3)
+    b = Transcript(tmp_path / "b", session_id=a.session_id)
+    b.append_bytes(a.path.read_bytes())
+    for host in ("a", "b"):
+        ship_once(server, host, tmp_path / host, tmp_path)
+    drain(server, db)
+    run("ingest", a.path, "--db", db)   # and this machine's own copy
+    conn = sqlite3.connect(db)
+    rows = conn.execute("SELECT a_host, b_host, a_records, b_records, a_only, b_only, diverged "
+                        "FROM host_copies WHERE session_id = ? ORDER BY a_file_id, b_file_id",
+                        [a.session_id]).fetchall()
+    assert rows == [("a", "b", 3, 3, 0, 0, 0), ("a", "", 3, 3, 0, 0, 0), ("b", "", 3, 3, 0, 0, 0)]
+    b.parent = a.parent
+    b.append(1, text="only on b")
+    ship_once(server, "b", tmp_path / "b", tmp_path)
+    drain(server, db)
+    rows = conn.execute("SELECT a_host, b_host, a_only, b_only, diverged FROM host_copies "
+                        "WHERE session_id = ? ORDER BY a_file_id, b_file_id",
+                        [a.session_id]).fetchall()
+    assert rows == [("a", "b", 0, 1, 1), ("a", "", 0, 0, 0), ("b", "", 1, 0, 1)]
+    assert conn.execute("SELECT count(*) FROM files WHERE session_id = ?",
+                        [a.session_id]).fetchone() == (3,)   # never merged
+    out = run("status", "--db", db).stdout.decode()
+    assert "fleet: 2 hosts, 2 files shipped" in out
+    assert "sessions on several hosts: 1 (1 diverged, see host_copies)" in out
