@@ -543,3 +543,139 @@ def m020_title_records(db):
     db.execute(
         "CREATE INDEX records_titles ON records(file_id, line_no) "
         "WHERE type IN ('custom-title', 'ai-title', 'summary')")
+
+
+@migrations()
+def m022_prices(db):
+    # Per-model rates, USD per million tokens (prices.py; loaded from the
+    # packaged indexer/prices.json below and by `session-index prices load`):
+    # the 5-minute and 1-hour cache writes apart, the tier a request pays on
+    # every token when its prompt is above long_context_above input tokens
+    # (NULL: no tier), and the usage.speed = 'fast' multiplier (NULL: none).
+    db.execute(
+        """
+        CREATE TABLE prices (
+            model TEXT PRIMARY KEY,        -- message.model; a dated id matches its undated one
+            name TEXT,
+            input REAL NOT NULL,
+            output REAL NOT NULL,
+            cache_read REAL NOT NULL,
+            cache_write_5m REAL NOT NULL,
+            cache_write_1h REAL NOT NULL,
+            long_context_above INTEGER,
+            long_input REAL,
+            long_output REAL,
+            long_cache_read REAL,
+            long_cache_write_5m REAL,
+            long_cache_write_1h REAL,
+            fast_multiplier REAL,
+            snapshot_date TEXT NOT NULL,   -- the price file's snapshot (YYYY-MM-DD)
+            source TEXT NOT NULL,          -- 'package', or the path of the file loaded
+            loaded_at TEXT NOT NULL
+        )
+        """
+    )
+    # The usage object of every assistant record, as written (one row per
+    # line, before any dedup: the usage view counts each API call once), so
+    # that the usage view never parses records.raw. Kept by the triggers
+    # below, whatever writes records (ingest, the session store, a rewrite);
+    # NULL tokens where the field is absent or not a number; cache_5m/1h NULL
+    # when the record has no usage.cache_creation split. call_key names the
+    # API call the line belongs to, across all transcripts: message.id +
+    # requestId ('request:'), else session + message.id ('session:'), else
+    # the line itself ('line:'); the table is stored in its order, so the
+    # usage view groups the lines of a call without sorting them.
+    db.execute(
+        """
+        CREATE TABLE record_usage (
+            call_key TEXT NOT NULL,
+            record_id INTEGER NOT NULL,    -- records.id
+            file_id INTEGER NOT NULL,
+            session_id TEXT,
+            message_id TEXT,
+            request_id TEXT,
+            model TEXT,
+            timestamp TEXT,
+            input_tokens INTEGER,
+            output_tokens INTEGER,
+            cache_read_tokens INTEGER,
+            cache_creation_tokens INTEGER, -- usage.cache_creation_input_tokens
+            cache_5m_tokens INTEGER,       -- usage.cache_creation.ephemeral_5m_input_tokens
+            cache_1h_tokens INTEGER,       -- usage.cache_creation.ephemeral_1h_input_tokens
+            speed TEXT,                    -- usage.speed
+            service_tier TEXT,             -- usage.service_tier
+            PRIMARY KEY (call_key, record_id)
+        ) WITHOUT ROWID
+        """
+    )
+    db.execute("CREATE UNIQUE INDEX record_usage_record ON record_usage(record_id)")
+    # raw is parsed once for usage (json_valid first: a line SQLite cannot
+    # read as JSON, NaN, must not fail the insert), then the small usage text.
+    select = """
+        SELECT CASE WHEN message_id IS NULL THEN 'line:' || id
+                    WHEN request_id IS NOT NULL THEN 'request:' || message_id || ' ' || request_id
+                    ELSE 'session:' || coalesce(session_id, '') || ' ' || message_id END,
+          id, file_id, session_id, message_id, request_id, model, timestamp,
+          CASE WHEN json_type(u, '$.input_tokens') IN ('integer', 'real')
+               THEN CAST(json_extract(u, '$.input_tokens') AS INTEGER) END,
+          CASE WHEN json_type(u, '$.output_tokens') IN ('integer', 'real')
+               THEN CAST(json_extract(u, '$.output_tokens') AS INTEGER) END,
+          CASE WHEN json_type(u, '$.cache_read_input_tokens') IN ('integer', 'real')
+               THEN CAST(json_extract(u, '$.cache_read_input_tokens') AS INTEGER) END,
+          CASE WHEN json_type(u, '$.cache_creation_input_tokens') IN ('integer', 'real')
+               THEN CAST(json_extract(u, '$.cache_creation_input_tokens') AS INTEGER) END,
+          CASE WHEN json_type(u, '$.cache_creation.ephemeral_5m_input_tokens')
+                    IN ('integer', 'real')
+               THEN CAST(json_extract(u, '$.cache_creation.ephemeral_5m_input_tokens')
+                         AS INTEGER) END,
+          CASE WHEN json_type(u, '$.cache_creation.ephemeral_1h_input_tokens')
+                    IN ('integer', 'real')
+               THEN CAST(json_extract(u, '$.cache_creation.ephemeral_1h_input_tokens')
+                         AS INTEGER) END,
+          CASE WHEN json_type(u, '$.speed') = 'text' THEN json_extract(u, '$.speed') END,
+          CASE WHEN json_type(u, '$.service_tier') = 'text'
+               THEN json_extract(u, '$.service_tier') END
+        FROM (SELECT {r}.id AS id, {r}.file_id AS file_id, {r}.session_id AS session_id,
+                {r}.message_id AS message_id, {r}.request_id AS request_id,
+                {r}.model AS model, {r}.timestamp AS timestamp,
+                CASE WHEN json_valid({r}.raw) AND json_type({r}.raw, '$.message.usage')
+                     = 'object' THEN json_extract({r}.raw, '$.message.usage') END AS u
+              {source})
+        WHERE u IS NOT NULL"""
+    db.execute(
+        f"""
+        CREATE TRIGGER record_usage_insert AFTER INSERT ON records
+        WHEN new.type = 'assistant'
+        BEGIN
+          INSERT OR REPLACE INTO record_usage {select.format(r="new", source="")};
+        END
+        """
+    )
+    db.execute(
+        """
+        CREATE TRIGGER record_usage_delete AFTER DELETE ON records
+        WHEN old.type = 'assistant'
+        BEGIN
+          DELETE FROM record_usage WHERE record_id = old.id;
+        END
+        """
+    )
+    db.execute(
+        f"""
+        CREATE TRIGGER record_usage_update AFTER UPDATE OF raw, type, session_id, message_id,
+          request_id, model, timestamp, file_id ON records
+        BEGIN
+          DELETE FROM record_usage WHERE record_id = old.id;
+          INSERT OR REPLACE INTO record_usage
+            {select.format(r="new", source="WHERE new.type = 'assistant'")};
+        END
+        """
+    )
+    db.execute("INSERT INTO record_usage " + select.format(
+        r="r", source="FROM records r WHERE r.type = 'assistant'"))
+    # Claude Code's own running cost of a session (usage_reported).
+    db.execute(
+        "CREATE INDEX records_cost_state ON records(session_id, file_id, line_no) "
+        "WHERE type = 'cost-state'")
+    from .prices import PACKAGED, read, store
+    store(db.conn, read(PACKAGED))

@@ -1272,6 +1272,120 @@ SELECT session_id, file_id, path, project_dir, cwd, origin,
 FROM compared
 """.strip()
 
+# usage: one row per API call, from record_usage (the usage object of every
+# assistant line, kept by triggers: migrations.m022_prices), never parsing
+# records.raw. record_usage.call_key identifies the call across ALL
+# transcripts: message.id + requestId (a fork, a copy, a resumed session or
+# a subagent file repeats its lines under other session ids: counted once),
+# else session + message.id (a line without requestId), else the line
+# itself (no message.id). Claude Code writes one line per content block of
+# a response, each repeating the usage as it stood when written
+# (output_tokens grows as the response streams; the last line has the final
+# count): the call's usage is that of its line with the most output tokens
+# (ties: the first ingested, the lowest records.id), whole, not a maximum
+# per field (a mid-stream model fallback changes the other fields too);
+# lines: how many lines the call has. Synthetic placeholders ("<synthetic>")
+# and `claude -p` execution logs (the same calls again) never count.
+# Token kinds: input (uncached), output, cache read, cache writes of 5
+# minutes and of 1 hour (usage.cache_creation's split; without it the whole
+# cache_creation_input_tokens is a 5-minute write). prompt_tokens is every
+# input token of the call: input + cache read + both writes.
+# cost_usd: by the prices row of the model (its id, else its id without a
+# -YYYYMMDD date), at the long-context rates on every token when
+# prompt_tokens is above the model's long_context_above, times
+# fast_multiplier when usage.speed is "fast". NULL (unpriced, never 0) for a
+# model with no price, or a fast call of a model with no fast multiplier.
+USAGE_SQL = f"""
+WITH calls AS (
+  SELECT max(coalesce(output_tokens, 0) * 4294967296 - record_id) AS pick, count(*) AS lines,
+    record_id, file_id, session_id, message_id, request_id, model, timestamp, input_tokens,
+    output_tokens, cache_read_tokens, speed, coalesce(cache_1h_tokens, 0) AS w1h,
+    CASE WHEN cache_5m_tokens IS NULL AND cache_1h_tokens IS NULL
+         THEN coalesce(cache_creation_tokens, 0) ELSE coalesce(cache_5m_tokens, 0) END AS w5m
+  FROM record_usage
+  WHERE model IS NOT '{SYNTHETIC_MODEL}'
+    AND file_id IN (SELECT id FROM files WHERE kind IN {TRANSCRIPT_KINDS})
+  GROUP BY call_key
+),
+models AS MATERIALIZED (
+  SELECT model, coalesce(
+      (SELECT p.model FROM prices p WHERE p.model = m.model),
+      (SELECT p.model FROM prices p WHERE p.model = CASE
+         WHEN m.model GLOB '*-[0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9]'
+         THEN substr(m.model, 1, length(m.model) - 9) END)) AS price_model
+  FROM (SELECT DISTINCT model FROM record_usage) m
+),
+priced AS (
+  SELECT c.*, f.project_dir, m.price_model, p.*,
+    coalesce(c.input_tokens, 0) + coalesce(c.cache_read_tokens, 0) + c.w5m + c.w1h
+      AS prompt_tokens,
+    CASE WHEN c.speed = 'fast' THEN p.fast_multiplier ELSE 1 END AS multiplier
+  FROM calls c JOIN files f ON f.id = c.file_id
+    LEFT JOIN models m ON m.model IS c.model
+    LEFT JOIN prices p ON p.model = m.price_model
+),
+tiered AS (
+  SELECT *, (long_context_above IS NOT NULL AND prompt_tokens > long_context_above) AS long
+  FROM priced
+)
+SELECT record_id, session_id, project_dir AS project, file_id, model, timestamp,
+  message_id, request_id, lines, input_tokens, output_tokens, cache_read_tokens,
+  w5m AS cache_write_5m_tokens, w1h AS cache_write_1h_tokens, prompt_tokens, speed,
+  price_model, CASE WHEN price_model IS NOT NULL THEN long END AS long_context,
+  multiplier * (
+      coalesce(input_tokens, 0) * CASE WHEN long THEN long_input ELSE input END
+    + coalesce(output_tokens, 0) * CASE WHEN long THEN long_output ELSE output END
+    + coalesce(cache_read_tokens, 0) * CASE WHEN long THEN long_cache_read ELSE cache_read END
+    + w5m * CASE WHEN long THEN long_cache_write_5m ELSE cache_write_5m END
+    + w1h * CASE WHEN long THEN long_cache_write_1h ELSE cache_write_1h END
+  ) / 1e6 AS cost_usd
+FROM tiered
+""".strip()
+
+# usage_reported: one row per session for which Claude Code says what it
+# cost, beside what the usage view computes: cost_state_usd, the largest
+# totalCostUSD of the session's cost-state records (each is the session's
+# running total, written again and again; cost_state_unknown_models: one
+# said hasUnknownModelCost), and executions_usd, the sum of total_cost_usd
+# over the `claude -p` results naming the session (executions). The
+# differences are Claude Code's figure less the index's (positive: Claude
+# Code counts more). calls/cost_usd/unpriced_calls are the usage view's for
+# the session; first_call is its earliest.
+USAGE_REPORTED_SQL = f"""
+WITH ours AS (
+  SELECT session_id, count(*) AS calls, sum(cost_usd) AS cost_usd,
+    sum(cost_usd IS NULL) AS unpriced_calls, min(timestamp) AS first_call
+  FROM usage GROUP BY session_id
+),
+cost_state AS (
+  SELECT r.session_id,
+    max(CASE WHEN json_type(r.raw, '$.totalCostUSD') IN ('integer', 'real')
+             THEN json_extract(r.raw, '$.totalCostUSD') END) AS usd,
+    max(json_type(r.raw, '$.hasUnknownModelCost') = 'true') AS unknown_models
+  FROM records r JOIN files f ON f.id = r.file_id
+  WHERE r.type = 'cost-state' AND r.session_id IS NOT NULL AND f.kind IN {TRANSCRIPT_KINDS}
+    AND json_valid(r.raw)
+  GROUP BY r.session_id
+),
+runs AS (
+  SELECT session_id, count(*) AS runs, sum(total_cost_usd) AS usd
+  FROM executions WHERE session_id IS NOT NULL AND total_cost_usd IS NOT NULL
+  GROUP BY session_id
+),
+reported AS (
+  SELECT session_id FROM cost_state WHERE usd IS NOT NULL
+  UNION SELECT session_id FROM runs
+)
+SELECT s.session_id, o.calls, o.cost_usd, o.unpriced_calls, o.first_call,
+  c.usd AS cost_state_usd, c.unknown_models AS cost_state_unknown_models,
+  c.usd - coalesce(o.cost_usd, 0) AS cost_state_difference_usd,
+  e.runs AS executions, e.usd AS executions_usd,
+  e.usd - coalesce(o.cost_usd, 0) AS executions_difference_usd
+FROM reported s LEFT JOIN ours o ON o.session_id = s.session_id
+  LEFT JOIN cost_state c ON c.session_id = s.session_id
+  LEFT JOIN runs e ON e.session_id = s.session_id
+""".strip()
+
 VIEWS = {
     "cli_definition": CLI_DEFINITION_SQL,
     "leaves_definition": LEAVES_DEFINITION_SQL,
@@ -1294,6 +1408,8 @@ VIEWS = {
     "session_copies": SESSION_COPIES_SQL,
     "file_generations": FILE_GENERATIONS_SQL,
     "session_main_copies": SESSION_MAIN_COPIES_SQL,
+    "usage": USAGE_SQL,
+    "usage_reported": USAGE_REPORTED_SQL,
 }
 
 # A change to any definition changes this, and every cache is recomputed.

@@ -163,3 +163,47 @@ async def run_checks(db, checks=CHECKS) -> tuple[list[Result], list]:
 async def overview(db) -> dict:
     rows = await db.execute(OVERVIEW_SQL)
     return dict(rows.first())
+
+
+# The usage panel: every API call counted once (the usage view), in total
+# and since :since; tokens of every kind; the price snapshot in use.
+USAGE_PANEL_SQL = """
+SELECT count(*) AS calls, round(sum(cost_usd), 2) AS cost_usd,
+  sum(cost_usd IS NULL) AS unpriced_calls,
+  sum(coalesce(input_tokens, 0) + coalesce(output_tokens, 0) + coalesce(cache_read_tokens, 0)
+      + cache_write_5m_tokens + cache_write_1h_tokens) AS tokens,
+  sum(timestamp >= :since) AS recent_calls,
+  round(sum(CASE WHEN timestamp >= :since THEN cost_usd END), 2) AS recent_cost_usd,
+  group_concat(DISTINCT CASE WHEN cost_usd IS NULL THEN coalesce(model, '?') END)
+    AS unpriced_models,
+  (SELECT max(snapshot_date) FROM prices) AS prices_snapshot
+FROM usage
+""".strip()
+# Is there a figure of Claude Code's own to compare with (cheap: indexed)?
+REPORTS_EXIST_SQL = """
+SELECT EXISTS (SELECT 1 FROM records WHERE type = 'cost-state')
+    OR EXISTS (SELECT 1 FROM records WHERE type = 'result')
+""".strip()
+USAGE_WINDOW_DAYS = 7
+
+
+async def usage_panel(db, now: str) -> dict | None:
+    """The usage panel's figures (None when the index has no usage view):
+    ``since`` (USAGE_WINDOW_DAYS before ``now``), the totals, and the
+    comparison lines with Claude Code's own figures."""
+    from datetime import datetime, timedelta
+
+    from . import usage
+
+    names = {r[0] for r in await db.execute(NAMES_SQL)}
+    if "usage" not in names:
+        return None
+    moment = datetime.fromisoformat(now.replace("Z", "+00:00")) - timedelta(
+        days=USAGE_WINDOW_DAYS)
+    since = moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    panel = dict((await db.execute(USAGE_PANEL_SQL, {"since": since})).first())
+    panel.update(since=since, days=USAGE_WINDOW_DAYS, comparison=[])
+    if (await db.execute(REPORTS_EXIST_SQL)).first()[0]:
+        found = dict((await db.execute(usage.COMPARISON_SQL, {"since": ""})).first())
+        panel["comparison"] = usage.comparison_lines(found)
+    return panel
