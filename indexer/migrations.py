@@ -575,107 +575,76 @@ def m022_prices(db):
         )
         """
     )
-    # The usage object of every assistant record, as written (one row per
-    # line, before any dedup: the usage view counts each API call once), so
-    # that the usage view never parses records.raw. Kept by the triggers
-    # below, whatever writes records (ingest, the session store, a rewrite);
-    # NULL tokens where the field is absent or not a number; cache_5m/1h NULL
-    # when the record has no usage.cache_creation split. call_key names the
-    # API call the line belongs to, across all transcripts: message.id +
-    # requestId ('request:'), else session + message.id ('session:'), else
-    # the line itself ('line:'); the table is stored in its order, so the
-    # usage view groups the lines of a call without sorting them.
+    # The usage of every assistant record, as columns of records (lines.py
+    # reads them from the line as it parses it: rows.RECORD_FIELDS), so that
+    # nothing parses records.raw for usage. Existing assistant rows are read
+    # once here: by SQLite's JSON where raw is JSON it reads, else (NaN, an
+    # infinity) by the parser itself; both give what lines.py gives.
+    for column, kind in (("has_usage", "INTEGER NOT NULL DEFAULT 0"),
+                         ("input_tokens", "INTEGER"), ("output_tokens", "INTEGER"),
+                         ("cache_read_tokens", "INTEGER"), ("cache_creation_tokens", "INTEGER"),
+                         ("cache_5m_tokens", "INTEGER"), ("cache_1h_tokens", "INTEGER"),
+                         ("speed", "TEXT"), ("service_tier", "TEXT")):
+        db.execute(f"ALTER TABLE records ADD COLUMN {column} {kind}")
+
+    fill_usage_columns(db)
+    # The usage view reads these columns through this index alone (it
+    # covers every column the view uses; records.raw, stored before the new
+    # columns, is never read). It is led by file_id, so a cold ingest
+    # appends to it in order (a table kept by triggers cost a cold ingest
+    # about a third more: bench/usage_speed.py --ingest), and a deleted
+    # record (a rewrite, a retracted last line) leaves it with its row.
     db.execute(
-        """
-        CREATE TABLE record_usage (
-            call_key TEXT NOT NULL,
-            record_id INTEGER NOT NULL,    -- records.id
-            file_id INTEGER NOT NULL,
-            session_id TEXT,
-            message_id TEXT,
-            request_id TEXT,
-            model TEXT,
-            timestamp TEXT,
-            input_tokens INTEGER,
-            output_tokens INTEGER,
-            cache_read_tokens INTEGER,
-            cache_creation_tokens INTEGER, -- usage.cache_creation_input_tokens
-            cache_5m_tokens INTEGER,       -- usage.cache_creation.ephemeral_5m_input_tokens
-            cache_1h_tokens INTEGER,       -- usage.cache_creation.ephemeral_1h_input_tokens
-            speed TEXT,                    -- usage.speed
-            service_tier TEXT,             -- usage.service_tier
-            PRIMARY KEY (call_key, record_id)
-        ) WITHOUT ROWID
-        """
-    )
-    db.execute("CREATE UNIQUE INDEX record_usage_record ON record_usage(record_id)")
-    # raw is parsed once for usage (json_valid first: a line SQLite cannot
-    # read as JSON, NaN, must not fail the insert), then the small usage text.
-    select = """
-        SELECT CASE WHEN message_id IS NULL THEN 'line:' || id
-                    WHEN request_id IS NOT NULL THEN 'request:' || message_id || ' ' || request_id
-                    ELSE 'session:' || coalesce(session_id, '') || ' ' || message_id END,
-          id, file_id, session_id, message_id, request_id, model, timestamp,
-          CASE WHEN json_type(u, '$.input_tokens') IN ('integer', 'real')
-               THEN CAST(json_extract(u, '$.input_tokens') AS INTEGER) END,
-          CASE WHEN json_type(u, '$.output_tokens') IN ('integer', 'real')
-               THEN CAST(json_extract(u, '$.output_tokens') AS INTEGER) END,
-          CASE WHEN json_type(u, '$.cache_read_input_tokens') IN ('integer', 'real')
-               THEN CAST(json_extract(u, '$.cache_read_input_tokens') AS INTEGER) END,
-          CASE WHEN json_type(u, '$.cache_creation_input_tokens') IN ('integer', 'real')
-               THEN CAST(json_extract(u, '$.cache_creation_input_tokens') AS INTEGER) END,
-          CASE WHEN json_type(u, '$.cache_creation.ephemeral_5m_input_tokens')
-                    IN ('integer', 'real')
-               THEN CAST(json_extract(u, '$.cache_creation.ephemeral_5m_input_tokens')
-                         AS INTEGER) END,
-          CASE WHEN json_type(u, '$.cache_creation.ephemeral_1h_input_tokens')
-                    IN ('integer', 'real')
-               THEN CAST(json_extract(u, '$.cache_creation.ephemeral_1h_input_tokens')
-                         AS INTEGER) END,
-          CASE WHEN json_type(u, '$.speed') = 'text' THEN json_extract(u, '$.speed') END,
-          CASE WHEN json_type(u, '$.service_tier') = 'text'
-               THEN json_extract(u, '$.service_tier') END
-        FROM (SELECT {r}.id AS id, {r}.file_id AS file_id, {r}.session_id AS session_id,
-                {r}.message_id AS message_id, {r}.request_id AS request_id,
-                {r}.model AS model, {r}.timestamp AS timestamp,
-                CASE WHEN json_valid({r}.raw) AND json_type({r}.raw, '$.message.usage')
-                     = 'object' THEN json_extract({r}.raw, '$.message.usage') END AS u
-              {source})
-        WHERE u IS NOT NULL"""
-    db.execute(
-        f"""
-        CREATE TRIGGER record_usage_insert AFTER INSERT ON records
-        WHEN new.type = 'assistant'
-        BEGIN
-          INSERT OR REPLACE INTO record_usage {select.format(r="new", source="")};
-        END
-        """
-    )
-    db.execute(
-        """
-        CREATE TRIGGER record_usage_delete AFTER DELETE ON records
-        WHEN old.type = 'assistant'
-        BEGIN
-          DELETE FROM record_usage WHERE record_id = old.id;
-        END
-        """
-    )
-    db.execute(
-        f"""
-        CREATE TRIGGER record_usage_update AFTER UPDATE OF raw, type, session_id, message_id,
-          request_id, model, timestamp, file_id ON records
-        BEGIN
-          DELETE FROM record_usage WHERE record_id = old.id;
-          INSERT OR REPLACE INTO record_usage
-            {select.format(r="new", source="WHERE new.type = 'assistant'")};
-        END
-        """
-    )
-    db.execute("INSERT INTO record_usage " + select.format(
-        r="r", source="FROM records r WHERE r.type = 'assistant'"))
+        "CREATE INDEX records_usage ON records(file_id, timestamp, session_id, message_id, "
+        "request_id, model, input_tokens, output_tokens, cache_read_tokens, "
+        "cache_creation_tokens, cache_5m_tokens, cache_1h_tokens, speed, has_usage) WHERE has_usage")
     # Claude Code's own running cost of a session (usage_reported).
     db.execute(
         "CREATE INDEX records_cost_state ON records(session_id, file_id, line_no) "
         "WHERE type = 'cost-state'")
     from .prices import PACKAGED, read, store
     store(db.conn, read(PACKAGED))
+
+
+def fill_usage_columns(db):
+    """m022_prices: the usage columns of the existing assistant records,
+    read from raw as lines.py reads them (tests/test_ingest.py holds the
+    two equal)."""
+    def count(path):
+        # a JSON number that a SQLite integer holds, truncated (lines._count)
+        return (f"CASE WHEN json_type(u, '{path}') IN ('integer', 'real') "
+                f"AND abs(json_extract(u, '{path}')) < 9223372036854775807.0 "
+                f"THEN CAST(json_extract(u, '{path}') AS INTEGER) END")
+
+    def text(path):
+        return f"CASE WHEN json_type(u, '{path}') = 'text' THEN json_extract(u, '{path}') END"
+
+    db.execute(f"""
+        UPDATE records SET has_usage = 1, input_tokens = {count('$.input_tokens')},
+          output_tokens = {count('$.output_tokens')},
+          cache_read_tokens = {count('$.cache_read_input_tokens')},
+          cache_creation_tokens = {count('$.cache_creation_input_tokens')},
+          cache_5m_tokens = {count('$.cache_creation.ephemeral_5m_input_tokens')},
+          cache_1h_tokens = {count('$.cache_creation.ephemeral_1h_input_tokens')},
+          speed = {text('$.speed')}, service_tier = {text('$.service_tier')}
+        FROM (SELECT id AS usage_id, json_extract(raw, '$.message.usage') AS u FROM records
+              WHERE type = 'assistant' AND json_valid(raw)
+                AND json_type(raw, '$.message.usage') = 'object')
+        WHERE id = usage_id
+        """)
+    from .lines import NO_USAGE, RECORD_FIELDS, BadLine, parse_line
+    at = RECORD_FIELDS.index("has_usage")
+    columns = RECORD_FIELDS[at:]
+    rows = db.execute(
+        "SELECT id, raw FROM records WHERE type = 'assistant' AND NOT json_valid(raw)")
+    found = []
+    for record_id, raw in rows.fetchall():
+        try:
+            data = raw if isinstance(raw, bytes) else raw.encode("utf-8", "surrogatepass")
+            fields = parse_line(data)[1][at:]
+        except (BadLine, UnicodeError):
+            continue
+        if fields != NO_USAGE:
+            found.append((*fields, record_id))
+    db.conn.executemany(
+        f"UPDATE records SET {', '.join(c + ' = ?' for c in columns)} WHERE id = ?", found)

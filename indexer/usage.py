@@ -37,8 +37,9 @@ SESSION_REPORTED_SQL = ("SELECT session_id, " + ", ".join(REPORTED_COLUMNS)
 
 # The index's cost against each of Claude Code's own figures, over the
 # sessions that have one (all their calls since :since: the figures are
-# running totals of whole sessions).
-COMPARISON_SQL = """
+# running totals of whole sessions). {source}: the rows of usage_reported
+# (the health page's panel: its definition narrowed to the panel's window).
+COMPARISON_TEMPLATE = """
 SELECT count(cost_state_usd) AS cost_state_sessions,
   round(sum(cost_state_usd), 6) AS cost_state_usd,
   round(sum(CASE WHEN cost_state_usd IS NOT NULL THEN coalesce(cost_usd, 0) END), 6)
@@ -49,8 +50,10 @@ SELECT count(cost_state_usd) AS cost_state_sessions,
   round(sum(CASE WHEN executions_usd IS NOT NULL THEN coalesce(cost_usd, 0) END), 6)
     AS executions_index_usd,
   round(sum(executions_difference_usd), 6) AS executions_difference_usd
-FROM usage_reported WHERE coalesce(first_call, '') >= :since
+FROM {source}
 """.strip()
+COMPARISON_SQL = COMPARISON_TEMPLATE.format(
+    source="usage_reported WHERE coalesce(first_call, '') >= :since")
 
 
 class BadGroup(ValueError):

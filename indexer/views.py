@@ -1272,13 +1272,16 @@ SELECT session_id, file_id, path, project_dir, cwd, origin,
 FROM compared
 """.strip()
 
-# usage: one row per API call, from record_usage (the usage object of every
-# assistant line, kept by triggers: migrations.m022_prices), never parsing
-# records.raw. record_usage.call_key identifies the call across ALL
-# transcripts: message.id + requestId (a fork, a copy, a resumed session or
-# a subagent file repeats its lines under other session ids: counted once),
-# else session + message.id (a line without requestId), else the line
-# itself (no message.id). Claude Code writes one line per content block of
+# usage: one row per API call, from the usage columns of records (read
+# from each assistant line as it is parsed: migrations.m022_prices), through
+# the covering partial index records_usage alone (named: without statistics
+# the planner may take another index of records, and read every line's
+# row, raw and all), never parsing records.raw. A
+# call is identified across ALL transcripts by message.id + requestId (a
+# fork, a copy, a resumed session or a subagent file repeats its lines
+# under other session ids: counted once), else by session + message.id (a
+# line without requestId), else it is the line itself (no message.id).
+# Claude Code writes one line per content block of
 # a response, each repeating the usage as it stood when written
 # (output_tokens grows as the response streams; the last line has the final
 # count): the call's usage is that of its line with the most output tokens
@@ -1295,34 +1298,32 @@ FROM compared
 # prompt_tokens is above the model's long_context_above, times
 # fast_multiplier when usage.speed is "fast". NULL (unpriced, never 0) for a
 # model with no price, or a fast call of a model with no fast multiplier.
-USAGE_SQL = f"""
-WITH calls AS (
-  SELECT max(coalesce(output_tokens, 0) * 4294967296 - record_id) AS pick, count(*) AS lines,
-    record_id, file_id, session_id, message_id, request_id, model, timestamp, input_tokens,
+# USAGE_CALLS_TEMPLATE is its first step, {where} narrowing the lines read
+# (the health page's panel reads the last days' files only).
+USAGE_CALLS_TEMPLATE = f"""
+  SELECT max(coalesce(output_tokens, 0) * 4294967296 - id) AS pick, count(*) AS lines,
+    id AS record_id, file_id, session_id, message_id, request_id, model, timestamp, input_tokens,
     output_tokens, cache_read_tokens, speed, coalesce(cache_1h_tokens, 0) AS w1h,
     CASE WHEN cache_5m_tokens IS NULL AND cache_1h_tokens IS NULL
          THEN coalesce(cache_creation_tokens, 0) ELSE coalesce(cache_5m_tokens, 0) END AS w5m
-  FROM record_usage
-  WHERE model IS NOT '{SYNTHETIC_MODEL}'
-    AND file_id IN (SELECT id FROM files WHERE kind IN {TRANSCRIPT_KINDS})
-  GROUP BY call_key
-),
-models AS MATERIALIZED (
-  SELECT model, coalesce(
-      (SELECT p.model FROM prices p WHERE p.model = m.model),
-      (SELECT p.model FROM prices p WHERE p.model = CASE
-         WHEN m.model GLOB '*-[0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9]'
-         THEN substr(m.model, 1, length(m.model) - 9) END)) AS price_model
-  FROM (SELECT DISTINCT model FROM record_usage) m
-),
+  FROM records INDEXED BY records_usage
+  WHERE has_usage AND model IS NOT '{SYNTHETIC_MODEL}'
+    AND file_id IN (SELECT id FROM files WHERE kind IN {TRANSCRIPT_KINDS}{{files}}){{where}}
+  GROUP BY message_id, request_id, CASE WHEN request_id IS NULL THEN session_id END,
+    CASE WHEN message_id IS NULL THEN id END
+""".strip()
+# The rest of the usage view, from calls.
+USAGE_PRICED_TEMPLATE = """
 priced AS (
-  SELECT c.*, f.project_dir, m.price_model, p.*,
+  SELECT c.*, f.project_dir, p.model AS price_model, p.*,
     coalesce(c.input_tokens, 0) + coalesce(c.cache_read_tokens, 0) + c.w5m + c.w1h
       AS prompt_tokens,
     CASE WHEN c.speed = 'fast' THEN p.fast_multiplier ELSE 1 END AS multiplier
   FROM calls c JOIN files f ON f.id = c.file_id
-    LEFT JOIN models m ON m.model IS c.model
-    LEFT JOIN prices p ON p.model = m.price_model
+    LEFT JOIN prices p ON p.model = coalesce(
+      (SELECT q.model FROM prices q WHERE q.model = c.model),
+      CASE WHEN c.model GLOB '*-[0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9]'
+           THEN substr(c.model, 1, length(c.model) - 9) END)
 ),
 tiered AS (
   SELECT *, (long_context_above IS NOT NULL AND prompt_tokens > long_context_above) AS long
@@ -1341,6 +1342,8 @@ SELECT record_id, session_id, project_dir AS project, file_id, model, timestamp,
   ) / 1e6 AS cost_usd
 FROM tiered
 """.strip()
+USAGE_SQL = ("WITH calls AS (" + USAGE_CALLS_TEMPLATE.format(files="", where="") + "\n),\n"
+             + USAGE_PRICED_TEMPLATE)
 
 # usage_reported: one row per session for which Claude Code says what it
 # cost, beside what the usage view computes: cost_state_usd, the largest
@@ -1350,12 +1353,15 @@ FROM tiered
 # over the `claude -p` results naming the session (executions). The
 # differences are Claude Code's figure less the index's (positive: Claude
 # Code counts more). calls/cost_usd/unpriced_calls are the usage view's for
-# the session; first_call is its earliest.
-USAGE_REPORTED_SQL = f"""
+# the session; first_call is its earliest. USAGE_REPORTED_TEMPLATE: {usage}
+# the calls (the usage view, or a part of it), {cost_state_sessions} and
+# {run_sessions} narrowing the sessions of the cost-state records (r) and of
+# the executions (the health page's panel: those begun in its window).
+USAGE_REPORTED_TEMPLATE = f"""
 WITH ours AS (
   SELECT session_id, count(*) AS calls, sum(cost_usd) AS cost_usd,
     sum(cost_usd IS NULL) AS unpriced_calls, min(timestamp) AS first_call
-  FROM usage GROUP BY session_id
+  FROM {{usage}} GROUP BY session_id
 ),
 cost_state AS (
   SELECT r.session_id,
@@ -1364,12 +1370,12 @@ cost_state AS (
     max(json_type(r.raw, '$.hasUnknownModelCost') = 'true') AS unknown_models
   FROM records r JOIN files f ON f.id = r.file_id
   WHERE r.type = 'cost-state' AND r.session_id IS NOT NULL AND f.kind IN {TRANSCRIPT_KINDS}
-    AND json_valid(r.raw)
+    AND json_valid(r.raw){{cost_state_sessions}}
   GROUP BY r.session_id
 ),
 runs AS (
   SELECT session_id, count(*) AS runs, sum(total_cost_usd) AS usd
-  FROM executions WHERE session_id IS NOT NULL AND total_cost_usd IS NOT NULL
+  FROM executions WHERE session_id IS NOT NULL AND total_cost_usd IS NOT NULL{{run_sessions}}
   GROUP BY session_id
 ),
 reported AS (
@@ -1385,6 +1391,8 @@ FROM reported s LEFT JOIN ours o ON o.session_id = s.session_id
   LEFT JOIN cost_state c ON c.session_id = s.session_id
   LEFT JOIN runs e ON e.session_id = s.session_id
 """.strip()
+USAGE_REPORTED_SQL = USAGE_REPORTED_TEMPLATE.format(usage="usage", cost_state_sessions="",
+                                                    run_sessions="")
 
 VIEWS = {
     "cli_definition": CLI_DEFINITION_SQL,

@@ -345,6 +345,16 @@ TABLES = {
             cwd="cwd", version="Claude Code version", git_branch="gitBranch",
             leaf_uuid="leafUuid of summary records",
             raw="the exact text of the line (pretty-printed here)",
+            has_usage="1 for an assistant record whose message.usage is an object (the "
+                      "usage view reads these lines; the counts below are NULL on others)",
+            input_tokens="usage.input_tokens (an integer only when a JSON number)",
+            output_tokens="usage.output_tokens",
+            cache_read_tokens="usage.cache_read_input_tokens",
+            cache_creation_tokens="usage.cache_creation_input_tokens",
+            cache_5m_tokens="usage.cache_creation.ephemeral_5m_input_tokens",
+            cache_1h_tokens="usage.cache_creation.ephemeral_1h_input_tokens",
+            speed="usage.speed (text only when a string)",
+            service_tier="usage.service_tier",
         ),
     },
     "bad_lines": {
@@ -703,23 +713,6 @@ TABLES = {
             snapshot_date="the date of the price file's snapshot",
             source="package (the packaged file) or the path of the file loaded",
             loaded_at=f"when it was loaded, {_TS}",
-        ),
-    },
-    "record_usage": {
-        "description": "The usage object of every assistant line as written, kept by "
-                       "triggers on records; query usage instead (each call once).",
-        "hidden": True,
-        "columns": _cols(
-            "record_id", "file_id", "session_id", "message_id", "timestamp",
-            call_key="the API call the line belongs to: request:<message.id> <requestId>, "
-                     "else session:<session> <message.id>, else line:<records.id>",
-            request_id="requestId", model="message.model",
-            input_tokens="usage.input_tokens", output_tokens="usage.output_tokens",
-            cache_read_tokens="usage.cache_read_input_tokens",
-            cache_creation_tokens="usage.cache_creation_input_tokens",
-            cache_5m_tokens="usage.cache_creation.ephemeral_5m_input_tokens",
-            cache_1h_tokens="usage.cache_creation.ephemeral_1h_input_tokens",
-            speed="usage.speed", service_tier="usage.service_tier",
         ),
     },
     "store_keys": {

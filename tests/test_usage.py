@@ -96,7 +96,7 @@ def test_split_content_blocks_count_once_with_the_final_usage(index):
          "output_tokens": 260, "cache_read_tokens": 1000, "cache_write_5m_tokens": 200,
          "cache_write_1h_tokens": 0, "long_context": 0,
          "cost_usd": cost(3, 260, 1000, 200)}])
-    assert index.value("SELECT count(*) FROM record_usage") == 3
+    assert index.value("SELECT count(*) FROM records WHERE has_usage") == 3
 
 
 def test_a_fork_repeats_a_call_under_another_session_counted_once(index):
@@ -104,7 +104,7 @@ def test_a_fork_repeats_a_call_under_another_session_counted_once(index):
     transcript(index, S1, [rec])
     transcript(index, S2, [dict(rec, sessionId=S2)], project="-work-app-fork")
     index.ingest()
-    assert index.value("SELECT count(*) FROM record_usage") == 2
+    assert index.value("SELECT count(*) FROM records WHERE has_usage") == 2
     close(calls(index), [
         {"session_id": S1, "model": SONNET, "lines": 2, "input_tokens": 10,
          "output_tokens": 50, "cache_read_tokens": 0, "cache_write_5m_tokens": 100,
@@ -359,28 +359,67 @@ def test_a_rewritten_file_takes_its_usage_rows_with_it(index):
     index.ingest()
     assert index.rows("SELECT message_id, cost_usd FROM usage") == [
         {"message_id": "msg_9", "cost_usd": 15.0}]
-    assert index.value("SELECT count(*) FROM record_usage") == 1
+    assert index.value("SELECT count(*) FROM records WHERE has_usage") == 1
 
 
-def test_the_health_page_shows_the_usage_panel(index):
-    transcript(index, S1, [
-        assistant(S1, "a1", "msg_1", "req_1", usage(1_000_000, 0), model=HAIKU),
-        assistant(S1, "a2", "msg_2", "req_2", usage(1, 1), model="<b>claude-evil</b>",
-                  parent="a1"),
-        cost_state(S1, 3.25)])
+def test_a_last_line_that_goes_on_leaves_the_usage_with_its_row(index):
+    # A whole last line stored without its newline, which then goes on
+    # (ingest retracts its row and reads it again as a bad line): its call
+    # goes from the usage view, from the index it is read through too.
+    path = transcript(index, S1, [assistant(S1, "a1", "msg_1", "req_1", usage(1_000_000, 0),
+                                            model=HAIKU)])
+    with open(path, "ab") as f:
+        f.write(json.dumps(assistant(S1, "a2", "msg_2", "req_2", usage(0, 1_000_000),
+                                     model=HAIKU, parent="a1")).encode())
     index.ingest()
+    assert index.rows("SELECT message_id, cost_usd FROM usage ORDER BY 1") == [
+        {"message_id": "msg_1", "cost_usd": 1.0}, {"message_id": "msg_2", "cost_usd": 5.0}]
+    with open(path, "ab") as f:
+        f.write(b" and more\n")
+    index.ingest()
+    assert index.value("SELECT count(*) FROM bad_lines") == 1
+    assert index.rows("SELECT message_id, cost_usd FROM usage") == [
+        {"message_id": "msg_1", "cost_usd": 1.0}]
+    assert index.value("SELECT count(*) FROM records INDEXED BY records_usage "
+                       "WHERE has_usage") == 1
+
+
+def test_the_health_page_panel_shows_the_last_seven_days(index):
+    from datetime import datetime, timedelta, timezone
+
+    def ago(**delta):
+        return (datetime.now(timezone.utc) - timedelta(**delta)).isoformat(
+            timespec="milliseconds").replace("+00:00", "Z")
+
+    recent, old = ago(hours=1), ago(days=10)
+    index.projects.joinpath("-work-app").mkdir(parents=True)
+    write_jsonl(index.projects / "-work-app" / f"{S1}.jsonl", [
+        user(S1, "u-1", ts=recent),
+        assistant(S1, "a1", "msg_1", "req_1", usage(1_000_000, 0), model=HAIKU, ts=recent),
+        assistant(S1, "a2", "msg_2", "req_2", usage(1, 1), model="<b>claude-evil</b>",
+                  parent="a1", ts=recent),
+        cost_state(S1, 3.25)])
+    # a session of ten days ago: in the usage view, not in the panel
+    write_jsonl(index.projects / "-work-app" / f"{S2}.jsonl", [
+        user(S2, "u-2", ts=old),
+        assistant(S2, "b1", "msg_3", "req_3", usage(0, 1_000_000), model=HAIKU, ts=old),
+        cost_state(S2, 9.0)])
+    index.ingest()
+    assert index.value("SELECT sum(cost_usd) FROM usage") == 6.0
     ds = web.make_datasette(index.path)
     asyncio.run(ds.invoke_startup())
     html = asyncio.run(ds.client.get("/-/session-health")).text
     assert "<h2>Usage and cost</h2>" in html
-    assert '<td class="si-count si-total-cost">1.0</td>' in html
+    assert '<td class="si-count si-recent-calls">2</td>' in html
+    assert '<td class="si-count si-recent-cost">1.0</td>' in html
     assert "1 calls have no price" in html and "&lt;b&gt;claude-evil&lt;/b&gt;" in html
     assert "<b>claude-evil</b>" not in html
-    assert ("Claude Code's cost-state records: $3.250000 over 1 sessions; the index computes "
-            "$1.000000 for them (difference $+2.250000)") in html.replace("&#39;", "'")
+    assert ("Sessions begun in these 7 days, Claude Code's cost-state records: $3.250000 over "
+            "1 sessions; the index computes $1.000000 for them (difference $+2.250000)"
+            ) in html.replace("&#39;", "'")
     data = asyncio.run(ds.client.get("/index/cost_by_project.json?_shape=array&since=")).json()
     assert [(r["project"], r["calls"], r["cost_usd"], r["unpriced_calls"]) for r in data] == [
-        ("-work-app", 2, 1.0, 1)]
+        ("-work-app", 3, 6.0, 1)]
 
 
 # --- the real corpus, checked by a computation of its own -----------------------
@@ -454,4 +493,4 @@ def test_corpus_totals_match_an_independent_count(tmp_path):
     assert totals["unpriced"] == len(expected_cost) - len(priced) > 0
     assert totals["cost"] == pytest.approx(sum(priced), rel=1e-9)
     # far fewer calls than assistant lines: split blocks counted once
-    assert idx.value("SELECT count(*) FROM record_usage") > 1.5 * len(found)
+    assert idx.value("SELECT count(*) FROM records WHERE has_usage") > 1.5 * len(found)
