@@ -40,6 +40,7 @@ exportmod, ingestmod, mainfile = _OnUse("export"), _OnUse("ingest"), _OnUse("mai
 refsmod, repairmod, showmod = _OnUse("refs"), _OnUse("repair"), _OnUse("show")
 signals, statusmod = _OnUse("signals"), _OnUse("status")
 record_kinds = _OnUse("record_kinds")
+pricesmod, usagemod = _OnUse("prices"), _OnUse("usage")
 
 EXIT_FINDING = 1
 EXIT_UNUSABLE = 3
@@ -599,6 +600,106 @@ def sessions(db_path, project, since, limit, fmt):
     output.write_rows(rows, fmt or "tsv", sys.stdout)
 
 
+
+
+@cli.command()
+@db_option
+@click.option("--by", type=click.Choice(["day", "session", "model", "project"]), default=None,
+              help="One row per day (UTC), session, model or project folder "
+                   "[default: one row for all].")
+@click.option("--since", default=None, metavar="ISO-TIME",
+              help="Only API calls at or after this time (ISO-8601, UTC if no zone).")
+@output_options
+def usage(db_path, by, since, fmt):
+    """Tokens and cost of the API calls in the transcripts, each call counted
+    once (the usage view: split content blocks, forks, copies and resumed
+    sessions repeat a call's lines), priced from the prices table: the
+    5-minute and 1-hour cache writes apart, the long-context tier, the fast
+    multiplier. Calls of a model with no price are counted in unpriced_calls
+    and left out of cost_usd (never priced at 0). By session, Claude Code's
+    own figures for the session are beside it (cost-state records,
+    `claude -p` total_cost_usd) with the difference; stderr compares the
+    totals.
+
+    Example:
+
+    \b
+        session-index usage --by project --since 2026-11-24 --table
+        session-index usage --by day --json
+    """
+    from . import output
+
+    since = _now(since) if since else None
+    db = _open(db_path, create=False)
+    try:
+        pricesmod.refresh_packaged(db)
+    except pricesmod.PricesError as exc:
+        click.echo(f"warning: the packaged prices were not loaded: {exc}", err=True)
+    rows = usagemod.summary(db, by=by, since=since)
+    output.write_rows(rows, fmt or "tsv", sys.stdout)
+    unpriced = sum(r["unpriced_calls"] for r in rows)
+    if unpriced:
+        models = sorted({m for r in rows for m in (r["unpriced_models"] or "").split(",") if m})
+        click.echo(f"{unpriced} calls of models with no price ({', '.join(models)}): not in "
+                   "cost_usd; load a price file with 'session-index prices load FILE'", err=True)
+    for line in usagemod.comparison_lines(usagemod.comparison(db, since=since)):
+        click.echo(line, err=True)
+
+
+@cli.group()
+def prices():
+    """The price table the usage view costs calls with."""
+
+
+@prices.command("list")
+@db_option
+@output_options
+def prices_list(db_path, fmt):
+    """The price of every model (USD per million tokens): input, output,
+    cache read, 5-minute and 1-hour cache writes, the long-context tier and
+    the threshold above which a call pays it, the fast multiplier, the
+    snapshot date and the file the rates came from.
+
+    Example:
+
+    \b
+        session-index prices list --table
+    """
+    from . import output
+
+    db = _open(db_path, create=False)
+    try:
+        pricesmod.refresh_packaged(db)
+    except pricesmod.PricesError as exc:
+        click.echo(f"warning: the packaged prices were not loaded: {exc}", err=True)
+    output.write_rows(pricesmod.listing(db), fmt or "tsv", sys.stdout)
+
+
+@prices.command("load")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@db_option
+@json_option
+def prices_load(file, db_path, as_json):
+    """Load the price file FILE (JSON, the shape of the packaged
+    indexer/prices.json: snapshot_date and models) into the index: the models
+    it names get its rates and snapshot date; the others keep theirs. A file
+    that cannot be used loads nothing (exit 3).
+
+    Example:
+
+    \b
+        session-index prices load prices-2027-01.json
+    """
+    db = _open(db_path, create=False)
+    try:
+        result = pricesmod.load_file(db, file)
+    except pricesmod.PricesError as exc:
+        raise Failure(str(exc)) from None
+    if as_json:
+        click.echo(json.dumps(result, indent=2))
+    else:
+        click.echo(f"{result['models']} models priced as of {result['snapshot_date']}: "
+                   f"{result['added']} new, {result['updated']} updated")
 
 
 @cli.command()

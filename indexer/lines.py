@@ -29,10 +29,31 @@ class _Block(msgspec.Struct):
     type: Any = None
 
 
+# A token count as the usage view reads it: a JSON number (lines._count
+# makes it an integer); anything else sends the line down the slow path.
+_Number = Union[int, float, None]
+
+
+class _CacheCreation(msgspec.Struct):
+    ephemeral_5m_input_tokens: _Number = None
+    ephemeral_1h_input_tokens: _Number = None
+
+
+class _Usage(msgspec.Struct):
+    input_tokens: _Number = None
+    output_tokens: _Number = None
+    cache_read_input_tokens: _Number = None
+    cache_creation_input_tokens: _Number = None
+    cache_creation: Optional[_CacheCreation] = None
+    speed: Optional[str] = None
+    service_tier: Optional[str] = None
+
+
 class _Message(msgspec.Struct):
     id: Optional[str] = None
     model: Optional[str] = None
     content: Union[str, list[_Block], None] = None
+    usage: Optional[_Usage] = None
 
 
 class _RawMessage(_Message):
@@ -129,6 +150,55 @@ def _unreadable(type_, message_is_object: bool, content, is_block) -> int:
     return int(bool(content) and not any(is_block(b) for b in content))
 
 
+_INT_RANGE = 1 << 63
+# The usage columns of a record that has none (not an assistant record, or
+# its message.usage is not an object).
+NO_USAGE = (0, None, None, None, None, None, None, None, None)
+
+
+def _count(value: Any) -> int | None:
+    """A token count: a JSON number as an integer (a fraction truncated
+    toward zero, as SQLite's CAST does); NULL for anything else (a string, a
+    bool, null, NaN, an infinity) and for a number no SQLite integer holds."""
+    if value.__class__ is int:
+        return value if -_INT_RANGE <= value < _INT_RANGE else None
+    if value.__class__ is float and -_INT_RANGE < value < _INT_RANGE:  # NaN fails both
+        return int(value)
+    return None
+
+
+def _string(value: Any) -> str | None:
+    """usage.speed / service_tier: a JSON string as it is (an empty one
+    too); NULL for anything else."""
+    if value.__class__ is not str:
+        return None
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogate from a \ud800 escape
+        return value.encode("utf-8", "backslashreplace").decode("ascii")
+    return value
+
+
+def _usage_struct(u: _Usage) -> tuple:
+    cc = u.cache_creation
+    return (1, _count(u.input_tokens), _count(u.output_tokens), _count(u.cache_read_input_tokens),
+            _count(u.cache_creation_input_tokens),
+            None if cc is None else _count(cc.ephemeral_5m_input_tokens),
+            None if cc is None else _count(cc.ephemeral_1h_input_tokens),
+            u.speed, u.service_tier)
+
+
+def _usage_dict(u: dict) -> tuple:
+    cc = u.get("cache_creation")
+    if not isinstance(cc, dict):
+        cc = {}
+    return (1, _count(u.get("input_tokens")), _count(u.get("output_tokens")),
+            _count(u.get("cache_read_input_tokens")), _count(u.get("cache_creation_input_tokens")),
+            _count(cc.get("ephemeral_5m_input_tokens")),
+            _count(cc.get("ephemeral_1h_input_tokens")),
+            _string(u.get("speed")), _string(u.get("service_tier")))
+
+
 def _from_struct(r: _Record) -> tuple:
     """Fields of a record that fit the fast shape: strings are already
     strings (msgspec rejects lone surrogates), flags are bools or None."""
@@ -136,9 +206,12 @@ def _from_struct(r: _Record) -> tuple:
     message_id = model = None
     is_tool_result = 0
     content = None
+    usage = NO_USAGE
     if msg is not None:
         message_id, model = msg.id or None, msg.model or None
         content = msg.content
+        if msg.usage is not None and r.type == "assistant":
+            usage = _usage_struct(msg.usage)
         if isinstance(content, msgspec.Raw):
             first = memoryview(content)[:1]
             content = (_BLOCKS.decode(content) if first == b"[" else
@@ -155,7 +228,7 @@ def _from_struct(r: _Record) -> tuple:
         r.request_id or None, 1 if r.is_api_error_message else 0,
         1 if r.is_compact_summary else 0, is_tool_result, r.cwd or None,
         r.version or None, r.git_branch or None, r.leaf_uuid or None, unreadable,
-    )
+    ) + usage
 
 
 def _from_dict(d: dict) -> tuple:
@@ -163,9 +236,12 @@ def _from_dict(d: dict) -> tuple:
     message_id = model = None
     is_tool_result = 0
     content = None
+    usage = NO_USAGE
     if isinstance(msg, dict):
         message_id, model = msg.get("id"), msg.get("model")
         content = msg.get("content")
+        if isinstance(msg.get("usage"), dict) and d.get("type") == "assistant":
+            usage = _usage_dict(msg["usage"])
         if isinstance(content, list):
             is_tool_result = _flag(
                 any(isinstance(b, dict) and b.get("type") == "tool_result" for b in content)
@@ -179,7 +255,7 @@ def _from_dict(d: dict) -> tuple:
         g("agentId"), message_id, model, g("requestId"), g("isApiErrorMessage"),
         g("isCompactSummary"), is_tool_result, g("cwd"), g("version"), g("gitBranch"),
         g("leafUuid"),
-    ), unreadable)
+    ), unreadable, *usage)
 
 
 def _row(type_, subtype, uuid, parent, logical_parent, session_id, timestamp,

@@ -586,6 +586,111 @@ def m021_search(db):
 
 
 @migrations()
+def m022_prices(db):
+    # Per-model rates, USD per million tokens (prices.py; loaded from the
+    # packaged indexer/prices.json below and by `session-index prices load`):
+    # the 5-minute and 1-hour cache writes apart, the tier a request pays on
+    # every token when its prompt is above long_context_above input tokens
+    # (NULL: no tier), and the usage.speed = 'fast' multiplier (NULL: none).
+    db.execute(
+        """
+        CREATE TABLE prices (
+            model TEXT PRIMARY KEY,        -- message.model; a dated id matches its undated one
+            name TEXT,
+            input REAL NOT NULL,
+            output REAL NOT NULL,
+            cache_read REAL NOT NULL,
+            cache_write_5m REAL NOT NULL,
+            cache_write_1h REAL NOT NULL,
+            long_context_above INTEGER,
+            long_input REAL,
+            long_output REAL,
+            long_cache_read REAL,
+            long_cache_write_5m REAL,
+            long_cache_write_1h REAL,
+            fast_multiplier REAL,
+            snapshot_date TEXT NOT NULL,   -- the price file's snapshot (YYYY-MM-DD)
+            source TEXT NOT NULL,          -- 'package', or the path of the file loaded
+            loaded_at TEXT NOT NULL
+        )
+        """
+    )
+    # The usage of every assistant record, as columns of records (lines.py
+    # reads them from the line as it parses it: rows.RECORD_FIELDS), so that
+    # nothing parses records.raw for usage. Existing assistant rows are read
+    # once here: by SQLite's JSON where raw is JSON it reads, else (NaN, an
+    # infinity) by the parser itself; both give what lines.py gives.
+    for column, kind in (("has_usage", "INTEGER NOT NULL DEFAULT 0"),
+                         ("input_tokens", "INTEGER"), ("output_tokens", "INTEGER"),
+                         ("cache_read_tokens", "INTEGER"), ("cache_creation_tokens", "INTEGER"),
+                         ("cache_5m_tokens", "INTEGER"), ("cache_1h_tokens", "INTEGER"),
+                         ("speed", "TEXT"), ("service_tier", "TEXT")):
+        db.execute(f"ALTER TABLE records ADD COLUMN {column} {kind}")
+
+    fill_usage_columns(db)
+    # The usage view reads these columns through this index alone (it
+    # covers every column the view uses; records.raw, stored before the new
+    # columns, is never read). It is led by file_id, so a cold ingest
+    # appends to it in order (a table kept by triggers cost a cold ingest
+    # about a third more: bench/usage_speed.py --ingest), and a deleted
+    # record (a rewrite, a retracted last line) leaves it with its row.
+    db.execute(
+        "CREATE INDEX records_usage ON records(file_id, timestamp, session_id, message_id, "
+        "request_id, model, input_tokens, output_tokens, cache_read_tokens, "
+        "cache_creation_tokens, cache_5m_tokens, cache_1h_tokens, speed, has_usage) WHERE has_usage")
+    # Claude Code's own running cost of a session (usage_reported).
+    db.execute(
+        "CREATE INDEX records_cost_state ON records(session_id, file_id, line_no) "
+        "WHERE type = 'cost-state'")
+    from .prices import PACKAGED, read, store
+    store(db.conn, read(PACKAGED))
+
+
+def fill_usage_columns(db):
+    """m022_prices: the usage columns of the existing assistant records,
+    read from raw as lines.py reads them (tests/test_ingest.py holds the
+    two equal)."""
+    def count(path):
+        # a JSON number that a SQLite integer holds, truncated (lines._count)
+        return (f"CASE WHEN json_type(u, '{path}') IN ('integer', 'real') "
+                f"AND abs(json_extract(u, '{path}')) < 9223372036854775807.0 "
+                f"THEN CAST(json_extract(u, '{path}') AS INTEGER) END")
+
+    def text(path):
+        return f"CASE WHEN json_type(u, '{path}') = 'text' THEN json_extract(u, '{path}') END"
+
+    db.execute(f"""
+        UPDATE records SET has_usage = 1, input_tokens = {count('$.input_tokens')},
+          output_tokens = {count('$.output_tokens')},
+          cache_read_tokens = {count('$.cache_read_input_tokens')},
+          cache_creation_tokens = {count('$.cache_creation_input_tokens')},
+          cache_5m_tokens = {count('$.cache_creation.ephemeral_5m_input_tokens')},
+          cache_1h_tokens = {count('$.cache_creation.ephemeral_1h_input_tokens')},
+          speed = {text('$.speed')}, service_tier = {text('$.service_tier')}
+        FROM (SELECT id AS usage_id, json_extract(raw, '$.message.usage') AS u FROM records
+              WHERE type = 'assistant' AND json_valid(raw)
+                AND json_type(raw, '$.message.usage') = 'object')
+        WHERE id = usage_id
+        """)
+    from .lines import NO_USAGE, RECORD_FIELDS, BadLine, parse_line
+    at = RECORD_FIELDS.index("has_usage")
+    columns = RECORD_FIELDS[at:]
+    rows = db.execute(
+        "SELECT id, raw FROM records WHERE type = 'assistant' AND NOT json_valid(raw)")
+    found = []
+    for record_id, raw in rows.fetchall():
+        try:
+            data = raw if isinstance(raw, bytes) else raw.encode("utf-8", "surrogatepass")
+            fields = parse_line(data)[1][at:]
+        except (BadLine, UnicodeError):
+            continue
+        if fields != NO_USAGE:
+            found.append((*fields, record_id))
+    db.conn.executemany(
+        f"UPDATE records SET {', '.join(c + ' = ?' for c in columns)} WHERE id = ?", found)
+
+
+@migrations()
 def m023_record_kinds(db):
     # Format drift (record_kinds.py, the record_types view): per transcript
     # file how far its records' kinds are counted, per file and kind the

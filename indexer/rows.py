@@ -44,4 +44,16 @@ RECORD_FIELDS = (
     "git_branch",
     "leaf_uuid",
     "is_unreadable",
+    # message.usage of an assistant record (lines._usage_struct): has_usage
+    # 1 when it is an object; each count an integer only when it is a JSON
+    # number, speed and service_tier text only when strings, else NULL.
+    "has_usage",
+    "input_tokens",
+    "output_tokens",
+    "cache_read_tokens",
+    "cache_creation_tokens",  # usage.cache_creation_input_tokens
+    "cache_5m_tokens",        # usage.cache_creation.ephemeral_5m_input_tokens
+    "cache_1h_tokens",        # usage.cache_creation.ephemeral_1h_input_tokens
+    "speed",
+    "service_tier",
 )

@@ -1375,6 +1375,127 @@ FROM record_kinds k
 LEFT JOIN modeled m ON m.type = k.type AND m.subtype = k.subtype
 WHERE k.records > 0
 """.strip()
+# usage: one row per API call, from the usage columns of records (read
+# from each assistant line as it is parsed: migrations.m022_prices), through
+# the covering partial index records_usage alone (named: without statistics
+# the planner may take another index of records, and read every line's
+# row, raw and all), never parsing records.raw. A
+# call is identified across ALL transcripts by message.id + requestId (a
+# fork, a copy, a resumed session or a subagent file repeats its lines
+# under other session ids: counted once), else by session + message.id (a
+# line without requestId), else it is the line itself (no message.id).
+# Claude Code writes one line per content block of
+# a response, each repeating the usage as it stood when written
+# (output_tokens grows as the response streams; the last line has the final
+# count): the call's usage is that of its line with the most output tokens
+# (ties: the first ingested, the lowest records.id), whole, not a maximum
+# per field (a mid-stream model fallback changes the other fields too);
+# lines: how many lines the call has. Synthetic placeholders ("<synthetic>")
+# and `claude -p` execution logs (the same calls again) never count.
+# Token kinds: input (uncached), output, cache read, cache writes of 5
+# minutes and of 1 hour (usage.cache_creation's split; without it the whole
+# cache_creation_input_tokens is a 5-minute write). prompt_tokens is every
+# input token of the call: input + cache read + both writes.
+# cost_usd: by the prices row of the model (its id, else its id without a
+# -YYYYMMDD date), at the long-context rates on every token when
+# prompt_tokens is above the model's long_context_above, times
+# fast_multiplier when usage.speed is "fast". NULL (unpriced, never 0) for a
+# model with no price, or a fast call of a model with no fast multiplier.
+# USAGE_CALLS_TEMPLATE is its first step, {where} narrowing the lines read
+# (the health page's panel reads the last days' files only).
+USAGE_CALLS_TEMPLATE = f"""
+  SELECT max(coalesce(output_tokens, 0) * 4294967296 - id) AS pick, count(*) AS lines,
+    id AS record_id, file_id, session_id, message_id, request_id, model, timestamp, input_tokens,
+    output_tokens, cache_read_tokens, speed, coalesce(cache_1h_tokens, 0) AS w1h,
+    CASE WHEN cache_5m_tokens IS NULL AND cache_1h_tokens IS NULL
+         THEN coalesce(cache_creation_tokens, 0) ELSE coalesce(cache_5m_tokens, 0) END AS w5m
+  FROM records INDEXED BY records_usage
+  WHERE has_usage AND model IS NOT '{SYNTHETIC_MODEL}'
+    AND file_id IN (SELECT id FROM files WHERE kind IN {TRANSCRIPT_KINDS}{{files}}){{where}}
+  GROUP BY message_id, request_id, CASE WHEN request_id IS NULL THEN session_id END,
+    CASE WHEN message_id IS NULL THEN id END
+""".strip()
+# The rest of the usage view, from calls.
+USAGE_PRICED_TEMPLATE = """
+priced AS (
+  SELECT c.*, f.project_dir, p.model AS price_model, p.*,
+    coalesce(c.input_tokens, 0) + coalesce(c.cache_read_tokens, 0) + c.w5m + c.w1h
+      AS prompt_tokens,
+    CASE WHEN c.speed = 'fast' THEN p.fast_multiplier ELSE 1 END AS multiplier
+  FROM calls c JOIN files f ON f.id = c.file_id
+    LEFT JOIN prices p ON p.model = coalesce(
+      (SELECT q.model FROM prices q WHERE q.model = c.model),
+      CASE WHEN c.model GLOB '*-[0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9]'
+           THEN substr(c.model, 1, length(c.model) - 9) END)
+),
+tiered AS (
+  SELECT *, (long_context_above IS NOT NULL AND prompt_tokens > long_context_above) AS long
+  FROM priced
+)
+SELECT record_id, session_id, project_dir AS project, file_id, model, timestamp,
+  message_id, request_id, lines, input_tokens, output_tokens, cache_read_tokens,
+  w5m AS cache_write_5m_tokens, w1h AS cache_write_1h_tokens, prompt_tokens, speed,
+  price_model, CASE WHEN price_model IS NOT NULL THEN long END AS long_context,
+  multiplier * (
+      coalesce(input_tokens, 0) * CASE WHEN long THEN long_input ELSE input END
+    + coalesce(output_tokens, 0) * CASE WHEN long THEN long_output ELSE output END
+    + coalesce(cache_read_tokens, 0) * CASE WHEN long THEN long_cache_read ELSE cache_read END
+    + w5m * CASE WHEN long THEN long_cache_write_5m ELSE cache_write_5m END
+    + w1h * CASE WHEN long THEN long_cache_write_1h ELSE cache_write_1h END
+  ) / 1e6 AS cost_usd
+FROM tiered
+""".strip()
+USAGE_SQL = ("WITH calls AS (" + USAGE_CALLS_TEMPLATE.format(files="", where="") + "\n),\n"
+             + USAGE_PRICED_TEMPLATE)
+
+# usage_reported: one row per session for which Claude Code says what it
+# cost, beside what the usage view computes: cost_state_usd, the largest
+# totalCostUSD of the session's cost-state records (each is the session's
+# running total, written again and again; cost_state_unknown_models: one
+# said hasUnknownModelCost), and executions_usd, the sum of total_cost_usd
+# over the `claude -p` results naming the session (executions). The
+# differences are Claude Code's figure less the index's (positive: Claude
+# Code counts more). calls/cost_usd/unpriced_calls are the usage view's for
+# the session; first_call is its earliest. USAGE_REPORTED_TEMPLATE: {usage}
+# the calls (the usage view, or a part of it), {cost_state_sessions} and
+# {run_sessions} narrowing the sessions of the cost-state records (r) and of
+# the executions (the health page's panel: those begun in its window).
+USAGE_REPORTED_TEMPLATE = f"""
+WITH ours AS (
+  SELECT session_id, count(*) AS calls, sum(cost_usd) AS cost_usd,
+    sum(cost_usd IS NULL) AS unpriced_calls, min(timestamp) AS first_call
+  FROM {{usage}} GROUP BY session_id
+),
+cost_state AS (
+  SELECT r.session_id,
+    max(CASE WHEN json_type(r.raw, '$.totalCostUSD') IN ('integer', 'real')
+             THEN json_extract(r.raw, '$.totalCostUSD') END) AS usd,
+    max(json_type(r.raw, '$.hasUnknownModelCost') = 'true') AS unknown_models
+  FROM records r JOIN files f ON f.id = r.file_id
+  WHERE r.type = 'cost-state' AND r.session_id IS NOT NULL AND f.kind IN {TRANSCRIPT_KINDS}
+    AND json_valid(r.raw){{cost_state_sessions}}
+  GROUP BY r.session_id
+),
+runs AS (
+  SELECT session_id, count(*) AS runs, sum(total_cost_usd) AS usd
+  FROM executions WHERE session_id IS NOT NULL AND total_cost_usd IS NOT NULL{{run_sessions}}
+  GROUP BY session_id
+),
+reported AS (
+  SELECT session_id FROM cost_state WHERE usd IS NOT NULL
+  UNION SELECT session_id FROM runs
+)
+SELECT s.session_id, o.calls, o.cost_usd, o.unpriced_calls, o.first_call,
+  c.usd AS cost_state_usd, c.unknown_models AS cost_state_unknown_models,
+  c.usd - coalesce(o.cost_usd, 0) AS cost_state_difference_usd,
+  e.runs AS executions, e.usd AS executions_usd,
+  e.usd - coalesce(o.cost_usd, 0) AS executions_difference_usd
+FROM reported s LEFT JOIN ours o ON o.session_id = s.session_id
+  LEFT JOIN cost_state c ON c.session_id = s.session_id
+  LEFT JOIN runs e ON e.session_id = s.session_id
+""".strip()
+USAGE_REPORTED_SQL = USAGE_REPORTED_TEMPLATE.format(usage="usage", cost_state_sessions="",
+                                                    run_sessions="")
 
 VIEWS = {
     "cli_definition": CLI_DEFINITION_SQL,
@@ -1400,6 +1521,8 @@ VIEWS = {
     "file_generations": FILE_GENERATIONS_SQL,
     "session_main_copies": SESSION_MAIN_COPIES_SQL,
     "record_types": RECORD_TYPES_SQL,
+    "usage": USAGE_SQL,
+    "usage_reported": USAGE_REPORTED_SQL,
 }
 
 # A change to any definition changes this, and every cache is recomputed.

@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .record_kinds import NEW_KINDS_SQL
+from . import views
 from .views import EXPIRING_WINDOW_DAYS
 
 NOW, SOON, HISTORY = "now", "soon", "history"
@@ -176,3 +177,67 @@ async def new_kinds(db) -> list[dict] | None:
     if NEW_KINDS_VIEW not in {r[0] for r in await db.execute(NAMES_SQL)}:
         return None
     return [dict(r) for r in await db.execute(NEW_KINDS_SQL)]
+# The usage panel: the API calls of the last USAGE_WINDOW_DAYS (at or after
+# :since), each counted once, as the usage view counts them but reading the
+# lines of the files written to since then only (files.last_timestamp), so
+# that it costs what the window holds, not the whole index (the view on a
+# 1M-record index takes seconds: bench/usage_speed.py); tokens of every
+# kind; the price snapshot in use.
+WINDOW_USAGE_SQL = ("(WITH calls AS (" + views.USAGE_CALLS_TEMPLATE.format(
+    files=" AND last_timestamp >= :since", where=" AND timestamp >= :since")
+    + "\n),\n" + views.USAGE_PRICED_TEMPLATE + ")")
+USAGE_PANEL_SQL = f"""
+SELECT count(*) AS calls, round(sum(cost_usd), 2) AS cost_usd,
+  sum(cost_usd IS NULL) AS unpriced_calls,
+  sum(coalesce(input_tokens, 0) + coalesce(output_tokens, 0) + coalesce(cache_read_tokens, 0)
+      + cache_write_5m_tokens + cache_write_1h_tokens) AS tokens,
+  group_concat(DISTINCT CASE WHEN cost_usd IS NULL THEN coalesce(model, '?') END)
+    AS unpriced_models,
+  (SELECT max(snapshot_date) FROM prices) AS prices_snapshot
+FROM {WINDOW_USAGE_SQL}
+""".strip()
+# Claude Code's own figures beside the index's, for the sessions begun in
+# the window (all their calls are in it; a cost-state figure is a running
+# total of a whole session): usage.COMPARISON_SQL over usage_reported's
+# definition narrowed to them.
+BEGUN_SESSIONS = (f"(SELECT session_id FROM files WHERE kind IN {views.TRANSCRIPT_KINDS} "
+                  "AND session_id IS NOT NULL GROUP BY session_id "
+                  "HAVING min(first_timestamp) >= :since)")
+# Is there a figure of Claude Code's own to compare with (cheap: indexed)?
+REPORTS_EXIST_SQL = """
+SELECT EXISTS (SELECT 1 FROM records WHERE type = 'cost-state')
+    OR EXISTS (SELECT 1 FROM records WHERE type = 'result')
+""".strip()
+USAGE_WINDOW_DAYS = 7
+
+
+def panel_comparison_sql() -> str:
+    from . import usage
+
+    reported = views.USAGE_REPORTED_TEMPLATE.format(
+        usage=WINDOW_USAGE_SQL, cost_state_sessions=f" AND r.session_id IN {BEGUN_SESSIONS}",
+        run_sessions=f" AND session_id IN {BEGUN_SESSIONS}")
+    return usage.COMPARISON_TEMPLATE.format(source=f"({reported})")
+
+
+async def usage_panel(db, now: str) -> dict | None:
+    """The usage panel's figures (None when the index has no usage view):
+    ``since`` (USAGE_WINDOW_DAYS before ``now``), the window's totals, and
+    the comparison lines with Claude Code's own figures for the sessions
+    begun in it."""
+    from datetime import datetime, timedelta
+
+    from . import usage
+
+    names = {r[0] for r in await db.execute(NAMES_SQL)}
+    if "usage" not in names:
+        return None
+    moment = datetime.fromisoformat(now.replace("Z", "+00:00")) - timedelta(
+        days=USAGE_WINDOW_DAYS)
+    since = moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    panel = dict((await db.execute(USAGE_PANEL_SQL, {"since": since})).first())
+    panel.update(since=since, days=USAGE_WINDOW_DAYS, comparison=[])
+    if (await db.execute(REPORTS_EXIST_SQL)).first()[0]:
+        found = dict((await db.execute(panel_comparison_sql(), {"since": since})).first())
+        panel["comparison"] = usage.comparison_lines(found)
+    return panel

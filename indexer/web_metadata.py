@@ -160,6 +160,21 @@ WHERE new >= CAST(coalesce(nullif(:new, ''), 0) AS INTEGER)
 ORDER BY first_ingested_at IS NULL, first_ingested_at DESC, records DESC, kind
 """.strip()
 
+# cost_by_project: tokens and cost of the API calls (the usage view, each
+# call once) per project folder since :since (blank: all), costliest first;
+# unpriced_calls are left out of cost_usd.
+COST_BY_PROJECT_SQL = """
+SELECT project, count(*) AS calls,
+  sum(coalesce(input_tokens, 0)) AS input_tokens, sum(coalesce(output_tokens, 0)) AS output_tokens,
+  sum(coalesce(cache_read_tokens, 0)) AS cache_read_tokens,
+  sum(cache_write_5m_tokens) AS cache_write_5m_tokens,
+  sum(cache_write_1h_tokens) AS cache_write_1h_tokens,
+  round(sum(cost_usd), 6) AS cost_usd, sum(cost_usd IS NULL) AS unpriced_calls
+FROM usage
+WHERE coalesce(timestamp, '') >= coalesce(nullif(:since, ''), '')
+GROUP BY project ORDER BY cost_usd DESC, project
+""".strip()
+
 QUERIES = {
     "session_health": ("Session health", SESSION_HEALTH_SQL,
                        "One session's facts, both leaves and a count of each problem."),
@@ -182,6 +197,8 @@ QUERIES = {
     "format_drift": ("Record types (format drift)", FORMAT_DRIFT_SQL,
                      "Every record type, system subtype and attachment type, newest first; "
                      "new=1: those the last ingest brought."),
+    "cost_by_project": ("Cost by project", COST_BY_PROJECT_SQL,
+                        "Tokens and cost per project folder since a time, each API call once."),
 }
 # search_transcripts: records whose text holds :q as a phrase, newest first
 # (search.py; needs session-index search --enable).
@@ -350,6 +367,16 @@ TABLES = {
             cwd="cwd", version="Claude Code version", git_branch="gitBranch",
             leaf_uuid="leafUuid of summary records",
             raw="the exact text of the line (pretty-printed here)",
+            has_usage="1 for an assistant record whose message.usage is an object (the "
+                      "usage view reads these lines; the counts below are NULL on others)",
+            input_tokens="usage.input_tokens (an integer only when a JSON number)",
+            output_tokens="usage.output_tokens",
+            cache_read_tokens="usage.cache_read_input_tokens",
+            cache_creation_tokens="usage.cache_creation_input_tokens",
+            cache_5m_tokens="usage.cache_creation.ephemeral_5m_input_tokens",
+            cache_1h_tokens="usage.cache_creation.ephemeral_1h_input_tokens",
+            speed="usage.speed (text only when a string)",
+            service_tier="usage.service_tier",
         ),
     },
     "bad_lines": {
@@ -762,6 +789,82 @@ TABLES = {
                     "last_record_id": "records.id of that record",
                     "version": "the version the next record without one counts",
                     "timestamp": "the timestamp the next record without one counts"},
+    },
+    "usage": {
+        "description": "One row per API call in the transcripts, counted once across every "
+                       "file (message.id + requestId; session + message.id without a "
+                       "requestId): its tokens by kind and its cost from the prices table. "
+                       "Synthetic placeholders and claude -p logs never count.",
+        "facets": ["model", "project", "speed", "long_context"],
+        "columns": _cols(
+            "session_id", "file_id", "timestamp", "message_id",
+            record_id="records.id of the line the call's usage is read from (the one with "
+                      "the most output tokens: the last streamed)",
+            project="the project folder under projects/ of that line's file",
+            model="message.model", request_id="requestId (NULL: none; the call is then "
+                                              "identified by session + message.id)",
+            lines="transcript lines of the call (one per content block, in every copy)",
+            input_tokens="usage.input_tokens (uncached input)",
+            output_tokens="usage.output_tokens",
+            cache_read_tokens="usage.cache_read_input_tokens",
+            cache_write_5m_tokens="5-minute cache writes: "
+                                  "usage.cache_creation.ephemeral_5m_input_tokens, or "
+                                  "cache_creation_input_tokens when the split is absent",
+            cache_write_1h_tokens="1-hour cache writes: "
+                                  "usage.cache_creation.ephemeral_1h_input_tokens",
+            prompt_tokens="every input token of the call (input, cache read, cache writes): "
+                          "what the long-context threshold is compared with",
+            speed="usage.speed (fast: the fast-mode multiplier applies)",
+            price_model="the prices row used (the model id, or it without its -YYYYMMDD "
+                        "date); NULL: no price",
+            long_context="1 when the call paid the long-context tier (prompt_tokens above "
+                         "the model's threshold); NULL when unpriced",
+            cost_usd="USD; NULL (never 0) for a model with no price, or a fast call of a "
+                     "model without a fast multiplier",
+        ),
+    },
+    "usage_reported": {
+        "description": "Sessions for which Claude Code said what they cost (cost-state "
+                       "records, claude -p results' total_cost_usd), beside the usage view's "
+                       "cost and the difference.",
+        "columns": _cols(
+            "session_id",
+            calls="API calls of the session in the usage view",
+            cost_usd="their cost in the usage view, USD (priced calls only)",
+            unpriced_calls="calls of the session with no price",
+            first_call=f"the session's first call, {_TS}",
+            cost_state_usd="the largest totalCostUSD of its cost-state records (a running "
+                           "total), USD",
+            cost_state_unknown_models="1 when a cost-state record said hasUnknownModelCost",
+            cost_state_difference_usd="cost_state_usd less cost_usd",
+            executions="claude -p results naming the session with a total_cost_usd",
+            executions_usd="the sum of their total_cost_usd, USD",
+            executions_difference_usd="executions_usd less cost_usd",
+        ),
+    },
+    "prices": {
+        "description": "Per-model rates the usage view costs calls with, USD per million "
+                       "tokens (the packaged indexer/prices.json, or session-index prices "
+                       "load FILE).",
+        "columns": _cols(
+            model="message.model id (a dated id matches its undated one)",
+            name="the model's name", input="input (uncached), USD/MTok",
+            output="output, USD/MTok", cache_read="cache reads (hits), USD/MTok",
+            cache_write_5m="5-minute cache writes, USD/MTok",
+            cache_write_1h="1-hour cache writes, USD/MTok",
+            long_context_above="prompt tokens of a call above which it pays the long_* "
+                               "rates on every token (NULL: no tier)",
+            long_input="long-context input, USD/MTok", long_output="long-context output, "
+                                                                   "USD/MTok",
+            long_cache_read="long-context cache reads, USD/MTok",
+            long_cache_write_5m="long-context 5-minute cache writes, USD/MTok",
+            long_cache_write_1h="long-context 1-hour cache writes, USD/MTok",
+            fast_multiplier="what every rate is multiplied by for usage.speed fast "
+                            "(NULL: no fast price)",
+            snapshot_date="the date of the price file's snapshot",
+            source="package (the packaged file) or the path of the file loaded",
+            loaded_at=f"when it was loaded, {_TS}",
+        ),
     },
     "store_keys": {
         "description": "Per SessionStore copy: its last append time and the SDK's session "

@@ -107,6 +107,7 @@ async def health_page(datasette, request):
     name, db = await index_database(datasette, request)
     results, recent = await web_health.run_checks(db)
     overview = await web_health.overview(db)
+    usage_panel = await web_health.usage_panel(db, signals.iso_now(None))
 
     def check_url(check):
         url = datasette.urls.table(name, check.name)
@@ -126,6 +127,9 @@ async def health_page(datasette, request):
         "database": name,
         "db_url": datasette.urls.database(name),
         "overview": overview,
+        "usage": usage_panel,
+        "usage_url": datasette.urls.table(name, "usage"),
+        "cost_url": datasette.urls.query(name, "cost_by_project"),
         "groups": [{"key": key, "title": title, "note": note,
                     "results": [r for r in results if r["severity"] == key],
                     "problems": sum(r["total"] for r in results if r["severity"] == key)}

@@ -571,6 +571,49 @@ HOT_PATH_LINES = [
 ]
 
 
+# message.usage as the usage columns read it (rows.RECORD_FIELDS from
+# has_usage on): each line and its (has_usage, input, output, cache read,
+# cache creation, 5m, 1h, speed, service_tier).
+def _assistant(usage, extra=b""):
+    return (b'{"type":"assistant","uuid":"a","requestId":"r"' + extra
+            + b',"message":{"id":"m","model":"claude-x","content":[{"type":"text","text":"t"}]'
+            + (b',"usage":' + usage if usage is not None else b"") + b"}}")
+
+
+NONE = (0, None, None, None, None, None, None, None, None)
+USAGE_LINES = [
+    (_assistant(b'{"input_tokens":3,"output_tokens":40,"cache_read_input_tokens":500,'
+                b'"cache_creation_input_tokens":70,"cache_creation":{"ephemeral_5m_input_tokens"'
+                b':30,"ephemeral_1h_input_tokens":40},"speed":"fast","service_tier":"standard",'
+                b'"server_tool_use":{"web_search_requests":0}}'),
+     (1, 3, 40, 500, 70, 30, 40, "fast", "standard")),
+    (_assistant(b'{"input_tokens":"12","output_tokens":5}'),                 # a string count
+     (1, None, 5, None, None, None, None, None, None)),
+    (_assistant(b'{"input_tokens":NaN,"output_tokens":Infinity,"cache_read_input_tokens":7}'),
+     (1, None, None, 7, None, None, None, None, None)),
+    (_assistant(b'{"input_tokens":1,"output_tokens":2}', b',"x":NaN'),     # NaN elsewhere
+     (1, 1, 2, None, None, None, None, None, None)),
+    (_assistant(None), NONE),                                               # no usage
+    (_assistant(b'"lots"'), NONE), (_assistant(b"[1, 2]"), NONE), (_assistant(b"null"), NONE),
+    (_assistant(b"{}"), (1, None, None, None, None, None, None, None, None)),
+    (_assistant(b'{"input_tokens":12.7,"output_tokens":-3.9,"cache_read_input_tokens":true,'
+                b'"cache_creation_input_tokens":null,"speed":7,"service_tier":""}'),
+     (1, 12, -3, None, None, None, None, None, "")),
+    (_assistant(b'{"input_tokens":1e30,"output_tokens":123456789012345678901234567890,'
+                b'"cache_read_input_tokens":9007199254740993}'),            # past 64 bits
+     (1, None, None, 9007199254740993, None, None, None, None, None)),
+    (_assistant(b'{"output_tokens":1,"cache_creation":5,"speed":{"a":1}}'),  # odd types
+     (1, None, 1, None, None, None, None, None, None)),
+    (_assistant(b'{"cache_creation":{"ephemeral_5m_input_tokens":"9",'
+                b'"ephemeral_1h_input_tokens":8}}'),
+     (1, None, None, None, None, None, 8, None, None)),
+    (b'{"type":"user","uuid":"u","message":{"role":"user","content":"x",'   # not assistant
+     b'"usage":{"input_tokens":5}}}', NONE),
+    (b'{"type":"assistant","uuid":"a","message":"text","usage":{"input_tokens":5}}', NONE),
+]
+HOT_PATH_LINES += [data for data, _ in USAGE_LINES]
+
+
 def _parsed(parse, data):
     try:
         raw, fields = parse(data)
@@ -590,6 +633,70 @@ def test_the_hot_path_parses_every_line_as_parse_line_does():
     for data in lines:
         expected = _parsed(parse_line, memoryview(data))
         assert _parsed(parse_line_bytes, memoryview(data)) == expected, data[:200]
+
+
+def test_the_fast_and_slow_paths_read_the_same_fields():
+    # lines._from_struct (msgspec's typed decode) against lines._from_dict
+    # (json.loads), on every line the fast path reads; parse_large_line
+    # against parse_line on each.
+    import msgspec
+
+    from conftest import CORPUS
+    from indexer import lines as lines_mod
+
+    lines = list(HOT_PATH_LINES)
+    for path in sorted(CORPUS.rglob("*.jsonl"))[:200] if CORPUS.is_dir() else []:
+        lines += path.read_bytes().split(b"\n")
+    fast = 0
+    for data in lines:
+        try:
+            lines_mod.parse_line(data)   # a record (not a bad line)
+            struct = lines_mod._FAST.decode(data)
+        except (lines_mod.BadLine, msgspec.DecodeError, msgspec.ValidationError,
+                RecursionError):
+            continue
+        fast += 1
+        assert lines_mod._from_struct(struct) == lines_mod._from_dict(json.loads(data)), data[:200]
+        assert lines_mod.parse_large_line(memoryview(data)) == lines_mod.parse_line(data)[1]
+    assert fast > len(USAGE_LINES) // 2
+
+
+@pytest.mark.parametrize("data, expected", USAGE_LINES)
+def test_usage_columns_from_either_path(data, expected):
+    from indexer.lines import parse_line, parse_line_bytes
+    from indexer.rows import RECORD_FIELDS
+
+    at = RECORD_FIELDS.index("has_usage")
+    assert RECORD_FIELDS[at:] == ("has_usage", "input_tokens", "output_tokens",
+                                  "cache_read_tokens", "cache_creation_tokens", "cache_5m_tokens",
+                                  "cache_1h_tokens", "speed", "service_tier")
+    assert parse_line(data)[1][at:] == expected
+    assert parse_line_bytes(memoryview(data))[1][at:] == expected
+
+
+def test_usage_columns_stored_and_filled_again_by_the_migration(index):
+    # Ingest stores the parser's usage columns; migrations.fill_usage_columns
+    # (m022_prices, on an index ingested before it) reads the same from raw.
+    from indexer import migrations
+    from indexer.rows import RECORD_FIELDS
+
+    path = index.projects / "p" / f"{SID}.jsonl"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"".join(data + b"\n" for data, _ in USAGE_LINES))
+    s = index.ingest()
+    assert (s.new_records, s.bad_lines) == (len(USAGE_LINES), 0)
+    columns = RECORD_FIELDS[RECORD_FIELDS.index("has_usage"):]
+    select = f"SELECT {', '.join(columns)} FROM records ORDER BY line_no"
+    stored = [tuple(r.values()) for r in index.rows(select)]
+    assert stored == [expected for _, expected in USAGE_LINES]
+    index.db.execute("UPDATE records SET " + ", ".join(
+        f"{c} = {'0' if c == 'has_usage' else 'NULL'}" for c in columns))
+    assert index.value("SELECT count(*) FROM records WHERE has_usage") == 0
+    migrations.fill_usage_columns(index.db)
+    assert [tuple(r.values()) for r in index.rows(select)] == stored
+    # the partial index holds the assistant lines with usage, and no others
+    assert index.value("SELECT count(*) FROM records INDEXED BY records_usage "
+                       "WHERE has_usage") == sum(e[0] for _, e in USAGE_LINES) == 9
 
 
 def test_raw_is_stored_as_text_from_either_path(index):
