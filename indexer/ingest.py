@@ -213,6 +213,7 @@ class _Writer:
         self.open, self.pending = False, 0
         self.guard = None
         self.background = None   # derive_worker.Background: told of each commit
+        self.run_at = utcnow()   # the run's time (record_kinds: when a kind was stored)
 
     def begin(self):
         if not self.open:
@@ -363,7 +364,7 @@ def ingest(
     from . import record_kinds, search
 
     search.catch_up(db)   # the new records' text, when search is enabled (search.py)
-    record_kinds.after_ingest(db)   # the kinds of the new records; the run ends
+    record_kinds.after_ingest(db, writer.run_at)   # the kinds not counted yet; the run ends
     with write_lock(db) as c:
         c.execute("INSERT OR REPLACE INTO index_meta VALUES ('last_ingest_at', ?)", [utcnow()])
     summary.seconds = time.monotonic() - started
@@ -513,10 +514,12 @@ def _read_new_lines(writer: _Writer, row: dict, f, summary: Summary) -> tuple[bo
     TXN_BYTES at a time, each slice with the offset that covers it, then the
     bytes after the last newline if they are a whole record. Returns (stored
     or changed anything, the bytes after the last line: the pending tail)."""
+    from . import record_kinds
     from .lines import parse_large_line, parse_line, parse_line_bytes  # msgspec: when reading
 
     conn = writer.conn
     file_id, offset, line_no = row["id"], row["ingested_offset"], row["line_count"]
+    stored_offset = offset   # files.ingested_offset as the index has it now
     head_len, head_hash = row["head_len"], row["head_hash"]
     session_id = row["session_id"]
     # The last line stored is a record that had no newline yet: the next byte
@@ -619,7 +622,7 @@ def _read_new_lines(writer: _Writer, row: dict, f, summary: Summary) -> tuple[bo
 
     def store():
         nonlocal records, bads, slice_bytes, head_len, head_hash, session_id, stored_any
-        nonlocal large_fields, large_bads, settled
+        nonlocal large_fields, large_bads, settled, stored_offset
         if not (records or bads or large_fields or large_bads or settled):
             return
         facts = [r[3:-1] for r in records] + large_fields
@@ -637,12 +640,16 @@ def _read_new_lines(writer: _Writer, row: dict, f, summary: Summary) -> tuple[bo
             conn.executemany(INSERT_RECORD_SQL, records)
         if bads:
             conn.executemany(INSERT_BAD_LINE_SQL, bads)
+        if records and not large_fields:   # their kinds, from what was parsed
+            record_kinds.count_stored(conn, file_id, stored_offset, offset, records,
+                                      writer.run_at)
         conn.execute(ADVANCE_OFFSET_SQL, {
             "id": file_id, "offset": offset, "line_count": line_no,
             "unterminated": unterminated,
             "head_len": head_len, "head_hash": head_hash,
             "tail_len": len(end), "tail_hash": _digest(end),
             "session_id": session_id, "now": utcnow(), **running_facts(facts)})
+        stored_offset = offset
         summary.new_records += len(facts)
         summary.bad_lines += len(bads) + large_bads
         summary.new_lines += len(facts) + len(bads) + large_bads

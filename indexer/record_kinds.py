@@ -36,7 +36,13 @@ from __future__ import annotations
 
 import re
 
+from .rows import RECORD_FIELDS
 from .views import TRANSCRIPT_KINDS
+
+# Positions in a row as ingest inserts it (file_id, line_no, byte_offset,
+# then the RECORD_FIELDS, then raw).
+_TYPE, _SUBTYPE, _VERSION, _TIMESTAMP = (
+    3 + RECORD_FIELDS.index(k) for k in ("type", "subtype", "version", "timestamp"))
 
 # Records counted per transaction at the end of an ingest run (the write
 # lock is let go between two), as ingest commits its slices.
@@ -74,6 +80,8 @@ SELECT id, byte_offset, coalesce(type, ''),
   version, timestamp
 FROM records WHERE file_id = ? AND byte_offset > ? ORDER BY byte_offset
 """.strip()
+# An attachment's type, as NEW_RECORDS_SQL reads it (raw bound twice).
+ATTACHMENT_TYPE_SQL = "SELECT CASE WHEN json_valid(?) THEN CAST(? ->> '$.attachment.type' AS TEXT) END"
 # The running facts of a kind, and how a batch's fold into them.
 _FACTS = ("records", "first_version_key", "last_version_key", "first_timestamp",
           "last_timestamp", "last_ingested_at")
@@ -176,10 +184,24 @@ def count_file(conn, file_id: int, *, run: int | None, now: str | None) -> int:
         else:
             forget_file(conn, file_id)
     kinds: dict[tuple[str, str], list] = {}
-    keys: dict[str, str] = {}   # version -> its key, computed once per file
-    n = 0
+    n, after, last_id, version, timestamp = _fold(
+        kinds, conn.execute(NEW_RECORDS_SQL, [file_id, after]), after, last_id, version,
+        timestamp)
+    _save(conn, file_id, kinds, held, run, now,
+          (generation, ingested_offset, after, last_id, version, timestamp))
+    return n
+
+
+def _fold(kinds: dict, rows, after, last_id, version, timestamp):
+    """Add records ((id, byte_offset, type, subtype, version, timestamp), in
+    file order, as NEW_RECORDS_SQL gives them) to ``kinds``: (type, subtype)
+    -> [records, lowest version key, highest, first timestamp, last]. A
+    record without a version or timestamp counts the last one before it.
+    Returns (records, the last one's byte_offset and id, version, timestamp)."""
+    keys: dict[str, str] = {}   # version -> its key, computed once
     vkey = version_key(version) if version else None
-    for rid, offset, type_, subtype, v, ts in conn.execute(NEW_RECORDS_SQL, [file_id, after]):
+    n = 0
+    for rid, offset, type_, subtype, v, ts in rows:
         n += 1
         after, last_id = offset, rid
         if v and v != version:
@@ -204,14 +226,73 @@ def count_file(conn, file_id: int, *, run: int | None, now: str | None) -> int:
                 k[3] = timestamp
             if k[4] is None or timestamp > k[4]:
                 k[4] = timestamp
+    return n, after, last_id, version, timestamp
+
+
+def _save(conn, file_id: int, kinds: dict, held: set, run, now, scan: tuple) -> None:
+    """Write a file's counted kinds and how far it is counted (``scan``:
+    generation, ingested_offset, last byte_offset, last id, version, timestamp)."""
     conn.executemany(ADD_FILE_KIND_SQL, [
         (file_id, t, s, *facts, now) for (t, s), facts in kinds.items()])
     conn.executemany(ADD_KIND_SQL, [
         (t, s, run, now, 0 if (t, s) in held else 1, *facts, now)
         for (t, s), facts in kinds.items()])
-    conn.execute(SAVE_SCAN_SQL, [file_id, generation, ingested_offset, after, last_id,
-                                 version, timestamp])
-    return n
+    conn.execute(SAVE_SCAN_SQL, [file_id, *scan])
+
+
+def count_stored(conn, file_id: int, stored_offset: int, new_offset: int, records,
+                 now: str) -> bool:
+    """What ingest calls for a slice of lines it has just inserted (inside
+    its transaction, before the file's new offset is written): count the
+    slice's ``records`` (rows as ingest inserts them: file_id, line_no,
+    byte_offset, the RECORD_FIELDS, raw) from what ingest parsed, without
+    reading them back, when the file is counted exactly up to the slice
+    (``stored_offset``: the file's ingested_offset before it). False, and
+    nothing written, otherwise: after_ingest counts the file then."""
+    row = conn.execute(FILE_SQL, [file_id]).fetchone()
+    if row is None or row[1] != stored_offset:
+        return False
+    generation = row[0]
+    scan = conn.execute(SCAN_SQL, [file_id]).fetchone()
+    if scan is None:
+        if stored_offset != 0:
+            return False
+        after, last_id, version, timestamp, held = -1, None, None, None, set()
+    else:
+        if scan[0] != generation or scan[1] != stored_offset or (
+                scan[3] is not None
+                and conn.execute(RECORD_AT_SQL, [file_id, scan[2]]).fetchone() != (scan[3],)):
+            return False
+        after, last_id, version, timestamp = scan[2], scan[3], scan[4], scan[5]
+        held = {tuple(k) for k in conn.execute(FILE_KINDS_SQL, [file_id])}
+    if not records:
+        return False
+    kinds: dict[tuple[str, str], list] = {}
+    n, last_offset, _, version, timestamp = _fold(
+        kinds, _as_scanned(conn, (r for r in records if r[2] > after)), after, last_id,
+        version, timestamp)
+    if n:   # (records at or before the last one counted are counted already)
+        after, last_id = last_offset, conn.execute(
+            RECORD_AT_SQL, [file_id, last_offset]).fetchone()[0]
+    _save(conn, file_id, kinds, held, current_run(conn) + 1, now,
+          (generation, new_offset, after, last_id, version, timestamp))
+    return True
+
+
+def _as_scanned(conn, records):
+    """Ingest's rows as NEW_RECORDS_SQL reads them (the id is not known
+    here: None). An attachment's type is read from raw by SQLite's JSON
+    functions, as the query does (attachments are few)."""
+    for r in records:
+        type_ = r[_TYPE] or ""
+        if type_ == "system":
+            subtype = r[_SUBTYPE] or ""
+        elif type_ == "attachment":
+            raw = r[-1]
+            subtype = conn.execute(ATTACHMENT_TYPE_SQL, [raw, raw]).fetchone()[0] or ""
+        else:
+            subtype = ""
+        yield None, r[2], type_, subtype, r[_VERSION], r[_TIMESTAMP]
 
 
 def count_files(conn, file_ids, *, run: int | None = None, now: str | None = None) -> int:
@@ -226,17 +307,20 @@ def count_files(conn, file_ids, *, run: int | None = None, now: str | None = Non
     return sum(count_file(conn, file_id, run=run, now=now) for file_id in file_ids)
 
 
-def after_ingest(db) -> None:
+def after_ingest(db, now: str | None = None) -> None:
     """At the end of an ingest run: count the records of every file that
-    changed, a transaction per CHUNK_RECORDS or so, and end the run (one
-    more ``ingest_runs``). Kinds first seen now are that run's."""
+    changed and ingest has not counted as it stored them (count_stored), a
+    transaction per CHUNK_RECORDS or so, and end the run (one more
+    ``ingest_runs``). Kinds first seen now are that run's, at ``now`` (the
+    run's time: default, the clock)."""
     from .db import write_lock
     from .ingest import utcnow
 
+    now = now or utcnow()
     pending = [file_id for (file_id,) in db.conn.execute(PENDING_FILES_SQL)][::-1]
     while True:
         with write_lock(db) as conn:
-            run, now, counted = current_run(conn) + 1, utcnow(), 0
+            run, counted = current_run(conn) + 1, 0
             while pending and counted < CHUNK_RECORDS:
                 counted += count_file(conn, pending.pop(), run=run, now=now)
             if not pending:
