@@ -108,13 +108,7 @@ def _text(value: Any) -> str | None:
     if value is None:
         return None
     if isinstance(value, str):
-        if not value:
-            return None
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:  # lone surrogate from a \ud800 escape
-            return value.encode("utf-8", "backslashreplace").decode("ascii")
-        return value
+        return _storable(value) if value else None
     if isinstance(value, bool):
         return "true" if value else "false"
     try:
@@ -170,11 +164,15 @@ def _count(value: Any) -> int | None:
 def _string(value: Any) -> str | None:
     """usage.speed / service_tier: a JSON string as it is (an empty one
     too); NULL for anything else."""
-    if value.__class__ is not str:
-        return None
+    return _storable(value) if value.__class__ is str else None
+
+
+def _storable(value: str) -> str:
+    """A string SQLite can store as UTF-8: a lone surrogate (from a \\ud800
+    escape) written as its backslash escape."""
     try:
         value.encode("utf-8")
-    except UnicodeEncodeError:  # lone surrogate from a \ud800 escape
+    except UnicodeEncodeError:
         return value.encode("utf-8", "backslashreplace").decode("ascii")
     return value
 
