@@ -39,10 +39,10 @@ class Server:
         self.store, self.port, self.proc = store, free_port(), None
         self.url = f"nats://127.0.0.1:{self.port}"
 
-    def start(self):
+    def start(self, *extra):
         self.proc = subprocess.Popen(
-            [NATS_SERVER, "-js", "-a", "127.0.0.1", "-p", str(self.port), "-sd", str(self.store)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            [NATS_SERVER, "-js", "-a", "127.0.0.1", "-p", str(self.port), "-sd", str(self.store),
+             *extra], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             try:
@@ -398,3 +398,25 @@ def test_copies_of_one_session_on_two_hosts_side_by_side(server, tmp_path):
     out = run("status", "--db", db).stdout.decode()
     assert "fleet: 2 hosts, 2 files shipped" in out
     assert "sessions on several hosts: 1 (1 diverged, see host_copies)" in out
+
+
+def test_a_token_is_passed_to_the_server(tmp_path):
+    """A server that wants a token: ship and ingest --from with --token work,
+    without it they exit 3 with one line."""
+    s = Server(tmp_path / "jetstream")
+    s.start("--auth", "s3cret")
+    try:
+        t = Transcript(tmp_path / "host")
+        t.append(2)
+        args = ["ship", tmp_path / "host", "--to", s.url, "--ledger", tmp_path / "l.db", "--once"]
+        p = run(*args, check=False)
+        assert p.returncode == 3 and len(p.stderr.decode().strip().splitlines()) == 1
+        assert "authorization" in p.stderr.decode().lower()
+        run(*args, "--token", "s3cret")
+        db = tmp_path / "c.db"
+        assert run("ingest", "--from", s.url, "--db", db, check=False).returncode == 3
+        p = subprocess.run([*CLI, "ingest", "--from", s.url, "--db", str(db), "--json"],
+                           capture_output=True, env=dict(os.environ, NATS_TOKEN="s3cret"))
+        assert p.returncode == 0 and json.loads(p.stdout)["new_lines"] == 2
+    finally:
+        s.kill()
