@@ -1124,6 +1124,10 @@ FROM (
 
 # --- Copies on several hosts ---------------------------------------------
 
+# A fleet host whose shipper's last heartbeat is older than this may be down:
+# what the index holds of it may be behind (check warns, the health page marks it).
+STALE_HEARTBEAT_S = 60
+
 # host_copies: one row per pair of copies of one transcript on two hosts: a
 # file shipped from a host (origin 'fleet', `session-index ship`) and this
 # machine's ingested file (host '' here), or two hosts' files; the same

@@ -177,6 +177,34 @@ async def new_kinds(db) -> list[dict] | None:
     if NEW_KINDS_VIEW not in {r[0] for r in await db.execute(NAMES_SQL)}:
         return None
     return [dict(r) for r in await db.execute(NEW_KINDS_SQL)]
+# The fleet panel: each host that ships here (session-index ship), its files
+# and records here, its last heartbeat and how old that is at :now (seconds),
+# its last message stored; and the sessions whose copies on two hosts differ.
+FLEET_HOSTS_SQL = """
+SELECT h.host, h.last_heartbeat_at, h.last_message_at,
+  CAST(round((julianday(:now) - julianday(h.last_heartbeat_at)) * 86400) AS INTEGER)
+    AS heartbeat_age_s,
+  (SELECT count(*) FROM files f WHERE f.host = h.host) AS files,
+  (SELECT coalesce(sum(f.records), 0) FROM files f WHERE f.host = h.host) AS records
+FROM fleet_hosts h ORDER BY h.host
+""".strip()
+FLEET_DIVERGED_SQL = "SELECT count(DISTINCT session_id) FROM host_copies WHERE diverged"
+
+
+async def fleet_panel(db, now: str) -> dict | None:
+    """{hosts: [...], diverged: N} when hosts ship to this index, else None
+    (and None for an index without the fleet tables)."""
+    if "fleet_hosts" not in {r[0] for r in await db.execute(NAMES_SQL)}:
+        return None
+    hosts = [dict(r) for r in await db.execute(FLEET_HOSTS_SQL, {"now": now})]
+    if not hosts:
+        return None
+    for h in hosts:
+        age = h["heartbeat_age_s"]
+        h["stale"] = age is None or age > views.STALE_HEARTBEAT_S
+    return {"hosts": hosts, "diverged": (await db.execute(FLEET_DIVERGED_SQL)).first()[0]}
+
+
 # The usage panel: the API calls of the last USAGE_WINDOW_DAYS (at or after
 # :since), each counted once, as the usage view counts them but reading the
 # lines of the files written to since then only (files.last_timestamp), so

@@ -27,13 +27,21 @@ RAW_PRETTY_MAX = 5_000_000  # characters; a longer line is shown as written
 SESSION_SQL = "SELECT * FROM sessions WHERE session_id = :session_id"
 SESSION_FILES_SQL = """
 SELECT f.id, f.path, f.kind, f.agent_id, f.records, f.first_timestamp, f.last_timestamp,
-  f.deleted_at, f.generation, l.resume_leaf_uuid, l.sdk_leaf_uuid, l.leaves_agree, l.branch_count,
+  f.deleted_at, f.generation, f.host, l.resume_leaf_uuid, l.sdk_leaf_uuid, l.leaves_agree, l.branch_count,
   l.resume_rule, (SELECT count(*) FROM orphans o WHERE o.file_id = f.id AND o.restored) AS restored
 FROM files f LEFT JOIN leaves l ON l.file_id = f.id
 WHERE f.session_id = :session_id AND f.kind IN ('main', 'subagent')
 ORDER BY f.kind = 'main' DESC,
   f.id IS (SELECT main_file_id FROM sessions s WHERE s.session_id = f.session_id) DESC,
   f.deleted_at IS NOT NULL, f.first_timestamp, f.id
+""".strip()
+# The session's transcripts held on two hosts (host_copies: '' is this
+# machine), side by side, the differing ones first.
+SESSION_HOST_COPIES_SQL = """
+SELECT kind, agent_id, a_host, a_file_id, a_records, b_host, b_file_id, b_records, a_only,
+  b_only, diverged
+FROM host_copies WHERE session_id = :session_id
+ORDER BY diverged DESC, kind = 'main' DESC, a_file_id, b_file_id
 """.strip()
 # The session's main transcripts when it has several: which one a resume
 # opens and why, and how each other one differs from it.
@@ -123,6 +131,7 @@ async def health_page(datasette, request):
         signals.SESSIONS_SQL, signals.sessions_params(limit=RECENT_SESSIONS))]
     kinds = await web_health.new_kinds(db)
     kinds_url = datasette.urls.table(name, web_health.NEW_KINDS_VIEW)
+    fleet = await web_health.fleet_panel(db, signals.iso_now(None))
     return await render(datasette, request, "session_health.html", {
         "database": name,
         "db_url": datasette.urls.database(name),
@@ -145,6 +154,9 @@ async def health_page(datasette, request):
         "new_kinds": None if kinds is None else [
             dict(k, url=kinds_url + "?" + urlencode({"kind": k["kind"]})) for k in kinds],
         "record_types_url": kinds_url,
+        "fleet": fleet,
+        "fleet_hosts_url": datasette.urls.table(name, "fleet_hosts"),
+        "host_copies_url": datasette.urls.table(name, "host_copies") + "?diverged=1",
     })
 
 
@@ -163,6 +175,7 @@ async def session_page(datasette, request):
     session = (await db.execute(SESSION_SQL, params)).first()
     files = [dict(r) for r in await db.execute(SESSION_FILES_SQL, params)]
     copies = {r["file_id"]: dict(r) for r in await db.execute(SESSION_MAIN_COPIES_SQL, params)}
+    host_copies = [dict(r) for r in await db.execute(SESSION_HOST_COPIES_SQL, params)]
     if session is None and not files:
         return await render(datasette, request, "session_tree.html", {
             "session_id": session_id, "missing": True,
@@ -206,6 +219,8 @@ async def session_page(datasette, request):
                        current=f["id"] == file["id"], main_copy=copies.get(f["id"])) for f in files],
         "main_rule": session["main_file_rule"] if session else None,
         "copies_url": datasette.urls.table(name, "session_main_copies") + "?" + urlencode(params),
+        "host_copies": host_copies,
+        "host_copies_url": datasette.urls.table(name, "host_copies") + "?" + urlencode(params),
         "file": file,
         "leaves_differ": file["resume_leaf_uuid"] != file["sdk_leaf_uuid"],
         "cli_version": resume.CLI_VERSION,

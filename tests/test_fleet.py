@@ -420,3 +420,30 @@ def test_a_token_is_passed_to_the_server(tmp_path):
         assert p.returncode == 0 and json.loads(p.stdout)["new_lines"] == 2
     finally:
         s.kill()
+
+
+def test_the_health_and_session_pages_show_hosts_and_their_copies(server, tmp_path):
+    import asyncio
+
+    from indexer import web
+
+    db = tmp_path / "central.db"
+    a = Transcript(tmp_path / "a")
+    a.append(2)
+    b = Transcript(tmp_path / "b", session_id=a.session_id)
+    b.append_bytes(a.path.read_bytes())
+    b.parent = a.parent
+    b.append(1)
+    hostile = "<b>evil</b>"
+    ship_once(server, "alpha", tmp_path / "a", tmp_path)
+    ship_once(server, hostile, tmp_path / "b", tmp_path)
+    drain(server, db)
+    ds = web.make_datasette(db)
+    health = asyncio.run(ds.client.get("/-/session-health")).text
+    assert "<h2>Fleet</h2>" in health
+    assert "&lt;b&gt;evil&lt;/b&gt;" in health and "<b>evil</b>" not in health
+    assert 'class="si-fleet-diverged">1</a>' in health
+    page = asyncio.run(ds.client.get(f"/-/sessions/{a.session_id}")).text
+    assert "host alpha" in page and "host &lt;b&gt;evil&lt;/b&gt;" in page
+    assert "<strong class=\"si-diverged\">differ</strong>, 0 uuid(s) only on the first, 1 only " \
+           "on the second" in page
