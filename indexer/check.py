@@ -56,7 +56,6 @@ POISONED_SQL = views.POISONED_SESSION_SQL  # poisoned_sessions, for one session
 SPLICES_SQL = "SELECT * FROM api_error_splices WHERE file_id = ? ORDER BY first_orphan_at"
 # Another host's last heartbeat (fleet_ingest.py records it).
 FLEET_HOST_SQL = "SELECT last_heartbeat_at, last_message_at FROM fleet_hosts WHERE host = ?"
-STALE_HEARTBEAT_S = views.STALE_HEARTBEAT_S
 NOTHING_TO_CUT_SQL = f"SELECT {views.NOTHING_TO_CUT_TEMPLATE.format(file='?')} AS stuck"
 # The last assistant record on a file's resume chain, when it is a synthetic
 # placeholder (poisoned_sessions' at_resume_tail, for a file that is not the
@@ -385,7 +384,7 @@ def _shipped(db, verdict: Verdict, main: dict, now_iso: str) -> None:
     if age is None:
         verdict.warnings.append(f"from what host {main['host']} last shipped; its shipper has "
                                 "sent no heartbeat: the host may have written more since")
-    elif age > STALE_HEARTBEAT_S:
+    elif age > views.STALE_HEARTBEAT_S:
         verdict.warnings.append(f"from what host {main['host']} last shipped; its last heartbeat "
                                 f"was {age:.0f} s ago: the host may have written more since")
 

@@ -113,6 +113,12 @@ def nats_auth_options(fn):
     return fn
 
 
+consumer_option = click.option(
+    "--consumer", default=None, metavar="NAME",
+    help="With --from: the durable consumer's name [default: session-index-central]; one "
+         "per central index.")
+
+
 def _nats_options(url: str, auth: dict):
     from . import fleet_nats
 
@@ -164,9 +170,7 @@ def cli():
               help="Instead of SOURCES: the lines `session-index ship` sent to this NATS "
                    "JetStream server (every host's), drained, then exit; with --watch, "
                    "keep consuming until SIGINT or SIGTERM.")
-@click.option("--consumer", default=None, metavar="NAME",
-              help="With --from: the durable consumer's name [default: "
-                   "session-index-central]; one per central index.")
+@consumer_option
 @nats_auth_options
 def ingest(sources, db_path, config_dir, silent, as_json, watch, from_url, consumer,
            **nats_auth):
@@ -242,7 +246,7 @@ def ingest(sources, db_path, config_dir, silent, as_json, watch, from_url, consu
 
 def _ingest_from(db_path, url, consumer, watch, as_json, auth):
     """ingest --from: drain (or follow) the fleet's stream into the index."""
-    from . import fleet_ingest, fleet_nats, fleet_wire
+    from . import fleet_ingest, fleet_nats
 
     options = _nats_options(url, auth)
     db = _open(db_path, create=True)
@@ -255,7 +259,7 @@ def _ingest_from(db_path, url, consumer, watch, as_json, auth):
 
     try:
         summary = fleet_nats.run(lambda stop: fleet_ingest.consume(
-            db, options, consumer=consumer or fleet_wire.DEFAULT_CONSUMER, watch=watch,
+            db, options, consumer=consumer, watch=watch,
             stop=stop, after_batch=log,
             log=lambda line: click.echo(f"ingest --from: {line}", err=True)), follow=watch)
     except fleet_nats.FleetError as exc:

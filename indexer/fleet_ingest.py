@@ -320,7 +320,7 @@ async def _reconcile(db, js, consumer: str) -> None:
         await js.delete_consumer(fleet_wire.STREAM, consumer)
 
 
-async def consume(db, options: fleet_nats.ConnectOptions, *, consumer: str = fleet_wire.DEFAULT_CONSUMER,
+async def consume(db, options: fleet_nats.ConnectOptions, *, consumer: str | None = None,
                   watch: bool = False, stop: asyncio.Event | None = None,
                   after_batch=None, log=lambda line: None) -> Summary:
     """Drain what is waiting (or with ``watch``, keep consuming until
@@ -330,6 +330,7 @@ async def consume(db, options: fleet_nats.ConnectOptions, *, consumer: str = fle
 
     started = time.monotonic()
     summary = Summary()
+    consumer = consumer or fleet_wire.DEFAULT_CONSUMER
     stop = stop or asyncio.Event()
     nc = await fleet_nats.connect(options, name="session-index central", follow=watch)
     try:
@@ -384,8 +385,8 @@ class Follower:
     loop and index connection (``serve --watch --from``); ``request_stop``
     from any thread ends it after its current batch."""
 
-    def __init__(self, db_path: str, options: fleet_nats.ConnectOptions, *, consumer: str,
-                 log):
+    def __init__(self, db_path: str, options: fleet_nats.ConnectOptions, *,
+                 consumer: str | None, log):
         self.db_path, self.options, self.consumer, self.log = db_path, options, consumer, log
         self.loop = asyncio.new_event_loop()
         self.stop = asyncio.Event()

@@ -20,7 +20,7 @@ import click
 
 from . import db as dbmod
 from . import demo_data, web_metadata
-from .cli import _nats_options, nats_auth_options
+from .cli import _nats_options, consumer_option, nats_auth_options
 
 EXIT_UNUSABLE = 3
 DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 8001
@@ -168,8 +168,7 @@ port_option = click.option("--port", default=DEFAULT_PORT, show_default=True, ty
               help="With --watch: also consume what `session-index ship` sends to this NATS "
                    "JetStream server, as `ingest --from --watch` does (without SOURCES, "
                    "only that: a fleet's central index).")
-@click.option("--consumer", default=None, metavar="NAME",
-              help="With --from: the durable consumer's name [default: session-index-central].")
+@consumer_option
 @nats_auth_options
 def serve(sources, db_path, host, port, watch, config_dir, from_url, consumer, **nats_auth):
     """Browse the index in Datasette, with the session pages.
@@ -208,11 +207,10 @@ def serve(sources, db_path, host, port, watch, config_dir, from_url, consumer, *
             except (watchmod.WatchError, dbmod.IndexError_) as exc:
                 raise WebError(str(exc)) from None
             if from_url:
-                from . import fleet_ingest, fleet_wire
+                from . import fleet_ingest
 
                 fleet = fleet_ingest.Follower(
-                    db_path, _nats_options(from_url, nats_auth),
-                    consumer=consumer or fleet_wire.DEFAULT_CONSUMER,
+                    db_path, _nats_options(from_url, nats_auth), consumer=consumer,
                     log=lambda line: watchmod.stderr_log(f"fleet: {line}"))
         prepare_index(db_path)
         check_port(host, port)
