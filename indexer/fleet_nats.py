@@ -67,18 +67,28 @@ async def connect(options: ConnectOptions, *, name: str, follow: bool = False):
 
         kwargs["tls"] = ssl.create_default_context(cafile=options.tls_ca)
     errors = []
+    refused = asyncio.Event()   # the server said no to these credentials: no retry helps
 
     async def on_error(exc):
         errors.append(exc)
+        if any(word in str(exc).lower() for word in ("authorization", "authentication")):
+            refused.set()
 
     kwargs["error_cb"] = on_error
-    try:
-        return await asyncio.wait_for(nats.connect(options.url, **kwargs),
-                                      None if follow else CONNECT_WAIT_S)
-    except Exception as exc:   # nats-py raises several unrelated types here
-        cause = errors[-1] if errors else exc
-        raise FleetError(f"cannot connect to {options.url}: "
-                         f"{str(cause) or type(cause).__name__}") from None
+    connecting = asyncio.ensure_future(nats.connect(options.url, **kwargs))
+    waiting = asyncio.ensure_future(refused.wait())
+    done, _ = await asyncio.wait({connecting, waiting}, return_when=asyncio.FIRST_COMPLETED,
+                                 timeout=None if follow else CONNECT_WAIT_S)
+    waiting.cancel()
+    if connecting in done and connecting.exception() is None:
+        return connecting.result()
+    if connecting.done():
+        cause = errors[-1] if errors else connecting.exception()
+    else:
+        connecting.cancel()
+        cause = errors[-1] if errors else TimeoutError()
+    # nats-py raises several unrelated types here: the cause, in one line
+    raise FleetError(f"cannot connect to {options.url}: {str(cause) or type(cause).__name__}")
 
 
 async def close(nc) -> None:
