@@ -72,6 +72,7 @@ async def connect(options: ConnectOptions, *, name: str, follow: bool = False):
     async def on_error(exc):
         errors.append(exc)
         if any(word in str(exc).lower() for word in ("authorization", "authentication")):
+            refused.cause = exc   # what to say, whatever comes after it (a reset connection)
             refused.set()
 
     kwargs["error_cb"] = on_error
@@ -82,11 +83,11 @@ async def connect(options: ConnectOptions, *, name: str, follow: bool = False):
     waiting.cancel()
     if connecting in done and connecting.exception() is None:
         return connecting.result()
-    if connecting.done():
-        cause = errors[-1] if errors else connecting.exception()
-    else:
+    if not connecting.done():
         connecting.cancel()
-        cause = errors[-1] if errors else TimeoutError()
+    cause = getattr(refused, "cause", None) or (errors[-1] if errors else (
+        connecting.exception() if connecting.done() and not connecting.cancelled()
+        else TimeoutError()))
     # nats-py raises several unrelated types here: the cause, in one line
     raise FleetError(f"cannot connect to {options.url}: {str(cause) or type(cause).__name__}")
 
