@@ -11,7 +11,9 @@ and runs, alternated --repeat times, each in a fresh process:
   if parsing were moved to another core for free: an upper bound for a parse worker);
 - the index's SQLite writes alone: the records and cache rows of that index inserted into
   a new one with the same schema, with executemany, a commit every 8 MB (the serial floor
-  of this schema: one writer, ten record indexes).
+  of this schema: one writer, twelve record indexes);
+- those writes split: the records with every index, the records with only their unique
+  (file_id, byte_offset) key (what the other record indexes cost), the cache rows alone.
 Prints medians and each as a ratio to sqlite-utils' wall time (their time / ours, so more
 than 1 is faster than sqlite-utils). Figures only; the exit status is 0 unless a run fails.
 """
@@ -38,19 +40,26 @@ if mode == "free":
                     pass
     lines.parse_line_bytes = lambda data: done.get(bytes(data)) or real(data)
 index = dbm.open_index(db, create=True)
-if mode == "writes":
+if mode.startswith("writes"):
     import sqlite3
     from indexer import chain
     old = sqlite3.connect(src)
-    tables = ["records"] + [chain.CACHE_TABLES[n] for n in chain.CACHE_COLUMNS]
+    tables = ([] if mode == "writes-caches" else ["records"]) + (
+        [] if mode.startswith("writes-records") else
+        [chain.CACHE_TABLES[n] for n in chain.CACHE_COLUMNS])
     data = {}
     for t in tables:
         cols = [r[1] for r in old.execute(f"PRAGMA table_info({t})") if r[1] != "id"]
         data[t] = (cols, old.execute(f"SELECT {', '.join(cols)} FROM {t}").fetchall())
     conn = index.conn
     conn.execute("DELETE FROM files")
+    if mode == "writes-records-key":   # the record indexes but the unique key go
+        for (name,) in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'records' "
+                "AND sql IS NOT NULL AND name <> 'records_file_offset'").fetchall():
+            conn.execute(f"DROP INDEX {name}")
 t0, c0 = time.perf_counter(), time.process_time()
-if mode == "writes":
+if mode.startswith("writes"):
     for t, (cols, rows) in data.items():
         sql = f"INSERT INTO {t} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})"
         raw = cols.index("raw") if "raw" in cols else None
@@ -108,12 +117,15 @@ def main():
             for d, _, names in sorted(os.walk(corpus)):
                 for name in sorted(names):
                     out.write((Path(d) / name).read_bytes())
-        figures = {k: [] for k in ("sqlite-utils", "ingest", "ingest, parse free", "SQLite writes alone")}
+        runs = (("ingest", "real"), ("ingest, parse free", "free"),
+                ("SQLite writes alone", "writes"), ("  records, every index", "writes-records"),
+                ("  records, unique key only", "writes-records-key"),
+                ("  cache rows", "writes-caches"))
+        figures = {k: [] for k in ["sqlite-utils"] + [name for name, _ in runs]}
         for _ in range(args.repeat):
             wall, cpu, _ = timed([SQLITE_UTILS, "insert", fresh(scratch / "su.db"), "lines", lines, "--lines"])
             figures["sqlite-utils"].append((wall, cpu))
-            for name, mode in (("ingest", "real"), ("ingest, parse free", "free"),
-                               ("SQLite writes alone", "writes")):
+            for name, mode in runs:
                 db = fresh(scratch / f"{mode}.db")
                 _, _, out = timed([sys.executable, "-c", CHILD, mode, corpus, db, scratch / "real.db"])
                 figures[name].append(tuple(map(float, out.split())))
