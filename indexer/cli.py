@@ -323,6 +323,9 @@ def ship(sources, to_url, host, ledger, once, config_dir, **auth):
             follow=not once)
     except (fleet_nats.FleetError, shipmod.ShipError) as exc:
         raise Failure(str(exc)) from None
+    except fleet_nats.Stopped:
+        log("stopped before the server answered: nothing sent")
+        return
     log(f"{shipper.messages} messages, {shipper.sent_lines} lines, "
         f"{shipper.sent_bytes} bytes sent")
 

@@ -332,7 +332,12 @@ async def consume(db, options: fleet_nats.ConnectOptions, *, consumer: str | Non
     summary = Summary()
     consumer = consumer or fleet_wire.DEFAULT_CONSUMER
     stop = stop or asyncio.Event()
-    nc = await fleet_nats.connect(options, name="session-index central", follow=watch)
+    try:
+        nc = await fleet_nats.connect(options, name="session-index central", follow=watch,
+                                      stop=stop)
+    except fleet_nats.Stopped:   # a signal before the server answered: nothing to do
+        summary.seconds = round(time.monotonic() - started, 3)
+        return summary
     try:
         js = nc.jetstream()
         await fleet_nats.ensure_stream(js)

@@ -447,3 +447,182 @@ def test_the_health_and_session_pages_show_hosts_and_their_copies(server, tmp_pa
     assert "host alpha" in page and "host &lt;b&gt;evil&lt;/b&gt;" in page
     assert "<strong class=\"si-diverged\">differ</strong>, 0 uuid(s) only on the first, 1 only " \
            "on the second" in page
+
+
+# TLS and credentials: throwaway keys made in tmp_path for each test.
+
+def make_ca(folder, name):
+    """A CA (name.pem, name.key) made with openssl."""
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2", "-subj", f"/CN={name}",
+                    "-keyout", folder / f"{name}.key", "-out", folder / f"{name}.pem"],
+                   check=True, capture_output=True)
+    return folder / f"{name}.pem"
+
+
+def make_server_cert(folder, ca):
+    """server.pem/server.key for 127.0.0.1, signed by the CA ``ca``."""
+    key, csr, cert, ext = (folder / n for n in ("server.key", "server.csr", "server.pem",
+                                                  "ext.cnf"))
+    ext.write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    subprocess.run(["openssl", "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                    "-nodes", "-subj", "/CN=127.0.0.1", "-keyout", key, "-out", csr],
+                   check=True, capture_output=True)
+    subprocess.run(["openssl", "x509", "-req", "-in", csr, "-CA", ca, "-CAkey",
+                    ca.with_suffix(".key"), "-CAcreateserial", "-days", "2", "-extfile", ext,
+                    "-out", cert], check=True, capture_output=True)
+    return cert, key
+
+
+def one_line_error(p, *words):
+    err = p.stderr.decode()
+    assert p.returncode == 3, err
+    assert len(err.strip().splitlines()) == 1 and err.startswith("Error: "), err
+    for word in words:
+        assert word in err, err
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl is not installed")
+def test_tls_with_the_servers_ca_and_a_wrong_ca_refused(tmp_path):
+    """A server that speaks TLS only: ship and ingest --from with --tls-ca
+    (the CA that signed its certificate) carry the lines; another CA, or none,
+    is refused at once, one line, exit 3, following or not."""
+    ca = make_ca(tmp_path, "ca")
+    cert, key = make_server_cert(tmp_path, ca)
+    other = make_ca(tmp_path, "other-ca")
+    conf = tmp_path / "tls.conf"
+    conf.write_text(f'tls {{ cert_file: "{cert}", key_file: "{key}" }}\n')
+    s = Server(tmp_path / "jetstream")
+    s.start("-c", conf)
+    url = s.url.replace("nats://", "tls://")
+    try:
+        t = Transcript(tmp_path / "host")
+        t.append(3)
+        p = run("ship", tmp_path / "host", "--to", url, "--tls-ca", ca, "--host", "h",
+                "--ledger", tmp_path / "l.db", "--once")
+        assert p.stderr.decode() == "ship h: 1 messages, 3 lines, %d bytes sent\n" % len(
+            t.complete())   # nothing else on stderr (asyncio's TLS warnings)
+        db = tmp_path / "c.db"
+        assert json.loads(run("ingest", "--from", url, "--tls-ca", ca, "--db", db,
+                              "--json").stdout)["new_lines"] == 3
+        assert exported(db, t.session_id) == t.complete()
+        for args in (["--tls-ca", other], [], ["--tls-ca", other, "--watch"]):
+            started = time.monotonic()
+            p = run("ingest", "--from", url, *args, "--db", db, check=False, timeout=30)
+            one_line_error(p, f"cannot connect to {url}: ", "certificate verify failed")
+            assert time.monotonic() - started < 4   # at once, not after the 5 s wait
+        p = run("ship", tmp_path / "host", "--to", url, "--tls-ca", other,
+                "--ledger", tmp_path / "l.db", check=False, timeout=30)   # following
+        one_line_error(p, "certificate verify failed")
+        p = run("ingest", "--from", url, "--tls-ca", conf, "--db", db, check=False)
+        one_line_error(p, f"--tls-ca {conf}: not a CA certificate file")
+    finally:
+        s.kill()
+
+
+def _b64url(data: bytes) -> str:
+    import base64
+
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def nkey(prefix):
+    """(seed, public key, key pair) of a new nkey of this role."""
+    import nkeys
+
+    seed = nkeys.encode_seed(os.urandom(32), prefix)
+    kp = nkeys.from_seed(bytearray(seed))
+    return seed.decode(), kp.public_key.decode(), kp
+
+
+def signed_jwt(issuer, subject, name, nats):
+    """A NATS JWT: base64url header.claims, then the issuer's ed25519
+    signature of those two."""
+    import hashlib
+
+    claims = {"iat": int(time.time()), "iss": issuer.public_key.decode(), "sub": subject,
+              "name": name, "nats": dict(nats, version=2)}
+    claims["jti"] = hashlib.sha256(json.dumps(claims).encode()).hexdigest()[:52].upper()
+    head = _b64url(json.dumps({"typ": "JWT", "alg": "ed25519-nkey"}).encode())
+    body = _b64url(json.dumps(claims, separators=(",", ":")).encode())
+    return f"{head}.{body}.{_b64url(issuer.sign(f'{head}.{body}'.encode()))}"
+
+
+def creds_file(path, account, name):
+    """A user of ``account`` (its key pair) as a .creds file (JWT and seed)."""
+    import nkeys
+
+    seed, public, _ = nkey(nkeys.PREFIX_BYTE_USER)
+    jwt = signed_jwt(account, public, name, {"type": "user", "pub": {}, "sub": {},
+                                             "subs": -1, "data": -1, "payload": -1})
+    path.write_text(f"-----BEGIN NATS USER JWT-----\n{jwt}\n------END NATS USER JWT------\n\n"
+                    f"-----BEGIN USER NKEY SEED-----\n{seed}\n------END USER NKEY SEED------\n")
+    return path
+
+
+def test_a_credentials_file_is_passed_to_the_server(tmp_path):
+    """nats-server in operator mode (JWTs signed with nkeys, made here): ship
+    and ingest --from with --creds carry the lines; without it, or with a
+    user of an account the operator never signed, exit 3 with one line."""
+    nkeys = pytest.importorskip("nkeys")
+    _, op_public, operator = nkey(nkeys.PREFIX_BYTE_OPERATOR)
+    _, acct_public, account = nkey(nkeys.PREFIX_BYTE_ACCOUNT)
+    _, sys_public, _ = nkey(nkeys.PREFIX_BYTE_ACCOUNT)
+    _, _, stranger = nkey(nkeys.PREFIX_BYTE_ACCOUNT)
+    unlimited = {k: -1 for k in ("subs", "data", "payload", "imports", "exports", "conn", "leaf",
+                                 "mem_storage", "disk_storage", "streams", "consumer")}
+    (tmp_path / "operator.jwt").write_text(
+        signed_jwt(operator, op_public, "test", {"type": "operator"}))
+    acct_jwt = signed_jwt(operator, acct_public, "fleet",
+                          {"type": "account", "limits": dict(unlimited, wildcards=True)})
+    sys_jwt = signed_jwt(operator, sys_public, "SYS", {"type": "account"})
+    conf = tmp_path / "operator.conf"
+    conf.write_text(f'operator: "{tmp_path / "operator.jwt"}"\nresolver: MEMORY\n'
+                    f"system_account: {sys_public}\n"
+                    f'resolver_preload: {{ {acct_public}: "{acct_jwt}", {sys_public}: "{sys_jwt}" }}\n')
+    creds = creds_file(tmp_path / "fleet.creds", account, "shipper")
+    s = Server(tmp_path / "jetstream")
+    s.start("-c", conf)
+    try:
+        t = Transcript(tmp_path / "host")
+        t.append(2)
+        args = ["ship", tmp_path / "host", "--to", s.url, "--ledger", tmp_path / "l.db", "--once"]
+        one_line_error(run(*args, check=False), "Authorization Violation")
+        one_line_error(run(*args, "--creds", creds_file(tmp_path / "x.creds", stranger, "x"),
+                           check=False), "Authorization Violation")
+        run(*args, "--creds", creds)
+        db = tmp_path / "c.db"
+        one_line_error(run("ingest", "--from", s.url, "--db", db, check=False),
+                       "Authorization Violation")
+        assert json.loads(run("ingest", "--from", s.url, "--creds", creds, "--db", db,
+                              "--json").stdout)["new_lines"] == 2
+        assert exported(db, t.session_id) == t.complete()
+    finally:
+        s.kill()
+
+
+def test_a_signal_while_waiting_for_the_server_stops_at_once(tmp_path):
+    """Following (ship, ingest --from --watch) with no server yet: they wait
+    for it, and SIGTERM ends the wait (exit 0), nothing written."""
+    (tmp_path / "host").mkdir()
+    url = f"nats://127.0.0.1:{free_port()}"
+    procs = [subprocess.Popen([*CLI, *map(str, args)], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE)
+             for args in (["ship", tmp_path / "host", "--to", url, "--host", "h",
+                           "--ledger", tmp_path / "l.db"],
+                          ["ingest", "--from", url, "--watch", "--db", tmp_path / "c.db"])]
+    time.sleep(2)
+    for proc in procs:
+        proc.send_signal(signal.SIGTERM)
+    errs = []
+    for proc in procs:
+        try:
+            code = proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise
+        errs.append(proc.stderr.read().decode())
+        assert code == 0 and "Traceback" not in errs[-1], errs[-1]
+    assert errs[0] == "ship h: stopped before the server answered: nothing sent\n"
+    assert not (tmp_path / "c.db").exists() or sqlite3.connect(tmp_path / "c.db").execute(
+        "SELECT count(*) FROM files").fetchone() == (0,)
