@@ -918,6 +918,23 @@ TABLES["leaf_ancestry_cache"]["columns"] = dict(
     {k: v for k, v in TABLES["leaf_ancestry"]["columns"].items() if k != "depth"},
     height="steps from the end of the walk (0 = its root end); depth is the walk's "
            "length less one less height")
+# Every view with a file (or a session) per row has the host of that
+# file (views.HOST_COLUMN); the caches behind them do not keep it.
+_HOST = ("the host the file is on: '' for this machine's files (and store copies), else "
+         "the name it was shipped under (session-index ship --host)")
+for _view in ("cli_definition", "leaves", "leaves_definition", "leaf_ancestry",
+              "leaf_ancestry_definition", "orphans", "orphans_definition", "chain_breaks",
+              "chain_breaks_definition", "duplicate_uuids", "duplicate_uuids_definition",
+              "api_error_splices", "executions", "failed_executions", "poisoned_sessions",
+              "stale_session_refs", "expired_transcripts", "repair_plan", "session_copies",
+              "file_generations", "session_main_copies", "usage"):
+    TABLES[_view]["columns"] = dict(TABLES[_view]["columns"], host=_HOST)
+TABLES["stale_session_refs"]["columns"]["host"] = (
+    "the host of its main transcript ('' for this machine, and when it was never indexed)")
+TABLES["poisoned_sessions"]["columns"]["host"] = "the host of file_id ('' for this machine)"
+TABLES["usage"]["columns"]["host"] = "the host of file_id ('' for this machine)"
+TABLES["executions"]["columns"]["host"] = TABLES["failed_executions"]["columns"]["host"] = (
+    "the host of the log ('' for this machine)")
 TABLES["sdk_terminals"] = {
     "description": "The Agent SDK's leaf candidates per file: each record no record names as "
                    "parent, with the message it walks up to (kept by ingest; the SDK leaf "

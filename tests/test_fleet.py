@@ -626,3 +626,44 @@ def test_a_signal_while_waiting_for_the_server_stops_at_once(tmp_path):
     assert errs[0] == "ship h: stopped before the server answered: nothing sent\n"
     assert not (tmp_path / "c.db").exists() or sqlite3.connect(tmp_path / "c.db").execute(
         "SELECT count(*) FROM files").fetchone() == (0,)
+
+
+def test_a_shipped_file_has_its_host_in_the_views(server, tmp_path):
+    """Each row of a host's file carries that host in the views (this
+    machine's: ''), escaped where a page shows it."""
+    import asyncio
+
+    from indexer import web
+
+    db = tmp_path / "central.db"
+    hostile = "<b>evil</b>"
+    t = Transcript(tmp_path / "remote")
+    t.append(1)
+    t.append(1, type="assistant", requestId="req_1", message={
+        "id": "msg_01", "model": "claude-x", "role": "assistant",
+        "content": [{"type": "text", "text": "hi"}],
+        "usage": {"input_tokens": 10, "output_tokens": 5}})
+    t.append(1, type="assistant", message={"id": "synthetic-1", "model": "<synthetic>",
+                                           "role": "assistant",
+                                           "content": [{"type": "text", "text": "No response"}]})
+    ship_once(server, hostile, tmp_path / "remote", tmp_path)
+    drain(server, db)
+    local = Transcript(tmp_path / "here")
+    local.append(2)
+    run("ingest", local.path, "--db", db)
+    conn = sqlite3.connect(db)
+    assert conn.execute("SELECT session_id, host FROM leaves ORDER BY host").fetchall() == [
+        (local.session_id, ""), (t.session_id, hostile)]
+    assert conn.execute("SELECT host, count(*) FROM leaf_ancestry WHERE rule = 'resume' "
+                        "GROUP BY host ORDER BY host").fetchall() == [("", 2), (hostile, 3)]
+    assert conn.execute("SELECT session_id, at_resume_tail, host FROM poisoned_sessions"
+                        ).fetchall() == [(t.session_id, 1, hostile)]
+    assert conn.execute("SELECT session_id, output_tokens, host FROM usage").fetchall() == [
+        (t.session_id, 5, hostile)]
+    assert conn.execute("SELECT session_id, generation, host FROM file_generations "
+                        "ORDER BY host").fetchall() == [(local.session_id, 1, ""),
+                                                         (t.session_id, 1, hostile)]
+    ds = web.make_datasette(db)
+    page = asyncio.run(ds.client.get("/central/leaves")).text
+    assert "&lt;b&gt;evil&lt;/b&gt;" in page and hostile not in page
+
