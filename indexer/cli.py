@@ -119,6 +119,22 @@ consumer_option = click.option(
          "per central index.")
 
 
+def _hosts(ctx, param, value):
+    """--hosts a,b: the host names, each non-empty."""
+    if value is None:
+        return None
+    hosts = [h.strip() for h in value.split(",")]
+    if not all(hosts):
+        raise click.BadParameter("a comma-separated list of host names, none empty")
+    return hosts
+
+
+hosts_option = click.option(
+    "--hosts", default=None, metavar="HOST,HOST", callback=_hosts,
+    help="With --from: only these hosts' lines (a partition of the fleet over several "
+         "central indexes); a durable consumer per host, NAME-HOST [default: every host's].")
+
+
 def _nats_options(url: str, auth: dict):
     from . import fleet_nats
 
@@ -171,8 +187,9 @@ def cli():
                    "JetStream server (every host's), drained, then exit; with --watch, "
                    "keep consuming until SIGINT or SIGTERM.")
 @consumer_option
+@hosts_option
 @nats_auth_options
-def ingest(sources, db_path, config_dir, silent, as_json, watch, from_url, consumer,
+def ingest(sources, db_path, config_dir, silent, as_json, watch, from_url, consumer, hosts,
            **nats_auth):
     """Index new lines of the transcripts under SOURCES.
 
@@ -197,12 +214,15 @@ def ingest(sources, db_path, config_dir, silent, as_json, watch, from_url, consu
     \b
         session-index ingest ~/.claude/projects --db sessions.db --json
         session-index ingest --watch --db sessions.db
+        session-index ingest --from nats://central:4222 --hosts build-7,build-8 --db part-1.db
     """
     if from_url is not None:
         if sources:
             raise click.UsageError("--from reads NATS, not SOURCES: give one or the other")
-        _ingest_from(db_path, from_url, consumer, watch, as_json, nats_auth)
+        _ingest_from(db_path, from_url, consumer, hosts, watch, as_json, nats_auth)
         return
+    if hosts is not None:
+        raise click.UsageError("--hosts applies to --from")
     try:
         sources = discover.default_sources(sources, config_dir)
     except discover.NoProjectsFolder as exc:
@@ -244,7 +264,7 @@ def ingest(sources, db_path, config_dir, silent, as_json, watch, from_url, consu
                      if sys.stderr.isatty() else text, db_path=db_path)
 
 
-def _ingest_from(db_path, url, consumer, watch, as_json, auth):
+def _ingest_from(db_path, url, consumer, hosts, watch, as_json, auth):
     """ingest --from: drain (or follow) the fleet's stream into the index."""
     from . import fleet_ingest, fleet_nats
 
@@ -259,7 +279,7 @@ def _ingest_from(db_path, url, consumer, watch, as_json, auth):
 
     try:
         summary = fleet_nats.run(lambda stop: fleet_ingest.consume(
-            db, options, consumer=consumer, watch=watch,
+            db, options, consumer=consumer, hosts=hosts, watch=watch,
             stop=stop, after_batch=log,
             log=lambda line: click.echo(f"ingest --from: {line}", err=True)), follow=watch)
     except fleet_nats.FleetError as exc:

@@ -305,15 +305,18 @@ def test_kills_of_shippers_central_and_server_lose_and_double_nothing(server, tm
 
 def test_serve_watch_from_shows_what_hosts_ship(server, tmp_path):
     """serve --watch --from: Datasette and the fleet consumer in one process;
-    a shipped transcript is on its pages within seconds; SIGTERM: exit 0."""
+    a shipped transcript is on its pages within seconds; SIGTERM: exit 0.
+    With --hosts, another host's transcript never comes."""
     import urllib.request
 
     db = tmp_path / "central.db"
     port = free_port()
     proc = subprocess.Popen([*CLI, "serve", "--watch", "--from", server.url, "--db", db,
-                             "--port", str(port)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)
+                             "--port", str(port), "--hosts", "edge-9"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
+        Transcript(tmp_path / "other").append(2)
+        ship_once(server, "other", tmp_path / "other", tmp_path)
         t = Transcript(tmp_path / "host")
         t.append(3)
         ship_once(server, "edge-9", tmp_path / "host", tmp_path)
@@ -334,6 +337,10 @@ def test_serve_watch_from_shows_what_hosts_ship(server, tmp_path):
     assert code == 0, err
     assert "Traceback" not in err
     assert "batch: " in err
+    assert sqlite3.connect(db).execute("SELECT DISTINCT host FROM files").fetchall() == [
+        ("edge-9",)]
+    p = run("serve", "--hosts", "edge-9", "--db", db, check=False)
+    assert p.returncode == 2 and b"--hosts applies to --from" in p.stderr
 
 
 def test_the_central_stops_cleanly_with_the_server_gone(server, tmp_path):
@@ -667,3 +674,40 @@ def test_a_shipped_file_has_its_host_in_the_views(server, tmp_path):
     page = asyncio.run(ds.client.get("/central/leaves")).text
     assert "&lt;b&gt;evil&lt;/b&gt;" in page and hostile not in page
 
+
+def test_two_centrals_each_take_only_their_hosts(server, tmp_path):
+    """A partitioned fleet: `ingest --from --hosts` reads only those hosts'
+    subjects, with a durable consumer per host; two centrals share the
+    stream and each holds its own hosts, all of their lines and no other's."""
+    hosts = ["a", "web-2.example.com", "c"]
+    files = {}
+    for h in hosts:
+        files[h] = Transcript(tmp_path / h)
+        files[h].append(2)
+        ship_once(server, h, tmp_path / h, tmp_path)
+    one, two = tmp_path / "one.db", tmp_path / "two.db"
+
+    def take(db, hosts):
+        p = run("ingest", "--from", server.url, "--hosts", hosts, "--db", db, "--json")
+        return json.loads(p.stdout)
+
+    assert take(one, "a,web-2.example.com")["hosts"] == ["a", "web-2.example.com"]
+    assert take(two, "c")["hosts"] == ["c"]
+    for h in ("a", "c"):
+        files[h].append(3)
+        ship_once(server, h, tmp_path / h, tmp_path)
+    assert (take(one, "a,web-2.example.com")["new_lines"], take(two, "c")["new_lines"]) == (3, 3)
+    for db, mine in ((one, ["a", "web-2.example.com"]), (two, ["c"])):
+        conn = sqlite3.connect(db)
+        assert [h for (h,) in conn.execute("SELECT host FROM files ORDER BY host")] == mine
+        for h in mine:
+            assert exported(db, files[h].session_id) == files[h].complete()
+    assert [n for (n,) in sqlite3.connect(one).execute(
+        "SELECT name FROM fleet_consumers ORDER BY name")] == [
+        "session-index-central-a", "session-index-central-web-2_example_com"]
+    # Without --hosts, another central takes every host's.
+    assert json.loads(run("ingest", "--from", server.url, "--db", tmp_path / "all.db",
+                          "--json").stdout)["hosts"] == sorted(hosts)
+    for args in (["--from", server.url, "--hosts", "a,,b"], ["--hosts", "a", tmp_path / "a"]):
+        p = run("ingest", *args, "--db", tmp_path / "x.db", check=False)
+        assert p.returncode == 2 and b"--hosts" in p.stderr, p.stderr
