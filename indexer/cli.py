@@ -8,7 +8,9 @@ the session, or the generation asked for, is not in the index; a target
 outside the folder, a symlink or a different file: refused; for search: search
 is not enabled on the index); 4/5/6 the check verdicts
 missing/poisoned/spliced; 7 a repair refused (the file is live); 8 a repair
-rolled back; 9 show/export/restore/repair/verify: no such session in the index.
+rolled back; 9 show/export/restore/repair/verify: no such session in the index;
+10 check: the session is on several hosts of a fleet, none of them this machine, and
+--host names none.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ pricesmod, usagemod = _OnUse("prices"), _OnUse("usage")
 EXIT_FINDING = 1
 EXIT_UNUSABLE = 3
 EXIT_UNKNOWN_SESSION = 9
+EXIT_AMBIGUOUS_HOST = 10
 KNOWN_SESSION_SQL = "SELECT 1 FROM files WHERE session_id = ? LIMIT 1"
 
 
@@ -54,6 +57,10 @@ class Failure(click.ClickException):
 
 class UnknownSession(click.ClickException):
     exit_code = EXIT_UNKNOWN_SESSION
+
+
+class AmbiguousHost(click.ClickException):
+    exit_code = EXIT_AMBIGUOUS_HOST
 
 
 def _known(db, session_id: str):
@@ -442,8 +449,12 @@ def refs_import(file, db_path, as_json):
 @click.option("--cwd", type=click.Path(file_okay=False), default=None,
               help="Check the transcript a resume run from this directory opens "
                    "[default: the one a resume from the session's own cwd opens].")
+@click.option("--host", default=None, metavar="NAME",
+              help="A central index of a fleet: the host whose copy to check ('' for this "
+                   "machine) [default: this machine when it holds the session, else the one "
+                   "host that does; several: exit 10].")
 @json_option
-def check(session_id, db_path, config_dir, now, cwd, as_json):
+def check(session_id, db_path, config_dir, now, cwd, host, as_json):
     """May SESSION_ID be resumed? For an agent server to call before `--resume`.
 
     Verdicts, the first that matches, and exit codes: missing (4): no
@@ -460,14 +471,23 @@ def check(session_id, db_path, config_dir, now, cwd, as_json):
     --cwd, the cwd is the session's own (the one its records carry); other
     copies of the session are listed as warnings.
 
+    On a fleet's central index each host's copies are its own: the answer is
+    for the session on --host, by default this machine when it holds the
+    session, else the one host that does; on several hosts and not here,
+    exit 10 (give --host).
+
     Example:
 
     \b
         session-index check 0b1fed78-ad30-4641-94b1-5f6931526c96 --json
         session-index check 0b1fed78-ad30-4641-94b1-5f6931526c96 --cwd ~/src/app
+        session-index check 0b1fed78-ad30-4641-94b1-5f6931526c96 --host build-7
     """
-    verdict = checkmod.check(_open(db_path), session_id, now=_now(now), config_dir=config_dir,
-                             cwd=cwd)
+    try:
+        verdict = checkmod.check(_open(db_path), session_id, now=_now(now),
+                                 config_dir=config_dir, cwd=cwd, host=host)
+    except mainfile.AmbiguousHost as exc:
+        raise AmbiguousHost(str(exc)) from None
     sys.exit(checkmod.report(verdict, as_json, sys.stdout, sys.stderr))
 
 

@@ -873,23 +873,24 @@ FROM classed
 # included (the seed 003 shape).
 FAILED_EXECUTIONS_SQL = "SELECT * FROM executions WHERE error_class <> 'ok'"
 
-# poisoned_sessions: one row per session whose main transcript has a
+# poisoned_sessions: one row per session and host whose main transcript
+# there (session_hosts: each host's copy is judged on its own) has a
 # synthetic placeholder on its resume ancestry, or whose resumes failed with
-# the previous_message_id 400. message_id/uuid: the synthetic record nearest
+# the previous_message_id 400 (executions of that host's logs). message_id/uuid: the synthetic record nearest
 # the leaf; at_resume_tail: it is the last assistant on the ancestry (the next
 # resume sends its id and fails); synthetic_on_chain: how many are on it;
 # failed_resumes: executions classed poisoned_previous_message_id naming the
 # session (as its session_id or its init session id); last_seen: the newest
-# record timestamp of the session.
+# record timestamp of the session on that host.
 POISONED_SESSIONS_TEMPLATE = f"""
 WITH placeholders AS MATERIALIZED (
   SELECT r.file_id, r.id, r.uuid, r.message_id FROM records r
   WHERE {{files}} AND {SYNTHETIC_RECORD.format(r="r")}
 ),
 synthetic AS (
-  SELECT s.session_id, r.file_id, r.id, r.uuid, r.message_id, a.height
+  SELECT s.session_id, s.host, r.file_id, r.id, r.uuid, r.message_id, a.height
   FROM placeholders r
-  JOIN sessions s ON s.main_file_id = r.file_id
+  JOIN session_hosts s ON s.main_file_id = r.file_id
   JOIN leaf_ancestry_cache a ON a.file_id = r.file_id AND a.rule = 'resume'
     AND a.uuid = r.uuid AND a.record_id = r.id
 ),
@@ -901,32 +902,35 @@ tails AS (
   FROM (SELECT DISTINCT file_id FROM synthetic) f
 ),
 on_chain AS (
-  SELECT y.session_id, y.file_id, y.uuid, y.message_id, max(y.height) AS height,
+  SELECT y.session_id, y.host, y.file_id, y.uuid, y.message_id, max(y.height) AS height,
          count(*) AS synthetic_on_chain, max(y.id = t.record_id) AS at_resume_tail
   FROM synthetic y JOIN tails t ON t.file_id = y.file_id
-  GROUP BY y.session_id
+  GROUP BY y.session_id, y.host
 ),
 failed AS (
-  SELECT session_id, count(*) AS failed_resumes FROM (
-    SELECT id, session_id FROM executions
+  SELECT session_id, host, count(*) AS failed_resumes FROM (
+    SELECT id, session_id, host FROM executions
     WHERE error_class = 'poisoned_previous_message_id' AND session_id IS NOT NULL
       AND {{session_id}}
     UNION
-    SELECT id, init_session_id FROM executions
+    SELECT id, init_session_id, host FROM executions
     WHERE error_class = 'poisoned_previous_message_id' AND init_session_id IS NOT NULL
       AND {{init_session_id}})
-  GROUP BY session_id
+  GROUP BY session_id, host
 ),
-ids AS (SELECT session_id FROM on_chain UNION SELECT session_id FROM failed)
-SELECT i.session_id, coalesce(c.file_id, s.main_file_id) AS file_id, c.message_id, c.uuid,
+ids AS (SELECT session_id, host FROM on_chain UNION SELECT session_id, host FROM failed)
+SELECT i.session_id, coalesce(c.file_id, h.main_file_id) AS file_id, c.message_id, c.uuid,
        coalesce(c.at_resume_tail, 0) AS at_resume_tail,
        coalesce(c.synthetic_on_chain, 0) AS synthetic_on_chain,
        coalesce(fl.failed_resumes, 0) AS failed_resumes,
-       s.last_timestamp AS last_seen,
-       {HOST_OF.format(file_id="coalesce(c.file_id, s.main_file_id)")} AS host
+       CASE WHEN s.host = i.host THEN s.last_timestamp ELSE (
+         SELECT max(m.last_timestamp) FROM files m WHERE m.session_id = i.session_id
+           AND m.kind IN {TRANSCRIPT_KINDS} AND coalesce(m.host, '') = i.host) END AS last_seen,
+       i.host
 FROM ids i
-LEFT JOIN on_chain c ON c.session_id = i.session_id
-LEFT JOIN failed fl ON fl.session_id = i.session_id
+LEFT JOIN on_chain c ON c.session_id = i.session_id AND c.host = i.host
+LEFT JOIN failed fl ON fl.session_id = i.session_id AND fl.host = i.host
+LEFT JOIN session_hosts h ON h.session_id = i.session_id AND h.host = i.host
 LEFT JOIN sessions s ON s.session_id = i.session_id
 """.strip()
 POISONED_SESSIONS_SQL = POISONED_SESSIONS_TEMPLATE.format(
@@ -934,7 +938,7 @@ POISONED_SESSIONS_SQL = POISONED_SESSIONS_TEMPLATE.format(
 # The same for one session (:session_id), reading only its records: check's
 # question (the view reads every placeholder in the index first).
 POISONED_SESSION_SQL = POISONED_SESSIONS_TEMPLATE.format(
-    files="r.file_id = (SELECT main_file_id FROM sessions WHERE session_id = :session_id)",
+    files="r.file_id IN (SELECT main_file_id FROM session_hosts WHERE session_id = :session_id)",
     session_id="session_id = :session_id", init_session_id="init_session_id = :session_id")
 
 # Time-dependent definitions are templates over {now} (an ISO-8601 UTC
@@ -1061,7 +1065,7 @@ WITH RECURSIVE episodes AS (
   FROM api_error_splices s
   JOIN leaf_ancestry_cache e ON e.file_id = s.file_id AND e.rule = 'resume'
     AND e.uuid = s.api_error_uuid
-  JOIN sessions m ON m.main_file_id = s.file_id
+  JOIN session_hosts m ON m.main_file_id = s.file_id
 ),
 poisoned AS (  -- with the last real assistant message on the chain
   SELECT p.session_id, p.file_id, a.height, r.line_no, r.timestamp
@@ -1260,8 +1264,8 @@ IN_CWD_PROJECT_TEMPLATE = """(SELECT CASE WHEN length(folder) <= 200 THEN {proje
 # in_cwd_project (its folder is the project folder of the cwd its records
 # carry: the file a resume from the session's own working directory opens).
 MAIN_FILE_FACTS_TEMPLATE = """
-SELECT f.id AS file_id, f.session_id, f.path, f.project_dir, f.cwd, f.origin, f.mtime,
-  f.deleted_at, f.records,
+SELECT f.id AS file_id, f.session_id, coalesce(f.host, '') AS host, f.path, f.project_dir,
+  f.cwd, f.origin, f.mtime, f.deleted_at, f.records,
   coalesce(f.origin IN ('file', 'fleet') AND substr(f.path, -length(f.session_id) - 7)
     = '/' || f.session_id || '.jsonl', 0) AS named,
   f.deleted_at IS NULL AS on_disk,
@@ -1315,8 +1319,10 @@ OPENED_BY_RESUME = ("only_named", "named_in_cwd_project", "named_newest")
 
 # session_main_copies: every main transcript of a session that has more than
 # one (copies in other project folders, forks that kept the id in a file
-# named otherwise, deleted ones, session-store copies), none merged: chosen
-# (it is sessions.main_file_id), why (for the chosen one its main_file_rule;
+# named otherwise, deleted ones, session-store copies, copies on other
+# hosts), none merged: chosen (it is its host's main file, session_hosts:
+# each file is compared with the one chosen on its own host; across hosts,
+# host_copies), why (for the chosen one its main_file_rule;
 # for the others: named_other_project, a named copy in another project folder
 # that a resume opens only from a cwd of that folder; not_named, never opened
 # for this id; no_messages; deleted; store_copy), the facts the choice rests
@@ -1355,7 +1361,7 @@ compared AS MATERIALIZED (
     (SELECT resume_leaf_uuid FROM leaves WHERE file_id = s.main_file_id)
       AS chosen_resume_leaf_uuid
   FROM facts c
-  JOIN sessions s ON s.session_id = c.session_id
+  JOIN session_hosts s ON s.session_id = c.session_id AND s.host = c.host
   LEFT JOIN files m ON m.id = s.main_file_id
 )
 SELECT session_id, file_id, path, project_dir, cwd, origin,
@@ -1371,7 +1377,7 @@ SELECT session_id, file_id, path, project_dir, cwd, origin,
   resume_leaf_uuid, chosen_resume_leaf_uuid,
   (only_here > 0 OR only_in_chosen > 0 OR records IS NOT chosen_records
    OR resume_leaf_uuid IS NOT chosen_resume_leaf_uuid) AS diverged,
-  """ + HOST_OF.format(file_id="compared.file_id") + """ AS host
+  host
 FROM compared
 """.strip()
 
@@ -1574,60 +1580,106 @@ DEFINITIONS_HASH = sha256("\n".join([
 ]).encode()).hexdigest()[:16]
 
 
-# sessions: one row per session id, summed from its files' running facts.
-# main_file_id is the main transcript `claude --resume <id>` opens, and
-# main_file_rule says why (MAIN_FILE_RULE_TEMPLATE: a file named
-# <id>.jsonl on disk with messages, the one in its own cwd's project folder
-# when there are several, else a session-store copy, else what is left);
-# project_dir and cwd are the chosen file's. A session mirrored through the
-# store and ingested from its file counts its local files and records once
-# (the store copies when there are no local ones).
-REFRESH_SESSION_SQL = f"""
+# session_hosts: a session's main transcript per host (host '' is this
+# machine: its files and store copies; a fleet host's files are its own):
+# copies of one session on two hosts are never merged, so each host has one
+# main file, chosen among that host's files only. main_file_id is the main
+# transcript `claude --resume <id>` on that host opens, and main_file_rule
+# says why (MAIN_FILE_RULE_TEMPLATE: a file named <id>.jsonl on disk with
+# messages, the one in its own cwd's project folder when there are several,
+# else a session-store copy, else what is left).
+REFRESH_SESSION_HOSTS_SQL = f"""
 WITH facts AS MATERIALIZED (
 {MAIN_FILE_FACTS_TEMPLATE.format(where="f.session_id = :session_id")}
 ),
 ruled AS (
   SELECT *, {MAIN_FILE_RULE_TEMPLATE.format(
-      f="facts", loadable="(SELECT count(*) FROM facts WHERE named AND on_disk AND has_messages)")}
+      f="facts", loadable="(SELECT count(*) FROM facts x WHERE x.host = facts.host "
+                          "AND x.named AND x.on_disk AND x.has_messages)")}
     AS rule
   FROM facts
 ),
+ranked AS (
+  SELECT file_id, host, rule, row_number() OVER (
+    PARTITION BY host ORDER BY {MAIN_FILE_RANK_TEMPLATE.format(rule="rule")}, named DESC,
+      in_cwd_project DESC, mtime DESC, file_id DESC) AS n
+  FROM ruled
+)
+INSERT INTO session_hosts (session_id, host, main_file_id, main_file_rule)
+SELECT :session_id, host, file_id, rule FROM ranked WHERE n = 1
+""".strip()
+
+# sessions: one row per session id, for its default host (sessions.host):
+# this machine ('') when it holds a transcript of the session, else the
+# host whose main transcript was written to last (ties: the host's name).
+# main_file_id and main_file_rule are that host's (session_hosts); the rest
+# is summed from that host's files' running facts: project_dir and cwd are
+# the chosen file's. A session mirrored through the store and ingested from
+# its file counts its local files and records once (the store copies when
+# there are no local ones). Another host's copies: session_hosts,
+# host_copies.
+REFRESH_SESSION_SQL = f"""
+WITH home AS MATERIALIZED (
+  SELECT coalesce(
+    (SELECT '' FROM files WHERE session_id = :session_id AND kind IN {TRANSCRIPT_KINDS}
+       AND host IS NULL LIMIT 1),
+    (SELECT h.host FROM session_hosts h LEFT JOIN files m ON m.id = h.main_file_id
+     WHERE h.session_id = :session_id ORDER BY m.last_timestamp IS NULL, m.last_timestamp DESC,
+       h.host LIMIT 1),
+    (SELECT min(host) FROM files WHERE session_id = :session_id AND kind IN {TRANSCRIPT_KINDS}),
+    '') AS host
+),
 chosen AS MATERIALIZED (
-  SELECT file_id, rule FROM ruled
-  ORDER BY {MAIN_FILE_RANK_TEMPLATE.format(rule="rule")}, named DESC, in_cwd_project DESC,
-    mtime DESC, file_id DESC
-  LIMIT 1
+  SELECT h.main_file_id AS file_id, h.main_file_rule AS rule FROM session_hosts h, home
+  WHERE h.session_id = :session_id AND h.host = home.host
+),
+own AS MATERIALIZED (   -- the default host's transcripts of the session
+  SELECT f.* FROM files f, home
+  WHERE f.session_id = :session_id AND f.kind IN {TRANSCRIPT_KINDS}
+    AND coalesce(f.host, '') = home.host
 )
 INSERT OR REPLACE INTO sessions (
   session_id, main_file_id, main_file_rule, project_dir, cwd, main_files, subagent_files,
-  records, first_timestamp, last_timestamp, version, git_branch, deleted_at)
+  records, first_timestamp, last_timestamp, version, git_branch, deleted_at, host)
 SELECT :session_id,
   (SELECT file_id FROM chosen),
   (SELECT rule FROM chosen),
-  (SELECT project_dir FROM files WHERE session_id = :session_id AND kind IN {TRANSCRIPT_KINDS}
+  (SELECT project_dir FROM own
    ORDER BY id IS (SELECT file_id FROM chosen) DESC, kind = 'main' DESC, id LIMIT 1),
-  (SELECT cwd FROM files WHERE session_id = :session_id AND cwd IS NOT NULL AND kind IN {TRANSCRIPT_KINDS}
+  (SELECT cwd FROM own WHERE cwd IS NOT NULL
    ORDER BY id IS (SELECT file_id FROM chosen) DESC, kind = 'main' DESC, id LIMIT 1),
   sum(kind = 'main' AND f.origin = counted.origin),
   sum(kind <> 'main' AND f.origin = counted.origin),
   sum(CASE WHEN f.origin = counted.origin THEN records END),
   min(first_timestamp), max(last_timestamp),
-  (SELECT version FROM files WHERE session_id = :session_id AND version IS NOT NULL AND kind IN {TRANSCRIPT_KINDS}
-   ORDER BY last_timestamp DESC LIMIT 1),
-  (SELECT git_branch FROM files WHERE session_id = :session_id AND git_branch IS NOT NULL AND kind IN {TRANSCRIPT_KINDS}
-   ORDER BY last_timestamp DESC LIMIT 1),
+  (SELECT version FROM own WHERE version IS NOT NULL ORDER BY last_timestamp DESC LIMIT 1),
+  (SELECT git_branch FROM own WHERE git_branch IS NOT NULL ORDER BY last_timestamp DESC LIMIT 1),
   CASE WHEN sum(kind = 'main') = sum(kind = 'main' AND deleted_at IS NOT NULL)
        AND sum(kind = 'main') > 0
-       THEN max(deleted_at) END
-FROM files f,
+       THEN max(deleted_at) END,
+  (SELECT host FROM home)
+FROM own f,
   -- count the local transcripts, or the store copies when there are none
-  (SELECT min(origin) AS origin FROM files
-   WHERE session_id = :session_id AND kind IN {TRANSCRIPT_KINDS}) counted
-WHERE f.session_id = :session_id AND f.kind IN {TRANSCRIPT_KINDS}
+  (SELECT min(origin) AS origin FROM own) counted
 """.strip()
+# Refreshing one session: its main file per host, then its row.
+REFRESH_SESSION_SQLS = (
+    "DELETE FROM session_hosts WHERE session_id = :session_id",
+    REFRESH_SESSION_HOSTS_SQL,
+    REFRESH_SESSION_SQL,
+)
+
+
+def refresh_session(conn, session_id: str) -> None:
+    """A session's session_hosts rows and sessions row again (inside the
+    caller's transaction)."""
+    for sql in REFRESH_SESSION_SQLS:
+        conn.execute(sql, {"session_id": session_id})
+
+
 # A change to the sessions rule refreshes every sessions row (no cache is
 # recomputed for it): derive.refresh_sessions_if_stale compares this with index_meta.
-SESSIONS_HASH = sha256(REFRESH_SESSION_SQL.encode()).hexdigest()[:16]
+SESSIONS_HASH = sha256("\n".join(REFRESH_SESSION_SQLS).encode()).hexdigest()[:16]
 SESSIONS_HASH_SQL = "SELECT value FROM index_meta WHERE key = 'sessions_hash'"
 # A change to how derive.py (or derive_append.py) computes the caches: bump
 # it and every cache is recomputed, as for a change to a definition.

@@ -390,7 +390,8 @@ TABLES = {
         ),
     },
     "sessions": {
-        "description": "One row per session id, summed from its transcript files.",
+        "description": "One row per session id, summed from its transcript files on "
+                       "its host (a fleet's other copies: session_hosts, host_copies).",
         "columns": _cols(
             "session_id",
             main_file_id="files.id of the main transcript claude --resume opens (from the "
@@ -405,6 +406,21 @@ TABLES = {
             first_timestamp=f"earliest record, {_TS}", last_timestamp=f"latest record, {_TS}",
             version="Claude Code version", git_branch="git branch",
             deleted_at=f"set when every main transcript is gone from disk, {_TS}",
+            host="the host this row answers for: '' (this machine) when it holds a transcript "
+                 "of the session, else the host whose main transcript was written to last; "
+                 "every host's own main transcript: session_hosts",
+        ),
+    },
+    "session_hosts": {
+        "description": "A session's main transcript on each host that holds it (a fleet's "
+                       "copies are never merged: each host's resume opens its own).",
+        "columns": _cols(
+            "session_id",
+            host="the host ('' for this machine: its files and session-store copies)",
+            main_file_id="files.id of the main transcript claude --resume opens on that host "
+                         "(from the session's own cwd)",
+            main_file_rule="why: only_named, named_in_cwd_project, named_newest, store_copy, "
+                           "named_no_messages, not_named or deleted",
         ),
     },
     "index_meta": {

@@ -711,3 +711,59 @@ def test_two_centrals_each_take_only_their_hosts(server, tmp_path):
     for args in (["--from", server.url, "--hosts", "a,,b"], ["--hosts", "a", tmp_path / "a"]):
         p = run("ingest", *args, "--db", tmp_path / "x.db", check=False)
         assert p.returncode == 2 and b"--hosts" in p.stderr, p.stderr
+
+
+def test_a_session_on_two_hosts_has_a_main_file_on_each(server, tmp_path):
+    """Copies of one session on two hosts are never merged: each host has its
+    own main transcript (session_hosts), the views judge each on its own,
+    and check answers for the host asked about (--host; none named and
+    several hosts, not this machine: exit 10, one line)."""
+    db = tmp_path / "central.db"
+    a = Transcript(tmp_path / "a")
+    a.append(3)
+    b = Transcript(tmp_path / "b", session_id=a.session_id)
+    b.append_bytes(a.path.read_bytes())
+    b.parent = a.parent
+    b.append(1, type="assistant", message={"id": "synthetic-1", "model": "<synthetic>",
+                                           "role": "assistant",
+                                           "content": [{"type": "text", "text": "No response"}]})
+    for host in ("a", "b"):
+        ship_once(server, host, tmp_path / host, tmp_path)
+    drain(server, db)
+    sid = a.session_id
+    conn = sqlite3.connect(db)
+    file_of = dict(conn.execute("SELECT host, id FROM files WHERE session_id = ?", [sid]))
+    assert conn.execute("SELECT host, main_file_id, main_file_rule FROM session_hosts "
+                        "WHERE session_id = ? ORDER BY host", [sid]).fetchall() == [
+        ("a", file_of["a"], "only_named"), ("b", file_of["b"], "only_named")]
+    # The sessions row is one host's (the last written; a tie: by name), never a sum.
+    assert conn.execute("SELECT host, main_file_id, records FROM sessions WHERE session_id = ?",
+                        [sid]).fetchone() == ("a", file_of["a"], 3)
+    assert conn.execute("SELECT host, file_id, at_resume_tail FROM poisoned_sessions").fetchall() \
+        == [("b", file_of["b"], 1)]
+    assert conn.execute("SELECT host, chosen FROM session_main_copies WHERE session_id = ? "
+                        "ORDER BY host", [sid]).fetchall() == [("a", 1), ("b", 1)]
+
+    def check(*args):
+        p = run("check", sid, "--db", db, "--json", *args, check=False)
+        return p.returncode, (json.loads(p.stdout) if p.stdout else p.stderr.decode())
+
+    assert check() == (10, f"Error: session {sid} is on 2 hosts (a, b) and not on this "
+                           "machine: give --host\n")
+    code, verdict = check("--host", "a")
+    assert (code, verdict["verdict"], verdict["details"]["fleet"]["host"]) == (0, "resumable", "a")
+    assert verdict["details"]["main_file"]["file_id"] == file_of["a"]
+    code, verdict = check("--host", "b")
+    assert (code, verdict["verdict"], verdict["details"]["main_file"]["file_id"]) == (
+        5, "poisoned", file_of["b"])
+    code, verdict = check("--host", "c")
+    assert (code, verdict["verdict"]) == (4, "missing")
+    assert verdict["reason"].startswith("on host c: no transcript with this id was ever seen")
+    # This machine's own copy: the default answer is this machine's.
+    run("ingest", a.path, "--db", db)
+    code, verdict = check()
+    assert (code, verdict["verdict"], verdict["path"]) == (0, "resumable", str(a.path))
+    assert "fleet" not in verdict["details"]
+    assert conn.execute("SELECT host FROM sessions WHERE session_id = ?", [sid]).fetchone() == ("",)
+    assert [h for (h,) in conn.execute("SELECT host FROM session_hosts WHERE session_id = ? "
+                                       "ORDER BY host", [sid])] == ["", "a", "b"]
