@@ -876,9 +876,10 @@ FAILED_EXECUTIONS_SQL = "SELECT * FROM executions WHERE error_class <> 'ok'"
 # poisoned_sessions: one row per session and host whose main transcript
 # there (session_hosts: each host's copy is judged on its own) has a
 # synthetic placeholder on its resume ancestry, or whose resumes failed with
-# the previous_message_id 400 (executions of that host's logs). message_id/uuid: the synthetic record nearest
-# the leaf; at_resume_tail: it is the last assistant on the ancestry (the next
-# resume sends its id and fails); synthetic_on_chain: how many are on it;
+# the previous_message_id 400 (executions of that host's logs).
+# message_id/uuid: the synthetic record nearest the leaf; at_resume_tail: it
+# is the last assistant on the ancestry (the next resume sends its id and
+# fails); synthetic_on_chain: how many are on it;
 # failed_resumes: executions classed poisoned_previous_message_id naming the
 # session (as its session_id or its init session id); last_seen: the newest
 # record timestamp of the session on that host.
