@@ -17,9 +17,13 @@ resumable from the store (a resume must load it through the Agent SDK's
 session_store; a bare `claude --resume` fails).
 
 Which transcript is checked: the one ``claude --resume`` opens
-(mainfile.py). Without ``cwd`` that is sessions.main_file_id (the file a
-resume from the session's own working directory opens); with ``cwd``, the
-one a resume run from that directory opens. A session whose only
+(mainfile.py) on the host the question is about: ``host``, else this
+machine ('') when it holds a main transcript of the session, else the one
+host that does (several, none of them this machine: mainfile.AmbiguousHost,
+exit 10). Another host's copies never answer for it. Without ``cwd`` that is
+the host's session_hosts.main_file_id (the file a resume from the session's
+own working directory opens); with ``cwd``, the one a resume run from that
+directory opens. A session whose only
 transcripts on disk are not named ``<id>.jsonl``, or hold no message, is
 missing: the CLI opens none of them.
 """
@@ -44,7 +48,7 @@ EXPIRY_WARNING_DAYS = views.EXPIRING_WINDOW_DAYS
 MAIN_FILES_SQL = """
 SELECT f.id, f.path, f.size, f.mtime_ns, f.inode, f.deleted_at, f.cwd, f.origin,
        f.project_key, f.records, f.project_dir, f.host
-FROM files f WHERE f.session_id = ? AND f.kind = 'main'
+FROM files f WHERE f.session_id = ? AND f.kind = 'main' AND coalesce(f.host, '') = ?
 ORDER BY f.origin = 'store', f.deleted_at IS NOT NULL, f.mtime DESC, f.id DESC
 """.strip()
 # A store copy of this local transcript that says something else.
@@ -125,22 +129,31 @@ def _on_disk(config_dir: str, session_id: str) -> list[str]:
 
 
 def check(db, session_id: str, *, now: str | None = None, config_dir=None,
-          cwd: str | None = None) -> Verdict:
-    """The verdict for a resume of ``session_id`` (see the module docstring),
-    in four steps: bring the index up to date for it, pick the transcript a
-    resume opens, then poisoned, spliced and retention in that order."""
+          cwd: str | None = None, host: str | None = None) -> Verdict:
+    """The verdict for a resume of ``session_id`` on ``host`` (see the
+    module docstring), in four steps: bring the index up to date for it,
+    pick the transcript a resume opens, then poisoned, spliced and retention
+    in that order. mainfile.AmbiguousHost when no host is named and the
+    session is on several, none of them this machine."""
     started = time.monotonic()
     searched = [os.fspath(config_dir)] if config_dir is not None else retention.config_dirs()
     config_dir = os.fspath(config_dir or retention.default_config_dir())
     now_iso = signals.iso_now(now)
-    files, gone = _freshen(db, session_id, config_dir, searched)
-    choice = mainfile.for_cwd(db, session_id, cwd) if cwd else mainfile.chosen(db, session_id)
-    copies = mainfile.copies(db, session_id, main_files=len(files))
+    if host is None:
+        host = mainfile.default_host(db, session_id)
+    files, gone = _freshen(db, session_id, config_dir, searched, host)
+    choice = (mainfile.for_cwd(db, session_id, cwd, host) if cwd
+              else mainfile.chosen(db, session_id, host))
+    copies = mainfile.copies(db, session_id, main_files=len(files), host=host)
     main = {f["id"]: f for f in files}.get(choice.file_id)
     if main is None or not (choice.opened or choice.rule == "store_copy"):
-        return _done(_missing(session_id, choice, files, copies, set(gone)), started)
+        verdict = _missing(session_id, choice, files, copies, set(gone))
+        if host:
+            verdict.details["host"] = host
+            verdict.reason = f"on host {host}: {verdict.reason}"
+        return _done(verdict, started)
     verdict = _opened(db, session_id, main, choice, copies, files)
-    _poisoned(db, verdict, session_id, main, cwd)
+    _poisoned(db, verdict, session_id, main, cwd, host)
     _spliced(db, verdict, main)
     _retention(verdict, main, config_dir, now_iso)
     if main["origin"] == "fleet":
@@ -148,10 +161,11 @@ def check(db, session_id: str, *, now: str | None = None, config_dir=None,
     return _done(verdict, started)
 
 
-def _freshen(db, session_id: str, config_dir: str, searched: list[str]):
-    """(the session's main files, those found gone): a changed, vanished or
-    newly appeared transcript of the session is ingested first."""
-    files = _rows(db, MAIN_FILES_SQL, [session_id])
+def _freshen(db, session_id: str, config_dir: str, searched: list[str], host: str = ""):
+    """(the session's main files on ``host``, those found gone): a changed,
+    vanished or newly appeared transcript of the session on this machine is
+    ingested first (another host's are as last shipped)."""
+    files = _rows(db, MAIN_FILES_SQL, [session_id, host])
     stale, gone = [], []
     for f in files:
         if f["origin"] != "file":
@@ -165,13 +179,13 @@ def _freshen(db, session_id: str, config_dir: str, searched: list[str]):
         if (st.st_size, st.st_mtime_ns, st.st_ino) != (f["size"], f["mtime_ns"], f["inode"]) \
                 or f["deleted_at"] is not None:
             stale.append(f["path"])
-    found = [p for d in searched for p in _on_disk(d, session_id)
+    found = [p for d in (searched if host == "" else []) for p in _on_disk(d, session_id)
              if p not in {f["path"] for f in files}]
     if stale or found or gone:  # bring the index up to date for this session first
         from . import ingest as ingestmod  # the parser: only when there is something to read
 
         ingestmod.ingest(db, stale + found + gone, config_dir=config_dir)
-        files = _rows(db, MAIN_FILES_SQL, [session_id])
+        files = _rows(db, MAIN_FILES_SQL, [session_id, host])
     if not views.sessions_current(db.conn):  # an index upgraded since its last ingest
         from . import derive
 
@@ -200,11 +214,12 @@ def _opened(db, session_id: str, main: dict, choice, copies: list, files: list) 
     return verdict
 
 
-def _poisoned(db, verdict: Verdict, session_id: str, main: dict, cwd) -> None:
+def _poisoned(db, verdict: Verdict, session_id: str, main: dict, cwd, host: str = "") -> None:
     """Poisoned when the chain ends at a synthetic placeholder; a warning
-    when earlier resumes failed with the 400."""
-    poisoned = _rows(db, POISONED_SQL, {"session_id": session_id})
-    if cwd and main["id"] != mainfile.chosen(db, session_id).file_id:
+    when earlier resumes failed with the 400 (on this host)."""
+    poisoned = [p for p in _rows(db, POISONED_SQL, {"session_id": session_id})
+                if p["host"] == host]
+    if cwd and main["id"] != mainfile.chosen(db, session_id, host).file_id:
         # --cwd chose another file than sessions.main_file_id, which
         # poisoned_sessions is about: does this file's chain end at a placeholder?
         failed = poisoned[0]["failed_resumes"] if poisoned else 0

@@ -8,7 +8,9 @@ the session, or the generation asked for, is not in the index; a target
 outside the folder, a symlink or a different file: refused; for search: search
 is not enabled on the index); 4/5/6 the check verdicts
 missing/poisoned/spliced; 7 a repair refused (the file is live); 8 a repair
-rolled back; 9 show/export/restore/repair/verify: no such session in the index.
+rolled back; 9 show/export/restore/repair/verify: no such session in the index;
+10 check: the session is on several hosts of a fleet, none of them this machine, and
+--host names none.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ pricesmod, usagemod = _OnUse("prices"), _OnUse("usage")
 EXIT_FINDING = 1
 EXIT_UNUSABLE = 3
 EXIT_UNKNOWN_SESSION = 9
+EXIT_AMBIGUOUS_HOST = 10
 KNOWN_SESSION_SQL = "SELECT 1 FROM files WHERE session_id = ? LIMIT 1"
 
 
@@ -54,6 +57,10 @@ class Failure(click.ClickException):
 
 class UnknownSession(click.ClickException):
     exit_code = EXIT_UNKNOWN_SESSION
+
+
+class AmbiguousHost(click.ClickException):
+    exit_code = EXIT_AMBIGUOUS_HOST
 
 
 def _known(db, session_id: str):
@@ -119,6 +126,22 @@ consumer_option = click.option(
          "per central index.")
 
 
+def _hosts(ctx, param, value):
+    """--hosts a,b: the host names, each non-empty."""
+    if value is None:
+        return None
+    hosts = [h.strip() for h in value.split(",")]
+    if not all(hosts):
+        raise click.BadParameter("a comma-separated list of host names, none empty")
+    return hosts
+
+
+hosts_option = click.option(
+    "--hosts", default=None, metavar="HOST,HOST", callback=_hosts,
+    help="With --from: only these hosts' lines (a partition of the fleet over several "
+         "central indexes); a durable consumer per host, NAME-HOST [default: every host's].")
+
+
 def _nats_options(url: str, auth: dict):
     from . import fleet_nats
 
@@ -171,8 +194,9 @@ def cli():
                    "JetStream server (every host's), drained, then exit; with --watch, "
                    "keep consuming until SIGINT or SIGTERM.")
 @consumer_option
+@hosts_option
 @nats_auth_options
-def ingest(sources, db_path, config_dir, silent, as_json, watch, from_url, consumer,
+def ingest(sources, db_path, config_dir, silent, as_json, watch, from_url, consumer, hosts,
            **nats_auth):
     """Index new lines of the transcripts under SOURCES.
 
@@ -197,12 +221,15 @@ def ingest(sources, db_path, config_dir, silent, as_json, watch, from_url, consu
     \b
         session-index ingest ~/.claude/projects --db sessions.db --json
         session-index ingest --watch --db sessions.db
+        session-index ingest --from nats://central:4222 --hosts build-7,build-8 --db part-1.db
     """
     if from_url is not None:
         if sources:
             raise click.UsageError("--from reads NATS, not SOURCES: give one or the other")
-        _ingest_from(db_path, from_url, consumer, watch, as_json, nats_auth)
+        _ingest_from(db_path, from_url, consumer, hosts, watch, as_json, nats_auth)
         return
+    if hosts is not None:
+        raise click.UsageError("--hosts applies to --from")
     try:
         sources = discover.default_sources(sources, config_dir)
     except discover.NoProjectsFolder as exc:
@@ -244,7 +271,7 @@ def ingest(sources, db_path, config_dir, silent, as_json, watch, from_url, consu
                      if sys.stderr.isatty() else text, db_path=db_path)
 
 
-def _ingest_from(db_path, url, consumer, watch, as_json, auth):
+def _ingest_from(db_path, url, consumer, hosts, watch, as_json, auth):
     """ingest --from: drain (or follow) the fleet's stream into the index."""
     from . import fleet_ingest, fleet_nats
 
@@ -259,7 +286,7 @@ def _ingest_from(db_path, url, consumer, watch, as_json, auth):
 
     try:
         summary = fleet_nats.run(lambda stop: fleet_ingest.consume(
-            db, options, consumer=consumer, watch=watch,
+            db, options, consumer=consumer, hosts=hosts, watch=watch,
             stop=stop, after_batch=log,
             log=lambda line: click.echo(f"ingest --from: {line}", err=True)), follow=watch)
     except fleet_nats.FleetError as exc:
@@ -323,6 +350,9 @@ def ship(sources, to_url, host, ledger, once, config_dir, **auth):
             follow=not once)
     except (fleet_nats.FleetError, shipmod.ShipError) as exc:
         raise Failure(str(exc)) from None
+    except fleet_nats.Stopped:
+        log("stopped before the server answered: nothing sent")
+        return
     log(f"{shipper.messages} messages, {shipper.sent_lines} lines, "
         f"{shipper.sent_bytes} bytes sent")
 
@@ -419,8 +449,12 @@ def refs_import(file, db_path, as_json):
 @click.option("--cwd", type=click.Path(file_okay=False), default=None,
               help="Check the transcript a resume run from this directory opens "
                    "[default: the one a resume from the session's own cwd opens].")
+@click.option("--host", default=None, metavar="NAME",
+              help="A central index of a fleet: the host whose copy to check ('' for this "
+                   "machine) [default: this machine when it holds the session, else the one "
+                   "host that does; several: exit 10].")
 @json_option
-def check(session_id, db_path, config_dir, now, cwd, as_json):
+def check(session_id, db_path, config_dir, now, cwd, host, as_json):
     """May SESSION_ID be resumed? For an agent server to call before `--resume`.
 
     Verdicts, the first that matches, and exit codes: missing (4): no
@@ -437,14 +471,23 @@ def check(session_id, db_path, config_dir, now, cwd, as_json):
     --cwd, the cwd is the session's own (the one its records carry); other
     copies of the session are listed as warnings.
 
+    On a fleet's central index each host's copies are its own: the answer is
+    for the session on --host, by default this machine when it holds the
+    session, else the one host that does; on several hosts and not here,
+    exit 10 (give --host).
+
     Example:
 
     \b
         session-index check 0b1fed78-ad30-4641-94b1-5f6931526c96 --json
         session-index check 0b1fed78-ad30-4641-94b1-5f6931526c96 --cwd ~/src/app
+        session-index check 0b1fed78-ad30-4641-94b1-5f6931526c96 --host build-7
     """
-    verdict = checkmod.check(_open(db_path), session_id, now=_now(now), config_dir=config_dir,
-                             cwd=cwd)
+    try:
+        verdict = checkmod.check(_open(db_path), session_id, now=_now(now),
+                                 config_dir=config_dir, cwd=cwd, host=host)
+    except mainfile.AmbiguousHost as exc:
+        raise AmbiguousHost(str(exc)) from None
     sys.exit(checkmod.report(verdict, as_json, sys.stdout, sys.stderr))
 
 

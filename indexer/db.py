@@ -28,7 +28,7 @@ JOURNAL_SIZE_LIMIT = 64 * 1024 * 1024
 # it once applied (tests/test_cli.py holds these to migrations.py: a new
 # migration updates them). Migrations apply in order, so an index that has
 # it has them all.
-MIGRATION_SET, LAST_MIGRATION = "session-index", "m024_fleet"
+MIGRATION_SET, LAST_MIGRATION = "session-index", "m025_session_hosts"
 # 1 when that migration is recorded as applied.
 LAST_MIGRATION_SQL = "SELECT 1 FROM _sqlite_migrations WHERE migration_set = ? AND name = ?"
 # Each view as stored: "CREATE VIEW <name> AS <its SELECT>" (sqlite-utils'

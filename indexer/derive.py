@@ -51,7 +51,7 @@ WHERE id IN (SELECT value FROM json_each(?)) AND session_id IS NOT NULL
 ORDER BY session_id
 """.strip()
 UNMARK_FILES_SQL = "UPDATE files SET needs_derive = 0 WHERE id IN (SELECT value FROM json_each(?))"
-REFRESH_SESSION_SQL, SESSIONS_HASH = views.REFRESH_SESSION_SQL, views.SESSIONS_HASH
+SESSIONS_HASH = views.SESSIONS_HASH
 
 
 def forget_file(conn, file_id: int) -> None:
@@ -248,7 +248,7 @@ def finish_files(conn, file_ids: list[int]) -> None:
     transaction): their sessions' rows again, and the files unmarked."""
     ids = json.dumps(file_ids)
     for (session_id,) in conn.execute(SESSIONS_OF_FILES_SQL, [ids]).fetchall():
-        conn.execute(REFRESH_SESSION_SQL, {"session_id": session_id})
+        views.refresh_session(conn, session_id)
     conn.execute(UNMARK_FILES_SQL, [ids])
 
 
@@ -284,7 +284,7 @@ def refresh_all_sessions(db) -> int:
     for i in range(0, len(ids), DERIVE_BATCH):
         with write_lock(db):
             for session_id in ids[i:i + DERIVE_BATCH]:
-                conn.execute(REFRESH_SESSION_SQL, {"session_id": session_id})
+                views.refresh_session(conn, session_id)
     with write_lock(db):
         conn.execute("INSERT OR REPLACE INTO index_meta VALUES ('sessions_hash', ?)",
                      [SESSIONS_HASH])

@@ -6,7 +6,8 @@ every minute). Their plain forms are answered here without loading click,
 about 50 ms of a fresh process (bench/startup_speed.py,
 bench/ingest_speed.py):
 
-    session-index check SESSION_ID [--db F] [--config-dir D] [--now T] [--cwd D] [--json]
+    session-index check SESSION_ID [--db F] [--config-dir D] [--now T] [--cwd D] [--host H]
+        [--json]
     session-index ingest [SOURCES...] [--db F] [--config-dir D] [--silent] [--json]
         (when stderr is not a terminal: no progress bar to draw)
 
@@ -26,7 +27,7 @@ import sys
 # when it is a file; "text": any value; None: a flag.
 DB = {"--db": ("db_path", "file"), "--config-dir": ("config_dir", "dir")}
 CHECK_OPTIONS = {**DB, "--now": ("now", "text"), "--cwd": ("cwd", "dir"),
-                 "--json": ("as_json", None)}
+                 "--host": ("host", "text"), "--json": ("as_json", None)}
 INGEST_OPTIONS = {**DB, "--silent": ("silent", None), "--json": ("as_json", None)}
 REFUSED = {"file": os.path.isdir, "dir": os.path.isfile, "text": lambda value: False}
 
@@ -98,7 +99,7 @@ def fast_check(args: list[str]) -> int | None:
     options = parse_check(args)
     if options is None:
         return None
-    from . import check, signals
+    from . import check, mainfile, signals
 
     try:
         now = signals.iso_now(options.get("now"))
@@ -107,8 +108,12 @@ def fast_check(args: list[str]) -> int | None:
     index = _open(_db_path(options))
     if index is None:
         return None
-    verdict = check.check(index, options["session_id"], now=now,
-                          config_dir=options.get("config_dir"), cwd=options.get("cwd"))
+    try:
+        verdict = check.check(index, options["session_id"], now=now,
+                              config_dir=options.get("config_dir"), cwd=options.get("cwd"),
+                              host=options.get("host"))
+    except mainfile.AmbiguousHost:
+        return None  # click words it (exit 10)
     return check.report(verdict, options.get("as_json", False), sys.stdout, sys.stderr)
 
 

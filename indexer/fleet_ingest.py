@@ -320,35 +320,53 @@ async def _reconcile(db, js, consumer: str) -> None:
         await js.delete_consumer(fleet_wire.STREAM, consumer)
 
 
-async def consume(db, options: fleet_nats.ConnectOptions, *, consumer: str | None = None,
-                  watch: bool = False, stop: asyncio.Event | None = None,
-                  after_batch=None, log=lambda line: None) -> Summary:
-    """Drain what is waiting (or with ``watch``, keep consuming until
-    ``stop``); ``after_batch(summary)`` runs after each committed batch."""
+async def _fetch(sub, wait: float):
+    """A fetched batch, or [] when nothing came within ``wait``."""
     from nats.errors import TimeoutError as FetchTimeout
+
+    try:
+        return await sub.fetch(FETCH_BATCH, timeout=wait)
+    except (FetchTimeout, asyncio.TimeoutError):   # nothing waiting
+        return []
+
+
+async def consume(db, options: fleet_nats.ConnectOptions, *, consumer: str | None = None,
+                  hosts: list[str] | None = None, watch: bool = False,
+                  stop: asyncio.Event | None = None, after_batch=None,
+                  log=lambda line: None) -> Summary:
+    """Drain what is waiting (or with ``watch``, keep consuming until
+    ``stop``); ``after_batch(summary)`` runs after each committed batch.
+    With ``hosts``, only those hosts' messages (fleet_wire.consumers: a
+    consumer per host, each with its own position)."""
     from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
     started = time.monotonic()
     summary = Summary()
     consumer = consumer or fleet_wire.DEFAULT_CONSUMER
     stop = stop or asyncio.Event()
-    nc = await fleet_nats.connect(options, name="session-index central", follow=watch)
+    try:
+        nc = await fleet_nats.connect(options, name="session-index central", follow=watch,
+                                      stop=stop)
+    except fleet_nats.Stopped:   # a signal before the server answered: nothing to do
+        summary.seconds = round(time.monotonic() - started, 3)
+        return summary
     try:
         js = nc.jetstream()
         await fleet_nats.ensure_stream(js)
         kv = await fleet_nats.heartbeats(js)
-        await _reconcile(db, js, consumer)
-        sub = await js.pull_subscribe(
-            fleet_wire.STREAM_SUBJECTS[0], durable=consumer, stream=fleet_wire.STREAM,
-            config=ConsumerConfig(ack_policy=AckPolicy.EXPLICIT, deliver_policy=DeliverPolicy.ALL,
-                                  ack_wait=ACK_WAIT_S, max_ack_pending=FETCH_BATCH * 4))
+        subs = []
+        for name, subject in fleet_wire.consumers(consumer, hosts):
+            await _reconcile(db, js, name)
+            subs.append((name, await js.pull_subscribe(
+                subject, durable=name, stream=fleet_wire.STREAM,
+                config=ConsumerConfig(ack_policy=AckPolicy.EXPLICIT,
+                                      deliver_policy=DeliverPolicy.ALL,
+                                      ack_wait=ACK_WAIT_S, max_ack_pending=FETCH_BATCH * 4))))
         record_heartbeats(db, await _read_heartbeats(kv))
         last_beats = time.monotonic()
         while not stop.is_set():
-            try:
-                msgs = await sub.fetch(FETCH_BATCH, timeout=FETCH_WAIT_S)
-            except (FetchTimeout, asyncio.TimeoutError):   # nothing waiting
-                msgs = []
+            try:   # every consumer's next batch at once; each is written on its own
+                fetched = await asyncio.gather(*(_fetch(sub, FETCH_WAIT_S) for _, sub in subs))
             except fleet_nats.TRANSIENT as exc:
                 if not watch:
                     raise fleet_nats.FleetError(f"{options.url}: {type(exc).__name__}: "
@@ -356,9 +374,11 @@ async def consume(db, options: fleet_nats.ConnectOptions, *, consumer: str | Non
                 log(f"NATS: {type(exc).__name__}: {str(exc) or 'no answer'}: retrying")
                 await asyncio.sleep(RETRY_DELAY_S)
                 continue
-            if msgs:
+            for (name, _), msgs in zip(subs, fetched):
+                if not msgs:
+                    continue
                 later = set(apply_batch(db, [(m.data, m.metadata.sequence.stream)
-                                             for m in msgs], consumer, summary))
+                                             for m in msgs], name, summary))
                 try:
                     for i, m in enumerate(msgs):   # after the commit, never before
                         await (m.nak(delay=RETRY_DELAY_S) if i in later else m.ack())
@@ -367,7 +387,7 @@ async def consume(db, options: fleet_nats.ConnectOptions, *, consumer: str | Non
                     log(f"NATS: acknowledging: {type(exc).__name__}: {str(exc) or 'no answer'}")
                 if after_batch is not None:
                     after_batch(summary)
-            elif not watch:
+            if not watch and not any(fetched):
                 break
             if time.monotonic() - last_beats >= HEARTBEAT_READ_S:
                 record_heartbeats(db, await _read_heartbeats(kv))
@@ -386,8 +406,9 @@ class Follower:
     from any thread ends it after its current batch."""
 
     def __init__(self, db_path: str, options: fleet_nats.ConnectOptions, *,
-                 consumer: str | None, log):
+                 consumer: str | None, log, hosts: list[str] | None = None):
         self.db_path, self.options, self.consumer, self.log = db_path, options, consumer, log
+        self.hosts = hosts
         self.loop = asyncio.new_event_loop()
         self.stop = asyncio.Event()
 
@@ -397,7 +418,8 @@ class Follower:
         db = open_db(self.db_path)
         try:
             return self.loop.run_until_complete(consume(
-                db, self.options, consumer=self.consumer, watch=True, stop=self.stop,
+                db, self.options, consumer=self.consumer, hosts=self.hosts, watch=True,
+                stop=self.stop,
                 after_batch=lambda summary: self._batch(db, summary), log=self.log))
         finally:
             db.conn.close()

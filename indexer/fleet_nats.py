@@ -7,6 +7,7 @@ nats-py is the optional ``fleet`` extra.
 from __future__ import annotations
 
 import asyncio
+import logging
 
 from . import fleet_wire
 
@@ -25,6 +26,10 @@ except ImportError:
 
 class FleetError(Exception):
     """NATS cannot be reached or used (no client, refused, no JetStream)."""
+
+
+class Stopped(Exception):
+    """Asked to stop (SIGINT, SIGTERM) while still waiting for the server."""
 
 
 class ConnectOptions:
@@ -51,40 +56,80 @@ def client():
 CONNECT_WAIT_S = 5.0
 
 
-async def connect(options: ConnectOptions, *, name: str, follow: bool = False):
+def _refusal(exc) -> bool:
+    """The server said no to these credentials, or its certificate is not
+    one the CA vouches for: no retry helps."""
+    import ssl
+
+    return isinstance(exc, ssl.SSLCertVerificationError) or any(
+        word in str(exc).lower() for word in ("authorization", "authentication"))
+
+
+class _QuietSSLEOF(logging.Filter):
+    """asyncio warns on every TLS connection nats-py closes ("returning true
+    from eof_received() has no effect when using ssl"): nothing an operator
+    can act on, so not in the log."""
+
+    def filter(self, record):
+        return "eof_received()" not in record.getMessage()
+
+
+_QUIET_SSL_EOF = _QuietSSLEOF()   # one filter, however often connect runs
+
+
+async def connect(options: ConnectOptions, *, name: str, follow: bool = False,
+                  stop: asyncio.Event | None = None):
     """A connected client that reconnects after an outage; FleetError (one
     line) if the server cannot be reached within CONNECT_WAIT_S, unless
-    ``follow`` (a service: it waits for the server)."""
+    ``follow`` (a service: it waits for the server), or at once if it
+    refuses the credentials or its TLS certificate does not verify; Stopped
+    if ``stop`` is set while waiting."""
     nats = client()
     kwargs = {"name": name, "connect_timeout": 2, "allow_reconnect": True,
               "max_reconnect_attempts": -1, "reconnect_time_wait": 0.5}
     if options.token:
         kwargs["token"] = options.token
     if options.creds:
+        try:
+            import nkeys  # noqa: F401  (nats-py signs the server's nonce with it)
+        except ImportError:
+            raise FleetError("--creds needs the nkeys package: pip install "
+                             "'session-index[fleet]'") from None
         kwargs["user_credentials"] = options.creds
+    if options.tls_ca or options.url.startswith("tls://"):
+        logging.getLogger("asyncio").addFilter(_QUIET_SSL_EOF)
     if options.tls_ca:
         import ssl
 
-        kwargs["tls"] = ssl.create_default_context(cafile=options.tls_ca)
+        try:
+            kwargs["tls"] = ssl.create_default_context(cafile=options.tls_ca)
+        except (ssl.SSLError, ValueError) as exc:
+            raise FleetError(f"--tls-ca {options.tls_ca}: not a CA certificate file "
+                             f"({exc})") from None
     errors = []
-    refused = asyncio.Event()   # the server said no to these credentials: no retry helps
+    refused = asyncio.Event()
 
     async def on_error(exc):
         errors.append(exc)
-        if any(word in str(exc).lower() for word in ("authorization", "authentication")):
+        if _refusal(exc):
             refused.cause = exc   # what to say, whatever comes after it (a reset connection)
             refused.set()
 
     kwargs["error_cb"] = on_error
     connecting = asyncio.ensure_future(nats.connect(options.url, **kwargs))
     waiting = asyncio.ensure_future(refused.wait())
-    done, _ = await asyncio.wait({connecting, waiting}, return_when=asyncio.FIRST_COMPLETED,
+    stopping = asyncio.ensure_future((stop or asyncio.Event()).wait())
+    done, _ = await asyncio.wait({connecting, waiting, stopping},
+                                 return_when=asyncio.FIRST_COMPLETED,
                                  timeout=None if follow else CONNECT_WAIT_S)
     waiting.cancel()
+    stopping.cancel()
     if connecting in done and connecting.exception() is None:
         return connecting.result()
     if not connecting.done():
         connecting.cancel()
+    if stopping in done and not refused.is_set():
+        raise Stopped()
     cause = getattr(refused, "cause", None) or (errors[-1] if errors else (
         connecting.exception() if connecting.done() and not connecting.cancelled()
         else TimeoutError()))

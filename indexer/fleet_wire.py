@@ -55,6 +55,19 @@ def subject(host: str, kind: str) -> str:
     return f"{SUBJECT_PREFIX}.{host_token(host)}.{kind}"
 
 
+def consumers(name: str, hosts: list[str] | None) -> list[tuple[str, str]]:
+    """The durable consumers a central reads with, (name, filter subject)
+    each: one for every host's messages, or, for a central that takes only
+    some hosts (a partition), one per host (NATS 2.9 gives a consumer one
+    filter subject), named NAME-HOST with the host as a subject token
+    (hosts whose names differ only in characters outside [A-Za-z0-9_-]
+    share it)."""
+    if not hosts:
+        return [(name, STREAM_SUBJECTS[0])]
+    tokens = sorted({host_token(h) for h in hosts})
+    return [(f"{name}-{t}", f"{SUBJECT_PREFIX}.{t}.>") for t in tokens]
+
+
 def file_key(host: str, path: str) -> str:
     """A short stable name for one host's file, for message ids."""
     return hashlib.blake2b(f"{host}\0{path}".encode(), digest_size=10).hexdigest()

@@ -14,10 +14,13 @@ against a fake Messages API; the README has the experiment and the code):
    or more are "No conversation found".
 
 A file not named ``<id>.jsonl`` is never opened for that id. The index does
-not know the operator's cwd: ``sessions.main_file_id`` is the file a resume
-from the session's own working directory opens (``main_file_rule`` says why;
-the rule is SQL, views.MAIN_FILE_RULE_TEMPLATE, applied by derive.py), and
-``for_cwd`` answers for a given cwd (``session-index check --cwd DIR``).
+not know the operator's cwd: ``session_hosts.main_file_id`` is the file a
+resume from the session's own working directory opens on that host
+(``main_file_rule`` says why; the rule is SQL, views.MAIN_FILE_RULE_TEMPLATE,
+applied by derive.py), and ``for_cwd`` answers for a given cwd
+(``session-index check --cwd DIR``). Each host's files are its own: a resume
+on one host never opens another's copy, so the choice is per (host,
+session); host '' is this machine (its files and store copies).
 """
 
 from __future__ import annotations
@@ -35,14 +38,22 @@ CWD_FACTS_SQL = f"""
 SELECT facts.*, {views.IN_CWD_PROJECT_TEMPLATE.format(project_dir="facts.project_dir", cwd=":cwd")}
     AND (length({views.PROJECT_FOLDER_TEMPLATE.format(cwd=":cwd")}) <= 200
          OR facts.cwd IS :cwd) AS in_given_cwd_project
-FROM ({views.MAIN_FILE_FACTS_TEMPLATE.format(where="f.session_id = :session_id")}) facts
+FROM ({views.MAIN_FILE_FACTS_TEMPLATE.format(
+    where="f.session_id = :session_id AND coalesce(f.host, '') = :host")}) facts
 ORDER BY facts.mtime DESC, facts.file_id DESC
 """.strip()
 CHOSEN_SQL = """
-SELECT s.main_file_id, s.main_file_rule, f.path FROM sessions s
-LEFT JOIN files f ON f.id = s.main_file_id WHERE s.session_id = ?
+SELECT s.main_file_id, s.main_file_rule, f.path FROM session_hosts s
+LEFT JOIN files f ON f.id = s.main_file_id WHERE s.session_id = ? AND s.host = ?
 """.strip()
-COPIES_SQL = "SELECT * FROM session_main_copies WHERE session_id = ? ORDER BY NOT chosen, file_id"
+COPIES_SQL = """
+SELECT * FROM session_main_copies WHERE session_id = ? AND host = ? ORDER BY NOT chosen, file_id
+""".strip()
+# The hosts holding a main transcript of the session ('' first: this machine).
+HOSTS_SQL = """
+SELECT DISTINCT coalesce(host, '') AS host FROM files WHERE session_id = ? AND kind = 'main'
+ORDER BY host
+""".strip()
 # The folder Claude Code names for a cwd, by the same SQL as the views.
 PROJECT_FOLDER_SQL = f"SELECT {views.PROJECT_FOLDER_TEMPLATE.format(cwd=':cwd')}"
 
@@ -77,21 +88,45 @@ class Choice:
             *views.OPENED_BY_RESUME, NAMED_IN_WORKTREE_PROJECT)
 
 
-def chosen(db, session_id: str) -> Choice:
-    """sessions.main_file_id and main_file_rule (the session's own cwd)."""
-    row = db.conn.execute(CHOSEN_SQL, [session_id]).fetchone()
+class AmbiguousHost(Exception):
+    """The session is on several hosts, none of them this machine: which
+    one is the question about? (check --host)"""
+
+
+def hosts(db, session_id: str) -> list[str]:
+    return [r[0] for r in db.conn.execute(HOSTS_SQL, [session_id])]
+
+
+def default_host(db, session_id: str) -> str:
+    """The host a question about the session is about when none is named:
+    this machine ('') when it holds a main transcript of it (or none does),
+    else the one host that does; AmbiguousHost when several do."""
+    found = hosts(db, session_id)
+    if not found or "" in found:
+        return ""
+    if len(found) == 1:
+        return found[0]
+    raise AmbiguousHost(f"session {session_id} is on {len(found)} hosts "
+                        f"({', '.join(found)}) and not on this machine: give --host")
+
+
+def chosen(db, session_id: str, host: str = "") -> Choice:
+    """session_hosts.main_file_id and main_file_rule of the session on
+    ``host`` (the session's own cwd)."""
+    row = db.conn.execute(CHOSEN_SQL, [session_id, host]).fetchone()
     if row is None or row[0] is None:
         return Choice(None, None)
     return Choice(row[0], row[1], row[2])
 
 
-def copies(db, session_id: str, main_files: int | None = None) -> list[dict]:
-    """The session_main_copies rows of the session (none when it has one main
-    file: a caller that counted them, ``main_files``, skips the view, whose
-    preparing is a good part of a fresh check process)."""
+def copies(db, session_id: str, main_files: int | None = None, host: str = "") -> list[dict]:
+    """The session_main_copies rows of the session on ``host`` (none when it
+    has one main file there: a caller that counted them, ``main_files``,
+    skips the view, whose preparing is a good part of a fresh check
+    process)."""
     if main_files is not None and main_files < 2:
         return []
-    return dict_rows(db.conn, COPIES_SQL, [session_id])
+    return dict_rows(db.conn, COPIES_SQL, [session_id, host])
 
 
 def project_folder(db, cwd: str) -> str:
@@ -115,13 +150,14 @@ def git_worktrees(cwd: str) -> list[str]:
     return [p for p in paths if os.path.realpath(p) != cwd]
 
 
-def for_cwd(db, session_id: str, cwd: str) -> Choice:
+def for_cwd(db, session_id: str, cwd: str, host: str = "") -> Choice:
     """The main transcript `claude --resume <session_id>` run from ``cwd``
-    opens, by the CLI's three steps (the module docstring)."""
-    cwd = os.path.realpath(cwd)
+    (on ``host``) opens, by the CLI's three steps (the module docstring)."""
+    cwd = os.path.realpath(cwd) if not host else cwd   # another host's paths: as given
 
     def loadable_in(folder_cwd):
-        rows = dict_rows(db.conn, CWD_FACTS_SQL, {"session_id": session_id, "cwd": folder_cwd})
+        rows = dict_rows(db.conn, CWD_FACTS_SQL, {"session_id": session_id, "cwd": folder_cwd,
+                                                  "host": host})
         return rows, [r for r in rows if r["named"] and r["on_disk"] and r["has_messages"]
                       and r["in_given_cwd_project"]]
 
@@ -129,7 +165,7 @@ def for_cwd(db, session_id: str, cwd: str) -> Choice:
     if here:
         return Choice(here[0]["file_id"], "named_in_cwd_project", here[0]["path"], cwd, facts=rows)
     if any(r["named"] and r["on_disk"] and r["has_messages"] for r in rows):
-        for tree in git_worktrees(cwd):
+        for tree in (git_worktrees(cwd) if not host else []):
             _, there = loadable_in(tree)
             if there:
                 return Choice(there[0]["file_id"], NAMED_IN_WORKTREE_PROJECT, there[0]["path"],

@@ -805,3 +805,25 @@ def m024_fleet(db):
         )
         """
     )
+
+
+@migrations()
+def m025_session_hosts(db):
+    # A session's main transcript per host (views.REFRESH_SESSION_SQLS): copies
+    # of one session on two hosts are never merged, so each host has its own
+    # (host '' is this machine: its files and store copies). sessions.host
+    # says which host the sessions row answers for. Filled for every session
+    # at the next derive (the sessions rule changed: index_meta.sessions_hash).
+    db.execute(
+        """
+        CREATE TABLE session_hosts (
+            session_id TEXT NOT NULL,
+            host TEXT NOT NULL,
+            main_file_id INTEGER,
+            main_file_rule TEXT,
+            PRIMARY KEY (session_id, host)
+        ) WITHOUT ROWID
+        """
+    )
+    db.execute("CREATE INDEX session_hosts_main_file ON session_hosts(main_file_id)")
+    db.execute("ALTER TABLE sessions ADD COLUMN host TEXT")

@@ -25,10 +25,13 @@ from .db import dict_rows, write_lock
 from .ingest import ingest, stored_bytes, utcnow
 
 LIVE_SECONDS = 60
-PLAN_SQL = "SELECT * FROM repair_plan WHERE session_id = ? ORDER BY line_no"
+# A repair writes this machine's transcripts only (host ''): another host's
+# copy is repaired there.
+PLAN_SQL = "SELECT * FROM repair_plan WHERE session_id = ? AND host = '' ORDER BY line_no"
 MAIN_FILE_SQL = """
 SELECT f.id, f.path, f.size, f.mtime_ns, f.inode, f.deleted_at
-FROM sessions s JOIN files f ON f.id = s.main_file_id WHERE s.session_id = ?
+FROM session_hosts s JOIN files f ON f.id = s.main_file_id
+WHERE s.session_id = ? AND s.host = ''
 """.strip()
 CHAIN_LENGTH_SQL = "SELECT count(*) FROM leaf_ancestry WHERE file_id = ? AND rule = 'resume'"
 ORPHAN_CAUSES_SQL = "SELECT uuid, cause FROM orphans WHERE file_id = ?"

@@ -264,7 +264,12 @@ async def ship(options: fleet_nats.ConnectOptions, sources: list[str], *, host: 
         if not os.path.exists(source):
             raise ShipError(f"{source}: no such file or folder")
     ledger = Ledger(ledger_path)
-    nc = await fleet_nats.connect(options, name=f"session-index ship {host}", follow=not once)
+    try:
+        nc = await fleet_nats.connect(options, name=f"session-index ship {host}",
+                                      follow=not once, stop=stop)
+    except BaseException:   # Stopped (a signal before the server answered), FleetError
+        ledger.close()
+        raise
     try:
         js = nc.jetstream()
         await fleet_nats.ensure_stream(js)
@@ -275,8 +280,7 @@ async def ship(options: fleet_nats.ConnectOptions, sources: list[str], *, host: 
             await shipper.heartbeat(force=True)
             return shipper
         await _retrying(shipper.pass_, log)
-        stop = stop or asyncio.Event()
-        await _follow(shipper, stop)
+        await _follow(shipper, stop or asyncio.Event())
         return shipper
     finally:
         ledger.close()

@@ -52,7 +52,7 @@ from urllib.parse import quote
 
 import msgspec
 
-from . import derive, record_kinds, search
+from . import derive, record_kinds, search, views
 from .db import open_db, retry_locked, write_lock
 from .ingest import (INSERT_BAD_LINE_SQL, INSERT_RECORD_SQL, RUNNING_FACTS_SET, running_facts,
                      utcnow)
@@ -144,7 +144,8 @@ FORGET_COPY_SQL = (
 SESSION_HAS_FILES_SQL = """
 SELECT 1 FROM files WHERE session_id = :session_id AND kind IN ('main', 'subagent') LIMIT 1
 """.strip()
-DROP_SESSION_SQL = "DELETE FROM sessions WHERE session_id = :session_id"
+DROP_SESSION_SQL = ("DELETE FROM sessions WHERE session_id = :session_id",
+                    "DELETE FROM session_hosts WHERE session_id = :session_id")
 
 
 class StoreError(Exception):
@@ -304,7 +305,7 @@ class _Backend:
             conn.execute(UPSERT_STORE_KEY_SQL, {
                 "file_id": file_id, "mtime_ms": mtime_ms, "summary": summary})
             derive.derive_files(conn, [file_id])
-            conn.execute(derive.REFRESH_SESSION_SQL, {"session_id": session_id})
+            views.refresh_session(conn, session_id)
             record_kinds.count_files(conn, [file_id])
             search.catch_up_in(conn)   # the batch's text, when search is enabled
 
@@ -343,9 +344,10 @@ class _Backend:
                         conn.execute(sql, {"id": file_id})
                 params = {"session_id": session_id}
                 if conn.execute(SESSION_HAS_FILES_SQL, params).fetchone():
-                    conn.execute(derive.REFRESH_SESSION_SQL, params)
+                    views.refresh_session(conn, session_id)
                 else:
-                    conn.execute(DROP_SESSION_SQL, params)
+                    for sql in DROP_SESSION_SQL:
+                        conn.execute(sql, params)
 
         retry_locked(run)
 

@@ -666,19 +666,41 @@ ORPHANS_COLUMNS = (
     "branch_point_uuid, record_id, line_no, message_id, restored"
 )
 
+# host: every view with a file (or a session) per row has the host that
+# file is on: '' for this machine's files and session-store copies, else
+# the name a fleet host ships under (`session-index ship --host`), as
+# host_copies has it. A scalar subquery on files' primary key, not a join:
+# SQLite computes it only for a query that reads host (count(*) or a GROUP
+# BY of the view reads no files row; bench/query_speed.py).
+HOST_OF = "coalesce((SELECT hf.host FROM files hf WHERE hf.id = {file_id}), '')"
+
+
+def _prefixed(columns: str, alias: str) -> str:
+    return ", ".join(f"{alias}.{c}" for c in columns.split(", "))
+
+
+def _with_host(definition: str) -> str:
+    """A *_definition view (the specification: slow, rarely read) with host
+    added as its view is: DEFINITIONS_HASH is of the definitions without it,
+    which is what the caches are computed from."""
+    return f"SELECT d.*, {HOST_OF.format(file_id='d.file_id')} AS host FROM (\n{definition}\n) d"
+
+
 # The contract views, read from the caches (same columns as *_definition).
-LEAVES_SQL = f"SELECT {LEAVES_COLUMNS} FROM leaves_cache"
+LEAVES_SQL = (f"SELECT {_prefixed(LEAVES_COLUMNS, 'c')}, "
+              f"{HOST_OF.format(file_id='c.file_id')} AS host FROM leaves_cache c")
 # leaf_ancestry_cache stores a record's height (its distance from the end
 # of the walk: 0 at the root), which stays put as the chain grows at its
 # leaf (derive_append.py); depth, the distance from the leaf, is the chain's
 # length less one less that.
-LEAF_ANCESTRY_SQL = """
+LEAF_ANCESTRY_SQL = f"""
 SELECT a.file_id, a.session_id, a.rule, a.uuid,
   CASE a.rule WHEN 'resume' THEN l.resume_length ELSE l.sdk_length END - 1 - a.height AS depth,
-  a.record_id
+  a.record_id, {HOST_OF.format(file_id="a.file_id")} AS host
 FROM leaf_ancestry_cache a JOIN leaves_cache l ON l.file_id = a.file_id
 """.strip()
-ORPHANS_SQL = f"SELECT {ORPHANS_COLUMNS} FROM orphans_cache"
+ORPHANS_SQL = (f"SELECT {_prefixed(ORPHANS_COLUMNS, 'c')}, "
+               f"{HOST_OF.format(file_id='c.file_id')} AS host FROM orphans_cache c")
 
 # api_error_splices: one row per spliced episode (seed 000): a branch point on
 # the resume ancestry whose child on the ancestry is an api_error record and
@@ -696,7 +718,8 @@ SELECT o.file_id, o.session_id, child.uuid AS api_error_uuid,
        min(o.timestamp) AS first_orphan_at,
        max(o.timestamp) AS last_orphan_at,
        round((julianday(max(o.timestamp)) - julianday(min(o.timestamp))) * 1440, 1)
-         AS minutes_spanned
+         AS minutes_spanned,
+       o.host
 FROM orphans o
 JOIN leaf_ancestry_cache bp ON bp.file_id = o.file_id AND bp.rule = 'resume'
   AND bp.uuid = o.branch_point_uuid
@@ -738,8 +761,11 @@ CHAIN_BREAKS_COLUMNS = (
     "missing_parent_uuid"
 )
 DUPLICATE_UUIDS_COLUMNS = "file_id, session_id, uuid, copies, line_nos, kept_line_no"
-CHAIN_BREAKS_SQL = f"SELECT {CHAIN_BREAKS_COLUMNS} FROM chain_breaks_cache"
-DUPLICATE_UUIDS_SQL = f"SELECT {DUPLICATE_UUIDS_COLUMNS} FROM duplicate_uuids_cache"
+CHAIN_BREAKS_SQL = (f"SELECT {_prefixed(CHAIN_BREAKS_COLUMNS, 'c')}, "
+                    f"{HOST_OF.format(file_id='c.file_id')} AS host FROM chain_breaks_cache c")
+DUPLICATE_UUIDS_SQL = (f"SELECT {_prefixed(DUPLICATE_UUIDS_COLUMNS, 'c')}, "
+                       f"{HOST_OF.format(file_id='c.file_id')} AS host "
+                       "FROM duplicate_uuids_cache c")
 
 # --- Operator signals ---------------------------------------------------
 
@@ -771,6 +797,7 @@ NOTHING_TO_CUT_TEMPLATE = f"""NOT EXISTS (
 EXECUTIONS_SQL = """
 WITH events AS (
   SELECT r.id, r.file_id, f.path AS log_path, f.mtime AS log_mtime, r.line_no,
+         coalesce(f.host, '') AS host,
          CASE WHEN json_valid(r.raw) THEN r.raw ELSE '{}' END AS j,
          (SELECT CASE WHEN json_valid(i.raw) AND json_type(i.raw, '$.session_id') = 'text'
                       THEN json_extract(i.raw, '$.session_id') END
@@ -782,7 +809,7 @@ WITH events AS (
   WHERE f.kind = 'execution_log' AND r.type = 'result'
 ),
 fields AS (
-  SELECT id, file_id, log_path, log_mtime, line_no, init_session_id,
+  SELECT id, file_id, log_path, log_mtime, line_no, host, init_session_id,
     CASE json_type(j, '$.session_id') WHEN 'text' THEN json_extract(j, '$.session_id') END
       AS session_id,
     CASE json_type(j, '$.subtype') WHEN 'text' THEN json_extract(j, '$.subtype') END AS subtype,
@@ -837,7 +864,7 @@ SELECT id, file_id, log_path, line_no, session_id, init_session_id, subtype, is_
   CASE WHEN error_class = 'resume_not_found' AND instr(lower(message), 'session id:') > 0
     THEN rtrim(substr(after_id, 1, instr(after_id || ' ', ' ') - 1), '.,;:"`''')
   END AS resume_target,
-  num_turns, total_cost_usd, duration_ms, log_mtime
+  num_turns, total_cost_usd, duration_ms, log_mtime, host
 FROM classed
 """.strip()
 
@@ -846,23 +873,25 @@ FROM classed
 # included (the seed 003 shape).
 FAILED_EXECUTIONS_SQL = "SELECT * FROM executions WHERE error_class <> 'ok'"
 
-# poisoned_sessions: one row per session whose main transcript has a
+# poisoned_sessions: one row per session and host whose main transcript
+# there (session_hosts: each host's copy is judged on its own) has a
 # synthetic placeholder on its resume ancestry, or whose resumes failed with
-# the previous_message_id 400. message_id/uuid: the synthetic record nearest
-# the leaf; at_resume_tail: it is the last assistant on the ancestry (the next
-# resume sends its id and fails); synthetic_on_chain: how many are on it;
+# the previous_message_id 400 (executions of that host's logs).
+# message_id/uuid: the synthetic record nearest the leaf; at_resume_tail: it
+# is the last assistant on the ancestry (the next resume sends its id and
+# fails); synthetic_on_chain: how many are on it;
 # failed_resumes: executions classed poisoned_previous_message_id naming the
 # session (as its session_id or its init session id); last_seen: the newest
-# record timestamp of the session.
+# record timestamp of the session on that host.
 POISONED_SESSIONS_TEMPLATE = f"""
 WITH placeholders AS MATERIALIZED (
   SELECT r.file_id, r.id, r.uuid, r.message_id FROM records r
   WHERE {{files}} AND {SYNTHETIC_RECORD.format(r="r")}
 ),
 synthetic AS (
-  SELECT s.session_id, r.file_id, r.id, r.uuid, r.message_id, a.height
+  SELECT s.session_id, s.host, r.file_id, r.id, r.uuid, r.message_id, a.height
   FROM placeholders r
-  JOIN sessions s ON s.main_file_id = r.file_id
+  JOIN session_hosts s ON s.main_file_id = r.file_id
   JOIN leaf_ancestry_cache a ON a.file_id = r.file_id AND a.rule = 'resume'
     AND a.uuid = r.uuid AND a.record_id = r.id
 ),
@@ -874,31 +903,35 @@ tails AS (
   FROM (SELECT DISTINCT file_id FROM synthetic) f
 ),
 on_chain AS (
-  SELECT y.session_id, y.file_id, y.uuid, y.message_id, max(y.height) AS height,
+  SELECT y.session_id, y.host, y.file_id, y.uuid, y.message_id, max(y.height) AS height,
          count(*) AS synthetic_on_chain, max(y.id = t.record_id) AS at_resume_tail
   FROM synthetic y JOIN tails t ON t.file_id = y.file_id
-  GROUP BY y.session_id
+  GROUP BY y.session_id, y.host
 ),
 failed AS (
-  SELECT session_id, count(*) AS failed_resumes FROM (
-    SELECT id, session_id FROM executions
+  SELECT session_id, host, count(*) AS failed_resumes FROM (
+    SELECT id, session_id, host FROM executions
     WHERE error_class = 'poisoned_previous_message_id' AND session_id IS NOT NULL
       AND {{session_id}}
     UNION
-    SELECT id, init_session_id FROM executions
+    SELECT id, init_session_id, host FROM executions
     WHERE error_class = 'poisoned_previous_message_id' AND init_session_id IS NOT NULL
       AND {{init_session_id}})
-  GROUP BY session_id
+  GROUP BY session_id, host
 ),
-ids AS (SELECT session_id FROM on_chain UNION SELECT session_id FROM failed)
-SELECT i.session_id, coalesce(c.file_id, s.main_file_id) AS file_id, c.message_id, c.uuid,
+ids AS (SELECT session_id, host FROM on_chain UNION SELECT session_id, host FROM failed)
+SELECT i.session_id, coalesce(c.file_id, h.main_file_id) AS file_id, c.message_id, c.uuid,
        coalesce(c.at_resume_tail, 0) AS at_resume_tail,
        coalesce(c.synthetic_on_chain, 0) AS synthetic_on_chain,
        coalesce(fl.failed_resumes, 0) AS failed_resumes,
-       s.last_timestamp AS last_seen
+       CASE WHEN s.host = i.host THEN s.last_timestamp ELSE (
+         SELECT max(m.last_timestamp) FROM files m WHERE m.session_id = i.session_id
+           AND m.kind IN {TRANSCRIPT_KINDS} AND coalesce(m.host, '') = i.host) END AS last_seen,
+       i.host
 FROM ids i
-LEFT JOIN on_chain c ON c.session_id = i.session_id
-LEFT JOIN failed fl ON fl.session_id = i.session_id
+LEFT JOIN on_chain c ON c.session_id = i.session_id AND c.host = i.host
+LEFT JOIN failed fl ON fl.session_id = i.session_id AND fl.host = i.host
+LEFT JOIN session_hosts h ON h.session_id = i.session_id AND h.host = i.host
 LEFT JOIN sessions s ON s.session_id = i.session_id
 """.strip()
 POISONED_SESSIONS_SQL = POISONED_SESSIONS_TEMPLATE.format(
@@ -906,7 +939,7 @@ POISONED_SESSIONS_SQL = POISONED_SESSIONS_TEMPLATE.format(
 # The same for one session (:session_id), reading only its records: check's
 # question (the view reads every placeholder in the index first).
 POISONED_SESSION_SQL = POISONED_SESSIONS_TEMPLATE.format(
-    files="r.file_id = (SELECT main_file_id FROM sessions WHERE session_id = :session_id)",
+    files="r.file_id IN (SELECT main_file_id FROM session_hosts WHERE session_id = :session_id)",
     session_id="session_id = :session_id", init_session_id="init_session_id = :session_id")
 
 # Time-dependent definitions are templates over {now} (an ISO-8601 UTC
@@ -923,6 +956,7 @@ EXPIRING_WINDOW_DAYS = 7
 EXPIRED_TRANSCRIPTS_TEMPLATE = """
 WITH subject AS (
   SELECT f.id AS file_id, f.session_id, f.path, f.kind, f.mtime, f.deleted_at,
+         coalesce(f.host, '') AS host,
          coalesce(f.retention_days, {DEFAULT_RETENTION_DAYS}) AS retention_days,
          coalesce(f.retention_source, 'default') AS retention_source,
          strftime('%Y-%m-%dT%H:%M:%fZ', julianday(f.mtime) + coalesce(f.retention_days, {DEFAULT_RETENTION_DAYS}))
@@ -941,7 +975,7 @@ judged AS (
   FROM subject
 )
 SELECT file_id, session_id, path, kind, status, expires_at, days_left, retention_days,
-       retention_source, mtime, deleted_at
+       retention_source, mtime, deleted_at, host
 FROM judged WHERE status IS NOT NULL
 """.strip()
 EXPIRED_TRANSCRIPTS_TEMPLATE = EXPIRED_TRANSCRIPTS_TEMPLATE.replace("{DEFAULT_RETENTION_DAYS}", str(DEFAULT_RETENTION_DAYS))
@@ -968,7 +1002,8 @@ ref_ids AS (
   FROM refs GROUP BY session_id
 ),
 state AS (
-  SELECT i.*, m.id AS file_id, m.path, s.deleted_at, s.main_file_rule,
+  SELECT i.*, m.id AS file_id, m.path, coalesce(m.host, '') AS host, s.deleted_at,
+         s.main_file_rule,
          strftime('%Y-%m-%dT%H:%M:%fZ', julianday(m.mtime) + coalesce(m.retention_days, {DEFAULT_RETENTION_DAYS}))
            AS expires_at
   FROM ref_ids i
@@ -988,7 +1023,7 @@ SELECT j.session_id, j.reason, j.deleted_at,
        CASE WHEN j.reason = 'expired' THEN j.expires_at END AS expired_at,
        j.path, j.refs, j.sources, j.last_cached_at,
        e.id AS last_execution_id, e.error_class AS last_execution_class,
-       e.log_path AS last_execution_log
+       e.log_path AS last_execution_log, j.host
 FROM judged j
 LEFT JOIN executions e ON e.id = (
   SELECT x.id FROM executions x
@@ -1031,7 +1066,7 @@ WITH RECURSIVE episodes AS (
   FROM api_error_splices s
   JOIN leaf_ancestry_cache e ON e.file_id = s.file_id AND e.rule = 'resume'
     AND e.uuid = s.api_error_uuid
-  JOIN sessions m ON m.main_file_id = s.file_id
+  JOIN session_hosts m ON m.main_file_id = s.file_id
 ),
 poisoned AS (  -- with the last real assistant message on the chain
   SELECT p.session_id, p.file_id, a.height, r.line_no, r.timestamp
@@ -1063,12 +1098,13 @@ dropped(file_id, uuid) AS (
 )
 SELECT e.session_id, e.file_id, 'reparent' AS action, 'api_error_splice' AS reason,
        r.id AS record_id, r.line_no, r.uuid, r.parent_uuid AS old_parent_uuid,
-       e.new_parent_uuid, e.api_error_uuid AS episode
+       e.new_parent_uuid, e.api_error_uuid AS episode,
+       {HOST_OF.format(file_id="e.file_id")} AS host
 FROM episodes e JOIN records r ON r.id = e.record_id
 WHERE e.new_parent_uuid IS NOT NULL
 UNION ALL
 SELECT f.session_id, d.file_id, 'drop', 'poisoned_tail', r.id, r.line_no, r.uuid,
-       r.parent_uuid, NULL, NULL
+       r.parent_uuid, NULL, NULL, coalesce(f.host, '')
 FROM dropped d JOIN files f ON f.id = d.file_id
 JOIN records r ON r.file_id = d.file_id AND r.uuid = d.uuid
 """.strip()
@@ -1114,7 +1150,8 @@ FROM (
               AND NOT EXISTS (SELECT 1 FROM records x WHERE x.file_id = l.id AND x.uuid = r.uuid)
             GROUP BY r.uuid ORDER BY min(r.line_no) LIMIT 20)) AS store_only_uuids,
          (SELECT resume_leaf_uuid FROM leaves WHERE file_id = l.id) AS local_resume_leaf_uuid,
-         (SELECT resume_leaf_uuid FROM leaves WHERE file_id = s.id) AS store_resume_leaf_uuid
+         (SELECT resume_leaf_uuid FROM leaves WHERE file_id = s.id) AS store_resume_leaf_uuid,
+         coalesce(l.host, '') AS host
   FROM files l
   JOIN files s ON s.session_id = l.session_id AND s.origin = 'store' AND s.kind = l.kind
     AND (l.kind = 'main' OR s.agent_id = l.agent_id)
@@ -1178,13 +1215,13 @@ FROM (
 # seen in that generation).
 FILE_GENERATIONS_SQL = """
 SELECT g.file_id, f.path, f.session_id, f.kind, g.generation, 0 AS current, g.started_at,
-  g.superseded_at, g.reason, g.lines, g.bytes, g.sha256, g.mtime
+  g.superseded_at, g.reason, g.lines, g.bytes, g.sha256, g.mtime, coalesce(f.host, '') AS host
 FROM superseded_generations g JOIN files f ON f.id = g.file_id
 UNION ALL
 SELECT f.id, f.path, f.session_id, f.kind, f.generation, 1,
   coalesce(f.generation_started_at, CASE WHEN f.generation = 1 THEN f.first_ingested_at END),
   NULL, NULL, f.line_count, f.ingested_offset + coalesce(length(f.pending_tail), 0), NULL,
-  f.mtime
+  f.mtime, coalesce(f.host, '')
 FROM files f
 """.strip()
 
@@ -1228,8 +1265,8 @@ IN_CWD_PROJECT_TEMPLATE = """(SELECT CASE WHEN length(folder) <= 200 THEN {proje
 # in_cwd_project (its folder is the project folder of the cwd its records
 # carry: the file a resume from the session's own working directory opens).
 MAIN_FILE_FACTS_TEMPLATE = """
-SELECT f.id AS file_id, f.session_id, f.path, f.project_dir, f.cwd, f.origin, f.mtime,
-  f.deleted_at, f.records,
+SELECT f.id AS file_id, f.session_id, coalesce(f.host, '') AS host, f.path, f.project_dir,
+  f.cwd, f.origin, f.mtime, f.deleted_at, f.records,
   coalesce(f.origin IN ('file', 'fleet') AND substr(f.path, -length(f.session_id) - 7)
     = '/' || f.session_id || '.jsonl', 0) AS named,
   f.deleted_at IS NULL AS on_disk,
@@ -1283,8 +1320,10 @@ OPENED_BY_RESUME = ("only_named", "named_in_cwd_project", "named_newest")
 
 # session_main_copies: every main transcript of a session that has more than
 # one (copies in other project folders, forks that kept the id in a file
-# named otherwise, deleted ones, session-store copies), none merged: chosen
-# (it is sessions.main_file_id), why (for the chosen one its main_file_rule;
+# named otherwise, deleted ones, session-store copies, copies on other
+# hosts), none merged: chosen (it is its host's main file, session_hosts:
+# each file is compared with the one chosen on its own host; across hosts,
+# host_copies), why (for the chosen one its main_file_rule;
 # for the others: named_other_project, a named copy in another project folder
 # that a resume opens only from a cwd of that folder; not_named, never opened
 # for this id; no_messages; deleted; store_copy), the facts the choice rests
@@ -1323,7 +1362,7 @@ compared AS MATERIALIZED (
     (SELECT resume_leaf_uuid FROM leaves WHERE file_id = s.main_file_id)
       AS chosen_resume_leaf_uuid
   FROM facts c
-  JOIN sessions s ON s.session_id = c.session_id
+  JOIN session_hosts s ON s.session_id = c.session_id AND s.host = c.host
   LEFT JOIN files m ON m.id = s.main_file_id
 )
 SELECT session_id, file_id, path, project_dir, cwd, origin,
@@ -1338,7 +1377,8 @@ SELECT session_id, file_id, path, project_dir, cwd, origin,
   records, chosen_records, only_here, only_in_chosen, only_here_uuids, only_in_chosen_uuids,
   resume_leaf_uuid, chosen_resume_leaf_uuid,
   (only_here > 0 OR only_in_chosen > 0 OR records IS NOT chosen_records
-   OR resume_leaf_uuid IS NOT chosen_resume_leaf_uuid) AS diverged
+   OR resume_leaf_uuid IS NOT chosen_resume_leaf_uuid) AS diverged,
+  host
 FROM compared
 """.strip()
 
@@ -1422,7 +1462,7 @@ USAGE_CALLS_TEMPLATE = f"""
 # The rest of the usage view, from calls.
 USAGE_PRICED_TEMPLATE = """
 priced AS (
-  SELECT c.*, f.project_dir, p.model AS price_model, p.*,
+  SELECT c.*, f.project_dir, coalesce(f.host, '') AS host, p.model AS price_model, p.*,
     coalesce(c.input_tokens, 0) + coalesce(c.cache_read_tokens, 0) + c.w5m + c.w1h
       AS prompt_tokens,
     CASE WHEN c.speed = 'fast' THEN p.fast_multiplier ELSE 1 END AS multiplier
@@ -1446,7 +1486,8 @@ SELECT record_id, session_id, project_dir AS project, file_id, model, timestamp,
     + coalesce(cache_read_tokens, 0) * CASE WHEN long THEN long_cache_read ELSE cache_read END
     + w5m * CASE WHEN long THEN long_cache_write_5m ELSE cache_write_5m END
     + w1h * CASE WHEN long THEN long_cache_write_1h ELSE cache_write_1h END
-  ) / 1e6 AS cost_usd
+  ) / 1e6 AS cost_usd,
+  host
 FROM tiered
 """.strip()
 USAGE_SQL = ("WITH calls AS (" + USAGE_CALLS_TEMPLATE.format(files="", where="") + "\n),\n"
@@ -1464,6 +1505,9 @@ USAGE_SQL = ("WITH calls AS (" + USAGE_CALLS_TEMPLATE.format(files="", where="")
 # the calls (the usage view, or a part of it), {cost_state_sessions} and
 # {run_sessions} narrowing the sessions of the cost-state records (r) and of
 # the executions (the health page's panel: those begun in its window).
+# It has no host column: copies of a session on two hosts hold the same API
+# calls, which usage counts once whichever copy holds them, and Claude Code's
+# running totals are the session's; per host, read usage (its host column).
 USAGE_REPORTED_TEMPLATE = f"""
 WITH ours AS (
   SELECT session_id, count(*) AS calls, sum(cost_usd) AS cost_usd,
@@ -1502,12 +1546,12 @@ USAGE_REPORTED_SQL = USAGE_REPORTED_TEMPLATE.format(usage="usage", cost_state_se
                                                     run_sessions="")
 
 VIEWS = {
-    "cli_definition": CLI_DEFINITION_SQL,
-    "leaves_definition": LEAVES_DEFINITION_SQL,
-    "leaf_ancestry_definition": LEAF_ANCESTRY_DEFINITION_SQL,
-    "orphans_definition": ORPHANS_DEFINITION_SQL,
-    "chain_breaks_definition": CHAIN_BREAKS_DEFINITION_SQL,
-    "duplicate_uuids_definition": DUPLICATE_UUIDS_DEFINITION_SQL,
+    "cli_definition": _with_host(CLI_DEFINITION_SQL),
+    "leaves_definition": _with_host(LEAVES_DEFINITION_SQL),
+    "leaf_ancestry_definition": _with_host(LEAF_ANCESTRY_DEFINITION_SQL),
+    "orphans_definition": _with_host(ORPHANS_DEFINITION_SQL),
+    "chain_breaks_definition": _with_host(CHAIN_BREAKS_DEFINITION_SQL),
+    "duplicate_uuids_definition": _with_host(DUPLICATE_UUIDS_DEFINITION_SQL),
     "leaves": LEAVES_SQL,
     "leaf_ancestry": LEAF_ANCESTRY_SQL,
     "orphans": ORPHANS_SQL,
@@ -1530,66 +1574,113 @@ VIEWS = {
 }
 
 # A change to any definition changes this, and every cache is recomputed.
-DEFINITIONS_HASH = sha256(
-    "\n".join([CLI_DEFINITION_SQL] + [VIEWS[f"{name}_definition"] for name in CACHED_VIEWS])
-    .encode()
-).hexdigest()[:16]
+# (the definitions as the caches are computed from them: without host)
+DEFINITIONS_HASH = sha256("\n".join([
+    CLI_DEFINITION_SQL, LEAVES_DEFINITION_SQL, LEAF_ANCESTRY_DEFINITION_SQL,
+    ORPHANS_DEFINITION_SQL, CHAIN_BREAKS_DEFINITION_SQL, DUPLICATE_UUIDS_DEFINITION_SQL,
+]).encode()).hexdigest()[:16]
 
 
-# sessions: one row per session id, summed from its files' running facts.
-# main_file_id is the main transcript `claude --resume <id>` opens, and
-# main_file_rule says why (MAIN_FILE_RULE_TEMPLATE: a file named
-# <id>.jsonl on disk with messages, the one in its own cwd's project folder
-# when there are several, else a session-store copy, else what is left);
-# project_dir and cwd are the chosen file's. A session mirrored through the
-# store and ingested from its file counts its local files and records once
-# (the store copies when there are no local ones).
-REFRESH_SESSION_SQL = f"""
+# session_hosts: a session's main transcript per host (host '' is this
+# machine: its files and store copies; a fleet host's files are its own):
+# copies of one session on two hosts are never merged, so each host has one
+# main file, chosen among that host's files only. main_file_id is the main
+# transcript `claude --resume <id>` on that host opens, and main_file_rule
+# says why (MAIN_FILE_RULE_TEMPLATE: a file named <id>.jsonl on disk with
+# messages, the one in its own cwd's project folder when there are several,
+# else a session-store copy, else what is left).
+REFRESH_SESSION_HOSTS_SQL = f"""
 WITH facts AS MATERIALIZED (
 {MAIN_FILE_FACTS_TEMPLATE.format(where="f.session_id = :session_id")}
 ),
 ruled AS (
   SELECT *, {MAIN_FILE_RULE_TEMPLATE.format(
-      f="facts", loadable="(SELECT count(*) FROM facts WHERE named AND on_disk AND has_messages)")}
+      f="facts", loadable="(SELECT count(*) FROM facts x WHERE x.host = facts.host "
+                          "AND x.named AND x.on_disk AND x.has_messages)")}
     AS rule
   FROM facts
 ),
+ranked AS (
+  SELECT file_id, host, rule, row_number() OVER (
+    PARTITION BY host ORDER BY {MAIN_FILE_RANK_TEMPLATE.format(rule="rule")}, named DESC,
+      in_cwd_project DESC, mtime DESC, file_id DESC) AS n
+  FROM ruled
+)
+INSERT INTO session_hosts (session_id, host, main_file_id, main_file_rule)
+SELECT :session_id, host, file_id, rule FROM ranked WHERE n = 1
+""".strip()
+
+# sessions: one row per session id, for its default host (sessions.host):
+# this machine ('') when it holds a transcript of the session, else the
+# host whose main transcript was written to last (ties: the host's name).
+# main_file_id and main_file_rule are that host's (session_hosts); the rest
+# is summed from that host's files' running facts: project_dir and cwd are
+# the chosen file's. A session mirrored through the store and ingested from
+# its file counts its local files and records once (the store copies when
+# there are no local ones). Another host's copies: session_hosts,
+# host_copies.
+REFRESH_SESSION_SQL = f"""
+WITH home AS MATERIALIZED (
+  SELECT coalesce(
+    (SELECT '' FROM files WHERE session_id = :session_id AND kind IN {TRANSCRIPT_KINDS}
+       AND host IS NULL LIMIT 1),
+    (SELECT h.host FROM session_hosts h LEFT JOIN files m ON m.id = h.main_file_id
+     WHERE h.session_id = :session_id ORDER BY m.last_timestamp IS NULL, m.last_timestamp DESC,
+       h.host LIMIT 1),
+    (SELECT min(host) FROM files WHERE session_id = :session_id AND kind IN {TRANSCRIPT_KINDS}),
+    '') AS host
+),
 chosen AS MATERIALIZED (
-  SELECT file_id, rule FROM ruled
-  ORDER BY {MAIN_FILE_RANK_TEMPLATE.format(rule="rule")}, named DESC, in_cwd_project DESC,
-    mtime DESC, file_id DESC
-  LIMIT 1
+  SELECT h.main_file_id AS file_id, h.main_file_rule AS rule FROM session_hosts h, home
+  WHERE h.session_id = :session_id AND h.host = home.host
+),
+own AS MATERIALIZED (   -- the default host's transcripts of the session
+  SELECT f.* FROM files f, home
+  WHERE f.session_id = :session_id AND f.kind IN {TRANSCRIPT_KINDS}
+    AND coalesce(f.host, '') = home.host
 )
 INSERT OR REPLACE INTO sessions (
   session_id, main_file_id, main_file_rule, project_dir, cwd, main_files, subagent_files,
-  records, first_timestamp, last_timestamp, version, git_branch, deleted_at)
+  records, first_timestamp, last_timestamp, version, git_branch, deleted_at, host)
 SELECT :session_id,
   (SELECT file_id FROM chosen),
   (SELECT rule FROM chosen),
-  (SELECT project_dir FROM files WHERE session_id = :session_id AND kind IN {TRANSCRIPT_KINDS}
+  (SELECT project_dir FROM own
    ORDER BY id IS (SELECT file_id FROM chosen) DESC, kind = 'main' DESC, id LIMIT 1),
-  (SELECT cwd FROM files WHERE session_id = :session_id AND cwd IS NOT NULL AND kind IN {TRANSCRIPT_KINDS}
+  (SELECT cwd FROM own WHERE cwd IS NOT NULL
    ORDER BY id IS (SELECT file_id FROM chosen) DESC, kind = 'main' DESC, id LIMIT 1),
   sum(kind = 'main' AND f.origin = counted.origin),
   sum(kind <> 'main' AND f.origin = counted.origin),
   sum(CASE WHEN f.origin = counted.origin THEN records END),
   min(first_timestamp), max(last_timestamp),
-  (SELECT version FROM files WHERE session_id = :session_id AND version IS NOT NULL AND kind IN {TRANSCRIPT_KINDS}
-   ORDER BY last_timestamp DESC LIMIT 1),
-  (SELECT git_branch FROM files WHERE session_id = :session_id AND git_branch IS NOT NULL AND kind IN {TRANSCRIPT_KINDS}
-   ORDER BY last_timestamp DESC LIMIT 1),
+  (SELECT version FROM own WHERE version IS NOT NULL ORDER BY last_timestamp DESC LIMIT 1),
+  (SELECT git_branch FROM own WHERE git_branch IS NOT NULL ORDER BY last_timestamp DESC LIMIT 1),
   CASE WHEN sum(kind = 'main') = sum(kind = 'main' AND deleted_at IS NOT NULL)
        AND sum(kind = 'main') > 0
-       THEN max(deleted_at) END
-FROM files f,
+       THEN max(deleted_at) END,
+  (SELECT host FROM home)
+FROM own f,
   -- count the local transcripts, or the store copies when there are none
-  (SELECT min(origin) AS origin FROM files
-   WHERE session_id = :session_id AND kind IN {TRANSCRIPT_KINDS}) counted
-WHERE f.session_id = :session_id AND f.kind IN {TRANSCRIPT_KINDS}
+  (SELECT min(origin) AS origin FROM own) counted
 """.strip()
+# Refreshing one session: its main file per host, then its row.
+REFRESH_SESSION_SQLS = (
+    "DELETE FROM session_hosts WHERE session_id = :session_id",
+    REFRESH_SESSION_HOSTS_SQL,
+    REFRESH_SESSION_SQL,
+)
+
+
+def refresh_session(conn, session_id: str) -> None:
+    """A session's session_hosts rows and sessions row again (inside the
+    caller's transaction)."""
+    for sql in REFRESH_SESSION_SQLS:
+        conn.execute(sql, {"session_id": session_id})
+
+
 # A change to the sessions rule refreshes every sessions row (no cache is
 # recomputed for it): derive.refresh_sessions_if_stale compares this with index_meta.
-SESSIONS_HASH = sha256(REFRESH_SESSION_SQL.encode()).hexdigest()[:16]
+SESSIONS_HASH = sha256("\n".join(REFRESH_SESSION_SQLS).encode()).hexdigest()[:16]
 SESSIONS_HASH_SQL = "SELECT value FROM index_meta WHERE key = 'sessions_hash'"
 # A change to how derive.py (or derive_append.py) computes the caches: bump
 # it and every cache is recomputed, as for a change to a definition.

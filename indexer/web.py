@@ -20,7 +20,7 @@ import click
 
 from . import db as dbmod
 from . import demo_data, web_metadata
-from .cli import _nats_options, consumer_option, nats_auth_options
+from .cli import _nats_options, consumer_option, hosts_option, nats_auth_options
 
 EXIT_UNUSABLE = 3
 DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 8001
@@ -169,8 +169,10 @@ port_option = click.option("--port", default=DEFAULT_PORT, show_default=True, ty
                    "JetStream server, as `ingest --from --watch` does (without SOURCES, "
                    "only that: a fleet's central index).")
 @consumer_option
+@hosts_option
 @nats_auth_options
-def serve(sources, db_path, host, port, watch, config_dir, from_url, consumer, **nats_auth):
+def serve(sources, db_path, host, port, watch, config_dir, from_url, consumer, hosts,
+          **nats_auth):
     """Browse the index in Datasette, with the session pages.
 
     Serves the live index (ingest may keep writing) with the metadata, canned
@@ -194,6 +196,8 @@ def serve(sources, db_path, host, port, watch, config_dir, from_url, consumer, *
         raise click.UsageError("SOURCES are followed only with --watch")
     if from_url and not watch:
         raise click.UsageError("--from is followed only with --watch")
+    if hosts is not None and not from_url:
+        raise click.UsageError("--hosts applies to --from")
     fleet = None
     try:
         check_database_name(db_path)   # before --watch makes the file
@@ -210,7 +214,7 @@ def serve(sources, db_path, host, port, watch, config_dir, from_url, consumer, *
                 from . import fleet_ingest
 
                 fleet = fleet_ingest.Follower(
-                    db_path, _nats_options(from_url, nats_auth), consumer=consumer,
+                    db_path, _nats_options(from_url, nats_auth), consumer=consumer, hosts=hosts,
                     log=lambda line: watchmod.stderr_log(f"fleet: {line}"))
         prepare_index(db_path)
         check_port(host, port)

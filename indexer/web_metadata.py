@@ -390,7 +390,8 @@ TABLES = {
         ),
     },
     "sessions": {
-        "description": "One row per session id, summed from its transcript files.",
+        "description": "One row per session id, summed from its transcript files on "
+                       "its host (a fleet's other copies: session_hosts, host_copies).",
         "columns": _cols(
             "session_id",
             main_file_id="files.id of the main transcript claude --resume opens (from the "
@@ -405,6 +406,21 @@ TABLES = {
             first_timestamp=f"earliest record, {_TS}", last_timestamp=f"latest record, {_TS}",
             version="Claude Code version", git_branch="git branch",
             deleted_at=f"set when every main transcript is gone from disk, {_TS}",
+            host="the host this row answers for: '' (this machine) when it holds a transcript "
+                 "of the session, else the host whose main transcript was written to last; "
+                 "every host's own main transcript: session_hosts",
+        ),
+    },
+    "session_hosts": {
+        "description": "A session's main transcript on each host that holds it (a fleet's "
+                       "copies are never merged: each host's resume opens its own).",
+        "columns": _cols(
+            "session_id",
+            host="the host ('' for this machine: its files and session-store copies)",
+            main_file_id="files.id of the main transcript claude --resume opens on that host "
+                         "(from the session's own cwd)",
+            main_file_rule="why: only_named, named_in_cwd_project, named_newest, store_copy, "
+                           "named_no_messages, not_named or deleted",
         ),
     },
     "index_meta": {
@@ -918,6 +934,23 @@ TABLES["leaf_ancestry_cache"]["columns"] = dict(
     {k: v for k, v in TABLES["leaf_ancestry"]["columns"].items() if k != "depth"},
     height="steps from the end of the walk (0 = its root end); depth is the walk's "
            "length less one less height")
+# Every view with a file (or a session) per row has the host of that
+# file (views.HOST_COLUMN); the caches behind them do not keep it.
+_HOST = ("the host the file is on: '' for this machine's files (and store copies), else "
+         "the name it was shipped under (session-index ship --host)")
+for _view in ("cli_definition", "leaves", "leaves_definition", "leaf_ancestry",
+              "leaf_ancestry_definition", "orphans", "orphans_definition", "chain_breaks",
+              "chain_breaks_definition", "duplicate_uuids", "duplicate_uuids_definition",
+              "api_error_splices", "executions", "failed_executions", "poisoned_sessions",
+              "stale_session_refs", "expired_transcripts", "repair_plan", "session_copies",
+              "file_generations", "session_main_copies", "usage"):
+    TABLES[_view]["columns"] = dict(TABLES[_view]["columns"], host=_HOST)
+TABLES["stale_session_refs"]["columns"]["host"] = (
+    "the host of its main transcript ('' for this machine, and when it was never indexed)")
+TABLES["poisoned_sessions"]["columns"]["host"] = "the host of file_id ('' for this machine)"
+TABLES["usage"]["columns"]["host"] = "the host of file_id ('' for this machine)"
+TABLES["executions"]["columns"]["host"] = TABLES["failed_executions"]["columns"]["host"] = (
+    "the host of the log ('' for this machine)")
 TABLES["sdk_terminals"] = {
     "description": "The Agent SDK's leaf candidates per file: each record no record names as "
                    "parent, with the message it walks up to (kept by ingest; the SDK leaf "

@@ -305,15 +305,18 @@ def test_kills_of_shippers_central_and_server_lose_and_double_nothing(server, tm
 
 def test_serve_watch_from_shows_what_hosts_ship(server, tmp_path):
     """serve --watch --from: Datasette and the fleet consumer in one process;
-    a shipped transcript is on its pages within seconds; SIGTERM: exit 0."""
+    a shipped transcript is on its pages within seconds; SIGTERM: exit 0.
+    With --hosts, another host's transcript never comes."""
     import urllib.request
 
     db = tmp_path / "central.db"
     port = free_port()
     proc = subprocess.Popen([*CLI, "serve", "--watch", "--from", server.url, "--db", db,
-                             "--port", str(port)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)
+                             "--port", str(port), "--hosts", "edge-9"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
+        Transcript(tmp_path / "other").append(2)
+        ship_once(server, "other", tmp_path / "other", tmp_path)
         t = Transcript(tmp_path / "host")
         t.append(3)
         ship_once(server, "edge-9", tmp_path / "host", tmp_path)
@@ -334,6 +337,10 @@ def test_serve_watch_from_shows_what_hosts_ship(server, tmp_path):
     assert code == 0, err
     assert "Traceback" not in err
     assert "batch: " in err
+    assert sqlite3.connect(db).execute("SELECT DISTINCT host FROM files").fetchall() == [
+        ("edge-9",)]
+    p = run("serve", "--hosts", "edge-9", "--db", db, check=False)
+    assert p.returncode == 2 and b"--hosts applies to --from" in p.stderr
 
 
 def test_the_central_stops_cleanly_with_the_server_gone(server, tmp_path):
@@ -447,3 +454,316 @@ def test_the_health_and_session_pages_show_hosts_and_their_copies(server, tmp_pa
     assert "host alpha" in page and "host &lt;b&gt;evil&lt;/b&gt;" in page
     assert "<strong class=\"si-diverged\">differ</strong>, 0 uuid(s) only on the first, 1 only " \
            "on the second" in page
+
+
+# TLS and credentials: throwaway keys made in tmp_path for each test.
+
+def make_ca(folder, name):
+    """A CA (name.pem, name.key) made with openssl."""
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2", "-subj", f"/CN={name}",
+                    "-keyout", folder / f"{name}.key", "-out", folder / f"{name}.pem"],
+                   check=True, capture_output=True)
+    return folder / f"{name}.pem"
+
+
+def make_server_cert(folder, ca):
+    """server.pem/server.key for 127.0.0.1, signed by the CA ``ca``."""
+    key, csr, cert, ext = (folder / n for n in ("server.key", "server.csr", "server.pem",
+                                                  "ext.cnf"))
+    ext.write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    subprocess.run(["openssl", "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                    "-nodes", "-subj", "/CN=127.0.0.1", "-keyout", key, "-out", csr],
+                   check=True, capture_output=True)
+    subprocess.run(["openssl", "x509", "-req", "-in", csr, "-CA", ca, "-CAkey",
+                    ca.with_suffix(".key"), "-CAcreateserial", "-days", "2", "-extfile", ext,
+                    "-out", cert], check=True, capture_output=True)
+    return cert, key
+
+
+def one_line_error(p, *words):
+    err = p.stderr.decode()
+    assert p.returncode == 3, err
+    assert len(err.strip().splitlines()) == 1 and err.startswith("Error: "), err
+    for word in words:
+        assert word in err, err
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl is not installed")
+def test_tls_with_the_servers_ca_and_a_wrong_ca_refused(tmp_path):
+    """A server that speaks TLS only: ship and ingest --from with --tls-ca
+    (the CA that signed its certificate) carry the lines; another CA, or none,
+    is refused at once, one line, exit 3, following or not."""
+    ca = make_ca(tmp_path, "ca")
+    cert, key = make_server_cert(tmp_path, ca)
+    other = make_ca(tmp_path, "other-ca")
+    conf = tmp_path / "tls.conf"
+    conf.write_text(f'tls {{ cert_file: "{cert}", key_file: "{key}" }}\n')
+    s = Server(tmp_path / "jetstream")
+    s.start("-c", conf)
+    url = s.url.replace("nats://", "tls://")
+    try:
+        t = Transcript(tmp_path / "host")
+        t.append(3)
+        p = run("ship", tmp_path / "host", "--to", url, "--tls-ca", ca, "--host", "h",
+                "--ledger", tmp_path / "l.db", "--once")
+        assert p.stderr.decode() == "ship h: 1 messages, 3 lines, %d bytes sent\n" % len(
+            t.complete())   # nothing else on stderr (asyncio's TLS warnings)
+        db = tmp_path / "c.db"
+        assert json.loads(run("ingest", "--from", url, "--tls-ca", ca, "--db", db,
+                              "--json").stdout)["new_lines"] == 3
+        assert exported(db, t.session_id) == t.complete()
+        for args in (["--tls-ca", other], [], ["--tls-ca", other, "--watch"]):
+            started = time.monotonic()
+            p = run("ingest", "--from", url, *args, "--db", db, check=False, timeout=30)
+            one_line_error(p, f"cannot connect to {url}: ", "certificate verify failed")
+            assert time.monotonic() - started < 4   # at once, not after the 5 s wait
+        p = run("ship", tmp_path / "host", "--to", url, "--tls-ca", other,
+                "--ledger", tmp_path / "l.db", check=False, timeout=30)   # following
+        one_line_error(p, "certificate verify failed")
+        p = run("ingest", "--from", url, "--tls-ca", conf, "--db", db, check=False)
+        one_line_error(p, f"--tls-ca {conf}: not a CA certificate file")
+    finally:
+        s.kill()
+
+
+def _b64url(data: bytes) -> str:
+    import base64
+
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def nkey(prefix):
+    """(seed, public key, key pair) of a new nkey of this role."""
+    import nkeys
+
+    seed = nkeys.encode_seed(os.urandom(32), prefix)
+    kp = nkeys.from_seed(bytearray(seed))
+    return seed.decode(), kp.public_key.decode(), kp
+
+
+def signed_jwt(issuer, subject, name, nats):
+    """A NATS JWT: base64url header.claims, then the issuer's ed25519
+    signature of those two."""
+    import hashlib
+
+    claims = {"iat": int(time.time()), "iss": issuer.public_key.decode(), "sub": subject,
+              "name": name, "nats": dict(nats, version=2)}
+    claims["jti"] = hashlib.sha256(json.dumps(claims).encode()).hexdigest()[:52].upper()
+    head = _b64url(json.dumps({"typ": "JWT", "alg": "ed25519-nkey"}).encode())
+    body = _b64url(json.dumps(claims, separators=(",", ":")).encode())
+    return f"{head}.{body}.{_b64url(issuer.sign(f'{head}.{body}'.encode()))}"
+
+
+def creds_file(path, account, name):
+    """A user of ``account`` (its key pair) as a .creds file (JWT and seed)."""
+    import nkeys
+
+    seed, public, _ = nkey(nkeys.PREFIX_BYTE_USER)
+    jwt = signed_jwt(account, public, name, {"type": "user", "pub": {}, "sub": {},
+                                             "subs": -1, "data": -1, "payload": -1})
+    path.write_text(f"-----BEGIN NATS USER JWT-----\n{jwt}\n------END NATS USER JWT------\n\n"
+                    f"-----BEGIN USER NKEY SEED-----\n{seed}\n------END USER NKEY SEED------\n")
+    return path
+
+
+def test_a_credentials_file_is_passed_to_the_server(tmp_path):
+    """nats-server in operator mode (JWTs signed with nkeys, made here): ship
+    and ingest --from with --creds carry the lines; without it, or with a
+    user of an account the operator never signed, exit 3 with one line."""
+    nkeys = pytest.importorskip("nkeys")
+    _, op_public, operator = nkey(nkeys.PREFIX_BYTE_OPERATOR)
+    _, acct_public, account = nkey(nkeys.PREFIX_BYTE_ACCOUNT)
+    _, sys_public, _ = nkey(nkeys.PREFIX_BYTE_ACCOUNT)
+    _, _, stranger = nkey(nkeys.PREFIX_BYTE_ACCOUNT)
+    unlimited = {k: -1 for k in ("subs", "data", "payload", "imports", "exports", "conn", "leaf",
+                                 "mem_storage", "disk_storage", "streams", "consumer")}
+    (tmp_path / "operator.jwt").write_text(
+        signed_jwt(operator, op_public, "test", {"type": "operator"}))
+    acct_jwt = signed_jwt(operator, acct_public, "fleet",
+                          {"type": "account", "limits": dict(unlimited, wildcards=True)})
+    sys_jwt = signed_jwt(operator, sys_public, "SYS", {"type": "account"})
+    conf = tmp_path / "operator.conf"
+    conf.write_text(f'operator: "{tmp_path / "operator.jwt"}"\nresolver: MEMORY\n'
+                    f"system_account: {sys_public}\n"
+                    f'resolver_preload: {{ {acct_public}: "{acct_jwt}", {sys_public}: "{sys_jwt}" }}\n')
+    creds = creds_file(tmp_path / "fleet.creds", account, "shipper")
+    s = Server(tmp_path / "jetstream")
+    s.start("-c", conf)
+    try:
+        t = Transcript(tmp_path / "host")
+        t.append(2)
+        args = ["ship", tmp_path / "host", "--to", s.url, "--ledger", tmp_path / "l.db", "--once"]
+        one_line_error(run(*args, check=False), "Authorization Violation")
+        one_line_error(run(*args, "--creds", creds_file(tmp_path / "x.creds", stranger, "x"),
+                           check=False), "Authorization Violation")
+        run(*args, "--creds", creds)
+        db = tmp_path / "c.db"
+        one_line_error(run("ingest", "--from", s.url, "--db", db, check=False),
+                       "Authorization Violation")
+        assert json.loads(run("ingest", "--from", s.url, "--creds", creds, "--db", db,
+                              "--json").stdout)["new_lines"] == 2
+        assert exported(db, t.session_id) == t.complete()
+    finally:
+        s.kill()
+
+
+def test_a_signal_while_waiting_for_the_server_stops_at_once(tmp_path):
+    """Following (ship, ingest --from --watch) with no server yet: they wait
+    for it, and SIGTERM ends the wait (exit 0), nothing written."""
+    (tmp_path / "host").mkdir()
+    url = f"nats://127.0.0.1:{free_port()}"
+    procs = [subprocess.Popen([*CLI, *map(str, args)], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE)
+             for args in (["ship", tmp_path / "host", "--to", url, "--host", "h",
+                           "--ledger", tmp_path / "l.db"],
+                          ["ingest", "--from", url, "--watch", "--db", tmp_path / "c.db"])]
+    time.sleep(2)
+    for proc in procs:
+        proc.send_signal(signal.SIGTERM)
+    errs = []
+    for proc in procs:
+        try:
+            code = proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise
+        errs.append(proc.stderr.read().decode())
+        assert code == 0 and "Traceback" not in errs[-1], errs[-1]
+    assert errs[0] == "ship h: stopped before the server answered: nothing sent\n"
+    assert not (tmp_path / "c.db").exists() or sqlite3.connect(tmp_path / "c.db").execute(
+        "SELECT count(*) FROM files").fetchone() == (0,)
+
+
+def test_a_shipped_file_has_its_host_in_the_views(server, tmp_path):
+    """Each row of a host's file carries that host in the views (this
+    machine's: ''), escaped where a page shows it."""
+    import asyncio
+
+    from indexer import web
+
+    db = tmp_path / "central.db"
+    hostile = "<b>evil</b>"
+    t = Transcript(tmp_path / "remote")
+    t.append(1)
+    t.append(1, type="assistant", requestId="req_1", message={
+        "id": "msg_01", "model": "claude-x", "role": "assistant",
+        "content": [{"type": "text", "text": "hi"}],
+        "usage": {"input_tokens": 10, "output_tokens": 5}})
+    t.append(1, type="assistant", message={"id": "synthetic-1", "model": "<synthetic>",
+                                           "role": "assistant",
+                                           "content": [{"type": "text", "text": "No response"}]})
+    ship_once(server, hostile, tmp_path / "remote", tmp_path)
+    drain(server, db)
+    local = Transcript(tmp_path / "here")
+    local.append(2)
+    run("ingest", local.path, "--db", db)
+    conn = sqlite3.connect(db)
+    assert conn.execute("SELECT session_id, host FROM leaves ORDER BY host").fetchall() == [
+        (local.session_id, ""), (t.session_id, hostile)]
+    assert conn.execute("SELECT host, count(*) FROM leaf_ancestry WHERE rule = 'resume' "
+                        "GROUP BY host ORDER BY host").fetchall() == [("", 2), (hostile, 3)]
+    assert conn.execute("SELECT session_id, at_resume_tail, host FROM poisoned_sessions"
+                        ).fetchall() == [(t.session_id, 1, hostile)]
+    assert conn.execute("SELECT session_id, output_tokens, host FROM usage").fetchall() == [
+        (t.session_id, 5, hostile)]
+    assert conn.execute("SELECT session_id, generation, host FROM file_generations "
+                        "ORDER BY host").fetchall() == [(local.session_id, 1, ""),
+                                                         (t.session_id, 1, hostile)]
+    ds = web.make_datasette(db)
+    page = asyncio.run(ds.client.get("/central/leaves")).text
+    assert "&lt;b&gt;evil&lt;/b&gt;" in page and hostile not in page
+
+
+def test_two_centrals_each_take_only_their_hosts(server, tmp_path):
+    """A partitioned fleet: `ingest --from --hosts` reads only those hosts'
+    subjects, with a durable consumer per host; two centrals share the
+    stream and each holds its own hosts, all of their lines and no other's."""
+    hosts = ["a", "web-2.example.com", "c"]
+    files = {}
+    for h in hosts:
+        files[h] = Transcript(tmp_path / h)
+        files[h].append(2)
+        ship_once(server, h, tmp_path / h, tmp_path)
+    one, two = tmp_path / "one.db", tmp_path / "two.db"
+
+    def take(db, hosts):
+        p = run("ingest", "--from", server.url, "--hosts", hosts, "--db", db, "--json")
+        return json.loads(p.stdout)
+
+    assert take(one, "a,web-2.example.com")["hosts"] == ["a", "web-2.example.com"]
+    assert take(two, "c")["hosts"] == ["c"]
+    for h in ("a", "c"):
+        files[h].append(3)
+        ship_once(server, h, tmp_path / h, tmp_path)
+    assert (take(one, "a,web-2.example.com")["new_lines"], take(two, "c")["new_lines"]) == (3, 3)
+    for db, mine in ((one, ["a", "web-2.example.com"]), (two, ["c"])):
+        conn = sqlite3.connect(db)
+        assert [h for (h,) in conn.execute("SELECT host FROM files ORDER BY host")] == mine
+        for h in mine:
+            assert exported(db, files[h].session_id) == files[h].complete()
+    assert [n for (n,) in sqlite3.connect(one).execute(
+        "SELECT name FROM fleet_consumers ORDER BY name")] == [
+        "session-index-central-a", "session-index-central-web-2_example_com"]
+    # Without --hosts, another central takes every host's.
+    assert json.loads(run("ingest", "--from", server.url, "--db", tmp_path / "all.db",
+                          "--json").stdout)["hosts"] == sorted(hosts)
+    for args in (["--from", server.url, "--hosts", "a,,b"], ["--hosts", "a", tmp_path / "a"]):
+        p = run("ingest", *args, "--db", tmp_path / "x.db", check=False)
+        assert p.returncode == 2 and b"--hosts" in p.stderr, p.stderr
+
+
+def test_a_session_on_two_hosts_has_a_main_file_on_each(server, tmp_path):
+    """Copies of one session on two hosts are never merged: each host has its
+    own main transcript (session_hosts), the views judge each on its own,
+    and check answers for the host asked about (--host; none named and
+    several hosts, not this machine: exit 10, one line)."""
+    db = tmp_path / "central.db"
+    a = Transcript(tmp_path / "a")
+    a.append(3)
+    b = Transcript(tmp_path / "b", session_id=a.session_id)
+    b.append_bytes(a.path.read_bytes())
+    b.parent = a.parent
+    b.append(1, type="assistant", message={"id": "synthetic-1", "model": "<synthetic>",
+                                           "role": "assistant",
+                                           "content": [{"type": "text", "text": "No response"}]})
+    for host in ("a", "b"):
+        ship_once(server, host, tmp_path / host, tmp_path)
+    drain(server, db)
+    sid = a.session_id
+    conn = sqlite3.connect(db)
+    file_of = dict(conn.execute("SELECT host, id FROM files WHERE session_id = ?", [sid]))
+    assert conn.execute("SELECT host, main_file_id, main_file_rule FROM session_hosts "
+                        "WHERE session_id = ? ORDER BY host", [sid]).fetchall() == [
+        ("a", file_of["a"], "only_named"), ("b", file_of["b"], "only_named")]
+    # The sessions row is one host's (the last written; a tie: by name), never a sum.
+    assert conn.execute("SELECT host, main_file_id, records FROM sessions WHERE session_id = ?",
+                        [sid]).fetchone() == ("a", file_of["a"], 3)
+    assert conn.execute("SELECT host, file_id, at_resume_tail FROM poisoned_sessions").fetchall() \
+        == [("b", file_of["b"], 1)]
+    assert conn.execute("SELECT host, chosen FROM session_main_copies WHERE session_id = ? "
+                        "ORDER BY host", [sid]).fetchall() == [("a", 1), ("b", 1)]
+
+    def check(*args):
+        p = run("check", sid, "--db", db, "--json", *args, check=False)
+        return p.returncode, (json.loads(p.stdout) if p.stdout else p.stderr.decode())
+
+    assert check() == (10, f"Error: session {sid} is on 2 hosts (a, b) and not on this "
+                           "machine: give --host\n")
+    code, verdict = check("--host", "a")
+    assert (code, verdict["verdict"], verdict["details"]["fleet"]["host"]) == (0, "resumable", "a")
+    assert verdict["details"]["main_file"]["file_id"] == file_of["a"]
+    code, verdict = check("--host", "b")
+    assert (code, verdict["verdict"], verdict["details"]["main_file"]["file_id"]) == (
+        5, "poisoned", file_of["b"])
+    code, verdict = check("--host", "c")
+    assert (code, verdict["verdict"]) == (4, "missing")
+    assert verdict["reason"].startswith("on host c: no transcript with this id was ever seen")
+    # This machine's own copy: the default answer is this machine's.
+    run("ingest", a.path, "--db", db)
+    code, verdict = check()
+    assert (code, verdict["verdict"], verdict["path"]) == (0, "resumable", str(a.path))
+    assert "fleet" not in verdict["details"]
+    assert conn.execute("SELECT host FROM sessions WHERE session_id = ?", [sid]).fetchone() == ("",)
+    assert [h for (h,) in conn.execute("SELECT host FROM session_hosts WHERE session_id = ? "
+                                       "ORDER BY host", [sid])] == ["", "a", "b"]

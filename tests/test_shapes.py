@@ -47,7 +47,7 @@ def test_seed000_splice_orphans_the_reply(index):
         "branch_point_uuid": u(1), "orphaned_records": 1,
         "orphaned_assistant_messages": 1,
         "first_orphan_at": "2026-09-01T00:00:05.000Z",
-        "last_orphan_at": "2026-09-01T00:00:05.000Z", "minutes_spanned": 0.0}]
+        "last_orphan_at": "2026-09-01T00:00:05.000Z", "minutes_spanned": 0.0, "host": ""}]
     leaves = index.rows("SELECT resume_leaf_uuid, sdk_leaf_uuid, leaves_agree, branch_count FROM leaves")
     # The resume rule lands on the late stop_hook_summary; the SDK's
     # file-order rule on the reply itself: the two readers disagree.
