@@ -42,6 +42,7 @@ import uuid
 from collections import Counter
 from pathlib import Path
 
+from conftest import views_differ
 from indexer.db import open_db
 
 SEED = int(os.environ.get("CRASH_SAFETY_SEED", "20240917"))
@@ -482,10 +483,7 @@ def test_sigkilled_ingester_stores_every_complete_line_exactly_once(tmp_path):
 
         # The caches finished by the runs that survived equal their definitions.
         for view in ("leaves", "leaf_ancestry", "orphans"):
-            extra = conn.execute(
-                f"SELECT * FROM {view} EXCEPT SELECT * FROM {view}_definition").fetchall()
-            missing = conn.execute(
-                f"SELECT * FROM {view}_definition EXCEPT SELECT * FROM {view}").fetchall()
+            extra, missing = views_differ(conn, view, f"{view}_definition")
             assert (extra, missing) == ([], []), view
     finally:
         conn.close()
