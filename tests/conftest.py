@@ -1,4 +1,9 @@
-"""Shared fixtures: real SQLite files in tmp_path, transcripts written as bytes."""
+"""Shared fixtures: real SQLite files in tmp_path, transcripts written as bytes.
+
+The suite runs on two xdist workers (pyproject.toml). Tests that hold real
+processes to a deadline or a timing (watch latency, SIGKILL rounds, the fleet,
+the browser) are marked ``xdist_group("timing")``: one worker runs them one
+after another, so no two of them compete for the cores."""
 
 from __future__ import annotations
 

@@ -25,7 +25,7 @@ the caches must equal their recursive definitions.
 
 ``CRASH_SAFETY_SEED`` replays one schedule of delays and appended lines
 (where a kill lands still depends on timing); each round's outcome is
-printed (``pytest -s``).
+printed (``pytest -n 0 -s``).
 """
 
 from __future__ import annotations
@@ -42,8 +42,13 @@ import uuid
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from conftest import views_differ
 from indexer.db import open_db
+
+# Kills timed from the runs that finish: in the serial xdist group (conftest.py).
+pytestmark = pytest.mark.xdist_group("timing")
 
 SEED = int(os.environ.get("CRASH_SAFETY_SEED", "20240917"))
 ROUNDS = 50
