@@ -27,6 +27,8 @@ if not CHROMIUM.exists():
     pytest.skip("/usr/bin/chromium is absent (apt-get install -y chromium)",
                 allow_module_level=True)
 playwright = pytest.importorskip("playwright.sync_api", reason="pip install playwright")
+# A real server and browser, waits with timeouts: in the serial xdist group (conftest.py).
+pytestmark = pytest.mark.xdist_group("timing")
 
 
 def free_port() -> int:

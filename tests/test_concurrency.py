@@ -73,6 +73,7 @@ def _complete_lines(path: Path) -> list[tuple[int, bytes]]:
     return out
 
 
+@pytest.mark.xdist_group("timing")
 @pytest.mark.slow
 def test_many_writers_store_every_line_exactly_once(tmp_path):
     rng = random.Random(5)

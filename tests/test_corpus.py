@@ -9,7 +9,9 @@ import pytest
 from conftest import CORPUS, Index, sdk_chain
 from indexer.ingest import stored_bytes
 
-pytestmark = pytest.mark.skipif(not CORPUS.is_dir(), reason="../shared/corpus is not here")
+# One xdist worker for the module: its corpus index is built once.
+pytestmark = [pytest.mark.skipif(not CORPUS.is_dir(), reason="../shared/corpus is not here"),
+              pytest.mark.xdist_group("corpus")]
 
 CAUSES = {"compacted", "progress", "parallel_tool_branch", "api_error_splice",
           "api_error_record", "dangling_parent", "unlinked", "abandoned_branch", "other"}

@@ -25,7 +25,7 @@ the caches must equal their recursive definitions.
 
 ``CRASH_SAFETY_SEED`` replays one schedule of delays and appended lines
 (where a kill lands still depends on timing); each round's outcome is
-printed (``pytest -s``).
+printed (``pytest -n 0 -s``).
 """
 
 from __future__ import annotations
@@ -42,7 +42,13 @@ import uuid
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
+from conftest import views_differ
 from indexer.db import open_db
+
+# Kills timed from the runs that finish: in the serial xdist group (conftest.py).
+pytestmark = pytest.mark.xdist_group("timing")
 
 SEED = int(os.environ.get("CRASH_SAFETY_SEED", "20240917"))
 ROUNDS = 50
@@ -482,10 +488,7 @@ def test_sigkilled_ingester_stores_every_complete_line_exactly_once(tmp_path):
 
         # The caches finished by the runs that survived equal their definitions.
         for view in ("leaves", "leaf_ancestry", "orphans"):
-            extra = conn.execute(
-                f"SELECT * FROM {view} EXCEPT SELECT * FROM {view}_definition").fetchall()
-            missing = conn.execute(
-                f"SELECT * FROM {view}_definition EXCEPT SELECT * FROM {view}").fetchall()
+            extra, missing = views_differ(conn, view, f"{view}_definition")
             assert (extra, missing) == ([], []), view
     finally:
         conn.close()

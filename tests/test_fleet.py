@@ -21,7 +21,9 @@ import pytest
 pytest.importorskip("nats", reason="the fleet extra (nats-py) is not installed")
 NATS_SERVER = shutil.which("nats-server") or (
     "/usr/sbin/nats-server" if os.path.exists("/usr/sbin/nats-server") else None)
-pytestmark = pytest.mark.skipif(NATS_SERVER is None, reason="nats-server is not installed")
+# Restarts, kills and waits with deadlines: in the serial xdist group (conftest.py).
+pytestmark = [pytest.mark.skipif(NATS_SERVER is None, reason="nats-server is not installed"),
+              pytest.mark.xdist_group("timing")]
 
 CLI = [sys.executable, "-m", "indexer"]
 

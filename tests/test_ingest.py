@@ -778,6 +778,7 @@ def test_a_worker_that_fails_leaves_the_caches_to_derive_pending(index, monkeypa
     assert set(temp.glob("session-index-derive-*")) == before   # its folder went too
 
 
+@pytest.mark.xdist_group("timing")
 def test_a_bulk_write_checkpoints_the_wal_from_a_thread(tmp_path, monkeypatch):
     from indexer import db as dbmod
 

@@ -261,6 +261,7 @@ print(n)
 """
 
 
+@pytest.mark.xdist_group("timing")
 def test_appending_during_repair_write_is_refused_and_nothing_lost(index, tmp_path):
     path = seed000(index, next_prompt=True)
     original = path.read_bytes()
@@ -350,6 +351,7 @@ def held_lines(data: bytes) -> list[str]:
             if l.startswith(b'{"type": "progress"')]
 
 
+@pytest.mark.xdist_group("timing")
 @pytest.mark.parametrize("closes", [False, True])
 def test_a_writer_holding_the_file_open_loses_no_line_to_a_forced_repair(index, tmp_path,
                                                                          monkeypatch, closes):
@@ -385,6 +387,7 @@ def test_a_writer_holding_the_file_open_loses_no_line_to_a_forced_repair(index, 
         assert data.startswith(original)
 
 
+@pytest.mark.xdist_group("timing")
 def test_lines_appended_to_the_old_file_during_the_swap_are_folded_in(tmp_path):
     import threading
 

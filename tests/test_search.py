@@ -332,6 +332,7 @@ def test_store_appends_are_searchable_at_once_and_deletes_take_their_text(search
         store.close()
 
 
+@pytest.mark.xdist_group("timing")
 def test_results_appear_under_ingest_watch_within_a_second(live):  # noqa: F811
     from test_watch import poll
 

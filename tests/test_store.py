@@ -257,6 +257,7 @@ asyncio.run(main())
 """
 
 
+@pytest.mark.xdist_group("timing")
 def test_several_processes_append_interleaved_batches(index, tmp_path):
     writers, batches = 4, 25
     go = tmp_path / "go"

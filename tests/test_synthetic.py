@@ -12,6 +12,8 @@ import pytest
 from conftest import Index
 
 MAKE_CORPUS = Path(__file__).resolve().parent.parent / "bench" / "make_corpus.py"
+# One xdist worker for the module: its 60 MB corpus is made and ingested once.
+pytestmark = pytest.mark.xdist_group("synthetic")
 
 
 @pytest.fixture(scope="module")

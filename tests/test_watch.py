@@ -27,6 +27,9 @@ import pytest
 
 from indexer import generations, ingest as ingestmod, watch as watchmod
 
+# Deadlines on real processes: in the serial xdist group (conftest.py).
+pytestmark = pytest.mark.xdist_group("timing")
+
 ROOT = Path(__file__).resolve().parent.parent
 _SCRIPT = Path(sys.executable).with_name("session-index")
 CMD = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "indexer"]
