@@ -379,12 +379,20 @@ def test_a_ledger_is_one_shippers_and_never_another_database(server, tmp_path):
     assert other.read_bytes() == before
 
 
-def test_copies_of_one_session_on_two_hosts_side_by_side(server, tmp_path):
-    db = tmp_path / "central.db"
+def copies_of_one_session(tmp_path, records: int):
+    """A transcript of ``records`` records in tmp_path/a, and a copy of it in
+    tmp_path/b under the same session id that goes on from the same leaf."""
     a = Transcript(tmp_path / "a")
-    a.append(3)
+    a.append(records)
     b = Transcript(tmp_path / "b", session_id=a.session_id)
     b.append_bytes(a.path.read_bytes())
+    b.parent = a.parent
+    return a, b
+
+
+def test_copies_of_one_session_on_two_hosts_side_by_side(server, tmp_path):
+    db = tmp_path / "central.db"
+    a, b = copies_of_one_session(tmp_path, 3)
     for host in ("a", "b"):
         ship_once(server, host, tmp_path / host, tmp_path)
     drain(server, db)
@@ -437,11 +445,7 @@ def test_the_health_and_session_pages_show_hosts_and_their_copies(server, tmp_pa
     from indexer import web
 
     db = tmp_path / "central.db"
-    a = Transcript(tmp_path / "a")
-    a.append(2)
-    b = Transcript(tmp_path / "b", session_id=a.session_id)
-    b.append_bytes(a.path.read_bytes())
-    b.parent = a.parent
+    a, b = copies_of_one_session(tmp_path, 2)
     b.append(1)
     hostile = "<b>evil</b>"
     ship_once(server, "alpha", tmp_path / "a", tmp_path)
@@ -721,11 +725,7 @@ def test_a_session_on_two_hosts_has_a_main_file_on_each(server, tmp_path):
     and check answers for the host asked about (--host; none named and
     several hosts, not this machine: exit 10, one line)."""
     db = tmp_path / "central.db"
-    a = Transcript(tmp_path / "a")
-    a.append(3)
-    b = Transcript(tmp_path / "b", session_id=a.session_id)
-    b.append_bytes(a.path.read_bytes())
-    b.parent = a.parent
+    a, b = copies_of_one_session(tmp_path, 3)
     b.append(1, type="assistant", message={"id": "synthetic-1", "model": "<synthetic>",
                                            "role": "assistant",
                                            "content": [{"type": "text", "text": "No response"}]})
