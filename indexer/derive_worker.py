@@ -69,14 +69,17 @@ class Background:
     temporary folder), so neither side ever waits on the other's pipe."""
 
     def __init__(self, db_path: str):
+        self.db_path, self.pending, self.sent = db_path, [], 0
+        self.dir = self.proc = None   # started with the first batch (preload.py may leave none)
+
+    def _start(self) -> None:
         import subprocess  # only for a big ingest: it costs start-up time
         import sys
         import tempfile
 
-        self.db_path, self.pending, self.sent = db_path, [], 0
         self.dir = tempfile.mkdtemp(prefix="session-index-derive-")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", WORKER_MODULE, db_path, self.dir],
+            [sys.executable, "-m", WORKER_MODULE, self.db_path, self.dir],
             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     def finished(self, path: str) -> None:
@@ -86,6 +89,8 @@ class Background:
     def committed(self, final: bool = False) -> None:
         """After a commit: send what it covered, a batch at a time."""
         if self.pending and (final or len(self.pending) >= BATCH):
+            if self.proc is None:
+                self._start()
             try:
                 self.proc.stdin.write(json.dumps(self.pending).encode() + b"\n")
                 self.proc.stdin.flush()
@@ -98,6 +103,8 @@ class Background:
         """Each batch's {file_id: (position, rows)}, once the worker is done."""
         import pickle
 
+        if self.proc is None:
+            return
         try:
             self.proc.stdin.close()
         except OSError:
@@ -113,6 +120,8 @@ class Background:
     def close(self) -> None:
         import shutil
 
+        if self.proc is None:
+            return
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()

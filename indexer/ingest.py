@@ -95,7 +95,8 @@ def _iso(ts: float) -> str:
             .isoformat(timespec="milliseconds").replace("+00:00", "Z"))
 
 
-def _digest(data: bytes) -> str:
+def digest_of(data: bytes) -> str:
+    """The hash of a file's head or tail bytes, as files.head_hash keeps it."""
     return blake2b(data, digest_size=16).hexdigest()
 
 
@@ -213,6 +214,8 @@ class _Writer:
         self.open, self.pending = False, 0
         self.guard = None
         self.background = None   # derive_worker.Background: told of each commit
+        self.preload = None      # preload.Preloader: new files' lines parsed ahead
+        self.derived = []        # files whose caches it wrote: finished at the commit
         self.run_at = utcnow()   # the run's time (record_kinds: when a kind was stored)
 
     def begin(self):
@@ -229,6 +232,11 @@ class _Writer:
 
     def commit(self):
         if self.open:
+            if self.derived:   # their sessions' rows again, the files unmarked
+                from . import derive
+
+                derive.finish_files(self.conn, self.derived)
+                self.derived = []
             if self.guard is not None:
                 self.guard.capture()
             self.conn.execute("COMMIT")
@@ -246,6 +254,7 @@ class _Writer:
             self.conn.execute("ROLLBACK")
         self.open = False
         self.pending = 0
+        self.derived = []
 
 
 def ingest(
@@ -324,6 +333,12 @@ def ingest(
     bulk = sum(st.st_size for _, row, st in work if row is None) >= derive_worker.MIN_BYTES
     if bulk:
         writer.background = derive_worker.start(db)   # new files' caches on the other core
+        if writer.background is not None:   # (not for an in-memory index either)
+            from . import preload
+
+            writer.preload = preload.start(   # and their lines parsed there, ahead
+                [(cand.path, st.st_size, cand.kind, cand.session_id)
+                 for cand, row, st in work if row is None])
     with background_checkpoints(conn, enabled=bulk):   # the WAL copied into the index on the other core meanwhile
         try:
             for cand, row, st in work:
@@ -342,6 +357,9 @@ def ingest(
             if writer.background is not None:
                 writer.background.close()
             raise
+        finally:
+            if writer.preload is not None:
+                writer.preload.close()
 
         seen = set(found)
         gone = list(missing_files)
@@ -424,10 +442,10 @@ def _prefix_matches(conn, row: dict, f, whole: bool) -> bool:
             remaining -= len(chunk)
         return h.digest() == g.digest()
     f.seek(0)
-    if _digest(f.read(row["head_len"])) != row["head_hash"]:
+    if digest_of(f.read(row["head_len"])) != row["head_hash"]:
         return False
     f.seek(offset - row["tail_len"])
-    return _digest(f.read(row["tail_len"])) == row["tail_hash"]
+    return digest_of(f.read(row["tail_len"])) == row["tail_hash"]
 
 
 def _ingest_file(writer: _Writer, cand, row: dict | None, st, summary: Summary) -> bool:
@@ -435,6 +453,8 @@ def _ingest_file(writer: _Writer, cand, row: dict | None, st, summary: Summary) 
     conn = writer.conn
     with open_regular(cand.path) as f:   # NotRegular if it was swapped since the stat
         st = os.fstat(f.fileno())
+        if writer.preload is not None:
+            writer.preload.prepare(writer, cand.path)
         writer.begin()
         cur = conn.execute(FILE_ROW_SQL, [cand.path])
         found = cur.fetchone()
@@ -467,8 +487,13 @@ def _ingest_file(writer: _Writer, cand, row: dict | None, st, summary: Summary) 
                 conn.execute(sql, {"id": row["id"], "now": now})
             row = dict(row, ingested_offset=0, line_count=0, head_hash=None, unterminated_tail=0)
         writer.guard = _PositionGuard(conn, row["id"])
+        whole = row["ingested_offset"] == 0
+        preloaded = (_take_preloaded(writer, row, cand.path, f, st, summary)
+                     if writer.preload is not None and found is None else None)
         stored, pending_tail = _read_new_lines(writer, row, f, summary)
-        if writer.background is not None and row["ingested_offset"] == 0:
+        if preloaded is not None and not stored and writer.preload.copy_caches(conn, row["id"], preloaded):
+            writer.derived.append(row["id"])   # its caches too, as the worker read it
+        elif writer.background is not None and whole:
             writer.background.finished(cand.path)   # read whole: the worker may derive it
         conn.execute(RECORD_STAT_SQL, {
             "id": row["id"], "size": st.st_size, "mtime": _iso(st.st_mtime),
@@ -476,7 +501,38 @@ def _ingest_file(writer: _Writer, cand, row: dict | None, st, summary: Summary) 
             "returned": 1 if row["deleted_at"] is not None else 0,
             "pending_tail": pending_tail or None})
         writer.maybe_commit(0)
-    return stored or bool(rewrite)
+    return stored or preloaded is not None or bool(rewrite)
+
+
+def _take_preloaded(writer: _Writer, row: dict, path: str, f, st, summary: Summary):
+    """A new file's lines as the preload worker parsed them, copied into the
+    index with their offset (``row`` then stands where they end): the
+    preload.Preloaded, or None if it has none for this file as it is now."""
+    from . import record_kinds
+
+    p = writer.preload.take(writer.conn, row["id"], path, f, st)
+    if p is None or p.end_offset == 0:
+        return None
+    session_id = row["session_id"] or p.session_id
+    if p.new_records:   # (before the offset moves: it counts from the file's)
+        record_kinds.count_stored(writer.conn, row["id"], 0, p.end_offset, None, writer.run_at,
+                                  folded=p.kinds)
+    writer.conn.execute(ADVANCE_OFFSET_SQL, {
+        "id": row["id"], "offset": p.end_offset, "line_count": p.line_count,
+        "unterminated": 0, "head_len": p.head_len, "head_hash": p.head_hash,
+        "tail_len": p.tail_len, "tail_hash": p.tail_hash, "session_id": session_id,
+        "now": utcnow(), **p.facts})
+    # (a head shorter than HEAD_BYTES is hashed again by the next slice, as
+    # it would be had ingest read these lines itself)
+    row.update(ingested_offset=p.end_offset, line_count=p.line_count, head_len=p.head_len,
+               head_hash=p.head_hash if p.head_len == HEAD_BYTES else None,
+               session_id=session_id)
+    summary.new_records += p.new_records
+    summary.bad_lines += p.bad_lines
+    summary.new_lines += p.new_records + p.bad_lines
+    summary.bytes_read += p.end_offset
+    writer.maybe_commit(p.end_offset)
+    return p
 
 
 class _PositionGuard:
@@ -515,7 +571,7 @@ def _read_new_lines(writer: _Writer, row: dict, f, summary: Summary) -> tuple[bo
     bytes after the last newline if they are a whole record. Returns (stored
     or changed anything, the bytes after the last line: the pending tail)."""
     from . import record_kinds
-    from .lines import parse_large_line, parse_line, parse_line_bytes  # msgspec: when reading
+    from .lines import line_row, parse_large_line, parse_line  # msgspec: when reading
 
     conn = writer.conn
     file_id, offset, line_no = row["id"], row["ingested_offset"], row["line_count"]
@@ -633,7 +689,7 @@ def _read_new_lines(writer: _Writer, row: dict, f, summary: Summary) -> tuple[bo
             f.seek(0)
             head = f.read(min(HEAD_BYTES, offset))
             f.seek(pos)
-            head_len, head_hash = len(head), _digest(head)
+            head_len, head_hash = len(head), digest_of(head)
         end = current_tail()
         writer.begin()
         if records:
@@ -647,7 +703,7 @@ def _read_new_lines(writer: _Writer, row: dict, f, summary: Summary) -> tuple[bo
             "id": file_id, "offset": offset, "line_count": line_no,
             "unterminated": unterminated,
             "head_len": head_len, "head_hash": head_hash,
-            "tail_len": len(end), "tail_hash": _digest(end),
+            "tail_len": len(end), "tail_hash": digest_of(end),
             "session_id": session_id, "now": utcnow(), **running_facts(facts)})
         stored_offset = offset
         summary.new_records += len(facts)
@@ -671,11 +727,7 @@ def _read_new_lines(writer: _Writer, row: dict, f, summary: Summary) -> tuple[bo
                 line = view[start:nl]
                 line_no += 1
                 if not (len(line) > LARGE_LINE_BYTES and parse_large(line)):
-                    try:
-                        raw, fields = parse_line_bytes(line)
-                        records.append((file_id, line_no, offset, *fields, raw))
-                    except BadLine as exc:
-                        bads.append((file_id, line_no, offset, str(exc), bytes(line)))
+                    line_row(line, file_id, line_no, offset, records, bads)
                 line.release()
             consumed = nl + 1 - start
             offset += consumed

@@ -329,6 +329,17 @@ def parse_line_bytes(data) -> tuple[bytes | str, tuple]:
     return parse_line(raw)
 
 
+def line_row(line, file_id: int, line_no: int, offset: int, records: list, bads: list) -> None:
+    """Parse one complete line (a memoryview, no newline) onto ``records``
+    as the records row ingest inserts (file_id, line_no, byte_offset,
+    the RECORD_FIELDS, raw), or onto ``bads`` as a bad_lines row."""
+    try:
+        raw, fields = parse_line_bytes(line)
+        records.append((file_id, line_no, offset, *fields, raw))
+    except BadLine as exc:
+        bads.append((file_id, line_no, offset, str(exc), bytes(line)))
+
+
 def parse_large_line(data) -> tuple:
     """The fields of a large line (a memoryview of its bytes), in
     RECORD_FIELDS order, read without copying it whole: UTF-8, NUL and blank

@@ -240,15 +240,27 @@ def _save(conn, file_id: int, kinds: dict, held: set, run, now, scan: tuple) -> 
     conn.execute(SAVE_SCAN_SQL, [file_id, *scan])
 
 
+def fold_new(conn, records) -> list:
+    """A new file's ``records`` (rows as ingest inserts them) folded as
+    count_stored folds them, in a form JSON keeps: its ``folded`` argument.
+    ``conn`` reads attachments' types (any connection: it reads no table)."""
+    kinds: dict[tuple[str, str], list] = {}
+    n, last_offset, _, version, timestamp = _fold(
+        kinds, _as_scanned(conn, records), -1, None, None, None)
+    return [n, last_offset, version, timestamp, [[*k, *v] for k, v in kinds.items()]]
+
+
 def count_stored(conn, file_id: int, stored_offset: int, new_offset: int, records,
-                 now: str) -> bool:
+                 now: str, folded: list | None = None) -> bool:
     """What ingest calls for a slice of lines it has just inserted (inside
     its transaction, before the file's new offset is written): count the
     slice's ``records`` (rows as ingest inserts them: file_id, line_no,
     byte_offset, the RECORD_FIELDS, raw) from what ingest parsed, without
     reading them back, when the file is counted exactly up to the slice
     (``stored_offset``: the file's ingested_offset before it). False, and
-    nothing written, otherwise: after_ingest counts the file then."""
+    nothing written, otherwise: after_ingest counts the file then. With
+    ``folded`` (fold_new of a new file's first lines, done elsewhere) in
+    place of ``records``, only a file with nothing counted yet is counted."""
     row = conn.execute(FILE_SQL, [file_id]).fetchone()
     if row is None or row[1] != stored_offset:
         return False
@@ -265,12 +277,18 @@ def count_stored(conn, file_id: int, stored_offset: int, new_offset: int, record
             return False
         after, last_id, version, timestamp = scan[2], scan[3], scan[4], scan[5]
         held = {tuple(k) for k in conn.execute(FILE_KINDS_SQL, [file_id])}
-    if not records:
-        return False
-    kinds: dict[tuple[str, str], list] = {}
-    n, last_offset, _, version, timestamp = _fold(
-        kinds, _as_scanned(conn, (r for r in records if r[2] > after)), after, last_id,
-        version, timestamp)
+    if folded is not None:
+        if after != -1:
+            return False
+        n, last_offset, version, timestamp, rows = folded
+        kinds = {(t, s): facts for t, s, *facts in rows}
+    else:
+        if not records:
+            return False
+        kinds = {}
+        n, last_offset, _, version, timestamp = _fold(
+            kinds, _as_scanned(conn, (r for r in records if r[2] > after)), after, last_id,
+            version, timestamp)
     if n:   # (records at or before the last one counted are counted already)
         after, last_id = last_offset, conn.execute(
             RECORD_AT_SQL, [file_id, last_offset]).fetchone()[0]

@@ -75,7 +75,8 @@ def effective_parent(type_, subtype, parent_uuid, logical_parent_uuid):
 # A synthetic placeholder's message.model (SYNTHETIC_RECORD; show.py).
 SYNTHETIC_MODEL = "<synthetic>"
 # Files that are transcripts (the rest are `claude -p` execution logs).
-TRANSCRIPT_KINDS = "('main','subagent')"
+TRANSCRIPT_KIND_NAMES = ("main", "subagent")
+TRANSCRIPT_KINDS = "(" + ",".join(f"'{k}'" for k in TRANSCRIPT_KIND_NAMES) + ")"
 
 # Is record {n} a node (a chain record, the last line of its uuid)? Used
 # inside recursive steps, which must reach only real tables and their indexes:

@@ -712,13 +712,16 @@ def test_raw_is_stored_as_text_from_either_path(index):
 def test_new_files_derived_on_the_other_core_equal_derive_pending(tmp_path, monkeypatch):
     """A big ingest of new files has their caches computed by a worker
     process (derive_worker.py) while it goes on: the caches it writes equal
-    what derive_pending writes alone, and the definitions hold."""
+    what derive_pending writes alone, and the definitions hold. (The files
+    the preload workers derive are test_preload.py's: none here.)"""
     import subprocess
     import sys
     from pathlib import Path
 
     from conftest import Index
-    from indexer import derive, derive_worker
+    from indexer import derive, derive_worker, preload
+
+    monkeypatch.setattr(preload, "MAX_FILE_BYTES", 0)
 
     corpus = tmp_path / "corpus"
     subprocess.run([sys.executable, str(Path(__file__).parent.parent / "bench" / "make_corpus.py"),
@@ -754,9 +757,10 @@ def test_new_files_derived_on_the_other_core_equal_derive_pending(tmp_path, monk
 def test_a_worker_that_fails_leaves_the_caches_to_derive_pending(index, monkeypatch):
     """When the derive worker cannot run (or dies), nothing is lost: the
     files stay marked and derive_pending computes their caches."""
-    from indexer import derive_worker
+    from indexer import derive_worker, preload
 
     monkeypatch.setattr(derive_worker, "MIN_BYTES", 0)
+    monkeypatch.setattr(preload, "MAX_FILE_BYTES", 0)   # no file derived by preload.py
     monkeypatch.setattr(derive_worker, "WORKER_MODULE", "indexer.no_such_worker")
     sid = "77777777-aaaa-4000-8000-000000000000"
     path = index.projects / "p" / f"{sid}.jsonl"

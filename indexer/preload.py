@@ -1,0 +1,421 @@
+"""New files read and parsed on the second core, for a big ingest.
+
+In a cold ingest the main process spent more than half its time in Python
+on each line: parsing it, then binding its forty-odd fields to the INSERT.
+Here a worker process (``python -m indexer.preload DIR``) reads the new
+files in the order ingest will store them, parses their complete lines
+exactly as ingest does (ingest.line_row), and writes the rows into batch
+files: plain SQLite files of about BATCH_BYTES of lines each, in a private
+temporary folder. Ingest attaches a batch between two of its transactions
+and copies each file's rows with one ``INSERT … SELECT``, all in SQLite.
+
+A file's preloaded rows are taken only when, under the write lock, the file
+is still untracked and is the one the worker read: same device and inode,
+no shorter, the same bytes at its start and just before where the worker
+stopped. Whatever the worker did not read (the bytes after the last newline,
+anything from the first line over LARGE_LINE_BYTES on, what the file grew by
+since) ingest reads itself from there, as always; a file the worker could
+not read, or a worker that died, leaves ingest to read the whole file. So
+the index ends as it would without the worker (tests/test_preload.py).
+
+Flow: the worker gets the plan (the batches' paths) as one JSON line on
+stdin, announces each finished batch ``N`` on stdout, and runs at most AHEAD
+batches ahead of what ingest has used (a line on stdin per batch used).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+# Files bigger than this are read by ingest itself (the worker holds a
+# whole file in memory).
+MAX_FILE_BYTES = 16 << 20
+# Lines per batch file: about one ingest transaction's worth (TXN_BYTES);
+# the first is small so that ingest starts at once.
+BATCH_BYTES = 8 << 20
+FIRST_BATCH_BYTES = 1 << 20
+# Worker processes, and the batches each may have ready that ingest has
+# not used yet.
+WORKERS = 2
+AHEAD = 2
+WORKER_MODULE = "indexer.preload"
+SCHEMA = "preload"   # the batch's name in ingest's connection while attached
+
+# Per file: where its rows are in the batch, and everything ingest writes
+# to its files row for them (as _read_new_lines' store() would).
+FILE_COLUMNS = ("key", "dev", "ino", "first_record", "last_record", "first_bad",
+                "last_bad", "end_offset", "line_count", "new_records", "bad_lines",
+                "head_len", "head_hash", "tail_len", "tail_hash", "session_id", "facts",
+                "kinds", "derived")
+CREATE_BATCH_SQL = (
+    f"CREATE TABLE files ({', '.join(FILE_COLUMNS)})",
+    # id: what derive's queries read as the record's id (shifted by ingest
+    # to the index's own ids when it copies the caches)
+    "CREATE TABLE records (id INTEGER PRIMARY KEY, {columns})",
+    "CREATE TABLE bad_lines (file_id, line_no, byte_offset, error, raw)",
+)
+# The cache columns that hold a record's id (chain.CACHE_COLUMNS).
+RECORD_ID_COLUMNS = frozenset({"resume_leaf_id", "sdk_leaf_id", "record_id",
+                               "message_record_id"})
+# The index's id of a file's first record, to check the shift.
+FIRST_RECORD_SQL = "SELECT id FROM main.records WHERE file_id = ? AND byte_offset = 0"
+BATCH_FILE_SQL = f"SELECT {', '.join(FILE_COLUMNS)} FROM {SCHEMA}.files WHERE key = ?"
+ATTACH_SQL = f"ATTACH DATABASE ? AS {SCHEMA}"
+DETACH_SQL = f"DETACH DATABASE {SCHEMA}"
+
+
+def _record_columns() -> list[str]:
+    from .rows import RECORD_FIELDS
+
+    return ["file_id", "line_no", "byte_offset", *RECORD_FIELDS, "raw"]
+
+
+def copy_records_sql() -> str:
+    """A file's preloaded records into the index, in file order (raw stays text)."""
+    columns = _record_columns()
+    return (f"INSERT INTO main.records ({', '.join(columns)}) "
+            f"SELECT :file_id, {', '.join(columns[1:])} FROM {SCHEMA}.records "
+            f"WHERE rowid BETWEEN :first AND :last ORDER BY rowid")
+
+
+COPY_BAD_LINES_SQL = (
+    "INSERT INTO main.bad_lines (file_id, line_no, byte_offset, error, raw) "
+    f"SELECT :file_id, line_no, byte_offset, error, raw FROM {SCHEMA}.bad_lines "
+    "WHERE rowid BETWEEN :first AND :last ORDER BY rowid")
+
+
+def copy_cache_sql(name: str) -> str:
+    """A file's preloaded rows of one cache into the index: its file id,
+    and its record ids shifted by :shift (the index's id of its first record
+    less the batch's)."""
+    from .chain import CACHE_COLUMNS, CACHE_TABLES
+
+    columns = [c.strip() for c in CACHE_COLUMNS[name].split(",")]
+    values = [":file_id" if c == "file_id" else f"{c} + :shift" if c in RECORD_ID_COLUMNS
+              else c for c in columns]
+    table = CACHE_TABLES[name]
+    return (f"INSERT INTO main.{table} ({', '.join(columns)}) SELECT {', '.join(values)} "
+            f"FROM {SCHEMA}.{table} WHERE file_id = :key ORDER BY rowid")
+
+
+class Preloaded:
+    """One file's preloaded lines, as the batch describes them."""
+
+    __slots__ = FILE_COLUMNS
+
+    def __init__(self, row):
+        for name, value in zip(FILE_COLUMNS, row):
+            setattr(self, name, value)
+
+
+class _Worker:
+    """One worker process, the batches it makes (in order), the last one
+    it announced."""
+
+    def __init__(self, folder: str, batches: list[tuple[int, list]]):
+        import subprocess  # only for a big ingest: it costs start-up time
+        import sys
+
+        self.ready = -1
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", WORKER_MODULE, folder],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        self.send(json.dumps(batches).encode() + b"\n")
+
+    def send(self, data: bytes) -> None:
+        try:
+            self.proc.stdin.write(data)
+            self.proc.stdin.flush()
+        except OSError:
+            pass   # the worker is gone: ingest reads the files itself
+
+    def wait_for(self, n: int) -> bool:
+        """Until batch ``n`` is made: False if the worker ended first."""
+        while self.ready < n:
+            line = self.proc.stdout.readline()
+            if not line:
+                return False
+            self.ready = int(line)
+        return self.ready == n
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            try:
+                pipe.close()
+            except OSError:
+                pass
+
+
+class Preloader:
+    """Ingest's side: the workers (batch N is worker N % WORKERS's), the
+    batch attached now, and which batch holds which path."""
+
+    def __init__(self, batches: list[list[tuple]]):
+        import tempfile
+
+        # path -> (its batch, its key there: its place in the batch)
+        self.batch_of = {f[0]: (n, key) for n, files in enumerate(batches)
+                         for key, f in enumerate(files)}
+        self.dir = tempfile.mkdtemp(prefix="session-index-preload-")
+        self.attached = None   # (batch number, connection)
+        self.used = set()      # batches ingest is done with (file removed, worker told)
+        count = min(WORKERS, len(batches))
+        self.workers = [_Worker(self.dir, [(n, b) for n, b in enumerate(batches)
+                                           if n % count == w]) for w in range(count)]
+
+    def _path(self, n: int) -> str:
+        return os.path.join(self.dir, f"{n}.db")
+
+    def prepare(self, writer, path: str) -> None:
+        """Before ``path``'s transaction: attach its batch, if it has one
+        (ending the open transaction: ATTACH needs none open)."""
+        n, _ = self.batch_of.get(path, (None, None))
+        if n is None or (self.attached is not None and self.attached[0] == n):
+            return
+        writer.commit()
+        self.release()
+        for skipped in range(n):   # batches none of whose files needed reading
+            self._done(skipped)
+        if not self.workers[n % len(self.workers)].wait_for(n):
+            # the worker ended early: its batches never come
+            w = len(self.workers)
+            self.batch_of = {p: b for p, b in self.batch_of.items() if b[0] % w != n % w}
+            return
+        writer.conn.execute(ATTACH_SQL, [self._path(n)])
+        self.attached = (n, writer.conn)
+
+    def take(self, conn, file_id: int, path: str, f, st) -> Preloaded | None:
+        """Copy ``path``'s preloaded rows into the index as file ``file_id``
+        (inside the caller's transaction), if they are still the file's."""
+        from .ingest import digest_of
+
+        n, key = self.batch_of.get(path, (None, None))
+        if self.attached is None or n != self.attached[0]:
+            return None
+        row = conn.execute(BATCH_FILE_SQL, [key]).fetchone()
+        if row is None:
+            return None
+        p = Preloaded(row)
+        if (p.dev, p.ino) != (st.st_dev, st.st_ino) or st.st_size < p.end_offset:
+            return None
+        f.seek(0)
+        head = f.read(p.head_len)
+        f.seek(p.end_offset - p.tail_len)
+        tail = f.read(p.tail_len)
+        if digest_of(head) != p.head_hash or digest_of(tail) != p.tail_hash:
+            return None   # rewritten since the worker read it
+        if p.first_record is not None:
+            conn.execute(copy_records_sql(), {"file_id": file_id, "first": p.first_record,
+                                              "last": p.last_record})
+        if p.first_bad is not None:
+            conn.execute(COPY_BAD_LINES_SQL, {"file_id": file_id, "first": p.first_bad,
+                                              "last": p.last_bad})
+        p.facts, p.kinds = json.loads(p.facts), json.loads(p.kinds)
+        return p
+
+    def copy_caches(self, conn, file_id: int, p: Preloaded) -> bool:
+        """Copy the caches the worker derived for ``p`` (the file's records
+        and files row as the worker left them: nothing read since), inside
+        the caller's transaction. False if it derived none."""
+        from .chain import CACHE_COLUMNS
+
+        if not p.derived or p.first_record is None:
+            return False
+        first = conn.execute(FIRST_RECORD_SQL, [file_id]).fetchone()
+        if first is None:
+            return False
+        params = {"file_id": file_id, "key": p.key, "shift": first[0] - p.first_record}
+        for name in CACHE_COLUMNS:
+            conn.execute(copy_cache_sql(name), params)
+        return True
+
+    def release(self) -> None:
+        """Detach the batch in use (between transactions) and let it go."""
+        if self.attached is not None:
+            n, conn = self.attached
+            self.attached = None
+            conn.execute(DETACH_SQL)
+            self._done(n)
+
+    def _done(self, n: int) -> None:
+        """Batch ``n`` is used: its file goes, its worker may make another."""
+        if n not in self.used:
+            self.used.add(n)
+            try:
+                os.unlink(self._path(n))
+            except OSError:
+                pass
+            self.workers[n % len(self.workers)].send(b"\n")
+
+    def close(self) -> None:
+        """Stop the worker and remove its folder (after a failure, too)."""
+        import shutil
+
+        if self.attached is not None:
+            try:
+                self.release()
+            except Exception:
+                self.attached = None
+        for worker in self.workers:
+            worker.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def plan(files: list[tuple[str, int, str, str | None]]) -> list[list[tuple]]:
+    """Batches of the new files ingest will read, in its order, from
+    (path, size, kind, session id from the name) tuples: files up to
+    MAX_FILE_BYTES, about BATCH_BYTES a batch, each file as (path, kind,
+    session id)."""
+    batches, batch, size, limit = [], [], 0, FIRST_BATCH_BYTES
+    for path, n, kind, session_id in files:
+        if not 0 < n <= MAX_FILE_BYTES:
+            continue
+        batch.append((path, kind, session_id))
+        size += n
+        if size >= limit:
+            batches.append(batch)
+            batch, size, limit = [], 0, BATCH_BYTES
+    if batch:
+        batches.append(batch)
+    return batches
+
+
+def start(files: list[tuple[str, int, str, str | None]]) -> Preloader | None:
+    """A worker for these new files (None when there are none to give it)."""
+    batches = plan(files)
+    return Preloader(batches) if batches else None
+
+
+# The worker.
+
+def _read_file(conn, path: str, key: int, out_records: list, out_bads: list):
+    """One file's complete lines as ingest parses them, up to its last newline
+    or its first large line: the files row values, or None if unreadable."""
+    from . import record_kinds
+    from .ingest import HEAD_BYTES, TAIL_BYTES, digest_of, running_facts
+    from .lines import line_row
+    from .rows import LARGE_LINE_BYTES, RECORD_FIELDS
+    from .safefiles import open_regular
+
+    try:
+        with open_regular(path) as f:
+            st = os.fstat(f.fileno())
+            if st.st_size > MAX_FILE_BYTES:
+                return None
+            data = f.read(st.st_size)
+    except OSError:   # NotRegular is one: swapped since ingest's stat
+        return None
+    records, bads = [], []
+    offset = line_no = 0
+    with memoryview(data) as view:
+        nl = data.find(b"\n")
+        while nl >= 0 and nl - offset <= LARGE_LINE_BYTES:
+            line_no += 1
+            line_row(view[offset:nl], key, line_no, offset, records, bads)
+            offset = nl + 1
+            nl = data.find(b"\n", offset)
+    session = RECORD_FIELDS.index("session_id")
+    facts = [r[3:-1] for r in records]
+    out_records += records
+    out_bads += bads
+    head, tail = data[:min(HEAD_BYTES, offset)], data[max(0, offset - TAIL_BYTES):offset]
+    return {"key": key, "dev": st.st_dev, "ino": st.st_ino,
+            "end_offset": offset, "line_count": line_no, "new_records": len(records),
+            "bad_lines": len(bads), "head_len": len(head), "head_hash": digest_of(head),
+            "tail_len": len(tail), "tail_hash": digest_of(tail),
+            "session_id": next((r[session] for r in facts if r[session]), None),
+            "facts": json.dumps(running_facts(facts)),
+            "kinds": json.dumps(record_kinds.fold_new(conn, records))}
+
+
+def _derive(conn, files: dict[int, tuple]) -> None:
+    """The caches of the batch's transcripts (key: (kind, session id, lines,
+    bytes)), as derive.derive_files computes them from the index."""
+    from . import chain, derive
+
+    read = chain.read_rows(conn.execute(derive.UUID_RECORDS_SQL,
+                                        {"file_ids": json.dumps(list(files))}), list(files))
+    rows: dict[str, list] = {name: [] for name in chain.CACHE_COLUMNS}
+    for key, (kind, session_id, lines, offset) in files.items():
+        recs, prompts = read[key]
+        for name, file_rows in derive.compute_file(key, kind, session_id, recs, prompts,
+                                                   (lines, offset)).items():
+            rows[name] += file_rows
+    for name, table_rows in rows.items():
+        table = chain.CACHE_TABLES[name]
+        conn.execute(f"CREATE TABLE {table} ({chain.CACHE_COLUMNS[name]})")
+        chain.insert_rows(conn, name, table_rows)
+        conn.execute(f"CREATE INDEX {table}_file ON {table}(file_id)")
+    conn.execute("UPDATE files SET derived = 1 WHERE key IN (SELECT value FROM json_each(?))",
+                 [json.dumps(list(files))])
+
+
+def write_batch(target: str, files: list[list]) -> None:
+    """Parse ``files`` ((path, kind, session id) each) into a new batch file
+    at ``target``, with their caches (whole, then renamed)."""
+    import sqlite3
+
+    from .ingest import INSERT_BAD_LINE_SQL, INSERT_RECORD_SQL
+    from .views import TRANSCRIPT_KIND_NAMES
+
+    tmp = target + ".tmp"
+    conn = sqlite3.connect(tmp, isolation_level=None)
+    try:
+        conn.execute("PRAGMA page_size = 16384")
+        conn.execute("PRAGMA journal_mode = OFF")
+        conn.execute("PRAGMA synchronous = OFF")
+        conn.execute("BEGIN")
+        for sql in CREATE_BATCH_SQL:
+            conn.execute(sql.format(columns=", ".join(_record_columns())))
+        insert_file = (f"INSERT INTO files ({', '.join(FILE_COLUMNS)}) VALUES "
+                       f"({', '.join(':' + c for c in FILE_COLUMNS)})")
+        to_derive = {}
+        for key, (path, kind, named_session) in enumerate(files):
+            records, bads = [], []
+            row = _read_file(conn, path, key, records, bads)
+            if row is None:
+                continue
+            row["first_record"] = row["last_record"] = row["first_bad"] = row["last_bad"] = None
+            row["derived"] = 0
+            if kind in TRANSCRIPT_KIND_NAMES and row["end_offset"]:
+                to_derive[key] = (kind, named_session or row["session_id"], row["line_count"],
+                                  row["end_offset"])
+            for rows, sql, first, last in ((records, INSERT_RECORD_SQL, "first_record",
+                                            "last_record"),
+                                           (bads, INSERT_BAD_LINE_SQL, "first_bad", "last_bad")):
+                if rows:
+                    conn.executemany(sql, rows)
+                    row[last] = conn.execute("SELECT last_insert_rowid()").fetchone()[0]
+                    row[first] = row[last] - len(rows) + 1
+            conn.execute(insert_file, row)
+        if to_derive:
+            _derive(conn, to_derive)
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+    os.rename(tmp, target)
+
+
+def main(argv: list[str]) -> int:
+    """The worker: the plan on stdin's first line, then a line per batch used."""
+    import sys
+
+    (folder,) = argv
+    batches = json.loads(sys.stdin.buffer.readline() or b"[]")
+    for made, (n, files) in enumerate(batches):
+        if made >= AHEAD and not sys.stdin.buffer.readline():
+            return 0   # ingest is done (or gone): no more batches wanted
+        write_batch(os.path.join(folder, f"{n}.db"), files)
+        sys.stdout.write(f"{n}\n")
+        sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main(sys.argv[1:]))

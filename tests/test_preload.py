@@ -1,0 +1,183 @@
+"""preload.py: new files parsed (and derived) by worker processes during a
+big ingest end in the index exactly as ingest alone would store them, also
+when a file changes between the worker's read and ingest's, or the workers
+die."""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from conftest import Index, write_jsonl
+from indexer import derive_worker, ingest as ingest_mod, preload
+from indexer.rows import LARGE_LINE_BYTES
+
+SID = "5e55e55e-0000-4000-8000-{:012d}"
+# Columns that hold the time of a run, not what was stored.
+TIMES = ("first_ingested_at", "last_ingested_at", "generation_started_at", "first_seen_at",
+         "last_seen_at", "last_stored_at")
+
+
+def _chain(sid: str, n: int, start: int = 0, parent=None):
+    out = []
+    for i in range(start, start + n):
+        out.append({"type": "user" if i % 2 == 0 else "assistant", "uuid": f"{sid[:8]}-{i}",
+                    "parentUuid": parent, "sessionId": sid, "version": "2.1.3",
+                    "timestamp": f"2026-11-01T10:{i // 60 % 60:02d}:{i % 60:02d}.000Z",
+                    "message": {"role": "user", "content": f"line {i}"}})
+        parent = out[-1]["uuid"]
+    return out
+
+
+def make_sources(root: Path) -> Path:
+    """A varied tree: a synthetic corpus plus files of every shape ingest
+    treats apart (bad lines, a record without its newline, a partial last
+    line, a line over LARGE_LINE_BYTES, attachments, an execution log)."""
+    projects = root / "projects"
+    subprocess.run([sys.executable, str(Path(__file__).parent.parent / "bench" /
+                                        "make_corpus.py"), str(projects), "--size-mb", "2",
+                    "--seed", "7"], check=True, capture_output=True)
+    p = projects / "-home-user-odd names é"
+    sid = [SID.format(i) for i in range(6)]
+    write_jsonl(p / f"{sid[0]}.jsonl", _chain(sid[0], 5) + [
+        b"not json", b"", b"\x00\x01", "\ufeff{}".encode(), b"{\"type\": \"user\", \"x\": NaN}",
+        b"\xff\xfe bad utf-8", {"type": "attachment", "uuid": "att-1", "parentUuid": None,
+                                "sessionId": sid[0], "attachment": {"type": "todo_reminder"}},
+        {"type": "last-prompt", "lastPrompt": "hi", "sessionId": sid[0]}])
+    write_jsonl(p / f"{sid[1]}.jsonl", _chain(sid[1], 6), newline_at_end=False)
+    (p / f"{sid[2]}.jsonl").write_bytes(
+        write_jsonl(p / f"{sid[2]}.jsonl", _chain(sid[2], 4)).read_bytes() + b'{"type": "us')
+    big = _chain(sid[3], 3)
+    big[1]["message"]["content"] = "x" * (LARGE_LINE_BYTES + 10)
+    write_jsonl(p / f"{sid[3]}.jsonl", big + _chain(sid[3], 3, start=3, parent=big[-1]["uuid"]))
+    write_jsonl(p / f"{sid[4]}.jsonl", [
+        {"type": "system", "subtype": "init", "session_id": sid[4], "uuid": "i-1"},
+        {"type": "result", "subtype": "success", "session_id": sid[4], "uuid": "r-1"}])
+    (p / f"{sid[5]}.jsonl").write_bytes(b"")
+    return projects
+
+
+# Columns that hold a record's id: compared as the record's (file, line).
+RECORD_IDS = {"record_id", "resume_leaf_id", "sdk_leaf_id", "message_record_id",
+              "last_record_id"}
+
+
+def dump(index: Index) -> dict:
+    """Every table's rows, but the times of the run (and index_meta's), each
+    record id as its record's (file_id, line_no): ingest alone stores a line
+    over LARGE_LINE_BYTES before the shorter lines read with it, so the ids
+    of such a file's records come in another order."""
+    conn = index.db.conn
+    where = dict(conn.execute("SELECT id, file_id || ':' || line_no FROM records"))
+    out = {}
+    for (table,) in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite%' "
+            "AND name NOT LIKE '\\_%' ESCAPE '\\' AND name <> 'index_meta'").fetchall():
+        cols = [r[1] for r in conn.execute(f"PRAGMA table_info({table})")
+                if r[1] not in TIMES and not r[1].endswith("_at")]
+        ids = [i for i, c in enumerate(cols)
+               if c in RECORD_IDS or (table == "records" and c == "id")]
+        out[table] = sorted((tuple(where.get(v, v) if i in ids else v for i, v in enumerate(row))
+                             for row in conn.execute(f"SELECT {', '.join(cols)} FROM {table}")),
+                            key=repr)
+    return out
+
+
+def ingest_into(path: Path, sources: Path, monkeypatch, *, with_workers: bool):
+    monkeypatch.setattr(derive_worker, "MIN_BYTES", 0 if with_workers else 1 << 60)
+    path.mkdir()
+    index = Index(path)
+    summary = index.ingest(sources)
+    assert summary.errors == []
+    return index, summary
+
+
+@pytest.fixture
+def private_tmp(tmp_path, monkeypatch):
+    """The system temp folder, for this test alone (the workers' folders go there)."""
+    folder = tmp_path / "tmp"
+    folder.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    return folder
+
+
+def count_taken(monkeypatch) -> list:
+    taken = []
+    original = preload.Preloader.take
+
+    def take(self, conn, file_id, path, f, st):
+        p = original(self, conn, file_id, path, f, st)
+        taken.append((path, p is not None))
+        return p
+    monkeypatch.setattr(preload.Preloader, "take", take)
+    return taken
+
+
+def test_preloaded_ingest_equals_ingest_alone(tmp_path, monkeypatch, private_tmp):
+    sources = make_sources(tmp_path / "src")
+    taken = count_taken(monkeypatch)
+    monkeypatch.setattr(preload, "FIRST_BATCH_BYTES", 1 << 16)   # several batches
+    monkeypatch.setattr(preload, "BATCH_BYTES", 1 << 18)
+    alone, s1 = ingest_into(tmp_path / "alone", sources, monkeypatch, with_workers=False)
+    assert taken == []
+    ours, s2 = ingest_into(tmp_path / "ours", sources, monkeypatch, with_workers=True)
+    assert s1.as_dict() | {"seconds": 0} == s2.as_dict() | {"seconds": 0}
+    assert len(taken) == s2.files   # all but the empty one went to the workers
+    assert [Path(path).name for path, ok in taken if not ok] == [f"{SID.format(5)}.jsonl"]
+    assert dump(ours) == dump(alone)
+    ours.assert_caches_match_definitions()
+    assert ours.value("SELECT count(*) FROM files WHERE needs_derive") == 0
+    assert list(private_tmp.iterdir()) == []   # the workers' folder went
+
+
+def test_a_file_changed_after_the_worker_read_it(tmp_path, monkeypatch, private_tmp):
+    """Rewritten in place, grown, or replaced by another file between the
+    worker's read and ingest's: the index holds the file as ingest read it."""
+    sources = tmp_path / "src"
+    sids = [SID.format(100 + i) for i in range(4)]
+    paths = [write_jsonl(sources / "p" / f"{s}.jsonl", _chain(s, 40)) for s in sids]
+    rewritten, grown, replaced, kept = paths
+    taken = count_taken(monkeypatch)
+    original = ingest_mod._ingest_file
+
+    def change_first(writer, cand, row, st, summary):
+        # the worker has read this file's batch once ingest is about to open it
+        writer.preload.prepare(writer, cand.path)
+        if cand.path == str(rewritten):   # same inode and size, other bytes
+            data = rewritten.read_bytes()
+            with open(rewritten, "r+b") as f:
+                f.write(data.replace(b"line 0", b"LINE 0", 1))
+        elif cand.path == str(grown):
+            with open(grown, "a") as f:
+                f.write("".join(json.dumps(r) + "\n" for r in
+                                _chain(sids[1], 3, start=40, parent=f"{sids[1][:8]}-39")))
+        elif cand.path == str(replaced):
+            tmp = replaced.with_suffix(".new")
+            write_jsonl(tmp, _chain(sids[2], 7))
+            os.replace(tmp, replaced)
+        return original(writer, cand, row, st, summary)
+    monkeypatch.setattr(ingest_mod, "_ingest_file", change_first)
+    ours, _ = ingest_into(tmp_path / "ours", sources, monkeypatch, with_workers=True)
+    assert dict(taken) == {str(rewritten): False, str(grown): True, str(replaced): False,
+                           str(kept): True}
+    monkeypatch.setattr(ingest_mod, "_ingest_file", original)
+    alone, _ = ingest_into(tmp_path / "alone", sources, monkeypatch, with_workers=False)
+    assert dump(ours) == dump(alone)
+    assert ours.value("SELECT count(*) FROM records WHERE file_id = ?",
+                      [ours.file_id(grown)]) == 43
+    ours.assert_caches_match_definitions()
+
+
+def test_workers_that_cannot_run_leave_the_files_to_ingest(tmp_path, monkeypatch, private_tmp):
+    sources = make_sources(tmp_path / "src")
+    taken = count_taken(monkeypatch)
+    monkeypatch.setattr(preload, "WORKER_MODULE", "indexer.no_such_worker")
+    ours, _ = ingest_into(tmp_path / "ours", sources, monkeypatch, with_workers=True)
+    assert taken and not any(ok for _, ok in taken)   # no batch ever came
+    alone, _ = ingest_into(tmp_path / "alone", sources, monkeypatch, with_workers=False)
+    assert dump(ours) == dump(alone)
+    assert list(private_tmp.iterdir()) == []
