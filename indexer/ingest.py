@@ -215,7 +215,6 @@ class _Writer:
         self.guard = None
         self.background = None   # derive_worker.Background: told of each commit
         self.preload = None      # preload.Preloader: new files' lines parsed ahead
-        self.derived = []        # files whose caches it wrote: finished at the commit
         self.run_at = utcnow()   # the run's time (record_kinds: when a kind was stored)
 
     def begin(self):
@@ -232,11 +231,11 @@ class _Writer:
 
     def commit(self):
         if self.open:
-            if self.derived:   # their sessions' rows again, the files unmarked
+            derived = self.preload.copy_caches(self.conn) if self.preload is not None else []
+            if derived:   # their sessions' rows again, the files unmarked
                 from . import derive
 
-                derive.finish_files(self.conn, self.derived)
-                self.derived = []
+                derive.finish_files(self.conn, derived)
             if self.guard is not None:
                 self.guard.capture()
             self.conn.execute("COMMIT")
@@ -254,7 +253,8 @@ class _Writer:
             self.conn.execute("ROLLBACK")
         self.open = False
         self.pending = 0
-        self.derived = []
+        if self.preload is not None:
+            self.preload.kept = []   # their records are gone too
 
 
 def ingest(
@@ -491,8 +491,9 @@ def _ingest_file(writer: _Writer, cand, row: dict | None, st, summary: Summary) 
         preloaded = (_take_preloaded(writer, row, cand.path, f, st, summary)
                      if writer.preload is not None and found is None else None)
         stored, pending_tail = _read_new_lines(writer, row, f, summary)
-        if preloaded is not None and not stored and writer.preload.copy_caches(conn, row["id"], preloaded):
-            writer.derived.append(row["id"])   # its caches too, as the worker read it
+        if preloaded is not None and not stored and writer.preload.keep_caches(
+                conn, row["id"], preloaded):
+            pass   # its caches too, as the worker read it: copied at the commit
         elif writer.background is not None and whole:
             writer.background.finished(cand.path)   # read whole: the worker may derive it
         conn.execute(RECORD_STAT_SQL, {
@@ -531,7 +532,7 @@ def _take_preloaded(writer: _Writer, row: dict, path: str, f, st, summary: Summa
     summary.bad_lines += p.bad_lines
     summary.new_lines += p.new_records + p.bad_lines
     summary.bytes_read += p.end_offset
-    writer.maybe_commit(p.end_offset)
+    writer.pending += p.end_offset   # committed with the file's caches, at its end
     return p
 
 

@@ -28,6 +28,9 @@ from __future__ import annotations
 import json
 import os
 
+from .chain import CACHE_COLUMNS, CACHE_TABLES
+from .rows import RECORD_FIELDS
+
 # Files bigger than this are read by ingest itself (the worker holds a
 # whole file in memory).
 MAX_FILE_BYTES = 16 << 20
@@ -65,18 +68,12 @@ ATTACH_SQL = f"ATTACH DATABASE ? AS {SCHEMA}"
 DETACH_SQL = f"DETACH DATABASE {SCHEMA}"
 
 
-def _record_columns() -> list[str]:
-    from .rows import RECORD_FIELDS
-
-    return ["file_id", "line_no", "byte_offset", *RECORD_FIELDS, "raw"]
-
-
-def copy_records_sql() -> str:
-    """A file's preloaded records into the index, in file order (raw stays text)."""
-    columns = _record_columns()
-    return (f"INSERT INTO main.records ({', '.join(columns)}) "
-            f"SELECT :file_id, {', '.join(columns[1:])} FROM {SCHEMA}.records "
-            f"WHERE rowid BETWEEN :first AND :last ORDER BY rowid")
+RECORD_COLUMNS = ("file_id", "line_no", "byte_offset", *RECORD_FIELDS, "raw")
+# A file's preloaded records into the index, in file order (raw stays text).
+COPY_RECORDS_SQL = (
+    f"INSERT INTO main.records ({', '.join(RECORD_COLUMNS)}) "
+    f"SELECT :file_id, {', '.join(RECORD_COLUMNS[1:])} FROM {SCHEMA}.records "
+    f"WHERE rowid BETWEEN :first AND :last ORDER BY rowid")
 
 
 COPY_BAD_LINES_SQL = (
@@ -86,17 +83,21 @@ COPY_BAD_LINES_SQL = (
 
 
 def copy_cache_sql(name: str) -> str:
-    """A file's preloaded rows of one cache into the index: its file id,
-    and its record ids shifted by :shift (the index's id of its first record
+    """Preloaded rows of one cache into the index, for the files of :map (a
+    JSON array of [key in the batch, file id, shift]): each row's file id,
+    and its record ids shifted (the index's id of the file's first record
     less the batch's)."""
-    from .chain import CACHE_COLUMNS, CACHE_TABLES
-
     columns = [c.strip() for c in CACHE_COLUMNS[name].split(",")]
-    values = [":file_id" if c == "file_id" else f"{c} + :shift" if c in RECORD_ID_COLUMNS
-              else c for c in columns]
+    values = ["m.file_id" if c == "file_id" else f"c.{c} + m.shift" if c in RECORD_ID_COLUMNS
+              else f"c.{c}" for c in columns]
     table = CACHE_TABLES[name]
-    return (f"INSERT INTO main.{table} ({', '.join(columns)}) SELECT {', '.join(values)} "
-            f"FROM {SCHEMA}.{table} WHERE file_id = :key ORDER BY rowid")
+    return (f"WITH m(key, file_id, shift) AS MATERIALIZED (SELECT value ->> 0, value ->> 1, "
+            f"value ->> 2 FROM json_each(:map)) "
+            f"INSERT INTO main.{table} ({', '.join(columns)}) SELECT {', '.join(values)} "
+            f"FROM m JOIN {SCHEMA}.{table} c ON c.file_id = m.key")
+
+
+COPY_CACHE_SQL = {name: copy_cache_sql(name) for name in CACHE_COLUMNS}
 
 
 class Preloaded:
@@ -163,6 +164,7 @@ class Preloader:
         self.dir = tempfile.mkdtemp(prefix="session-index-preload-")
         self.attached = None   # (batch number, connection)
         self.used = set()      # batches ingest is done with (file removed, worker told)
+        self.kept = []         # (key, file id, record id shift) of caches to copy
         count = min(WORKERS, len(batches))
         self.workers = [_Worker(self.dir, [(n, b) for n, b in enumerate(batches)
                                            if n % count == w]) for w in range(count)]
@@ -209,7 +211,7 @@ class Preloader:
         if digest_of(head) != p.head_hash or digest_of(tail) != p.tail_hash:
             return None   # rewritten since the worker read it
         if p.first_record is not None:
-            conn.execute(copy_records_sql(), {"file_id": file_id, "first": p.first_record,
+            conn.execute(COPY_RECORDS_SQL, {"file_id": file_id, "first": p.first_record,
                                               "last": p.last_record})
         if p.first_bad is not None:
             conn.execute(COPY_BAD_LINES_SQL, {"file_id": file_id, "first": p.first_bad,
@@ -217,24 +219,33 @@ class Preloader:
         p.facts, p.kinds = json.loads(p.facts), json.loads(p.kinds)
         return p
 
-    def copy_caches(self, conn, file_id: int, p: Preloaded) -> bool:
-        """Copy the caches the worker derived for ``p`` (the file's records
-        and files row as the worker left them: nothing read since), inside
-        the caller's transaction. False if it derived none."""
-        from .chain import CACHE_COLUMNS
-
-        if not p.derived or p.first_record is None:
+    def keep_caches(self, conn, file_id: int, p: Preloaded) -> bool:
+        """Copy, at the commit (``copy_caches``), the caches the worker
+        derived for ``p``: the file's records and files row as the worker
+        left them, nothing read since. False if it derived none."""
+        if not p.derived or p.first_record is None or not conn.in_transaction:
             return False
         first = conn.execute(FIRST_RECORD_SQL, [file_id]).fetchone()
         if first is None:
             return False
-        params = {"file_id": file_id, "key": p.key, "shift": first[0] - p.first_record}
-        for name in CACHE_COLUMNS:
-            conn.execute(copy_cache_sql(name), params)
+        self.kept.append((p.key, file_id, first[0] - p.first_record))
         return True
+
+    def copy_caches(self, conn) -> list[int]:
+        """Copy the caches kept since the last commit (in its transaction,
+        the one that stored their files' records): the files' ids."""
+        if not self.kept:
+            return []
+        params = {"map": json.dumps(self.kept)}
+        for name in CACHE_COLUMNS:
+            conn.execute(COPY_CACHE_SQL[name], params)
+        ids = [file_id for _, file_id, _ in self.kept]
+        self.kept = []
+        return ids
 
     def release(self) -> None:
         """Detach the batch in use (between transactions) and let it go."""
+        self.kept = []   # (none once its transaction is committed or rolled back)
         if self.attached is not None:
             n, conn = self.attached
             self.attached = None
@@ -370,7 +381,7 @@ def write_batch(target: str, files: list[list]) -> None:
         conn.execute("PRAGMA synchronous = OFF")
         conn.execute("BEGIN")
         for sql in CREATE_BATCH_SQL:
-            conn.execute(sql.format(columns=", ".join(_record_columns())))
+            conn.execute(sql.format(columns=", ".join(RECORD_COLUMNS)))
         insert_file = (f"INSERT INTO files ({', '.join(FILE_COLUMNS)}) VALUES "
                        f"({', '.join(':' + c for c in FILE_COLUMNS)})")
         to_derive = {}

@@ -122,6 +122,7 @@ def test_preloaded_ingest_equals_ingest_alone(tmp_path, monkeypatch, private_tmp
     taken = count_taken(monkeypatch)
     monkeypatch.setattr(preload, "FIRST_BATCH_BYTES", 1 << 16)   # several batches
     monkeypatch.setattr(preload, "BATCH_BYTES", 1 << 18)
+    monkeypatch.setattr(ingest_mod, "TXN_BYTES", 1 << 17)   # and commits within them
     alone, s1 = ingest_into(tmp_path / "alone", sources, monkeypatch, with_workers=False)
     assert taken == []
     ours, s2 = ingest_into(tmp_path / "ours", sources, monkeypatch, with_workers=True)
