@@ -336,9 +336,9 @@ def ingest(
         if writer.background is not None:   # (not for an in-memory index either)
             from . import preload
 
-            writer.preload = preload.start(   # and their lines parsed there, ahead
-                [(cand.path, st.st_size, cand.kind, cand.session_id)
-                 for cand, row, st in work if row is None])
+            writer.preload = preload.start(conn, [   # and their lines parsed there, ahead
+                (cand.path, st.st_size, cand.kind, cand.session_id)
+                for cand, row, st in work if row is None])
     with background_checkpoints(conn, enabled=bulk):   # the WAL copied into the index on the other core meanwhile
         try:
             for cand, row, st in work:

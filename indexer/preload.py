@@ -51,13 +51,15 @@ FILE_COLUMNS = ("key", "dev", "ino", "first_record", "last_record", "first_bad",
                 "last_bad", "end_offset", "line_count", "new_records", "bad_lines",
                 "head_len", "head_hash", "tail_len", "tail_hash", "session_id", "facts",
                 "kinds", "derived")
+# A batch's tables. Its records table is the index's own (ingest sends its
+# CREATE TABLE): the same column types, so derive reads the same values
+# from either, and its id is what derive's queries read as the record's id
+# (shifted by ingest to the index's ids when it copies the caches).
 CREATE_BATCH_SQL = (
     f"CREATE TABLE files ({', '.join(FILE_COLUMNS)})",
-    # id: what derive's queries read as the record's id (shifted by ingest
-    # to the index's own ids when it copies the caches)
-    "CREATE TABLE records (id INTEGER PRIMARY KEY, {columns})",
     "CREATE TABLE bad_lines (file_id, line_no, byte_offset, error, raw)",
 )
+RECORDS_TABLE_SQL = "SELECT sql FROM main.sqlite_master WHERE type = 'table' AND name = 'records'"
 # The cache columns that hold a record's id (chain.CACHE_COLUMNS).
 RECORD_ID_COLUMNS = frozenset({"resume_leaf_id", "sdk_leaf_id", "record_id",
                                "message_record_id"})
@@ -114,7 +116,7 @@ class _Worker:
     """One worker process, the batches it makes (in order), the last one
     it announced."""
 
-    def __init__(self, folder: str, batches: list[tuple[int, list]]):
+    def __init__(self, folder: str, records_sql: str, batches: list[tuple[int, list]]):
         import subprocess  # only for a big ingest: it costs start-up time
         import sys
 
@@ -122,7 +124,7 @@ class _Worker:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", WORKER_MODULE, folder],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-        self.send(json.dumps(batches).encode() + b"\n")
+        self.send(json.dumps({"records": records_sql, "batches": batches}).encode() + b"\n")
 
     def send(self, data: bytes) -> None:
         try:
@@ -155,7 +157,7 @@ class Preloader:
     """Ingest's side: the workers (batch N is worker N % WORKERS's), the
     batch attached now, and which batch holds which path."""
 
-    def __init__(self, batches: list[list[tuple]]):
+    def __init__(self, conn, batches: list[list[tuple]]):
         import tempfile
 
         # path -> (its batch, its key there: its place in the batch)
@@ -166,8 +168,10 @@ class Preloader:
         self.used = set()      # batches ingest is done with (file removed, worker told)
         self.kept = []         # (key, file id, record id shift) of caches to copy
         count = min(WORKERS, len(batches))
-        self.workers = [_Worker(self.dir, [(n, b) for n, b in enumerate(batches)
-                                           if n % count == w]) for w in range(count)]
+        records_sql = conn.execute(RECORDS_TABLE_SQL).fetchone()[0]
+        self.workers = [_Worker(self.dir, records_sql, [(n, b) for n, b in enumerate(batches)
+                                                        if n % count == w])
+                        for w in range(count)]
 
     def _path(self, n: int) -> str:
         return os.path.join(self.dir, f"{n}.db")
@@ -295,10 +299,11 @@ def plan(files: list[tuple[str, int, str, str | None]]) -> list[list[tuple]]:
     return batches
 
 
-def start(files: list[tuple[str, int, str, str | None]]) -> Preloader | None:
-    """A worker for these new files (None when there are none to give it)."""
+def start(conn, files: list[tuple[str, int, str, str | None]]) -> Preloader | None:
+    """Workers for these new files, to be stored through ``conn`` (None
+    when there are none to give them)."""
     batches = plan(files)
-    return Preloader(batches) if batches else None
+    return Preloader(conn, batches) if batches else None
 
 
 # The worker.
@@ -365,7 +370,7 @@ def _derive(conn, files: dict[int, tuple]) -> None:
                  [json.dumps(list(files))])
 
 
-def write_batch(target: str, files: list[list]) -> None:
+def write_batch(target: str, records_sql: str, files: list[list]) -> None:
     """Parse ``files`` ((path, kind, session id) each) into a new batch file
     at ``target``, with their caches (whole, then renamed)."""
     import sqlite3
@@ -380,8 +385,8 @@ def write_batch(target: str, files: list[list]) -> None:
         conn.execute("PRAGMA journal_mode = OFF")
         conn.execute("PRAGMA synchronous = OFF")
         conn.execute("BEGIN")
-        for sql in CREATE_BATCH_SQL:
-            conn.execute(sql.format(columns=", ".join(RECORD_COLUMNS)))
+        for sql in (records_sql, *CREATE_BATCH_SQL):
+            conn.execute(sql)
         insert_file = (f"INSERT INTO files ({', '.join(FILE_COLUMNS)}) VALUES "
                        f"({', '.join(':' + c for c in FILE_COLUMNS)})")
         to_derive = {}
@@ -416,11 +421,11 @@ def main(argv: list[str]) -> int:
     import sys
 
     (folder,) = argv
-    batches = json.loads(sys.stdin.buffer.readline() or b"[]")
-    for made, (n, files) in enumerate(batches):
+    plan = json.loads(sys.stdin.buffer.readline() or b"{}")
+    for made, (n, files) in enumerate(plan.get("batches", ())):
         if made >= AHEAD and not sys.stdin.buffer.readline():
             return 0   # ingest is done (or gone): no more batches wanted
-        write_batch(os.path.join(folder, f"{n}.db"), files)
+        write_batch(os.path.join(folder, f"{n}.db"), plan["records"], files)
         sys.stdout.write(f"{n}\n")
         sys.stdout.flush()
     return 0
