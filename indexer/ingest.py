@@ -379,9 +379,12 @@ def ingest(
         derive.derive_pending(db)
     summary.warnings = retention.apply(
         db, config_dir or retention.default_config_dir())
-    from . import record_kinds, search
+    from . import record_kinds, search_state
 
-    search.catch_up(db)   # the new records' text, when search is enabled (search.py)
+    if search_state.behind(search_state.state(conn)):   # search enabled (search.py)
+        from . import search
+
+        search.catch_up(db)   # the new records' text
     record_kinds.after_ingest(db, writer.run_at)   # the kinds not counted yet; the run ends
     with write_lock(db) as c:
         c.execute("INSERT OR REPLACE INTO index_meta VALUES ('last_ingest_at', ?)", [utcnow()])

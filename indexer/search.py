@@ -36,6 +36,7 @@ import re
 from datetime import datetime, timezone
 
 from .db import dict_rows, write_lock
+from .search_state import behind, state
 
 # Bounds on the text indexed per record (characters).
 TOOL_TEXT_CHARS = 4_000
@@ -68,10 +69,6 @@ class EmptyQuery(ValueError):
 
 # --- turning it on and off -------------------------------------------------------
 
-# Is search enabled, and how far is it? (search_state is made by m021_search.)
-STATE_SQL = """
-SELECT high_water, (SELECT coalesce(max(id), 0) FROM records) AS last_record FROM search_state
-""".strip()
 ENABLE_SQL = (
     # A deleted record takes its text out of both indexes; a mark at or past
     # it goes back below it (its rowid may be reused by the next insert).
@@ -124,11 +121,6 @@ INDEX_CODE_SQL = "INSERT INTO search_code (rowid, text) VALUES (?, ?)"
 SET_HIGH_WATER_SQL = "UPDATE search_state SET high_water = max(high_water, :high_water)"
 
 
-def state(conn) -> tuple[int, int] | None:
-    """(high-water mark, the last records.id), or None: search not enabled."""
-    return conn.execute(STATE_SQL).fetchone()
-
-
 def enabled(conn) -> bool:
     return state(conn) is not None
 
@@ -160,7 +152,7 @@ def catch_up(db, progress=None) -> int:
     enabled or nothing is new: every writer calls this after its commit."""
     conn = db.conn
     now = state(conn)
-    if now is None or now[0] >= now[1]:
+    if not behind(now):
         return 0
     total = conn.execute(PENDING_COUNT_SQL, {"high_water": now[0]}).fetchone()[0] \
         if progress else 0
@@ -180,7 +172,7 @@ def catch_up_in(conn, batch: int | None = None) -> tuple[int, bool]:
     the mark (all, without one) and move the mark; (records indexed,
     records looked at, whether more are left)."""
     now = state(conn)
-    if now is None or now[0] >= now[1]:
+    if not behind(now):
         return 0, 0, False
     high_water, last = now
     rows = conn.execute(PENDING_SQL, {"high_water": high_water,
