@@ -5,10 +5,8 @@
 Uses the corpus of bench/ingest_speed.py (made there, or here with the same arguments)
 and runs, alternated --repeat times, each in a fresh process:
 - ``sqlite-utils insert DB lines ALL.jsonl --lines`` (wall, and its CPU from os.wait4);
-- ``ingest()`` of the corpus into a new index (wall, and this process's CPU: the derive
-  worker's is not in it);
-- the same with every line's parse done before the clock starts (the main process's time
-  if parsing were moved to another core for free: an upper bound for a parse worker);
+- ``ingest()`` of the corpus into a new index (wall, this process's CPU, and its worker
+  processes' CPU: preload.py's and derive_worker.py's);
 - the index's SQLite writes alone: the records and cache rows of that index inserted into
   a new one with the same schema, with executemany, a commit every 8 MB (the serial floor
   of this schema: one writer, twelve record indexes);
@@ -28,17 +26,6 @@ CHILD = r"""
 import os, sys, time
 mode, corpus, db, src = sys.argv[1:5]
 from indexer import db as dbm
-if mode == "free":
-    from indexer import lines
-    done, real = {}, lines.parse_line_bytes
-    for d, _, names in os.walk(corpus):
-        for name in names:
-            for line in open(os.path.join(d, name), "rb").read().split(b"\n")[:-1]:
-                try:
-                    done[line] = real(line)
-                except Exception:
-                    pass
-    lines.parse_line_bytes = lambda data: done.get(bytes(data)) or real(data)
 index = dbm.open_index(db, create=True)
 if mode.startswith("writes"):
     import sqlite3
@@ -77,7 +64,9 @@ if mode.startswith("writes"):
 else:
     from indexer import ingest
     ingest.ingest(index, [corpus])
-print(time.perf_counter() - t0, time.process_time() - c0)
+import resource
+workers = resource.getrusage(resource.RUSAGE_CHILDREN)   # preload and derive workers
+print(time.perf_counter() - t0, time.process_time() - c0, workers.ru_utime + workers.ru_stime)
 """
 
 
@@ -117,26 +106,28 @@ def main():
             for d, _, names in sorted(os.walk(corpus)):
                 for name in sorted(names):
                     out.write((Path(d) / name).read_bytes())
-        runs = (("ingest", "real"), ("ingest, parse free", "free"),
+        runs = (("ingest", "real"),
                 ("SQLite writes alone", "writes"), ("  records, every index", "writes-records"),
                 ("  records, unique key only", "writes-records-key"),
                 ("  cache rows", "writes-caches"))
         figures = {k: [] for k in ["sqlite-utils"] + [name for name, _ in runs]}
         for _ in range(args.repeat):
             wall, cpu, _ = timed([SQLITE_UTILS, "insert", fresh(scratch / "su.db"), "lines", lines, "--lines"])
-            figures["sqlite-utils"].append((wall, cpu))
+            figures["sqlite-utils"].append((wall, cpu, 0.0))
             for name, mode in runs:
                 db = fresh(scratch / f"{mode}.db")
                 _, _, out = timed([sys.executable, "-c", CHILD, mode, corpus, db, scratch / "real.db"])
                 figures[name].append(tuple(map(float, out.split())))
-        floor = statistics.median(w for w, _ in figures["sqlite-utils"])
+        floor = statistics.median(w for w, _, _ in figures["sqlite-utils"])
         print(f"ingest_floor: corpus {corpus}, {args.repeat} alternated runs, medians\n")
-        print(f"{'what':28} {'wall s':>8} {'CPU s':>8} {'their wall / ours':>18}")
+        print(f"{'what':28} {'wall s':>8} {'CPU s':>8} {'workers':>8} {'their wall / ours':>18}")
         for name, runs in figures.items():
-            wall = statistics.median(w for w, _ in runs)
-            cpu = statistics.median(c for _, c in runs)
-            print(f"{name:28} {wall:8.2f} {cpu:8.2f} {floor / wall:17.2f}x")
-        print("\nCPU: sqlite-utils' own; the others the main process only (not the derive worker).")
+            wall = statistics.median(w for w, _, _ in runs)
+            cpu = statistics.median(c for _, c, _ in runs)
+            workers = statistics.median(c for _, _, c in runs)
+            print(f"{name:28} {wall:8.2f} {cpu:8.2f} {workers:8.2f} {floor / wall:17.2f}x")
+        print("\nCPU: sqlite-utils' own; the others the main process's (its threads: the WAL "
+              "checkpoint's too), workers: its worker processes' (preload.py, derive_worker.py).")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 

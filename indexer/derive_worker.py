@@ -11,6 +11,11 @@ still exactly as the worker read it (same lines, bytes and generation, still
 marked needs_derive); anything else is left to derive.derive_pending, which
 runs after it as always. The result is what derive_pending alone would
 write (tests/test_ingest.py compares both).
+
+The preload workers (preload.py) derive most new files of a big ingest
+themselves, from the lines they parsed; this worker gets the rest (files
+over preload.MAX_FILE_BYTES, and those that had more lines by the time
+ingest stored them), and starts only once one comes.
 """
 
 from __future__ import annotations
