@@ -348,20 +348,64 @@ def _read_file(conn, path: str, key: int, out_records: list, out_bads: list):
             "kinds": json.dumps(record_kinds.fold_new(conn, records))}
 
 
-def _derive(conn, files: dict[int, tuple]) -> None:
+# Where chain.UUID_RECORDS_SELECT's columns are in a records row as ingest
+# inserts it (file_id, line_no, byte_offset, the RECORD_FIELDS, raw).
+_REC_AT = [3 + RECORD_FIELDS.index(c) for c in (
+    "uuid", "parent_uuid", "logical_parent_uuid", "type", "subtype", "timestamp",
+    "is_sidechain", "is_meta", "team_name", "message_id", "is_tool_result")]
+_UUID, _TYPE, _TIMESTAMP = _REC_AT[0], _REC_AT[3], _REC_AT[5]
+_UNREADABLE, _LEAF = (3 + RECORD_FIELDS.index(c) for c in ("is_unreadable", "leaf_uuid"))
+
+
+def _chain_rows(records: list, first_id: int, out: list, prompts: list) -> None:
+    """A file's rows as derive.UUID_RECORDS_SQL reads them from the index
+    (its records with a uuid and its last-prompt records, in file order),
+    made from the rows just inserted: ``first_id`` the first one's id. The
+    timestamp in ms and the last-prompt fields, which the query computes in
+    SQL, are left for _computed_in_sql; ``prompts`` gets (row, raw) of the
+    last-prompt records."""
+    for i, r in enumerate(records):
+        if r[_UUID] is not None or r[_TYPE] == "last-prompt":
+            row = [first_id + i, r[0], r[1], *(r[at] for at in _REC_AT), None, r[_UNREADABLE],
+                   r[_LEAF], None, None]
+            out.append(row)
+            if r[_TYPE] == "last-prompt":
+                prompts.append((row, r[-1]))
+
+
+def _computed_in_sql(conn, rows: list, prompts: list) -> None:
+    """Fill in what UUID_RECORDS_SELECT computes in SQL, with its own
+    expressions: each row's timestamp in ms, and the last-prompt fields read
+    from the line."""
+    from .views import LAST_PROMPT_EXPLICIT, LAST_PROMPT_NULL_LEAF, TIMESTAMP_MS
+
+    stamps = list({row[8] for row in rows if row[8] is not None})
+    ms = dict(conn.execute(
+        f"SELECT t.timestamp, {TIMESTAMP_MS.format(r='t')} "
+        "FROM (SELECT value AS timestamp FROM json_each(?)) t", [json.dumps(stamps)]))
+    for row in rows:
+        row[14] = ms.get(row[8])
+    flags = (f"SELECT {LAST_PROMPT_NULL_LEAF.format(r='p')}, {LAST_PROMPT_EXPLICIT.format(r='p')} "
+             "FROM (SELECT CAST(? AS TEXT) AS raw) p")
+    for row, raw in prompts:
+        row[17:19] = conn.execute(flags, [raw]).fetchone()
+
+
+def _derive(conn, files: dict[int, tuple], rows: list, prompts: list) -> None:
     """The caches of the batch's transcripts (key: (kind, session id, lines,
-    bytes)), as derive.derive_files computes them from the index."""
+    bytes)), as derive.derive_files computes them from the index, from
+    their _chain_rows."""
     from . import chain, derive
 
-    read = chain.read_rows(conn.execute(derive.UUID_RECORDS_SQL,
-                                        {"file_ids": json.dumps(list(files))}), list(files))
-    rows: dict[str, list] = {name: [] for name in chain.CACHE_COLUMNS}
+    _computed_in_sql(conn, rows, prompts)
+    read = chain.read_rows(rows, list(files))
+    out: dict[str, list] = {name: [] for name in chain.CACHE_COLUMNS}
     for key, (kind, session_id, lines, offset) in files.items():
-        recs, prompts = read[key]
-        for name, file_rows in derive.compute_file(key, kind, session_id, recs, prompts,
+        recs, file_prompts = read[key]
+        for name, file_rows in derive.compute_file(key, kind, session_id, recs, file_prompts,
                                                    (lines, offset)).items():
-            rows[name] += file_rows
-    for name, table_rows in rows.items():
+            out[name] += file_rows
+    for name, table_rows in out.items():
         table = chain.CACHE_TABLES[name]
         conn.execute(f"CREATE TABLE {table} ({chain.CACHE_COLUMNS[name]})")
         chain.insert_rows(conn, name, table_rows)
@@ -389,7 +433,7 @@ def write_batch(target: str, records_sql: str, files: list[list]) -> None:
             conn.execute(sql)
         insert_file = (f"INSERT INTO files ({', '.join(FILE_COLUMNS)}) VALUES "
                        f"({', '.join(':' + c for c in FILE_COLUMNS)})")
-        to_derive = {}
+        to_derive, chain_rows, prompts = {}, [], []
         for key, (path, kind, named_session) in enumerate(files):
             records, bads = [], []
             row = _read_file(conn, path, key, records, bads)
@@ -407,9 +451,11 @@ def write_batch(target: str, records_sql: str, files: list[list]) -> None:
                     conn.executemany(sql, rows)
                     row[last] = conn.execute("SELECT last_insert_rowid()").fetchone()[0]
                     row[first] = row[last] - len(rows) + 1
+            if key in to_derive:
+                _chain_rows(records, row["first_record"], chain_rows, prompts)
             conn.execute(insert_file, row)
         if to_derive:
-            _derive(conn, to_derive)
+            _derive(conn, to_derive, chain_rows, prompts)
         conn.execute("COMMIT")
     finally:
         conn.close()

@@ -47,7 +47,9 @@ def make_sources(root: Path) -> Path:
         b"not json", b"", b"\x00\x01", "\ufeff{}".encode(), b"{\"type\": \"user\", \"x\": NaN}",
         b"\xff\xfe bad utf-8", {"type": "attachment", "uuid": "att-1", "parentUuid": None,
                                 "sessionId": sid[0], "attachment": {"type": "todo_reminder"}},
-        {"type": "last-prompt", "lastPrompt": "hi", "sessionId": sid[0]}])
+        {"type": "last-prompt", "lastPrompt": "hi", "sessionId": sid[0]},
+        {"type": "user", "uuid": "unreadable-1", "parentUuid": None, "sessionId": sid[0]},
+        {"type": "last-prompt", "lastPrompt": "x", "leafUuid": None, "explicit": True}])
     write_jsonl(p / f"{sid[1]}.jsonl", _chain(sid[1], 6), newline_at_end=False)
     (p / f"{sid[2]}.jsonl").write_bytes(
         write_jsonl(p / f"{sid[2]}.jsonl", _chain(sid[2], 4)).read_bytes() + b'{"type": "us')
@@ -182,3 +184,34 @@ def test_workers_that_cannot_run_leave_the_files_to_ingest(tmp_path, monkeypatch
     alone, _ = ingest_into(tmp_path / "alone", sources, monkeypatch, with_workers=False)
     assert dump(ours) == dump(alone)
     assert list(private_tmp.iterdir()) == []
+
+
+def test_the_workers_chain_rows_are_what_derive_reads_from_the_index(tmp_path):
+    """preload._chain_rows (with _computed_in_sql) gives, from the parsed
+    rows, what derive.UUID_RECORDS_SQL reads from a records table."""
+    import sqlite3
+
+    from indexer import derive
+    from indexer.db import open_index
+
+    sources = make_sources(tmp_path / "src")
+    paths = sorted(str(p) for p in sources.rglob("*.jsonl"))
+    records_sql = open_index(str(tmp_path / "i.db"), create=True).conn.execute(
+        preload.RECORDS_TABLE_SQL).fetchone()[0]
+    batch = tmp_path / "batch.db"
+    preload.write_batch(str(batch), records_sql, [(p, "main", None) for p in paths])
+    conn = sqlite3.connect(batch)
+    keys = [k for (k,) in conn.execute("SELECT key FROM files ORDER BY key")]
+    expected = conn.execute(derive.UUID_RECORDS_SQL, {"file_ids": json.dumps(keys)}).fetchall()
+    got, prompts = [], []
+    columns = ", ".join(preload.RECORD_COLUMNS)
+    for key, first, last in conn.execute(
+            "SELECT key, first_record, last_record FROM files WHERE first_record IS NOT NULL "
+            "ORDER BY key").fetchall():
+        rows = conn.execute(f"SELECT {columns} FROM records WHERE id BETWEEN ? AND ? "
+                            "ORDER BY id", [first, last]).fetchall()
+        preload._chain_rows(rows, first, got, prompts)
+    preload._computed_in_sql(conn, got, prompts)
+    assert prompts and any(row[14] is not None for row in got)   # (what the test holds)
+    assert any(row[15] for row in got) and any(row[17] and row[18] for row in got)
+    assert [tuple(row) for row in got] == expected
