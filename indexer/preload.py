@@ -26,6 +26,7 @@ batches ahead of what ingest has used (a line on stdin per batch used).
 from __future__ import annotations
 
 import json
+import operator
 import os
 
 from .chain import CACHE_COLUMNS, CACHE_TABLES
@@ -353,7 +354,8 @@ def _read_file(conn, path: str, key: int, out_records: list, out_bads: list):
 _REC_AT = [3 + RECORD_FIELDS.index(c) for c in (
     "uuid", "parent_uuid", "logical_parent_uuid", "type", "subtype", "timestamp",
     "is_sidechain", "is_meta", "team_name", "message_id", "is_tool_result")]
-_UUID, _TYPE, _TIMESTAMP = _REC_AT[0], _REC_AT[3], _REC_AT[5]
+_UUID, _TYPE = _REC_AT[0], _REC_AT[3]
+_rec_fields = operator.itemgetter(*_REC_AT)
 _UNREADABLE, _LEAF = (3 + RECORD_FIELDS.index(c) for c in ("is_unreadable", "leaf_uuid"))
 
 
@@ -366,7 +368,7 @@ def _chain_rows(records: list, first_id: int, out: list, prompts: list) -> None:
     last-prompt records."""
     for i, r in enumerate(records):
         if r[_UUID] is not None or r[_TYPE] == "last-prompt":
-            row = [first_id + i, r[0], r[1], *(r[at] for at in _REC_AT), None, r[_UNREADABLE],
+            row = [first_id + i, r[0], r[1], *_rec_fields(r), None, r[_UNREADABLE],
                    r[_LEAF], None, None]
             out.append(row)
             if r[_TYPE] == "last-prompt":
