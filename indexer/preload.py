@@ -18,9 +18,9 @@ since) ingest reads itself from there, as always; a file the worker could
 not read, or a worker that died, leaves ingest to read the whole file. So
 the index ends as it would without the worker (tests/test_preload.py).
 
-Flow: the worker gets the plan (the batches' paths) as one JSON line on
-stdin, announces each finished batch ``N`` on stdout, and runs at most AHEAD
-batches ahead of what ingest has used (a line on stdin per batch used).
+Flow: each worker gets its plan (its batches' files) in a JSON file,
+announces each finished batch ``N`` on stdout, and runs at most AHEAD
+batches ahead of what ingest has used (a line on its stdin per batch used).
 """
 
 from __future__ import annotations
@@ -117,15 +117,18 @@ class _Worker:
     """One worker process, the batches it makes (in order), the last one
     it announced."""
 
-    def __init__(self, folder: str, records_sql: str, batches: list[tuple[int, list]]):
+    def __init__(self, folder: str, number: int, records_sql: str,
+                 batches: list[tuple[int, list]]):
         import subprocess  # only for a big ingest: it costs start-up time
         import sys
 
         self.ready = -1
+        plan = os.path.join(folder, f"plan-{number}.json")   # (a pipe would make ingest wait)
+        with open(plan, "w") as f:
+            json.dump({"records": records_sql, "batches": batches}, f)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", WORKER_MODULE, folder],
+            [sys.executable, "-m", WORKER_MODULE, folder, plan],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-        self.send(json.dumps({"records": records_sql, "batches": batches}).encode() + b"\n")
 
     def send(self, data: bytes) -> None:
         try:
@@ -170,8 +173,8 @@ class Preloader:
         self.kept = []         # (key, file id, record id shift) of caches to copy
         count = min(WORKERS, len(batches))
         records_sql = conn.execute(RECORDS_TABLE_SQL).fetchone()[0]
-        self.workers = [_Worker(self.dir, records_sql, [(n, b) for n, b in enumerate(batches)
-                                                        if n % count == w])
+        self.workers = [_Worker(self.dir, w, records_sql, [(n, b) for n, b in enumerate(batches)
+                                                           if n % count == w])
                         for w in range(count)]
 
     def _path(self, n: int) -> str:
@@ -465,12 +468,13 @@ def write_batch(target: str, records_sql: str, files: list[list]) -> None:
 
 
 def main(argv: list[str]) -> int:
-    """The worker: the plan on stdin's first line, then a line per batch used."""
+    """The worker: FOLDER PLAN (its JSON file); on stdin a line per batch used."""
     import sys
 
-    (folder,) = argv
-    plan = json.loads(sys.stdin.buffer.readline() or b"{}")
-    for made, (n, files) in enumerate(plan.get("batches", ())):
+    folder, plan_file = argv
+    with open(plan_file) as f:
+        plan = json.load(f)
+    for made, (n, files) in enumerate(plan["batches"]):
         if made >= AHEAD and not sys.stdin.buffer.readline():
             return 0   # ingest is done (or gone): no more batches wanted
         write_batch(os.path.join(folder, f"{n}.db"), plan["records"], files)
