@@ -471,15 +471,23 @@ def main(argv: list[str]) -> int:
     """The worker: FOLDER PLAN (its JSON file); on stdin a line per batch used."""
     import sys
 
+    import shutil
+
     folder, plan_file = argv
     with open(plan_file) as f:
         plan = json.load(f)
-    for made, (n, files) in enumerate(plan["batches"]):
-        if made >= AHEAD and not sys.stdin.buffer.readline():
-            return 0   # ingest is done (or gone): no more batches wanted
-        write_batch(os.path.join(folder, f"{n}.db"), plan["records"], files)
-        sys.stdout.write(f"{n}\n")
-        sys.stdout.flush()
+    try:
+        for made, (n, files) in enumerate(plan["batches"]):
+            if made >= AHEAD and not sys.stdin.buffer.readline():
+                break   # stdin closed: ingest is gone (it kills a worker it is done with)
+            write_batch(os.path.join(folder, f"{n}.db"), plan["records"], files)
+            sys.stdout.write(f"{n}\n")
+            sys.stdout.flush()
+        else:
+            return 0
+    except BrokenPipeError:
+        pass
+    shutil.rmtree(folder, ignore_errors=True)   # nobody else will, ingest being gone
     return 0
 
 

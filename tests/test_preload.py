@@ -215,3 +215,68 @@ def test_the_workers_chain_rows_are_what_derive_reads_from_the_index(tmp_path):
     assert prompts and any(row[14] is not None for row in got)   # (what the test holds)
     assert any(row[15] for row in got) and any(row[17] and row[18] for row in got)
     assert [tuple(row) for row in got] == expected
+
+
+def _workers_of(folder: Path) -> list[int]:
+    """Pids of live preload workers using ``folder``."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            args = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if preload.WORKER_MODULE.encode() in args and any(
+                a.startswith(str(folder).encode()) for a in args):
+            pids.append(int(proc.name))
+    return pids
+
+
+@pytest.mark.xdist_group("timing")
+def test_a_killed_ingest_leaves_no_worker_and_no_batch_behind(tmp_path):
+    """SIGKILL of a cold `session-index ingest` while the workers run: they
+    end and remove their folder; the next ingest stores every line once."""
+    import signal
+    import sqlite3
+    import time
+
+    from test_watch import CMD, make_big_corpus
+
+    projects = tmp_path / "projects"
+    make_big_corpus(projects, 48)   # past derive_worker.MIN_BYTES: a bulk ingest
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    env = {**os.environ, "TMPDIR": str(temp)}
+    db = tmp_path / "index.db"
+    proc = subprocess.Popen(CMD + ["ingest", str(projects), "--db", str(db)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while True:   # until the first batch is in and the workers are at work
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
+        try:
+            with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+                if conn.execute("SELECT count(*) FROM records").fetchone()[0]:
+                    break
+        except sqlite3.Error:
+            pass
+        time.sleep(0.02)
+    folders = list(temp.glob("session-index-preload-*"))
+    assert len(folders) == 1 and _workers_of(folders[0])
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 20
+    while _workers_of(folders[0]) or folders[0].exists():
+        assert time.monotonic() < deadline, (_workers_of(folders[0]), list(temp.iterdir()))
+        time.sleep(0.05)
+
+    result = subprocess.run(CMD + ["ingest", str(projects), "--db", str(db), "--json"],
+                            env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    conn = sqlite3.connect(db)
+    lines = sum(p.read_bytes().count(b"\n") for p in projects.rglob("*.jsonl"))
+    stored = conn.execute("SELECT (SELECT count(DISTINCT file_id || ':' || byte_offset) "
+                          "FROM records) + (SELECT count(*) FROM bad_lines)").fetchone()[0]
+    assert stored == lines == conn.execute(
+        "SELECT (SELECT count(*) FROM records) + (SELECT count(*) FROM bad_lines)").fetchone()[0]
+    assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    assert conn.execute("SELECT count(*) FROM files WHERE needs_derive").fetchone()[0] == 0
+    assert list(temp.iterdir()) == []
