@@ -29,6 +29,7 @@ import json
 import operator
 import os
 
+from . import views
 from .chain import CACHE_COLUMNS, CACHE_TABLES
 from .rows import RECORD_FIELDS
 
@@ -101,6 +102,16 @@ def copy_cache_sql(name: str) -> str:
 
 
 COPY_CACHE_SQL = {name: copy_cache_sql(name) for name in CACHE_COLUMNS}
+
+# The worker's writes to a batch.
+INSERT_FILE_SQL = (f"INSERT INTO files ({', '.join(FILE_COLUMNS)}) VALUES "
+                   f"({', '.join(':' + c for c in FILE_COLUMNS)})")
+LAST_ROWID_SQL = "SELECT last_insert_rowid()"
+CREATE_CACHE_SQL = {name: (f"CREATE TABLE {CACHE_TABLES[name]} ({CACHE_COLUMNS[name]})",
+                           f"CREATE INDEX {CACHE_TABLES[name]}_file "
+                           f"ON {CACHE_TABLES[name]}(file_id)")
+                    for name in CACHE_COLUMNS}
+MARK_DERIVED_SQL = "UPDATE files SET derived = 1 WHERE key IN (SELECT value FROM json_each(?))"
 
 
 class Preloaded:
@@ -362,6 +373,15 @@ _rec_fields = operator.itemgetter(*_REC_AT)
 _UNREADABLE, _LEAF = (3 + RECORD_FIELDS.index(c) for c in ("is_unreadable", "leaf_uuid"))
 
 
+# What UUID_RECORDS_SELECT computes in SQL, with its own expressions: each
+# timestamp (of a JSON array) in ms, and a last-prompt line's two fields.
+TIMESTAMPS_MS_SQL = (f"SELECT t.timestamp, {views.TIMESTAMP_MS.format(r='t')} "
+                     "FROM (SELECT value AS timestamp FROM json_each(?)) t")
+PROMPT_FIELDS_SQL = (f"SELECT {views.LAST_PROMPT_NULL_LEAF.format(r='p')}, "
+                     f"{views.LAST_PROMPT_EXPLICIT.format(r='p')} "
+                     "FROM (SELECT CAST(? AS TEXT) AS raw) p")
+
+
 def _chain_rows(records: list, first_id: int, out: list, prompts: list) -> None:
     """A file's rows as derive.UUID_RECORDS_SQL reads them from the index
     (its records with a uuid and its last-prompt records, in file order),
@@ -382,18 +402,12 @@ def _computed_in_sql(conn, rows: list, prompts: list) -> None:
     """Fill in what UUID_RECORDS_SELECT computes in SQL, with its own
     expressions: each row's timestamp in ms, and the last-prompt fields read
     from the line."""
-    from .views import LAST_PROMPT_EXPLICIT, LAST_PROMPT_NULL_LEAF, TIMESTAMP_MS
-
     stamps = list({row[8] for row in rows if row[8] is not None})
-    ms = dict(conn.execute(
-        f"SELECT t.timestamp, {TIMESTAMP_MS.format(r='t')} "
-        "FROM (SELECT value AS timestamp FROM json_each(?)) t", [json.dumps(stamps)]))
+    ms = dict(conn.execute(TIMESTAMPS_MS_SQL, [json.dumps(stamps)]))
     for row in rows:
         row[14] = ms.get(row[8])
-    flags = (f"SELECT {LAST_PROMPT_NULL_LEAF.format(r='p')}, {LAST_PROMPT_EXPLICIT.format(r='p')} "
-             "FROM (SELECT CAST(? AS TEXT) AS raw) p")
     for row, raw in prompts:
-        row[17:19] = conn.execute(flags, [raw]).fetchone()
+        row[17:19] = conn.execute(PROMPT_FIELDS_SQL, [raw]).fetchone()
 
 
 def _derive(conn, files: dict[int, tuple], rows: list, prompts: list) -> None:
@@ -411,12 +425,11 @@ def _derive(conn, files: dict[int, tuple], rows: list, prompts: list) -> None:
                                                    (lines, offset)).items():
             out[name] += file_rows
     for name, table_rows in out.items():
-        table = chain.CACHE_TABLES[name]
-        conn.execute(f"CREATE TABLE {table} ({chain.CACHE_COLUMNS[name]})")
+        create_table, create_index = CREATE_CACHE_SQL[name]
+        conn.execute(create_table)
         chain.insert_rows(conn, name, table_rows)
-        conn.execute(f"CREATE INDEX {table}_file ON {table}(file_id)")
-    conn.execute("UPDATE files SET derived = 1 WHERE key IN (SELECT value FROM json_each(?))",
-                 [json.dumps(list(files))])
+        conn.execute(create_index)
+    conn.execute(MARK_DERIVED_SQL, [json.dumps(list(files))])
 
 
 def write_batch(target: str, records_sql: str, files: list[list]) -> None:
@@ -436,8 +449,6 @@ def write_batch(target: str, records_sql: str, files: list[list]) -> None:
         conn.execute("BEGIN")
         for sql in (records_sql, *CREATE_BATCH_SQL):
             conn.execute(sql)
-        insert_file = (f"INSERT INTO files ({', '.join(FILE_COLUMNS)}) VALUES "
-                       f"({', '.join(':' + c for c in FILE_COLUMNS)})")
         to_derive, chain_rows, prompts = {}, [], []
         for key, (path, kind, named_session) in enumerate(files):
             records, bads = [], []
@@ -454,11 +465,11 @@ def write_batch(target: str, records_sql: str, files: list[list]) -> None:
                                            (bads, INSERT_BAD_LINE_SQL, "first_bad", "last_bad")):
                 if rows:
                     conn.executemany(sql, rows)
-                    row[last] = conn.execute("SELECT last_insert_rowid()").fetchone()[0]
+                    row[last] = conn.execute(LAST_ROWID_SQL).fetchone()[0]
                     row[first] = row[last] - len(rows) + 1
             if key in to_derive:
                 _chain_rows(records, row["first_record"], chain_rows, prompts)
-            conn.execute(insert_file, row)
+            conn.execute(INSERT_FILE_SQL, row)
         if to_derive:
             _derive(conn, to_derive, chain_rows, prompts)
         conn.execute("COMMIT")
