@@ -425,7 +425,7 @@ def _unchanged(row: dict, st) -> bool:
     )
 
 
-def _prefix_matches(conn, row: dict, f, whole: bool) -> bool:
+def prefix_matches(conn, row: dict, f, whole: bool) -> bool:
     """Do the file's first ``ingested_offset`` bytes still say what we stored?"""
     offset = row["ingested_offset"]
     if offset == 0:
@@ -478,7 +478,7 @@ def _ingest_file(writer: _Writer, cand, row: dict | None, st, summary: Summary) 
             suspicious = (row["inode"] != st.st_ino or row["dev"] != st.st_dev
                           or row["deleted_at"] is not None
                           or (st.st_size == row["size"] and st.st_mtime_ns != row["mtime_ns"]))
-            rewrite = None if _prefix_matches(conn, row, f, whole=suspicious) else "changed"
+            rewrite = None if prefix_matches(conn, row, f, whole=suspicious) else "changed"
         if rewrite:
             summary.rewritten_files += 1
             now = utcnow()

@@ -2,12 +2,14 @@
 
 In a cold ingest the main process spent more than half its time in Python
 on each line: parsing it, then binding its forty-odd fields to the INSERT.
-Here a worker process (``python -m indexer.preload DIR``) reads the new
-files in the order ingest will store them, parses their complete lines
-exactly as ingest does (ingest.line_row), and writes the rows into batch
-files: plain SQLite files of about BATCH_BYTES of lines each, in a private
-temporary folder. Ingest attaches a batch between two of its transactions
-and copies each file's rows with one ``INSERT … SELECT``, all in SQLite.
+Here WORKERS processes (``python -m indexer.preload FOLDER PLAN``) read the
+new files in the order ingest will store them, parse their complete lines
+exactly as ingest does (lines.line_row), derive their caches and fold their
+record kinds, and write it all into batch files: plain SQLite files of
+about BATCH_BYTES of lines each, in a private temporary folder. Ingest
+attaches a batch between two of its transactions and copies each file's
+rows with one ``INSERT … SELECT``, and at the commit the transaction's
+caches, all in SQLite.
 
 A file's preloaded rows are taken only when, under the write lock, the file
 is still untracked and is the one the worker read: same device and inode,
@@ -212,7 +214,7 @@ class Preloader:
     def take(self, conn, file_id: int, path: str, f, st) -> Preloaded | None:
         """Copy ``path``'s preloaded rows into the index as file ``file_id``
         (inside the caller's transaction), if they are still the file's."""
-        from .ingest import digest_of
+        from .ingest import prefix_matches
 
         n, key = self.batch_of.get(path, (None, None))
         if self.attached is None or n != self.attached[0]:
@@ -223,11 +225,9 @@ class Preloader:
         p = Preloaded(row)
         if (p.dev, p.ino) != (st.st_dev, st.st_ino) or st.st_size < p.end_offset:
             return None
-        f.seek(0)
-        head = f.read(p.head_len)
-        f.seek(p.end_offset - p.tail_len)
-        tail = f.read(p.tail_len)
-        if digest_of(head) != p.head_hash or digest_of(tail) != p.tail_hash:
+        if not prefix_matches(conn, {"ingested_offset": p.end_offset, "head_len": p.head_len,
+                                     "head_hash": p.head_hash, "tail_len": p.tail_len,
+                                     "tail_hash": p.tail_hash}, f, whole=False):
             return None   # rewritten since the worker read it
         if p.first_record is not None:
             conn.execute(COPY_RECORDS_SQL, {"file_id": file_id, "first": p.first_record,
@@ -329,7 +329,7 @@ def _read_file(conn, path: str, key: int, out_records: list, out_bads: list):
     from . import record_kinds
     from .ingest import HEAD_BYTES, TAIL_BYTES, digest_of, running_facts
     from .lines import line_row
-    from .rows import LARGE_LINE_BYTES, RECORD_FIELDS
+    from .rows import LARGE_LINE_BYTES
     from .safefiles import open_regular
 
     try:
@@ -480,9 +480,8 @@ def write_batch(target: str, records_sql: str, files: list[list]) -> None:
 
 def main(argv: list[str]) -> int:
     """The worker: FOLDER PLAN (its JSON file); on stdin a line per batch used."""
-    import sys
-
     import shutil
+    import sys
 
     folder, plan_file = argv
     with open(plan_file) as f:
