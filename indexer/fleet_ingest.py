@@ -22,8 +22,7 @@ import time
 
 from . import discover, fleet_nats, fleet_wire, generations
 from .db import write_lock
-from .ingest import (FORGET_LINES_SQL, INSERT_BAD_LINE_SQL, INSERT_RECORD_SQL,
-                     RUNNING_FACTS_SET, running_facts, utcnow)
+from .ingest import FORGET_LINES_SQL, RUNNING_FACTS_SET, insert_lines, running_facts, utcnow
 
 PATH_PREFIX = "fleet://"
 # Messages per fetch, and how long a fetch waits for the first one: with
@@ -182,8 +181,7 @@ def _store_lines(conn, row: dict, start: int, body: bytes, now: str, summary: Su
         except BadLine as exc:
             bads.append((file_id, line_no, at, str(exc), line))
         at += len(line) + 1
-    conn.executemany(INSERT_RECORD_SQL, records)
-    conn.executemany(INSERT_BAD_LINE_SQL, bads)
+    insert_lines(conn, records, bads)
     facts = [r[3:-1] for r in records]
     session_id = row["session_id"] or next((f[_SESSION] for f in facts if f[_SESSION]), None)
     conn.execute(ADVANCE_FLEET_FILE_SQL, {

@@ -39,7 +39,7 @@ from .db import background_checkpoints, retry_locked, write_lock
 from .digests import blake2b
 from .safefiles import NotRegular, open_regular, regular_stat
 from .generations import stored_bytes
-from .rows import LARGE_LINE_BYTES, RECORD_FIELDS, BadLine, NeedsText
+from .rows import LARGE_LINE_BYTES, RECORD_FIELDS, BadLine, NeedsText, bindable
 
 READ_CHUNK = 1 << 20
 # Commit after this many bytes of new lines: long enough to amortize the
@@ -114,6 +114,15 @@ INSERT_BAD_LINE_SQL = (
 # _write_raw then fills from the read buffer (no copy of the line in Python).
 INSERT_LARGE_RECORD_SQL = _INSERT_RECORD_SQL.format(raw="CAST(zeroblob(?) AS TEXT)")
 INSERT_LARGE_BAD_LINE_SQL = INSERT_BAD_LINE_SQL[:-len("?)")] + "zeroblob(?))"
+
+
+def insert_lines(conn, records: list, bads: list) -> None:
+    """Store parsed lines: ``records`` and ``bads`` rows as lines.line_row
+    makes them (in file order, each list)."""
+    if records:
+        conn.executemany(INSERT_RECORD_SQL, bindable(records))
+    if bads:
+        conn.executemany(INSERT_BAD_LINE_SQL, bads)
 TRACK_FILE_SQL = """
 INSERT INTO files (path, kind, session_id, agent_id, project_dir, first_ingested_at)
 VALUES (:path, :kind, :session_id, :agent_id, :project_dir, :now)
@@ -696,10 +705,7 @@ def _read_new_lines(writer: _Writer, row: dict, f, summary: Summary) -> tuple[bo
             head_len, head_hash = len(head), digest_of(head)
         end = current_tail()
         writer.begin()
-        if records:
-            conn.executemany(INSERT_RECORD_SQL, records)
-        if bads:
-            conn.executemany(INSERT_BAD_LINE_SQL, bads)
+        insert_lines(conn, records, bads)
         if records and not large_fields:   # their kinds, from what was parsed
             record_kinds.count_stored(conn, file_id, stored_offset, offset, records,
                                       writer.run_at)

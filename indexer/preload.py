@@ -33,7 +33,7 @@ import os
 
 from . import views
 from .chain import CACHE_COLUMNS, CACHE_TABLES
-from .rows import RECORD_FIELDS
+from .rows import RECORD_FIELDS, bindable
 
 # Files bigger than this are read by ingest itself (the worker holds a
 # whole file in memory).
@@ -464,7 +464,7 @@ def write_batch(target: str, records_sql: str, files: list[list]) -> None:
                                             "last_record"),
                                            (bads, INSERT_BAD_LINE_SQL, "first_bad", "last_bad")):
                 if rows:
-                    conn.executemany(sql, rows)
+                    conn.executemany(sql, bindable(rows))
                     row[last] = conn.execute(LAST_ROWID_SQL).fetchone()[0]
                     row[first] = row[last] - len(rows) + 1
             if key in to_derive:

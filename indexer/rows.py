@@ -14,6 +14,18 @@ class NeedsText(Exception):
     """A large line the fast path cannot read from its bytes: parse_line it."""
 
 
+# Python's sqlite3 binds None through its adapter lookup, about ten times
+# slower than a number; SQLite stores a NaN float as NULL. So rows bound in
+# bulk carry NULL for None: the same values once SQLite has them
+# (tests/test_rows.py holds SQLite to that; bench/ingest_speed.py).
+NULL = float("nan")
+
+
+def bindable(rows):
+    """``rows`` (tuples) for executemany, None bound as NULL (lazily)."""
+    return (tuple([NULL if v is None else v for v in row]) for row in rows)
+
+
 # Lines longer than this are parsed from their bytes without a text copy,
 # and stored with incremental blob I/O (ingest.py), so memory stays bounded
 # by the longest line, not several copies of it.

@@ -54,8 +54,7 @@ import msgspec
 
 from . import derive, record_kinds, search, views
 from .db import open_db, retry_locked, write_lock
-from .ingest import (INSERT_BAD_LINE_SQL, INSERT_RECORD_SQL, RUNNING_FACTS_SET, running_facts,
-                     utcnow)
+from .ingest import RUNNING_FACTS_SET, insert_lines, running_facts, utcnow
 from .lines import RECORD_FIELDS, BadLine, parse_line
 
 if TYPE_CHECKING:  # the SDK's types, for readers and type checkers only
@@ -288,8 +287,7 @@ class _Backend:
                 kept.append(entry)
             if not kept:
                 return  # every entry was already stored: nothing changes
-            conn.executemany(INSERT_RECORD_SQL, records)
-            conn.executemany(INSERT_BAD_LINE_SQL, bads)
+            insert_lines(conn, records, bads)
             conn.execute(ADVANCE_STORE_FILE_SQL, {
                 "id": file_id, "offset": offset, "line_count": line_no, "now": utcnow(),
                 **running_facts([r[3:-1] for r in records])})
