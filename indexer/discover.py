@@ -94,9 +94,10 @@ def sniff(path: str) -> str | None:
         return OTHER
     if not head.strip():
         return None
-    lines = head.split(b"\n")
-    complete, partial = lines[:-1], lines[-1]
-    for line in complete:
+    start = 0
+    complete = False
+    while (end := head.find(b"\n", start)) >= 0:   # (most files tell on their first line)
+        line, start, complete = head[start:end], end + 1, True
         if not line.strip():
             continue
         try:
@@ -110,7 +111,7 @@ def sniff(path: str) -> str | None:
                 return TRANSCRIPT
     if not complete:
         # One long first line: judge by its opening.
-        if partial.lstrip(b"\xef\xbb\xbf \t").startswith(b"{"):
+        if head.lstrip(b"\xef\xbb\xbf \t").startswith(b"{"):
             return TRANSCRIPT
         return OTHER
     return OTHER
