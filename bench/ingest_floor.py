@@ -8,7 +8,8 @@ and runs, alternated --repeat times, each in a fresh process:
 - ``ingest()`` of the corpus into a new index (wall, this process's CPU, and its worker
   processes' CPU: preload.py's and derive_worker.py's);
 - the index's SQLite writes alone: the records and cache rows of that index inserted into
-  a new one with the same schema, with executemany, a commit every 8 MB (the serial floor
+  a new one with the same schema, with executemany (None bound as ingest binds it,
+  rows.bindable), a commit every 8 MB (the serial floor
   of this schema: one writer, twelve record indexes);
 - those writes split: the records with every index, the records with only their unique
   (file_id, byte_offset) key (what the other record indexes cost), the cache rows alone.
@@ -47,6 +48,7 @@ if mode.startswith("writes"):
             conn.execute(f"DROP INDEX {name}")
 t0, c0 = time.perf_counter(), time.process_time()
 if mode.startswith("writes"):
+    from indexer.rows import bindable
     for t, (cols, rows) in data.items():
         sql = f"INSERT INTO {t} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})"
         raw = cols.index("raw") if "raw" in cols else None
@@ -54,7 +56,7 @@ if mode.startswith("writes"):
         pending = 0
         for i in range(0, len(rows), 500):
             batch = rows[i:i + 500]
-            conn.executemany(sql, batch)
+            conn.executemany(sql, bindable(batch))   # None as NaN, as ingest binds
             pending += sum(len(r[raw]) for r in batch) if raw is not None else 0
             if pending >= 8 << 20:
                 conn.execute("COMMIT")
