@@ -6,7 +6,9 @@ Uses the corpus of bench/ingest_speed.py (made there, or here with the same argu
 and runs, alternated --repeat times, each in a fresh process:
 - ``sqlite-utils insert DB lines ALL.jsonl --lines`` (wall, and its CPU from os.wait4);
 - ``ingest()`` of the corpus into a new index (wall, this process's CPU, and its worker
-  processes' CPU: preload.py's and derive_worker.py's);
+  processes' CPU: preload.py's and derive_worker.py's); and again with the ten secondary
+  record indexes dropped first and created once it is done (is a bulk load cheaper without
+  them?);
 - the index's SQLite writes alone: the records and cache rows of that index inserted into
   a new one with the same schema, with executemany (None bound as ingest binds it,
   rows.bindable), a commit every 8 MB (the serial floor
@@ -39,13 +41,15 @@ if mode.startswith("writes"):
     for t in tables:
         cols = [r[1] for r in old.execute(f"PRAGMA table_info({t})") if r[1] != "id"]
         data[t] = (cols, old.execute(f"SELECT {', '.join(cols)} FROM {t}").fetchall())
-    conn = index.conn
-    conn.execute("DELETE FROM files")
-    if mode == "writes-records-key":   # the record indexes but the unique key go
-        for (name,) in conn.execute(
-                "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'records' "
-                "AND sql IS NOT NULL AND name <> 'records_file_offset'").fetchall():
-            conn.execute(f"DROP INDEX {name}")
+    index.conn.execute("DELETE FROM files")
+secondary = []   # the record indexes but the unique key, for the modes that drop them
+if mode in ("writes-records-key", "real-late-indexes"):
+    secondary = index.conn.execute(
+        "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND tbl_name = 'records' "
+        "AND sql IS NOT NULL AND name <> 'records_file_offset'").fetchall()
+    for name, _ in secondary:
+        index.conn.execute(f"DROP INDEX {name}")
+conn = index.conn
 t0, c0 = time.perf_counter(), time.process_time()
 if mode.startswith("writes"):
     from indexer.rows import bindable
@@ -66,6 +70,8 @@ if mode.startswith("writes"):
 else:
     from indexer import ingest
     ingest.ingest(index, [corpus])
+    for _, sql in secondary:   # real-late-indexes: built once the rows are in
+        conn.execute(sql)
 import resource
 workers = resource.getrusage(resource.RUSAGE_CHILDREN)   # preload and derive workers
 print(time.perf_counter() - t0, time.process_time() - c0, workers.ru_utime + workers.ru_stime)
@@ -109,6 +115,7 @@ def main():
                 for name in sorted(names):
                     out.write((Path(d) / name).read_bytes())
         runs = (("ingest", "real"),
+                ("  record indexes built after", "real-late-indexes"),
                 ("SQLite writes alone", "writes"), ("  records, every index", "writes-records"),
                 ("  records, unique key only", "writes-records-key"),
                 ("  cache rows", "writes-caches"))

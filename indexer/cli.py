@@ -244,12 +244,14 @@ def ingest(sources, db_path, config_dir, silent, as_json, watch, from_url, consu
         except watchmod.WatchError as exc:
             raise Failure(str(exc)) from None
         return
-    db = _open(db_path, create=True)
     show = not silent and not as_json and sys.stderr.isatty()
     bar = None
 
     def plan(total):
         nonlocal bar
+        if bar is not None:   # (a build that lost the race runs again: fresh_build.py)
+            bar.__exit__(None, None, None)
+            bar = None
         if show and total:
             bar = click.progressbar(length=total, label="Indexing", file=sys.stderr)
             bar.__enter__()
@@ -258,9 +260,13 @@ def ingest(sources, db_path, config_dir, silent, as_json, watch, from_url, consu
         if bar is not None:
             bar.update(n)
 
+    from . import fresh_build
+
     try:
-        summary = ingestmod.ingest(db, list(sources), progress=progress, plan=plan,
-                                   config_dir=config_dir)
+        summary = fresh_build.ingest(db_path, lambda db: ingestmod.ingest(
+            db, list(sources), progress=progress, plan=plan, config_dir=config_dir))
+    except dbmod.IndexError_ as exc:
+        raise Failure(str(exc)) from None
     except ingestmod.SourceNotFound as exc:
         raise Failure(str(exc)) from None
     finally:

@@ -84,8 +84,10 @@ def _make_default_folder(path: str) -> None:
         os.makedirs(data_dir(), exist_ok=True)
 
 
-def connect(path) -> sqlite3.Connection:
-    """A connection to the index file with the pragmas every open uses."""
+def connect(path, bulk: bool = False) -> sqlite3.Connection:
+    """A connection to the index file with the pragmas every open uses
+    (``bulk``: a build no other process writes, fresh_build.py: a rollback
+    journal in memory and no fsync, in place of the WAL)."""
     try:
         conn = sqlite3.connect(str(path), isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
         # Before anything is written (it only applies to a new file): 16 KiB
@@ -94,8 +96,8 @@ def connect(path) -> sqlite3.Connection:
         # time than with 4 KiB pages.
         conn.execute(f"PRAGMA page_size = {PAGE_SIZE}")
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        conn.execute("PRAGMA journal_mode = WAL")
-        conn.execute("PRAGMA synchronous = NORMAL")
+        conn.execute(f"PRAGMA journal_mode = {'MEMORY' if bulk else 'WAL'}")
+        conn.execute(f"PRAGMA synchronous = {'OFF' if bulk else 'NORMAL'}")
         conn.execute(f"PRAGMA journal_size_limit = {JOURNAL_SIZE_LIMIT}")
         conn.execute("PRAGMA foreign_keys = OFF")
         # As sqlite_utils.Database sets it, so both opens behave alike.
@@ -188,28 +190,29 @@ def open_db(path, *, create: bool = True) -> sqlite_utils.Database:
     return db
 
 
-def _create(path: str) -> sqlite_utils.Database:
+def _create(path: str, bulk: bool = False) -> sqlite_utils.Database:
     """A new index at ``path``, which ``probe`` found NEW."""
     import sqlite_utils
 
     _make_default_folder(path)
-    db = sqlite_utils.Database(connect(path))
+    db = sqlite_utils.Database(connect(path, bulk))
     upgrade(db)
     return db
 
 
-def open_index(path, *, create: bool = False) -> Index | sqlite_utils.Database:
+def open_index(path, *, create: bool = False,
+               bulk: bool = False) -> Index | sqlite_utils.Database:
     """The index at ``path``, upgraded (with ``create``, made if the file is
     new or empty): what a command opens. Only ingest and the session store
     create an index; no command touches a file that is not one (``probe``).
     At the current schema (``is_current``) it is an ``Index`` on a plain
     sqlite3 connection; otherwise the sqlite_utils Database that ``upgrade``
-    brought up to date."""
+    brought up to date. ``bulk`` (for a new file only): connect's."""
     path = os.fspath(path)
     if probe(path) == NEW:
         if not create:
             raise _missing(path)
-        return _create(path)
+        return _create(path, bulk)
     conn = connect(path)
     try:
         current = is_current(conn)

@@ -130,12 +130,14 @@ def fast_ingest(args: list[str]) -> int | None:
         sources = discover.default_sources(sources, options.get("config_dir"))
     except discover.NoProjectsFolder:
         return None
+    from . import db, fresh_build
+
     db_path = _db_path(options)
-    index = _open(db_path, create=True)
-    if index is None:
-        return None
     try:
-        summary = ingest.ingest(index, sources, config_dir=options.get("config_dir"))
+        summary = fresh_build.ingest(db_path, lambda index: ingest.ingest(
+            index, sources, config_dir=options.get("config_dir")))
+    except db.IndexError_:
+        return None  # click words the error (exit 3)
     except ingest.SourceNotFound:
         return None  # raised before anything is written: click says it
     ingest.report(summary, options.get("as_json", False), sys.stdout, sys.stderr,

@@ -234,7 +234,8 @@ def _workers_of(folder: Path) -> list[int]:
 @pytest.mark.xdist_group("timing")
 def test_a_killed_ingest_leaves_no_worker_and_no_batch_behind(tmp_path):
     """SIGKILL of a cold `session-index ingest` while the workers run: they
-    end and remove their folder; the next ingest stores every line once."""
+    end and remove their folder; the next ingest removes the build it left
+    (fresh_build.py) and stores every line once."""
     import signal
     import sqlite3
     import time
@@ -250,10 +251,11 @@ def test_a_killed_ingest_leaves_no_worker_and_no_batch_behind(tmp_path):
     proc = subprocess.Popen(CMD + ["ingest", str(projects), "--db", str(db)], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 60
+    build = tmp_path / f".index.db.building-{proc.pid}"   # the index, until it is done
     while True:   # until the first batch is in and the workers are at work
         assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
         try:
-            with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+            with sqlite3.connect(f"file:{build}?mode=ro", uri=True) as conn:
                 if conn.execute("SELECT count(*) FROM records").fetchone()[0]:
                     break
         except sqlite3.Error:
@@ -280,3 +282,4 @@ def test_a_killed_ingest_leaves_no_worker_and_no_batch_behind(tmp_path):
     assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     assert conn.execute("SELECT count(*) FROM files WHERE needs_derive").fetchone()[0] == 0
     assert list(temp.iterdir()) == []
+    assert not build.exists() and not db.with_name(db.name + "-journal").exists()

@@ -1,0 +1,140 @@
+"""The first ingest into an index that does not exist yet: built aside, then published whole.
+
+A WAL writes every page twice (into the WAL, then into the index at the
+checkpoint) so that readers and other writers can work meanwhile. An index
+that does not exist yet has neither, so `session-index ingest` builds it in
+a file of its own beside it (``.NAME.building-PID``, the same folder): a
+rollback journal kept in memory, no fsync at each commit, each page written
+once (bench/ingest_floor.py). Once the ingest is done the build is switched
+to WAL, synced, and published under the index's name with link(2), which
+fails rather than replace an index another process created meanwhile (a
+second ingest, a session store): this ingest then runs again into that one
+(the lines are still in the transcripts) and the build goes.
+
+Until it is published there is no index: `check`, `serve` and the web say
+so, as before any ingest. Ctrl-C publishes what was committed (the next
+ingest goes on from there); a build cut short otherwise (SIGTERM, SIGKILL,
+a power loss) is a stray file, removed by the next build once its process
+is gone. `ingest --watch`, `serve --watch` and `ingest --from` create the
+index in place (WAL from the start), as readers may come at once.
+"""
+
+from __future__ import annotations
+
+import os
+
+MARK = ".building-"
+
+
+def build_path(final: str) -> str:
+    folder, name = os.path.split(os.path.abspath(final))
+    return os.path.join(folder, f".{name}{MARK}{os.getpid()}")
+
+
+def _remove(path: str) -> None:
+    for suffix in ("", "-journal", "-wal", "-shm"):
+        try:
+            os.unlink(path + suffix)
+        except FileNotFoundError:
+            pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True   # someone else's process
+    return True
+
+
+def remove_strays(final: str) -> list[str]:
+    """Remove the builds of ``final`` whose process is gone: their paths."""
+    folder, name = os.path.split(os.path.abspath(final))
+    prefix = f".{name}{MARK}"
+    removed = []
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return removed
+    for entry in names:
+        pid = entry[len(prefix):]
+        if entry.startswith(prefix) and pid.isdigit() and not _alive(int(pid)):
+            _remove(os.path.join(folder, entry))
+            removed.append(os.path.join(folder, entry))
+    return removed
+
+
+def _publish(conn, build: str, final: str) -> bool:
+    """Switch the build to WAL, sync it and link it as ``final``: False if
+    a file is there by now."""
+    mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+    conn.close()
+    if mode != "wal":
+        raise OSError(f"{build}: could not switch it to WAL (journal mode {mode})")
+    fd = os.open(build, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    try:
+        os.link(build, final)
+    except FileExistsError:
+        return False
+    fd = os.open(os.path.dirname(os.path.abspath(final)), os.O_RDONLY)
+    try:
+        os.fsync(fd)   # the new name, too
+    finally:
+        os.close(fd)
+    return True
+
+
+def ingest(final: str, run):
+    """``run(db)`` (an ingest) on a new build of the index ``final``, then
+    the build published as ``final``; on ``final`` opened as always
+    (``db.open_index``, which may raise db.IndexError_) when a file or a
+    link is there already, or by the time the build is done, or its folder
+    is missing. Returns run's result."""
+    from . import db as dbmod
+
+    result = _build(final, run) if not os.path.lexists(final) else _NOT_BUILT
+    if result is _NOT_BUILT:
+        result = run(dbmod.open_index(final, create=True))
+    return result
+
+
+_NOT_BUILT = object()
+
+
+def _build(final: str, run):
+    from . import db as dbmod
+
+    dbmod._make_default_folder(final)
+    if not os.path.isdir(os.path.dirname(os.path.abspath(final))):
+        return _NOT_BUILT
+    remove_strays(final)
+    build = build_path(final)
+    _remove(build)   # (this process's own, from a build before)
+    try:
+        index = dbmod.open_index(build, create=True, bulk=True)
+    except dbmod.IndexError_:   # (a folder it may not write: opening the index says so)
+        _remove(build)
+        return _NOT_BUILT
+    try:
+        result = run(index)
+    except KeyboardInterrupt:   # what is committed is kept
+        try:
+            _publish(index.conn, build, final)   # (if it fails, the other index has it all)
+        finally:
+            _remove(build)
+        raise
+    except BaseException:
+        index.conn.close()
+        _remove(build)
+        raise
+    try:
+        published = _publish(index.conn, build, final)
+    finally:
+        _remove(build)
+    return result if published else _NOT_BUILT

@@ -1,0 +1,141 @@
+"""fresh_build.py: the first ingest into a new index is built in a file
+beside it and published whole; it stores exactly what an ingest into an
+existing index stores, never replaces an index made meanwhile, keeps what
+was committed on Ctrl-C, and leaves no build behind."""
+
+import os
+import sqlite3
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+from indexer import db as dbmod, derive_worker, fresh_build, ingest as ingest_mod
+from test_preload import dump, make_sources
+from test_watch import CMD
+
+
+def _files(folder):
+    return sorted(p.name for p in folder.iterdir())
+
+
+def _lines(path) -> int:
+    conn = sqlite3.connect(path)
+    try:
+        return conn.execute("SELECT (SELECT count(*) FROM records) "
+                            "+ (SELECT count(*) FROM bad_lines)").fetchone()[0]
+    finally:
+        conn.close()
+
+
+def _ingest(sources):
+    return lambda index: ingest_mod.ingest(index, [str(s) for s in sources])
+
+
+@pytest.mark.parametrize("workers", [False, True])
+def test_a_built_index_equals_one_ingested_in_place(tmp_path, monkeypatch, workers):
+    monkeypatch.setattr(derive_worker, "MIN_BYTES", 0 if workers else 1 << 60)
+    sources = make_sources(tmp_path / "src")
+    (tmp_path / "in-place").mkdir()
+    (tmp_path / "built").mkdir()
+    in_place = dbmod.open_index(tmp_path / "in-place" / "index.db", create=True)   # exists
+    s1 = ingest_mod.ingest(in_place, [str(sources)])
+    final = tmp_path / "built" / "index.db"
+    journal = []
+    run = _ingest([sources])
+    s2 = fresh_build.ingest(str(final), lambda index: (
+        journal.append(index.conn.execute("PRAGMA journal_mode").fetchone()[0]), run(index))[1])
+    assert journal == ["memory"]   # built aside, not in a WAL
+    assert s1.as_dict() | {"seconds": 0} == s2.as_dict() | {"seconds": 0}
+    assert _files(tmp_path / "built") == ["index.db"]   # no build, no journal left
+    built = dbmod.open_index(final)
+    assert built.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert built.conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    assert dump(SimpleNamespace(db=built)) == dump(SimpleNamespace(db=in_place))
+
+
+def test_an_index_made_meanwhile_is_not_replaced(tmp_path):
+    """Another process creates the index while the build runs: the build
+    goes and this ingest runs again into that index."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    for folder, sid in ((a, "aaaaaaaa"), (b, "bbbbbbbb")):
+        folder.mkdir()
+        (folder / f"{sid}-0000-4000-8000-000000000000.jsonl").write_text("".join(
+            f'{{"type": "user", "uuid": "{sid}-{i}", "sessionId": "{sid}"}}\n' for i in range(5)))
+    final = tmp_path / "index.db"
+    runs = []
+
+    def run(index):
+        runs.append(index.conn.execute("PRAGMA database_list").fetchone()[2])
+        summary = ingest_mod.ingest(index, [str(a)])
+        if len(runs) == 1:   # the other writer: an ingest of b into the index itself
+            other = dbmod.open_index(final, create=True)
+            ingest_mod.ingest(other, [str(b)])
+            other.conn.close()
+        return summary
+
+    summary = fresh_build.ingest(str(final), run)
+    assert [os.path.basename(p) for p in runs] == [
+        f".index.db.building-{os.getpid()}", "index.db"]
+    assert summary.new_records == 5
+    assert _lines(final) == 10   # b's lines, kept, and a's, once
+    assert [n for n in _files(tmp_path) if "building" in n] == []
+
+
+def test_ctrl_c_publishes_what_was_committed(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "cccccccc-0000-4000-8000-000000000000.jsonl").write_text(
+        '{"type": "user", "uuid": "c-1", "sessionId": "cccccccc"}\n')
+    final = tmp_path / "index.db"
+
+    def run(index):
+        ingest_mod.ingest(index, [str(src)])
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        fresh_build.ingest(str(final), run)
+    assert _files(tmp_path) == ["index.db", "src"]
+    assert _lines(final) == 1
+
+
+def test_a_failed_build_leaves_nothing(tmp_path):
+    final = tmp_path / "index.db"
+    with pytest.raises(ingest_mod.SourceNotFound):
+        fresh_build.ingest(str(final), _ingest([tmp_path / "no-such-folder"]))
+    assert _files(tmp_path) == []
+
+
+def test_the_cli_removes_the_builds_of_gone_processes_only(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "dddddddd-0000-4000-8000-000000000000.jsonl").write_text(
+        '{"type": "user", "uuid": "d-1", "sessionId": "dddddddd"}\n')
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        for pid in (gone, alive.pid):
+            (tmp_path / f".index.db.building-{pid}").write_bytes(b"a build cut short")
+        (tmp_path / f".index.db.building-{gone}-journal").write_bytes(b"")
+        result = subprocess.run(CMD + ["ingest", str(src), "--db", str(tmp_path / "index.db"),
+                                       "--silent"],
+                                capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, result.stderr
+        assert _files(tmp_path) == [f".index.db.building-{alive.pid}", "index.db", "src"]
+        assert _lines(tmp_path / "index.db") == 1
+    finally:
+        alive.kill()
+        alive.wait()
+
+
+def test_an_existing_file_is_opened_in_place(tmp_path):
+    """An empty file at the path, or a link: no build, opened as always."""
+    final = tmp_path / "index.db"
+    final.write_bytes(b"")
+    seen = []
+    fresh_build.ingest(str(final), lambda index: seen.append(
+        index.conn.execute("PRAGMA database_list").fetchone()[2]))
+    assert seen == [str(final)]
+    assert [n for n in _files(tmp_path) if "building" in n] == []
