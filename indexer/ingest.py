@@ -285,8 +285,8 @@ def ingest(
     conn = db.conn
     # What a run needs of each tracked file to see that it is unchanged
     # (_unchanged); _ingest_file reads the whole row again under the lock.
-    tracked = {row[0]: dict(zip(TRACKED_COLUMNS, row))
-               for row in conn.execute(TRACKED_FILES_SQL)}
+    # (tuples: a dict is made only for a file that needs work)
+    tracked = {row[0]: row for row in conn.execute(TRACKED_FILES_SQL)}
 
     found: list[str] = []   # paths under the sources, described only if they need work
     scanned_roots: list[str] = []
@@ -319,9 +319,11 @@ def ingest(
         except OSError:
             continue
         row = tracked.get(path)
-        if row is not None and _unchanged(row, st):
-            summary.files += 1
-            continue
+        if row is not None:
+            if _same_stat(*row[1:6], st):
+                summary.files += 1
+                continue
+            row = dict(zip(TRACKED_COLUMNS, row))
         cand = discover.describe(path)
         if row is None:
             verdict = discover.sniff(path)
@@ -431,11 +433,14 @@ def report(summary: Summary, as_json: bool, out, err, style=lambda text: text,
 
 
 def _unchanged(row: dict, st) -> bool:
-    return (
-        row["inode"] == st.st_ino and row["dev"] == st.st_dev
-        and row["size"] == st.st_size and row["mtime_ns"] == st.st_mtime_ns
-        and row["deleted_at"] is None
-    )
+    return _same_stat(row["inode"], row["dev"], row["size"], row["mtime_ns"], row["deleted_at"],
+                      st)
+
+
+def _same_stat(inode, dev, size, mtime_ns, deleted_at, st) -> bool:
+    """A tracked file (its files row's stat) is unchanged: nothing to read."""
+    return (inode == st.st_ino and dev == st.st_dev and size == st.st_size
+            and mtime_ns == st.st_mtime_ns and deleted_at is None)
 
 
 def prefix_matches(conn, row: dict, f, whole: bool) -> bool:
