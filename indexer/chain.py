@@ -9,7 +9,6 @@ from dataclasses import dataclass
 
 from . import views
 from .resume import MESSAGE_TYPES
-from .rows import bindable
 
 # The columns Rec is built from (records r), in its field order; ts_ms: the
 # timestamp in epoch milliseconds (views.TIMESTAMP_MS), NULL when not one.
@@ -168,7 +167,7 @@ def insert_rows(conn, name: str, rows: list) -> None:
     """Write rows into one cache table (CACHE_COLUMNS order)."""
     columns = CACHE_COLUMNS[name]
     marks = ", ".join("?" * len(columns.split(",")))
-    conn.executemany(f"INSERT INTO {CACHE_TABLES[name]} ({columns}) VALUES ({marks})", bindable(rows))
+    conn.executemany(f"INSERT INTO {CACHE_TABLES[name]} ({columns}) VALUES ({marks})", rows)
 
 
 def orphan_row(o: Rec, session_id, cause: str, branch_point: str | None,

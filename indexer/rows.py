@@ -15,9 +15,11 @@ class NeedsText(Exception):
 
 
 # Python's sqlite3 binds None through its adapter lookup, about ten times
-# slower than a number; SQLite stores a NaN float as NULL. So rows bound in
-# bulk carry NULL for None: the same values once SQLite has them
-# (tests/test_rows.py holds SQLite to that; bench/ingest_speed.py).
+# slower than a number; SQLite stores a NaN float as NULL. So rows with many
+# None (a record's: about 13 of its 40 values) are bound in bulk with NULL
+# for None: the same values once SQLite has them (tests/test_rows.py holds
+# SQLite to that). Not the caches' rows: with about one None in two rows
+# the conversion costs more than it saves.
 NULL = float("nan")
 
 
