@@ -480,17 +480,22 @@ def write_batch(target: str, records_sql: str, files: list[list]) -> None:
 
 def main(argv: list[str]) -> int:
     """The worker: FOLDER PLAN (its JSON file); on stdin a line per batch used."""
+    import gc
     import shutil
     import sys
 
     folder, plan_file = argv
     with open(plan_file) as f:
         plan = json.load(f)
+    # A batch's rows are freed by their counts; the cycle collector, which
+    # would walk them again and again as they are made, runs once a batch.
+    gc.disable()
     try:
         for made, (n, files) in enumerate(plan["batches"]):
             if made >= AHEAD and not sys.stdin.buffer.readline():
                 break   # stdin closed: ingest is gone (it kills a worker it is done with)
             write_batch(os.path.join(folder, f"{n}.db"), plan["records"], files)
+            gc.collect()
             sys.stdout.write(f"{n}\n")
             sys.stdout.flush()
         else:
