@@ -827,3 +827,12 @@ def m025_session_hosts(db):
     )
     db.execute("CREATE INDEX session_hosts_main_file ON session_hosts(main_file_id)")
     db.execute("ALTER TABLE sessions ADD COLUMN host TEXT")
+
+
+@migrations()
+def m026_application_id(db):
+    # The file's header says it is a session index (db.APPLICATION_ID), so
+    # that opening it needs no read of its schema first (db.probe).
+    from .db import APPLICATION_ID
+
+    db.execute(f"PRAGMA application_id = {APPLICATION_ID}")

@@ -169,6 +169,34 @@ def test_the_fast_open_names_the_last_migration():
     assert (dbmod.MIGRATION_SET, dbmod.LAST_MIGRATION) == (migrations.name, names[-1])
 
 
+def test_an_index_is_known_by_its_header_without_a_read_of_its_schema(tmp_path, monkeypatch):
+    """db.probe reads an index's application_id (migration m026) from its
+    first 100 bytes; a SQLite file without it is probed with SQL as before."""
+    import sqlite3
+
+    from indexer import db as dbmod
+
+    index = dbmod.open_index(tmp_path / "index.db", create=True)
+    index.conn.close()
+    other = sqlite3.connect(tmp_path / "other.db")
+    other.execute("CREATE TABLE t (x)")
+    other.commit()
+    other.close()
+    probes = []
+    real_connect = sqlite3.connect
+    monkeypatch.setattr(dbmod.sqlite3, "connect",
+                        lambda *a, **k: probes.append(a[0]) or real_connect(*a, **k))
+    assert dbmod.probe(str(tmp_path / "index.db")) == dbmod.INDEX
+    assert probes == []
+    try:
+        dbmod.probe(str(tmp_path / "other.db"))
+    except dbmod.IndexError_ as exc:
+        assert "another application's SQLite database" in str(exc)
+    else:
+        raise AssertionError("another application's database passed for an index")
+    assert len(probes) == 1
+
+
 def test_check_of_a_current_index_loads_neither_sqlite_utils_nor_the_parser(tmp_path):
     projects = make_projects(tmp_path)
     config = tmp_path / "claude"
