@@ -33,6 +33,10 @@ MIGRATION_SET, LAST_MIGRATION = "session-index", "m026_application_id"
 # knows one from the file's first 100 bytes, without reading its schema
 # first (a schema read is about 6 ms of every command's start).
 APPLICATION_ID = 0x53494458   # "SIDX"
+# The connection's journal mode: 'wal', or 'memory' for a fresh_build.py build.
+JOURNAL_MODE_SQL = "PRAGMA journal_mode"
+# Into WAL (what a build is switched to before it is published).
+TO_WAL_SQL = "PRAGMA journal_mode = WAL"
 # 1 when that migration is recorded as applied.
 LAST_MIGRATION_SQL = "SELECT 1 FROM _sqlite_migrations WHERE migration_set = ? AND name = ?"
 # Each view as stored: "CREATE VIEW <name> AS <its SELECT>" (sqlite-utils'

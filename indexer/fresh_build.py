@@ -70,7 +70,9 @@ def remove_strays(final: str) -> list[str]:
 def _publish(conn, build: str, final: str) -> bool:
     """Switch the build to WAL, sync it and link it as ``final``: False if
     a file is there by now."""
-    mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+    from .db import TO_WAL_SQL
+
+    mode = conn.execute(TO_WAL_SQL).fetchone()[0]
     conn.close()
     if mode != "wal":
         raise OSError(f"{build}: could not switch it to WAL (journal mode {mode})")

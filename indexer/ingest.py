@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from typing import Callable
 
 from . import derive_worker, discover, generations, retention, views
-from .db import background_checkpoints, retry_locked, write_lock
+from .db import JOURNAL_MODE_SQL, background_checkpoints, retry_locked, write_lock
 from .digests import blake2b
 from .safefiles import NotRegular, open_regular, regular_stat
 from .generations import stored_bytes
@@ -344,7 +344,7 @@ def ingest(
     bulk = sum(st.st_size for _, row, st in work if row is None) >= derive_worker.MIN_BYTES
     # A fresh_build.py build has no WAL: no checkpoints, and no derive worker
     # (it reads the index as it is written; its read would hold up the commits).
-    wal = conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    wal = conn.execute(JOURNAL_MODE_SQL).fetchone()[0] == "wal"
     if bulk:
         background = derive_worker.start(db)   # new files' caches on the other core
         writer.background = background if wal else None
