@@ -6,7 +6,8 @@ OLD/NEW are ``session-index`` executables (e.g. one installed from an earlier co
 another venv; NEW defaults to the one beside this Python). Makes a corpus with
 bench/make_corpus.py in a temp dir, then runs ``ingest CORPUS --db X --silent --json`` with
 each build, alternating, ``--repeat`` times, each into a new index. Prints each build's
-median wall time, its median ``seconds`` as reported, and NEW/OLD. The machine is shared
+median wall time and CPU time (the process's and its worker processes'), and NEW/OLD of
+each. The machine is shared
 and noisy: only the ratio of medians measured side by side means anything.
 """
 import argparse, json, os, statistics, subprocess, sys, tempfile, time
@@ -16,13 +17,18 @@ HERE = Path(__file__).resolve().parent
 
 
 def cold(binary, corpus, db):
-    t0 = time.perf_counter()
-    out = subprocess.run([binary, "ingest", str(corpus), "--db", str(db), "--silent", "--json"],
-                         capture_output=True, text=True)
-    wall = time.perf_counter() - t0
-    if out.returncode:
-        sys.exit(f"{binary} exited {out.returncode}: {out.stderr[-2000:]}")
-    return wall, json.loads(out.stdout)
+    """(wall s, CPU s of the process and the workers it waited for, its summary)"""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen([binary, "ingest", str(corpus), "--db", str(db), "--silent",
+                                 "--json"], stdout=out, stderr=err)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t0
+        out.seek(0), err.seek(0)
+        if os.waitstatus_to_exitcode(status):
+            sys.exit(f"{binary} exited {os.waitstatus_to_exitcode(status)}: "
+                     f"{err.read().decode()[-2000:]}")
+        return wall, usage.ru_utime + usage.ru_stime, json.loads(out.read())
 
 
 def main():
@@ -40,18 +46,20 @@ def main():
         for i in range(args.repeat):
             for name in ("old", "new") if i % 2 == 0 else ("new", "old"):
                 db = Path(tmp, f"{name}-{i}.db")
-                wall, summary = cold(getattr(args, name), corpus, db)
-                runs[name].append((wall, summary["seconds"], summary["new_records"]))
+                wall, cpu, summary = cold(getattr(args, name), corpus, db)
+                runs[name].append((wall, summary["seconds"], summary["new_records"], cpu))
                 os.remove(db)
         print(f"corpus: {args.size_mb:g} MB, {runs['new'][0][2]:,} records; {args.repeat} cold "
               f"ingests each, alternated")
         for name in ("old", "new"):
             walls = [r[0] for r in runs[name]]
             print(f"{name}: median wall {statistics.median(walls):.2f} s "
-                  f"(runs {', '.join(f'{w:.2f}' for w in walls)})")
-        ratio = (statistics.median(r[0] for r in runs["new"])
-                 / statistics.median(r[0] for r in runs["old"]))
-        print(f"new/old: {ratio:.2f}")
+                  f"(runs {', '.join(f'{w:.2f}' for w in walls)}), median CPU "
+                  f"{statistics.median(r[3] for r in runs[name]):.2f} s (its workers' too)")
+        for i, what in ((0, "wall"), (3, "CPU")):
+            ratio = (statistics.median(r[i] for r in runs["new"])
+                     / statistics.median(r[i] for r in runs["old"]))
+            print(f"new/old {what}: {ratio:.3f}")
 
 
 if __name__ == "__main__":
