@@ -10,25 +10,18 @@ median wall time and CPU time (the process's and its worker processes'), and NEW
 each. The machine is shared
 and noisy: only the ratio of medians measured side by side means anything.
 """
-import argparse, json, os, statistics, subprocess, sys, tempfile, time
+import argparse, json, os, statistics, subprocess, sys, tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from ingest_floor import timed  # noqa: E402
 
 
 def cold(binary, corpus, db):
     """(wall s, CPU s of the process and the workers it waited for, its summary)"""
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        t0 = time.perf_counter()
-        proc = subprocess.Popen([binary, "ingest", str(corpus), "--db", str(db), "--silent",
-                                 "--json"], stdout=out, stderr=err)
-        _, status, usage = os.wait4(proc.pid, 0)
-        wall = time.perf_counter() - t0
-        out.seek(0), err.seek(0)
-        if os.waitstatus_to_exitcode(status):
-            sys.exit(f"{binary} exited {os.waitstatus_to_exitcode(status)}: "
-                     f"{err.read().decode()[-2000:]}")
-        return wall, usage.ru_utime + usage.ru_stime, json.loads(out.read())
+    wall, cpu, out = timed([binary, "ingest", corpus, "--db", db, "--silent", "--json"])
+    return wall, cpu, json.loads(out)
 
 
 def main():

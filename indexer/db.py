@@ -85,7 +85,7 @@ def default_db_path() -> str:
     return os.environ.get("SESSION_INDEX_DB") or data_db_path()
 
 
-def _make_default_folder(path: str) -> None:
+def make_default_folder(path: str) -> None:
     """The data dir, made when the default index is first created there
     (a folder named by --db is never made)."""
     if os.path.abspath(path) == os.path.abspath(data_db_path()):
@@ -204,7 +204,7 @@ def _create(path: str, bulk: bool = False) -> sqlite_utils.Database:
     """A new index at ``path``, which ``probe`` found NEW."""
     import sqlite_utils
 
-    _make_default_folder(path)
+    make_default_folder(path)
     db = sqlite_utils.Database(connect(path, bulk))
     upgrade(db)
     return db

@@ -50,21 +50,18 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def remove_strays(final: str) -> list[str]:
-    """Remove the builds of ``final`` whose process is gone: their paths."""
+def remove_strays(final: str) -> None:
+    """Remove the builds of ``final`` whose process is gone."""
     folder, name = os.path.split(os.path.abspath(final))
     prefix = f".{name}{MARK}"
-    removed = []
     try:
         names = os.listdir(folder)
     except OSError:
-        return removed
+        return
     for entry in names:
         pid = entry[len(prefix):]
         if entry.startswith(prefix) and pid.isdigit() and not _alive(int(pid)):
             _remove(os.path.join(folder, entry))
-            removed.append(os.path.join(folder, entry))
-    return removed
 
 
 def _publish(conn, build: str, final: str) -> bool:
@@ -96,6 +93,9 @@ def _publish(conn, build: str, final: str) -> bool:
     return True
 
 
+_NOT_BUILT = object()   # _build's answer when the caller is to ingest in place
+
+
 def ingest(final: str, run):
     """``run(db)`` (an ingest) on a new build of the index ``final``, then
     the build published as ``final``; on ``final`` opened as always
@@ -110,13 +110,10 @@ def ingest(final: str, run):
     return result
 
 
-_NOT_BUILT = object()
-
-
 def _build(final: str, run):
     from . import db as dbmod
 
-    dbmod._make_default_folder(final)
+    dbmod.make_default_folder(final)
     if not os.path.isdir(os.path.dirname(os.path.abspath(final))):
         return _NOT_BUILT
     remove_strays(final)
@@ -131,7 +128,7 @@ def _build(final: str, run):
         result = run(index)
     except KeyboardInterrupt:   # what is committed is kept
         try:
-            _publish(index.conn, build, final)   # (if it fails, the other index has it all)
+            _publish(index.conn, build, final)   # (an index there by now: the next ingest reads them)
         finally:
             _remove(build)
         raise

@@ -344,7 +344,7 @@ def ingest(
     bulk = sum(st.st_size for _, row, st in work if row is None) >= derive_worker.MIN_BYTES
     # A fresh_build.py build has no WAL: no checkpoints, and no derive worker
     # (it reads the index as it is written; its read would hold up the commits).
-    wal = conn.execute(JOURNAL_MODE_SQL).fetchone()[0] == "wal"
+    wal = bulk and conn.execute(JOURNAL_MODE_SQL).fetchone()[0] == "wal"
     if bulk:
         background = derive_worker.start(db)   # new files' caches on the other core
         writer.background = background if wal else None
@@ -354,7 +354,7 @@ def ingest(
             writer.preload = preload.start(conn, [   # and their lines parsed there, ahead
                 (cand.path, st.st_size, cand.kind, cand.session_id)
                 for cand, row, st in work if row is None])
-    with background_checkpoints(conn, enabled=bulk and wal):   # the WAL copied into the index on the other core meanwhile
+    with background_checkpoints(conn, enabled=wal):   # the WAL copied into the index on the other core meanwhile
         try:
             for cand, row, st in work:
                 try:

@@ -29,6 +29,13 @@ def _lines(path) -> int:
         conn.close()
 
 
+def _session(folder, sid: str, n: int) -> None:
+    """A transcript of ``n`` user records in ``folder`` (made), session ``sid``."""
+    folder.mkdir(exist_ok=True)
+    (folder / f"{sid}-0000-4000-8000-000000000000.jsonl").write_text("".join(
+        f'{{"type": "user", "uuid": "{sid}-{i}", "sessionId": "{sid}"}}\n' for i in range(n)))
+
+
 def _ingest(sources):
     return lambda index: ingest_mod.ingest(index, [str(s) for s in sources])
 
@@ -60,9 +67,7 @@ def test_an_index_made_meanwhile_is_not_replaced(tmp_path):
     goes and this ingest runs again into that index."""
     a, b = tmp_path / "a", tmp_path / "b"
     for folder, sid in ((a, "aaaaaaaa"), (b, "bbbbbbbb")):
-        folder.mkdir()
-        (folder / f"{sid}-0000-4000-8000-000000000000.jsonl").write_text("".join(
-            f'{{"type": "user", "uuid": "{sid}-{i}", "sessionId": "{sid}"}}\n' for i in range(5)))
+        _session(folder, sid, 5)
     final = tmp_path / "index.db"
     runs = []
 
@@ -85,9 +90,7 @@ def test_an_index_made_meanwhile_is_not_replaced(tmp_path):
 
 def test_ctrl_c_publishes_what_was_committed(tmp_path):
     src = tmp_path / "src"
-    src.mkdir()
-    (src / "cccccccc-0000-4000-8000-000000000000.jsonl").write_text(
-        '{"type": "user", "uuid": "c-1", "sessionId": "cccccccc"}\n')
+    _session(src, "cccccccc", 1)
     final = tmp_path / "index.db"
 
     def run(index):
@@ -109,9 +112,7 @@ def test_a_failed_build_leaves_nothing(tmp_path):
 
 def test_the_cli_removes_the_builds_of_gone_processes_only(tmp_path):
     src = tmp_path / "src"
-    src.mkdir()
-    (src / "dddddddd-0000-4000-8000-000000000000.jsonl").write_text(
-        '{"type": "user", "uuid": "d-1", "sessionId": "dddddddd"}\n')
+    _session(src, "dddddddd", 1)
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True, check=True).stdout.strip()
     alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
