@@ -111,6 +111,8 @@ def ingest(final: str, run):
 
 
 def _build(final: str, run):
+    import gc
+
     from . import db as dbmod
 
     dbmod.make_default_folder(final)
@@ -124,6 +126,10 @@ def _build(final: str, run):
     except dbmod.IndexError_:   # (a folder it may not write: opening the index says so)
         _remove(build)
         return _NOT_BUILT
+    # What is loaded by now lives as long as the process: the cycle
+    # collector, which would walk it at each of the build's many
+    # collections, leaves it be.
+    gc.freeze()
     try:
         result = run(index)
     except KeyboardInterrupt:   # what is committed is kept

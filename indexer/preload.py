@@ -9,12 +9,15 @@ record kinds, and write it all into batch files: plain SQLite files of
 about BATCH_BYTES of lines each, in a private temporary folder. Ingest
 attaches a batch between two of its transactions and copies each file's
 rows with one ``INSERT … SELECT``, and at the commit the transaction's
-caches, all in SQLite.
+caches, all in SQLite. A batch holds no line's text (writing the bytes
+there, then copying them, was a third of a worker's time): its records
+have each line's length, and ingest, which has the file open, takes the
+bytes from its own read of the file as it copies them.
 
 A file's preloaded rows are taken only when, under the write lock, the file
 is still untracked and is the one the worker read: same device and inode,
-no shorter, the same bytes at its start and just before where the worker
-stopped. Whatever the worker did not read (the bytes after the last newline,
+no shorter, and the bytes up to where the worker stopped the same (their
+CRC-32, ingest's read of them against the worker's). Whatever the worker did not read (the bytes after the last newline,
 anything from the first line over LARGE_LINE_BYTES on, what the file grew by
 since) ingest reads itself from there, as always; a file the worker could
 not read, or a worker that died, leaves ingest to read the whole file. So
@@ -30,6 +33,7 @@ from __future__ import annotations
 import json
 import operator
 import os
+import zlib
 
 from . import views
 from .chain import CACHE_COLUMNS, CACHE_TABLES
@@ -46,20 +50,23 @@ FIRST_BATCH_BYTES = 1 << 20
 # not used yet.
 WORKERS = 2
 AHEAD = 2
+WORKER_NICE = 10
 WORKER_MODULE = "indexer.preload"
 SCHEMA = "preload"   # the batch's name in ingest's connection while attached
 
 # Per file: where its rows are in the batch, and everything ingest writes
 # to its files row for them (as _read_new_lines' store() would).
 FILE_COLUMNS = ("key", "dev", "ino", "first_record", "last_record", "first_bad",
-                "last_bad", "end_offset", "line_count", "new_records", "bad_lines",
+                "last_bad", "end_offset", "crc", "line_count", "new_records", "bad_lines",
                 "head_len", "head_hash", "tail_len", "tail_hash", "session_id", "facts",
                 "kinds", "derived")
 # A batch's tables. Its records table is the index's own (ingest sends its
 # CREATE TABLE): the same column types, so derive reads the same values
 # from either, and its id is what derive's queries read as the record's id
-# (shifted by ingest to the index's ids when it copies the caches).
+# (shifted by ingest to the index's ids when it copies the caches); raw is
+# empty there, raw_len holding the line's length in bytes.
 CREATE_BATCH_SQL = (
+    "ALTER TABLE records ADD COLUMN raw_len INTEGER",
     f"CREATE TABLE files ({', '.join(FILE_COLUMNS)})",
     "CREATE TABLE bad_lines (file_id, line_no, byte_offset, error, raw)",
 )
@@ -74,12 +81,19 @@ ATTACH_SQL = f"ATTACH DATABASE ? AS {SCHEMA}"
 DETACH_SQL = f"DETACH DATABASE {SCHEMA}"
 
 
-RECORD_COLUMNS = ("file_id", "line_no", "byte_offset", *RECORD_FIELDS, "raw")
-# A file's preloaded records into the index, in file order (raw stays text).
+RECORD_COLUMNS = ("file_id", "line_no", "byte_offset", *RECORD_FIELDS)
+# A file's preloaded records into the index, in file order, each line's
+# bytes (from :data, ingest's read of the file) as text, as ingest's own
+# INSERT stores them.
 COPY_RECORDS_SQL = (
-    f"INSERT INTO main.records ({', '.join(RECORD_COLUMNS)}) "
-    f"SELECT :file_id, {', '.join(RECORD_COLUMNS[1:])} FROM {SCHEMA}.records "
+    f"INSERT INTO main.records ({', '.join(RECORD_COLUMNS)}, raw) "
+    f"SELECT :file_id, {', '.join(RECORD_COLUMNS[1:])}, "
+    f"CAST(substr(:data, byte_offset + 1, raw_len) AS TEXT) FROM {SCHEMA}.records "
     f"WHERE rowid BETWEEN :first AND :last ORDER BY rowid")
+# The worker's INSERT of a record: raw empty, raw_len its length.
+INSERT_BATCH_RECORD_SQL = (
+    f"INSERT INTO records ({', '.join(RECORD_COLUMNS)}, raw, raw_len) "
+    f"VALUES ({', '.join('?' * len(RECORD_COLUMNS))}, '', ?)")
 
 
 COPY_BAD_LINES_SQL = (
@@ -184,6 +198,7 @@ class Preloader:
         self.attached = None   # (batch number, connection)
         self.used = set()      # batches ingest is done with (file removed, worker told)
         self.kept = []         # (key, file id, record id shift) of caches to copy
+        self.buffer = FileStart()   # the file being taken, as ingest read it
         count = min(WORKERS, len(batches))
         records_sql = conn.execute(RECORDS_TABLE_SQL).fetchone()[0]
         self.workers = [_Worker(self.dir, w, records_sql, [(n, b) for n, b in enumerate(batches)
@@ -214,8 +229,6 @@ class Preloader:
     def take(self, conn, file_id: int, path: str, f, st) -> Preloaded | None:
         """Copy ``path``'s preloaded rows into the index as file ``file_id``
         (inside the caller's transaction), if they are still the file's."""
-        from .ingest import prefix_matches
-
         n, key = self.batch_of.get(path, (None, None))
         if self.attached is None or n != self.attached[0]:
             return None
@@ -225,13 +238,14 @@ class Preloader:
         p = Preloaded(row)
         if (p.dev, p.ino) != (st.st_dev, st.st_ino) or st.st_size < p.end_offset:
             return None
-        if not prefix_matches(conn, {"ingested_offset": p.end_offset, "head_len": p.head_len,
-                                     "head_hash": p.head_hash, "tail_len": p.tail_len,
-                                     "tail_hash": p.tail_hash}, f, whole=False):
-            return None   # rewritten since the worker read it
-        if p.first_record is not None:
-            conn.execute(COPY_RECORDS_SQL, {"file_id": file_id, "first": p.first_record,
-                                              "last": p.last_record})
+        if self.buffer.read(f, p.end_offset) < p.end_offset:
+            return None
+        with memoryview(self.buffer.data)[:p.end_offset] as data:
+            if zlib.crc32(data) != p.crc:
+                return None   # rewritten since the worker read it
+            if p.first_record is not None:
+                conn.execute(COPY_RECORDS_SQL, {"file_id": file_id, "first": p.first_record,
+                                                  "last": p.last_record, "data": data})
         if p.first_bad is not None:
             conn.execute(COPY_BAD_LINES_SQL, {"file_id": file_id, "first": p.first_bad,
                                               "last": p.last_bad})
@@ -321,7 +335,33 @@ def start(conn, files: list[tuple[str, int, str, str | None]]) -> Preloader | No
     return Preloader(conn, batches) if batches else None
 
 
+class FileStart:
+    """A file's first bytes, read into memory kept from one file to the
+    next (a new buffer for each would be new pages for the kernel to clear
+    and map, for every file)."""
+
+    def __init__(self):
+        self.data = bytearray()
+
+    def read(self, f, n: int) -> int:
+        """Read up to the first ``n`` bytes of ``f`` into ``data``: how many."""
+        if len(self.data) < n:
+            self.data = bytearray(n)
+        f.seek(0)
+        got = 0
+        with memoryview(self.data) as view:
+            while got < n:
+                read = f.readinto(view[got:n])
+                if not read:
+                    break
+                got += read
+        return got
+
+
 # The worker.
+
+_file_start = FileStart()
+
 
 def _read_file(conn, path: str, key: int, out_records: list, out_bads: list):
     """One file's complete lines as ingest parses them, up to its last newline
@@ -337,25 +377,28 @@ def _read_file(conn, path: str, key: int, out_records: list, out_bads: list):
             st = os.fstat(f.fileno())
             if st.st_size > MAX_FILE_BYTES:
                 return None
-            data = f.read(st.st_size)
+            size = _file_start.read(f, st.st_size)
     except OSError:   # NotRegular is one: swapped since ingest's stat
         return None
+    data = _file_start.data
     records, bads = [], []
     offset = line_no = 0
     with memoryview(data) as view:
-        nl = data.find(b"\n")
+        nl = data.find(b"\n", 0, size)
         while nl >= 0 and nl - offset <= LARGE_LINE_BYTES:
             line_no += 1
             line_row(view[offset:nl], key, line_no, offset, records, bads)
             offset = nl + 1
-            nl = data.find(b"\n", offset)
+            nl = data.find(b"\n", offset, size)
+        crc = zlib.crc32(view[:offset])
+        head = bytes(view[:min(HEAD_BYTES, offset)])
+        tail = bytes(view[max(0, offset - TAIL_BYTES):offset])
     session = RECORD_FIELDS.index("session_id")
     facts = [r[3:-1] for r in records]
     out_records += records
     out_bads += bads
-    head, tail = data[:min(HEAD_BYTES, offset)], data[max(0, offset - TAIL_BYTES):offset]
     return {"key": key, "dev": st.st_dev, "ino": st.st_ino,
-            "end_offset": offset, "line_count": line_no, "new_records": len(records),
+            "end_offset": offset, "crc": crc, "line_count": line_no, "new_records": len(records),
             "bad_lines": len(bads), "head_len": len(head), "head_hash": digest_of(head),
             "tail_len": len(tail), "tail_hash": digest_of(tail),
             "session_id": next((r[session] for r in facts if r[session]), None),
@@ -432,12 +475,20 @@ def _derive(conn, files: dict[int, tuple], rows: list, prompts: list) -> None:
     conn.execute(MARK_DERIVED_SQL, [json.dumps(list(files))])
 
 
+def _batch_records(records: list):
+    """Records rows as a batch stores them (lazily): the line's length in
+    bytes for its text (raw: the line's bytes, or parse_line's exact text
+    of them), None bound as NULL."""
+    return ((*row[:-1], len(raw) if raw.__class__ is bytes else len(raw.encode()))
+            for row, raw in zip(bindable(records), (r[-1] for r in records)))
+
+
 def write_batch(target: str, records_sql: str, files: list[list]) -> None:
     """Parse ``files`` ((path, kind, session id) each) into a new batch file
     at ``target``, with their caches (whole, then renamed)."""
     import sqlite3
 
-    from .ingest import INSERT_BAD_LINE_SQL, INSERT_RECORD_SQL
+    from .ingest import INSERT_BAD_LINE_SQL
     from .views import TRANSCRIPT_KIND_NAMES
 
     tmp = target + ".tmp"
@@ -460,11 +511,12 @@ def write_batch(target: str, records_sql: str, files: list[list]) -> None:
             if kind in TRANSCRIPT_KIND_NAMES and row["end_offset"]:
                 to_derive[key] = (kind, named_session or row["session_id"], row["line_count"],
                                   row["end_offset"])
-            for rows, sql, first, last in ((records, INSERT_RECORD_SQL, "first_record",
+            for rows, sql, first, last in ((records, INSERT_BATCH_RECORD_SQL, "first_record",
                                             "last_record"),
                                            (bads, INSERT_BAD_LINE_SQL, "first_bad", "last_bad")):
                 if rows:
-                    conn.executemany(sql, bindable(rows))
+                    conn.executemany(sql, _batch_records(rows) if rows is records
+                                     else bindable(rows))
                     row[last] = conn.execute(LAST_ROWID_SQL).fetchone()[0]
                     row[first] = row[last] - len(rows) + 1
             if key in to_derive:
@@ -485,10 +537,15 @@ def main(argv: list[str]) -> int:
     import sys
 
     folder, plan_file = argv
+    # Ingest, which stores what the workers make, is the one to wait for:
+    # on a busy machine it runs before them.
+    os.nice(WORKER_NICE)
     with open(plan_file) as f:
         plan = json.load(f)
     # A batch's rows are freed by their counts; the cycle collector, which
-    # would walk them again and again as they are made, runs once a batch.
+    # would walk them again and again as they are made, runs once a batch,
+    # and after the first (the modules it imports loaded) only over what
+    # is newer.
     gc.disable()
     try:
         for made, (n, files) in enumerate(plan["batches"]):
@@ -496,6 +553,8 @@ def main(argv: list[str]) -> int:
                 break   # stdin closed: ingest is gone (it kills a worker it is done with)
             write_batch(os.path.join(folder, f"{n}.db"), plan["records"], files)
             gc.collect()
+            if not made:
+                gc.freeze()
             sys.stdout.write(f"{n}\n")
             sys.stdout.flush()
         else:

@@ -138,22 +138,27 @@ def test_preloaded_ingest_equals_ingest_alone(tmp_path, monkeypatch, private_tmp
 
 
 def test_a_file_changed_after_the_worker_read_it(tmp_path, monkeypatch, private_tmp):
-    """Rewritten in place, grown, or replaced by another file between the
-    worker's read and ingest's: the index holds the file as ingest read it."""
+    """Rewritten in place (at its start, or only between its first and last
+    few KB), grown, or replaced by another file between the worker's read
+    and ingest's: the index holds the file as ingest read it."""
     sources = tmp_path / "src"
-    sids = [SID.format(100 + i) for i in range(4)]
+    sids = [SID.format(100 + i) for i in range(5)]
     paths = [write_jsonl(sources / "p" / f"{s}.jsonl", _chain(s, 40)) for s in sids]
-    rewritten, grown, replaced, kept = paths
+    rewritten, grown, replaced, kept, middle = paths
+    at = middle.read_bytes().find(b"line 15")
+    assert ingest_mod.HEAD_BYTES < at < middle.stat().st_size - ingest_mod.TAIL_BYTES
     taken = count_taken(monkeypatch)
     original = ingest_mod._ingest_file
 
     def change_first(writer, cand, row, st, summary):
         # the worker has read this file's batch once ingest is about to open it
         writer.preload.prepare(writer, cand.path)
-        if cand.path == str(rewritten):   # same inode and size, other bytes
-            data = rewritten.read_bytes()
-            with open(rewritten, "r+b") as f:
-                f.write(data.replace(b"line 0", b"LINE 0", 1))
+        if cand.path in (str(rewritten), str(middle)):   # same inode and size, other bytes
+            path = Path(cand.path)
+            old, new = (b"line 0", b"LINE 0") if path == rewritten else (b"line 15", b"LINE 15")
+            data = path.read_bytes()
+            with open(path, "r+b") as f:
+                f.write(data.replace(old, new, 1))
         elif cand.path == str(grown):
             with open(grown, "a") as f:
                 f.write("".join(json.dumps(r) + "\n" for r in
@@ -166,7 +171,7 @@ def test_a_file_changed_after_the_worker_read_it(tmp_path, monkeypatch, private_
     monkeypatch.setattr(ingest_mod, "_ingest_file", change_first)
     ours, _ = ingest_into(tmp_path / "ours", sources, monkeypatch, with_workers=True)
     assert dict(taken) == {str(rewritten): False, str(grown): True, str(replaced): False,
-                           str(kept): True}
+                           str(kept): True, str(middle): False}
     monkeypatch.setattr(ingest_mod, "_ingest_file", original)
     alone, _ = ingest_into(tmp_path / "alone", sources, monkeypatch, with_workers=False)
     assert dump(ours) == dump(alone)
@@ -201,10 +206,15 @@ def test_the_workers_chain_rows_are_what_derive_reads_from_the_index(tmp_path):
     batch = tmp_path / "batch.db"
     preload.write_batch(str(batch), records_sql, [(p, "main", None) for p in paths])
     conn = sqlite3.connect(batch)
+    # a batch holds each line's length, not its text: the records table
+    # given its lines, as ingest copies them
+    data = [Path(p).read_bytes() for p in paths]
+    conn.create_function("line", 3, lambda key, at, n: data[key][at:at + n])
+    conn.execute("UPDATE records SET raw = CAST(line(file_id, byte_offset, raw_len) AS TEXT)")
     keys = [k for (k,) in conn.execute("SELECT key FROM files ORDER BY key")]
     expected = conn.execute(derive.UUID_RECORDS_SQL, {"file_ids": json.dumps(keys)}).fetchall()
     got, prompts = [], []
-    columns = ", ".join(preload.RECORD_COLUMNS)
+    columns = ", ".join(preload.RECORD_COLUMNS + ("raw",))
     for key, first, last in conn.execute(
             "SELECT key, first_record, last_record FROM files WHERE first_record IS NOT NULL "
             "ORDER BY key").fetchall():
