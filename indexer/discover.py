@@ -12,6 +12,7 @@ UUID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]
 # subagent workflow journals.
 SKIP_DIRS = {"tool-results", "workflows"}
 SNIFF_BYTES = 64 * 1024
+FIRST_SNIFF_BYTES = 4096   # read first: sniffing 64 KB of each new file was most of its cost
 
 
 # A file under a SOURCE, as its path describes it: ``path`` absolute;
@@ -82,22 +83,11 @@ def _is_execution_event(value: dict) -> bool:
     return "session_id" in value and "sessionId" not in value
 
 
-def sniff(path: str) -> str | None:
-    """What the first complete lines say the file is: TRANSCRIPT,
-    EXECUTION_LOG, OTHER, or None (no complete line yet: decide later)."""
-    from .safefiles import open_regular
-
-    try:
-        with open_regular(path) as f:
-            head = f.read(SNIFF_BYTES)
-    except OSError:
-        return OTHER
-    if not head.strip():
-        return None
+def _told_by_a_line(head: bytes) -> str | None:
+    """EXECUTION_LOG or TRANSCRIPT if a complete line of ``head`` says so."""
     start = 0
-    complete = False
-    while (end := head.find(b"\n", start)) >= 0:   # (most files tell on their first line)
-        line, start, complete = head[start:end], end + 1, True
+    while (end := head.find(b"\n", start)) >= 0:
+        line, start = head[start:end], end + 1
         if not line.strip():
             continue
         try:
@@ -109,7 +99,29 @@ def sniff(path: str) -> str | None:
                 return EXECUTION_LOG
             if "type" in value or "uuid" in value:
                 return TRANSCRIPT
-    if not complete:
+    return None
+
+
+def sniff(path: str) -> str | None:
+    """What the first complete lines say the file is: TRANSCRIPT,
+    EXECUTION_LOG, OTHER, or None (no complete line yet: decide later)."""
+    from .safefiles import open_regular
+
+    try:
+        with open_regular(path) as f:
+            # (most files tell on their first line: a short read first)
+            head = f.read(FIRST_SNIFF_BYTES)
+            verdict = _told_by_a_line(head)
+            if verdict is None and len(head) == FIRST_SNIFF_BYTES:
+                head += f.read(SNIFF_BYTES - FIRST_SNIFF_BYTES)
+                verdict = _told_by_a_line(head)
+    except OSError:
+        return OTHER
+    if verdict is not None:
+        return verdict
+    if not head.strip():
+        return None
+    if b"\n" not in head:
         # One long first line: judge by its opening.
         if head.lstrip(b"\xef\xbb\xbf \t").startswith(b"{"):
             return TRANSCRIPT
