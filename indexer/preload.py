@@ -17,9 +17,10 @@ bytes from its own read of the file as it copies them.
 A file's preloaded rows are taken only when, under the write lock, the file
 is still untracked and is the one the worker read: same device and inode,
 no shorter, and the bytes up to where the worker stopped the same (their
-CRC-32, ingest's read of them against the worker's). Whatever the worker did not read (the bytes after the last newline,
-anything from the first line over LARGE_LINE_BYTES on, what the file grew by
-since) ingest reads itself from there, as always; a file the worker could
+CRC-32, ingest's read of them against the worker's). Whatever the worker
+did not read (the bytes after the last newline, anything from the first
+line over LARGE_LINE_BYTES on, what the file grew by since) ingest reads
+itself from there, as always; a file the worker could
 not read, or a worker that died, leaves ingest to read the whole file. So
 the index ends as it would without the worker (tests/test_preload.py).
 
@@ -479,8 +480,8 @@ def _batch_records(records: list):
     """Records rows as a batch stores them (lazily): the line's length in
     bytes for its text (raw: the line's bytes, or parse_line's exact text
     of them), None bound as NULL."""
-    return ((*row[:-1], len(raw) if raw.__class__ is bytes else len(raw.encode()))
-            for row, raw in zip(bindable(records), (r[-1] for r in records)))
+    return ((*row[:-1], len(row[-1]) if row[-1].__class__ is bytes else len(row[-1].encode()))
+            for row in bindable(records))
 
 
 def write_batch(target: str, records_sql: str, files: list[list]) -> None:
@@ -511,12 +512,12 @@ def write_batch(target: str, records_sql: str, files: list[list]) -> None:
             if kind in TRANSCRIPT_KIND_NAMES and row["end_offset"]:
                 to_derive[key] = (kind, named_session or row["session_id"], row["line_count"],
                                   row["end_offset"])
-            for rows, sql, first, last in ((records, INSERT_BATCH_RECORD_SQL, "first_record",
-                                            "last_record"),
-                                           (bads, INSERT_BAD_LINE_SQL, "first_bad", "last_bad")):
+            for rows, sql, bound, first, last in (
+                    (records, INSERT_BATCH_RECORD_SQL, _batch_records, "first_record",
+                     "last_record"),
+                    (bads, INSERT_BAD_LINE_SQL, bindable, "first_bad", "last_bad")):
                 if rows:
-                    conn.executemany(sql, _batch_records(rows) if rows is records
-                                     else bindable(rows))
+                    conn.executemany(sql, bound(rows))
                     row[last] = conn.execute(LAST_ROWID_SQL).fetchone()[0]
                     row[first] = row[last] - len(rows) + 1
             if key in to_derive:
