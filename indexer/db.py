@@ -193,19 +193,32 @@ def open_db(path, *, create: bool = True) -> sqlite_utils.Database:
     if probe(path) == NEW:
         if not create:
             raise _missing(path)
-        return _create(path)
+        made = _create(path)
+        return made if isinstance(made, sqlite_utils.Database) else sqlite_utils.Database(made.conn)
     db = sqlite_utils.Database(connect(path))
     if create:
         upgrade(db)
     return db
 
 
-def _create(path: str, bulk: bool = False) -> sqlite_utils.Database:
-    """A new index at ``path``, which ``probe`` found NEW."""
-    import sqlite_utils
+def _create(path: str, bulk: bool = False) -> Index | sqlite_utils.Database:
+    """A new index at ``path``, which ``probe`` found NEW: made from the
+    schema snapshot (new_index.py: no sqlite-utils, no migrations to run)
+    when there is one of this code's schema, else by the migrations."""
+    from . import new_index
 
     make_default_folder(path)
-    db = sqlite_utils.Database(connect(path, bulk))
+    conn = connect(path, bulk)
+    try:
+        made = new_index.create(conn)
+    except BaseException:
+        conn.close()
+        raise
+    if made:
+        return Index(conn)
+    import sqlite_utils
+
+    db = sqlite_utils.Database(conn)
     upgrade(db)
     return db
 
