@@ -140,3 +140,37 @@ def test_an_existing_file_is_opened_in_place(tmp_path):
         index.conn.execute("PRAGMA database_list").fetchone()[2]))
     assert seen == [str(final)]
     assert [n for n in _files(tmp_path) if "building" in n] == []
+
+
+def test_the_builds_pages_are_handed_to_the_disk_while_it_is_written(tmp_path, monkeypatch):
+    """Writeback: sync_file_range on the build every WRITEBACK_EVERY_S while
+    the ingest runs, so that the fsync at the end has little left to write;
+    the thread ends with the build, and a build it cannot open costs nothing."""
+    import threading
+    import time
+
+    monkeypatch.setattr(fresh_build, "WRITEBACK_EVERY_S", 0.02)
+    seen = {}
+
+    def run(index):
+        index.conn.execute("CREATE TABLE pad (x)")
+        index.conn.execute("INSERT INTO pad VALUES (zeroblob(1 << 20))")
+        time.sleep(0.2)
+        seen["threads"] = [t.name for t in threading.enumerate()]
+        return "done"
+
+    writebacks = []
+    real = fresh_build.Writeback
+    monkeypatch.setattr(fresh_build, "Writeback",
+                        lambda path: writebacks.append(real(path)) or writebacks[-1])
+    assert fresh_build.ingest(str(tmp_path / "index.db"), run) == "done"
+    assert "session-index-writeback" in seen["threads"]
+    (writeback,) = writebacks
+    if sys.platform.startswith("linux"):
+        assert writeback.calls >= 3
+    assert not writeback.thread.is_alive()
+    assert (tmp_path / "index.db").exists() and _files(tmp_path) == ["index.db"]
+
+    with real(str(tmp_path / "missing.db")) as gone:   # nothing to open: nothing done
+        time.sleep(0.05)
+    assert gone.calls == 0 and not gone.thread.is_alive()
