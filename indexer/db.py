@@ -344,10 +344,10 @@ class background_checkpoints:
         self.autocheckpoint = None
 
     def __enter__(self):
-        import threading
-
         if not self.path:  # not enabled, or an in-memory or temporary database
             return self
+        import threading   # (not for a run with nothing to write: start-up time)
+
         self.autocheckpoint = self.conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0]
         self.conn.execute("PRAGMA wal_autocheckpoint = 0")
         self.stop = threading.Event()

@@ -55,6 +55,7 @@ _CWD, _VERSION, _BRANCH = (RECORD_FIELDS.index(k) for k in ("cwd", "version", "g
 
 TRACKED_COLUMNS = ("path", "inode", "dev", "size", "mtime_ns", "deleted_at", "ingested_offset")
 TRACKED_FILES_SQL = f"SELECT {', '.join(TRACKED_COLUMNS)} FROM files"
+LAST_INGEST_AT_SQL = "INSERT OR REPLACE INTO index_meta VALUES ('last_ingest_at', ?)"
 
 
 class SourceNotFound(Exception):
@@ -400,9 +401,10 @@ def ingest(
         from . import search
 
         search.catch_up(db)   # the new records' text
-    record_kinds.after_ingest(db, writer.run_at)   # the kinds not counted yet; the run ends
-    with write_lock(db) as c:
-        c.execute("INSERT OR REPLACE INTO index_meta VALUES ('last_ingest_at', ?)", [utcnow()])
+    # The kinds not counted yet; the run ends, and when (one transaction: a
+    # no-op run's only write).
+    record_kinds.after_ingest(db, writer.run_at, at_end=lambda c: c.execute(
+        LAST_INGEST_AT_SQL, [utcnow()]))
     summary.seconds = time.monotonic() - started
     return summary
 

@@ -325,12 +325,13 @@ def count_files(conn, file_ids, *, run: int | None = None, now: str | None = Non
     return sum(count_file(conn, file_id, run=run, now=now) for file_id in file_ids)
 
 
-def after_ingest(db, now: str | None = None) -> None:
+def after_ingest(db, now: str | None = None, at_end=None) -> None:
     """At the end of an ingest run: count the records of every file that
     changed and ingest has not counted as it stored them (count_stored), a
     transaction per CHUNK_RECORDS or so, and end the run (one more
-    ``ingest_runs``). Kinds first seen now are that run's, at ``now`` (the
-    run's time: default, the clock)."""
+    ``ingest_runs``; ``at_end(conn)``, if given, in the same transaction).
+    Kinds first seen now are that run's, at ``now`` (the run's time:
+    default, the clock)."""
     from .db import write_lock
     from .ingest import utcnow
 
@@ -343,6 +344,8 @@ def after_ingest(db, now: str | None = None) -> None:
                 counted += count_file(conn, pending.pop(), run=run, now=now)
             if not pending:
                 conn.execute(BUMP_RUNS_SQL)
+                if at_end is not None:
+                    at_end(conn)
                 return
 
 

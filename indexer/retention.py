@@ -107,11 +107,15 @@ def resolve(config_dir, cwd: str | None, read_days=_read_days) -> Retention:
     return Retention(DEFAULT_DAYS, "default", tuple(warnings))
 
 
-# The transcript files whose retention is resolved: each distinct cwd once.
+# The transcript files whose retention is resolved, grouped by their cwd
+# (each resolved once) and the retention they have now (a JSON array of
+# their ids: most groups need no change, and every run asks).
 FILES_BY_CWD_SQL = """
-SELECT coalesce(s.cwd, f.cwd) AS cwd, f.id, f.retention_days, f.retention_source
+SELECT coalesce(s.cwd, f.cwd) AS cwd, f.retention_days, f.retention_source,
+       json_group_array(f.id) AS ids
 FROM files f LEFT JOIN sessions s ON s.session_id = f.session_id
 WHERE f.kind IN ('main', 'subagent')
+GROUP BY 1, 2, 3
 """.strip()
 SET_RETENTION_SQL = "UPDATE files SET retention_days = ?, retention_source = ? WHERE id = ?"
 
@@ -125,12 +129,12 @@ def apply(db, config_dir) -> list[str]:
     changes = []
     # The managed and the user settings are read once, not once per cwd.
     read_days = functools.lru_cache(maxsize=None)(_read_days)
-    for cwd, file_id, days, source in db.conn.execute(FILES_BY_CWD_SQL).fetchall():
+    for cwd, days, source, ids in db.conn.execute(FILES_BY_CWD_SQL).fetchall():
         if cwd not in resolved:
             resolved[cwd] = resolve(config_dir, cwd, read_days)
         r = resolved[cwd]
         if (days, source) != (r.days, r.source):
-            changes.append((r.days, r.source, file_id))
+            changes += [(r.days, r.source, file_id) for file_id in json.loads(ids)]
     if changes:
         with write_lock(db) as conn:
             conn.executemany(SET_RETENTION_SQL, changes)
