@@ -854,3 +854,12 @@ def test_a_new_derive_version_rebuilds_every_cache(index, monkeypatch):
     assert derive.STATS["recomputed"] == 2
     assert index.rows("SELECT * FROM leaf_ancestry_cache ORDER BY file_id, rule, height") == before
     assert index.value("SELECT value FROM index_meta WHERE key = 'definitions_hash'") == bumped
+
+
+def test_the_unchanged_check_reads_an_index_not_the_files_table(index):
+    """Every run reads TRACKED_FILES_SQL for every file: from files_tracked
+    (migration m027), which covers its columns, not from the wide rows."""
+    from indexer.ingest import TRACKED_FILES_SQL
+
+    plan = index.rows(f"EXPLAIN QUERY PLAN {TRACKED_FILES_SQL}")
+    assert [r["detail"] for r in plan] == ["SCAN files USING COVERING INDEX files_tracked"]
