@@ -132,7 +132,7 @@ class Writeback:
             sync_file_range.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64,
                                         ctypes.c_uint]
             fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
-        except (ImportError, AttributeError, OSError):
+        except (ImportError, AttributeError, TypeError, OSError):
             return   # no sync_file_range here, or no build to open: the fsync does it all
         try:
             while not self.stop.wait(WRITEBACK_EVERY_S):
