@@ -170,7 +170,12 @@ def run() -> None:
         code = FAST[args[0]](args[1:])
         if code is not None:
             sys.stdout.flush()
-            sys.exit(code)
+            sys.stderr.flush()
+            # The answer is out and the index closed (its connection went
+            # with the call); no thread, child or temporary file is left.
+            # What remains is the interpreter's teardown of every module it
+            # loaded: 2-3 ms of a 35 ms no-op ingest or check, for nothing.
+            os._exit(code)
     from .cli import cli
 
     cli()
