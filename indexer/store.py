@@ -294,7 +294,11 @@ class _Backend:
             # Storage write time: strictly increasing per key, so back-to-back
             # appends never share an mtime (list_sessions sorts by it).
             mtime_ms = max(int(time.time() * 1000), (last_mtime or 0) + 1)
-            if subpath is None:
+            # The key's summary, folded by the SDK. Without the SDK there is
+            # none to keep (the whole copy read back at every append, to fold
+            # nothing, made an append cost what the copy holds: 85 ms at
+            # 20,000 entries, bench/live_speed.py).
+            if subpath is None and _fold_summary() is not None:
                 folded = kept
                 if summary is None and row is not None:  # earlier batches were not folded
                     folded = [_deserialize(r) for _o, r, _b in conn.execute(

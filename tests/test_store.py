@@ -466,3 +466,26 @@ def test_the_web_ui_shows_a_store_copy_as_it_arrives(index, store):
     assert f"store://-tmp-demo/{SID}" in run(page())
     run(store.append(key, t.records[3:]))
     assert "prompt u2" in run(page())
+
+
+def test_without_the_sdk_an_append_does_not_read_the_copy_back(index, monkeypatch):
+    """No summary to fold without the SDK: an append costs its own entries,
+    not the copy's (it read every stored entry back, then folded nothing)."""
+    from indexer import store as storemod
+
+    monkeypatch.setattr(storemod, "_fold_summary", lambda: None)
+    backend = storemod._Backend(index.path)
+    try:
+        key = {"project_key": "-tmp-demo", "session_id": SID}
+        records = chain_session().records
+        backend.append(key, records[:4])
+        statements = []
+        backend.conn.set_trace_callback(statements.append)
+        backend.append(key, records[4:])
+        backend.conn.set_trace_callback(None)
+        assert statements and not any(s.strip().startswith(storemod.LOAD_SQL.strip()[:40])
+                                      for s in statements)
+        assert backend.load(key) == records
+        assert backend.conn.execute("SELECT summary FROM store_keys").fetchall() == [(None,)]
+    finally:
+        backend.close()
