@@ -240,7 +240,8 @@ def main():
                                             "python_median_s")}
     if args.bulk_workdir:
         import ingest_speed
-        out["bulk"] = {k: ingest_speed.measure(Path(args.bulk_workdir))["figures"][k] for k in (
+        figures = ingest_speed.measure(Path(args.bulk_workdir))["figures"]   # (one run: its
+        out["bulk"] = {k: figures[k] for k in (                             # figures agree)
             "cold_s", "sqlite_utils_lines_s", "cold_vs_sqlite_utils_lines", "noop_process_s",
             "noop_process_pct_of_cold")}
     if args.json:
