@@ -1,6 +1,6 @@
 """A new index made from a snapshot of the schema the migrations leave.
 
-Bringing a new file up through the 26 migrations (sqlite-utils imported,
+Bringing a new file up through the migrations (sqlite-utils imported,
 each migration its own savepoint, every view created) was about 100 ms of a
 cold ingest's serial start: some 5% of it (bench/ingest_speed.py). The
 snapshot, ``new_index.json`` beside this file, holds what they leave in a
@@ -40,7 +40,6 @@ OBJECTS_SQL = "SELECT type, name, sql FROM sqlite_master WHERE sql IS NOT NULL O
 FTS5_SHADOW_SUFFIXES = ("data", "idx", "content", "docsize", "config")
 MIGRATION_NAMES_SQL = f"SELECT migration_set, name FROM {MIGRATIONS_TABLE} ORDER BY id"
 INSERT_MIGRATION_SQL = f"INSERT INTO {MIGRATIONS_TABLE} (migration_set, name, applied_at) VALUES (?, ?, ?)"
-ANY_TABLE_SQL = "SELECT 1 FROM sqlite_master WHERE type = 'table' LIMIT 1"
 APPLICATION_ID_SQL = "PRAGMA application_id"
 
 
@@ -49,8 +48,8 @@ def views_digest() -> str:
     compares them, and the caches' definitions, as views.stamp_current
     records them)."""
     text = "\n".join(f"{name}\n{sql}" for name, sql in views.VIEWS.items())
-    return sha256(f"{text}\n{views.CACHES_HASH}\n{views.SESSIONS_HASH}".encode()
-                        ).hexdigest()[:16]
+    text += f"\n{views.CACHES_HASH}\n{views.SESSIONS_HASH}"
+    return sha256(text.encode()).hexdigest()[:16]
 
 
 def snapshot(conn) -> dict:
@@ -111,11 +110,11 @@ def create(conn, path: str | None = None) -> bool:
     import datetime
 
     from . import prices
-    from .db import retry_locked
+    from .db import TABLES_SQL, retry_locked
 
     retry_locked(lambda: conn.execute("BEGIN IMMEDIATE"))
     try:
-        if conn.execute(ANY_TABLE_SQL).fetchone() is not None:
+        if conn.execute(TABLES_SQL).fetchone() is not None:
             conn.execute("ROLLBACK")
             return False
         conn.execute(f"PRAGMA application_id = {int(snap['application_id'])}")
