@@ -295,7 +295,7 @@ def _ingest_from(db_path, url, consumer, hosts, watch, as_json, auth):
             db, options, consumer=consumer, hosts=hosts, watch=watch,
             stop=stop, after_batch=log,
             log=lambda line: click.echo(f"ingest --from: {line}", err=True)), follow=watch)
-    except fleet_nats.FleetError as exc:
+    except (fleet_nats.FleetError, dbmod.IndexReplaced) as exc:
         raise Failure(str(exc)) from None
     derive.derive_pending(db)
     if as_json:

@@ -48,6 +48,41 @@ class IndexError_(Exception):
     """The index file cannot be opened or is not a session index."""
 
 
+class IndexReplaced(IndexError_):
+    """The index file was deleted or replaced while this process had it open."""
+
+
+# The file a connection has open as "main" (its third column).
+DATABASE_LIST_SQL = "PRAGMA database_list"
+
+
+def file_identity(path: str) -> tuple[int, int] | None:
+    """(device, inode) of the file at ``path``, None when there is none."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+class OpenedFile:
+    """The index file a long-running writer (``ingest --watch``, ``ingest
+    --from``) has open. Deleting or replacing the path (``rm``, a copy or a
+    backup restored over it) does not reach an open connection: it would go
+    on writing, and a fleet consumer acknowledging, lines into an unlinked
+    file nobody reads again. ``verify()`` raises IndexReplaced once the path
+    names another file, or none, so the writer stops and says so."""
+
+    def __init__(self, conn: sqlite3.Connection):
+        self.path = next(row[2] for row in conn.execute(DATABASE_LIST_SQL) if row[1] == "main")
+        self.identity = file_identity(self.path)
+
+    def verify(self) -> None:
+        if file_identity(self.path) != self.identity:
+            raise IndexReplaced(f"{self.path} was deleted or replaced while in use; stopped "
+                                "(run again: a new index is built from the transcripts)")
+
+
 class Index:
     """An index opened with sqlite3 alone (``open_index``): its ``conn``,
     which is all the library uses of a sqlite_utils.Database outside

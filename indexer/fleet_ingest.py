@@ -21,7 +21,7 @@ import json
 import time
 
 from . import discover, fleet_nats, fleet_wire, generations
-from .db import write_lock
+from .db import OpenedFile, write_lock
 from .ingest import FORGET_LINES_SQL, RUNNING_FACTS_SET, insert_lines, running_facts, utcnow
 
 PATH_PREFIX = "fleet://"
@@ -340,6 +340,7 @@ async def consume(db, options: fleet_nats.ConnectOptions, *, consumer: str | Non
 
     started = time.monotonic()
     summary = Summary()
+    opened = OpenedFile(db.conn)
     consumer = consumer or fleet_wire.DEFAULT_CONSUMER
     stop = stop or asyncio.Event()
     try:
@@ -377,6 +378,7 @@ async def consume(db, options: fleet_nats.ConnectOptions, *, consumer: str | Non
                     continue
                 later = set(apply_batch(db, [(m.data, m.metadata.sequence.stream)
                                              for m in msgs], name, summary))
+                opened.verify()   # committed into a file still the index, or none acked
                 try:
                     for i, m in enumerate(msgs):   # after the commit, never before
                         await (m.nak(delay=RETRY_DELAY_S) if i in later else m.ack())

@@ -20,6 +20,7 @@ import threading
 
 import click
 
+from . import db as dbmod
 from . import watch as watchmod
 
 EXIT_UNUSABLE = 3
@@ -67,7 +68,7 @@ def serve_and_watch(db_path, host: str, port: int, sources, *, config_dir=None,
     def follow(follower):
         try:
             follower.run()
-        except watchmod.WatchError as exc:
+        except (watchmod.WatchError, dbmod.IndexReplaced) as exc:
             failure.append(str(exc))
         except Exception as exc:  # never a traceback: say it, stop the server
             failure.append(f"the {_name(follower)} stopped: {type(exc).__name__}: {exc}")

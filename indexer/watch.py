@@ -25,6 +25,10 @@ leaves undone (lines not read yet, caches not derived) the next ingest does,
 exactly once. A second signal stops at once (``Stopped`` raised from the
 handler): every open transaction rolls back.
 
+An index file deleted or replaced while the watcher runs stops it
+(``db.OpenedFile``, checked before each batch and at least once a tick):
+its connection would otherwise write into the unlinked file.
+
 The log goes to stderr, one line each, never a traceback (formats in
 LOG_FORMATS below and in the README). An error on one file, or a failed
 batch, is logged and the watcher goes on (a failed batch is retried with a
@@ -166,10 +170,13 @@ class Watcher:
             self.db = dbmod.open_db(self.db_path)
         except dbmod.IndexError_ as exc:
             raise WatchError(str(exc)) from None
+        self.opened = dbmod.OpenedFile(self.db.conn)
         try:
             self._loop()
         except Stopped:
             pass
+        except dbmod.IndexReplaced as exc:
+            raise WatchError(str(exc)) from None
         finally:
             self.db.conn.close()
 
@@ -234,6 +241,7 @@ class Watcher:
                 return
             if changes in ("stop", "signal"):
                 return
+            self.opened.verify()         # at least once a tick
             paths = set() if changes == "timeout" else self._relevant(changes)
             now = time.monotonic()
             if self.polling:

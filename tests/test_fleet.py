@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -355,6 +356,43 @@ def test_the_central_stops_cleanly_with_the_server_gone(server, tmp_path):
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 0
     assert b"Traceback" not in proc.stderr.read()
+
+
+def test_a_central_whose_index_is_deleted_stops_and_acks_nothing_into_it(server, tmp_path):
+    db = tmp_path / "c.db"
+    t = Transcript(tmp_path / "host")
+    t.append(1)
+    ship_once(server, "h", tmp_path / "host", tmp_path)
+    proc = subprocess.Popen([*CLI, "ingest", "--from", server.url, "--watch", "--db", db],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 30
+        while exported_or_none(db, t.session_id) != t.complete():
+            assert time.monotonic() < deadline and proc.poll() is None, "the first line"
+            time.sleep(0.1)
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{db}{suffix}").unlink(missing_ok=True)
+        t.append(1)
+        ship_once(server, "h", tmp_path / "host", tmp_path)
+        assert proc.wait(timeout=30) == 3
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    err = proc.stderr.read().decode()
+    assert "Traceback" not in err
+    assert err.splitlines()[-1] == (f"Error: {db} was deleted or replaced while in use; "
+                                    "stopped (run again: a new index is built from the "
+                                    "transcripts)")
+    assert drain(server, db)["new_lines"] == 2
+    assert exported(db, t.session_id) == t.complete()
+
+
+def exported_or_none(db, session_id) -> bytes | None:
+    if not Path(db).exists():
+        return None
+    p = subprocess.run([*CLI, "export", session_id, "--out", "-", "--db", str(db)],
+                       capture_output=True, timeout=60)
+    return p.stdout if p.returncode == 0 else None
 
 
 def test_a_ledger_is_one_shippers_and_never_another_database(server, tmp_path):

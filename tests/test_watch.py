@@ -285,6 +285,31 @@ def test_a_source_that_does_not_exist_is_one_line_and_exit_3(live):
     assert log.strip() == f"Error: {live.projects / 'nope'}: no such file or folder"
 
 
+@pytest.mark.parametrize("how", ["deleted", "replaced"])
+def test_an_index_deleted_or_replaced_under_the_watcher_stops_it_with_exit_3(live, how):
+    """Its open connection would go on writing into the unlinked file: the
+    watcher stops and says why, and a restart rebuilds every line."""
+    project = live.projects / "-tmp-demo"
+    project.mkdir()
+    path = project / f"{SID}.jsonl"
+    path.write_bytes(record("u1") + b"\n")
+    proc = live.watch()
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{live.db}{suffix}").unlink(missing_ok=True)
+    if how == "replaced":
+        live.db.write_bytes(b"")        # (a new empty file: another inode at the path)
+    append(path, record("u2", "u1") + b"\n")
+    assert proc.p.wait(DEADLINE) == 3
+    log = proc.log()
+    assert "Traceback" not in log
+    assert log.splitlines()[-1] == (f"Error: {live.db} was deleted or replaced while in use; "
+                                    "stopped (run again: a new index is built from the "
+                                    "transcripts)")
+    again = live.watch()
+    assert len(live.lines(path)) == 2
+    assert again.stop() == 0
+
+
 def run_watcher_thread(db, sources):
     """An in-process Watcher in a thread, its log in a list."""
     log: list[str] = []
