@@ -97,6 +97,22 @@ def walk(root: str):
             yield from walk(folder.path)
 
 
+def walked(root: str, path: str) -> bool:
+    """Whether ``walk(root)`` would reach ``path`` (a file or folder under
+    ``root``): no folder on the way, nor ``path``, is skipped (SKIP_DIRS),
+    and no folder on the way is a link (``path`` itself may be a link to a
+    file). For the watcher, whose notifications and ``isdir`` follow links."""
+    parts = os.path.relpath(path, root).split(os.sep)
+    if any(name in SKIP_DIRS for name in parts):
+        return False
+    folder = root
+    for name in parts[:-1]:
+        folder = os.path.join(folder, name)
+        if os.path.islink(folder):
+            return False
+    return True
+
+
 def _name(entry) -> str:
     return entry.name
 

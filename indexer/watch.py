@@ -43,7 +43,6 @@ import sqlite3
 import sys
 import threading
 import time
-from pathlib import Path
 from typing import Callable
 
 from . import db as dbmod
@@ -290,14 +289,14 @@ class Watcher:
                 if path in self.file_roots and (os.path.isfile(path) or self._tracked(path)):
                     out.add(path)
                 continue
-            parts = Path(os.path.relpath(path, root)).parts
-            if any(p in discover.SKIP_DIRS for p in parts):
-                continue                 # tool outputs, workflow journals
+            if not discover.walked(root, path):
+                continue                 # tool outputs, workflow journals, linked folders
             if os.path.isfile(path):
                 if path.endswith(".jsonl"):
                     out.add(path)
             elif os.path.isdir(path):
-                out.add(path)            # a new folder: scan it (its files may predate its watch)
+                if not os.path.islink(path):   # (a plain ingest does not follow it either)
+                    out.add(path)        # a new folder: scan it (its files may predate its watch)
             elif path.endswith(".jsonl") and self._tracked(path):
                 out.add(path)            # a deleted transcript
             elif self._tracked_under(path):

@@ -310,6 +310,30 @@ def test_an_index_deleted_or_replaced_under_the_watcher_stops_it_with_exit_3(liv
     assert again.stop() == 0
 
 
+def test_the_watcher_follows_no_link_to_a_folder_as_a_plain_ingest_does(live, tmp_path):
+    """A linked folder appearing (or growing) under a source is not indexed
+    by the watcher, whose notifications follow links, since a plain ingest
+    does not walk it: the next rescan would mark its files deleted."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / f"{SID2}.jsonl").write_bytes(record("o1", session=SID2) + b"\n")
+    project = live.projects / "-tmp-demo"
+    project.mkdir()
+    path = project / f"{SID}.jsonl"
+    path.write_bytes(record("u1") + b"\n")
+    proc = live.watch()
+    (live.projects / "-tmp-linked").symlink_to(outside)
+    (project / "nested").symlink_to(outside)
+    append(outside / f"{SID2}.jsonl", record("o2", "o1", session=SID2) + b"\n")
+    append(path, record("u2", "u1") + b"\n")      # then a change the watcher must take
+    poll(lambda: len(live.lines(path)) == 2, "the append after the links")
+    assert proc.stop() == 0
+    assert live.value("SELECT group_concat(path) FROM files") == str(path)
+    plain = subprocess.run(CMD + ["ingest", "--db", str(live.db), "--json"], env=live.env,
+                           capture_output=True, timeout=60)
+    assert json.loads(plain.stdout)["deleted_files"] == 0
+
+
 def run_watcher_thread(db, sources):
     """An in-process Watcher in a thread, its log in a list."""
     log: list[str] = []
