@@ -113,6 +113,25 @@ def walked(root: str, path: str) -> bool:
     return True
 
 
+# What ingest and ship say of a file whose name is not_utf8 (after the name).
+NOT_UTF8 = "a file name that is not UTF-8: skipped"
+# watchfiles' error for such a name under a watched folder: its inotify watch
+# fails on every wait while one exists, its polling once for each that
+# appears; so the watchers poll instead.
+UNDECODABLE_PATH = "Unable to decode path"
+
+
+def not_utf8(path: str) -> str | None:
+    """``path`` shown with its undecodable bytes escaped (``\\xff``) when it
+    is not valid UTF-8 (os.fsdecode keeps such bytes as surrogates), else
+    None. The index stores paths as TEXT: such a file is skipped and said."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return os.fsencode(path).decode("utf-8", "backslashreplace")
+    return None
+
+
 def _name(entry) -> str:
     return entry.name
 

@@ -311,6 +311,9 @@ def ingest(
     # Rows read here only decide what to look at: _ingest_file reads each
     # again under the write lock before it writes.
     for path in found:
+        if (shown := discover.not_utf8(path)) is not None:
+            summary.errors.append(f"{shown}: {discover.NOT_UTF8}")
+            continue
         try:
             st = regular_stat(path)
         except NotRegular as exc:   # a FIFO would hang the read, /dev/zero never end

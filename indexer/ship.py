@@ -137,6 +137,7 @@ class Shipper:
         self.host, self.log = host, log
         self.sent_lines = self.sent_bytes = self.messages = 0
         self.last_heartbeat = 0.0
+        self.said: set[str] = set()   # files not_utf8, logged once
 
     def transcripts(self) -> list[str]:
         found = []
@@ -150,6 +151,11 @@ class Shipper:
     async def pass_(self) -> None:
         found = self.transcripts()
         for path in found:
+            if (shown := discover.not_utf8(path)) is not None:
+                if path not in self.said:      # once a run
+                    self.log(f"{shown}: {discover.NOT_UTF8}")
+                    self.said.add(path)
+                continue
             try:
                 await self.ship_file(path)
             except (OSError, NotRegular) as exc:
@@ -292,12 +298,34 @@ async def _follow(shipper: Shipper, stop: asyncio.Event) -> None:
     import watchfiles
 
     roots = [s if os.path.isdir(s) else os.path.dirname(s) for s in shipper.sources]
-    async for _changes in watchfiles.awatch(
-            *roots, stop_event=stop, debounce=200, step=50, yield_on_timeout=True,
-            rust_timeout=int(RESCAN_S * 1000), recursive=True):
-        if stop.is_set():
-            break
-        await _retrying(shipper.pass_, shipper.log)
+    polling = None   # watchfiles' choice (inotify, unless WATCHFILES_FORCE_POLLING)
+    while not stop.is_set():
+        try:
+            async for _changes in watchfiles.awatch(
+                    *roots, stop_event=stop, debounce=200, step=50, yield_on_timeout=True,
+                    rust_timeout=int(RESCAN_S * 1000), recursive=True, force_polling=polling):
+                if stop.is_set():
+                    return
+                await _retrying(shipper.pass_, shipper.log)
+            return
+        except (RuntimeError, ExceptionGroup) as exc:   # (awatch's task group wraps it)
+            undecodable = _undecodable(exc)
+            if undecodable is None:
+                raise
+            if not polling:
+                shipper.log(f"file notifications unavailable ({undecodable}); polling")
+                polling = True
+            await _retrying(shipper.pass_, shipper.log)
+
+
+def _undecodable(exc: BaseException) -> BaseException | None:
+    """watchfiles' error for a name that is not UTF-8, in ``exc`` or in an
+    exception group around it; None if it is something else."""
+    if isinstance(exc, BaseExceptionGroup):
+        return next((found for sub in exc.exceptions if (found := _undecodable(sub))), None)
+    if isinstance(exc, RuntimeError) and discover.UNDECODABLE_PATH in str(exc):
+        return exc
+    return None
 
 
 async def _retrying(step, log) -> None:

@@ -217,9 +217,12 @@ class Watcher:
             except (OSError, RuntimeError) as exc:
                 if self.polling:
                     raise WatchError(f"cannot watch {', '.join(roots)}: {exc}") from None
-                self._say("warning", message=f"file notifications unavailable ({exc}); "
-                                             f"polling every {POLL_DELAY_MS} ms")
-                self.polling = True
+                self._polling_instead(exc)
+
+    def _polling_instead(self, exc) -> None:
+        self._say("warning", message=f"file notifications unavailable ({exc}); "
+                                     f"polling every {POLL_DELAY_MS} ms")
+        self.polling = True
 
     @staticmethod
     def _identity(path):
@@ -235,6 +238,9 @@ class Watcher:
             try:
                 changes = notify.watch(DEBOUNCE_MS, STEP_MS, self._timeout_ms(), self.stop)
             except (OSError, RuntimeError) as exc:  # the watch broke: start it anew
+                if not self.polling and discover.UNDECODABLE_PATH in str(exc):
+                    self._polling_instead(exc)
+                    return
                 self._error(f"watching failed, restarting it: {type(exc).__name__}: {exc}")
                 self.stop.wait(TICK_MS / 1000)
                 return
@@ -283,6 +289,10 @@ class Watcher:
         """The sources to give ingest for a set of (change, path) notifications."""
         out = set()
         for _change, path in changes:
+            if discover.not_utf8(path) is not None:   # never tracked: ingest says so
+                if os.path.lexists(path):
+                    out.add(path)
+                continue
             root = next((r for r in self.dir_roots
                          if path == r or path.startswith(r.rstrip(os.sep) + os.sep)), None)
             if root is None:

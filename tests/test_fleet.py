@@ -395,6 +395,39 @@ def exported_or_none(db, session_id) -> bytes | None:
     return p.stdout if p.returncode == 0 else None
 
 
+def test_a_name_that_is_not_utf8_is_skipped_by_ship_and_its_watch_goes_on(server, tmp_path):
+    t = Transcript(tmp_path / "host")
+    t.append(1)
+    odd = os.fsencode(t.path.parent.parent) + b"/-tmp-\xff\xfeodd"
+    os.mkdir(odd)
+    Path(os.fsdecode(odd + b"/x.jsonl")).write_bytes(b"{}\n")
+    p = ship_once(server, "h", tmp_path / "host", tmp_path)
+    note = "-tmp-\\xff\\xfeodd/x.jsonl: a file name that is not UTF-8: skipped"
+    assert note in p.stderr.decode()
+    db = tmp_path / "c.db"
+    assert drain(server, db)["new_lines"] == 1
+    proc = subprocess.Popen([*CLI, "ship", tmp_path / "host", "--to", server.url, "--host", "h",
+                             "--ledger", tmp_path / "ledger-h.db"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        time.sleep(1)                    # (a line before its watch starts is shipped too)
+        t.append(1)
+        deadline = time.monotonic() + 30
+        got = 0
+        while got < 1:
+            assert time.monotonic() < deadline and proc.poll() is None, "the append"
+            got = drain(server, db)["new_lines"]
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    err = proc.stderr.read().decode()
+    assert "Traceback" not in err and "internal error" not in err
+    assert err.count(note) == 1
+    assert exported(db, t.session_id) == t.complete()
+
+
 def test_a_ledger_is_one_shippers_and_never_another_database(server, tmp_path):
     import fcntl
 

@@ -82,6 +82,28 @@ def test_fifos_and_device_symlinks_in_a_folder_are_skipped_with_a_note(home):
     assert code == 0 and data == (folder / f"{SID}.jsonl").read_text()
 
 
+def test_file_and_folder_names_that_are_not_utf8_are_skipped_with_a_note(home):
+    """The index stores paths as TEXT: such a name used to end the whole
+    ingest ("internal error, UnicodeEncodeError"), indexing nothing."""
+    projects = os.fsencode(home["projects"])
+    odd_folder = projects + b"/-tmp-\xff\xfeodd"
+    os.mkdir(odd_folder)
+    (home["projects"] / "-tmp-demo" / f"{SID}.jsonl").replace(
+        os.fsdecode(odd_folder + f"/{SID}.jsonl".encode()))
+    Path(os.fsdecode(projects + b"/-tmp-demo/\xe9.jsonl")).write_bytes(b"{}\n")
+    good = Transcript("22222222-2222-3333-4444-555555555555")
+    good.add("c", None, "user")
+    good.write(home["projects"] / "-tmp-demo")
+    db = home["tmp"] / "x.db"
+    code, out, err = cli("ingest", home["projects"], "--db", db, "--json", env=home["env"])
+    assert code == 0 and json.loads(out)["new_records"] == 1
+    assert err.splitlines() == [
+        f"warning: {home['projects']}/-tmp-demo/\\xe9.jsonl: a file name that is not UTF-8: "
+        "skipped",
+        f"warning: {home['projects']}/-tmp-\\xff\\xfeodd/{SID}.jsonl: a file name that is not "
+        "UTF-8: skipped"]
+
+
 def test_a_fifo_given_as_a_source_is_skipped_not_missing(home):
     fifo = home["tmp"] / "run.jsonl"
     os.mkfifo(fifo)

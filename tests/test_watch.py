@@ -334,6 +334,32 @@ def test_the_watcher_follows_no_link_to_a_folder_as_a_plain_ingest_does(live, tm
     assert json.loads(plain.stdout)["deleted_files"] == 0
 
 
+def test_a_name_that_is_not_utf8_turns_the_watcher_to_polling_not_off(live):
+    """watchfiles' inotify watch fails on every wait while such a name is
+    under it (and its polling once per new one): the watcher used to start
+    it anew every second, a whole ingest and an error line each time."""
+    odd = os.fsencode(live.projects) + b"/-tmp-\xff\xfeodd"
+    os.mkdir(odd)
+    Path(os.fsdecode(odd + b"/x.jsonl")).write_bytes(record("o1") + b"\n")
+    project = live.projects / "-tmp-demo"
+    project.mkdir()
+    path = project / f"{SID}.jsonl"
+    path.write_bytes(record("u1") + b"\n")
+    proc = live.watch()
+    append(path, record("u2", "u1") + b"\n")
+    poll(lambda: len(live.lines(path)) == 2, "an append beside the odd name")
+    Path(os.fsdecode(os.fsencode(project) + b"/\xe9.jsonl")).write_bytes(b"{}\n")
+    append(path, record("u3", "u2") + b"\n")
+    poll(lambda: len(live.lines(path)) == 3, "an append after another odd name appeared")
+    assert proc.stop() == 0
+    assert_clean_log(proc)
+    log = proc.log()
+    assert "warning: file notifications unavailable (Unable to decode path" in log
+    assert log.count("error: watching failed") <= 1     # polling: once, for the new name
+    assert log.count("-tmp-\\xff\\xfeodd/x.jsonl: a file name that is not UTF-8: skipped") == 1
+    assert live.value("SELECT count(*) FROM files") == 1
+
+
 def run_watcher_thread(db, sources):
     """An in-process Watcher in a thread, its log in a list."""
     log: list[str] = []
