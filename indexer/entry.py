@@ -184,7 +184,12 @@ def run() -> None:
 def main() -> None:
     """Run the command; whatever escapes it (a full disk, a read-only
     folder, a corrupt page, a bug) ends in one line on stderr and exit 3,
-    never a traceback (unless $SESSION_INDEX_DEBUG is set)."""
+    never a traceback (unless $SESSION_INDEX_DEBUG is set). What it prints
+    goes through visible.Writer: no transcript's control characters reach
+    the terminal."""
+    from . import visible
+
+    visible.install()
     try:
         run()
     except KeyboardInterrupt:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -102,6 +103,48 @@ def test_file_and_folder_names_that_are_not_utf8_are_skipped_with_a_note(home):
         "skipped",
         f"warning: {home['projects']}/-tmp-\\xff\\xfeodd/{SID}.jsonl: a file name that is not "
         "UTF-8: skipped"]
+
+
+# An OSC that retitles the terminal, a screen clear, a carriage return that
+# overwrites, a C1 CSI, a right-to-left override, DEL and a NUL.
+HOSTILE = "a\x1b]0;PWNED\x07b\x1b[2Jc\rd\x9b31me\u202ef\x7fg\x00h"
+RAW_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def test_no_control_character_of_a_transcript_reaches_the_terminal(home):
+    """Every command's output goes through visible.Writer: each control
+    character comes out as its \\uXXXX escape (a JSON escape too, so --json
+    decodes to the transcript's text); export stays byte for byte."""
+    sid = "22222222-2222-3333-4444-555555555555"
+    t = Transcript(sid)
+    t.add("a", None, "user", cwd="/tmp/" + HOSTILE, message={"role": "user", "content": HOSTILE})
+    t.add("b", "a", "assistant", cwd="/tmp/" + HOSTILE, message={"role": "assistant", "content": [
+        {"type": "text", "text": HOSTILE}]})
+    path = t.write(home["projects"] / "-tmp-demo")
+    os.mkfifo(home["projects"] / "-tmp-demo" / "x\x1b]0;PWNED\x07.jsonl")
+    db = home["tmp"] / "x.db"
+    outputs = [cli("ingest", home["projects"], "--db", db, env=home["env"])]
+    outputs += [cli(*args, "--db", db, env=home["env"]) for args in (
+        ["sessions"], ["sessions", "--csv"], ["sessions", "--table"], ["show", sid],
+        ["show", sid, "--format", "markdown"], ["show", sid, "--format", "json"],
+        ["sessions", "--json"], ["check", sid])]
+    for code, out, err in outputs:
+        assert RAW_CONTROL.sub("", out.replace("\t", "").replace("\n", "")) == \
+            out.replace("\t", "").replace("\n", ""), out
+        assert not RAW_CONTROL.search(err.replace("\n", "")), err
+    assert "x\\u001b]0;PWNED\\u0007.jsonl: a FIFO" in outputs[0][2]
+    # show, text (click drops the CSI itself off a terminal; a CR splits the line)
+    assert "a\\u001b]0;PWNED\\u0007b" in outputs[4][1]
+    assert "d\\u009b31me\\u202ef\\u007fg\\u0000h" in outputs[4][1]
+    assert "c\\u000dd" in outputs[1][1]                   # sessions, TSV
+    shown = json.loads(outputs[6][1])
+    assert shown[0]["message"]["content"] == HOSTILE
+    assert shown[1]["message"]["content"][0]["text"] == HOSTILE
+    assert {r["session_id"]: r["cwd"] for r in json.loads(outputs[7][1])}[sid] == \
+        "/tmp/" + HOSTILE
+    p = subprocess.run([sys.executable, "-m", "indexer", "export", sid, "--out", "-", "--db", db],
+                       env=home["env"], capture_output=True, timeout=60)
+    assert p.returncode == 0 and p.stdout == path.read_bytes()
 
 
 def test_a_fifo_given_as_a_source_is_skipped_not_missing(home):
