@@ -57,7 +57,7 @@ DATABASE_LIST_SQL = "PRAGMA database_list"
 
 
 def file_identity(path: str) -> tuple[int, int] | None:
-    """(device, inode) of the file at ``path``, None when there is none."""
+    """(device, inode) of the file or folder at ``path``, None when there is none."""
     try:
         st = os.stat(path)
     except OSError:

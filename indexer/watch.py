@@ -208,7 +208,7 @@ class Watcher:
         roots = self._watch_roots()
         if not all(os.path.isdir(r) for r in roots):
             return None
-        self.root_ids = {r: self._identity(r) for r in roots}
+        self.root_ids = {r: dbmod.file_identity(r) for r in roots}
         while True:
             try:
                 return RustNotify(roots, False, self.polling, POLL_DELAY_MS, True, True)
@@ -223,14 +223,6 @@ class Watcher:
         self._say("warning", message=f"file notifications unavailable ({exc}); "
                                      f"polling every {POLL_DELAY_MS} ms")
         self.polling = True
-
-    @staticmethod
-    def _identity(path):
-        try:
-            st = os.stat(path)
-        except OSError:
-            return None
-        return st.st_dev, st.st_ino
 
     def _follow(self, notify) -> None:
         last_full = time.monotonic()
@@ -261,7 +253,7 @@ class Watcher:
                 self.retry = set()
             if paths:
                 self._ingest(sorted(paths))
-            if any(self._identity(r) != i for r, i in self.root_ids.items()):
+            if any(dbmod.file_identity(r) != i for r, i in self.root_ids.items()):
                 return                   # a watched folder was replaced: watch it anew
             if time.monotonic() - last_full >= self.rescan_seconds:
                 self._full_ingest()
