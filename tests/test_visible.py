@@ -12,6 +12,8 @@ def test_the_commands_own_styles_and_progress_bar_go_through():
 
 
 def test_every_other_control_is_its_json_escape():
+    assert visible.escape("\x1b[8mhidden\x1b[30;40mblack\x1b[5m") == (
+        "\\u001b[8mhidden\\u001b[30;40mblack\\u001b[5m")
     assert visible.escape("\x1b]52;c;c2VjcmV0\x07 \x1b[H\x9b2J \u202e\u2066 \x00\x7f") == (
         "\\u001b]52;c;c2VjcmV0\\u0007 \\u001b[H\\u009b2J \\u202e\\u2066 \\u0000\\u007f")
 
