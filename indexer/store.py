@@ -35,7 +35,10 @@ its own (the connection never changes thread) and the async methods await
 it: a busy index never stalls the agent's event loop. Several processes may
 append to one index at once (WAL, ``BEGIN IMMEDIATE``, retries on
 "database is locked"). Create one store per process; a forked child opens
-its own connection on first use.
+its own connection on first use. An index file deleted or replaced while a
+store has it open is not written into: each append or delete raises
+``db.IndexReplaced`` (the SDK logs a failed mirror flush and the session
+goes on), since its connection would write into the unlinked file.
 """
 
 from __future__ import annotations
@@ -53,7 +56,7 @@ from urllib.parse import quote
 import msgspec
 
 from . import derive, record_kinds, search, views
-from .db import open_db, retry_locked, write_lock
+from .db import OpenedFile, open_db, retry_locked, write_lock
 from .ingest import RUNNING_FACTS_SET, insert_lines, running_facts, utcnow
 from .lines import RECORD_FIELDS, BadLine, parse_line
 
@@ -230,6 +233,7 @@ class _Backend:
     def __init__(self, db_path: str | os.PathLike):
         self.db = open_db(db_path)
         self.conn = self.db.conn
+        self.opened = OpenedFile(self.conn)
         _fold_summary()
 
     def close(self) -> None:
@@ -255,6 +259,7 @@ class _Backend:
     def _append(self, project_key, session_id, subpath, lines) -> None:
         path = store_path(project_key, session_id, subpath)
         with write_lock(self.db) as conn:
+            self.opened.verify()   # never into an index file deleted or replaced since
             row = conn.execute(STORE_FILE_SQL, {"path": path}).fetchone()
             if row is None:
                 file_id = conn.execute(CREATE_STORE_FILE_SQL, {
@@ -330,6 +335,7 @@ class _Backend:
 
         def run():
             with write_lock(self.db) as conn:
+                self.opened.verify()
                 if subpath is None:
                     ids = [i for (i,) in conn.execute(KEY_COPIES_SQL, {
                         "project_key": project_key, "session_id": session_id})]

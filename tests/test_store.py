@@ -489,3 +489,31 @@ def test_without_the_sdk_an_append_does_not_read_the_copy_back(index, monkeypatc
         assert backend.conn.execute("SELECT summary FROM store_keys").fetchall() == [(None,)]
     finally:
         backend.close()
+
+
+def test_an_index_deleted_under_the_store_is_not_written_into(index, tmp_path):
+    """Its connection would go on appending into the unlinked file: the
+    append raises instead (the SDK logs the failed flush), and a new store
+    there makes a new index."""
+    from indexer import db as dbmod
+    from indexer import store as storemod
+
+    backend = storemod._Backend(index.path)
+    key = {"project_key": "-tmp-demo", "session_id": SID}
+    records = chain_session().records
+    try:
+        backend.append(key, records[:4])
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{index.path}{suffix}").unlink(missing_ok=True)
+        with pytest.raises(dbmod.IndexReplaced, match="was deleted or replaced while in use"):
+            backend.append(key, records[4:])
+        with pytest.raises(dbmod.IndexReplaced):
+            backend.delete(key)
+    finally:
+        backend.close()
+    again = storemod._Backend(index.path)
+    try:
+        again.append(key, records[4:])
+        assert again.load(key) == records[4:]
+    finally:
+        again.close()
