@@ -127,6 +127,15 @@ def make_default_folder(path: str) -> None:
         os.makedirs(data_dir(), exist_ok=True)
 
 
+def _unusable(path, exc: Exception) -> IndexError_:
+    """Why SQLite could not use ``path``: its folder missing (SQLite says
+    only "unable to open database file"), else SQLite's reason."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        return IndexError_(f"{path}: the folder {folder} does not exist")
+    return IndexError_(f"{path} is not a usable SQLite database: {exc}")
+
+
 def connect(path, bulk: bool = False) -> sqlite3.Connection:
     """A connection to the index file with the pragmas every open uses
     (``bulk``: a build no other process writes, fresh_build.py: a rollback
@@ -150,7 +159,7 @@ def connect(path, bulk: bool = False) -> sqlite3.Connection:
         conn.execute("PRAGMA cache_size = -32768")
         conn.execute("PRAGMA wal_autocheckpoint = 16384")
     except sqlite3.DatabaseError as exc:
-        raise IndexError_(f"{path} is not a usable SQLite database: {exc}") from None
+        raise _unusable(path, exc) from None
     return conn
 
 
@@ -210,7 +219,7 @@ def probe(path: str) -> str:
         finally:
             conn.close()
     except sqlite3.DatabaseError as exc:
-        raise IndexError_(f"{path} is not a usable SQLite database: {exc}") from None
+        raise _unusable(path, exc) from None
     if not tables:
         return NEW
     names = ", ".join(sorted(tables)[:4]) + (", ..." if len(tables) > 4 else "")
@@ -276,7 +285,7 @@ def open_index(path, *, create: bool = False,
         current = is_current(conn)
     except sqlite3.DatabaseError as exc:
         conn.close()
-        raise IndexError_(f"{path} is not a usable SQLite database: {exc}") from None
+        raise _unusable(path, exc) from None
     if current:
         return Index(conn)
     import sqlite_utils

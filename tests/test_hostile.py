@@ -147,6 +147,15 @@ def test_no_control_character_of_a_transcript_reaches_the_terminal(home):
     assert p.returncode == 0 and p.stdout == path.read_bytes()
 
 
+@pytest.mark.parametrize("args", [["ingest"], ["ingest", "--watch"], ["serve", "--watch"]])
+def test_an_index_in_a_folder_that_does_not_exist_is_one_line_naming_it(home, args):
+    db = home["tmp"] / "nowhere" / "x.db"
+    code, out, err = cli(*args, "--db", db, env=home["env"], timeout=30)
+    assert code == 3
+    assert err == f"Error: {db}: the folder {db.parent} does not exist\n"
+    assert not db.parent.exists()
+
+
 def test_a_fifo_given_as_a_source_is_skipped_not_missing(home):
     fifo = home["tmp"] / "run.jsonl"
     os.mkfifo(fifo)
