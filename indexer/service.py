@@ -18,8 +18,6 @@ import contextlib
 import signal
 import threading
 
-import click
-
 from . import db as dbmod
 from . import watch as watchmod
 
@@ -95,10 +93,10 @@ def serve_and_watch(db_path, host: str, port: int, sources, *, config_dir=None,
                                 daemon=True) for f in followers]
     try:
         shown = f"[{host}]" if ":" in host else host
-        click.echo(f"Serving {db_path} at http://{shown}:{port}/-/session-health", err=True)
+        watchmod.stderr_line(f"Serving {db_path} at http://{shown}:{port}/-/session-health")
         if not web.is_loopback(host):
-            click.echo("warning: listening beyond this machine; anyone who reaches it reads "
-                       "every transcript (see the deployment notes)", err=True)
+            watchmod.stderr_line("warning: listening beyond this machine; anyone who reaches "
+                                 "it reads every transcript (see the deployment notes)")
         for thread in threads:
             thread.start()
         try:

@@ -96,10 +96,20 @@ def default_sources(sources, config_dir=None) -> list[str]:
         raise WatchError(str(exc)) from None
 
 
+def stderr_line(line: str) -> None:
+    """One line on stderr. A log that cannot be written (stderr closed, a
+    full disk under a redirect) loses the line, never the service: indexing
+    goes on."""
+    try:
+        sys.stderr.write(f"{line}\n")
+        sys.stderr.flush()
+    except (AttributeError, OSError, ValueError):   # None, ENOSPC/EPIPE, closed
+        pass
+
+
 def stderr_log(line: str) -> None:
-    """One log line on stderr, after the time."""
-    sys.stderr.write(f"{ingestmod.utcnow()} {line}\n")
-    sys.stderr.flush()
+    """One log line on stderr, after the time (``stderr_line``)."""
+    stderr_line(f"{ingestmod.utcnow()} {line}")
 
 
 def signal_name(sig) -> str:

@@ -360,6 +360,36 @@ def test_a_name_that_is_not_utf8_turns_the_watcher_to_polling_not_off(live):
     assert live.value("SELECT count(*) FROM files") == 1
 
 
+@pytest.mark.parametrize("log", ["full", "closed"])
+def test_a_log_that_cannot_be_written_never_stops_the_watcher(live, log):
+    """stderr on a full disk (ENOSPC) or closed: the lines are lost, the
+    indexing goes on and SIGTERM still ends it with exit 0."""
+    project = live.projects / "-tmp-demo"
+    project.mkdir()
+    path = project / f"{SID}.jsonl"
+    path.write_bytes(record("u1") + b"\n")
+    with open("/dev/full", "wb") as full:
+        p = subprocess.Popen(CMD + ["ingest", "--watch", "--db", str(live.db)], env=live.env,
+                             stdout=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+                             stderr=full if log == "full" else None,
+                             preexec_fn=(lambda: os.close(2)) if log == "closed" else None)
+    try:
+        def first_line():
+            try:
+                return live.db.exists() and live.lines(path)
+            except sqlite3.OperationalError:   # (the index being made)
+                return False
+
+        poll(first_line, "the first line", START_DEADLINE)
+        append(path, record("u2", "u1") + b"\n")
+        poll(lambda: len(live.lines(path)) == 2, "an append")
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(20) == 0
+    finally:
+        if p.poll() is None:
+            p.kill()
+
+
 def run_watcher_thread(db, sources):
     """An in-process Watcher in a thread, its log in a list."""
     log: list[str] = []
