@@ -284,17 +284,19 @@ def _ingest_from(db_path, url, consumer, hosts, watch, as_json, auth):
     options = _nats_options(url, auth)
     db = _open(db_path, create=True)
 
+    from .watch import stderr_line   # (a log that cannot be written never stops it)
+
     def log(summary):
         if watch:
-            click.echo(f"batch: {summary.messages} messages, {summary.new_lines} new lines "
-                       f"so far", err=True)
+            stderr_line(f"batch: {summary.messages} messages, {summary.new_lines} new lines "
+                        f"so far")
         derive.derive_pending(db)
 
     try:
         summary = fleet_nats.run(lambda stop: fleet_ingest.consume(
             db, options, consumer=consumer, hosts=hosts, watch=watch,
             stop=stop, after_batch=log,
-            log=lambda line: click.echo(f"ingest --from: {line}", err=True)), follow=watch)
+            log=lambda line: stderr_line(f"ingest --from: {line}")), follow=watch)
     except (fleet_nats.FleetError, dbmod.IndexReplaced) as exc:
         raise Failure(str(exc)) from None
     derive.derive_pending(db)
@@ -346,8 +348,10 @@ def ship(sources, to_url, host, ledger, once, config_dir, **auth):
         raise Failure(str(exc)) from None
     host = host or shipmod.default_host()
 
+    from .watch import stderr_line   # (a log that cannot be written never stops it)
+
     def log(line):
-        click.echo(f"ship {host}: {line}", err=True)
+        stderr_line(f"ship {host}: {line}")
 
     try:
         shipper = fleet_nats.run(lambda stop: shipmod.ship(

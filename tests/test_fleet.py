@@ -428,6 +428,32 @@ def test_a_name_that_is_not_utf8_is_skipped_by_ship_and_its_watch_goes_on(server
     assert exported(db, t.session_id) == t.complete()
 
 
+def test_a_shipper_and_a_central_whose_log_cannot_be_written_go_on(server, tmp_path):
+    t = Transcript(tmp_path / "host")
+    t.append(1)
+    db = tmp_path / "c.db"
+    with open("/dev/full", "wb") as full:
+        procs = [subprocess.Popen([*CLI, *args], stdout=subprocess.DEVNULL, stderr=full)
+                 for args in (["ship", tmp_path / "host", "--to", server.url, "--host", "h",
+                               "--ledger", tmp_path / "ledger.db"],
+                              ["ingest", "--from", server.url, "--watch", "--db", db])]
+    try:
+        time.sleep(1)
+        t.append(2)
+        deadline = time.monotonic() + 30
+        while exported_or_none(db, t.session_id) != t.complete():
+            assert time.monotonic() < deadline, "the lines"
+            assert all(p.poll() is None for p in procs), [p.returncode for p in procs]
+            time.sleep(0.2)
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+        assert [p.wait(timeout=30) for p in procs] == [0, 0]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+
+
 def test_a_ledger_is_one_shippers_and_never_another_database(server, tmp_path):
     import fcntl
 
