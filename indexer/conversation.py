@@ -22,7 +22,11 @@ TRANSCRIPT_ENTRY_TYPES = frozenset(CHAIN_TYPES)  # the SDK's set is the chain ty
 
 def parse_entries(lines) -> list[Entry]:
     """Transcript entries from raw line texts, as the SDK parses a file:
-    JSON objects of the chain types with a string uuid; the rest skipped."""
+    JSON objects of the chain types with a string uuid; the rest skipped.
+    Where the SDK's reader raises (a ``type`` that is a list or an object:
+    TypeError; a ``parentUuid`` that is one, in the walk), an entry of such
+    a type is skipped and such a parent is no parent, so ``show`` and
+    ``repair`` still read the file."""
     entries: list[Entry] = []
     for text in lines:
         line = text.strip()
@@ -32,8 +36,11 @@ def parse_entries(lines) -> list[Entry]:
             entry = json.loads(line)
         except (ValueError, RecursionError):
             continue
-        if (isinstance(entry, dict) and entry.get("type") in TRANSCRIPT_ENTRY_TYPES
+        if (isinstance(entry, dict) and isinstance(entry.get("type"), str)
+                and entry["type"] in TRANSCRIPT_ENTRY_TYPES
                 and isinstance(entry.get("uuid"), str)):
+            if not isinstance(entry.get("parentUuid"), (str, type(None))):
+                entry["parentUuid"] = None
             entries.append(entry)
     return entries
 

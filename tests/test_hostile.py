@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import random
 import re
 import sqlite3
 import subprocess
@@ -154,6 +155,55 @@ def test_an_index_in_a_folder_that_does_not_exist_is_one_line_naming_it(home, ar
     assert code == 3
     assert err == f"Error: {db}: the folder {db.parent} does not exist\n"
     assert not db.parent.exists()
+
+
+def _random_value(rng, depth=0):
+    k = rng.randrange(8 if depth < 2 else 5)
+    if k == 5:
+        return [_random_value(rng, depth + 1) for _ in range(2)]
+    if k == 6:
+        return {key: _random_value(rng, depth + 1)
+                for key in ("type", "id", "tool_use_id", "text", "content")}
+    return [None, True, 1, 1.5, "s", None, None, "tool_use"][k]
+
+
+def test_show_reads_entries_whose_fields_have_any_json_type():
+    """The SDK's reader raises on a ``type`` or ``parentUuid`` that is a list
+    or an object; the port show and repair use reads past them (seeded)."""
+    from indexer import conversation, show
+
+    for seed in range(1500):
+        rng = random.Random(seed)
+        uuids = [f"u{i}" for i in range(rng.randrange(1, 12))]
+        lines = [json.dumps({
+            "type": rng.choice(["user", "assistant", "progress", "system", "attachment",
+                                _random_value(rng)]),
+            "uuid": u, "parentUuid": rng.choice([None, *uuids[:i], _random_value(rng)]),
+            "message": rng.choice([_random_value(rng), {"role": "assistant", "id": _random_value(
+                rng), "content": [{"type": rng.choice(["tool_use", "tool_result", "text",
+                                                       _random_value(rng)]),
+                                   "id": _random_value(rng), "tool_use_id": _random_value(rng),
+                                   "content": _random_value(rng), "text": _random_value(rng)}
+                                  for _ in range(rng.randrange(3))]}]),
+            **{key: _random_value(rng) for key in ("isSidechain", "isMeta", "teamName")}})
+            for i, u in enumerate(uuids)]
+        chain = conversation.build_conversation_chain(conversation.parse_entries(lines))
+        for m in conversation.visible_messages(chain):
+            show._blocks(m.get("message"))
+
+
+def test_show_of_a_transcript_the_sdk_reader_cannot_read(home):
+    t = Transcript(SID)
+    t.add("a", None, "user")
+    t.add("b", "a", "assistant")
+    t.records.append({"type": ["user"], "uuid": "c", "parentUuid": "b", "sessionId": SID})
+    t.add("d", "b", "user", parentUuid={"not": "a uuid"})
+    t.write(home["projects"] / "-tmp-demo")
+    db = home["tmp"] / "x.db"
+    assert cli("ingest", home["projects"], "--db", db, env=home["env"])[0] == 0
+    code, out, err = cli("show", SID, "--db", db, env=home["env"])
+    # d's parent is no uuid: d is a root of its own, and the leaf
+    assert code == 0 and out.startswith("[user]") and "prompt d" in out, err
 
 
 def test_a_fifo_given_as_a_source_is_skipped_not_missing(home):
