@@ -12,9 +12,9 @@ string escape, so ``--json`` output stays valid and decodes to the same
 text (JSON escapes C0 itself; ``show --format json`` keeps C1 and bidi as
 they are, for this to escape).
 
-Let through: the three SGR sequences the command itself styles with (red,
-bold, reset: they can neither move the cursor, hide text nor talk to the
-terminal), and on stderr the progress bar's carriage return and its cursor
+Let through: the SGR sequences the command itself styles with (bold,
+reset, the foreground colours but black and white: they can neither move
+the cursor, hide text nor talk to the terminal), and on stderr the progress bar's carriage return and its cursor
 hide/show. Bytes written to ``.buffer`` (``export --out -``: the
 transcript byte for byte) pass untouched."""
 
@@ -23,10 +23,12 @@ from __future__ import annotations
 import re
 
 _CONTROL = "[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]"
-# The only styles the command prints (click.style: ingest's red bold
-# WARNING, search's bold matches): red, bold, reset. Any other SGR (conceal,
-# black on black, blink...) is a transcript's, and escaped.
-_STYLE = r"\x1b\[(?:0|1|31)m"
+# The styles the command prints: bold, reset and a foreground colour
+# (click.style: ingest's red bold WARNING, search's bold matches; uvicorn's
+# coloured log levels under serve). Black and white, which hide text on a
+# terminal of that background, and every other SGR (conceal, background,
+# blink...) can only be a transcript's, and are escaped.
+_STYLE = r"\x1b\[(?:0|1|3[1-6]|9[1-6])m"
 _PROGRESS = r"\x1b\[\?25[hl]|\r"
 STDOUT = re.compile(f"({_STYLE})|{_CONTROL}")
 STDERR = re.compile(f"({_STYLE}|{_PROGRESS})|{_CONTROL}")
