@@ -284,7 +284,7 @@ def _ingest_from(db_path, url, consumer, hosts, watch, as_json, auth):
     options = _nats_options(url, auth)
     db = _open(db_path, create=True)
 
-    from .watch import stderr_line   # (a log that cannot be written never stops it)
+    from .visible import stderr_line   # (a log that cannot be written never stops it)
 
     def log(summary):
         if watch:
@@ -348,7 +348,7 @@ def ship(sources, to_url, host, ledger, once, config_dir, **auth):
         raise Failure(str(exc)) from None
     host = host or shipmod.default_host()
 
-    from .watch import stderr_line   # (a log that cannot be written never stops it)
+    from .visible import stderr_line   # (a log that cannot be written never stops it)
 
     def log(line):
         stderr_line(f"ship {host}: {line}")

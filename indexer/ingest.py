@@ -311,7 +311,8 @@ def ingest(
     # Rows read here only decide what to look at: _ingest_file reads each
     # again under the write lock before it writes.
     for path in found:
-        if (shown := discover.not_utf8(path)) is not None:
+        # (a tracked path is UTF-8: it was stored; the no-op run spares the test)
+        if path not in tracked and (shown := discover.not_utf8(path)) is not None:
             summary.errors.append(f"{shown}: {discover.NOT_UTF8}")
             continue
         try:

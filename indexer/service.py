@@ -20,6 +20,7 @@ import threading
 
 from . import db as dbmod
 from . import watch as watchmod
+from .visible import stderr_line
 
 EXIT_UNUSABLE = 3
 JOIN_STEP_SECONDS = 0.1
@@ -93,9 +94,9 @@ def serve_and_watch(db_path, host: str, port: int, sources, *, config_dir=None,
                                 daemon=True) for f in followers]
     try:
         shown = f"[{host}]" if ":" in host else host
-        watchmod.stderr_line(f"Serving {db_path} at http://{shown}:{port}/-/session-health")
+        stderr_line(f"Serving {db_path} at http://{shown}:{port}/-/session-health")
         if not web.is_loopback(host):
-            watchmod.stderr_line("warning: listening beyond this machine; anyone who reaches "
+            stderr_line("warning: listening beyond this machine; anyone who reaches "
                                  "it reads every transcript (see the deployment notes)")
         for thread in threads:
             thread.start()

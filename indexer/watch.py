@@ -40,7 +40,6 @@ from __future__ import annotations
 import os
 import signal
 import sqlite3
-import sys
 import threading
 import time
 from typing import Callable
@@ -48,6 +47,7 @@ from typing import Callable
 from . import db as dbmod
 from . import discover
 from . import ingest as ingestmod
+from .visible import stderr_line
 
 # Group notifications for at most this long, and yield once this long passes
 # without a new one: a write is seen after about STEP_MS, at most DEBOUNCE_MS.
@@ -96,19 +96,8 @@ def default_sources(sources, config_dir=None) -> list[str]:
         raise WatchError(str(exc)) from None
 
 
-def stderr_line(line: str) -> None:
-    """One line on stderr. A log that cannot be written (stderr closed, a
-    full disk under a redirect) loses the line, never the service: indexing
-    goes on."""
-    try:
-        sys.stderr.write(f"{line}\n")
-        sys.stderr.flush()
-    except (AttributeError, OSError, ValueError):   # None, ENOSPC/EPIPE, closed
-        pass
-
-
 def stderr_log(line: str) -> None:
-    """One log line on stderr, after the time (``stderr_line``)."""
+    """One log line on stderr, after the time (``visible.stderr_line``)."""
     stderr_line(f"{ingestmod.utcnow()} {line}")
 
 
