@@ -52,7 +52,7 @@ if mode in ("writes-records-key", "real-late-indexes"):
 conn = index.conn
 t0, c0 = time.perf_counter(), time.process_time()
 if mode.startswith("writes"):
-    from indexer.rows import bindable
+    from indexer.transcripts.rows import bindable
     for t, (cols, rows) in data.items():
         sql = f"INSERT INTO {t} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})"
         raw = cols.index("raw") if "raw" in cols else None

@@ -16,7 +16,7 @@ each command a subprocess (wall time; that child's peak RSS from os.wait4):
 - an incremental ingest after appending ~1% new lines to 10 main files;
 - one 50 MB line appended to one file: its incremental ingest, and a second cold
   ingest of the whole corpus into a new index (memory is bounded by the largest line);
-- in-process decode of every line, best of 3: ``json.loads`` vs ``indexer.lines.parse_line``
+- in-process decode of every line, best of 3: ``json.loads`` vs ``indexer.transcripts.lines.parse_line``
   and ``parse_line_bytes`` (ingest's hot path).
 The commands are those beside this interpreter, or with --install VENV those of a venv
 the README's set-up command makes (``python3 -m venv VENV && VENV/bin/pip install .``;
@@ -142,7 +142,8 @@ def clock(fn):
 
 def cold_in_process(corpus, db):
     """One cold ingest in this process: (seconds, of which derive_pending)."""
-    from indexer import db as dbmod, derive, ingest as ingestmod
+    from indexer.index import db as dbmod
+    from indexer.ingest import derive, files as ingestmod
     for suffix in ("", "-wal", "-shm"):
         Path(f"{db}{suffix}").unlink(missing_ok=True)
     spent = []
@@ -223,7 +224,8 @@ def measure(workdir, size_mb=200, seed=1, repeat=3, with_nl=False) -> dict:
     row(f"no-op re-ingest, median of {repeat}", noop_s, None, noop_rss,
         f"{100 * noop_s / cold_s:.2f}% of cold, bytes_read={noop['bytes_read']}; runs "
         + ", ".join(f"{n[0]:.3f}" for n in noops))
-    from indexer import db as dbmod, ingest as ingestmod
+    from indexer.index import db as dbmod
+    from indexer.ingest import files as ingestmod
     lib = dbmod.open_db(scratch / "ours.db")
     lib_s, lib_bytes = clock(lambda: ingestmod.ingest(lib, [str(corpus)]).bytes_read)
     lib.conn.close()
@@ -251,7 +253,7 @@ def measure(workdir, size_mb=200, seed=1, repeat=3, with_nl=False) -> dict:
     row("cold ingest, corpus + 50 MB line", bc_s, bc["bytes_read"] / MB / bc_s, bc_rss,
         f"{bc['bytes_read'] / MB:.1f} MB read; RSS {bc_rss - cold_rss:+.0f} MB vs cold")
 
-    from indexer.lines import parse_line, parse_line_bytes
+    from indexer.transcripts.lines import parse_line, parse_line_bytes
     lines = all_jsonl.read_bytes().split(b"\n")[:-1]
     js_s = min(clock(lambda: deque(map(json.loads, lines), 0))[0] for _ in range(3))
     pl_s = min(clock(lambda: deque(map(parse_line, lines), 0))[0] for _ in range(3))

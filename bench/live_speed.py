@@ -4,7 +4,7 @@
                                [--store-sizes 200,2000,20000] [--watch-n 100]
                                [--skip-watch] [--skip-startup] [--seed 1] [--json]
 
-1. One-line append, in-process ``indexer.ingest.ingest`` of the session's folder
+1. One-line append, in-process ``indexer.ingest.files.ingest`` of the session's folder
    after appending one record to a main session of N records (shaped like a
    live session: prompts, split assistant messages, parallel tool calls and
    their results, progress, hooks, last-prompt checkpoints): median / p90 of
@@ -128,9 +128,9 @@ def _write(path: Path, records, mode="w"):
 
 
 def one_line_appends(sizes, appends, seed) -> list[dict]:
-    from indexer import derive
-    from indexer.db import open_db
-    from indexer.ingest import ingest
+    from indexer.ingest import derive
+    from indexer.index.db import open_db
+    from indexer.ingest.files import ingest
 
     rows = []
     for size in sizes:
@@ -173,7 +173,7 @@ def one_line_appends(sizes, appends, seed) -> list[dict]:
 
 
 def store_appends(sizes, seed, appends=40) -> list[dict]:
-    from indexer.store import IndexSessionStore
+    from indexer.ingest.store import IndexSessionStore
 
     async def run(base):
         rows = []

@@ -61,7 +61,9 @@ def checks(db, conn, largest, median, misses):
     """The operator signals over the whole index, and `check` for one session
     (target < 100 ms from the index; the CLI's interpreter start-up is shown
     apart). Session references: every indexed id plus 100 unknown ones."""
-    from indexer import check as checkmod, db as dbmod, refs as refsmod
+    from indexer.repair import check as checkmod
+    from indexer.index import db as dbmod
+    from indexer.ingest import refs as refsmod
     refs = db.parent / "refs.jsonl"
     ids = [r[0] for r in conn.execute("SELECT session_id FROM sessions")]
     refs.write_text("".join(json.dumps({"session_id": i, "source": "bench"}) + "\n"

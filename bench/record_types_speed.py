@@ -27,7 +27,8 @@ import argparse, json, os, shutil, sqlite3, statistics, subprocess, sys, tempfil
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from indexer import db as dbmod, ingest as ingestmod, record_kinds  # noqa: E402
+from indexer.index import db as dbmod, record_kinds
+from indexer.ingest import files as ingestmod  # noqa: E402
 
 RUNS = 5
 

@@ -11,7 +11,7 @@ or, without it, one ``bench/query_speed.py`` builds (``--records``). ``session-i
 searchable copy is kept and reused when its source is unchanged. Then 20 varied queries
 (words common and rare, phrases, prefixes, two-letter terms, code identifiers and paths for
 the trigram index, both indexes at once, --session / --project / --since filters), each
-``--runs`` times after one warm-up, through ``indexer.search.search`` (limit 20, snippets
+``--runs`` times after one warm-up, through ``indexer.index.search.search`` (limit 20, snippets
 included): each query's median, and the p50 and p99 of all the runs (target: p99 < 100 ms).
 
 Ingest cost: a ``bench/make_corpus.py`` corpus (``--size-mb``; bench/ingest_speed.py's), cold
@@ -63,7 +63,7 @@ def queries(conn):
 
 
 def latency(workdir, args):
-    from indexer import db as dbmod, search
+    from indexer.index import db as dbmod, search
 
     if args.index:
         source = Path(args.index)

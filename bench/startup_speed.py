@@ -38,7 +38,7 @@ HEAVY = ("click", "sqlite_utils", "msgspec", "datasette", "markupsafe", "yaml", 
 LOADED = """
 import sys
 before = set(sys.modules)  # what the interpreter's start-up (site, .pth finders) loaded
-from indexer.entry import main
+from indexer.cli.entry import main
 try:
     main()
 except SystemExit:

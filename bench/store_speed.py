@@ -1,4 +1,4 @@
-"""Speed of the session store (indexer/store.py): append latency with a reader
+"""Speed of the session store (indexer/ingest/store.py): append latency with a reader
 running, and appends per second with several writer processes.
 
     python bench/store_speed.py [--records 40000] [--writers 4] [--batch 100] [--seed 1] [--keep]
@@ -13,7 +13,7 @@ Agent SDK's batcher would:
    batch, timed around the ``await``: thread hop, serialization, parsing, the
    ``BEGIN IMMEDIATE`` transaction with its derive step, commit) while another
    process reads the same index in a loop: ``load`` of the copy being written,
-   its ``leaves`` and ``orphans`` rows and ``indexer.check.check``. p50 / p99 /
+   its ``leaves`` and ``orphans`` rows and ``indexer.repair.check.check``. p50 / p99 /
    max over the full batches, overall and by how many entries the session
    already held (derive recomputes the whole copy's caches in the append's
    transaction: the cost grows with the session).
@@ -82,9 +82,9 @@ async def append_sessions(store, sessions, batch, timings, big=None):
 
 def reader(db: str, stop: str, out: str, config_dir: str):
     """Read the newest store copy in a loop until ``stop`` exists."""
-    from indexer import check
-    from indexer.db import open_db
-    from indexer.store import IndexSessionStore
+    from indexer.repair import check
+    from indexer.index.db import open_db
+    from indexer.ingest.store import IndexSessionStore
 
     db_conn = open_db(db)
     store = IndexSessionStore(db)
@@ -115,7 +115,7 @@ def reader(db: str, stop: str, out: str, config_dir: str):
 
 
 def writer(db: str, sessions_file: str, batch: int, go: str, out: str):
-    from indexer.store import IndexSessionStore
+    from indexer.ingest.store import IndexSessionStore
 
     sessions = json.loads(Path(sessions_file).read_text())
     store = IndexSessionStore(db)
@@ -147,7 +147,7 @@ def verify(db: Path, sent: int) -> str:
 
 
 def latency_phase(work: Path, sessions, batch):
-    from indexer.store import IndexSessionStore
+    from indexer.ingest.store import IndexSessionStore
 
     db = work / "latency.db"
     store = IndexSessionStore(db)
@@ -169,7 +169,7 @@ def latency_phase(work: Path, sessions, batch):
 
 
 def throughput_phase(work: Path, sessions, batch, writers):
-    from indexer.db import open_db
+    from indexer.index.db import open_db
 
     db = work / "throughput.db"
     open_db(db).conn.close()  # create the schema before the writers race

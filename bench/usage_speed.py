@@ -34,15 +34,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from indexer import db as dbmod, usage, web_health  # noqa: E402
+from indexer.index import db as dbmod, usage
+from session_index_web import health as web_health  # noqa: E402
 
 
 # A child's cold in-process ingest: argv checkout, corpus, index; prints seconds.
 COLD_INGEST = """
 import sys, time
 sys.path.insert(0, sys.argv[1])
-import indexer.db, indexer.ingest, indexer.lines
-assert indexer.lines.__file__.startswith(sys.argv[1]), indexer.lines.__file__
+import indexer.index.db, indexer.ingest.files, indexer.transcripts.lines
+assert indexer.transcripts.lines.__file__.startswith(sys.argv[1]), indexer.transcripts.lines.__file__
 from indexer import db as dbmod, ingest as ingestmod
 t0 = time.perf_counter()
 index = dbmod.open_db(sys.argv[3])

@@ -1,5 +1,5 @@
 """``python -m indexer`` runs the session-index command."""
 
-from .entry import main
+from indexer.cli.entry import main
 
 main()

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from indexer.db import open_db
-from indexer.ingest import ingest
+from indexer.index.db import open_db
+from indexer.ingest.files import ingest
 
 CORPUS = Path(__file__).resolve().parent.parent.parent / "shared" / "corpus"
 
@@ -100,7 +100,7 @@ class Index:
 
     def assert_caches_match_definitions(self):
         """Each cache-backed contract view equals its recursive definition."""
-        from indexer.views import CACHED_VIEWS
+        from indexer.index.views import CACHED_VIEWS
 
         for view in CACHED_VIEWS:
             extra, missing = views_differ(self.db.conn, view, f"{view}_definition")

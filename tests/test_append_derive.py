@@ -17,7 +17,7 @@ import pytest
 from conftest import sdk_chain
 from test_definitions import random_transcript
 
-from indexer import derive
+from indexer.ingest import derive
 
 
 def live_session(rng: random.Random, turns: int, session_id: str, sidechain=False):
@@ -181,7 +181,7 @@ def test_random_trees_appended_in_slices(index, seed):
 
 def test_store_appends_extend_and_match(index):
     pytest.importorskip("claude_agent_sdk")
-    from indexer.store import IndexSessionStore
+    from indexer.ingest.store import IndexSessionStore
 
     rng = random.Random(3)
     sid = "33333333-1111-4000-8000-000000000000"
@@ -210,7 +210,7 @@ def test_a_rewind_near_the_leaf_extends_a_far_one_recomputes(index, length, exte
     leaves a few stored chain rows behind (up to CUT_BOUND) the caches are
     extended, further back the file is recomputed; either way the old tail
     becomes orphans."""
-    from indexer.derive_append import CUT_BOUND
+    from indexer.ingest.derive_append import CUT_BOUND
 
     assert 10 < CUT_BOUND < 100
     sid = "44444444-1111-4000-8000-000000000000"

@@ -12,7 +12,7 @@ import click
 from click.testing import CliRunner
 
 from conftest import Transcript, run_on_tty
-from indexer.cli import cli
+from indexer.cli.commands import cli
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 SID = "11111111-2222-3333-4444-555555555555"
@@ -128,7 +128,7 @@ def test_progress_bar_on_a_terminal_and_not_when_silent(tmp_path):
     projects = make_projects(tmp_path)
 
     def stderr_on_tty(*extra):
-        return run_on_tty([sys.executable, "-c", "from indexer.cli import cli; cli()", "ingest",
+        return run_on_tty([sys.executable, "-c", "from indexer.cli.commands import cli; cli()", "ingest",
                            projects, "--db", tmp_path / f"tty{len(extra)}.db", *extra])
 
     assert "Indexing" in stderr_on_tty()
@@ -144,7 +144,7 @@ def test_version():
 HEAVY_MODULES = ("sqlite_utils", "msgspec", "datasette", "markupsafe", "yaml")
 LOADED_BY_A_COMMAND = """
 import json, sys
-from indexer.cli import cli
+from indexer.cli.commands import cli
 try:
     cli(sys.argv[1:])
 except SystemExit as exc:
@@ -162,8 +162,8 @@ def loaded_by(*args, env):
 def test_the_fast_open_names_the_last_migration():
     import sqlite_utils
 
-    from indexer import db as dbmod
-    from indexer.migrations import migrations
+    from indexer.index import db as dbmod
+    from indexer.index.migrations import migrations
 
     names = [m.name for m in migrations.pending(sqlite_utils.Database(memory=True))]
     assert (dbmod.MIGRATION_SET, dbmod.LAST_MIGRATION) == (migrations.name, names[-1])
@@ -174,7 +174,7 @@ def test_an_index_is_known_by_its_header_without_a_read_of_its_schema(tmp_path, 
     first 100 bytes; a SQLite file without it is probed with SQL as before."""
     import sqlite3
 
-    from indexer import db as dbmod
+    from indexer.index import db as dbmod
 
     index = dbmod.open_index(tmp_path / "index.db", create=True)
     index.conn.close()
@@ -216,8 +216,8 @@ def test_check_of_a_current_index_loads_neither_sqlite_utils_nor_the_parser(tmp_
 def test_check_upgrades_an_index_made_by_an_older_version(tmp_path, monkeypatch):
     import sqlite_utils
 
-    from indexer import db as dbmod
-    from indexer.migrations import migrations
+    from indexer.index import db as dbmod
+    from indexer.index.migrations import migrations
 
     config = tmp_path / "claude"
     projects = make_projects(config)

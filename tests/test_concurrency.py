@@ -24,7 +24,7 @@ SESSION_INDEX = str(Path(sys.executable).with_name("session-index"))
 CHECK_EXITS = {0, 4, 5, 6}   # ok, missing, poisoned, spliced (cli.py)
 STORE_APPENDER = r'''
 import asyncio, json, sys
-from indexer.store import IndexSessionStore
+from indexer.ingest.store import IndexSessionStore
 
 async def main(db, batches):
     store = IndexSessionStore(db)
@@ -182,7 +182,7 @@ def test_a_file_row_read_before_the_lock_is_read_again_under_it(index, monkeypat
     files table and before it takes the write lock: this run reads the row
     again and stores nothing twice (it used to fail on the unique key)."""
     from conftest import Index
-    from indexer import ingest as ingestmod
+    from indexer.ingest import files as ingestmod
 
     sid = "55555555-1111-4000-8000-000000000000"
     path = index.projects / "p" / f"{sid}.jsonl"
@@ -192,7 +192,7 @@ def test_a_file_row_read_before_the_lock_is_read_again_under_it(index, monkeypat
     _grow(path, sid, 5, start=5)
     other = Index.__new__(Index)
     other.path, other.projects = index.path, index.projects
-    from indexer.db import open_db
+    from indexer.index.db import open_db
     other.db = open_db(index.path)
     original = ingestmod._ingest_file
 
@@ -215,8 +215,8 @@ def test_a_file_overtaken_between_two_slices_is_left_to_the_other(index, monkeyp
     of the lock between slices; another process that stores the rest
     meanwhile is noticed, and no line is stored twice or lost."""
     from conftest import Index
-    from indexer import ingest as ingestmod
-    from indexer.db import open_db
+    from indexer.ingest import files as ingestmod
+    from indexer.index.db import open_db
 
     sid = "66666666-1111-4000-8000-000000000000"
     path = index.projects / "p" / f"{sid}.jsonl"

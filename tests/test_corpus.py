@@ -7,7 +7,7 @@ import json
 import pytest
 
 from conftest import CORPUS, Index, sdk_chain
-from indexer.ingest import stored_bytes
+from indexer.ingest.files import stored_bytes
 
 # One xdist worker for the module: its corpus index is built once.
 pytestmark = [pytest.mark.skipif(not CORPUS.is_dir(), reason="../shared/corpus is not here"),

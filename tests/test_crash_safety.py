@@ -45,7 +45,7 @@ from pathlib import Path
 import pytest
 
 from conftest import views_differ
-from indexer.db import open_db
+from indexer.index.db import open_db
 
 # Kills timed from the runs that finish: in the serial xdist group (conftest.py).
 pytestmark = pytest.mark.xdist_group("timing")
@@ -65,7 +65,7 @@ AIMED_FROM = 0.5
 _SCRIPT = Path(sys.executable).with_name("session-index")
 INGEST_CMD = (
     [str(_SCRIPT)] if _SCRIPT.exists()
-    else [sys.executable, "-c", "from indexer.cli import cli; cli()"]
+    else [sys.executable, "-c", "from indexer.cli.commands import cli; cli()"]
 )
 
 # The appender: phase 1 writes the initial content of the first files, then
@@ -339,7 +339,7 @@ def _disk_lines(path: Path) -> tuple[list[bytes], list[int], int]:
 
 
 def _is_record(line: bytes) -> bool:
-    """A JSON object in UTF-8 (decided here independently of indexer.lines)."""
+    """A JSON object in UTF-8 (decided here independently of indexer.transcripts.lines)."""
     try:
         return isinstance(json.loads(line.decode("utf-8")), dict)
     except ValueError:

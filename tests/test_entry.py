@@ -1,4 +1,4 @@
-"""The console script (indexer/entry.py): a plain ``check`` is answered
+"""The console script (indexer/cli/entry.py): a plain ``check`` is answered
 without click, with the same output and exit code as the click command;
 anything else goes to click."""
 
@@ -12,20 +12,20 @@ import sys
 import pytest
 
 from conftest import Transcript
-from indexer import entry
+from indexer.cli import entry
 
 SID = "11111111-2222-3333-4444-555555555555"
 POISONED = "22222222-2222-3333-4444-555555555555"
 SYNTHETIC = {"id": "5f0c1a52-3a49-4a4e-9f0e-2f1c6e3b7d11", "type": "message", "role": "assistant",
              "model": "<synthetic>", "content": [{"type": "text", "text": "API Error: 529"}]}
 # The same command through the console script's entry and through click alone.
-ENTRY = "from indexer.entry import main; main()"
-CLICK = "from indexer.cli import cli; cli()"
+ENTRY = "from indexer.cli.entry import main; main()"
+CLICK = "from indexer.cli.commands import cli; cli()"
 # What a check process imported beyond the interpreter's own start-up.
 LOADED = """
 import json, os, sys
 before = set(sys.modules)
-from indexer.entry import main
+from indexer.cli.entry import main
 def leave(code):   # (the fast path ends the process with os._exit: report first)
     raise SystemExit(code)
 os._exit = leave

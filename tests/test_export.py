@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import CORPUS, Index, Transcript
-from indexer.cli import cli
+from indexer.cli.commands import cli
 
 SID = "11111111-2222-3333-4444-555555555555"
 

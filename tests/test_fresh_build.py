@@ -11,7 +11,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from indexer import db as dbmod, derive_worker, fresh_build, ingest as ingest_mod
+from indexer.index import db as dbmod
+from indexer.ingest import derive_worker, fresh_build, files as ingest_mod
 from test_preload import dump, make_sources
 from test_watch import CMD
 

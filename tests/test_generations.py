@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import Transcript
-from indexer.cli import cli
+from indexer.cli.commands import cli
 
 SID = "11111111-2222-3333-4444-555555555555"
 
@@ -237,8 +237,8 @@ def test_a_rewrite_before_generations_were_kept_is_numbered(tmp_path):
 
     import sqlite_utils
 
-    from indexer.db import upgrade
-    from indexer.migrations import migrations
+    from indexer.index.db import upgrade
+    from indexer.index.migrations import migrations
 
     db = sqlite_utils.Database(sqlite3.connect(tmp_path / "old.db", isolation_level=None))
     migrations.apply(db, stop_before="m014_generations")

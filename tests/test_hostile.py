@@ -170,7 +170,8 @@ def _random_value(rng, depth=0):
 def test_show_reads_entries_whose_fields_have_any_json_type():
     """The SDK's reader raises on a ``type`` or ``parentUuid`` that is a list
     or an object; the port show and repair use reads past them (seeded)."""
-    from indexer import conversation, show
+    from indexer.transcripts import conversation
+    from indexer.repair import show
 
     for seed in range(1500):
         rng = random.Random(seed)
@@ -545,7 +546,7 @@ def test_serve_refuses_a_database_name_datasette_would_render_unescaped(home):
 
 def test_ids_too_large_for_sqlite_are_404_not_500(home):
     db = indexed(home)
-    from indexer import web
+    from indexer.cli import serve as web
 
     async def fetch():
         ds = web.make_datasette(db)

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from conftest import Transcript, write_jsonl
-from indexer.ingest import stored_bytes
+from indexer.ingest.files import stored_bytes
 
 SID = "11111111-2222-3333-4444-555555555555"
 
@@ -375,7 +375,7 @@ def stored_lines(index) -> list[tuple[int, int]]:
 
 def exported(index) -> bytes:
     from click.testing import CliRunner
-    from indexer.cli import cli
+    from indexer.cli.commands import cli
 
     result = CliRunner().invoke(cli, ["export", SID, "--out", "-", "--db", str(index.path)])
     assert result.exit_code == 0, result.output
@@ -624,7 +624,7 @@ def _parsed(parse, data):
 
 def test_the_hot_path_parses_every_line_as_parse_line_does():
     from conftest import CORPUS
-    from indexer.lines import parse_line, parse_line_bytes
+    from indexer.transcripts.lines import parse_line, parse_line_bytes
 
     lines = list(HOT_PATH_LINES)
     for path in sorted(CORPUS.rglob("*.jsonl"))[:200] if CORPUS.is_dir() else []:
@@ -642,7 +642,7 @@ def test_the_fast_and_slow_paths_read_the_same_fields():
     import msgspec
 
     from conftest import CORPUS
-    from indexer import lines as lines_mod
+    from indexer.transcripts import lines as lines_mod
 
     lines = list(HOT_PATH_LINES)
     for path in sorted(CORPUS.rglob("*.jsonl"))[:200] if CORPUS.is_dir() else []:
@@ -663,8 +663,8 @@ def test_the_fast_and_slow_paths_read_the_same_fields():
 
 @pytest.mark.parametrize("data, expected", USAGE_LINES)
 def test_usage_columns_from_either_path(data, expected):
-    from indexer.lines import parse_line, parse_line_bytes
-    from indexer.rows import RECORD_FIELDS
+    from indexer.transcripts.lines import parse_line, parse_line_bytes
+    from indexer.transcripts.rows import RECORD_FIELDS
 
     at = RECORD_FIELDS.index("has_usage")
     assert RECORD_FIELDS[at:] == ("has_usage", "input_tokens", "output_tokens",
@@ -677,8 +677,8 @@ def test_usage_columns_from_either_path(data, expected):
 def test_usage_columns_stored_and_filled_again_by_the_migration(index):
     # Ingest stores the parser's usage columns; migrations.fill_usage_columns
     # (m022_prices, on an index ingested before it) reads the same from raw.
-    from indexer import migrations
-    from indexer.rows import RECORD_FIELDS
+    from indexer.index import migrations
+    from indexer.transcripts.rows import RECORD_FIELDS
 
     path = index.projects / "p" / f"{SID}.jsonl"
     path.parent.mkdir(parents=True)
@@ -719,7 +719,7 @@ def test_new_files_derived_on_the_other_core_equal_derive_pending(tmp_path, monk
     from pathlib import Path
 
     from conftest import Index
-    from indexer import derive, derive_worker, preload
+    from indexer.ingest import derive, derive_worker, preload
 
     monkeypatch.setattr(preload, "MAX_FILE_BYTES", 0)
 
@@ -757,7 +757,7 @@ def test_new_files_derived_on_the_other_core_equal_derive_pending(tmp_path, monk
 def test_a_worker_that_fails_leaves_the_caches_to_derive_pending(index, monkeypatch):
     """When the derive worker cannot run (or dies), nothing is lost: the
     files stay marked and derive_pending computes their caches."""
-    from indexer import derive_worker, preload
+    from indexer.ingest import derive_worker, preload
 
     monkeypatch.setattr(derive_worker, "MIN_BYTES", 0)
     monkeypatch.setattr(preload, "MAX_FILE_BYTES", 0)   # no file derived by preload.py
@@ -789,7 +789,7 @@ def test_a_worker_that_fails_leaves_the_caches_to_derive_pending(index, monkeypa
 
 @pytest.mark.xdist_group("timing")
 def test_a_bulk_write_checkpoints_the_wal_from_a_thread(tmp_path, monkeypatch):
-    from indexer import db as dbmod
+    from indexer.index import db as dbmod
 
     conn = dbmod.connect(tmp_path / "x.db")
     conn.execute("CREATE TABLE t (v BLOB)")
@@ -814,7 +814,7 @@ def test_a_bulk_write_checkpoints_the_wal_from_a_thread(tmp_path, monkeypatch):
 
 
 def test_a_new_index_needs_no_refresh_of_every_session(index, monkeypatch):
-    from indexer import derive
+    from indexer.ingest import derive
 
     t = Transcript()
     t.add("a", None, "user")
@@ -835,8 +835,9 @@ def test_a_new_index_needs_no_refresh_of_every_session(index, monkeypatch):
 
 
 def test_a_new_derive_version_rebuilds_every_cache(index, monkeypatch):
-    from indexer import derive, views
-    from indexer.digests import sha256
+    from indexer.ingest import derive
+    from indexer.index import views
+    from indexer.transcripts.digests import sha256
 
     for n, sid in enumerate(("11111111-2222-3333-4444-555555555555",
                              "22222222-2222-3333-4444-555555555555")):
@@ -859,7 +860,7 @@ def test_a_new_derive_version_rebuilds_every_cache(index, monkeypatch):
 def test_the_unchanged_check_reads_an_index_not_the_files_table(index):
     """Every run reads TRACKED_FILES_SQL for every file: from files_tracked
     (migration m027), which covers its columns, not from the wide rows."""
-    from indexer.ingest import TRACKED_FILES_SQL
+    from indexer.ingest.files import TRACKED_FILES_SQL
 
     plan = index.rows(f"EXPLAIN QUERY PLAN {TRACKED_FILES_SQL}")
     assert [r["detail"] for r in plan] == ["SCAN files USING COVERING INDEX files_tracked"]

@@ -17,8 +17,11 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import Transcript, write_jsonl
-from indexer import mainfile, oracle, views, web
-from indexer.cli import cli
+from indexer.chain import mainfile
+from indexer.repair import oracle
+from indexer.index import views
+from indexer.cli import serve as web
+from indexer.cli.commands import cli
 
 SID = "11111111-2222-3333-4444-555555555555"
 FIXTURES = Path(__file__).parent / "fixtures"

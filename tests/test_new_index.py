@@ -6,7 +6,7 @@ import sqlite3
 
 import pytest
 
-from indexer import db as dbmod, new_index
+from indexer.index import db as dbmod, new_index
 
 # Columns holding the time an index was made: they differ between any two.
 MADE_AT = {"_sqlite_migrations": "applied_at", "prices": "loaded_at"}
@@ -45,7 +45,7 @@ def test_the_packaged_snapshot_is_this_codes_schema():
     with open(new_index.SNAPSHOT, encoding="utf-8") as f:
         packaged = json.load(f)
     assert packaged == new_index.migrated_snapshot(), \
-        "indexer/new_index.json is out of date: run python -m indexer.new_index"
+        "indexer/new_index.json is out of date: run python -m indexer.index.new_index"
     assert new_index.load() == packaged
 
 

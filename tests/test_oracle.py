@@ -1,9 +1,9 @@
 """The real Claude Code as the oracle: for every shape of the bug reports and
 every main transcript of the corpus, what a resume really sends agrees with
-what the index says it keeps and drops (indexer/verify.py compares them).
+what the index says it keeps and drops (indexer/repair/verify.py compares them).
 
 Each case resumes a copy in a temporary config dir against a fake Messages API
-on loopback (indexer/oracle.py); about a second per transcript."""
+on loopback (indexer/repair/oracle.py); about a second per transcript."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import CORPUS, Transcript, write_jsonl
-from indexer import oracle, verify
+from indexer.repair import oracle, verify
 
 try:
     CLAUDE = oracle.find_claude()
@@ -214,7 +214,7 @@ def test_generated_shape_agrees_with_the_cli(index, api, name):
 
 def test_seed000_the_cli_drops_the_otter_reply_and_repair_brings_it_back(index, api, tmp_path):
     from click.testing import CliRunner
-    from indexer.cli import cli
+    from indexer.cli.commands import cli
 
     path = write_jsonl(index.projects / "-tmp-demo" / f"{SID}.jsonl", shape_seed000())
     counts, sent = agree(index, api, path)
@@ -283,7 +283,7 @@ def test_every_transcript_of_oracle_dir_agrees_with_the_cli(index, api):
 
 def run_verify(index, *args):
     from click.testing import CliRunner
-    from indexer.cli import cli
+    from indexer.cli.commands import cli
     return CliRunner().invoke(cli, ["verify", SID, "--db", str(index.path), *args])
 
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from conftest import Index, write_jsonl
-from indexer import derive_worker, ingest as ingest_mod, preload
-from indexer.rows import LARGE_LINE_BYTES
+from indexer.ingest import derive_worker, files as ingest_mod, preload
+from indexer.transcripts.rows import LARGE_LINE_BYTES
 
 SID = "5e55e55e-0000-4000-8000-{:012d}"
 # Columns that hold the time of a run, not what was stored.
@@ -196,8 +196,8 @@ def test_the_workers_chain_rows_are_what_derive_reads_from_the_index(tmp_path):
     rows, what derive.UUID_RECORDS_SQL reads from a records table."""
     import sqlite3
 
-    from indexer import derive
-    from indexer.db import open_index
+    from indexer.ingest import derive
+    from indexer.index.db import open_index
 
     sources = make_sources(tmp_path / "src")
     paths = sorted(str(p) for p in sources.rglob("*.jsonl"))

@@ -16,9 +16,9 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import CORPUS, Transcript, write_jsonl
-from indexer import db as dbmod, record_kinds, views
-from indexer.cli import cli
-from indexer.db import open_db
+from indexer.index import db as dbmod, record_kinds, views
+from indexer.cli.commands import cli
+from indexer.index.db import open_db
 
 SID = "11111111-2222-3333-4444-555555555555"
 PROJECT = "-tmp-demo"
@@ -337,7 +337,7 @@ def test_counts_follow_appends_rewrites_and_a_retracted_last_line(index):
 
 
 def test_store_appends_and_deletes(index):
-    from indexer.store import IndexSessionStore
+    from indexer.ingest.store import IndexSessionStore
 
     t = main_transcript()
     t.write(index.projects / PROJECT)
@@ -400,7 +400,7 @@ def test_an_older_index_is_counted_at_upgrade_and_nothing_in_it_is_new(tmp_path)
 # --- the web ------------------------------------------------------------------------
 
 def test_health_page_and_canned_query_show_the_new_kinds_escaped(index):
-    from indexer import web
+    from indexer.cli import serve as web
 
     t = main_transcript()
     path = t.write(index.projects / PROJECT)

@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import CORPUS, Index, Transcript, write_jsonl
-from indexer.cli import cli
+from indexer.cli.commands import cli
 
 SID = "11111111-2222-3333-4444-555555555555"
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -311,7 +311,7 @@ def test_show_equals_the_sdk_on_transcripts_without_a_splice(index):
 
 @pytest.mark.skipif(not CORPUS.is_dir(), reason="../shared/corpus is not here")
 def test_show_equals_the_sdk_on_every_corpus_transcript(tmp_path):
-    from indexer import show
+    from indexer.repair import show
 
     index = Index(tmp_path)
     index.ingest(CORPUS)
@@ -355,7 +355,7 @@ def held_lines(data: bytes) -> list[str]:
 @pytest.mark.parametrize("closes", [False, True])
 def test_a_writer_holding_the_file_open_loses_no_line_to_a_forced_repair(index, tmp_path,
                                                                          monkeypatch, closes):
-    from indexer import repair as repairmod
+    from indexer.repair import repair as repairmod
 
     path = seed000(index, next_prompt=True)
     original = path.read_bytes()
@@ -391,7 +391,7 @@ def test_a_writer_holding_the_file_open_loses_no_line_to_a_forced_repair(index, 
 def test_lines_appended_to_the_old_file_during_the_swap_are_folded_in(tmp_path):
     import threading
 
-    from indexer import repair as repairmod
+    from indexer.repair import repair as repairmod
 
     path = tmp_path / "t.jsonl"
     path.write_bytes(b'{"type": "user", "uuid": "u"}\n')

@@ -1,7 +1,7 @@
 """rows.bindable: rows bound in bulk with NaN for None store what None would."""
 import sqlite3
 
-from indexer.rows import NULL, bindable
+from indexer.transcripts.rows import NULL, bindable
 
 
 def test_sqlite_stores_a_bound_nan_as_null():

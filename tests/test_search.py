@@ -1,4 +1,4 @@
-"""Full-text search (indexer/search.py): enabled per index, kept current by
+"""Full-text search (indexer/index/search.py): enabled per index, kept current by
 ingest, rewrites, the session store and watch mode; queries quoted safely,
 routed to the word or the trigram index; snippets escaped in JSON and HTML."""
 
@@ -13,8 +13,10 @@ from click.testing import CliRunner
 
 from conftest import Transcript, run_on_tty, write_jsonl
 from test_watch import live  # noqa: F401  (the watcher fixture)
-from indexer import search, web, web_format
-from indexer.cli import cli
+from indexer.index import search
+from indexer.cli import serve as web
+from session_index_web import format as web_format
+from indexer.cli.commands import cli
 
 SID = "11111111-2222-3333-4444-555555555555"
 SID2 = "22222222-3333-4444-5555-666666666666"
@@ -315,7 +317,7 @@ def test_a_rewrite_of_an_older_file_lowers_the_mark_so_reused_rowids_are_indexed
 
 
 def test_store_appends_are_searchable_at_once_and_deletes_take_their_text(searchable):
-    from indexer.store import IndexSessionStore
+    from indexer.ingest.store import IndexSessionStore
 
     store = IndexSessionStore(searchable.path)
     key = {"project_key": "-tmp-store", "session_id": SID2}

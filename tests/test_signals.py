@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import Transcript, write_jsonl
-from indexer.cli import cli
+from indexer.cli.commands import cli
 
 SID = "11111111-2222-3333-4444-555555555555"
 GONE = "99999999-2222-3333-4444-555555555555"
@@ -176,7 +176,7 @@ def test_the_one_session_poisoned_query_equals_the_view(env):
     """check asks poisoned_sessions for one session through a query that reads
     only that session's records: the same row as the view, for a poisoned
     tail, a placeholder mid-chain, failed resumes, and a clean session."""
-    from indexer.views import POISONED_SESSION_SQL
+    from indexer.index.views import POISONED_SESSION_SQL
 
     sids = [f"{k}1111111-2222-3333-4444-555555555555" for k in range(4)]
     session(env, sids[0], tail_synthetic=True)
@@ -458,7 +458,7 @@ def test_sessions_lists_titles_state_newest_first(env):
 
 
 def test_poisoned_with_nothing_to_cut_back_to_says_start_a_new_session(env):
-    from indexer import web
+    from indexer.cli import serve as web
 
     t = Transcript(SID)
     t.add("u1", None, "user", cwd="/nonexistent/project")

@@ -3,7 +3,7 @@ when the first line is longer than its first, short read."""
 
 import json
 
-from indexer import discover
+from indexer.transcripts import discover
 
 
 def _file(tmp_path, name, data: bytes):

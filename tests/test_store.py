@@ -1,4 +1,4 @@
-"""The index as the Agent SDK's SessionStore (indexer/store.py): the SDK's
+"""The index as the Agent SDK's SessionStore (indexer/ingest/store.py): the SDK's
 conformance suite, mirrored copies in the same tables as ingested files,
 several real processes appending at once, and a resume from the store after
 the local transcript is gone."""
@@ -16,10 +16,10 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import CORPUS, Transcript
-from indexer.cli import cli
-from indexer.db import open_db
-from indexer.lines import RECORD_FIELDS
-from indexer.store import IndexSessionStore, InvalidKey, store_path
+from indexer.cli.commands import cli
+from indexer.index.db import open_db
+from indexer.transcripts.lines import RECORD_FIELDS
+from indexer.ingest.store import IndexSessionStore, InvalidKey, store_path
 
 SID = "5e55a0e1-0000-4000-8000-00000000a001"
 ROOT = Path(__file__).resolve().parent.parent
@@ -80,7 +80,7 @@ def test_sdk_conformance_suite_with_no_optional_method_skipped(tmp_path):
 
 
 def test_the_core_package_does_not_import_the_sdk():
-    code = ("import sys, indexer.store, indexer.cli; "
+    code = ("import sys, indexer.ingest.store, indexer.cli.commands; "
             "assert not [m for m in sys.modules if m.startswith('claude_agent_sdk')]")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 
@@ -210,7 +210,7 @@ def test_delete_takes_every_row_of_the_copy_and_keeps_the_local_file(index, stor
 
 WRITER = r"""
 import asyncio, json, os, random, sys, time
-from indexer.store import IndexSessionStore
+from indexer.ingest.store import IndexSessionStore
 
 db, writer, batches, go, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
 rng = random.Random(1000 + writer)
@@ -452,7 +452,7 @@ def test_every_corpus_transcript_mirrors_to_the_same_chain(index, store):
 
 
 def test_the_web_ui_shows_a_store_copy_as_it_arrives(index, store):
-    from indexer.web import make_datasette
+    from indexer.cli.serve import make_datasette
 
     t = chain_session()
     key = {"project_key": "-tmp-demo", "session_id": SID}
@@ -471,7 +471,7 @@ def test_the_web_ui_shows_a_store_copy_as_it_arrives(index, store):
 def test_without_the_sdk_an_append_does_not_read_the_copy_back(index, monkeypatch):
     """No summary to fold without the SDK: an append costs its own entries,
     not the copy's (it read every stored entry back, then folded nothing)."""
-    from indexer import store as storemod
+    from indexer.ingest import store as storemod
 
     monkeypatch.setattr(storemod, "_fold_summary", lambda: None)
     backend = storemod._Backend(index.path)
@@ -495,8 +495,8 @@ def test_an_index_deleted_under_the_store_is_not_written_into(index, tmp_path):
     """Its connection would go on appending into the unlinked file: the
     append raises instead (the SDK logs the failed flush), and a new store
     there makes a new index."""
-    from indexer import db as dbmod
-    from indexer import store as storemod
+    from indexer.index import db as dbmod
+    from indexer.ingest import store as storemod
 
     backend = storemod._Backend(index.path)
     key = {"project_key": "-tmp-demo", "session_id": SID}

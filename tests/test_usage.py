@@ -12,8 +12,9 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import CORPUS, Index, write_jsonl
-from indexer import prices as pricesmod, web
-from indexer.cli import cli
+from indexer.index import prices as pricesmod
+from indexer.cli import serve as web
+from indexer.cli.commands import cli
 
 SONNET = "claude-sonnet-4-5-20250929"   # $3 / $15, cache read 0.3, writes 3.75 / 6; >200k tier
 OPUS = "claude-opus-4-7"                 # $5 / $25, fast x6

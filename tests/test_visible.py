@@ -1,6 +1,6 @@
 """visible.py: what the command's own styling needs goes through, nothing else."""
 
-from indexer import visible
+from indexer.cli import visible
 
 
 def test_the_commands_own_styles_and_progress_bar_go_through():

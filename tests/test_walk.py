@@ -5,7 +5,7 @@ transcripts."""
 
 import os
 
-from indexer import discover
+from indexer.transcripts import discover
 
 
 def _os_walk(root):

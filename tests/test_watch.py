@@ -25,7 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from indexer import generations, ingest as ingestmod, watch as watchmod
+from indexer.index import generations
+from indexer.ingest import files as ingestmod, watch as watchmod
 
 # Deadlines on real processes: in the serial xdist group (conftest.py).
 pytestmark = pytest.mark.xdist_group("timing")

@@ -25,10 +25,11 @@ from click.testing import CliRunner
 from markupsafe import Markup
 
 from conftest import Transcript, write_jsonl
-from indexer import demo_data, web, web_cells, web_format, web_health, web_metadata, web_tree
-from indexer.cli import cli
-from indexer.db import open_db
-from indexer.ingest import ingest
+from indexer.cli import demo_data, serve as web
+from session_index_web import cells as web_cells, format as web_format, health as web_health, metadata as web_metadata, tree as web_tree
+from indexer.cli.commands import cli
+from indexer.index.db import open_db
+from indexer.ingest.files import ingest
 
 ROOT = Path(__file__).resolve().parent.parent
 sid = demo_data.session_id
@@ -138,7 +139,7 @@ def no_live_markup(html: str):
 
 def test_metadata_yml_is_generated_from_web_metadata():
     assert (ROOT / "metadata.yml").read_text() == web_metadata.metadata_yaml(), (
-        "regenerate: python -m indexer.web_metadata > metadata.yml")
+        "regenerate: python -m session_index_web.metadata > metadata.yml")
     data = yaml.safe_load((ROOT / "metadata.yml").read_text())
     assert list(data["databases"]) == ["sessions"]
     assert set(data["databases"]["sessions"]["queries"]) == set(web_metadata.QUERIES)
@@ -155,7 +156,7 @@ def test_every_table_view_and_column_is_described(site):
         "AND name NOT LIKE 'sqlite_%'")]
     assert names
     for name in names:
-        assert name in tables, f"{name} is not described in indexer/web_metadata.py"
+        assert name in tables, f"{name} is not described in datasette-plugins/metadata.py"
         assert tables[name]["description"]
         columns = [r["name"] for r in site.rows(f"PRAGMA table_info('{name}')")]
         missing = [c for c in columns if c not in tables[name]["columns"]]
@@ -167,7 +168,7 @@ def test_every_view_with_a_file_or_a_session_has_host(site):
     two without one say why (views.py): host_copies has a_host and b_host,
     usage_reported is per session across its copies. Their caches do not
     keep it."""
-    from indexer import views
+    from indexer.index import views
 
     with_host = []
     for name in views.VIEWS:
@@ -683,24 +684,28 @@ def test_plain_datasette_command_on_any_name(site, tmp_path, with_metadata):
 
 def test_the_package_build_carries_plugins_templates_and_styles(tmp_path):
     """What setuptools puts in the wheel (build_py): the plugins folder as
-    indexer/datasette_plugins, the templates and the stylesheet."""
+    session_index_web, the templates and the stylesheet, and every
+    subpackage of the core."""
     out = subprocess.run([sys.executable, "-c", "import setuptools; setuptools.setup()", "-q",
                           "build_py", "-d", str(tmp_path)], cwd=ROOT, capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     built = {str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file()}
-    plugins = {f"indexer/datasette_plugins/{p.name}"
+    plugins = {f"session_index_web/{p.name}"
                for p in (ROOT / "datasette-plugins").glob("*.py")}
     assert plugins and plugins <= built
-    assert {"indexer/datasette_plugins/templates/session_health.html",
-            "indexer/datasette_plugins/templates/session_tree.html",
-            "indexer/datasette_plugins/static/session-index.css", "indexer/web.py"} <= built
+    assert {"session_index_web/templates/session_health.html",
+            "session_index_web/templates/session_tree.html",
+            "session_index_web/static/session-index.css", "indexer/cli/serve.py",
+            "indexer/index/new_index.json", "indexer/index/prices.json"} <= built
+    core = {str(p.relative_to(ROOT)) for p in (ROOT / "indexer").rglob("*.py")}
+    assert core <= built
 
 
 def test_session_page_downloads_original_and_repaired(site):
-    from indexer import repair as repairmod
-    from indexer.db import open_db
-    from indexer.ingest import stored_bytes
+    from indexer.repair import repair as repairmod
+    from indexer.index.db import open_db
+    from indexer.ingest.files import stored_bytes
 
     html = site.get(session_url(sid("api-error-splice"))).text
     links = re.findall(r'href="(/-/session-download/\d+/(?:original|repaired))"', html)

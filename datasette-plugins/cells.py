@@ -1,0 +1,65 @@
+"""How a cell of the index renders in Datasette's tables and query results
+(the ``render_cell`` hook). Returns None to leave a cell to Datasette.
+
+Every value is escaped by ``Markup.format``; links are built from ids that
+are percent-encoded, never from text that could carry a ``javascript:`` URL.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import quote, urlencode
+
+from markupsafe import Markup
+
+from session_index_web.format import CAUSE_COLOURS, ERROR_CLASS_COLOURS, STATUS_COLOURS, badge, is_synthetic_message_id, json_block, session_path
+
+# Columns holding a session id: each links to its session page.
+SESSION_COLUMNS = frozenset({"session_id", "init_session_id", "resume_target"})
+# Columns holding a record uuid of the row's session: each links to that
+# record on the session page.
+UUID_COLUMNS = frozenset({"uuid", "parent_uuid", "logical_parent_uuid", "branch_point_uuid",
+                          "resume_leaf_uuid", "sdk_leaf_uuid", "api_error_uuid"})
+# Columns whose words get a coloured badge.
+BADGE_COLUMNS = {
+    "cause": CAUSE_COLOURS,
+    "error_class": ERROR_CLASS_COLOURS,
+    "last_execution_class": ERROR_CLASS_COLOURS,
+    "status": STATUS_COLOURS,
+    "reason": STATUS_COLOURS,
+}
+# 0/1 columns that are worth a badge when they say something is wrong.
+FLAG_BADGES = {
+    "leaves_agree": (0, "leaves differ", "#c62828"),
+    "is_api_error": (1, "api error", "#ad1457"),
+    "is_error": (1, "error", "#c62828"),
+    "at_resume_tail": (1, "poisoned tail", "#ad1457"),
+}
+_LINK = Markup('<a href="{}">{}</a>')
+
+
+def render_cell(row, value, column, table, database, urls):
+    keys = row.keys() if hasattr(row, "keys") else ()
+    if column in SESSION_COLUMNS and isinstance(value, str) and value:
+        return _LINK.format(urls.path(session_path(value)), value)
+    if column in UUID_COLUMNS and isinstance(value, str) and value \
+            and "session_id" in keys and row["session_id"]:
+        query = "?" + urlencode({"file": row["file_id"]}) if "file_id" in keys else ""
+        href = urls.path(session_path(row["session_id"])) + query + "#u-" + quote(value, safe="")
+        return _LINK.format(href, value)
+    if column == "message_id" and isinstance(value, str) and is_synthetic_message_id(value):
+        if "type" not in keys or row["type"] == "assistant":
+            return Markup("{} {}").format(badge("synthetic", "#ad1457", "not an API message id"),
+                                          value)
+    if column in BADGE_COLUMNS and isinstance(value, str) and value:
+        colours = BADGE_COLUMNS[column]
+        if value in colours:
+            return badge(value, colours[value], column)
+    if column in FLAG_BADGES and value == FLAG_BADGES[column][0]:
+        _, text, colour = FLAG_BADGES[column]
+        return Markup("{} {}").format(value, badge(text, colour, column))
+    if column == "raw" and isinstance(value, str):
+        full = None
+        if table == "records" and "id" in keys:
+            full = urls.row(database, "records", str(row["id"]), format="json")
+        return json_block(value, full)
+    return None

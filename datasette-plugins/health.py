@@ -1,0 +1,271 @@
+"""The health page's problem classes: one list, one line each.
+
+Each ``Check`` names a problem class, the table or view it lives in (the page
+links there, with ``link`` as its query string) and a query returning one row
+per problem with three columns: ``session_id``, ``at`` (when it happened,
+ISO-8601) and ``detail`` (a few words). The page counts each class, shows
+its newest problem, sorts classes by it, and lists the newest problems of all
+classes. A check whose table or view is not in the index is skipped, so a
+class can be listed before the index has it.
+
+Each class has a severity (SEVERITIES): it breaks a resume now, it will
+break one soon, or it is history and information; the page groups by it.
+``at`` means one thing everywhere (WHEN): when the problem happened (the
+record's time, the deletion, the failure, the cache of the stale id, the
+file's last write for a bad line), or for an expiry, when cleanup deletes
+the transcript.
+
+The problem logic is in the views; these queries only pick columns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from indexer.index.record_kinds import NEW_KINDS_SQL
+from indexer.index import views
+from indexer.index.views import EXPIRING_WINDOW_DAYS
+
+NOW, SOON, HISTORY = "now", "soon", "history"
+SEVERITIES = (
+    (NOW, "Breaks a resume now", "the next claude --resume fails or loses work: fix these first"),
+    (SOON, "Will break soon", "nothing is lost yet; act before the date"),
+    (HISTORY, "History and information", "what the transcripts went through; no resume "
+                                          "breaks because of it"),
+)
+WHEN = ("when it happened (the record's time, the deletion, the failure), or for an expiry, "
+        "when cleanup deletes the transcript")
+
+
+@dataclass(frozen=True)
+class Check:
+    label: str
+    name: str   # the table or view (or canned query) the count links to
+    sql: str    # rows of (session_id, at, detail)
+    link: str = ""  # query string added to the link
+    severity: str = HISTORY
+
+
+CHECKS = (
+    Check("Poisoned: a synthetic placeholder ends the resume chain", "poisoned_sessions",
+          "SELECT session_id, last_seen AS at, 'placeholder ' || coalesce(message_id, '?') "
+          "AS detail FROM poisoned_sessions WHERE at_resume_tail", "at_resume_tail=1", severity=NOW),
+    Check("Synthetic placeholders inside the resume chain", "poisoned_sessions",
+          "SELECT session_id, last_seen AS at, synthetic_on_chain || ' on the chain' AS detail "
+          "FROM poisoned_sessions WHERE NOT at_resume_tail AND synthetic_on_chain",
+          "at_resume_tail=0"),
+    Check("api_error splices: --resume drops recovered output", "api_error_splices",
+          "SELECT session_id, last_orphan_at AS at, orphaned_records || ' records, ' || "
+          "minutes_spanned || ' min' AS detail FROM api_error_splices", severity=NOW),
+    Check("Failed executions (claude -p)", "failed_executions",
+          "SELECT coalesce(session_id, init_session_id) AS session_id, log_mtime AS at, "
+          "error_class || ': ' || substr(error_message, 1, 80) AS detail FROM failed_executions"),
+    Check("Stale session references", "stale_session_refs",
+          "SELECT session_id, coalesce(deleted_at, expired_at, last_cached_at) AS at, "
+          "reason || ' (' || refs || ' refs)' AS detail FROM stale_session_refs", severity=NOW),
+    Check("Transcripts expired, still on disk", "expired_transcripts",
+          "SELECT session_id, expires_at AS at, path AS detail FROM expired_transcripts "
+          "WHERE status = 'expired'", "status=expired", severity=SOON),
+    Check(f"Transcripts expiring within {EXPIRING_WINDOW_DAYS} days", "expired_transcripts",
+          "SELECT session_id, expires_at AS at, days_left || ' days left' AS detail "
+          "FROM expired_transcripts WHERE status = 'expiring'", "status=expiring", severity=SOON),
+    Check("Leaves that disagree (resume vs SDK)", "leaves",
+          "SELECT l.session_id, r.timestamp AS at, l.branch_count || ' branches' AS detail "
+          "FROM leaves l LEFT JOIN records r ON r.id = l.resume_leaf_id "
+          "WHERE NOT l.leaves_agree", "leaves_agree=0"),
+    Check("Parallel tool branches dropped", "orphans",
+          "SELECT session_id, timestamp AS at, type || ' line ' || line_no AS detail "
+          "FROM orphans WHERE cause = 'parallel_tool_branch'", "cause=parallel_tool_branch"),
+    Check("Abandoned branches (rewinds, edits)", "orphans",
+          "SELECT session_id, timestamp AS at, type || ' line ' || line_no AS detail "
+          "FROM orphans WHERE cause = 'abandoned_branch'", "cause=abandoned_branch"),
+    Check("Records after a missing parent", "orphans",
+          "SELECT session_id, timestamp AS at, type || ' line ' || line_no AS detail "
+          "FROM orphans WHERE cause = 'dangling_parent'", "cause=dangling_parent"),
+    Check("Records under another root", "orphans",
+          "SELECT session_id, timestamp AS at, type || ' line ' || line_no AS detail "
+          "FROM orphans WHERE cause = 'unlinked'", "cause=unlinked"),
+    Check("Records in parent cycles", "orphans",
+          "SELECT session_id, timestamp AS at, type || ' line ' || line_no AS detail "
+          "FROM orphans WHERE cause = 'other'", "cause=other"),
+    Check("Chain breaks (parentUuid not in the file)", "chain_breaks",
+          "SELECT session_id, timestamp AS at, type || ' line ' || line_no AS detail "
+          "FROM chain_breaks"),
+    Check("Duplicate uuids", "duplicate_uuids",
+          "SELECT session_id, NULL AS at, copies || ' copies of ' || uuid AS detail "
+          "FROM duplicate_uuids"),
+    Check("Bad lines (not JSON objects)", "bad_lines",
+          "SELECT f.session_id, f.mtime AS at, b.error AS detail "
+          "FROM bad_lines b JOIN files f ON f.id = b.file_id"),
+    Check("Copies of a session that differ from the transcript --resume opens",
+          "session_main_copies",
+          "SELECT session_id, mtime AS at, why || ': ' || only_here || ' uuids only there, ' || "
+          "only_in_chosen || ' only in the one opened' AS detail FROM session_main_copies "
+          "WHERE NOT chosen AND diverged AND on_disk", "chosen=0&diverged=1&on_disk=1", severity=SOON),
+    Check("Transcripts deleted from disk", "files",
+          "SELECT session_id, deleted_at AS at, path AS detail FROM files "
+          "WHERE deleted_at IS NOT NULL", "deleted_at__notblank=1", severity=NOW),
+)
+
+RECENT_PER_CHECK = 10
+RECENT_TOTAL = 20
+
+# One query per check: its total, its newest time, and its newest rows.
+CHECK_SQL = """
+SELECT session_id, at, detail, count(*) OVER () AS total, max(at) OVER () AS newest
+FROM ({sql}) ORDER BY at IS NULL, at DESC LIMIT {limit}
+""".strip()
+
+# The names a check can depend on.
+NAMES_SQL = "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')"
+
+# The index's last ingest (written by ingest) and its size.
+OVERVIEW_SQL = """
+SELECT (SELECT value FROM index_meta WHERE key = 'last_ingest_at') AS last_ingest_at,
+       (SELECT count(*) FROM sessions) AS sessions,
+       (SELECT count(*) FROM files) AS files,
+       (SELECT max(id) FROM records) AS records
+""".strip()
+
+
+# The record kinds the most recent ingest run brought (record_types.new).
+NEW_KINDS_VIEW = "record_types"
+
+
+@dataclass
+class Result:
+    check: Check
+    total: int
+    newest: str | None
+    rows: list
+    error: str | None = None
+
+
+async def run_checks(db, checks=CHECKS) -> tuple[list[Result], list]:
+    """Run every check whose table exists on a Datasette ``Database``: the
+    results (classes with problems first, newest first) and the newest
+    problems of all classes, newest first."""
+    names = {r[0] for r in await db.execute(NAMES_SQL)}
+    results = []
+    for check in checks:
+        if check.name not in names:
+            continue
+        try:
+            rows = [dict(r) for r in await db.execute(
+                CHECK_SQL.format(sql=check.sql, limit=RECENT_PER_CHECK))]
+        except Exception as exc:  # a view whose columns changed: say so, keep going
+            results.append(Result(check, 0, None, [], error=str(exc)))
+            continue
+        total = rows[0]["total"] if rows else 0
+        newest = rows[0]["newest"] if rows else None
+        results.append(Result(check, total, newest, rows))
+    results.sort(key=lambda r: r.newest or "", reverse=True)
+    results.sort(key=lambda r: r.total == 0)
+    recent = sorted(((row, r.check) for r in results for row in r.rows if row["at"]),
+                    key=lambda item: item[0]["at"], reverse=True)
+    return results, recent[:RECENT_TOTAL]
+
+
+async def overview(db) -> dict:
+    rows = await db.execute(OVERVIEW_SQL)
+    return dict(rows.first())
+
+
+async def new_kinds(db) -> list[dict] | None:
+    """The kinds the most recent ingest run brought, most records first:
+    [{kind, records}]; None for an index without the record_types view."""
+    if NEW_KINDS_VIEW not in {r[0] for r in await db.execute(NAMES_SQL)}:
+        return None
+    return [dict(r) for r in await db.execute(NEW_KINDS_SQL)]
+# The fleet panel: each host that ships here (session-index ship), its files
+# and records here, its last heartbeat and how old that is at :now (seconds),
+# its last message stored; and the sessions whose copies on two hosts differ.
+FLEET_HOSTS_SQL = """
+SELECT h.host, h.last_heartbeat_at, h.last_message_at,
+  CAST(round((julianday(:now) - julianday(h.last_heartbeat_at)) * 86400) AS INTEGER)
+    AS heartbeat_age_s,
+  (SELECT count(*) FROM files f WHERE f.host = h.host) AS files,
+  (SELECT coalesce(sum(f.records), 0) FROM files f WHERE f.host = h.host) AS records
+FROM fleet_hosts h ORDER BY h.host
+""".strip()
+FLEET_DIVERGED_SQL = "SELECT count(DISTINCT session_id) FROM host_copies WHERE diverged"
+
+
+async def fleet_panel(db, now: str) -> dict | None:
+    """{hosts: [...], diverged: N} when hosts ship to this index, else None
+    (and None for an index without the fleet tables)."""
+    if "fleet_hosts" not in {r[0] for r in await db.execute(NAMES_SQL)}:
+        return None
+    hosts = [dict(r) for r in await db.execute(FLEET_HOSTS_SQL, {"now": now})]
+    if not hosts:
+        return None
+    for h in hosts:
+        age = h["heartbeat_age_s"]
+        h["stale"] = age is None or age > views.STALE_HEARTBEAT_S
+    return {"hosts": hosts, "diverged": (await db.execute(FLEET_DIVERGED_SQL)).first()[0]}
+
+
+# The usage panel: the API calls of the last USAGE_WINDOW_DAYS (at or after
+# :since), each counted once, as the usage view counts them but reading the
+# lines of the files written to since then only (files.last_timestamp), so
+# that it costs what the window holds, not the whole index (the view on a
+# 1M-record index takes seconds: bench/usage_speed.py); tokens of every
+# kind; the price snapshot in use.
+WINDOW_USAGE_SQL = ("(WITH calls AS (" + views.USAGE_CALLS_TEMPLATE.format(
+    files=" AND last_timestamp >= :since", where=" AND timestamp >= :since")
+    + "\n),\n" + views.USAGE_PRICED_TEMPLATE + ")")
+USAGE_PANEL_SQL = f"""
+SELECT count(*) AS calls, round(sum(cost_usd), 2) AS cost_usd,
+  sum(cost_usd IS NULL) AS unpriced_calls,
+  sum(coalesce(input_tokens, 0) + coalesce(output_tokens, 0) + coalesce(cache_read_tokens, 0)
+      + cache_write_5m_tokens + cache_write_1h_tokens) AS tokens,
+  group_concat(DISTINCT CASE WHEN cost_usd IS NULL THEN coalesce(model, '?') END)
+    AS unpriced_models,
+  (SELECT max(snapshot_date) FROM prices) AS prices_snapshot
+FROM {WINDOW_USAGE_SQL}
+""".strip()
+# Claude Code's own figures beside the index's, for the sessions begun in
+# the window (all their calls are in it; a cost-state figure is a running
+# total of a whole session): usage.COMPARISON_SQL over usage_reported's
+# definition narrowed to them.
+BEGUN_SESSIONS = (f"(SELECT session_id FROM files WHERE kind IN {views.TRANSCRIPT_KINDS} "
+                  "AND session_id IS NOT NULL GROUP BY session_id "
+                  "HAVING min(first_timestamp) >= :since)")
+# Is there a figure of Claude Code's own to compare with (cheap: indexed)?
+REPORTS_EXIST_SQL = """
+SELECT EXISTS (SELECT 1 FROM records WHERE type = 'cost-state')
+    OR EXISTS (SELECT 1 FROM records WHERE type = 'result')
+""".strip()
+USAGE_WINDOW_DAYS = 7
+
+
+def panel_comparison_sql() -> str:
+    from indexer.index import usage
+
+    reported = views.USAGE_REPORTED_TEMPLATE.format(
+        usage=WINDOW_USAGE_SQL, cost_state_sessions=f" AND r.session_id IN {BEGUN_SESSIONS}",
+        run_sessions=f" AND session_id IN {BEGUN_SESSIONS}")
+    return usage.COMPARISON_TEMPLATE.format(source=f"({reported})")
+
+
+async def usage_panel(db, now: str) -> dict | None:
+    """The usage panel's figures (None when the index has no usage view):
+    ``since`` (USAGE_WINDOW_DAYS before ``now``), the window's totals, and
+    the comparison lines with Claude Code's own figures for the sessions
+    begun in it."""
+    from datetime import datetime, timedelta
+
+    from indexer.index import usage
+
+    names = {r[0] for r in await db.execute(NAMES_SQL)}
+    if "usage" not in names:
+        return None
+    moment = datetime.fromisoformat(now.replace("Z", "+00:00")) - timedelta(
+        days=USAGE_WINDOW_DAYS)
+    since = moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    panel = dict((await db.execute(USAGE_PANEL_SQL, {"since": since})).first())
+    panel.update(since=since, days=USAGE_WINDOW_DAYS, comparison=[])
+    if (await db.execute(REPORTS_EXIST_SQL)).first()[0]:
+        found = dict((await db.execute(panel_comparison_sql(), {"since": since})).first())
+        panel["comparison"] = usage.comparison_lines(found)
+    return panel

@@ -1,0 +1,78 @@
+"""The plugin's Datasette hooks, all of them, each a few lines that hand the
+work to the package's modules: the pages and their routes (pages.py), the
+menu link and stylesheet, the canned queries of any database that is a
+session index (metadata.py), the rendering of its cells (cells.py) and the
+SQL functions for the pages and operators' own queries:
+is_synthetic_message_id(id) and json_excerpt(raw, length) (format.py).
+Everything acts only in databases that are session indexes."""
+
+from datasette import hookimpl
+
+from session_index_web import cells, metadata as web_metadata, pages as web_pages
+from session_index_web.format import is_synthetic_message_id, json_excerpt
+
+
+@hookimpl
+def register_routes():
+    return [
+        (r"^/-/session-health$", web_pages.health_page),
+        (r"^/-/sessions$", web_pages.session_lookup),
+        (r"^/-/sessions/(?P<session_id>[^/]+)$", web_pages.session_page),
+        (r"^/-/session-record/(?P<record_id>[0-9]+)$", web_pages.record_raw),
+        (r"^/-/session-download/(?P<file_id>[0-9]+)/(?P<which>original|repaired)$",
+         web_pages.download),
+    ]
+
+
+@hookimpl
+def menu_links(datasette):
+    return [{"href": datasette.urls.path("/-/session-health"), "label": "Session health"}]
+
+
+@hookimpl
+def extra_css_urls(datasette):
+    return [datasette.urls.static_plugins(web_metadata.PLUGIN, "session-index.css")]
+
+
+@hookimpl
+def permission_allowed(datasette, actor, action, resource):
+    """The *_definition views (the recursive specification, seconds per
+    query on a large index) are kept out of the listings and their table
+    pages; SQL can still name them."""
+    if action != "view-table" or not isinstance(resource, tuple) \
+            or not resource[1].endswith("_definition"):
+        return None
+
+    async def inner():
+        if await web_pages.is_session_index(datasette, resource[0]):
+            return False
+        return None
+
+    return inner
+
+
+@hookimpl
+def canned_queries(datasette, database):
+    async def inner():
+        if await web_pages.is_session_index(datasette, database):
+            return web_metadata.canned_queries()
+        return {}
+
+    return inner
+
+
+@hookimpl
+def render_cell(row, value, column, table, database, datasette):
+    async def inner():
+        if not await web_pages.is_session_index(datasette, database):
+            return None
+        return cells.render_cell(row, value, column, table, database, datasette.urls)
+
+    return inner
+
+
+@hookimpl
+def prepare_connection(conn):
+    conn.create_function("is_synthetic_message_id", 1, is_synthetic_message_id,
+                         deterministic=True)
+    conn.create_function("json_excerpt", 2, json_excerpt, deterministic=True)

@@ -1,0 +1,360 @@
+"""The plugin pages: session health, a session's tree, a record's raw JSON.
+
+The hook files in ``datasette-plugins/`` route to these handlers. Each reads
+the index through Datasette (its permissions, its read-only connections) and
+renders a template of the plugin (``datasette-plugins/templates``) inside
+Datasette's layout.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import quote, unquote, urlencode
+
+from datasette.utils.asgi import NotFound, Response
+
+from indexer.chain import resume
+from indexer.index import search
+from indexer.signals import listings as signals
+from session_index_web import health as web_health, tree as web_tree
+from session_index_web.format import CAUSE_COLOURS, pretty_json, session_path
+from session_index_web.metadata import QUERIES
+
+PAGE_TIME_LIMIT_MS = 20_000
+SESSION_SEARCH_LIMIT = 50   # hits shown on a session page
+RECENT_SESSIONS = 15   # on the health page
+RAW_PRETTY_MAX = 5_000_000  # characters; a longer line is shown as written
+
+# The session's row and its transcript files (main first, the one a resume
+# opens first of those), with both leaves.
+SESSION_SQL = "SELECT * FROM sessions WHERE session_id = :session_id"
+SESSION_FILES_SQL = """
+SELECT f.id, f.path, f.kind, f.agent_id, f.records, f.first_timestamp, f.last_timestamp,
+  f.deleted_at, f.generation, f.host, l.resume_leaf_uuid, l.sdk_leaf_uuid, l.leaves_agree, l.branch_count,
+  l.resume_rule, (SELECT count(*) FROM orphans o WHERE o.file_id = f.id AND o.restored) AS restored
+FROM files f LEFT JOIN leaves l ON l.file_id = f.id
+WHERE f.session_id = :session_id AND f.kind IN ('main', 'subagent')
+ORDER BY f.kind = 'main' DESC,
+  f.id IS (SELECT main_file_id FROM sessions s WHERE s.session_id = f.session_id) DESC,
+  f.deleted_at IS NOT NULL, f.first_timestamp, f.id
+""".strip()
+# The session's transcripts held on two hosts (host_copies: '' is this
+# machine), side by side, the differing ones first.
+SESSION_HOST_COPIES_SQL = """
+SELECT kind, agent_id, a_host, a_file_id, a_records, b_host, b_file_id, b_records, a_only,
+  b_only, diverged
+FROM host_copies WHERE session_id = :session_id
+ORDER BY diverged DESC, kind = 'main' DESC, a_file_id, b_file_id
+""".strip()
+# The session's main transcripts when it has several: which one a resume
+# opens and why, and how each other one differs from it.
+SESSION_MAIN_COPIES_SQL = """
+SELECT file_id, chosen, why, diverged, only_here, only_in_chosen, project_dir
+FROM session_main_copies WHERE session_id = :session_id
+""".strip()
+# The file's api_error episodes and chain breaks (the page's summary line).
+FILE_SPLICES_SQL = """
+SELECT api_error_uuid, branch_point_uuid, orphaned_records, minutes_spanned
+FROM api_error_splices WHERE file_id = :file_id
+""".strip()
+FILE_BREAKS_SQL = "SELECT count(*) FROM chain_breaks WHERE file_id = :file_id"
+# The file's generations, oldest first (the current one is the last).
+FILE_GENERATIONS_SQL = """
+SELECT generation, current, started_at, superseded_at, reason, lines, bytes
+FROM file_generations WHERE file_id = :file_id ORDER BY generation
+""".strip()
+# One record's exact line.
+RECORD_SQL = "SELECT raw, session_id, line_no FROM records WHERE id = :id"
+# Is this file the main transcript of a session whose resume chain ends at a
+# synthetic placeholder? (With its splices: whether repair_plan has rows for it.)
+POISONED_TAIL_SQL = """
+SELECT count(*) FROM poisoned_sessions WHERE file_id = :file_id AND at_resume_tail
+""".strip()
+DOWNLOAD_FILE_SQL = """
+SELECT f.id, f.path, f.session_id, s.main_file_id = f.id AS is_main FROM files f
+LEFT JOIN sessions s ON s.session_id = f.session_id
+WHERE f.id = :id AND f.kind IN ('main', 'subagent')
+""".strip()
+
+
+async def index_database(datasette, request):
+    """The index database a page is about: ``?database=`` or the first the
+    metadata marks as a session index (else the first with the views)."""
+    names = [n for n in datasette.databases if await is_session_index(datasette, n)]
+    wanted = request.args.get("database")
+    name = wanted if wanted in names else (names[0] if names else None)
+    if name is None:
+        raise NotFound("No session index is attached to this Datasette")
+    await datasette.ensure_permissions(
+        request.actor, [("view-database", name), "view-instance"])
+    return name, datasette.get_database(name)
+
+
+async def is_session_index(datasette, name: str) -> bool:
+    """Is the attached database ``name`` a session index (it has the
+    views)? Asked once per database and Datasette instance."""
+    known = datasette.__dict__.setdefault("_session_index_databases", {})
+    if name not in known:
+        try:
+            db = datasette.get_database(name)
+        except KeyError:
+            return False
+        known[name] = name != "_internal" and "leaf_ancestry" in await db.view_names()
+    return known[name]
+
+
+async def render(datasette, request, template, context, status=200):
+    """A page of the plugin's templates/ (found by Datasette's loader, which
+    holds every plugin's templates) inside Datasette's layout."""
+    html = await datasette.render_template(template, context, request=request)
+    return Response.html(html, status=status)
+
+
+def _db_query(name: str) -> str:
+    return "?" + urlencode({"database": name})
+
+
+async def health_page(datasette, request):
+    name, db = await index_database(datasette, request)
+    results, recent = await web_health.run_checks(db)
+    overview = await web_health.overview(db)
+    usage_panel = await web_health.usage_panel(db, signals.iso_now(None))
+
+    def check_url(check):
+        url = datasette.urls.table(name, check.name)
+        return url + ("?" + check.link if check.link else "")
+
+    def session_url(session_id):
+        return datasette.urls.path(session_path(session_id)) if session_id else None
+
+    results = [{"label": r.check.label, "url": check_url(r.check), "total": r.total,
+                "newest": r.newest, "error": r.error, "severity": r.check.severity}
+               for r in results]
+    recent_sessions = [dict(row, url=session_url(row["session_id"])) for row in await db.execute(
+        signals.SESSIONS_SQL, signals.sessions_params(limit=RECENT_SESSIONS))]
+    kinds = await web_health.new_kinds(db)
+    kinds_url = datasette.urls.table(name, web_health.NEW_KINDS_VIEW)
+    fleet = await web_health.fleet_panel(db, signals.iso_now(None))
+    return await render(datasette, request, "session_health.html", {
+        "database": name,
+        "db_url": datasette.urls.database(name),
+        "overview": overview,
+        "usage": usage_panel,
+        "usage_url": datasette.urls.table(name, "usage"),
+        "cost_url": datasette.urls.query(name, "cost_by_project"),
+        "groups": [{"key": key, "title": title, "note": note,
+                    "results": [r for r in results if r["severity"] == key],
+                    "problems": sum(r["total"] for r in results if r["severity"] == key)}
+                   for key, title, note in web_health.SEVERITIES],
+        "when": web_health.WHEN,
+        "recent_sessions": recent_sessions,
+        "recent": [{"at": row["at"], "label": check.label, "url": check_url(check),
+                    "session_id": row["session_id"], "session_url": session_url(row["session_id"]),
+                    "detail": row["detail"]} for row, check in recent],
+        "queries": [{"title": title, "url": datasette.urls.query(name, q)}
+                    for q, (title, _, _) in QUERIES.items()],
+        "lookup_url": datasette.urls.path("/-/sessions"),
+        "new_kinds": None if kinds is None else [
+            dict(k, url=kinds_url + "?" + urlencode({"kind": k["kind"]})) for k in kinds],
+        "record_types_url": kinds_url,
+        "fleet": fleet,
+        "fleet_hosts_url": datasette.urls.table(name, "fleet_hosts"),
+        "host_copies_url": datasette.urls.table(name, "host_copies") + "?diverged=1",
+    })
+
+
+async def session_lookup(datasette, request):
+    """``/-/sessions?session_id=...``: the session's page (a form's target)."""
+    session_id = (request.args.get("session_id") or "").strip()
+    if not session_id:
+        return Response.redirect(datasette.urls.path("/-/session-health"))
+    return Response.redirect(datasette.urls.path(session_path(session_id)))
+
+
+async def session_page(datasette, request):
+    session_id = unquote(request.url_vars["session_id"])
+    name, db = await index_database(datasette, request)
+    params = {"session_id": session_id}
+    session = (await db.execute(SESSION_SQL, params)).first()
+    files = [dict(r) for r in await db.execute(SESSION_FILES_SQL, params)]
+    copies = {r["file_id"]: dict(r) for r in await db.execute(SESSION_MAIN_COPIES_SQL, params)}
+    host_copies = [dict(r) for r in await db.execute(SESSION_HOST_COPIES_SQL, params)]
+    if session is None and not files:
+        return await render(datasette, request, "session_tree.html", {
+            "session_id": session_id, "missing": True,
+            "sessions_url": datasette.urls.table(name, "sessions")}, status=404)
+    file = _chosen_file(request, session, files)
+    fid = {"file_id": file["id"]}
+    limit = PAGE_TIME_LIMIT_MS
+    rows = await db.execute(web_tree.TREE_NODES_SQL, fid, custom_time_limit=limit)
+    ancestry = await db.execute(web_tree.ANCESTRY_SQL, fid, custom_time_limit=limit)
+    causes = {r["uuid"]: r["cause"] for r in await db.execute(web_tree.ORPHAN_CAUSES_SQL, fid)}
+    others = [dict(r) for r in await db.execute(web_tree.OTHER_RECORDS_SQL, fid)]
+    splices = [dict(r) for r in await db.execute(FILE_SPLICES_SQL, fid)]
+    breaks = (await db.execute(FILE_BREAKS_SQL, fid)).first()[0]
+    generations = [dict(r) for r in await db.execute(FILE_GENERATIONS_SQL, fid)]
+    state = (await db.execute(signals.SESSION_VERDICT_SQL, params)).first()
+    key = signals.verdict_key(state["state"], state["stuck"]) if state else "missing"
+    why, fix = signals.advice(key, session_id)
+    # A repaired download only where a repair changes something.
+    repairable = (bool(splices) or (await db.execute(POISONED_TAIL_SQL, fid)).first()[0] > 0) \
+        and key != "poisoned_uncuttable"
+    tree = web_tree.build(rows, ancestry, causes, file)
+
+    records_url = datasette.urls.table(name, "records") + "/"
+
+    def row_url(record_id):  # records.id is an integer: nothing to encode
+        return f"{records_url}{int(record_id)}"
+
+    page = datasette.urls.path(session_path(session_id))
+    by_cause = {}
+    for cause in causes.values():
+        by_cause[cause] = by_cause.get(cause, 0) + 1
+    queries = {q: datasette.urls.query(name, q) + "?" + urlencode(params)
+               for q in ("session_health", "resume_chain", "session_orphans", "session_files")}
+    found = await _session_search(db, session_id, request.args.get("q"))
+    return await render(datasette, request, "session_tree.html", {
+        "session_id": session_id,
+        "search": found,
+        "session": dict(session) if session else {},
+        "database": name,
+        "files": [dict(f, url=page + "?" + urlencode({"file": f["id"], "database": name}),
+                       current=f["id"] == file["id"], main_copy=copies.get(f["id"])) for f in files],
+        "main_rule": session["main_file_rule"] if session else None,
+        "copies_url": datasette.urls.table(name, "session_main_copies") + "?" + urlencode(params),
+        "host_copies": host_copies,
+        "host_copies_url": datasette.urls.table(name, "host_copies") + "?" + urlencode(params),
+        "file": file,
+        "leaves_differ": file["resume_leaf_uuid"] != file["sdk_leaf_uuid"],
+        "cli_version": resume.CLI_VERSION,
+        "uuid_anchor": lambda uuid: "#u-" + quote(uuid or "", safe=""),
+        "counts": tree["counts"],
+        "by_cause": sorted(by_cause.items(), key=lambda kv: -kv[1]),
+        "colours": CAUSE_COLOURS,
+        "splices": splices,
+        "breaks": breaks,
+        "others": others,
+        "top": web_tree.render(tree["top"], row_url),
+        "spine": web_tree.render(tree["spine"], row_url),
+        "groups": [(label, web_tree.render(units, row_url)) for label, _, units in tree["groups"]],
+        "record_url": datasette.urls.path("/-/session-record/"),
+        "record_query": _db_query(name),
+        "queries": queries,
+        "orphans_url": datasette.urls.table(name, "orphans") + "?" + urlencode(
+            {"file_id": file["id"]}),
+        "download_url": datasette.urls.path(f"/-/session-download/{int(file['id'])}/"),
+        "generations": generations,
+        "repairable": repairable,
+        "verdict": {"state": key.split("_")[0], "key": key, "why": why, "fix": fix},
+        "repair_plan_url": datasette.urls.table(name, "repair_plan") + "?" + urlencode(
+            {"file_id": file["id"]}),
+    })
+
+
+async def _session_search(db, session_id: str, query: str | None) -> dict:
+    """The session page's search field: ``?q=`` searched within the session
+    (search.search), each snippet escaped with its matches in <mark>."""
+    query = (query or "").strip()
+    if not query:
+        return {"q": "", "hits": [], "note": None}
+
+    def run(conn):
+        try:
+            return search.search(_Conn(conn), query, session=session_id,
+                                 limit=SESSION_SEARCH_LIMIT), None
+        except search.SearchNotEnabled:
+            return [], "Search is not enabled on this index: run session-index search --enable."
+        except search.EmptyQuery:
+            return [], "Nothing to search for in that query."
+
+    hits, note = await db.execute_fn(run)
+    return {"q": query, "note": note,
+            "hits": [dict(h, snippet=search.html_snippet(h["snippet"])) for h in hits]}
+
+
+def _chosen_file(request, session, files):
+    wanted = request.args.get("file")
+    for f in files:
+        if wanted and str(f["id"]) == wanted:
+            return f
+    if wanted:
+        raise NotFound("That file is not a transcript of this session")
+    main_id = session["main_file_id"] if session else None
+    for f in files:
+        if f["id"] == main_id:
+            return f
+    return files[0]
+
+
+SQLITE_MAX_INT = (1 << 63) - 1
+
+
+def url_int(text: str, what: str) -> int:
+    """A row id from a URL: NotFound when SQLite's integer cannot hold it
+    (binding it would raise OverflowError: a 500)."""
+    n = int(text)
+    if n > SQLITE_MAX_INT:
+        raise NotFound(f"No such {what}")
+    return n
+
+
+async def record_raw(datasette, request):
+    """A record's line, pretty-printed, as text/plain (the session page shows
+    it with textContent, never as HTML)."""
+    name, db = await index_database(datasette, request)
+    await datasette.ensure_permissions(request.actor, [("view-table", (name, "records"))])
+    row = (await db.execute(RECORD_SQL, {"id": url_int(request.url_vars["record_id"], "record")})).first()
+    if row is None:
+        raise NotFound("No such record")
+    raw = row["raw"]
+    text = pretty_json(raw) if len(raw) <= RAW_PRETTY_MAX else raw
+    return Response.text(text, headers={"X-Content-Type-Options": "nosniff",
+                                        "Cache-Control": "no-store"})
+
+
+class _Conn:
+    """The library's functions take an object with ``.conn``."""
+
+    def __init__(self, conn):
+        self.conn = conn
+
+
+async def download(datasette, request):
+    """A transcript file rebuilt from the index: ``original`` (byte for byte as
+    last ingested; ``?generation=N``: as it was in generation N) or
+    ``repaired`` (repair_plan applied, the main transcript)."""
+    from indexer.index import generations
+    from indexer.repair import repair
+
+    name, db = await index_database(datasette, request)
+    await datasette.ensure_permissions(request.actor, [("view-table", (name, "records"))])
+    which = request.url_vars["which"]
+    row = (await db.execute(DOWNLOAD_FILE_SQL, {"id": url_int(request.url_vars["file_id"], "transcript file")})).first()
+    if row is None or (which == "repaired" and not row["is_main"]):
+        raise NotFound("No such transcript file")
+    generation = request.args.get("generation")
+    if generation is not None and (which != "original" or not generation.isdigit()
+                                   or int(generation) > SQLITE_MAX_INT):
+        raise NotFound("No such generation of the transcript")
+
+    def build(conn):
+        index = _Conn(conn)
+        if which == "original":
+            try:
+                return b"".join(generations.generation_bytes(
+                    conn, row["id"], int(generation) if generation else None))
+            except generations.UnknownGeneration:
+                return None
+        return repair.repaired_bytes(index, repair.plan(index, row["session_id"]))
+
+    data = await db.execute_fn(build)
+    if data is None:
+        raise NotFound("No such generation of the transcript")
+    filename = Path(row["path"]).name.replace('"', "")
+    if which == "repaired":
+        filename = filename.replace(".jsonl", ".repaired.jsonl")
+    elif generation:
+        filename = filename.replace(".jsonl", f".generation-{int(generation)}.jsonl")
+    return Response(data, content_type="application/x-ndjson", headers={
+        "Content-Disposition": f'attachment; filename="{quote(filename)}"',
+        "X-Content-Type-Options": "nosniff"})

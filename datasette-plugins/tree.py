@@ -1,0 +1,311 @@
+"""The session page's picture: one transcript file as the tree it is.
+
+The resume chain (``leaf_ancestry``, rule ``resume``) is the spine, root at
+the top. Every other chain record hangs where its parent is: a branch off
+the spine at its branch point, indented and coloured by its orphan cause
+(``orphans``); records whose walk up never reaches the spine (compacted
+history, other roots, missing parents, cycles) are drawn as their own
+groups. Which records are on which chain, and why, comes from the views;
+this module only lays out the parent links.
+
+Large files stay readable: runs of progress records fold into one line, and
+long linear stretches (nothing hanging off them, nothing marked) show their
+first and last records with the middle folded. Folds are ``<details>``.
+
+Layout is iterative (an explicit stack), so a 100,000-deep chain or a deeply
+nested fork does not hit Python's recursion limit, and each record is
+placed once, so parent cycles end.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from markupsafe import Markup, escape
+
+from indexer.index.views import CHAIN_TYPES_SQL, SYNTHETIC_MODEL, effective_parent
+from session_index_web.format import CAUSE_COLOURS, css_class
+
+# Columns of one chain record as the page draws it.
+_NODE_COLUMNS = """r.id, r.line_no, r.uuid, r.parent_uuid, r.logical_parent_uuid, r.type,
+  r.subtype, r.timestamp, r.is_sidechain, r.model, r.message_id, r.is_api_error,
+  r.is_compact_summary, json_excerpt(r.raw, 160) AS excerpt"""
+
+# The chain records of one file, one per uuid (its last line, as both readers
+# resolve a duplicated uuid), in file order. json_excerpt() is the plugin's
+# SQL function.
+TREE_NODES_SQL = f"""
+SELECT {_NODE_COLUMNS}
+FROM records r
+WHERE r.file_id = :file_id AND r.uuid IS NOT NULL
+  AND r.type IN {CHAIN_TYPES_SQL}
+  AND NOT EXISTS (SELECT 1 FROM records later
+    WHERE later.file_id = r.file_id AND later.uuid = r.uuid AND later.line_no > r.line_no
+      AND later.type IN {CHAIN_TYPES_SQL})
+ORDER BY r.line_no
+""".strip()
+
+# uuid and rule of every record on either reader's chain of the file.
+ANCESTRY_SQL = """
+SELECT uuid, rule, depth FROM leaf_ancestry WHERE file_id = :file_id ORDER BY rule, depth DESC
+""".strip()
+
+# The cause of every orphan of the file (main transcripts only).
+ORPHAN_CAUSES_SQL = "SELECT uuid, cause FROM orphans WHERE file_id = :file_id"
+
+# Records of the file that are not drawn: metadata lines, by type.
+OTHER_RECORDS_SQL = """
+SELECT coalesce(type, '(none)') AS type, count(*) AS n FROM records
+WHERE file_id = :file_id AND (uuid IS NULL
+  OR type IS NULL OR type NOT IN ('user', 'assistant', 'system', 'attachment', 'progress'))
+GROUP BY type ORDER BY n DESC
+""".strip()
+
+EDGE = 3            # records kept visible at each end of a folded stretch
+MIN_STRETCH = 10    # a linear stretch longer than this is folded
+GROUP_LABELS = {
+    "compacted": "Compacted history (before the last compaction; --resume loads the summary)",
+    "unlinked": "Other roots (records whose walk up ends at another root)",
+    "dangling_parent": "After a missing parent (chain break)",
+    "other": "In parent cycles",
+    None: "Off every chain (sidechain records)",
+}
+
+
+@dataclass
+class Node:
+    row: dict
+    level: int = 0
+    on_spine: bool = False
+    cause: str | None = None
+    marks: list = field(default_factory=list)
+
+    @property
+    def is_progress(self):
+        return self.row["type"] == "progress"
+
+
+def build(rows, ancestry, causes, leaves) -> dict:
+    """Lay out one file: ``rows`` from TREE_NODES_SQL, ``ancestry`` rows from
+    ANCESTRY_SQL, ``causes`` {uuid: cause}, ``leaves`` the file's row of the
+    leaves view (or None). Returns {"top": [...], "spine": [...],
+    "groups": [(label, cause, [...])]}, each list of Node and fold tuples."""
+    by_uuid = {r["uuid"]: Node(dict(r)) for r in rows}
+    spine = [a["uuid"] for a in ancestry if a["rule"] == "resume" and a["uuid"] in by_uuid]
+    sdk = {a["uuid"] for a in ancestry if a["rule"] == "sdk"}
+    spine_set = set(spine)
+    for uuid, cause in causes.items():
+        if uuid in by_uuid:
+            by_uuid[uuid].cause = cause
+    _mark(by_uuid, spine_set, sdk, leaves)
+
+    children, roots = {}, []
+    for uuid, node in by_uuid.items():  # file order
+        if uuid in spine_set:
+            node.on_spine = True
+            continue
+        parent = _effective_parent(node.row)
+        if parent in by_uuid and parent != uuid:
+            children.setdefault(parent, []).append(node)
+        else:
+            roots.append(node)
+
+    placed: set = set()
+    spine_rows = []
+    for uuid in spine:
+        node = by_uuid[uuid]
+        placed.add(uuid)
+        spine_rows.append(node)
+        for kid in children.get(uuid, []):
+            if kid.row["uuid"] not in spine_set:
+                spine_rows.extend(_subtree(kid, 1, children, placed))
+    top, groups = [], {}
+    for root in roots:
+        rows_ = _subtree(root, 0, children, placed)
+        key = root.cause if root.cause in GROUP_LABELS else None
+        (top if key == "compacted" else groups.setdefault(key, [])).extend(rows_)
+    cyclic = [n for u, n in by_uuid.items() if u not in placed]
+    for node in cyclic:
+        node.level = 0
+    if cyclic:
+        groups.setdefault("other", []).extend(cyclic)
+    return {
+        "top": fold(top),
+        "spine": fold(spine_rows),
+        "groups": [(GROUP_LABELS[k], k, fold(v)) for k, v in groups.items()],
+        "counts": {"nodes": len(by_uuid), "spine": len(spine)},
+    }
+
+
+def _effective_parent(row):
+    return effective_parent(row["type"], row["subtype"], row["parent_uuid"],
+                            row["logical_parent_uuid"])
+
+
+def _subtree(root: Node, level: int, children, placed) -> list:
+    """Depth-first rows of a branch: each record, the side branches off it
+    (indented one more), then its continuation at the same level (its last
+    child in file order)."""
+    out, stack = [], [(root, level)]
+    while stack:
+        node, lvl = stack.pop()
+        uuid = node.row["uuid"]
+        if uuid in placed:
+            continue
+        placed.add(uuid)
+        node.level = lvl
+        out.append(node)
+        kids = [k for k in children.get(uuid, []) if k.row["uuid"] not in placed]
+        if not kids:
+            continue
+        stack.append((kids[-1], lvl))
+        for kid in reversed(kids[:-1]):
+            stack.append((kid, lvl + 1))
+    return out
+
+
+def _mark(by_uuid, spine_set, sdk, leaves):
+    """What each record's row says besides its type: leaves, api_error,
+    synthetic placeholder, compaction, missing parent, SDK-only chain."""
+    resume_leaf = leaves and leaves.get("resume_leaf_uuid")
+    sdk_leaf = leaves and leaves.get("sdk_leaf_uuid")
+    for uuid, node in by_uuid.items():
+        r, marks = node.row, node.marks
+        if uuid == resume_leaf and uuid == sdk_leaf:
+            marks.append(("leaf", "leaf (both readers)"))
+        else:
+            if uuid == resume_leaf:
+                marks.append(("leaf", "resume leaf"))
+            if uuid == sdk_leaf:
+                marks.append(("leaf sdk", "SDK leaf"))
+        if r["type"] == "system" and r["subtype"] == "api_error":
+            marks.append(("api-error", "api_error"))
+        if r["model"] == SYNTHETIC_MODEL or r["is_api_error"]:
+            marks.append(("synthetic", "synthetic placeholder"))
+        elif r["type"] == "assistant" and r["message_id"] \
+                and not str(r["message_id"]).startswith("msg_"):
+            marks.append(("synthetic", "synthetic message id"))
+        if r["subtype"] == "compact_boundary":
+            marks.append(("compact", "compaction"))
+        if r["is_compact_summary"]:
+            marks.append(("compact", "compact summary"))
+        parent = _effective_parent(r)
+        if parent is not None and parent not in by_uuid:
+            marks.append(("break", "parent missing"))
+        if uuid in sdk and uuid not in spine_set:
+            marks.append(("sdk", "on the SDK's chain"))
+
+
+def fold(rows: list) -> list:
+    """Fold runs of progress records into ("progress", rows) and the middle
+    of long linear stretches into ("stretch", rows)."""
+    units, i = [], 0
+    while i < len(rows):
+        if rows[i].is_progress and not rows[i].marks:
+            j = i
+            while j < len(rows) and rows[j].is_progress and not rows[j].marks:
+                j += 1
+            units.append(("progress", rows[i:j]))
+            i = j
+        else:
+            units.append(rows[i])
+            i += 1
+    out, i = [], 0
+    while i < len(units):
+        run_end = _stretch_end(units, i)
+        plain = [u for u in units[i:run_end] if isinstance(u, Node)]
+        if len(plain) > MIN_STRETCH:
+            head, body, tail = _split(units[i:run_end])
+            out.extend(head)
+            out.append(("stretch", body))
+            out.extend(tail)
+            i = run_end
+        else:
+            out.append(units[i])
+            i += 1
+    return out
+
+
+def _stretch_end(units, i):
+    """End of the linear stretch starting at units[i]: consecutive unmarked
+    records at one level, with only progress folds hanging off them."""
+    first = units[i]
+    if not isinstance(first, Node) or first.marks:
+        return i + 1
+    j = i
+    while j < len(units):
+        u = units[j]
+        if isinstance(u, Node):
+            if u.level != first.level or u.marks:
+                break
+        elif u[0] != "progress" or min(n.level for n in u[1]) <= first.level:
+            break
+        j += 1
+    # The last record before a branch stays visible: it is the branch point.
+    return j
+
+
+def _split(units):
+    nodes = [k for k, u in enumerate(units) if isinstance(u, Node)]
+    head_end = nodes[EDGE]
+    tail_start = nodes[-EDGE]
+    return units[:head_end], units[head_end:tail_start], units[tail_start:]
+
+
+# --- HTML -----------------------------------------------------------------
+
+_MARK_HTML = Markup('<span class="si-mark si-m-{}">{}</span>')
+_TYPES = ("user", "assistant", "system", "attachment", "progress")
+
+
+def render(units, row_url) -> Markup:
+    """HTML for folded rows; ``row_url(record_id)`` gives a record's row page."""
+    parts = []
+    for unit in units:
+        if isinstance(unit, Node):
+            parts.append(Markup(_node_html(unit, row_url)))
+            continue
+        kind, rows = unit
+        nodes = list(_flatten(rows))
+        level = min(n.level for n in nodes)
+        if kind == "progress":
+            label = f"{len(nodes)} progress record{'s' if len(nodes) != 1 else ''}"
+        else:
+            label = (f"{len(nodes)} more records, {nodes[0].row['timestamp'] or '?'} "
+                     f"\u2013 {nodes[-1].row['timestamp'] or '?'}")
+        inner = Markup("".join(
+            _node_html(n, row_url) if isinstance(n, Node) else render([n], row_url)
+            for n in rows))
+        parts.append(Markup(
+            '<details class="si-fold si-fold-{}" style="--lvl:{}"><summary>{}</summary>{}'
+            '</details>').format(kind, level, label, inner))
+    return Markup("").join(parts)
+
+
+def _flatten(units):
+    for u in units:
+        if isinstance(u, Node):
+            yield u
+        else:
+            yield from _flatten(u[1])
+
+
+def _node_html(node: Node, row_url) -> str:
+    # Built with an f-string for speed (a 5,000-record page is 5,000 of
+    # these); every value from the index goes through escape().
+    r, e = node.row, escape
+    cause = "resume chain" if node.on_spine else (node.cause or "off chain")
+    colour = "#2e7d32" if node.on_spine else CAUSE_COLOURS.get(node.cause, "#455a64")
+    marks = "".join(_MARK_HTML.format(cls, text) for cls, text in node.marks)
+    subtype = f"/{e(r['subtype'])}" if r["subtype"] else ""
+    spine = " si-spine" if node.on_spine else ""
+    return (
+        f'<div class="si-node si-t-{css_class(r["type"], _TYPES)}{spine}" id="u-{e(r["uuid"])}" '
+        f'data-record="{int(r["id"])}" tabindex="0" '
+        f'style="--lvl:{int(node.level)};--cause:{colour}">'
+        f'<span class="si-cause">{e(cause)}</span>'
+        f'<span class="si-type">{e(r["type"])}{subtype}</span>'
+        f'<time>{e(r["timestamp"] or "")}</time>{marks}'
+        f'<span class="si-excerpt">{e(r["excerpt"] or "")}</span>'
+        f'<a class="si-line" href="{e(row_url(r["id"]))}" title="the record\'s row">'
+        f'line {int(r["line_no"])}</a></div>')

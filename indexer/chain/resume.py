@@ -1,0 +1,278 @@
+"""What ``claude --resume`` loads from a main transcript: the rules of the
+Claude Code CLI as of version ``CLI_VERSION``, found by asking the real CLI
+(indexer/repair/oracle.py) and reading its loader. The SQL definitions in views.py
+state the same rules; the test suite holds the two equal row for row.
+
+The CLI's view of a file (``CliView``):
+- Nodes: user, assistant, system and attachment records, the last line of a
+  uuid winning. ``progress`` records are not nodes: a record whose parent is
+  a progress record written before it hangs from that record's nearest
+  non-progress ancestor instead (the *bridged* parent). Nor are unreadable
+  user/assistant records (``records.is_unreadable``: no message object, no
+  string or list content, blank assistant text, a list with no block): the
+  loader drops them and their children hang from their parent.
+- Rows: the non-sidechain nodes other than ``system``/``file_snapshot``, in
+  file order; the *last row* is the last such line.
+- The checkpoint: the ``leafUuid`` of the latest ``last-prompt`` record,
+  unless a compact boundary or a ``last-prompt`` with ``explicit: true`` and
+  ``leafUuid: null`` (a rewind to an empty conversation) follows it. It is
+  *explicit* when that record says ``explicit: true`` and no row follows it.
+
+The leaf (``resume_rule`` names which rule picked it):
+- ``rewound_to_empty``: a rewind to empty with no row or checkpoint after
+  it: the resume loads nothing.
+- ``checkpoint``: the checkpoint, when it is a node, unless it is not
+  explicit and the last row descends from it (then ``last_row``).
+- ``last_row``: otherwise the last row, when no ``system``/``file_snapshot``
+  rows trail it.
+- From the picked row the conversation starts at the first user or
+  assistant record at or above it (bridged parents).
+- ``leaf_scan``: when that finds no message, every terminal node (no node
+  names it as parent) is walked up to its first user/assistant record; those
+  without a user/assistant child are the leaves; with several, the
+  checkpoint's wins when it is one of them, else the newest by timestamp.
+- ``newest_record``: no leaf at all: the newest non-sidechain node.
+
+The walk from the leaf follows bridged parents; at a parent that is not a
+node it falls back to the node of the same sidechain-ness with the latest
+timestamp at or before the record's own, within ``FALLBACK_MS`` (ties: the
+earliest line). It stops at a null parent, at a parent with no fallback,
+and at the first record it revisits.
+
+What is put back after the walk (``orphans.restored``, derive.py): parallel
+tool calls and their results off the walked chain (``parallel_tool_branch``),
+and the non-message records (system, attachment) that hang from the leaf
+message through non-message records.
+
+Not modelled (rare; the README lists them): content the loader cleans
+rather than drops (blocks removed from a list), a newer row that descends from
+the last row, ``sentAsUuid``, ``fork_briefing`` attachments, compaction
+``preservedSegment`` relinks, the parallel-batch cases of "the last row
+descends from the checkpoint", and a fallback that skips records already on
+the walk (the index stops there).
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+
+from indexer.index import views
+from indexer.index.views import FALLBACK_MS
+
+CLI_VERSION = "2.1.332"
+MESSAGE_TYPES = ("user", "assistant")
+# Types whose records carry uuid/parentUuid links (the Agent SDK's
+# _TRANSCRIPT_ENTRY_TYPES). Everything else is metadata.
+CHAIN_TYPES = frozenset(views.CHAIN_TYPES)
+CLI_NODE_TYPES = ("user", "assistant", "system", "attachment")
+
+
+def is_snapshot(r) -> bool:
+    return r.type == "system" and r.subtype == "file_snapshot"
+
+
+@dataclass(slots=True)
+class Prompt:
+    """A ``last-prompt`` record: its line and what it says of the leaf."""
+    line_no: int
+    leaf_uuid: str | None
+    leaf_is_null: bool     # leafUuid present and null
+    explicit: bool
+
+
+@dataclass
+class CliView:
+    nodes: dict            # uuid -> Rec (the last line of each), in file order
+    parent: dict           # uuid -> bridged parent uuid (None at a root)
+    walk_parent: dict      # uuid -> the parent the walk takes (bridged, else fallback)
+    last_row: object       # Rec | None
+    checkpoint: str | None
+    explicit: bool
+    rewound_to_empty: bool
+    trailing_snapshots: bool
+
+
+def _bridged(n, records: dict) -> str | None:
+    """n's parent, read through progress records written before it and
+    through unreadable records; None when those go round a cycle."""
+    p, line, seen = n.parent_uuid, n.line_no, set()
+    while p is not None:
+        q = records.get(p)
+        if q is None or not ((q.type == "progress" and q.line_no < line) or q.is_unreadable):
+            return p
+        if p in seen:
+            return None
+        seen.add(p)
+        p, line = q.parent_uuid, q.line_no
+    return None
+
+
+def _fallbacks(nodes: dict, parent: dict) -> dict:
+    """For each node whose bridged parent is not a node: the node of the
+    same side with the latest time at or before its own within FALLBACK_MS
+    (the earliest line on ties), or None."""
+    broken = [n for n in nodes.values() if parent[n.uuid] is not None
+              and parent[n.uuid] not in nodes and n.ts_ms is not None]
+    if not broken:
+        return {}
+    # Per side, the timed nodes by (time, -line): the candidate for n is the
+    # last entry at or before n's time, skipping n itself.
+    sides: dict[bool, list] = {}
+    for c in nodes.values():
+        if c.ts_ms is not None and not is_snapshot(c):
+            sides.setdefault(bool(c.is_sidechain), []).append((c.ts_ms, -c.line_no, c))
+    for entries in sides.values():
+        entries.sort(key=lambda e: (e[0], e[1]))
+    keys = {side: [(e[0], e[1]) for e in entries] for side, entries in sides.items()}
+    out = {}
+    for n in broken:
+        entries = sides.get(bool(n.is_sidechain), [])
+        i = bisect.bisect_right(keys.get(bool(n.is_sidechain), []), (n.ts_ms, float("inf"))) - 1
+        if i >= 0 and entries[i][2].uuid == n.uuid:
+            i -= 1   # n itself: the next earliest line of its time, or an earlier time
+        best = entries[i][2] if i >= 0 and n.ts_ms - entries[i][0] <= FALLBACK_MS else None
+        out[n.uuid] = best.uuid if best is not None else None
+    return out
+
+
+def cli_view(occ: list, prompts: list[Prompt], nodes_all: dict) -> CliView:
+    """The CLI's view of a main file from its chain record lines in file
+    order (``occ``), its last-prompt records and the last line per uuid."""
+    nodes = dict(sorted(((u, r) for u, r in nodes_all.items()
+                         if r.type in CLI_NODE_TYPES and not r.is_unreadable),
+                        key=lambda item: item[1].line_no))
+    parent = {u: _bridged(r, nodes_all) for u, r in nodes.items()}
+    walk_parent = dict(parent)
+    for u, p in _fallbacks(nodes, parent).items():
+        walk_parent[u] = p
+    seen = scan_events(occ, prompts, Scanned())
+    return CliView(nodes, parent, walk_parent, seen.last_row, seen.checkpoint, seen.explicit,
+                   seen.rewound_to_empty, seen.trailing_snapshots)
+
+
+@dataclass(slots=True)
+class Scanned:
+    """What the CLI's scan of a file's lines in order has seen so far (the
+    last row, the checkpoint and the rest of CliView's file-order facts):
+    scanning more lines carries it on, so appended lines continue it."""
+    last_row: object = None
+    checkpoint: str | None = None
+    explicit: bool = False
+    rewound_to_empty: bool = False
+    trailing_snapshots: bool = False
+
+
+def scan_events(occ: list, prompts: list[Prompt], seen: Scanned) -> Scanned:
+    """Carry ``seen`` on over chain record lines ``occ`` and last-prompt
+    records ``prompts`` that all come after the lines it has seen."""
+    events = [(r.line_no, "row", r) for r in occ if r.type in CLI_NODE_TYPES
+              and not r.is_sidechain and not is_snapshot(r) and not r.is_unreadable]
+    events += [(r.line_no, "boundary", r) for r in occ
+               if r.type == "system" and r.subtype == "compact_boundary"]
+    events += [(r.line_no, "snapshot", r) for r in occ if is_snapshot(r)]
+    events += [(p.line_no, "prompt", p) for p in prompts]
+    events.sort(key=lambda e: (e[0], e[1] != "row"))
+    last_row, checkpoint, explicit = seen.last_row, seen.checkpoint, seen.explicit
+    empty, snapshots = seen.rewound_to_empty, seen.trailing_snapshots
+    for _, kind, item in events:
+        if kind == "row":
+            last_row, explicit, empty, snapshots = item, False, False, False
+        elif kind == "boundary":
+            checkpoint, explicit = None, False
+        elif kind == "snapshot":
+            snapshots = True
+        elif item.leaf_uuid:
+            checkpoint, explicit, empty = item.leaf_uuid, item.explicit, False
+        elif item.leaf_is_null and item.explicit:
+            checkpoint, explicit, empty = None, False, True
+    return Scanned(last_row, checkpoint, explicit, empty, snapshots)
+
+
+def _descends(view: CliView, uuid: str, ancestor: str) -> bool:
+    seen = set()
+    while uuid is not None and uuid not in seen:
+        if uuid == ancestor:
+            return True
+        seen.add(uuid)
+        uuid = view.parent.get(uuid)
+    return False
+
+
+def _message_at_or_above(view: CliView, uuid: str | None):
+    seen = set()
+    while uuid is not None and uuid in view.nodes and uuid not in seen:
+        r = view.nodes[uuid]
+        if r.type in MESSAGE_TYPES:
+            return r
+        seen.add(uuid)
+        uuid = view.parent[uuid]
+    return None
+
+
+def _newest(candidates):
+    """The CLI's "newest": the first record with the greatest time; the
+    last one when none has a time."""
+    best, best_ms = None, None
+    for r in candidates:
+        if best is None or (r.ts_ms is not None and (best_ms is None or r.ts_ms > best_ms)) \
+                or (r.ts_ms is None and best_ms is None):
+            best, best_ms = r, r.ts_ms
+    return best
+
+
+def resume_leaf(view: CliView):
+    """(picked row, rule): the record the resume walk starts from."""
+    if view.rewound_to_empty:
+        return None, "rewound_to_empty"
+    last = view.last_row.uuid if view.last_row is not None else None
+    picked, rule = None, None
+    if view.checkpoint is not None and view.checkpoint in view.nodes:
+        picked, rule = view.checkpoint, "checkpoint"
+        if (not view.explicit and last is not None and last != picked
+                and _descends(view, last, picked)):
+            picked, rule = last, "last_row"
+    if picked is None and not view.trailing_snapshots and last is not None:
+        picked, rule = last, "last_row"
+    if picked is not None and _message_at_or_above(view, picked) is not None:
+        return view.nodes[picked], rule
+    # The leaf scan.
+    named = {p for p in view.parent.values() if p is not None}
+    has_message_child = {view.parent[u] for u, r in view.nodes.items()
+                         if r.type in MESSAGE_TYPES and view.parent[u] is not None}
+    leaves = {}
+    for u in view.nodes:
+        if u in named:
+            continue
+        m = _message_at_or_above(view, u)
+        if m is not None and m.uuid not in has_message_child:
+            leaves[m.uuid] = m
+    if len(leaves) > 1:
+        ko = view.checkpoint
+        if ko in leaves and (view.explicit or last is None or not _descends(view, last, ko)):
+            return leaves[ko], "checkpoint"
+        if not view.trailing_snapshots and last is not None:
+            if _message_at_or_above(view, last) is not None:
+                return view.nodes[last], "last_row"
+    ordered = [r for u, r in view.nodes.items() if u in leaves and not r.is_sidechain]
+    if ordered:
+        return _newest(ordered), "leaf_scan"
+    if leaves:
+        return None, "no_leaf"
+    rest = [r for r in view.nodes.values() if not r.is_sidechain and not is_snapshot(r)] or [
+        r for r in view.nodes.values() if not r.is_sidechain]
+    newest = _newest(rest)
+    return newest, "newest_record" if newest is not None else "no_leaf"
+
+
+def walk(view: CliView, start) -> list[tuple[int, object]]:
+    """(depth, record) from ``start`` up the walk parents, stopping at a
+    null or unresolved parent or the first revisited uuid."""
+    out, seen, cur = [], {start.uuid}, start
+    while True:
+        out.append((len(out), cur))
+        p = view.walk_parent.get(cur.uuid)
+        if p is None or p not in view.nodes or p in seen:
+            return out
+        seen.add(p)
+        cur = view.nodes[p]

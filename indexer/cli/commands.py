@@ -1,0 +1,1118 @@
+"""The ``session-index`` command: parses options, calls the library, prints.
+
+Exit codes: 0 ok; 1 a finding (rows listed by poisoned/stale/expiring/failed,
+rows rejected by refs import, verify: the CLI and the index differ); 2 a usage error; 3 the index or a source
+cannot be used (a file that is not an index, a full disk, a read-only file
+system, a corrupt page: one line, never a traceback; for export/restore also:
+the session, or the generation asked for, is not in the index; a target
+outside the folder, a symlink or a different file: refused; for search: search
+is not enabled on the index); 4/5/6 the check verdicts
+missing/poisoned/spliced; 7 a repair refused (the file is live); 8 a repair
+rolled back; 9 show/export/restore/repair/verify: no such session in the index;
+10 check: the session is on several hosts of a fleet, none of them this machine, and
+--host names none.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+
+import click
+
+from indexer.index import db as dbmod
+from indexer.index.views import EXPIRING_WINDOW_DAYS
+
+
+class _OnUse:
+    """A module of the indexer package, imported when one of its names is first
+    used: a command loads only what it runs (a check of a current index
+    needs neither the parser nor sqlite-utils; bench/startup_speed.py)."""
+
+    def __init__(self, name: str):
+        self._name = name
+
+    def __getattr__(self, attr):
+        return getattr(importlib.import_module(f"indexer.{self._name}"), attr)
+
+
+checkmod, derive = _OnUse("repair.check"), _OnUse("ingest.derive")
+discover = _OnUse("transcripts.discover")
+exportmod, ingestmod = _OnUse("repair.export"), _OnUse("ingest.files")
+mainfile = _OnUse("chain.mainfile")
+refsmod, repairmod, showmod = _OnUse("ingest.refs"), _OnUse("repair.repair"), _OnUse("repair.show")
+signals, statusmod = _OnUse("signals.listings"), _OnUse("index.status")
+record_kinds = _OnUse("index.record_kinds")
+pricesmod, usagemod = _OnUse("index.prices"), _OnUse("index.usage")
+
+EXIT_FINDING = 1
+EXIT_UNUSABLE = 3
+EXIT_UNKNOWN_SESSION = 9
+EXIT_AMBIGUOUS_HOST = 10
+KNOWN_SESSION_SQL = "SELECT 1 FROM files WHERE session_id = ? LIMIT 1"
+
+
+class Failure(click.ClickException):
+    exit_code = EXIT_UNUSABLE
+
+
+class UnknownSession(click.ClickException):
+    exit_code = EXIT_UNKNOWN_SESSION
+
+
+class AmbiguousHost(click.ClickException):
+    exit_code = EXIT_AMBIGUOUS_HOST
+
+
+def _known(db, session_id: str):
+    """``db``, if it holds any file of ``session_id``; else exit 9."""
+    if db.conn.execute(KNOWN_SESSION_SQL, [session_id]).fetchone() is None:
+        raise UnknownSession(f"session {session_id} is not in the index (exit 9); "
+                             "ingest its transcripts first")
+    return db
+
+
+def _open(path: str, create: bool = False):
+    """The index at ``path``; only ingest creates one (``create``)."""
+    try:
+        return dbmod.open_index(path, create=create)
+    except dbmod.IndexError_ as exc:
+        raise Failure(str(exc)) from None
+
+
+def _now(now):
+    try:
+        return signals.iso_now(now)
+    except signals.BadTime as exc:
+        raise click.BadParameter(str(exc), param_hint="--now") from None
+
+
+db_option = click.option(
+    "--db", "db_path", type=click.Path(dir_okay=False), default=dbmod.default_db_path,
+    show_default="$SESSION_INDEX_DB, else $XDG_DATA_HOME/session-index/sessions.db, "
+                 "else ~/.local/share/session-index/sessions.db", help="The index file.")
+config_dir_option = click.option(
+    "--config-dir", type=click.Path(file_okay=False), default=None,
+    help="Claude Code's config dir, for settings.json and projects/ "
+         "[default: $CLAUDE_CONFIG_DIR (a comma-separated list allowed), else "
+         "~/.config/claude and ~/.claude].")
+now_option = click.option(
+    "--now", default=None, metavar="ISO-TIME",
+    help="Answer as if it were this time (ISO-8601, UTC if no zone; default: the clock).")
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+generation_option = click.option(
+    "--generation", type=click.IntRange(min=1), default=None, metavar="N",
+    help="Generation N of each transcript (1 is the first; every rewrite starts one), "
+         "leaving out those without one; exit 3 if none has it [default: the current].")
+
+
+def nats_auth_options(fn):
+    """The NATS connection's auth and TLS options (ship, ingest --from)."""
+    for option in reversed((
+        click.option("--token", "nats_token", envvar="NATS_TOKEN", default=None,
+                     help="The server's auth token [default: $NATS_TOKEN]."),
+        click.option("--creds", "nats_creds", type=click.Path(dir_okay=False, exists=True),
+                     default=None, help="A NATS credentials file (.creds: JWT and nkey)."),
+        click.option("--tls-ca", "nats_tls_ca", type=click.Path(dir_okay=False, exists=True),
+                     default=None, help="Verify the server's TLS certificate with this CA "
+                                        "file (use a tls:// URL)."),
+    )):
+        fn = option(fn)
+    return fn
+
+
+consumer_option = click.option(
+    "--consumer", default=None, metavar="NAME",
+    help="With --from: the durable consumer's name [default: session-index-central]; one "
+         "per central index.")
+
+
+def _hosts(ctx, param, value):
+    """--hosts a,b: the host names, each non-empty."""
+    if value is None:
+        return None
+    hosts = [h.strip() for h in value.split(",")]
+    if not all(hosts):
+        raise click.BadParameter("a comma-separated list of host names, none empty")
+    return hosts
+
+
+hosts_option = click.option(
+    "--hosts", default=None, metavar="HOST,HOST", callback=_hosts,
+    help="With --from: only these hosts' lines (a partition of the fleet over several "
+         "central indexes); a durable consumer per host, NAME-HOST [default: every host's].")
+
+
+def _nats_options(url: str, auth: dict):
+    from indexer.ingest import fleet_nats
+
+    return fleet_nats.ConnectOptions(url, token=auth.get("nats_token"),
+                                     creds=auth.get("nats_creds"),
+                                     tls_ca=auth.get("nats_tls_ca"))
+
+
+class _Commands(click.Group):
+    """The group, with the web commands imported only when they run (Datasette
+    and its friends cost every other command start-up time)."""
+
+    LAZY = {"serve": "serve", "demo": "demo"}   # name -> attribute of indexer.cli.serve
+
+    def list_commands(self, ctx):
+        return sorted(set(super().list_commands(ctx)) | set(self.LAZY))
+
+    def get_command(self, ctx, name):
+        if name in self.LAZY and name not in self.commands:
+            from indexer.cli import serve as web
+            self.add_command(getattr(web, self.LAZY[name]), name)
+        return super().get_command(ctx, name)
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="session-index")
+def cli():
+    """A SQLite index of Claude Code session transcripts: every line kept, what
+    `claude --resume` and the Agent SDK will load, and what falls off the chain
+    and why; poisoned, stale and expiring sessions; failed `claude -p` runs.
+
+    Exit codes: 0 ok; 1 a finding; 2 usage; 3 the index or a source cannot
+    be used; 4/5/6 check: missing/poisoned/spliced; 7/8 repair: refused/rolled back;
+    9 the session id is not in the index.
+    """
+
+
+@cli.command()
+@click.argument("sources", nargs=-1, type=click.Path())
+@db_option
+@config_dir_option
+@click.option("--silent", is_flag=True, help="No progress bar.")
+@json_option
+@click.option("--watch", is_flag=True,
+              help="Then keep following SOURCES (file notifications) and index each new "
+                   "line within a second of its write, until SIGINT or SIGTERM (exit 0); "
+                   "logs one line per batch on stderr.")
+@click.option("--from", "from_url", metavar="nats://HOST:PORT", default=None,
+              help="Instead of SOURCES: the lines `session-index ship` sent to this NATS "
+                   "JetStream server (every host's), drained, then exit; with --watch, "
+                   "keep consuming until SIGINT or SIGTERM.")
+@consumer_option
+@hosts_option
+@nats_auth_options
+def ingest(sources, db_path, config_dir, silent, as_json, watch, from_url, consumer, hosts,
+           **nats_auth):
+    """Index new lines of the transcripts under SOURCES.
+
+    SOURCES are folders and/or .jsonl files; the default is the projects/
+    folder of each config dir: $CLAUDE_CONFIG_DIR (a comma-separated list
+    allowed), else ~/.config/claude and ~/.claude. The summary names the
+    index file. Only lines added
+    since the last run are read; files that vanished are marked deleted and
+    their lines kept. `claude -p --output-format stream-json` logs found in
+    SOURCES are indexed as execution logs. The retention in force
+    (cleanupPeriodDays) is resolved from the config dir's settings.json, each
+    project's .claude/settings*.json and managed settings; a
+    cleanupPeriodDays of 0 is reported on stderr.
+
+    With --watch it indexes, then follows SOURCES as they are written (new
+    files and folders, appends, rewrites, deletions) until SIGINT or SIGTERM,
+    which end it at the next commit (exit 0; what is left, the next ingest
+    does). Its log on stderr: one line per batch, one per error.
+
+    Example:
+
+    \b
+        session-index ingest ~/.claude/projects --db sessions.db --json
+        session-index ingest --watch --db sessions.db
+        session-index ingest --from nats://central:4222 --hosts build-7,build-8 --db part-1.db
+    """
+    if from_url is not None:
+        if sources:
+            raise click.UsageError("--from reads NATS, not SOURCES: give one or the other")
+        _ingest_from(db_path, from_url, consumer, hosts, watch, as_json, nats_auth)
+        return
+    if hosts is not None:
+        raise click.UsageError("--hosts applies to --from")
+    try:
+        sources = discover.default_sources(sources, config_dir)
+    except discover.NoProjectsFolder as exc:
+        raise Failure(str(exc)) from None
+    if watch:
+        if as_json:
+            raise click.UsageError("--json does not apply to --watch (it logs on stderr)")
+        from indexer.ingest import watch as watchmod
+
+        try:
+            watchmod.run_until_signal(db_path, list(sources), config_dir=config_dir)
+        except watchmod.WatchError as exc:
+            raise Failure(str(exc)) from None
+        return
+    show = not silent and not as_json and sys.stderr.isatty()
+    bar = None
+
+    def plan(total):
+        nonlocal bar
+        if bar is not None:   # (a build that lost the race runs again: fresh_build.py)
+            bar.__exit__(None, None, None)
+            bar = None
+        if show and total:
+            bar = click.progressbar(length=total, label="Indexing", file=sys.stderr)
+            bar.__enter__()
+
+    def progress(n):
+        if bar is not None:
+            bar.update(n)
+
+    from indexer.ingest import fresh_build
+
+    try:
+        summary = fresh_build.ingest(db_path, lambda db: ingestmod.ingest(
+            db, list(sources), progress=progress, plan=plan, config_dir=config_dir))
+    except dbmod.IndexError_ as exc:
+        raise Failure(str(exc)) from None
+    except ingestmod.SourceNotFound as exc:
+        raise Failure(str(exc)) from None
+    finally:
+        if bar is not None:
+            bar.__exit__(None, None, None)
+    ingestmod.report(summary, as_json, sys.stdout, sys.stderr,
+                     style=lambda text: click.style(text, fg="red", bold=True)
+                     if sys.stderr.isatty() else text, db_path=db_path)
+
+
+def _ingest_from(db_path, url, consumer, hosts, watch, as_json, auth):
+    """ingest --from: drain (or follow) the fleet's stream into the index."""
+    from indexer.ingest import fleet_central as fleet_ingest, fleet_nats
+
+    options = _nats_options(url, auth)
+    db = _open(db_path, create=True)
+
+    from indexer.cli.visible import stderr_line  # (a log that cannot be written never stops it)
+
+    def log(summary):
+        if watch:
+            stderr_line(f"batch: {summary.messages} messages, {summary.new_lines} new lines "
+                        f"so far")
+        derive.derive_pending(db)
+
+    try:
+        summary = fleet_nats.run(lambda stop: fleet_ingest.consume(
+            db, options, consumer=consumer, hosts=hosts, watch=watch,
+            stop=stop, after_batch=log,
+            log=lambda line: stderr_line(f"ingest --from: {line}")), follow=watch)
+    except (fleet_nats.FleetError, dbmod.IndexReplaced) as exc:
+        raise Failure(str(exc)) from None
+    derive.derive_pending(db)
+    if as_json:
+        click.echo(json.dumps(dict(summary.as_dict(), db=db_path)))
+    else:
+        click.echo(f"{summary.messages} messages from {len(summary.hosts)} hosts: "
+                   f"{summary.new_lines} new lines ({summary.duplicates} duplicates skipped, "
+                   f"{summary.gaps} to come again) in {summary.seconds:.1f}s; index {db_path}")
+
+
+@cli.command()
+@click.argument("sources", nargs=-1, type=click.Path())
+@click.option("--to", "to_url", required=True, metavar="nats://HOST:PORT",
+              help="The NATS server (JetStream enabled) the central index reads.")
+@click.option("--host", default=None, help="This machine's name in the central index "
+                                           "[default: the hostname].")
+@click.option("--ledger", type=click.Path(dir_okay=False), default=None,
+              help="The shipper's ledger: what JetStream acknowledged, per file "
+                   "[default: ship.db beside the default index].")
+@click.option("--once", is_flag=True, help="Send what is new now, then exit "
+                                           "(default: follow SOURCES until SIGINT/SIGTERM).")
+@config_dir_option
+@nats_auth_options
+def ship(sources, to_url, host, ledger, once, config_dir, **auth):
+    """Send every new complete line of the transcripts under SOURCES to NATS
+    JetStream, for a central `session-index ingest --from` (a fleet of hosts
+    in one index).
+
+    Each line goes byte-exact with this host's name, its file, the file's
+    generation and its byte offset; the ledger moves on only after JetStream
+    acknowledged it, so a crash re-sends (a duplicate JetStream or the central
+    drops), never loses. Rewrites start a new generation; deleted files are
+    sent as such. SOURCES default as for ingest. Logs on stderr. Exit codes:
+    0 done or stopped by a signal; 3 the server, a source or the ledger
+    cannot be used.
+
+    Example:
+
+    \b
+        session-index ship --to nats://central:4222 --host build-7
+        session-index ship ~/.claude/projects --to nats://127.0.0.1:4222 --once
+    """
+    from indexer.ingest import fleet_nats, ship as shipmod
+
+    try:
+        sources = discover.default_sources(sources, config_dir)
+    except discover.NoProjectsFolder as exc:
+        raise Failure(str(exc)) from None
+    host = host or shipmod.default_host()
+
+    from indexer.cli.visible import stderr_line  # (a log that cannot be written never stops it)
+
+    def log(line):
+        stderr_line(f"ship {host}: {line}")
+
+    try:
+        shipper = fleet_nats.run(lambda stop: shipmod.ship(
+            _nats_options(to_url, auth), list(sources), host=host,
+            ledger_path=ledger or shipmod.default_ledger(), once=once, log=log, stop=stop),
+            follow=not once)
+    except (fleet_nats.FleetError, shipmod.ShipError) as exc:
+        raise Failure(str(exc)) from None
+    except fleet_nats.Stopped:
+        log("stopped before the server answered: nothing sent")
+        return
+    log(f"{shipper.messages} messages, {shipper.sent_lines} lines, "
+        f"{shipper.sent_bytes} bytes sent")
+
+
+@cli.command()
+@db_option
+@json_option
+def status(db_path, as_json):
+    """Counts of files, sessions, records, bad lines, orphans by cause, the
+    operator signals, and the files with more than one generation (rewritten)
+    with the superseded lines kept.
+
+    Example:
+
+    \b
+        session-index status --db sessions.db --json
+    """
+    s = statusmod.status(_open(db_path, create=False))
+    if as_json:
+        click.echo(json.dumps(s, indent=2))
+        return
+    click.echo(f"files:     {s['live_files']} live, {s['deleted_files']} deleted "
+               f"({s['main_files']} main, {s['subagent_files']} subagent, "
+               f"{s['execution_logs']} execution logs)")
+    click.echo(f"sessions:  {s['sessions']}")
+    click.echo(f"records:   {s['records']}")
+    click.echo(f"bad lines: {s['bad_lines']}")
+    click.echo(f"leaves that disagree (resume vs SDK): {s['leaves_disagree']}")
+    click.echo(f"api_error splices: {s['api_error_splices']}")
+    click.echo(f"poisoned at the resume tail: {s['poisoned_sessions']}")
+    click.echo(f"stale session refs: {s['stale_session_refs']}")
+    click.echo(f"transcripts expired or expiring within {EXPIRING_WINDOW_DAYS} days: "
+               f"{s['expired_transcripts']}")
+    click.echo(f"failed executions: {s['failed_executions']}")
+    click.echo(f"rewritten files (more than one generation): {s['multi_generation_files']}; "
+               f"superseded generations kept: {s['superseded_generations']}, "
+               f"{s['superseded_lines']} lines")
+    click.echo("orphans by cause:" + ("" if s["orphans_by_cause"] else " none"))
+    for cause, n in s["orphans_by_cause"].items():
+        click.echo(f"  {cause:22} {n}")
+    click.echo(f"last ingest: {s['last_ingest_at'] or 'never'}")
+    if s["fleet_hosts"]:
+        click.echo(f"fleet: {s['fleet_hosts']} hosts, {s['fleet_files']} files shipped; oldest "
+                   f"last heartbeat {s['oldest_heartbeat_at'] or 'none'}; sessions on several "
+                   f"hosts: {s['sessions_on_several_hosts']} "
+                   f"({s['sessions_diverged_across_hosts']} diverged, see host_copies)")
+    click.echo("new record types in the last ingest: "
+               + record_kinds.describe(s["new_record_types"].items()))
+
+
+@cli.group()
+def refs():
+    """Session ids your application holds and means to resume."""
+
+
+@refs.command("import")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@db_option
+@json_option
+def refs_import(file, db_path, as_json):
+    """Record the session ids in FILE (CSV with a header, JSON array, or JSONL)
+    with at least `session_id`, optionally `source`, `key`, `cached_at`.
+
+    A reference is identified by (source, key, session_id): importing the same
+    file again adds nothing. Rows without a usable session_id are listed and
+    skipped; the others are kept (exit 1 when any row was rejected).
+
+    Example:
+
+    \b
+        session-index refs import cached-sessions.csv --db sessions.db
+    """
+    db = _open(db_path)
+    try:
+        result = refsmod.import_refs(db, file)
+    except refsmod.RefsFileError as exc:
+        raise Failure(str(exc)) from None
+    if as_json:
+        click.echo(json.dumps(result.as_dict(), indent=2))
+    else:
+        for n, error in result.rejected:
+            click.echo(f"rejected row {n}: {error}", err=True)
+        click.echo(f"{result.rows} rows: {result.added} new references, "
+                   f"{result.updated} updated, {len(result.rejected)} rejected")
+    if result.rejected:
+        sys.exit(EXIT_FINDING)
+
+
+@cli.command()
+@click.argument("session_id")
+@db_option
+@config_dir_option
+@now_option
+@click.option("--cwd", type=click.Path(file_okay=False), default=None,
+              help="Check the transcript a resume run from this directory opens "
+                   "[default: the one a resume from the session's own cwd opens].")
+@click.option("--host", default=None, metavar="NAME",
+              help="A central index of a fleet: the host whose copy to check ('' for this "
+                   "machine) [default: this machine when it holds the session, else the one "
+                   "host that does; several: exit 10].")
+@json_option
+def check(session_id, db_path, config_dir, now, cwd, host, as_json):
+    """May SESSION_ID be resumed? For an agent server to call before `--resume`.
+
+    Verdicts, the first that matches, and exit codes: missing (4): no
+    transcript on disk, the resume fails with "No conversation found";
+    poisoned (5): the resume chain ends at a synthetic placeholder, the
+    resume gets a 400; spliced (6): late api_error records orphan output, the
+    resume drops it; resumable (0), with warnings when the transcript expires
+    within 7 days, has expired, or cleanupPeriodDays is 0. The transcript is
+    stat'ed afresh: a file deleted since the last ingest is missing.
+
+    The transcript checked is the one `claude --resume` opens: the file
+    named SESSION_ID.jsonl in the project folder of the resume's cwd, else
+    the only one named so in any project folder (several: missing). Without
+    --cwd, the cwd is the session's own (the one its records carry); other
+    copies of the session are listed as warnings.
+
+    On a fleet's central index each host's copies are its own: the answer is
+    for the session on --host, by default this machine when it holds the
+    session, else the one host that does; on several hosts and not here,
+    exit 10 (give --host).
+
+    Example:
+
+    \b
+        session-index check 0b1fed78-ad30-4641-94b1-5f6931526c96 --json
+        session-index check 0b1fed78-ad30-4641-94b1-5f6931526c96 --cwd ~/src/app
+        session-index check 0b1fed78-ad30-4641-94b1-5f6931526c96 --host build-7
+    """
+    try:
+        verdict = checkmod.check(_open(db_path), session_id, now=_now(now),
+                                 config_dir=config_dir, cwd=cwd, host=host)
+    except mainfile.AmbiguousHost as exc:
+        raise AmbiguousHost(str(exc)) from None
+    sys.exit(checkmod.report(verdict, as_json, sys.stdout, sys.stderr))
+
+
+def output_options(fn):
+    """--json, --nl, --csv, --tsv, --table: one of them (the last given wins),
+    tab-separated by default (indexer/cli/output.py)."""
+    for flag, help_text in reversed((
+            ("--json", "Print a JSON array."),
+            ("--nl", "Print one JSON object per line."),
+            ("--csv", "Print CSV with a header row."),
+            ("--tsv", "Print tab-separated values with a header row (the default)."),
+            ("--table", "Print aligned columns."))):
+        fn = click.option(flag, "fmt", flag_value=flag[2:], help=help_text)(fn)
+    return fn
+
+
+def _listing(name, db_path, now=None, days=None, fmt=None):
+    from indexer.cli import output
+
+    db = _open(db_path, create=False)
+    rows = signals.listing(db, name, now=_now(now),
+                           days=days if days is not None else EXPIRING_WINDOW_DAYS)
+    output.write_rows(rows, fmt or "tsv", sys.stdout)
+    if rows:
+        sys.exit(EXIT_FINDING)
+
+
+@cli.command()
+@db_option
+@output_options
+def poisoned(db_path, fmt):
+    """Sessions with a synthetic placeholder on their resume chain (at_resume_tail:
+    the next resume fails with the previous_message_id 400) or failed resumes of
+    that kind. Exit 1 when there are any.
+
+    Example:
+
+    \b
+        session-index poisoned --json
+    """
+    _listing("poisoned", db_path, fmt=fmt)
+
+
+@cli.command()
+@db_option
+@now_option
+@output_options
+def stale(db_path, now, fmt):
+    """Referenced session ids (refs import, and resume targets of executions)
+    that a resume cannot use: never_indexed, deleted, unopenable (no file a
+    resume opens: none named SESSION_ID.jsonl with a message), or expired. Exit 1 when
+    there are any.
+
+    Example:
+
+    \b
+        session-index stale --now 2026-12-01T00:00:00Z
+    """
+    _listing("stale", db_path, now=now, fmt=fmt)
+
+
+@cli.command()
+@db_option
+@now_option
+@click.option("--days", type=float, default=EXPIRING_WINDOW_DAYS, show_default=True,
+              help="Report transcripts expiring within this many days.")
+@output_options
+def expiring(db_path, now, days, fmt):
+    """Transcripts Claude Code's cleanup will delete within --days, has
+    already made due (expired, still on disk), or deleted (kept in the index).
+    Exit 1 when there are any.
+
+    Example:
+
+    \b
+        session-index expiring --days 7 --json
+    """
+    _listing("expiring", db_path, now=now, days=days, fmt=fmt)
+
+
+@cli.command()
+@db_option
+@output_options
+def failed(db_path, fmt):
+    """`claude -p` runs that failed, with the real message and its class,
+    including those a parser reading `result` records as success (an empty
+    result with the message in errors[], or subtype success with is_error).
+    Exit 1 when there are any.
+
+    Example:
+
+    \b
+        session-index failed --json
+    """
+    _listing("failed", db_path, fmt=fmt)
+
+
+@cli.command("record-types")
+@db_option
+@click.option("--new", "only_new", is_flag=True,
+              help="Only the kinds the most recent ingest run brought (exit 1 when there "
+                   "are any).")
+@click.option("--since", default=None, metavar="ISO-TIME",
+              help="Only the kinds the index first stored at or after this time.")
+@output_options
+def record_types(db_path, only_new, since, fmt):
+    """Every record type, system subtype and attachment type in the
+    transcripts (the record_types view), newest first: records, files, first
+    and last Claude Code version and time, when the index first stored one,
+    new (brought by the most recent ingest run), and whether the index models
+    it (modeled, meaning) or keeps it raw.
+
+    Example:
+
+    \b
+        session-index record-types --new --table
+        session-index record-types --since 2026-11-01 --json
+    """
+    from indexer.cli import output
+
+    if since:
+        try:
+            since = signals.iso_now(since)
+        except signals.BadTime as exc:
+            raise click.BadParameter(str(exc).replace("--now", "--since", 1),
+                                     param_hint="--since") from None
+    rows = record_kinds.listing(_open(db_path, create=False), new=only_new, since=since)
+    output.write_rows(rows, fmt or "tsv", sys.stdout)
+    if only_new and rows:
+        sys.exit(EXIT_FINDING)
+
+
+@cli.command()
+@db_option
+@click.option("--project", default=None, metavar="P",
+              help="Only sessions of this project folder (as in ~/.claude/projects) or cwd.")
+@click.option("--since", default=None, metavar="ISO-TIME",
+              help="Only sessions active since this time (ISO-8601, UTC if no zone).")
+@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
+@output_options
+def sessions(db_path, project, since, limit, fmt):
+    """The sessions most recently active, newest first: title (the
+    custom-title, else the ai-title, else a summary record, else the first
+    prompt), project, last activity, records and state (missing, poisoned,
+    spliced or resumable, from the index: `check` stats the file too).
+
+    Example:
+
+    \b
+        session-index sessions --since 2026-11-01 --table
+    """
+    from indexer.cli import output
+
+    since = _now(since) if since else None
+    rows = signals.sessions(_open(db_path, create=False), project=project, since=since,
+                            limit=limit)
+    output.write_rows(rows, fmt or "tsv", sys.stdout)
+
+
+
+
+@cli.command()
+@db_option
+@click.option("--by", type=click.Choice(["day", "session", "model", "project"]), default=None,
+              help="One row per day (UTC), session, model or project folder "
+                   "[default: one row for all].")
+@click.option("--since", default=None, metavar="ISO-TIME",
+              help="Only API calls at or after this time (ISO-8601, UTC if no zone).")
+@output_options
+def usage(db_path, by, since, fmt):
+    """Tokens and cost of the API calls in the transcripts, each call counted
+    once (the usage view: split content blocks, forks, copies and resumed
+    sessions repeat a call's lines), priced from the prices table: the
+    5-minute and 1-hour cache writes apart, the long-context tier, the fast
+    multiplier. Calls of a model with no price are counted in unpriced_calls
+    and left out of cost_usd (never priced at 0). By session, Claude Code's
+    own figures for the session are beside it (cost-state records,
+    `claude -p` total_cost_usd) with the difference; stderr compares the
+    totals.
+
+    Example:
+
+    \b
+        session-index usage --by project --since 2026-11-24 --table
+        session-index usage --by day --json
+    """
+    from indexer.cli import output
+
+    since = _now(since) if since else None
+    db = _open(db_path, create=False)
+    try:
+        pricesmod.refresh_packaged(db)
+    except pricesmod.PricesError as exc:
+        click.echo(f"warning: the packaged prices were not loaded: {exc}", err=True)
+    rows = usagemod.summary(db, by=by, since=since)
+    output.write_rows(rows, fmt or "tsv", sys.stdout)
+    unpriced = sum(r["unpriced_calls"] for r in rows)
+    if unpriced:
+        models = sorted({m for r in rows for m in (r["unpriced_models"] or "").split(",") if m})
+        click.echo(f"{unpriced} calls of models with no price ({', '.join(models)}): not in "
+                   "cost_usd; load a price file with 'session-index prices load FILE'", err=True)
+    for line in usagemod.comparison_lines(usagemod.comparison(db, since=since)):
+        click.echo(line, err=True)
+
+
+@cli.group()
+def prices():
+    """The price table the usage view costs calls with."""
+
+
+@prices.command("list")
+@db_option
+@output_options
+def prices_list(db_path, fmt):
+    """The price of every model (USD per million tokens): input, output,
+    cache read, 5-minute and 1-hour cache writes, the long-context tier and
+    the threshold above which a call pays it, the fast multiplier, the
+    snapshot date and the file the rates came from.
+
+    Example:
+
+    \b
+        session-index prices list --table
+    """
+    from indexer.cli import output
+
+    db = _open(db_path, create=False)
+    try:
+        pricesmod.refresh_packaged(db)
+    except pricesmod.PricesError as exc:
+        click.echo(f"warning: the packaged prices were not loaded: {exc}", err=True)
+    output.write_rows(pricesmod.listing(db), fmt or "tsv", sys.stdout)
+
+
+@prices.command("load")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@db_option
+@json_option
+def prices_load(file, db_path, as_json):
+    """Load the price file FILE (JSON, the shape of the packaged
+    indexer/prices.json: snapshot_date and models) into the index: the models
+    it names get its rates and snapshot date; the others keep theirs. A file
+    that cannot be used loads nothing (exit 3).
+
+    Example:
+
+    \b
+        session-index prices load prices-2027-01.json
+    """
+    db = _open(db_path, create=False)
+    try:
+        result = pricesmod.load_file(db, file)
+    except pricesmod.PricesError as exc:
+        raise Failure(str(exc)) from None
+    if as_json:
+        click.echo(json.dumps(result, indent=2))
+    else:
+        click.echo(f"{result['models']} models priced as of {result['snapshot_date']}: "
+                   f"{result['added']} new, {result['updated']} updated")
+
+
+@cli.command()
+@click.argument("session_id")
+@click.option("--out", "out", required=True, metavar="DIR|-",
+              help="Folder to write into (the files keep their projects/ places), "
+                   "or - for the main transcript on stdout. Required: export never "
+                   "writes into the current directory unasked.")
+@click.option("--force", is_flag=True,
+              help="Replace a different file already at a target (else exit 3, nothing written).")
+@generation_option
+@db_option
+def export(session_id, out, force, generation, db_path):
+    """Write SESSION_ID's transcripts (main and subagents) from the index alone,
+    byte for byte as last ingested, whether or not the originals still exist;
+    with --generation N, as they were in generation N (a rewrite of a file
+    keeps its earlier generations in the index). Exit 3 when the session, or
+    that generation, is not in the index, and when a target lies outside
+    --out (a `..` or a symlink), is a symlink, or is a different file
+    (unless --force); then nothing is written. Each file is written to a new
+    temporary file beside it and renamed into place.
+
+    Example:
+
+    \b
+        session-index export 0b1fed78-ad30-4641-94b1-5f6931526c96 --out backup/
+    """
+    db = _known(_open(db_path, create=False), session_id)
+    try:
+        if out == "-":
+            main = exportmod.main_transcript(db, session_id, generation)
+            sys.stdout.buffer.write(main.data)
+            sys.stdout.buffer.flush()
+            return
+        written = exportmod.export(db, session_id, out, generation, force=force)
+        left_out = exportmod.left_out(db, session_id, generation)
+    except (exportmod.NothingToExport, exportmod.WriteRefused) as exc:
+        raise Failure(str(exc)) from None
+    for f, target in written:
+        click.echo(f"{target}  {len(f.data):,} bytes  sha256 {f.sha256}  "
+                   f"generation {f.generation}")
+    for path in left_out:
+        click.echo(f"left out: {path} has no generation {generation}", err=True)
+
+
+@cli.command()
+@click.argument("session_id")
+@generation_option
+@db_option
+@config_dir_option
+def restore(session_id, generation, db_path, config_dir):
+    """Put SESSION_ID's transcripts back, from the index, so a cached id
+    resumes again: where they were ingested from, or with --config-dir at
+    their places under that dir's projects/; with --generation N, as they
+    were in generation N. Refuses to overwrite a different existing file (exit
+    3, nothing written; so does a session or generation not in the index).
+    Sets each file's mtime to now: Claude Code's cleanup deletes by mtime, so
+    the restored transcript gets a full retention period.
+
+    Example:
+
+    \b
+        session-index restore 0b1fed78-ad30-4641-94b1-5f6931526c96 --config-dir ~/.claude
+    """
+    db = _known(_open(db_path, create=False), session_id)
+    try:
+        done = exportmod.restore(db, session_id, config_dir, generation)
+        left_out = exportmod.left_out(db, session_id, generation)
+    except (exportmod.NothingToExport, exportmod.WriteRefused) as exc:
+        raise Failure(str(exc)) from None
+    for f, target, what in done:
+        click.echo(f"{what}: {target} ({len(f.data):,} bytes, generation {f.generation})")
+    for path in left_out:
+        click.echo(f"left out: {path} has no generation {generation}", err=True)
+    click.echo("mtime set to now: Claude Code's cleanup counts retention from the mtime",
+               err=True)
+
+
+def _fresh(db, session_id):
+    """Ingest the session's main transcripts first if they changed on disk (or
+    went away: which one a resume opens may change with them)."""
+    paths = [r[0] for r in db.conn.execute(
+        "SELECT path FROM files WHERE session_id = ? AND kind = 'main' AND origin = 'file'",
+        [session_id])]
+    if paths:
+        ingestmod.ingest(db, paths)
+    derive.refresh_sessions_if_stale(db)
+    if db.conn.execute(repairmod.MAIN_FILE_SQL, [session_id]).fetchone() is None:
+        raise Failure(f"session {session_id} has no main transcript in the index")
+
+
+def _say_copies(db, session_id):
+    """On stderr: which main transcript this is, and the session's other ones."""
+    rows = mainfile.copies(db, session_id)
+    for row in rows:
+        if row["chosen"]:
+            click.echo(f"transcript: {row['path']} ({row['why']})", err=True)
+    for row in rows:
+        if not row["chosen"]:
+            differs = (f"differs: {row['only_here']} uuid(s) only there, "
+                       f"{row['only_in_chosen']} only in the transcript" if row["diverged"]
+                       else "same records")
+            click.echo(f"copy: {row['path']} ({row['why']}; {differs}; not merged)", err=True)
+
+
+@cli.command()
+@click.argument("session_id")
+@db_option
+@click.option("--format", "fmt", type=click.Choice(["text", "markdown", "json"]),
+              default="text", show_default=True)
+@click.option("--json", "fmt", flag_value="json", help="The same as --format json.")
+def show(session_id, db_path, fmt):
+    """The conversation SESSION_ID really holds: the resume chain, with the
+    parallel tool calls and results put back where the Agent SDK puts them and
+    the output orphaned by an api_error splice put back in place; each
+    recovered message is marked, and synthetic placeholders too.
+
+    Example:
+
+    \b
+        session-index show 0b1fed78-ad30-4641-94b1-5f6931526c96 --format markdown
+    """
+    db = _known(_open(db_path, create=False), session_id)
+    _fresh(db, session_id)
+    _say_copies(db, session_id)
+    try:
+        messages = showmod.recovered_conversation(db, session_id)
+    except repairmod.RepairError as exc:
+        raise Failure(str(exc)) from None
+    click.echo(showmod.render(messages, fmt))
+
+
+@cli.command()
+@click.argument("session_id")
+@db_option
+@click.option("--write", is_flag=True, help="Change the file (default: only say what would change).")
+@click.option("--force", is_flag=True,
+              help="Repair even a file modified in the last minute or open in a process.")
+@json_option
+def repair(session_id, db_path, write, force, as_json):
+    """Repair SESSION_ID's main transcript so `--resume` sees the work on disk.
+
+    An api_error splice: the record after each late-flushed error chain is
+    re-parented onto the last record of the orphaned output, so the errors
+    become a dead-end side branch. A poisoned tail: the records after the
+    last real (msg_...) assistant message are dropped, so the next resume does
+    not send a synthetic id. Without --write it prints what would change and
+    changes nothing. With --write it keeps a backup next to the file (and the
+    original bytes in the index's repairs table), writes a temporary file and
+    renames it into place, re-ingests, and checks that the recovered records
+    are read back; otherwise it puts the original back. Exit codes: 0 done or
+    nothing to do; 7 refused (the file is live); 8 rolled back.
+
+    Example:
+
+    \b
+        session-index repair 0b1fed78-ad30-4641-94b1-5f6931526c96 --write
+    """
+    db = _known(_open(db_path, create=False), session_id)
+    _fresh(db, session_id)
+    _say_copies(db, session_id)
+    try:
+        plan = repairmod.plan(db, session_id)
+        if plan.empty:
+            stuck = repairmod.poisoned_beyond_repair(db, plan)
+            if as_json:
+                click.echo(json.dumps(dict(plan.as_dict(), nothing_to_cut_back_to=stuck),
+                                      indent=2))
+            elif stuck:
+                click.echo("nothing to repair: the resume chain ends at a synthetic placeholder "
+                           "and holds no real assistant message to cut back to; start a new "
+                           "session (the transcript is left as it is)")
+            else:
+                click.echo("nothing to repair")
+            return
+        if not write:
+            result = repairmod.Result(plan)
+        else:
+            result = repairmod.write(db, plan, force=force)
+    except repairmod.RepairError as exc:
+        raise Failure(str(exc)) from None
+    except repairmod.Refused as exc:
+        click.echo(f"refused: {exc}", err=True)
+        sys.exit(7)
+    except repairmod.RolledBack as exc:
+        click.echo(f"rolled back: {exc}", err=True)
+        sys.exit(8)
+    if as_json:
+        click.echo(json.dumps(result.as_dict(), indent=2))
+        return
+    for row in plan.rows:
+        if row["action"] == "reparent":
+            click.echo(f"re-parent line {row['line_no']} ({row['uuid']}): "
+                       f"{row['old_parent_uuid']} -> {row['new_parent_uuid']}  [{row['reason']}]")
+        else:
+            click.echo(f"drop line {row['line_no']} ({row['uuid']})  [{row['reason']}]")
+    orphans = sum(1 for c in plan.orphaned.values() if c == "api_error_splice")
+    click.echo(f"resume chain: {plan.chain_before} records before"
+               + (f", {result.chain_after} after" if result.chain_after is not None else "")
+               + f"; {orphans} orphaned record(s) to recover")
+    if result.written:
+        click.echo(f"written; the original is kept as {result.backup}")
+    else:
+        click.echo("nothing changed (use --write)")
+
+
+
+@cli.command()
+@click.argument("session_id")
+@db_option
+@click.option("--claude", "claude", default=None, metavar="PATH",
+              help="The Claude Code binary to ask [default: `claude` on PATH, else the one "
+                   "bundled in the claude-agent-sdk package].")
+@json_option
+def verify(session_id, db_path, claude, as_json):
+    """Ask the real Claude Code what a resume of SESSION_ID loads, and compare
+    it with what the index says the resume keeps and drops.
+
+    It copies the session's main transcript (as the index holds it) into a
+    temporary config dir, runs `claude --resume SESSION_ID -p PING` there
+    against a fake Messages API on 127.0.0.1, and reads the conversation the
+    CLI sends: tool_use ids, tool_result ids and assistant text are matched
+    against the index's resume chain (plus what the CLI puts back) and its
+    dropped orphans. It never talks to any other API and never touches the
+    original file. Exit codes: 0 they agree; 1 they differ; 3 no Claude Code
+    binary, no such session, or the CLI sent nothing.
+
+    Example:
+
+    \b
+        session-index verify 0b1fed78-ad30-4641-94b1-5f6931526c96 --json
+    """
+    from indexer.repair import oracle, verify as verifymod
+
+    db = _known(_open(db_path, create=False), session_id)
+    try:
+        binary = oracle.find_claude(claude)
+    except oracle.NoClaudeBinary as exc:
+        raise Failure(str(exc)) from None
+    _fresh(db, session_id)
+    file_id, path = db.conn.execute(repairmod.MAIN_FILE_SQL, [session_id]).fetchone()[:2]
+    try:
+        verdict = verifymod.verify_file(db.conn, file_id, session_id, path, binary)
+    except oracle.OracleFailed as exc:
+        raise Failure(str(exc)) from None
+    if as_json:
+        click.echo(json.dumps(verdict.as_dict(), indent=2))
+    else:
+        click.echo(f"{'agree' if verdict.agree else 'DIFFER'}: Claude Code "
+                   f"{verdict.claude_version} sent {verdict.sent_messages} messages"
+                   f"{' (after compacting)' if verdict.compacted else ''}; checked "
+                   f"{verdict.checked['kept']} kept and {verdict.checked['dropped']} dropped items")
+        for item in verdict.kept_not_sent:
+            click.echo(f"  kept by the index, not sent: line {item['line_no']} "
+                       f"{item['kind']} {item['value']!r}")
+        for item in verdict.sent_but_dropped:
+            click.echo(f"  sent, the index drops it ({item['cause']}): line {item['line_no']} "
+                       f"{item['kind']} {item['value']!r}")
+    if not verdict.agree:
+        sys.exit(EXIT_FINDING)
+
+
+@cli.command()
+@click.argument("query", required=False)
+@db_option
+@click.option("--session", "session_id", default=None, metavar="ID",
+              help="Only records of this session.")
+@click.option("--project", default=None, metavar="P",
+              help="Only records of this project folder (as in ~/.claude/projects) or cwd.")
+@click.option("--since", default=None, metavar="ISO-TIME",
+              help="Only records at or after this time (ISO-8601, UTC if no zone).")
+@click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True,
+              metavar="N", help="At most N records.")
+@click.option("--enable", is_flag=True,
+              help="Make this index searchable: build the search tables from what it holds "
+                   "(progress on stderr); from then on every ingest, watch and store append "
+                   "keeps them current.")
+@click.option("--disable", is_flag=True,
+              help="Empty the search tables and stop keeping them current.")
+@output_options
+def search(query, db_path, session_id, project, since, limit, enable, disable, fmt):
+    """Records whose text matches QUERY, newest first: session, time, type,
+    project and a snippet with each match marked ([[...]], bold on a
+    terminal). Searched: user prompts, assistant text and thinking, tool
+    names and inputs, tool results (each input and result up to 4,000
+    characters), system messages, summaries and titles.
+
+    Search is off until `search --enable` (exit 3 without it). QUERY is
+    words, "quoted phrases" and prefixes (word*); every term must match. No
+    FTS syntax is read: quotes, -, ', *, : and AND/OR/NOT are text. Each term
+    goes to one of two indexes: terms of 3 characters or more holding a
+    character of code (anything but letters, digits, - and ', e.g.
+    _recover_orphaned_parallel_tool_results, foo.bar, a::b) or of CJK, kana,
+    hangul or thai go to a trigram index, which matches them as substrings
+    (case-insensitive); all others to a word index (porter unicode61:
+    whole words, stemmed, so `running` finds `run`), which is where terms
+    shorter than 3 characters must go (a trigram index cannot match them):
+    a 2-character CJK word is found only where it stands as a word. A prefix
+    (word*) must also appear as typed.
+
+    Example:
+
+    \b
+        session-index search --enable
+        session-index search "login redirect" --since 2026-11-01
+        session-index search _recover_orphaned_parallel_tool_results --json
+    """
+    from indexer.cli import output
+    from indexer.index import search as searchmod
+
+    if enable and disable:
+        raise click.UsageError("--enable and --disable cannot be given together")
+    db = _open(db_path, create=False)
+    if disable:
+        was = searchmod.disable(db)
+        click.echo(f"search {'disabled' if was else 'was not enabled'} on {db_path}")
+        return
+    if enable:
+        bar = None
+
+        def progress(done, total):
+            nonlocal bar
+            if sys.stderr.isatty():
+                if bar is None:
+                    bar = click.progressbar(length=total, label="Indexing text",
+                                            file=sys.stderr)
+                    bar.__enter__()
+                bar.update(done - bar.pos)
+
+        import time
+
+        t0 = time.monotonic()
+        try:
+            n = searchmod.enable(db, progress)
+        finally:
+            if bar is not None:
+                bar.__exit__(None, None, None)
+        click.echo(f"search enabled on {db_path}: {n} records indexed in "
+                   f"{time.monotonic() - t0:.1f} s")
+        if not query:
+            return
+    if not query:
+        raise click.UsageError("give a QUERY, or --enable or --disable")
+    since = _now(since) if since else None
+    try:
+        rows = searchmod.search(db, query, session=session_id, project=project, since=since,
+                                limit=limit)
+    except searchmod.SearchNotEnabled as exc:
+        raise Failure(f"{exc} (on {db_path})") from None
+    except searchmod.EmptyQuery as exc:
+        raise click.UsageError(str(exc)) from None
+    fmt = fmt or "tsv"
+    bold = fmt == "tsv" and sys.stdout.isatty()
+    for row in rows:
+        row["snippet"] = searchmod.marked(
+            row["snippet"], style=(lambda match: click.style(match, bold=True)) if bold else None)
+    output.write_rows(rows, fmt, sys.stdout)

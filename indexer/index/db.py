@@ -1,0 +1,418 @@
+"""Opening the index: pragmas for one writer beside Datasette readers,
+migrations, view definitions, and short ``BEGIN IMMEDIATE`` transactions.
+
+A command opens the index with ``open_index``: an index already at the
+schema this code states is opened with sqlite3 alone (sqlite-utils costs
+about 50 ms of imports, and checking migrations and views as many
+queries), any other through ``open_db`` and ``upgrade``."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+
+from indexer.index import views
+
+TYPE_CHECKING = False  # typing costs a check process start-up time
+if TYPE_CHECKING:
+    import sqlite_utils
+
+BUSY_TIMEOUT_MS = 30_000
+PAGE_SIZE = 16384
+# Keep the WAL file bounded even when a long-running reader holds it open.
+JOURNAL_SIZE_LIMIT = 64 * 1024 * 1024
+
+
+# The last migration of migrations.py, as sqlite-utils' Migrations records
+# it once applied (tests/test_cli.py holds these to migrations.py: a new
+# migration updates them). Migrations apply in order, so an index that has
+# it has them all.
+MIGRATION_SET, LAST_MIGRATION = "session-index", "m027_files_tracked"
+# The header's application_id of a session index (migration m026): ``probe``
+# knows one from the file's first 100 bytes, without reading its schema
+# first (a schema read is about 6 ms of every command's start).
+APPLICATION_ID = 0x53494458   # "SIDX"
+# The connection's journal mode: 'wal', or 'memory' for a fresh_build.py build.
+JOURNAL_MODE_SQL = "PRAGMA journal_mode"
+# Into WAL (what a build is switched to before it is published).
+TO_WAL_SQL = "PRAGMA journal_mode = WAL"
+# 1 when that migration is recorded as applied.
+LAST_MIGRATION_SQL = "SELECT 1 FROM _sqlite_migrations WHERE migration_set = ? AND name = ?"
+# Each view as stored: "CREATE VIEW <name> AS <its SELECT>" (sqlite-utils'
+# create_view writes it so, and rewrites it when the SELECT differs).
+STORED_VIEWS_SQL = "SELECT name, sql FROM sqlite_master WHERE type = 'view'"
+
+
+class IndexError_(Exception):
+    """The index file cannot be opened or is not a session index."""
+
+
+class IndexReplaced(IndexError_):
+    """The index file was deleted or replaced while this process had it open."""
+
+
+# The file a connection has open as "main" (its third column).
+DATABASE_LIST_SQL = "PRAGMA database_list"
+
+
+def file_identity(path: str) -> tuple[int, int] | None:
+    """(device, inode) of the file or folder at ``path``, None when there is none."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+class OpenedFile:
+    """The index file a long-running writer (``ingest --watch``, ``ingest
+    --from``) has open. Deleting or replacing the path (``rm``, a copy or a
+    backup restored over it) does not reach an open connection: it would go
+    on writing, and a fleet consumer acknowledging, lines into an unlinked
+    file nobody reads again. ``verify()`` raises IndexReplaced once the path
+    names another file, or none, so the writer stops and says so."""
+
+    def __init__(self, conn: sqlite3.Connection):
+        self.path = next(row[2] for row in conn.execute(DATABASE_LIST_SQL) if row[1] == "main")
+        self.identity = file_identity(self.path)
+
+    def verify(self) -> None:
+        if file_identity(self.path) != self.identity:
+            raise IndexReplaced(f"{self.path} was deleted or replaced while in use; stopped "
+                                "(run again: a new index is built from the transcripts)")
+
+
+class Index:
+    """An index opened with sqlite3 alone (``open_index``): its ``conn``,
+    which is all the library uses of a sqlite_utils.Database outside
+    migrations and view creation."""
+
+    __slots__ = ("conn",)
+
+    def __init__(self, conn: sqlite3.Connection):
+        self.conn = conn
+
+
+def data_dir() -> str:
+    """Where the default index lives: $XDG_DATA_HOME/session-index, else
+    ~/.local/share/session-index."""
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local",
+                                                           "share")
+    return os.path.join(base, "session-index")
+
+
+def data_db_path() -> str:
+    """sessions.db in the user's data dir."""
+    return os.path.join(data_dir(), "sessions.db")
+
+
+def default_db_path() -> str:
+    """$SESSION_INDEX_DB, else sessions.db in the user's data dir (``--db``
+    wins over both)."""
+    return os.environ.get("SESSION_INDEX_DB") or data_db_path()
+
+
+def make_default_folder(path: str) -> None:
+    """The data dir, made when the default index is first created there
+    (a folder named by --db is never made)."""
+    if os.path.abspath(path) == os.path.abspath(data_db_path()):
+        os.makedirs(data_dir(), exist_ok=True)
+
+
+def _unusable(path, exc: Exception) -> IndexError_:
+    """Why SQLite could not use ``path``: its folder missing (SQLite says
+    only "unable to open database file"), else SQLite's reason."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        return IndexError_(f"{path}: the folder {folder} does not exist")
+    return IndexError_(f"{path} is not a usable SQLite database: {exc}")
+
+
+def connect(path, bulk: bool = False) -> sqlite3.Connection:
+    """A connection to the index file with the pragmas every open uses
+    (``bulk``: a build no other process writes, fresh_build.py: a rollback
+    journal in memory and no fsync, in place of the WAL)."""
+    try:
+        conn = sqlite3.connect(str(path), isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
+        # Before anything is written (it only applies to a new file): 16 KiB
+        # pages hold a typical record's raw line without overflow pages;
+        # cold ingest of bench/ingest_speed.py's corpus took about 25% less
+        # time than with 4 KiB pages.
+        conn.execute(f"PRAGMA page_size = {PAGE_SIZE}")
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        conn.execute(f"PRAGMA journal_mode = {'MEMORY' if bulk else 'WAL'}")
+        conn.execute(f"PRAGMA synchronous = {'OFF' if bulk else 'NORMAL'}")
+        conn.execute(f"PRAGMA journal_size_limit = {JOURNAL_SIZE_LIMIT}")
+        conn.execute("PRAGMA foreign_keys = OFF")
+        # As sqlite_utils.Database sets it, so both opens behave alike.
+        conn.execute("PRAGMA recursive_triggers = on")
+        # 32 MB of page cache; checkpoint the WAL every 64 MB rather than 4 MB
+        # (bench/ingest_speed.py).
+        conn.execute("PRAGMA cache_size = -32768")
+        conn.execute("PRAGMA wal_autocheckpoint = 16384")
+    except sqlite3.DatabaseError as exc:
+        raise _unusable(path, exc) from None
+    return conn
+
+
+def _missing(path) -> IndexError_:
+    return IndexError_(f"no index at {path}: run 'session-index ingest' first")
+
+
+SQLITE_HEADER = b"SQLite format 3\x00"
+TABLES_SQL = "SELECT name FROM sqlite_master WHERE type = 'table'"
+IS_INDEX_SQL = "SELECT 1 FROM _sqlite_migrations WHERE migration_set = ? LIMIT 1"
+NEW, INDEX = "new", "index"
+
+
+def readonly_uri(path: str, immutable: bool = False) -> str:
+    """A ``file:`` URI opening ``path`` read-only (sqlite3.connect(uri=True))."""
+    quoted = os.path.abspath(path).replace("%", "%25").replace("?", "%3f").replace("#", "%23")
+    return f"file:{quoted}?mode=ro" + ("&immutable=1" if immutable else "")
+
+
+def probe(path: str) -> str:
+    """What ``path`` holds, found without changing a byte of it: NEW (no
+    file, an empty one, or a SQLite database with no table yet: an index
+    may be made there) or INDEX; IndexError_ for anything else (a folder,
+    a FIFO, a file that is not SQLite, another application's database)."""
+    if not path:  # sqlite3 would open a temporary database, gone at exit
+        raise IndexError_("the index path is empty: name the index file")
+    if path == ":memory:":
+        return NEW
+    from indexer.transcripts.safefiles import NotRegular, open_regular
+
+    try:
+        with open_regular(path) as f:
+            head = f.read(100)
+    except FileNotFoundError:
+        return NEW
+    except NotRegular as exc:
+        raise IndexError_(f"{path} is {exc.what}, not an index file") from None
+    except OSError as exc:
+        raise IndexError_(f"{path} cannot be read: {exc.strerror or exc}") from None
+    if not head:
+        return NEW
+    if not head.startswith(SQLITE_HEADER):
+        raise IndexError_(f"{path} is not a SQLite database, so not a session index: "
+                          "name another --db") from None
+    if int.from_bytes(head[68:72], "big") == APPLICATION_ID:
+        return INDEX
+    # A WAL database with no -wal file: read it as immutable, so that no
+    # -wal or -shm file is made beside another application's database.
+    immutable = len(head) > 19 and head[18] == 2 and not os.path.exists(path + "-wal")
+    try:
+        conn = sqlite3.connect(readonly_uri(path, immutable), uri=True)
+        try:
+            tables = {name for (name,) in conn.execute(TABLES_SQL)}
+            if "_sqlite_migrations" in tables and conn.execute(
+                    IS_INDEX_SQL, [MIGRATION_SET]).fetchone():
+                return INDEX
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError as exc:
+        raise _unusable(path, exc) from None
+    if not tables:
+        return NEW
+    names = ", ".join(sorted(tables)[:4]) + (", ..." if len(tables) > 4 else "")
+    raise IndexError_(f"{path} is another application's SQLite database, not a session index "
+                      f"(its tables: {names}); it was left as it was: name another --db")
+
+
+def open_db(path, *, create: bool = True) -> sqlite_utils.Database:
+    """The index at ``path`` as a sqlite_utils Database; with ``create``,
+    made if the file is new or empty, and upgraded. Never anything else's
+    database (``probe``)."""
+    import sqlite_utils
+
+    path = os.fspath(path)
+    if probe(path) == NEW:
+        if not create:
+            raise _missing(path)
+        made = _create(path)
+        return made if isinstance(made, sqlite_utils.Database) else sqlite_utils.Database(made.conn)
+    db = sqlite_utils.Database(connect(path))
+    if create:
+        upgrade(db)
+    return db
+
+
+def _create(path: str, bulk: bool = False) -> Index | sqlite_utils.Database:
+    """A new index at ``path``, which ``probe`` found NEW: made from the
+    schema snapshot (new_index.py: no sqlite-utils, no migrations to run)
+    when there is one of this code's schema, else by the migrations."""
+    from indexer.index import new_index
+
+    make_default_folder(path)
+    conn = connect(path, bulk)
+    try:
+        made = new_index.create(conn)
+    except BaseException:
+        conn.close()
+        raise
+    if made:
+        return Index(conn)
+    import sqlite_utils
+
+    db = sqlite_utils.Database(conn)
+    upgrade(db)
+    return db
+
+
+def open_index(path, *, create: bool = False,
+               bulk: bool = False) -> Index | sqlite_utils.Database:
+    """The index at ``path``, upgraded (with ``create``, made if the file is
+    new or empty): what a command opens. Only ingest and the session store
+    create an index; no command touches a file that is not one (``probe``).
+    At the current schema (``is_current``) it is an ``Index`` on a plain
+    sqlite3 connection; otherwise the sqlite_utils Database that ``upgrade``
+    brought up to date. ``bulk`` (for a new file only): connect's."""
+    path = os.fspath(path)
+    if probe(path) == NEW:
+        if not create:
+            raise _missing(path)
+        return _create(path, bulk)
+    conn = connect(path)
+    try:
+        current = is_current(conn)
+    except sqlite3.DatabaseError as exc:
+        conn.close()
+        raise _unusable(path, exc) from None
+    if current:
+        return Index(conn)
+    import sqlite_utils
+
+    db = sqlite_utils.Database(conn)
+    upgrade(db)
+    return db
+
+
+def is_current(conn: sqlite3.Connection) -> bool:
+    """Would ``upgrade`` change nothing? True when the last migration is
+    applied and every view is stored as views.py states it."""
+    try:
+        applied = conn.execute(LAST_MIGRATION_SQL, [MIGRATION_SET, LAST_MIGRATION]).fetchone()
+    except sqlite3.OperationalError:  # no _sqlite_migrations table: a new index
+        return False
+    if applied is None:
+        return False
+    stored = dict(conn.execute(STORED_VIEWS_SQL).fetchall())
+    return all((stored.get(name) or "").partition(" AS ")[2] == sql
+               for name, sql in views.VIEWS.items())
+
+
+def upgrade(db: sqlite_utils.Database) -> None:
+    """Apply pending migrations, then (re)create every view."""
+    from indexer.index.migrations import migrations
+
+    # Under one IMMEDIATE lock, so two processes opening a new index at once
+    # do not both try to create it (migrations nest as savepoints).
+    with write_lock(db) as conn:
+        if migrations.pending(db):
+            migrations.apply(db)
+        views.create_views(db)
+        if conn.execute("SELECT 1 FROM files LIMIT 1").fetchone() is None:
+            views.stamp_current(conn)   # nothing indexed yet: nothing to recompute
+
+
+def retry_locked(fn, attempts: int = 50):
+    for i in range(attempts):
+        try:
+            return fn()
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or i == attempts - 1:
+                raise
+            time.sleep(0.05 * (i + 1))
+
+
+class write_lock:
+    """``with write_lock(db) as conn``: a ``BEGIN IMMEDIATE`` transaction,
+    committed on success and rolled back on error (when SQLite has not
+    already rolled it back itself, as it does on a full disk: the error
+    raised is then the real one).
+
+    sqlite-utils' ``db.atomic()`` is a deferred transaction, which fails at
+    once with "database is locked" when it reads and then tries to write
+    while another process writes; IMMEDIATE takes the write lock up front
+    and waits ``busy_timeout`` for it. (A class, not contextlib: a check
+    process imports neither.)
+    """
+
+    __slots__ = ("conn",)
+
+    def __init__(self, db: Index | sqlite_utils.Database):
+        self.conn = db.conn
+
+    def __enter__(self) -> sqlite3.Connection:
+        retry_locked(lambda: self.conn.execute("BEGIN IMMEDIATE"))
+        return self.conn
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if exc_type is None:
+            self.conn.execute("COMMIT")
+        elif self.conn.in_transaction:
+            self.conn.execute("ROLLBACK")
+        return False
+
+
+# A bulk write checkpoints the WAL from a thread (background_checkpoints).
+CHECKPOINT_EVERY_S = 0.1
+# Past this size the thread's checkpoint also restarts the WAL (waiting for
+# the writer between two transactions), so it cannot grow without bound.
+WAL_HIGH_WATER = 512 << 20
+
+
+class background_checkpoints:
+    """``with background_checkpoints(conn):`` while one connection writes a
+    lot (a cold ingest), the WAL is copied into the database file by a
+    thread on a second connection, on the other core, rather than by the
+    writer at the commit that crosses ``wal_autocheckpoint`` (sqlite3 lets
+    go of the GIL while SQLite works). The writer's autocheckpoint is off
+    meanwhile and set back after. Nothing is lost if the process dies: a
+    checkpoint only copies committed pages (bench/ingest_speed.py)."""
+
+    def __init__(self, conn: sqlite3.Connection, enabled: bool = True):
+        self.conn = conn
+        self.path = next(r[2] for r in conn.execute("PRAGMA database_list")
+                         if r[1] == "main") if enabled else None
+        self.stop = None
+        self.thread = None
+        self.autocheckpoint = None
+
+    def __enter__(self):
+        if not self.path:  # not enabled, or an in-memory or temporary database
+            return self
+        import threading   # (not for a run with nothing to write: start-up time)
+
+        self.autocheckpoint = self.conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0]
+        self.conn.execute("PRAGMA wal_autocheckpoint = 0")
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="wal-checkpoint", daemon=True)
+        self.thread.start()
+        return self
+
+    def _run(self):
+        try:
+            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
+                                   timeout=BUSY_TIMEOUT_MS / 1000)
+        except sqlite3.Error:
+            return
+        try:
+            while not self.stop.wait(CHECKPOINT_EVERY_S):
+                try:
+                    big = os.path.getsize(self.path + "-wal") > WAL_HIGH_WATER
+                except OSError:
+                    big = False
+                conn.execute(f"PRAGMA wal_checkpoint({'RESTART' if big else 'PASSIVE'})")
+        except sqlite3.Error:
+            pass  # the writer's own checkpoints take over once it is set back
+        finally:
+            conn.close()
+
+    def __exit__(self, *exc) -> bool:
+        if self.thread is not None:
+            self.stop.set()
+            self.thread.join()
+            self.conn.execute(f"PRAGMA wal_autocheckpoint = {int(self.autocheckpoint)}")
+        return False

@@ -1,0 +1,848 @@
+"""The schema, stated once. Migrations are never edited once applied: a change
+is a new function. Views are not here: views.py recreates them on every open.
+"""
+
+from sqlite_utils import Migrations
+
+migrations = Migrations("session-index")
+
+
+@migrations()
+def m001_create_files(db):
+    # One row per transcript file ever seen. ingested_offset never passes a
+    # partial last line; head/tail hashes detect a rewrite at the next run.
+    db.execute(
+        """
+        CREATE TABLE files (
+            id INTEGER PRIMARY KEY,
+            path TEXT NOT NULL UNIQUE,
+            kind TEXT NOT NULL,            -- main | subagent
+            session_id TEXT,
+            agent_id TEXT,
+            project_dir TEXT,              -- the folder under projects/
+            size INTEGER,                  -- bytes, at the last stat
+            mtime TEXT,                    -- ISO-8601 UTC, at the last stat
+            mtime_ns INTEGER,
+            dev INTEGER,
+            inode INTEGER,
+            ingested_offset INTEGER NOT NULL DEFAULT 0,
+            line_count INTEGER NOT NULL DEFAULT 0,
+            head_len INTEGER NOT NULL DEFAULT 0,
+            head_hash TEXT,
+            tail_len INTEGER NOT NULL DEFAULT 0,
+            tail_hash TEXT,
+            rewrites INTEGER NOT NULL DEFAULT 0,
+            records INTEGER NOT NULL DEFAULT 0,   -- running facts about its records
+            first_timestamp TEXT,
+            last_timestamp TEXT,
+            cwd TEXT,
+            version TEXT,                  -- of its last record that has one
+            git_branch TEXT,
+            first_ingested_at TEXT,
+            last_ingested_at TEXT,
+            deleted_at TEXT,
+            needs_derive INTEGER NOT NULL DEFAULT 1
+        )
+        """
+    )
+    db.execute("CREATE INDEX files_session ON files(session_id)")
+
+
+@migrations()
+def m002_create_records(db):
+    # One row per line that is a JSON object, its exact text in raw.
+    db.execute(
+        """
+        CREATE TABLE records (
+            id INTEGER PRIMARY KEY,
+            file_id INTEGER NOT NULL REFERENCES files(id),
+            line_no INTEGER NOT NULL,      -- 1-based
+            byte_offset INTEGER NOT NULL,  -- where the line starts
+            session_id TEXT,
+            uuid TEXT,
+            parent_uuid TEXT,
+            logical_parent_uuid TEXT,
+            type TEXT,
+            subtype TEXT,
+            timestamp TEXT,
+            is_sidechain INTEGER NOT NULL DEFAULT 0,
+            is_meta INTEGER NOT NULL DEFAULT 0,
+            team_name TEXT,
+            agent_id TEXT,
+            message_id TEXT,
+            model TEXT,
+            request_id TEXT,
+            is_api_error INTEGER NOT NULL DEFAULT 0,
+            is_compact_summary INTEGER NOT NULL DEFAULT 0,
+            is_tool_result INTEGER NOT NULL DEFAULT 0,
+            cwd TEXT,
+            version TEXT,
+            git_branch TEXT,
+            leaf_uuid TEXT,
+            raw TEXT NOT NULL
+        )
+        """
+    )
+    db.execute("CREATE UNIQUE INDEX records_file_offset ON records(file_id, byte_offset)")
+    db.execute("CREATE INDEX records_file_uuid ON records(file_id, uuid, line_no)")
+    db.execute("CREATE INDEX records_file_parent ON records(file_id, parent_uuid)")
+    db.execute(
+        "CREATE INDEX records_file_logical_parent ON records(file_id, logical_parent_uuid) "
+        "WHERE logical_parent_uuid IS NOT NULL")
+    db.execute("CREATE INDEX records_session ON records(session_id)")
+
+
+@migrations()
+def m003_create_bad_lines(db):
+    # Lines that are not JSON objects (or not UTF-8), as raw bytes, so the
+    # index can rebuild the file byte for byte.
+    db.execute(
+        """
+        CREATE TABLE bad_lines (
+            id INTEGER PRIMARY KEY,
+            file_id INTEGER NOT NULL REFERENCES files(id),
+            line_no INTEGER NOT NULL,
+            byte_offset INTEGER NOT NULL,
+            error TEXT NOT NULL,
+            raw BLOB NOT NULL
+        )
+        """
+    )
+    db.execute("CREATE UNIQUE INDEX bad_lines_file_offset ON bad_lines(file_id, byte_offset)")
+
+
+@migrations()
+def m004_create_sessions(db):
+    # One row per session id, refreshed whenever one of its files changes.
+    db.execute(
+        """
+        CREATE TABLE sessions (
+            session_id TEXT PRIMARY KEY,
+            main_file_id INTEGER,          -- the newest main transcript
+            project_dir TEXT,
+            cwd TEXT,
+            main_files INTEGER,
+            subagent_files INTEGER,
+            records INTEGER,
+            first_timestamp TEXT,
+            last_timestamp TEXT,
+            version TEXT,
+            git_branch TEXT,
+            deleted_at TEXT                -- set when every main file is gone
+        )
+        """
+    )
+
+
+@migrations()
+def m005_create_derived(db):
+    # The results of the cache-backed views, recomputed per changed file at
+    # ingest and held equal to the *_definition views (views.py, derive.py).
+    db.execute(
+        """
+        CREATE TABLE leaves_cache (
+            file_id INTEGER PRIMARY KEY,
+            session_id TEXT,
+            kind TEXT,
+            resume_leaf_id INTEGER,
+            resume_leaf_uuid TEXT,
+            sdk_leaf_id INTEGER,
+            sdk_leaf_uuid TEXT,
+            leaves_agree INTEGER,
+            branch_count INTEGER
+        )
+        """
+    )
+    db.execute("CREATE INDEX leaves_cache_session ON leaves_cache(session_id)")
+    db.execute(
+        """
+        CREATE TABLE leaf_ancestry_cache (
+            file_id INTEGER NOT NULL,
+            session_id TEXT,
+            rule TEXT NOT NULL,
+            depth INTEGER NOT NULL,
+            uuid TEXT,
+            record_id INTEGER,
+            PRIMARY KEY (file_id, rule, depth)
+        )
+        """
+    )
+    db.execute("CREATE INDEX leaf_ancestry_cache_session ON leaf_ancestry_cache(session_id)")
+    db.execute("CREATE INDEX leaf_ancestry_cache_uuid ON leaf_ancestry_cache(file_id, rule, uuid)")
+    db.execute(
+        """
+        CREATE TABLE orphans_cache (
+            file_id INTEGER NOT NULL,
+            session_id TEXT,
+            uuid TEXT NOT NULL,
+            record_id INTEGER,
+            line_no INTEGER,
+            type TEXT,
+            subtype TEXT,
+            timestamp TEXT,
+            message_id TEXT,
+            cause TEXT NOT NULL,
+            branch_point_uuid TEXT,
+            PRIMARY KEY (file_id, uuid)
+        )
+        """
+    )
+    db.execute("CREATE INDEX orphans_cache_session ON orphans_cache(session_id)")
+    db.execute("CREATE INDEX orphans_cache_cause ON orphans_cache(cause)")
+    db.execute("CREATE INDEX orphans_cache_branch ON orphans_cache(file_id, branch_point_uuid)")
+    db.execute(
+        """
+        CREATE TABLE chain_breaks_cache (
+            file_id INTEGER NOT NULL,
+            session_id TEXT,
+            record_id INTEGER PRIMARY KEY,
+            line_no INTEGER,
+            uuid TEXT,
+            type TEXT,
+            subtype TEXT,
+            timestamp TEXT,
+            missing_parent_uuid TEXT
+        )
+        """
+    )
+    db.execute("CREATE INDEX chain_breaks_cache_file ON chain_breaks_cache(file_id)")
+    db.execute("CREATE INDEX chain_breaks_cache_session ON chain_breaks_cache(session_id)")
+    db.execute(
+        """
+        CREATE TABLE duplicate_uuids_cache (
+            file_id INTEGER NOT NULL,
+            session_id TEXT,
+            uuid TEXT NOT NULL,
+            copies INTEGER,
+            line_nos TEXT,
+            kept_line_no INTEGER,
+            PRIMARY KEY (file_id, uuid)
+        )
+        """
+    )
+    db.execute("CREATE INDEX duplicate_uuids_cache_session ON duplicate_uuids_cache(session_id)")
+
+
+@migrations()
+def m006_create_index_meta(db):
+    # Key/value facts about the index itself: when it was last ingested,
+    # which view definitions the caches were computed with.
+    db.execute("CREATE TABLE index_meta (key TEXT PRIMARY KEY, value TEXT)")
+
+
+@migrations()
+def m007_create_session_refs(db):
+    # Session ids an application holds and intends to resume (refs import).
+    # A reference is identified by (source, key, session_id).
+    db.execute(
+        """
+        CREATE TABLE session_refs (
+            id INTEGER PRIMARY KEY,
+            source TEXT NOT NULL DEFAULT '',
+            key TEXT NOT NULL DEFAULT '',
+            session_id TEXT NOT NULL,
+            cached_at TEXT,                -- when the application cached it, as given
+            imported_from TEXT,            -- the file it came from
+            imported_at TEXT NOT NULL
+        )
+        """
+    )
+    db.execute("CREATE UNIQUE INDEX session_refs_identity ON session_refs(source, key, session_id)")
+    db.execute("CREATE INDEX session_refs_session ON session_refs(session_id)")
+
+
+@migrations()
+def m008_add_retention_to_files(db):
+    # cleanupPeriodDays in force for the file (retention.py), and which
+    # settings file said so ('default' when none did).
+    db.execute("ALTER TABLE files ADD COLUMN retention_days INTEGER")
+    db.execute("ALTER TABLE files ADD COLUMN retention_source TEXT")
+
+
+@migrations()
+def m009_index_execution_events(db):
+    # `claude -p --output-format stream-json` logs are files of kind
+    # 'execution_log'; their result and init events are found through these.
+    db.execute(
+        "CREATE INDEX records_result_events ON records(file_id, line_no) WHERE type = 'result'")
+    db.execute(
+        "CREATE INDEX records_init_events ON records(file_id, line_no) "
+        "WHERE type = 'system' AND subtype = 'init'")
+    db.execute("CREATE INDEX sessions_main_file ON sessions(main_file_id)")
+    # Synthetic assistant placeholders (views.SYNTHETIC_RECORD), a handful
+    # in a million records.
+    db.execute(
+        "CREATE INDEX records_synthetic ON records(file_id, uuid) "
+        "WHERE type = 'assistant' AND (model = '<synthetic>' "
+        "OR message_id NOT LIKE 'msg\\_%' ESCAPE '\\')")
+
+
+@migrations()
+def m010_add_pending_tail_to_files(db):
+    # The bytes after the last newline as last seen: not a line yet (it is
+    # never parsed or counted), kept so export can rebuild the file exactly.
+    db.execute("ALTER TABLE files ADD COLUMN pending_tail BLOB")
+
+
+@migrations()
+def m011_create_repairs(db):
+    # Every `session-index repair --write`: what it changed, where the backup
+    # went, and the file's bytes before (so the index keeps the original).
+    db.execute(
+        """
+        CREATE TABLE repairs (
+            id INTEGER PRIMARY KEY,
+            session_id TEXT NOT NULL,
+            file_id INTEGER NOT NULL,
+            path TEXT NOT NULL,
+            backup_path TEXT,
+            created_at TEXT NOT NULL,
+            status TEXT NOT NULL,          -- applied | rolled_back
+            reparented INTEGER NOT NULL,
+            dropped INTEGER NOT NULL,
+            chain_before INTEGER,          -- resume chain length before and after
+            chain_after INTEGER,
+            recovered INTEGER,             -- previously orphaned records now read back
+            message TEXT,
+            original BLOB,                 -- the file's bytes before the repair
+            repaired_sha256 TEXT
+        )
+        """
+    )
+    db.execute("CREATE INDEX repairs_session ON repairs(session_id)")
+
+
+@migrations()
+def m012_add_store_copies(db):
+    # Transcripts mirrored through indexer.ingest.store (the Agent SDK's
+    # SessionStore) are files too: origin 'store' (ingested files are
+    # 'file'), path store://<project_key>/<session_id>[/<subpath>], keyed by
+    # the SDK's SessionKey: project_key, session_id, subpath (NULL for the
+    # main transcript).
+    db.execute("ALTER TABLE files ADD COLUMN origin TEXT NOT NULL DEFAULT 'file'")
+    db.execute("ALTER TABLE files ADD COLUMN project_key TEXT")
+    db.execute("ALTER TABLE files ADD COLUMN subpath TEXT")
+    db.execute(
+        "CREATE INDEX files_store_key ON files(project_key, session_id) WHERE origin = 'store'")
+    # Per store copy: the storage write time of its last append (epoch ms,
+    # the clock list_sessions and the summaries share) and, for a main key,
+    # the SDK's folded session summary (opaque JSON, kept verbatim).
+    db.execute(
+        """
+        CREATE TABLE store_keys (
+            file_id INTEGER PRIMARY KEY REFERENCES files(id),
+            mtime_ms INTEGER NOT NULL,
+            summary TEXT
+        )
+        """
+    )
+
+
+@migrations()
+def m013_caches_without_rowid(db):
+    # The caches are written whole for every changed file: stored in their
+    # primary key's b-tree (WITHOUT ROWID), each row is one insert, not two.
+    # orphans_cache_branch goes: file_id (the primary key's prefix) narrows
+    # as well for the few lookups by branch point. The views that read them
+    # are dropped first (db.upgrade recreates every view after migrating).
+    for (view,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'view'").fetchall():
+        db.execute(f"DROP VIEW [{view}]")
+    for table in ("leaf_ancestry_cache", "orphans_cache", "duplicate_uuids_cache"):
+        sql = db.execute(
+            "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", [table]
+        ).fetchone()[0]
+        indexes = [row[0] for row in db.execute(
+            "SELECT sql FROM sqlite_master WHERE type = 'index' AND tbl_name = ? "
+            "AND sql IS NOT NULL AND name <> 'orphans_cache_branch'", [table])]
+        db.execute(f"ALTER TABLE {table} RENAME TO {table}_old")
+        db.execute(sql.rstrip() + " WITHOUT ROWID")
+        db.execute(f"INSERT INTO {table} SELECT * FROM {table}_old")
+        db.execute(f"DROP TABLE {table}_old")
+        for index in indexes:
+            db.execute(index)
+
+
+@migrations()
+def m014_generations(db):
+    # A record after the last newline: when the bytes after a file's last
+    # newline parse as a whole JSON object they are stored as its last line
+    # (ingested_offset and line_count include it) and unterminated_tail is
+    # their length, so the "\n" that later ends it is not a second line and
+    # export writes no newline where the file had none. 0 otherwise.
+    db.execute("ALTER TABLE files ADD COLUMN unterminated_tail INTEGER NOT NULL DEFAULT 0")
+    # Every rewrite of a file starts a new generation (1 is the first); the
+    # current one is in records/bad_lines as before. A file rewritten before
+    # generations were kept is numbered as if they had been.
+    db.execute("ALTER TABLE files ADD COLUMN generation INTEGER NOT NULL DEFAULT 1")
+    db.execute("ALTER TABLE files ADD COLUMN generation_started_at TEXT")
+    db.execute("UPDATE files SET generation = rewrites + 1")
+    # One row per superseded generation, written in the transaction that
+    # replaced it: when it began and ended, why (shrunk: the file got
+    # shorter than its ingested bytes; changed: those bytes differ), its
+    # lines, its bytes as last seen (sha256 over exactly what export writes),
+    # the file's mtime then, and its tail as files holds it.
+    db.execute(
+        """
+        CREATE TABLE superseded_generations (
+            file_id INTEGER NOT NULL REFERENCES files(id),
+            generation INTEGER NOT NULL,
+            started_at TEXT,               -- NULL: before generations were kept
+            superseded_at TEXT NOT NULL,
+            reason TEXT NOT NULL,          -- shrunk | changed
+            lines INTEGER NOT NULL,
+            bytes INTEGER NOT NULL,
+            sha256 TEXT NOT NULL,
+            mtime TEXT,
+            unterminated_tail INTEGER NOT NULL DEFAULT 0,
+            pending_tail BLOB,
+            PRIMARY KEY (file_id, generation)
+        )
+        """
+    )
+    # The lines of superseded generations, moved out of records and
+    # bad_lines: raw keeps its storage class (TEXT for a record, so SQLite's
+    # JSON functions work on it; the bytes, a BLOB, for a bad line), error is
+    # NULL for a record.
+    db.execute(
+        """
+        CREATE TABLE superseded_lines (
+            id INTEGER PRIMARY KEY,
+            file_id INTEGER NOT NULL REFERENCES files(id),
+            generation INTEGER NOT NULL,
+            line_no INTEGER NOT NULL,
+            byte_offset INTEGER NOT NULL,
+            error TEXT,
+            raw NOT NULL
+        )
+        """
+    )
+    db.execute(
+        "CREATE UNIQUE INDEX superseded_lines_offset "
+        "ON superseded_lines(file_id, generation, byte_offset)")
+
+
+@migrations()
+def m017_add_resume_rule_and_restored(db):
+    # leaves_cache.resume_rule: which of the CLI's rules picked the resume
+    # leaf (resume.py); orphans_cache.restored: 1 when the CLI puts the
+    # record back after its walk. The caches are recomputed (the definitions
+    # changed), so the defaults never show.
+    db.execute("ALTER TABLE leaves_cache ADD COLUMN resume_rule TEXT")
+    db.execute("ALTER TABLE orphans_cache ADD COLUMN restored INTEGER NOT NULL DEFAULT 0")
+
+
+@migrations()
+def m015_add_main_file_rule_to_sessions(db):
+    # Why sessions.main_file_id is the transcript it is (views.MAIN_FILE_RULES:
+    # only_named, named_in_cwd_project, ...). derive.py fills it for every
+    # session at the next ingest (index_meta.sessions_hash).
+    db.execute("ALTER TABLE sessions ADD COLUMN main_file_rule TEXT")
+
+
+@migrations()
+def m018_add_is_unreadable_to_records(db):
+    # records.is_unreadable: a user/assistant record Claude Code's loader
+    # drops as unreadable (lines._unreadable). Existing rows are read again
+    # from their raw text by the same function.
+    from indexer.transcripts.lines import RECORD_FIELDS, BadLine, parse_line
+    db.execute("ALTER TABLE records ADD COLUMN is_unreadable INTEGER NOT NULL DEFAULT 0")
+    at = RECORD_FIELDS.index("is_unreadable")
+    rows = db.execute("SELECT id, raw FROM records WHERE type IN ('user', 'assistant')")
+    flagged = []
+    for record_id, raw in rows.fetchall():
+        try:
+            data = raw if isinstance(raw, bytes) else raw.encode("utf-8", "surrogatepass")
+            if parse_line(data)[1][at]:
+                flagged.append((record_id,))
+        except (BadLine, UnicodeError):
+            pass
+    db.conn.executemany("UPDATE records SET is_unreadable = 1 WHERE id = ?", flagged)
+
+
+@migrations()
+def m019_heights_and_append_state(db):
+    # Appending at a file's leaf extends its caches instead of recomputing
+    # them (derive_append.py). leaf_ancestry_cache keeps each record's
+    # height (0 at the end of the walk), which appending does not change;
+    # the view computes depth from the chain's length, now kept in
+    # leaves_cache. leaves_cache also keeps what the next append carries on
+    # from; sdk_terminals holds the Agent SDK's leaf candidates (a terminal
+    # record and the message line it walks up to; message_line is the line
+    # of that message's uuid that wins, which orders them). Existing rows are converted.
+    for (view,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'view'").fetchall():
+        db.execute(f"DROP VIEW [{view}]")
+    for column in ("resume_length", "sdk_length", "derived_lines"):
+        db.execute(f"ALTER TABLE leaves_cache ADD COLUMN {column} INTEGER")
+    db.execute("ALTER TABLE leaves_cache ADD COLUMN derive_state TEXT")
+    db.execute("ALTER TABLE leaf_ancestry_cache RENAME TO leaf_ancestry_cache_old")
+    for index in ("leaf_ancestry_cache_session", "leaf_ancestry_cache_uuid"):
+        db.execute(f"DROP INDEX IF EXISTS {index}")
+    db.execute(
+        """
+        CREATE TABLE leaf_ancestry_cache (
+            file_id INTEGER NOT NULL,
+            session_id TEXT,
+            rule TEXT NOT NULL,
+            height INTEGER NOT NULL,
+            uuid TEXT,
+            record_id INTEGER,
+            PRIMARY KEY (file_id, rule, height)
+        ) WITHOUT ROWID
+        """
+    )
+    db.execute(
+        """
+        INSERT INTO leaf_ancestry_cache (file_id, session_id, rule, height, uuid, record_id)
+        SELECT file_id, session_id, rule,
+               max(depth) OVER (PARTITION BY file_id, rule) - depth, uuid, record_id
+        FROM leaf_ancestry_cache_old
+        """
+    )
+    db.execute(
+        """
+        UPDATE leaves_cache SET
+          resume_length = (SELECT count(*) FROM leaf_ancestry_cache_old a
+                           WHERE a.file_id = leaves_cache.file_id AND a.rule = 'resume'),
+          sdk_length = (SELECT count(*) FROM leaf_ancestry_cache_old a
+                        WHERE a.file_id = leaves_cache.file_id AND a.rule = 'sdk')
+        """
+    )
+    db.execute("DROP TABLE leaf_ancestry_cache_old")
+    db.execute("CREATE INDEX leaf_ancestry_cache_session ON leaf_ancestry_cache(session_id)")
+    db.execute("CREATE INDEX leaf_ancestry_cache_uuid ON leaf_ancestry_cache(file_id, rule, uuid)")
+    db.execute(
+        """
+        CREATE TABLE sdk_terminals (
+            file_id INTEGER NOT NULL,
+            uuid TEXT NOT NULL,
+            terminal_line INTEGER NOT NULL,
+            message_uuid TEXT NOT NULL,
+            message_record_id INTEGER NOT NULL,
+            is_main INTEGER NOT NULL,
+            message_line INTEGER NOT NULL,
+            -- the key's columns first: SQLite 3.40's integrity_check reports
+            -- NOT NULL columns between them as NULL in a WITHOUT ROWID table
+            PRIMARY KEY (file_id, uuid, terminal_line)
+        ) WITHOUT ROWID
+        """
+    )
+    db.execute("CREATE INDEX sdk_terminals_best ON sdk_terminals("
+               "file_id, is_main DESC, message_line DESC, terminal_line)")
+    db.execute("CREATE INDEX sdk_terminals_message ON sdk_terminals(file_id, message_uuid)")
+    # The records of one API message (an appended one may make an older
+    # off-chain record a parallel tool branch).
+    db.execute(
+        "CREATE INDEX records_file_message ON records(file_id, message_id) "
+        "WHERE message_id IS NOT NULL")
+
+
+@migrations()
+def m020_title_records(db):
+    # The records that title a session (session-index sessions): the
+    # user's custom-title, Claude Code's ai-title, the older summary.
+    db.execute(
+        "CREATE INDEX records_titles ON records(file_id, line_no) "
+        "WHERE type IN ('custom-title', 'ai-title', 'summary')")
+
+
+@migrations()
+def m021_search(db):
+    # Full-text search (search.py): search_state has one row while search is
+    # enabled on this index (session-index search --enable), with the
+    # high-water mark up to which every record with text is indexed; the
+    # text and its two FTS5 indexes stay empty until then.
+    db.execute(
+        """
+        CREATE TABLE search_state (
+            id INTEGER PRIMARY KEY CHECK (id = 1),
+            high_water INTEGER NOT NULL,   -- records.id: every text record <= it is indexed
+            enabled_at TEXT NOT NULL
+        )
+        """
+    )
+    # One row per record with text; key orders them by time (search.sort_key).
+    db.execute(
+        """
+        CREATE TABLE search_text (
+            key INTEGER PRIMARY KEY,       -- (timestamp ms << 20) | (record_id & 0xFFFFF)
+            record_id INTEGER NOT NULL UNIQUE,
+            file_id INTEGER NOT NULL,
+            session_id TEXT,
+            type TEXT,
+            timestamp TEXT,
+            text TEXT NOT NULL             -- what both indexes hold
+        )
+        """
+    )
+    # A session's rows, newest last (search --session of a small session).
+    db.execute("CREATE INDEX search_text_session ON search_text(session_id, key)")
+    # Words (stemmed), and any substring of 3 characters or more (code, CJK).
+    # search_words also indexes session_id (its parts as words), so that
+    # search --session is a join of two doclists inside FTS5.
+    db.execute("CREATE VIRTUAL TABLE search_words USING fts5(text, session_id, "
+               "content='search_text', content_rowid='key', tokenize='porter unicode61')")
+    db.execute("CREATE VIRTUAL TABLE search_code USING fts5(text, content='search_text', "
+               "content_rowid='key', tokenize='trigram')")
+
+
+@migrations()
+def m022_prices(db):
+    # Per-model rates, USD per million tokens (prices.py; loaded from the
+    # packaged indexer/prices.json below and by `session-index prices load`):
+    # the 5-minute and 1-hour cache writes apart, the tier a request pays on
+    # every token when its prompt is above long_context_above input tokens
+    # (NULL: no tier), and the usage.speed = 'fast' multiplier (NULL: none).
+    db.execute(
+        """
+        CREATE TABLE prices (
+            model TEXT PRIMARY KEY,        -- message.model; a dated id matches its undated one
+            name TEXT,
+            input REAL NOT NULL,
+            output REAL NOT NULL,
+            cache_read REAL NOT NULL,
+            cache_write_5m REAL NOT NULL,
+            cache_write_1h REAL NOT NULL,
+            long_context_above INTEGER,
+            long_input REAL,
+            long_output REAL,
+            long_cache_read REAL,
+            long_cache_write_5m REAL,
+            long_cache_write_1h REAL,
+            fast_multiplier REAL,
+            snapshot_date TEXT NOT NULL,   -- the price file's snapshot (YYYY-MM-DD)
+            source TEXT NOT NULL,          -- 'package', or the path of the file loaded
+            loaded_at TEXT NOT NULL
+        )
+        """
+    )
+    # The usage of every assistant record, as columns of records (lines.py
+    # reads them from the line as it parses it: rows.RECORD_FIELDS), so that
+    # nothing parses records.raw for usage. Existing assistant rows are read
+    # once here: by SQLite's JSON where raw is JSON it reads, else (NaN, an
+    # infinity) by the parser itself; both give what lines.py gives.
+    for column, kind in (("has_usage", "INTEGER NOT NULL DEFAULT 0"),
+                         ("input_tokens", "INTEGER"), ("output_tokens", "INTEGER"),
+                         ("cache_read_tokens", "INTEGER"), ("cache_creation_tokens", "INTEGER"),
+                         ("cache_5m_tokens", "INTEGER"), ("cache_1h_tokens", "INTEGER"),
+                         ("speed", "TEXT"), ("service_tier", "TEXT")):
+        db.execute(f"ALTER TABLE records ADD COLUMN {column} {kind}")
+
+    fill_usage_columns(db)
+    # The usage view reads these columns through this index alone (it
+    # covers every column the view uses; records.raw, stored before the new
+    # columns, is never read). It is led by file_id, so a cold ingest
+    # appends to it in order (a table kept by triggers cost a cold ingest
+    # about a third more: bench/usage_speed.py --ingest), and a deleted
+    # record (a rewrite, a retracted last line) leaves it with its row.
+    db.execute(
+        "CREATE INDEX records_usage ON records(file_id, timestamp, session_id, message_id, "
+        "request_id, model, input_tokens, output_tokens, cache_read_tokens, "
+        "cache_creation_tokens, cache_5m_tokens, cache_1h_tokens, speed, has_usage) WHERE has_usage")
+    # Claude Code's own running cost of a session (usage_reported).
+    db.execute(
+        "CREATE INDEX records_cost_state ON records(session_id, file_id, line_no) "
+        "WHERE type = 'cost-state'")
+    from indexer.index.prices import PACKAGED, read, store
+    store(db.conn, read(PACKAGED))
+
+
+def fill_usage_columns(db):
+    """m022_prices: the usage columns of the existing assistant records,
+    read from raw as lines.py reads them (tests/test_ingest.py holds the
+    two equal)."""
+    def count(path):
+        # a JSON number that a SQLite integer holds, truncated (lines._count)
+        return (f"CASE WHEN json_type(u, '{path}') IN ('integer', 'real') "
+                f"AND abs(json_extract(u, '{path}')) < 9223372036854775807.0 "
+                f"THEN CAST(json_extract(u, '{path}') AS INTEGER) END")
+
+    def text(path):
+        return f"CASE WHEN json_type(u, '{path}') = 'text' THEN json_extract(u, '{path}') END"
+
+    db.execute(f"""
+        UPDATE records SET has_usage = 1, input_tokens = {count('$.input_tokens')},
+          output_tokens = {count('$.output_tokens')},
+          cache_read_tokens = {count('$.cache_read_input_tokens')},
+          cache_creation_tokens = {count('$.cache_creation_input_tokens')},
+          cache_5m_tokens = {count('$.cache_creation.ephemeral_5m_input_tokens')},
+          cache_1h_tokens = {count('$.cache_creation.ephemeral_1h_input_tokens')},
+          speed = {text('$.speed')}, service_tier = {text('$.service_tier')}
+        FROM (SELECT id AS usage_id, json_extract(raw, '$.message.usage') AS u FROM records
+              WHERE type = 'assistant' AND json_valid(raw)
+                AND json_type(raw, '$.message.usage') = 'object')
+        WHERE id = usage_id
+        """)
+    from indexer.transcripts.lines import NO_USAGE, RECORD_FIELDS, BadLine, parse_line
+    at = RECORD_FIELDS.index("has_usage")
+    columns = RECORD_FIELDS[at:]
+    rows = db.execute(
+        "SELECT id, raw FROM records WHERE type = 'assistant' AND NOT json_valid(raw)")
+    found = []
+    for record_id, raw in rows.fetchall():
+        try:
+            data = raw if isinstance(raw, bytes) else raw.encode("utf-8", "surrogatepass")
+            fields = parse_line(data)[1][at:]
+        except (BadLine, UnicodeError):
+            continue
+        if fields != NO_USAGE:
+            found.append((*fields, record_id))
+    db.conn.executemany(
+        f"UPDATE records SET {', '.join(c + ' = ?' for c in columns)} WHERE id = ?", found)
+
+
+@migrations()
+def m023_record_kinds(db):
+    # Format drift (record_kinds.py, the record_types view): per transcript
+    # file how far its records' kinds are counted, per file and kind the
+    # counts, and per kind their sums and its first sighting (first_run: the
+    # ingest run, index_meta.ingest_runs; NULL for kinds already in the
+    # index now).
+    # '' stands for no type or no subtype (the key's columns are NOT NULL).
+    db.execute(
+        """
+        CREATE TABLE record_kind_scans (
+            file_id INTEGER PRIMARY KEY,
+            generation INTEGER NOT NULL,
+            ingested_offset INTEGER NOT NULL,
+            last_offset INTEGER NOT NULL,   -- byte_offset of the last record counted; -1: none
+            last_record_id INTEGER,
+            version TEXT,                   -- inherited by the next record without one
+            timestamp TEXT
+        )
+        """
+    )
+    db.execute(
+        """
+        CREATE TABLE record_kind_files (
+            file_id INTEGER NOT NULL,
+            type TEXT NOT NULL,
+            subtype TEXT NOT NULL,
+            records INTEGER NOT NULL,
+            first_version_key TEXT,         -- record_kinds.version_key: sortable, then the version
+            last_version_key TEXT,
+            first_timestamp TEXT,
+            last_timestamp TEXT,
+            last_ingested_at TEXT,
+            PRIMARY KEY (file_id, type, subtype)
+        ) WITHOUT ROWID
+        """
+    )
+    db.execute("CREATE INDEX record_kind_files_kind ON record_kind_files(type, subtype)")
+    db.execute(
+        """
+        CREATE TABLE record_kinds (
+            type TEXT NOT NULL,
+            subtype TEXT NOT NULL,
+            first_run INTEGER,
+            first_ingested_at TEXT,
+            -- the sums of its record_kind_files rows, kept with them
+            records INTEGER NOT NULL DEFAULT 0,
+            files INTEGER NOT NULL DEFAULT 0,
+            first_version_key TEXT,
+            last_version_key TEXT,
+            first_timestamp TEXT,
+            last_timestamp TEXT,
+            last_ingested_at TEXT,
+            PRIMARY KEY (type, subtype)
+        ) WITHOUT ROWID
+        """
+    )
+    # What after_ingest reads of every transcript file, without its wide rows.
+    db.execute("CREATE INDEX files_record_kinds ON files(id, generation, ingested_offset) "
+               "WHERE kind IN ('main', 'subagent')")
+    from indexer.index.record_kinds import backfill
+    backfill(db.conn)
+
+
+@migrations()
+def m024_fleet(db):
+    # Transcripts of other hosts, carried by `session-index ship` over NATS
+    # JetStream and written by `ingest --from` (fleet_ingest.py): files rows
+    # of origin 'fleet', path fleet://HOST/PATH, with host set (NULL: this
+    # machine's files and store copies).
+    db.execute("ALTER TABLE files ADD COLUMN host TEXT")
+    db.execute(
+        """
+        CREATE TABLE fleet_files (
+            file_id INTEGER PRIMARY KEY REFERENCES files(id),
+            host TEXT NOT NULL,
+            remote_path TEXT NOT NULL,          -- the file's path on its host
+            remote_generation INTEGER NOT NULL, -- the host's count of its rewrites
+            gaps INTEGER NOT NULL DEFAULT 0,    -- messages that came before an earlier one
+            UNIQUE (host, remote_path)
+        )
+        """
+    )
+    # Pieces of a line too long for one message, until the last one comes.
+    db.execute(
+        """
+        CREATE TABLE fleet_parts (
+            file_id INTEGER NOT NULL,
+            line_offset INTEGER NOT NULL,  -- where the line starts in the file
+            at INTEGER NOT NULL,           -- where this piece starts
+            data BLOB NOT NULL,
+            PRIMARY KEY (file_id, line_offset, at)
+        )
+        """
+    )
+    db.execute(
+        """
+        CREATE TABLE fleet_hosts (
+            host TEXT PRIMARY KEY,
+            last_heartbeat_at TEXT,   -- the host's shipper's last heartbeat (ISO UTC)
+            last_message_at TEXT,     -- when the central last stored a message of it
+            messages INTEGER NOT NULL DEFAULT 0
+        )
+        """
+    )
+    # How far each durable consumer has committed (the stream sequence).
+    db.execute(
+        """
+        CREATE TABLE fleet_consumers (
+            name TEXT PRIMARY KEY,
+            stream_seq INTEGER NOT NULL,
+            updated_at TEXT
+        )
+        """
+    )
+
+
+@migrations()
+def m025_session_hosts(db):
+    # A session's main transcript per host (views.REFRESH_SESSION_SQLS): copies
+    # of one session on two hosts are never merged, so each host has its own
+    # (host '' is this machine: its files and store copies). sessions.host
+    # says which host the sessions row answers for. Filled for every session
+    # at the next derive (the sessions rule changed: index_meta.sessions_hash).
+    db.execute(
+        """
+        CREATE TABLE session_hosts (
+            session_id TEXT NOT NULL,
+            host TEXT NOT NULL,
+            main_file_id INTEGER,
+            main_file_rule TEXT,
+            PRIMARY KEY (session_id, host)
+        ) WITHOUT ROWID
+        """
+    )
+    db.execute("CREATE INDEX session_hosts_main_file ON session_hosts(main_file_id)")
+    db.execute("ALTER TABLE sessions ADD COLUMN host TEXT")
+
+
+@migrations()
+def m026_application_id(db):
+    # The file's header says it is a session index (db.APPLICATION_ID), so
+    # that opening it needs no read of its schema first (db.probe).
+    from indexer.index.db import APPLICATION_ID
+
+    db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+
+
+@migrations()
+def m027_files_tracked(db):
+    # What every ingest run reads of every file to see that it is unchanged
+    # (ingest.TRACKED_FILES_SQL), from an index of its own: a files row is
+    # about 900 bytes, these columns about 150 (a no-op ingest of 964 files
+    # read 64 pages of the table, 12 of this).
+    db.execute("CREATE INDEX files_tracked ON files(path, inode, dev, size, mtime_ns, "
+               "deleted_at, ingested_offset)")

@@ -1,0 +1,293 @@
+"""Keeping the caches behind ``leaves``, ``leaf_ancestry`` and ``orphans``
+(and the ``sessions`` table) equal to their definitions.
+
+The definitions are the ``*_definition`` views (views.py). Running them per
+file at ingest cost about 40 us per record in SQLite (bench/ingest_speed.py),
+more than parsing and storing the record; this module computes the same rows
+with dictionary walks over each changed file's chain records, and the test
+suite holds it to the SQL row for row. Change both together.
+
+Ingest marks a file ``needs_derive`` in the same transaction as its new
+lines; each such file is recomputed and unmarked in one transaction, so a
+crash between the two leaves the file marked and the next run finishes it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+from indexer.chain import walk as chain, resume
+from indexer.ingest import derive_append
+from indexer.index import views
+from indexer.chain.walk import UUID_RECORDS_SELECT, Rec
+from indexer.index.db import write_lock
+from indexer.chain.resume import CHAIN_TYPES
+
+DERIVE_BATCH = 200
+CACHES = tuple(chain.CACHE_TABLES.values())
+# How each file was derived since the process started ("appended": extended
+# by derive_append, "recomputed": from all its records); bench and tests read it.
+STATS: Counter = Counter()
+MESSAGE_TYPES = resume.MESSAGE_TYPES
+
+# Every record with a uuid in a batch of files, and every last-prompt record,
+# in file order.
+UUID_RECORDS_SQL = UUID_RECORDS_SELECT + """
+WHERE r.file_id IN (SELECT value FROM json_each(:file_ids))
+  AND (r.uuid IS NOT NULL OR r.type = 'last-prompt')
+ORDER BY r.file_id, r.line_no"""
+
+# The transcript files of a batch (execution logs have no chain to derive).
+FILES_SQL = f"""
+SELECT id, kind, session_id, line_count, ingested_offset FROM files
+WHERE id IN (SELECT value FROM json_each(:file_ids)) AND kind IN {views.TRANSCRIPT_KINDS}
+""".strip()
+
+# The sessions a batch of files belongs to, and unmarking the files once
+# derived (finish_files).
+SESSIONS_OF_FILES_SQL = f"""
+SELECT DISTINCT session_id FROM files
+WHERE id IN (SELECT value FROM json_each(?)) AND session_id IS NOT NULL
+  AND kind IN {views.TRANSCRIPT_KINDS}
+ORDER BY session_id
+""".strip()
+UNMARK_FILES_SQL = "UPDATE files SET needs_derive = 0 WHERE id IN (SELECT value FROM json_each(?))"
+SESSIONS_HASH = views.SESSIONS_HASH
+
+
+def forget_file(conn, file_id: int) -> None:
+    """Drop a file's cached rows (inside the caller's transaction)."""
+    forget_files(conn, [file_id])
+
+
+def forget_files(conn, file_ids: list[int]) -> None:
+    """Drop these files' cached rows, one statement per cache."""
+    ids = json.dumps(file_ids)
+    for table in CACHES:
+        conn.execute(
+            f"DELETE FROM {table} WHERE file_id IN (SELECT value FROM json_each(?))", [ids])
+
+
+def _sdk_leaf(occ: list[Rec], nodes: dict[str, Rec]):
+    """The Agent SDK's leaf, the number of distinct main leaves, and the
+    sdk_terminals rows: each terminal (a chain record no record names as
+    parent) with the message it walks up to."""
+    parents = {r.parent_uuid for r in occ if r.parent_uuid is not None}
+    best, best_key, main_leaves, terminals = None, None, set(), []
+    for terminal in occ:
+        if terminal.uuid in parents:
+            continue
+        message = chain.message_of_terminal(terminal, nodes)
+        if message is None:
+            continue
+        line = nodes[message.uuid].line_no
+        terminals.append((terminal.file_id, terminal.uuid, message.uuid, message.id,
+                          int(message.is_main_message), line, terminal.line_no))
+        if message.is_main_message:
+            main_leaves.add(message.uuid)
+        key = chain.terminal_key(terminal, message, line)
+        if best_key is None or key > best_key:
+            best, best_key = message, key
+    return best, len(main_leaves), terminals
+
+
+def compute_file(file_id: int, kind: str, session_id, with_uuid: list[Rec],
+                 prompts: list[resume.Prompt] = (), covers: tuple = (None, None)) -> dict:
+    """Every cache's rows for one file, from its records that have a uuid
+    and its last-prompt records; ``covers``: (lines, bytes) of the file
+    they are read from, where derive_append.py carries on."""
+    occ = [r for r in with_uuid if r.type in CHAIN_TYPES]
+    nodes: dict[str, Rec] = {}
+    for r in occ:
+        nodes[r.uuid] = r
+    sdk_leaf, branch_count, terminals = _sdk_leaf(occ, nodes)
+    state = {"lines": covers[0], "offset": covers[1]}
+    if kind == "main":
+        view = resume.cli_view(occ, list(prompts), nodes)
+        resume_leaf, rule = resume.resume_leaf(view)
+        resume_chain = resume.walk(view, resume_leaf) if resume_leaf is not None else []
+    else:
+        resume_leaf = sdk_leaf = next(
+            (r for r in reversed(occ) if r.type in MESSAGE_TYPES), None)
+        rule = "subagent_last_message" if resume_leaf is not None else "no_leaf"
+        resume_chain = chain.walk(resume_leaf, nodes) if resume_leaf is not None else []
+    resume_message = next((r for _, r in resume_chain if r.type in MESSAGE_TYPES), None)
+    boundary_line = next(
+        (r.line_no for _, r in resume_chain
+         if r.type == "system" and r.subtype == "compact_boundary"), None)
+    sdk_chain = chain.walk(sdk_leaf, nodes) if sdk_leaf is not None else []
+    state["sdk_cycle"] = chain.ends_in_cycle(sdk_chain, lambda r: r.parent_uuid)
+    if kind == "main":
+        state.update(derive_append.main_state(view, resume_chain, resume_message, boundary_line))
+        state["resume_cycle"] = chain.ends_in_cycle(
+            resume_chain, lambda r: view.walk_parent.get(r.uuid))
+    else:
+        state["resume_cycle"] = state["sdk_cycle"]
+    leaves_row = (
+        file_id, session_id, kind,
+        resume_leaf and resume_leaf.id, resume_leaf and resume_leaf.uuid,
+        sdk_leaf and sdk_leaf.id, sdk_leaf and sdk_leaf.uuid,
+        int((resume_message and resume_message.uuid) == (sdk_leaf and sdk_leaf.uuid)),
+        branch_count, rule, len(resume_chain), len(sdk_chain), covers[0],
+        json.dumps(state),
+    )
+    ancestry_rows = [(file_id, session_id, "resume", r.uuid, len(resume_chain) - 1 - d, r.id)
+                     for d, r in resume_chain]
+    ancestry_rows += [(file_id, session_id, "sdk", r.uuid, len(sdk_chain) - 1 - d, r.id)
+                      for d, r in sdk_chain]
+    orphan_rows = (_orphans(session_id, nodes, resume_chain, resume_message, boundary_line)
+                   if kind == "main" else [])
+    breaks = [chain.chain_break_row(r, session_id) for r in occ
+              if r.parent_uuid is not None and r.parent_uuid not in nodes]
+    lines_of: dict[str, list[int]] = {}
+    for r in with_uuid:
+        lines_of.setdefault(r.uuid, []).append(r.line_no)
+    duplicates = [(file_id, session_id, uuid, len(lines), ",".join(map(str, lines)), lines[-1])
+                  for uuid, lines in lines_of.items() if len(lines) > 1]
+    return {"leaves": [leaves_row], "leaf_ancestry": ancestry_rows, "orphans": orphan_rows,
+            "chain_breaks": breaks, "duplicate_uuids": duplicates, "sdk_terminals": terminals}
+
+
+def _orphans(session_id, nodes: dict[str, Rec], resume_chain, message, boundary_line):
+    """Every non-sidechain chain record off the resume chain, with its cause
+    and whether the CLI puts it back (restored)."""
+    on_chain = {r.uuid: d for d, r in resume_chain}
+    by_depth = {d: r for d, r in resume_chain}
+    chain_messages = {
+        r.message_id for _, r in resume_chain if r.type == "assistant" and r.message_id is not None}
+    splice_points = {
+        r.uuid for d, r in resume_chain
+        if d - 1 in by_depth and by_depth[d - 1].type == "system"
+        and by_depth[d - 1].subtype == "api_error"}
+    children_of: dict[str, list[Rec]] = {}
+    for n in nodes.values():
+        if n.parent_uuid is not None and n.type not in MESSAGE_TYPES:
+            children_of.setdefault(n.parent_uuid, []).append(n)
+    put_back = chain.put_back(lambda u: children_of.get(u, ()), message)
+
+    off = [n for n in nodes.values() if n.uuid not in on_chain]
+    parents = {n.uuid: n.eff_parent for n in off}
+    children: dict[str, list[Rec]] = {}
+    for n in off:
+        if parents[n.uuid] is not None:
+            children.setdefault(parents[n.uuid], []).append(n)
+
+    # Top-down from each branch's first record: (branch_point, origin).
+    reached: dict[str, tuple] = {}
+    stack = []
+    for n in off:
+        p = parents[n.uuid]
+        if p is None:
+            stack.append((n, None, "unlinked"))
+        elif p in on_chain:
+            stack.append((n, p, "ancestry"))
+        elif p not in nodes:
+            stack.append((n, None, "dangling_parent"))
+    for n, bp, origin in stack:
+        todo = [n]
+        while todo:
+            cur = todo.pop()
+            reached[cur.uuid] = (bp, origin)
+            todo += [c for c in children.get(cur.uuid, ()) if c.uuid not in reached]
+
+    rows = []
+    for o in sorted(off, key=lambda n: n.line_no):
+        if o.is_sidechain:
+            continue
+        bp, origin = reached.get(o.uuid, (None, None))
+        parent = nodes.get(o.parent_uuid) if o.parent_uuid is not None else None
+        cause = chain.cause_of(o, parent, bp, origin, boundary_line,
+                               chain_messages.__contains__, splice_points.__contains__)
+        rows.append(chain.orphan_row(o, session_id, cause, bp, put_back))
+    return rows
+
+
+def derive_files(conn, file_ids: list[int]) -> None:
+    """Bring these files' cached rows up to date (inside the caller's
+    transaction): extended by what was appended where derive_append.py can
+    (a chain grown at its leaf), else recomputed from all their records."""
+    files = conn.execute(FILES_SQL, {"file_ids": json.dumps(file_ids)}).fetchall()
+    extended = {file_id for file_id, kind, session_id, *covers in files
+                if derive_append.extend(conn, file_id, kind, session_id, covers)}
+    STATS["appended"] += len(extended)
+    todo = [i for i in file_ids if i not in extended]
+    if not todo:
+        return
+    params = {"file_ids": json.dumps(todo)}
+    read = chain.read_rows(conn.execute(UUID_RECORDS_SQL, params), todo)
+    rows: dict[str, list] = {name: [] for name in chain.CACHE_COLUMNS}
+    forget_files(conn, todo)
+    for file_id, kind, session_id, *covers in files:
+        if file_id in extended:
+            continue
+        STATS["recomputed"] += 1
+        recs, prompts = read[file_id]
+        computed = compute_file(file_id, kind, session_id, recs, prompts, covers)
+        for name, file_rows in computed.items():
+            rows[name] += file_rows
+    for name, table_rows in rows.items():
+        chain.insert_rows(conn, name, table_rows)
+
+
+def derive_pending(db) -> int:
+    """Recompute every file marked ``needs_derive`` (all of them when the
+    definitions changed since the caches were built). Returns the count."""
+    conn = db.conn
+    mark_all_if_definitions_changed(db)
+    refresh_sessions_if_stale(db)
+    pending = [i for (i,) in conn.execute("SELECT id FROM files WHERE needs_derive ORDER BY id")]
+    for i in range(0, len(pending), DERIVE_BATCH):
+        ids = pending[i:i + DERIVE_BATCH]
+        with write_lock(db):
+            derive_files(conn, ids)
+            finish_files(conn, ids)
+    return len(pending)
+
+
+def finish_files(conn, file_ids: list[int]) -> None:
+    """Once these files' caches are written (inside the caller's
+    transaction): their sessions' rows again, and the files unmarked."""
+    ids = json.dumps(file_ids)
+    for (session_id,) in conn.execute(SESSIONS_OF_FILES_SQL, [ids]).fetchall():
+        views.refresh_session(conn, session_id)
+    conn.execute(UNMARK_FILES_SQL, [ids])
+
+
+def mark_all_if_definitions_changed(db) -> bool:
+    """Mark every file for recomputing when the caches were built by other
+    definitions (or another DERIVE_VERSION); True if it did."""
+    conn = db.conn
+    if views.caches_current(conn):
+        return False
+    with write_lock(db):
+        conn.execute("UPDATE files SET needs_derive = 1")
+        conn.execute("UPDATE leaves_cache SET derive_state = NULL")  # recompute each
+        conn.execute("INSERT OR REPLACE INTO index_meta VALUES ('definitions_hash', ?)",
+                     [views.CACHES_HASH])
+    return True
+
+
+def refresh_sessions_if_stale(db) -> bool:
+    """Refresh every sessions row if they were computed by another rule
+    (index_meta.sessions_hash); True if it did."""
+    if views.sessions_current(db.conn):
+        return False
+    refresh_all_sessions(db)
+    return True
+
+
+def refresh_all_sessions(db) -> int:
+    """Recompute every sessions row (after the rule changed), in batches."""
+    conn = db.conn
+    ids = [r[0] for r in conn.execute(
+        "SELECT DISTINCT session_id FROM files WHERE session_id IS NOT NULL "
+        f"AND kind IN {views.TRANSCRIPT_KINDS} ORDER BY session_id")]
+    for i in range(0, len(ids), DERIVE_BATCH):
+        with write_lock(db):
+            for session_id in ids[i:i + DERIVE_BATCH]:
+                views.refresh_session(conn, session_id)
+    with write_lock(db):
+        conn.execute("INSERT OR REPLACE INTO index_meta VALUES ('sessions_hash', ?)",
+                     [SESSIONS_HASH])
+    return len(ids)

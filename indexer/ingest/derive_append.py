@@ -1,0 +1,628 @@
+"""Extending a file's caches by the records appended to it.
+
+A live session grows at the leaf of its chains, and then its caches change
+only there: the new records join the resume and sdk walks (stored by height,
+which the older records keep: views.LEAF_ANCESTRY_SQL), the new off-chain
+records become orphans, and the few older rows near the leaf whose class can
+change are classed again. ``extend`` does just that, reading the appended
+records and, by uuid, the older records it touches (each lookup an index
+probe), so its cost follows what was appended, not the file's size.
+
+It gives up (``Bail``) on anything else, and derive.py recomputes the file
+from all its records: a uuid that repeats, an appended record that an older
+one names as parent, a leaf that moves to another branch (the new walk does
+not come down to the old leaf), a compaction or an api_error record on the
+new part of the chain, a walk that would take the timestamp fallback (or an
+older chain that took it, or whose open top an appended record could now
+extend), the leaf scan, or more than STEP_BOUND lookups. The randomized
+tests hold both paths to the SQL definitions after every append.
+
+Where the older rows can change, and what is classed again:
+- older records that join the chain lose their orphans row, and their
+  off-chain descendants get a new branch point;
+- older records of an API message that joins the chain may become
+  parallel_tool_branch (and their tool results);
+- when the leaf message moves, what the CLI puts back moves with it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+from indexer.chain import walk as chain, resume
+from indexer.chain.walk import CHAIN_TYPES_SQL, REC_COLUMNS, UUID_RECORDS_SELECT, Rec
+from indexer.chain.resume import CHAIN_TYPES
+from indexer.chain.resume import CLI_NODE_TYPES, FALLBACK_MS, MESSAGE_TYPES
+
+# Lookups of older records one extension may make before it gives up.
+STEP_BOUND = 4096
+# Stored chain rows a leaf that moves may leave behind (a parallel tool
+# call's sibling, a retry) before it counts as moved to another branch.
+CUT_BOUND = 64
+# Why extensions gave up since the process started (bench and tests read it).
+BAILS: Counter = Counter()
+# The rules an extension carries on from (the others recompute the file).
+EXTENDABLE_RULES = ("checkpoint", "last_row", "subagent_last_message")
+
+PREVIOUS_SQL = """
+SELECT resume_leaf_uuid, sdk_leaf_uuid, resume_rule, resume_length, sdk_length, branch_count,
+       derive_state
+FROM leaves_cache WHERE file_id = ?
+""".strip()
+# The lines after the ones the caches cover (records_file_offset index).
+APPENDED_SQL = UUID_RECORDS_SELECT + """
+WHERE r.file_id = :file_id AND r.byte_offset >= :offset
+  AND (r.uuid IS NOT NULL OR r.type = 'last-prompt')
+ORDER BY r.byte_offset"""
+# Does an older record share an appended uuid, or name one as its parent?
+CLASH_SQL = """
+SELECT 1 FROM records WHERE file_id = :file_id AND line_no <= :lines
+  AND uuid IN (SELECT value FROM json_each(:uuids))
+UNION ALL
+SELECT 1 FROM records WHERE file_id = :file_id AND line_no <= :lines
+  AND parent_uuid IN (SELECT value FROM json_each(:uuids))
+UNION ALL
+SELECT 1 FROM records WHERE file_id = :file_id AND line_no <= :lines
+  AND logical_parent_uuid IS NOT NULL
+  AND logical_parent_uuid IN (SELECT value FROM json_each(:uuids))
+LIMIT 1
+""".strip()
+OLDER_BY_UUID_SQL = f"""
+SELECT {REC_COLUMNS} FROM records r
+WHERE r.file_id = ? AND r.uuid = ? AND r.type IN {CHAIN_TYPES_SQL} AND r.line_no <= ?
+ORDER BY r.line_no DESC LIMIT 1
+""".strip()
+LINE_SQL = f"SELECT {REC_COLUMNS} FROM records r WHERE r.id = ?"
+OLDER_CHILDREN_SQL = f"""
+SELECT {REC_COLUMNS} FROM records r
+WHERE r.file_id = ? AND r.parent_uuid = ? AND r.type IN {CHAIN_TYPES_SQL} AND r.line_no <= ?
+""".strip()
+# Compact boundaries that hang from a uuid by their logicalParentUuid.
+OLDER_LOGICAL_CHILDREN_SQL = f"""
+SELECT {REC_COLUMNS} FROM records r
+WHERE r.file_id = ? AND r.logical_parent_uuid = ? AND r.parent_uuid IS NULL
+  AND r.type = 'system' AND r.subtype = 'compact_boundary' AND r.line_no <= ?
+""".strip()
+OLDER_OF_MESSAGE_SQL = f"""
+SELECT {REC_COLUMNS} FROM records r
+WHERE r.file_id = ? AND r.message_id = ? AND r.type = 'assistant' AND r.line_no <= ?
+""".strip()
+# A record's height on a stored chain (none: not on it).
+HEIGHT_SQL = "SELECT height FROM leaf_ancestry_cache WHERE file_id = ? AND rule = ? AND uuid = ?"
+CHAIN_AT_SQL = "SELECT uuid FROM leaf_ancestry_cache WHERE file_id = ? AND rule = ? AND height = ?"
+# The stored rows above a height, which leave the chain.
+CUT_SQL = """
+SELECT uuid FROM leaf_ancestry_cache WHERE file_id = ? AND rule = ? AND height > ?
+ORDER BY height
+""".strip()
+DROP_CUT_SQL = "DELETE FROM leaf_ancestry_cache WHERE file_id = ? AND rule = ? AND height > ?"
+# The first user/assistant record at or below a height of the resume chain.
+MESSAGE_BELOW_SQL = """
+SELECT a.uuid FROM leaf_ancestry_cache a JOIN records r ON r.id = a.record_id
+WHERE a.file_id = ? AND a.rule = 'resume' AND a.height <= ? AND r.type IN ('user', 'assistant')
+ORDER BY a.height DESC LIMIT 1
+""".strip()
+# The lowest height of an assistant record of this message id on the
+# stored resume chain (NULL: none).
+CHAIN_MESSAGE_SQL = """
+SELECT min(a.height) FROM records r
+CROSS JOIN leaf_ancestry_cache a ON a.file_id = r.file_id AND a.rule = 'resume' AND a.uuid = r.uuid
+WHERE r.file_id = ? AND r.message_id = ? AND r.type = 'assistant'
+""".strip()
+ORPHANS_AT_SQL = "SELECT uuid FROM orphans_cache WHERE file_id = ? AND branch_point_uuid = ?"
+# The record just below a stored resume chain record (its child on the chain).
+CHAIN_CHILD_SQL = """
+SELECT r.type, r.subtype FROM leaf_ancestry_cache b
+JOIN leaf_ancestry_cache c ON c.file_id = b.file_id AND c.rule = b.rule AND c.height = b.height + 1
+JOIN records r ON r.id = c.record_id
+WHERE b.file_id = ? AND b.rule = 'resume' AND b.uuid = ?
+""".strip()
+DROP_TERMINALS_SQL = """
+DELETE FROM sdk_terminals WHERE file_id = ? AND uuid IN (SELECT value FROM json_each(?))
+""".strip()
+# The Agent SDK's leaf (chain.terminal_key's order) and its count of main leaves.
+SDK_LEAF_SQL = """
+SELECT message_record_id FROM sdk_terminals WHERE file_id = ?
+ORDER BY is_main DESC, message_line DESC, terminal_line LIMIT 1
+""".strip()
+# Main-chain messages of the terminals that an append names as parent.
+DROPPED_MAIN_SQL = """
+SELECT DISTINCT t.message_uuid FROM json_each(?2) j
+CROSS JOIN sdk_terminals t ON t.file_id = ?1 AND t.uuid = j.value
+WHERE t.is_main
+""".strip()
+IS_MAIN_LEAF_SQL = """
+SELECT 1 FROM sdk_terminals INDEXED BY sdk_terminals_message
+WHERE file_id = ? AND message_uuid = ? AND is_main LIMIT 1
+""".strip()
+DROP_ORPHANS_SQL = """
+DELETE FROM orphans_cache WHERE file_id = ? AND uuid IN (SELECT value FROM json_each(?))
+""".strip()
+UPDATE_LEAVES_SQL = """
+UPDATE leaves_cache SET resume_leaf_id = :resume_leaf_id, resume_leaf_uuid = :resume_leaf_uuid,
+  sdk_leaf_id = :sdk_leaf_id, sdk_leaf_uuid = :sdk_leaf_uuid, leaves_agree = :leaves_agree,
+  branch_count = :branch_count, resume_rule = :resume_rule, resume_length = :resume_length,
+  sdk_length = :sdk_length, derived_lines = :lines, derive_state = :state
+WHERE file_id = :file_id
+""".strip()
+
+
+class Bail(Exception):
+    """Not an append at the leaf: the file is recomputed instead."""
+
+
+def main_state(view: resume.CliView, resume_chain, resume_message, boundary_line) -> dict:
+    """What an extension of a main file carries on from, besides the lines
+    and bytes covered: the CLI's file-order scan, whether the resume walk
+    took the timestamp fallback, its top when an appended record could give
+    that top a fallback parent ([time, sidechain]), the line of the compact
+    boundary nearest the leaf, and the leaf message."""
+    fallback = any(view.walk_parent.get(r.uuid) != view.parent.get(r.uuid)
+                   for _, r in resume_chain)
+    top_open = None
+    if resume_chain and not fallback:
+        top = resume_chain[-1][1]
+        p = view.parent.get(top.uuid)
+        if p is not None and p not in view.nodes and top.ts_ms is not None:
+            top_open = [top.ts_ms, bool(top.is_sidechain)]
+    last = view.last_row
+    return {"last_row": last.uuid if last is not None else None,
+            "checkpoint": view.checkpoint, "explicit": view.explicit,
+            "rewound_to_empty": view.rewound_to_empty,
+            "trailing_snapshots": view.trailing_snapshots,
+            "fallback": fallback, "top_open": top_open, "boundary_line": boundary_line,
+            "resume_message": resume_message.uuid if resume_message is not None else None}
+
+
+def extend(conn, file_id: int, kind: str, session_id, covers) -> bool:
+    """Extend one file's caches by its appended records (inside the caller's
+    transaction). False, having changed nothing, when the file must be
+    recomputed instead."""
+    prev = conn.execute(PREVIOUS_SQL, [file_id]).fetchone()
+    if prev is None or prev[-1] is None or kind not in ("main", "subagent"):
+        return False
+    state = json.loads(prev[-1])
+    lines, offset = covers
+    if state.get("lines") is None or lines is None or lines < state["lines"]:
+        return False
+    conn.execute("SAVEPOINT derive_append")
+    try:
+        _Extension(conn, file_id, kind, session_id, prev, state, covers).run()
+    except Bail as why:
+        BAILS[str(why)] += 1
+        conn.execute("ROLLBACK TO derive_append")
+        conn.execute("RELEASE derive_append")
+        return False
+    except BaseException:
+        if conn.in_transaction:   # not when SQLite rolled it all back (a full disk)
+            conn.execute("ROLLBACK TO derive_append")
+            conn.execute("RELEASE derive_append")
+        raise
+    conn.execute("RELEASE derive_append")
+    return True
+
+
+class _Graph:
+    """A file's chain records by uuid: the appended ones in memory, the
+    older ones read from the index when asked for (counted: STEP_BOUND)."""
+
+    def __init__(self, conn, file_id: int, lines: int, new: list[Rec]):
+        self.conn, self.file_id, self.lines = conn, file_id, lines
+        self.known: dict[str, Rec | None] = {r.uuid: r for r in new}
+        self.new_by_id = {r.id: r for r in new}
+        self.new_children: dict[str, list[Rec]] = {}
+        self.new_logical_children: dict[str, list[Rec]] = {}
+        for r in new:
+            if r.parent_uuid is not None:
+                self.new_children.setdefault(r.parent_uuid, []).append(r)
+            elif r.eff_parent is not None:
+                self.new_logical_children.setdefault(r.eff_parent, []).append(r)
+        self.steps = 0
+        self.memo: dict = {}
+
+    def query(self, sql: str, *params, one=False):
+        key = (sql, params)
+        if key not in self.memo:
+            self.steps += 1
+            if self.steps > STEP_BOUND:
+                raise Bail("too many lookups")
+            cur = self.conn.execute(sql, params)
+            self.memo[key] = cur.fetchone() if one else cur.fetchall()
+        return self.memo[key]
+
+    def is_old(self, r: Rec) -> bool:
+        return r.line_no <= self.lines
+
+    def line(self, record_id: int) -> Rec:
+        """The chain record line of that id (a duplicated uuid's earlier
+        line too: the SDK's leaf can be one)."""
+        if record_id in self.new_by_id:
+            return self.new_by_id[record_id]
+        return Rec(*self.query(LINE_SQL, record_id, one=True))
+
+    def get(self, uuid: str | None) -> Rec | None:
+        """The chain record of that uuid, or None."""
+        if uuid is None:
+            return None
+        if uuid not in self.known:
+            row = self.query(OLDER_BY_UUID_SQL, self.file_id, uuid, self.lines, one=True)
+            self.known[uuid] = Rec(*row) if row else None
+        return self.known[uuid]
+
+    def _older(self, sql: str, *params) -> list[Rec]:
+        out = []
+        for row in self.query(sql, self.file_id, *params, self.lines):
+            r = self.known.setdefault(row[3], Rec(*row))
+            out.append(r)
+        return out
+
+    def children(self, uuid: str) -> list[Rec]:
+        """The chain records whose parent_uuid is ``uuid``."""
+        return self._older(OLDER_CHILDREN_SQL, uuid) + self.new_children.get(uuid, [])
+
+    def eff_children(self, uuid: str) -> list[Rec]:
+        """The chain records whose eff_parent is ``uuid``."""
+        return (self.children(uuid) + self._older(OLDER_LOGICAL_CHILDREN_SQL, uuid)
+                + self.new_logical_children.get(uuid, []))
+
+    def of_message(self, message_id: str) -> list[Rec]:
+        return self._older(OLDER_OF_MESSAGE_SQL, message_id)
+
+    def old_height(self, rule: str, uuid: str) -> int | None:
+        row = self.query(HEIGHT_SQL, self.file_id, rule, uuid, one=True)
+        return row[0] if row else None
+
+
+_ABSENT = object()
+
+
+class _Lazy:
+    """A read-only mapping computed per key (``value_of`` returns _ABSENT
+    for a key it does not hold); listing it gives up, since that needs
+    every record (resume.resume_leaf's leaf scan)."""
+
+    def __init__(self, value_of):
+        self.value_of = value_of
+
+    def get(self, key, default=None):
+        v = self.value_of(key)
+        return default if v is _ABSENT else v
+
+    def __contains__(self, key) -> bool:
+        return self.value_of(key) is not _ABSENT
+
+    def __getitem__(self, key):
+        v = self.value_of(key)
+        if v is _ABSENT:
+            raise KeyError(key)
+        return v
+
+    def __iter__(self):
+        raise Bail("the leaf scan")
+
+    values = items = keys = __iter__
+
+
+def _lazy_view(g: _Graph, scanned: resume.Scanned) -> resume.CliView:
+    """resume.CliView over the graph, each node and parent computed when
+    asked for (resume.cli_view's rules)."""
+    def node(u):
+        r = g.get(u)
+        if r is not None and r.type in CLI_NODE_TYPES and not r.is_unreadable:
+            return r
+        return _ABSENT
+
+    nodes = _Lazy(node)
+
+    def parent(u):
+        r = node(u)
+        return _ABSENT if r is _ABSENT else resume._bridged(r, g)
+
+    def walk_parent(u):
+        p = parent(u)
+        if p is not None and p is not _ABSENT and p not in nodes and node(u).ts_ms is not None:
+            raise Bail("the timestamp fallback")
+        return p
+
+    return resume.CliView(nodes, _Lazy(parent), _Lazy(walk_parent), scanned.last_row,
+                          scanned.checkpoint, scanned.explicit, scanned.rewound_to_empty,
+                          scanned.trailing_snapshots)
+
+
+class _Walk:
+    """A rule's new walk: the records it adds above the stored chain (leaf
+    first) and the height of the stored record it comes down to; the
+    stored rows above that (``cut``) leave the chain."""
+
+    def __init__(self, added: list[Rec], height: int | None, length: int):
+        self.added, self.height = added, height
+        self.cut = 0 if height is None else length - 1 - height
+        self.length = len(added) + (0 if height is None else height + 1)
+        self.uuids = {r.uuid for r in added}
+
+
+class _Extension:
+    def __init__(self, conn, file_id, kind, session_id, prev, state, covers):
+        self.conn, self.file_id, self.kind, self.session_id = conn, file_id, kind, session_id
+        (self.resume_leaf_uuid, self.sdk_leaf_uuid, self.rule, self.resume_length,
+         self.sdk_length, self.branch_count, _) = prev
+        self.state, self.covers = state, covers
+
+    def run(self) -> None:
+        conn, file_id = self.conn, self.file_id
+        read = chain.read_rows(conn.execute(
+            APPENDED_SQL, {"file_id": file_id, "offset": self.state["offset"]}), [file_id])
+        recs, prompts = read[file_id]
+        lines, offset = self.covers
+        if not recs and not prompts:  # bad lines, records without a uuid, or none
+            self.state.update(lines=lines, offset=offset)
+            conn.execute("UPDATE leaves_cache SET derived_lines = ?, derive_state = ? "
+                         "WHERE file_id = ?", [lines, json.dumps(self.state), file_id])
+            return
+        new = [r for r in recs if r.type in CHAIN_TYPES]
+        uuids = [r.uuid for r in recs]
+        if len(set(uuids)) < len(uuids):
+            raise Bail("a repeated uuid")
+        if uuids and conn.execute(CLASH_SQL, {
+                "file_id": file_id, "lines": self.state["lines"],
+                "uuids": json.dumps(uuids)}).fetchone():
+            raise Bail("an appended uuid an older record knows")
+        if self.rule not in EXTENDABLE_RULES:
+            raise Bail(f"rule {self.rule}")
+        g = self.g = _Graph(conn, file_id, self.state["lines"], new)
+        sdk_leaf, branch_count = self.sdk_terminals(new)
+        if self.kind == "main":
+            leaf, rule, resume_walk = self.resume_main(new, prompts)
+            sdk_walk = self.climb(sdk_leaf, "sdk", self.sdk_length, lambda r: g.get(r.parent_uuid))
+        else:
+            leaf = next((r for r in reversed(new) if r.type in MESSAGE_TYPES), None)
+            leaf = leaf or g.get(self.resume_leaf_uuid)
+            rule, sdk_leaf = self.rule, leaf
+            resume_walk = sdk_walk = self.climb(
+                leaf, "resume", self.resume_length, lambda r: g.get(r.parent_uuid))
+        message = self.leaf_message(resume_walk) if self.kind == "main" else leaf
+        if self.kind == "main":
+            self.orphans(new, resume_walk, message)
+        self.write_ancestry("resume", resume_walk)
+        self.write_ancestry("sdk", sdk_walk)
+        chain.insert_rows(conn, "chain_breaks", [
+            chain.chain_break_row(r, self.session_id) for r in new
+            if r.parent_uuid is not None and g.get(r.parent_uuid) is None])
+        message_uuid = message.uuid if message is not None else None
+        self.state.update(lines=lines, offset=offset, resume_message=message_uuid)
+        conn.execute(UPDATE_LEAVES_SQL, {
+            "file_id": file_id,
+            "resume_leaf_id": leaf and leaf.id, "resume_leaf_uuid": leaf and leaf.uuid,
+            "sdk_leaf_id": sdk_leaf and sdk_leaf.id, "sdk_leaf_uuid": sdk_leaf and sdk_leaf.uuid,
+            "leaves_agree": int(message_uuid == (sdk_leaf and sdk_leaf.uuid)),
+            "branch_count": branch_count, "resume_rule": rule,
+            "resume_length": resume_walk.length, "sdk_length": sdk_walk.length,
+            "lines": lines, "state": json.dumps(self.state)})
+
+    def sdk_terminals(self, new: list[Rec]):
+        """Update sdk_terminals: the older terminals an appended record names
+        as parent go, the appended terminals come. (SDK leaf, main leaves:
+        the stored count less the main messages left with no terminal, plus
+        the new ones.)"""
+        conn, g, file_id = self.conn, self.g, self.file_id
+        named = json.dumps(sorted({r.parent_uuid for r in new if r.parent_uuid is not None}))
+        dropped = [m for (m,) in conn.execute(DROPPED_MAIN_SQL, [file_id, named])]
+        conn.execute(DROP_TERMINALS_SQL, [file_id, named])
+
+        def is_leaf(m):
+            return conn.execute(IS_MAIN_LEAF_SQL, [file_id, m]).fetchone() is not None
+
+        count = self.branch_count - sum(1 for m in dropped if not is_leaf(m))
+        parents = {r.parent_uuid for r in new}
+        rows = []
+        for t in new:
+            if t.uuid in parents:
+                continue
+            message = chain.message_of_terminal(t, g)
+            if message is not None:
+                rows.append((file_id, t.uuid, message.uuid, message.id,
+                             int(message.is_main_message), message.line_no, t.line_no))
+        gained = {r[2] for r in rows if r[4]}
+        count += sum(1 for m in gained if not is_leaf(m))
+        chain.insert_rows(conn, "sdk_terminals", rows)
+        row = conn.execute(SDK_LEAF_SQL, [file_id]).fetchone()
+        return (g.line(row[0]) if row else None), count
+
+    def climb(self, leaf: Rec | None, rule: str, length: int, parent_of) -> _Walk:
+        """Walk up from the new leaf (``parent_of``: a record's walk parent
+        record, or None where the walk stops) until a record of the stored
+        chain; more than CUT_BOUND stored rows above it is a leaf that moved
+        to another branch."""
+        if leaf is None:
+            if length:
+                raise Bail("the leaf goes")
+            return _Walk([], None, 0)
+        g = self.g
+        added, seen, cur = [], set(), leaf
+        while True:
+            if g.is_old(cur):
+                height = g.old_height(rule, cur.uuid)
+                if height is not None:
+                    break
+            if rule == "resume" and cur.type == "system" and cur.subtype == "compact_boundary":
+                raise Bail("a compact_boundary joins the chain")
+            added.append(cur)
+            seen.add(cur.uuid)
+            parent = parent_of(cur)
+            if parent is None or parent.uuid in seen:
+                raise Bail("the walk does not reach the stored chain")
+            cur = parent
+        walk = _Walk(added, height, length)
+        if walk.cut > CUT_BOUND:
+            raise Bail("the leaf moved to another branch")
+        if walk.cut and self.state.get(f"{rule}_cycle"):
+            raise Bail("the stored walk ended in a cycle")
+        return walk
+
+    def resume_main(self, new: list[Rec], prompts):
+        """The CLI's leaf of a main file, its rule, and its walk."""
+        g, state = self.g, self.state
+        if state.get("fallback"):
+            raise Bail("the stored walk took the timestamp fallback")
+        top = state.get("top_open")
+        if top is not None and any(
+                r.type in CLI_NODE_TYPES and not r.is_unreadable and not resume.is_snapshot(r)
+                and r.ts_ms is not None and bool(r.is_sidechain) == top[1]
+                and top[0] - FALLBACK_MS <= r.ts_ms <= top[0] for r in new):
+            raise Bail("an appended record may extend the chain's top")
+        scanned = resume.scan_events(new, prompts, resume.Scanned(
+            g.get(state["last_row"]), state["checkpoint"], state["explicit"],
+            state["rewound_to_empty"], state["trailing_snapshots"]))
+        state.update(last_row=scanned.last_row.uuid if scanned.last_row is not None else None,
+                     checkpoint=scanned.checkpoint, explicit=scanned.explicit,
+                     rewound_to_empty=scanned.rewound_to_empty,
+                     trailing_snapshots=scanned.trailing_snapshots)
+        view = _lazy_view(g, scanned)
+        leaf, rule = resume.resume_leaf(view)
+        if leaf is None or rule not in EXTENDABLE_RULES:
+            raise Bail(f"rule {rule}")
+
+        def parent_of(r):
+            p = view.walk_parent.get(r.uuid)
+            return view.nodes.get(p) if p is not None else None
+
+        walk = self.climb(leaf, "resume", self.resume_length, parent_of)
+        if walk.cut:
+            cut = self.conn.execute(CUT_SQL, [self.file_id, "resume", walk.height]).fetchall()
+            self.cut = [g.get(u) for u, in cut]
+            if any(r.type == "system" and r.subtype == "compact_boundary" for r in self.cut):
+                raise Bail("a compact_boundary leaves the chain")
+        else:
+            self.cut = []
+        return leaf, rule, walk
+
+    def leaf_message(self, walk: _Walk) -> Rec | None:
+        """The first user/assistant record of the resume walk."""
+        message = next((r for r in walk.added if r.type in MESSAGE_TYPES), None)
+        if message is None and walk.height is not None:
+            row = self.conn.execute(MESSAGE_BELOW_SQL, [self.file_id, walk.height]).fetchone()
+            message = self.g.get(row[0]) if row else None
+        return message
+
+    def orphans(self, new: list[Rec], walk: _Walk, message: Rec | None) -> None:
+        """Class again the orphans rows the append can change (the module's
+        docstring), and class the appended records off the chain."""
+        g, state, added = self.g, self.state, walk.added
+        top = walk.height  # stored rows at or below it stay on the chain
+
+        def on_chain(u):
+            if u in walk.uuids:
+                return True
+            h = g.old_height("resume", u)
+            return h is not None and h <= top
+
+        redo: dict[str, Rec] = {r.uuid: r for r in new if r.uuid not in walk.uuids}
+        joined = [r for r in added if g.is_old(r)]
+        redo.update((r.uuid, r) for r in self.cut)
+        todo = [r.uuid for r in joined + self.cut]
+        while todo:
+            for c in g.eff_children(todo.pop()):
+                if g.is_old(c) and c.uuid not in redo and not on_chain(c.uuid):
+                    redo[c.uuid] = c
+                    todo.append(c.uuid)
+        added_messages = {r.message_id for r in added
+                          if r.type == "assistant" and r.message_id is not None}
+        cut_messages = {r.message_id for r in self.cut
+                        if r.type == "assistant" and r.message_id is not None}
+        for m in sorted(added_messages | cut_messages):
+            for a in g.of_message(m):
+                if not on_chain(a.uuid):
+                    redo[a.uuid] = a
+                for c in g.children(a.uuid):
+                    if g.is_old(c) and c.type == "user" and not on_chain(c.uuid):
+                        redo[c.uuid] = c
+
+        def non_message_children(u):
+            return [c for c in g.children(u) if c.type not in MESSAGE_TYPES]
+
+        put_back = chain.put_back(non_message_children, message)
+        moved = set(put_back)
+        old_message = state.get("resume_message")
+        if (message and message.uuid) != old_message:
+            moved |= chain.put_back(non_message_children, g.get(old_message))
+        for u in moved:
+            r = g.get(u)
+            if r is not None and not on_chain(u):
+                redo[u] = r
+
+        position = {r.uuid: i for i, r in enumerate(added)}
+        bottom = self.resume_bottom(walk)
+
+        def child_is_api_error(u):
+            """Is u's child on the new chain an api_error record?"""
+            if u in position:
+                i = position[u]
+                child = added[i - 1] if i else None
+            elif u == bottom:
+                child = added[-1] if added else None
+            else:
+                row = g.query(CHAIN_CHILD_SQL, self.file_id, u, one=True)
+                return row is not None and row == ("system", "api_error")
+            return child is not None and child.type == "system" and child.subtype == "api_error"
+
+        # The stored record the new walk comes down to may become, or stop
+        # being, a splice point: its orphans are classed again.
+        if bottom is not None:
+            was = g.query(CHAIN_CHILD_SQL, self.file_id, bottom, one=True) == ("system", "api_error")
+            if was or child_is_api_error(bottom):
+                for (u,) in g.query(ORPHANS_AT_SQL, self.file_id, bottom):
+                    r = g.get(u)
+                    if r is not None:
+                        redo[u] = r
+
+        def in_chain_messages(m):
+            if m in added_messages:
+                return True
+            row = g.query(CHAIN_MESSAGE_SQL, self.file_id, m, one=True)
+            return row[0] is not None and row[0] <= top
+
+        rows = []
+        for o in sorted(redo.values(), key=lambda r: r.line_no):
+            if o.is_sidechain or on_chain(o.uuid):
+                continue
+            bp, origin = self.reach(o, on_chain)
+            cause = chain.cause_of(o, g.get(o.parent_uuid), bp, origin,
+                                   state.get("boundary_line"), in_chain_messages,
+                                   child_is_api_error)
+            rows.append(chain.orphan_row(o, self.session_id, cause, bp, put_back))
+        gone = sorted(set(redo) | {r.uuid for r in joined})
+        self.conn.execute(DROP_ORPHANS_SQL, [self.file_id, json.dumps(gone)])
+        chain.insert_rows(self.conn, "orphans", rows)
+
+    def resume_bottom(self, walk: _Walk) -> str | None:
+        """The uuid of the stored record the new resume walk comes down to."""
+        if walk.height is None:
+            return None
+        row = self.conn.execute(CHAIN_AT_SQL, [self.file_id, "resume", walk.height]).fetchone()
+        return row[0] if row else None
+
+    def reach(self, o: Rec, on_chain) -> tuple:
+        """(branch point, origin) of an off-chain record: where the walk up
+        its eff_parent leaves the chain (derive._orphans' top-down walk)."""
+        x, seen = o, {o.uuid}
+        while True:
+            p = x.eff_parent
+            if p is None:
+                return None, "unlinked"
+            if on_chain(p):
+                return p, "ancestry"
+            q = self.g.get(p)
+            if q is None:
+                return None, "dangling_parent"
+            if q.uuid in seen:
+                return None, None
+            seen.add(q.uuid)
+            x = q
+
+    def write_ancestry(self, rule: str, walk: _Walk) -> None:
+        if walk.cut:
+            self.conn.execute(DROP_CUT_SQL, [self.file_id, rule, walk.height])
+        chain.insert_rows(self.conn, "leaf_ancestry", [
+            (self.file_id, self.session_id, rule, r.uuid, walk.length - 1 - i, r.id)
+            for i, r in enumerate(walk.added)])

@@ -1,0 +1,794 @@
+"""Incremental, exactly-once ingest of transcript files.
+
+A file's new lines and its new offset always commit in the same
+``BEGIN IMMEDIATE`` transaction (one transaction holds many small files, or
+one slice of a big one), so a crash replays only uncommitted work; the unique
+key on (file_id, byte_offset) is the second guard. Lines end with ``\\n``; the
+bytes after the last one are a line too when they parse as a whole JSON
+object (Claude Code reads such a last record, and writes the ``\\n`` before
+its next append): stored once, with ``files.unterminated_tail`` its length,
+so the ``\\n`` that ends it later is skipped, and a last line that turns out
+to go on (more bytes, no ``\\n`` first) is taken back and read again whole.
+Any other partial last line waits for its newline.
+
+What a run does with each file, from a stat:
+- unchanged (device, inode, size, mtime): nothing is read;
+- grown, same inode, first and last ingested bytes unchanged: read from the offset;
+- shrunk, or the first/last ingested bytes changed: rewritten, re-read from 0;
+  in the same transaction as the first new lines its rows move to the
+  superseded generation (generations.py), so nothing is lost;
+- a new inode, back after deletion, or a same-size touch: the whole ingested
+  prefix is compared with the index; equal means appended-to (or restored),
+  else rewritten;
+- gone from a scanned folder: rows kept, ``deleted_at`` set.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from datetime import datetime, timezone
+
+TYPE_CHECKING = False  # typing costs start-up time
+if TYPE_CHECKING:
+    from typing import Callable
+
+from indexer.ingest import derive_worker
+from indexer.transcripts import discover, retention
+from indexer.index import generations, views
+from indexer.index.db import JOURNAL_MODE_SQL, background_checkpoints, retry_locked, write_lock
+from indexer.transcripts.digests import blake2b
+from indexer.transcripts.safefiles import NotRegular, open_regular, regular_stat
+from indexer.index.generations import stored_bytes
+from indexer.transcripts.rows import LARGE_LINE_BYTES, RECORD_FIELDS, BadLine, NeedsText, bindable
+
+READ_CHUNK = 1 << 20
+# Commit after this many bytes of new lines: long enough to amortize the
+# commit, short enough to hold the write lock well under a second.
+TXN_BYTES = 8 << 20
+HEAD_BYTES = 1024
+TAIL_BYTES = 4096
+
+# Field positions in a parsed record (lines.RECORD_FIELDS).
+_SESSION, _TIMESTAMP = RECORD_FIELDS.index("session_id"), RECORD_FIELDS.index("timestamp")
+_CWD, _VERSION, _BRANCH = (RECORD_FIELDS.index(k) for k in ("cwd", "version", "git_branch"))
+
+
+TRACKED_COLUMNS = ("path", "inode", "dev", "size", "mtime_ns", "deleted_at", "ingested_offset")
+TRACKED_FILES_SQL = f"SELECT {', '.join(TRACKED_COLUMNS)} FROM files"
+LAST_INGEST_AT_SQL = "INSERT OR REPLACE INTO index_meta VALUES ('last_ingest_at', ?)"
+
+
+class SourceNotFound(Exception):
+    """A SOURCE given to ingest does not exist and was never indexed."""
+
+
+class Summary:
+    """What one run did (``session-index ingest --json`` prints it):
+    files: transcript and execution-log files looked at; changed_files: those
+    whose bytes were read; skipped_files: .jsonl files that are not
+    transcripts; not_regular_files: FIFOs, devices, sockets (each also in
+    errors), never read; deleted_files: newly found gone; rewritten_files: re-read
+    from the start; errors: files that could not be read; warnings:
+    retention settings to look at."""
+
+    COUNTS = ("files", "changed_files", "skipped_files", "not_regular_files", "deleted_files",
+              "rewritten_files", "new_lines", "new_records", "bad_lines", "bytes_read")
+    __slots__ = COUNTS + ("seconds", "errors", "warnings")
+
+    def __init__(self):
+        for name in self.COUNTS:
+            setattr(self, name, 0)
+        self.seconds = 0.0
+        self.errors, self.warnings = [], []
+
+    def as_dict(self) -> dict:
+        d = {name: getattr(self, name) for name in self.__slots__}
+        d["seconds"] = round(self.seconds, 3)
+        return d
+
+
+def utcnow() -> str:
+    return _iso(time.time())
+
+
+def _iso(ts: float) -> str:
+    return (datetime.fromtimestamp(ts, timezone.utc)
+            .isoformat(timespec="milliseconds").replace("+00:00", "Z"))
+
+
+def digest_of(data: bytes) -> str:
+    """The hash of a file's head or tail bytes, as files.head_hash keeps it."""
+    return blake2b(data, digest_size=16).hexdigest()
+
+
+_INSERT_RECORD_SQL = (
+    "INSERT INTO records (file_id, line_no, byte_offset, "
+    + ", ".join(RECORD_FIELDS)
+    + ", raw) VALUES (" + "?, " * (len(RECORD_FIELDS) + 3) + "{raw})"
+)
+# raw is text, or the line's UTF-8 bytes taken as text (lines.parse_line_bytes).
+INSERT_RECORD_SQL = _INSERT_RECORD_SQL.format(raw="CAST(? AS TEXT)")
+INSERT_BAD_LINE_SQL = (
+    "INSERT INTO bad_lines (file_id, line_no, byte_offset, error, raw) VALUES (?, ?, ?, ?, ?)"
+)
+# A large line's row, its raw value a placeholder of the right length that
+# _write_raw then fills from the read buffer (no copy of the line in Python).
+INSERT_LARGE_RECORD_SQL = _INSERT_RECORD_SQL.format(raw="CAST(zeroblob(?) AS TEXT)")
+INSERT_LARGE_BAD_LINE_SQL = INSERT_BAD_LINE_SQL[:-len("?)")] + "zeroblob(?))"
+
+
+def insert_lines(conn, records: list, bads: list) -> None:
+    """Store parsed lines: ``records`` and ``bads`` rows as lines.line_row
+    makes them (in file order, each list)."""
+    if records:
+        conn.executemany(INSERT_RECORD_SQL, bindable(records))
+    if bads:
+        conn.executemany(INSERT_BAD_LINE_SQL, bads)
+TRACK_FILE_SQL = """
+INSERT INTO files (path, kind, session_id, agent_id, project_dir, first_ingested_at)
+VALUES (:path, :kind, :session_id, :agent_id, :project_dir, :now)
+""".strip()
+# A rewritten file starts again from nothing, as a new generation (the old
+# one's lines were kept by generations.supersede; its caches go with derive).
+FORGET_LINES_SQL = (
+    "DELETE FROM records WHERE file_id = :id",
+    "DELETE FROM bad_lines WHERE file_id = :id",
+    """UPDATE files SET rewrites = rewrites + 1, generation = generation + 1,
+       generation_started_at = :now, unterminated_tail = 0, pending_tail = NULL,
+       records = 0, first_timestamp = NULL, last_timestamp = NULL, cwd = NULL,
+       version = NULL, git_branch = NULL WHERE id = :id""",
+)
+# A last record stored without its newline that then went on (more bytes,
+# no newline first): its row goes and it is read again as the line it is
+# now; the running facts are recounted from the records that remain.
+RETRACT_UNTERMINATED_SQL = (
+    "DELETE FROM records WHERE file_id = :id AND byte_offset = :offset",
+    # a line the caches covered changes: derive recomputes the file
+    "UPDATE leaves_cache SET derive_state = NULL WHERE file_id = :id",
+    """UPDATE files SET unterminated_tail = 0,
+       records = (SELECT count(*) FROM records WHERE file_id = :id),
+       first_timestamp = (SELECT min(timestamp) FROM records WHERE file_id = :id),
+       last_timestamp = (SELECT max(timestamp) FROM records WHERE file_id = :id),
+       cwd = (SELECT cwd FROM records WHERE file_id = :id AND cwd IS NOT NULL
+              ORDER BY line_no LIMIT 1),
+       version = (SELECT version FROM records WHERE file_id = :id AND version IS NOT NULL
+                  ORDER BY line_no DESC LIMIT 1),
+       git_branch = (SELECT git_branch FROM records WHERE file_id = :id
+                     AND git_branch IS NOT NULL ORDER BY line_no DESC LIMIT 1)
+       WHERE id = :id""",
+)
+# The SET clauses that fold a batch's running_facts() into a files row
+# (sessions are summed from these); shared with store.py.
+RUNNING_FACTS_SET = """
+  records = records + :new_records,
+  first_timestamp = coalesce(min(first_timestamp, :first_ts), first_timestamp, :first_ts),
+  last_timestamp = coalesce(max(last_timestamp, :last_ts), last_timestamp, :last_ts),
+  cwd = coalesce(cwd, :cwd), version = coalesce(:version, version),
+  git_branch = coalesce(:git_branch, git_branch)""".strip()
+# After each slice of lines: how far the file is ingested (and whether its
+# last line is a record still without its newline), what the bytes at its
+# start and just before the offset hash to (checked at the next run), and
+# running facts about its records.
+ADVANCE_OFFSET_SQL = f"""
+UPDATE files SET ingested_offset = :offset, line_count = :line_count,
+  unterminated_tail = :unterminated,
+  head_len = :head_len, head_hash = :head_hash, tail_len = :tail_len,
+  tail_hash = :tail_hash, session_id = coalesce(session_id, :session_id),
+  {RUNNING_FACTS_SET},
+  last_ingested_at = :now, needs_derive = 1
+WHERE id = :id
+""".strip()
+
+
+def running_facts(fields: list[tuple]) -> dict:
+    """RUNNING_FACTS_SET's parameters for a batch of records' fields
+    (lines.RECORD_FIELDS order), in file order."""
+    stamps = [f[_TIMESTAMP] for f in fields if f[_TIMESTAMP]]
+
+    def first(i):
+        return next((f[i] for f in fields if f[i]), None)
+
+    def last(i):
+        return next((f[i] for f in reversed(fields) if f[i]), None)
+
+    return {"new_records": len(fields), "first_ts": min(stamps, default=None),
+            "last_ts": max(stamps, default=None), "cwd": first(_CWD),
+            "version": last(_VERSION), "git_branch": last(_BRANCH)}
+# A file's row, read again once the write lock is held (another process may
+# have tracked or moved it on since the run's first read).
+FILE_ROW_SQL = "SELECT * FROM files WHERE path = ?"
+# Where a file stands: checked each time the lock is taken again mid-file.
+FILE_POSITION_SQL = "SELECT ingested_offset, generation FROM files WHERE id = ?"
+# At the end of a file: the stat the next run compares against.
+RECORD_STAT_SQL = """
+UPDATE files SET size = :size, mtime = :mtime, mtime_ns = :mtime_ns, dev = :dev,
+  inode = :inode, deleted_at = NULL, needs_derive = needs_derive OR :returned,
+  pending_tail = :pending_tail
+WHERE id = :id
+""".strip()
+class Overtaken(Exception):
+    """Another process moved the file on while this one had let go of the
+    write lock between two slices: it stops this file (the other has it)."""
+
+
+class _Writer:
+    """One write transaction at a time, committed every TXN_BYTES of lines.
+
+    Callers only ever end a unit of work (rows plus the offset that covers
+    them) before calling ``maybe_commit``, so every commit is consistent.
+    ``guard``, when set, runs each time the write lock is taken again: it
+    checks that what the caller read before is still so (or raises)."""
+
+    def __init__(self, conn, progress):
+        self.conn, self.progress = conn, progress
+        self.open, self.pending = False, 0
+        self.guard = None
+        self.background = None   # derive_worker.Background: told of each commit
+        self.preload = None      # preload.Preloader: new files' lines parsed ahead
+        self.run_at = utcnow()   # the run's time (record_kinds: when a kind was stored)
+
+    def begin(self):
+        if not self.open:
+            retry_locked(lambda: self.conn.execute("BEGIN IMMEDIATE"))
+            self.open = True
+            if self.guard is not None:
+                self.guard()
+
+    def maybe_commit(self, n: int):
+        self.pending += n
+        if self.pending >= TXN_BYTES:
+            self.commit()
+
+    def commit(self):
+        if self.open:
+            derived = self.preload.copy_caches(self.conn) if self.preload is not None else []
+            if derived:   # their sessions' rows again, the files unmarked
+                from indexer.ingest import derive
+
+                derive.finish_files(self.conn, derived)
+            if self.guard is not None:
+                self.guard.capture()
+            self.conn.execute("COMMIT")
+            self.open = False
+            if self.background is not None:
+                self.background.committed()
+        if self.progress and self.pending:
+            self.progress(self.pending)
+        self.pending = 0
+
+    def rollback(self):
+        # SQLite may have rolled back already (a full disk): then the error
+        # that brought us here is the one to report, not "no transaction".
+        if self.open and self.conn.in_transaction:
+            self.conn.execute("ROLLBACK")
+        self.open = False
+        self.pending = 0
+        if self.preload is not None:
+            self.preload.kept = []   # their records are gone too
+
+
+def ingest(
+    db,
+    sources: list[str],
+    progress: Callable[[int], None] | None = None,
+    plan: Callable[[int], None] | None = None,
+    config_dir: str | os.PathLike | None = None,
+) -> Summary:
+    """Bring the index up to date with ``sources`` (folders and/or files).
+
+    ``plan(total_bytes)`` is called once with the bytes expected to be read;
+    ``progress(n)`` after each commit with the bytes consumed. The retention
+    in force (retention.py) is resolved against ``config_dir`` (default
+    $CLAUDE_CONFIG_DIR, else ~/.claude).
+    """
+    started = time.monotonic()
+    summary = Summary()
+    conn = db.conn
+    # What a run needs of each tracked file to see that it is unchanged
+    # (_unchanged); _ingest_file reads the whole row again under the lock.
+    # (tuples: a dict is made only for a file that needs work)
+    tracked = {row[0]: row for row in conn.execute(TRACKED_FILES_SQL)}
+
+    found: list[str] = []   # paths under the sources, described only if they need work
+    scanned_roots: list[str] = []
+    missing_files: list[str] = []
+    for source in sources:
+        path = os.path.abspath(source)
+        if os.path.isdir(path):
+            scanned_roots.append(path)
+            found.extend(discover.walk(path))
+        elif os.path.exists(path):   # a file, or a FIFO or device: noted below
+            found.append(path)
+        elif path in tracked:
+            missing_files.append(path)
+        elif any(t.startswith(path + os.sep) for t in tracked):
+            scanned_roots.append(path)
+        else:
+            raise SourceNotFound(f"{source}: no such file or folder")
+    found = list(dict.fromkeys(found))   # a file under two sources once
+
+    work = []
+    # Rows read here only decide what to look at: _ingest_file reads each
+    # again under the write lock before it writes.
+    for path in found:
+        # (a tracked path is UTF-8: it was stored; the no-op run spares the test)
+        if path not in tracked and (shown := discover.not_utf8(path)) is not None:
+            summary.errors.append(f"{shown}: {discover.NOT_UTF8}")
+            continue
+        try:
+            st = regular_stat(path)
+        except NotRegular as exc:   # a FIFO would hang the read, /dev/zero never end
+            summary.not_regular_files += 1
+            summary.errors.append(f"{path}: {exc.what}, not a regular file: skipped")
+            continue
+        except OSError:
+            continue
+        row = tracked.get(path)
+        if row is not None:
+            if _same_stat(*row[1:6], st):
+                summary.files += 1
+                continue
+            row = dict(zip(TRACKED_COLUMNS, row))
+        cand = discover.describe(path)
+        if row is None:
+            verdict = discover.sniff(path)
+            if verdict is None and not cand.named:
+                continue  # no complete line yet: decide at a later run
+            if verdict == discover.OTHER and not cand.named:
+                summary.skipped_files += 1
+                continue
+            if verdict == discover.EXECUTION_LOG:
+                cand = cand._replace(kind=discover.EXECUTION_LOG, session_id=None)
+        summary.files += 1
+        work.append((cand, row, st))
+
+    if plan:
+        plan(sum(max(st.st_size - (row["ingested_offset"] if row else 0), 0)
+                 for _, row, st in work))
+    writer = _Writer(conn, progress)
+    bulk = sum(st.st_size for _, row, st in work if row is None) >= derive_worker.MIN_BYTES
+    # A fresh_build.py build has no WAL: no checkpoints, and no derive worker
+    # (it reads the index as it is written; its read would hold up the commits).
+    wal = bulk and conn.execute(JOURNAL_MODE_SQL).fetchone()[0] == "wal"
+    if bulk:
+        background = derive_worker.start(db)   # new files' caches on the other core
+        writer.background = background if wal else None
+        if background is not None:   # (not for an in-memory index either)
+            from indexer.ingest import preload
+
+            writer.preload = preload.start(conn, [   # and their lines parsed there, ahead
+                (cand.path, st.st_size, cand.kind, cand.session_id)
+                for cand, row, st in work if row is None])
+    with background_checkpoints(conn, enabled=wal):   # the WAL copied into the index on the other core meanwhile
+        try:
+            for cand, row, st in work:
+                try:
+                    if _ingest_file(writer, cand, row, st, summary):
+                        summary.changed_files += 1
+                except OSError as exc:
+                    summary.errors.append(f"{cand.path}: {exc.strerror or exc}")
+                except Overtaken:
+                    pass  # the other process stores what is left of it
+                finally:
+                    writer.guard = None
+            writer.commit()
+        except BaseException:
+            writer.rollback()
+            if writer.background is not None:
+                writer.background.close()
+            raise
+        finally:
+            if writer.preload is not None:
+                writer.preload.close()
+
+        seen = set(found)
+        gone = list(missing_files)
+        for root in scanned_roots:
+            prefix = root.rstrip(os.sep) + os.sep
+            gone += [p for p in tracked if p.startswith(prefix) and p not in seen]
+        try:
+            summary.deleted_files = _mark_deleted(db, gone)
+            if writer.background is not None:
+                derive_worker.apply(db, writer.background)
+        finally:
+            if writer.background is not None:
+                writer.background.close()   # never left running, whatever happened
+    if not views.nothing_to_derive(conn):
+        from indexer.ingest import derive
+
+        derive.derive_pending(db)
+    summary.warnings = retention.apply(
+        db, config_dir or retention.default_config_dir())
+    from indexer.index import record_kinds, search_state
+
+    if search_state.behind(search_state.state(conn)):   # search enabled (search.py)
+        from indexer.index import search
+
+        search.catch_up(db)   # the new records' text
+    # The kinds not counted yet; the run ends, and when (one transaction: a
+    # no-op run's only write).
+    record_kinds.after_ingest(db, writer.run_at, at_end=lambda c: c.execute(
+        LAST_INGEST_AT_SQL, [utcnow()]))
+    summary.seconds = time.monotonic() - started
+    return summary
+
+
+def report(summary: Summary, as_json: bool, out, err, style=lambda text: text,
+           db_path: str | None = None) -> None:
+    """Print a run's summary as ``session-index ingest`` does (``style``
+    marks the loud warnings, on a terminal), naming the index file."""
+    for error in summary.errors:
+        err.write(f"warning: {error}\n")
+    for warning in summary.warnings:
+        err.write(style(f"WARNING: {warning}") + "\n")
+    if as_json:
+        data = summary.as_dict()
+        if db_path is not None:
+            data["db"] = os.path.abspath(db_path)
+        out.write(json.dumps(data, indent=2) + "\n")
+        return
+    d = summary
+    out.write(
+        f"{d.files} files ({d.changed_files} changed, {d.deleted_files} newly deleted, "
+        f"{d.rewritten_files} rewritten, {d.skipped_files} not transcripts): "
+        f"{d.new_records} new records, {d.bad_lines} bad lines, "
+        f"{d.bytes_read:,} bytes read in {d.seconds:.2f}s"
+        + (f"; {d.not_regular_files} not regular files skipped" if d.not_regular_files else "")
+        + (f"; index {os.path.abspath(db_path)}" if db_path is not None else "")
+        + "\n")
+
+
+def _unchanged(row: dict, st) -> bool:
+    return _same_stat(row["inode"], row["dev"], row["size"], row["mtime_ns"], row["deleted_at"],
+                      st)
+
+
+def _same_stat(inode, dev, size, mtime_ns, deleted_at, st) -> bool:
+    """A tracked file (its files row's stat) is unchanged: nothing to read."""
+    return (inode == st.st_ino and dev == st.st_dev and size == st.st_size
+            and mtime_ns == st.st_mtime_ns and deleted_at is None)
+
+
+def prefix_matches(conn, row: dict, f, whole: bool) -> bool:
+    """Do the file's first ``ingested_offset`` bytes still say what we stored?"""
+    offset = row["ingested_offset"]
+    if offset == 0:
+        return True
+    if whole:
+        h = blake2b(digest_size=16)
+        for line in stored_bytes(conn, row["id"]):
+            h.update(line)
+        f.seek(0)
+        g = blake2b(digest_size=16)
+        remaining = offset
+        while remaining:
+            chunk = f.read(min(READ_CHUNK, remaining))
+            if not chunk:
+                return False
+            g.update(chunk)
+            remaining -= len(chunk)
+        return h.digest() == g.digest()
+    f.seek(0)
+    if digest_of(f.read(row["head_len"])) != row["head_hash"]:
+        return False
+    f.seek(offset - row["tail_len"])
+    return digest_of(f.read(row["tail_len"])) == row["tail_hash"]
+
+
+def _ingest_file(writer: _Writer, cand, row: dict | None, st, summary: Summary) -> bool:
+    """Read what is new in one file. True if anything was stored or replaced."""
+    conn = writer.conn
+    with open_regular(cand.path) as f:   # NotRegular if it was swapped since the stat
+        st = os.fstat(f.fileno())
+        if writer.preload is not None:
+            writer.preload.prepare(writer, cand.path)
+        writer.begin()
+        cur = conn.execute(FILE_ROW_SQL, [cand.path])
+        found = cur.fetchone()
+        row = dict(zip([d[0] for d in cur.description], found)) if found else None
+        if row is not None and _unchanged(row, st):
+            return False  # another process has just stored it
+        if row is None:
+            cur = conn.execute(TRACK_FILE_SQL, {
+                "path": cand.path, "kind": cand.kind, "session_id": cand.session_id,
+                "agent_id": cand.agent_id, "project_dir": cand.project_dir, "now": utcnow()})
+            row = {"id": cur.lastrowid, "session_id": cand.session_id, "ingested_offset": 0,
+                   "line_count": 0, "head_len": 0, "head_hash": None, "deleted_at": None,
+                   "unterminated_tail": 0}
+            rewrite = None
+        elif st.st_size < row["ingested_offset"]:
+            rewrite = "shrunk"
+        else:
+            suspicious = (row["inode"] != st.st_ino or row["dev"] != st.st_dev
+                          or row["deleted_at"] is not None
+                          or (st.st_size == row["size"] and st.st_mtime_ns != row["mtime_ns"]))
+            rewrite = None if prefix_matches(conn, row, f, whole=suspicious) else "changed"
+        if rewrite:
+            summary.rewritten_files += 1
+            now = utcnow()
+            generations.supersede(conn, row["id"], rewrite, now)
+            from indexer.ingest import derive
+
+            derive.forget_file(conn, row["id"])
+            for sql in FORGET_LINES_SQL:
+                conn.execute(sql, {"id": row["id"], "now": now})
+            row = dict(row, ingested_offset=0, line_count=0, head_hash=None, unterminated_tail=0)
+        writer.guard = _PositionGuard(conn, row["id"])
+        whole = row["ingested_offset"] == 0
+        preloaded = (_take_preloaded(writer, row, cand.path, f, st, summary)
+                     if writer.preload is not None and found is None else None)
+        stored, pending_tail = _read_new_lines(writer, row, f, summary)
+        if preloaded is not None and not stored and writer.preload.keep_caches(
+                conn, row["id"], preloaded):
+            pass   # its caches too, as the worker read it: copied at the commit
+        elif writer.background is not None and whole:
+            writer.background.finished(cand.path)   # read whole: the worker may derive it
+        conn.execute(RECORD_STAT_SQL, {
+            "id": row["id"], "size": st.st_size, "mtime": _iso(st.st_mtime),
+            "mtime_ns": st.st_mtime_ns, "dev": st.st_dev, "inode": st.st_ino,
+            "returned": 1 if row["deleted_at"] is not None else 0,
+            "pending_tail": pending_tail or None})
+        writer.maybe_commit(0)
+    return stored or preloaded is not None or bool(rewrite)
+
+
+def _take_preloaded(writer: _Writer, row: dict, path: str, f, st, summary: Summary):
+    """A new file's lines as the preload worker parsed them, copied into the
+    index with their offset (``row`` then stands where they end): the
+    preload.Preloaded, or None if it has none for this file as it is now."""
+    from indexer.index import record_kinds
+
+    p = writer.preload.take(writer.conn, row["id"], path, f, st)
+    if p is None or p.end_offset == 0:
+        return None
+    session_id = row["session_id"] or p.session_id
+    if p.new_records:   # (before the offset moves: it counts from the file's)
+        record_kinds.count_stored(writer.conn, row["id"], 0, p.end_offset, None, writer.run_at,
+                                  folded=p.kinds)
+    writer.conn.execute(ADVANCE_OFFSET_SQL, {
+        "id": row["id"], "offset": p.end_offset, "line_count": p.line_count,
+        "unterminated": 0, "head_len": p.head_len, "head_hash": p.head_hash,
+        "tail_len": p.tail_len, "tail_hash": p.tail_hash, "session_id": session_id,
+        "now": utcnow(), **p.facts})
+    # (a head shorter than HEAD_BYTES is hashed again by the next slice, as
+    # it would be had ingest read these lines itself)
+    row.update(ingested_offset=p.end_offset, line_count=p.line_count, head_len=p.head_len,
+               head_hash=p.head_hash if p.head_len == HEAD_BYTES else None,
+               session_id=session_id)
+    summary.new_records += p.new_records
+    summary.bad_lines += p.bad_lines
+    summary.new_lines += p.new_records + p.bad_lines
+    summary.bytes_read += p.end_offset
+    writer.pending += p.end_offset   # committed with the file's caches, at its end
+    return p
+
+
+class _PositionGuard:
+    """A _Writer guard for one file: when the lock is taken again, the
+    file's stored offset and generation are still those this run committed,
+    else Overtaken (another process stored its next lines meanwhile)."""
+
+    def __init__(self, conn, file_id: int):
+        self.conn, self.file_id = conn, file_id
+        self.committed = None
+
+    def capture(self):
+        """Just before a commit: where this run leaves the file."""
+        self.committed = self.conn.execute(FILE_POSITION_SQL, [self.file_id]).fetchone()
+
+    def __call__(self):
+        if self.committed is not None and self.conn.execute(
+                FILE_POSITION_SQL, [self.file_id]).fetchone() != self.committed:
+            raise Overtaken(self.file_id)
+
+
+def _write_raw(conn, table: str, rowid: int, f, start: int, length: int) -> None:
+    """Fill a placeholder raw value with the line's bytes, read again from
+    the file a piece at a time (the read buffer is gone by then)."""
+    position = f.tell()
+    f.seek(start)
+    with conn.blobopen(table, "raw", rowid) as blob:
+        for done in range(0, length, READ_CHUNK):
+            blob.write(f.read(min(READ_CHUNK, length - done)))
+    f.seek(position)
+
+
+def _read_new_lines(writer: _Writer, row: dict, f, summary: Summary) -> tuple[bool, bytes]:
+    """Store every complete line after the file's offset, one slice of at most
+    TXN_BYTES at a time, each slice with the offset that covers it, then the
+    bytes after the last newline if they are a whole record. Returns (stored
+    or changed anything, the bytes after the last line: the pending tail)."""
+    from indexer.index import record_kinds
+    from indexer.transcripts.lines import line_row, parse_large_line, parse_line  # msgspec: when reading
+
+    conn = writer.conn
+    file_id, offset, line_no = row["id"], row["ingested_offset"], row["line_count"]
+    stored_offset = offset   # files.ingested_offset as the index has it now
+    head_len, head_hash = row["head_len"], row["head_hash"]
+    session_id = row["session_id"]
+    # The last line stored is a record that had no newline yet: the next byte
+    # either is its newline (skipped: not a line) or shows it went on (its
+    # row goes, and it is read again below as the line it is now).
+    unterminated = row.get("unterminated_tail") or 0
+    settled = False  # the offset moved without a new line: store it anyway
+    if unterminated:
+        f.seek(offset)
+        after = f.read(1)
+        if after == b"\n":
+            offset += 1
+            summary.bytes_read += 1
+        elif after:
+            offset -= unterminated
+            line_no -= 1
+            for sql in RETRACT_UNTERMINATED_SQL:
+                conn.execute(sql, {"id": file_id, "offset": offset})
+            if head_len > offset:
+                head_hash = None
+        if after:
+            unterminated, settled = 0, True
+    tail = b""
+    if offset:
+        f.seek(offset - min(offset, TAIL_BYTES))
+        tail = f.read(min(offset, TAIL_BYTES))
+    f.seek(offset)
+    records, bads = [], []
+    large_fields, large_bads = [], 0   # large lines already inserted in this slice
+    large_pending = []                 # parsed large lines, inserted once the buffer is freed
+    slice_bytes = 0
+    stored_any = False
+    buf = bytearray()
+    start = 0  # where the unconsumed bytes of buf begin
+
+    def current_tail() -> bytes:
+        """The TAIL_BYTES bytes just before ``offset``."""
+        return (tail + buf[max(0, start - TAIL_BYTES):start])[-TAIL_BYTES:]
+
+    def parse_large(line) -> bool:
+        """Parse a large line from the buffer; False to parse it as text."""
+        try:
+            fields = parse_large_line(line)
+        except NeedsText:
+            return False
+        except BadLine as exc:
+            large_pending.append((None, str(exc), line_no, offset, len(line)))
+        else:
+            large_pending.append((fields, None, line_no, offset, len(line)))
+        return True
+
+    def insert_large():
+        """Insert the parsed large lines, their bytes copied from the file into
+        SQLite piece by piece: at most one copy of a long line is in memory."""
+        nonlocal large_bads
+        writer.begin()
+        for fields, error, at_line, at, length in large_pending:
+            if fields is None:
+                cur = conn.execute(INSERT_LARGE_BAD_LINE_SQL, (file_id, at_line, at, error, length))
+                _write_raw(conn, "bad_lines", cur.lastrowid, f, at, length)
+                large_bads += 1
+            else:
+                cur = conn.execute(INSERT_LARGE_RECORD_SQL, (file_id, at_line, at, *fields, length))
+                _write_raw(conn, "records", cur.lastrowid, f, at, length)
+                large_fields.append(fields)
+        large_pending.clear()
+
+    def take_tail_record() -> bool:
+        """At the end of the file: are the bytes after the last newline a whole
+        record? Then queue them as the last line, unterminated."""
+        nonlocal tail, buf, line_no, offset, slice_bytes, unterminated
+        if not bytes(buf[-64:]).rstrip().endswith(b"}"):
+            return False  # cheap: a whole JSON object ends with its brace
+        with memoryview(buf) as view:
+            fields = None
+            if len(view) > LARGE_LINE_BYTES:
+                try:
+                    fields = parse_large_line(view)
+                except BadLine:
+                    return False
+                except NeedsText:
+                    pass
+            if fields is not None:
+                large_pending.append((fields, None, line_no + 1, offset, len(view)))
+            else:
+                try:
+                    raw, fields = parse_line(view)
+                except BadLine:
+                    return False
+                records.append((file_id, line_no + 1, offset, *fields, raw))
+        n = len(buf)
+        line_no += 1
+        offset += n
+        slice_bytes += n
+        unterminated = n
+        tail, buf = (tail + bytes(buf[-TAIL_BYTES:]))[-TAIL_BYTES:], bytearray()
+        if large_pending:
+            insert_large()
+        return True
+
+    def store():
+        nonlocal records, bads, slice_bytes, head_len, head_hash, session_id, stored_any
+        nonlocal large_fields, large_bads, settled, stored_offset
+        if not (records or bads or large_fields or large_bads or settled):
+            return
+        facts = [r[3:-1] for r in records] + large_fields
+        if session_id is None:
+            session_id = next((r[_SESSION] for r in facts if r[_SESSION]), None)
+        if head_hash is None:
+            pos = f.tell()
+            f.seek(0)
+            head = f.read(min(HEAD_BYTES, offset))
+            f.seek(pos)
+            head_len, head_hash = len(head), digest_of(head)
+        end = current_tail()
+        writer.begin()
+        insert_lines(conn, records, bads)
+        if records and not large_fields:   # their kinds, from what was parsed
+            record_kinds.count_stored(conn, file_id, stored_offset, offset, records,
+                                      writer.run_at)
+        conn.execute(ADVANCE_OFFSET_SQL, {
+            "id": file_id, "offset": offset, "line_count": line_no,
+            "unterminated": unterminated,
+            "head_len": head_len, "head_hash": head_hash,
+            "tail_len": len(end), "tail_hash": digest_of(end),
+            "session_id": session_id, "now": utcnow(), **running_facts(facts)})
+        stored_offset = offset
+        summary.new_records += len(facts)
+        summary.bad_lines += len(bads) + large_bads
+        summary.new_lines += len(facts) + len(bads) + large_bads
+        stored_any, settled = True, False
+        n, records, bads, slice_bytes = slice_bytes, [], [], 0
+        large_fields, large_bads = [], 0
+        writer.maybe_commit(n)
+
+    while True:
+        chunk = f.read(READ_CHUNK)
+        if not chunk:
+            break
+        summary.bytes_read += len(chunk)
+        search_from = len(buf)
+        buf += chunk
+        nl = buf.find(b"\n", search_from)
+        while nl >= 0:
+            with memoryview(buf) as view:
+                line = view[start:nl]
+                line_no += 1
+                if not (len(line) > LARGE_LINE_BYTES and parse_large(line)):
+                    line_row(line, file_id, line_no, offset, records, bads)
+                line.release()
+            consumed = nl + 1 - start
+            offset += consumed
+            slice_bytes += consumed
+            start = nl + 1
+            nl = buf.find(b"\n", start)
+        if start:
+            # Keep only the partial line; a fresh buffer frees a huge one
+            # before its parsed copy is stored.
+            tail = current_tail()
+            if start > READ_CHUNK:
+                buf = bytearray(buf[start:])
+            else:
+                del buf[:start]
+            start = 0
+        if large_pending:
+            insert_large()
+        if slice_bytes >= TXN_BYTES:
+            store()
+    if buf:
+        take_tail_record()
+    store()
+    return stored_any, bytes(buf)
+
+
+def _mark_deleted(db, paths: list[str]) -> int:
+    if not paths:
+        return 0
+    now = utcnow()
+    n = 0
+    with write_lock(db) as conn:
+        for path in paths:
+            cur = conn.execute(
+                "UPDATE files SET deleted_at = ?, needs_derive = 1 "
+                "WHERE path = ? AND deleted_at IS NULL", [now, path])
+            n += cur.rowcount
+    return n

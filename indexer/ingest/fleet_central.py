@@ -1,0 +1,440 @@
+"""``session-index ingest --from nats://...``: the central index of a fleet.
+
+A durable JetStream consumer reads what the hosts' shippers sent (the
+messages of fleet_wire) and writes each fetched batch into the index in one
+transaction, with the stream position it reached, and acknowledges the
+batch only after the commit. A crash before the commit leaves nothing and
+the batch comes again; a crash after it and before the acknowledgement
+brings the batch again too, and every line it holds is then at or before
+its file's stored offset: skipped. So each complete line is stored once.
+
+A host's file is a files row of origin 'fleet' named fleet://HOST/PATH, with
+``host`` set: copies of one session on two hosts are two files, never merged.
+A new generation from the host (it saw the file rewritten) supersedes the
+stored one as a local rewrite does (generations.py keeps its lines).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+from indexer.transcripts import discover
+from indexer.ingest import fleet_nats, fleet_wire
+from indexer.index import generations
+from indexer.index.db import OpenedFile, write_lock
+from indexer.ingest.files import FORGET_LINES_SQL, RUNNING_FACTS_SET, insert_lines, running_facts, utcnow
+
+PATH_PREFIX = "fleet://"
+# Messages per fetch, and how long a fetch waits for the first one: with
+# nothing waiting that long, a drain (no --watch) is done.
+FETCH_BATCH = 256
+FETCH_WAIT_S = 1.0
+# A fetched message not acknowledged this long (the consumer died before its
+# commit) is delivered again; one whose file's earlier lines are not stored
+# yet is taken again after RETRY_DELAY_S.
+ACK_WAIT_S = 10
+RETRY_DELAY_S = 1.0
+# How often a watching consumer reads the hosts' heartbeats.
+HEARTBEAT_READ_S = 2.0
+
+FLEET_FILE_SQL = """
+SELECT f.id, f.ingested_offset, f.line_count, f.session_id, ff.remote_generation
+FROM fleet_files ff JOIN files f ON f.id = ff.file_id
+WHERE ff.host = :host AND ff.remote_path = :path
+""".strip()
+CREATE_FLEET_FILE_SQL = """
+INSERT INTO files (path, kind, origin, host, session_id, agent_id, project_dir,
+                   first_ingested_at, needs_derive)
+VALUES (:path, :kind, 'fleet', :host, :session_id, :agent_id, :project_dir, :now, 1)
+""".strip()
+TRACK_FLEET_FILE_SQL = """
+INSERT INTO fleet_files (file_id, host, remote_path, remote_generation)
+VALUES (:file_id, :host, :path, :generation)
+""".strip()
+# A new generation from the host: the stored lines were kept (supersede) and
+# deleted (FORGET_LINES_SQL); the file starts again from its first byte.
+RESTART_FLEET_FILE_SQL = (
+    "UPDATE fleet_files SET remote_generation = :generation WHERE file_id = :file_id",
+    "DELETE FROM fleet_parts WHERE file_id = :file_id",
+    """UPDATE files SET ingested_offset = 0, line_count = 0, size = 0, deleted_at = NULL,
+       needs_derive = 1 WHERE id = :file_id""",
+)
+ADVANCE_FLEET_FILE_SQL = f"""
+UPDATE files SET ingested_offset = :offset, size = :offset, line_count = :line_count,
+  session_id = coalesce(session_id, :session_id), deleted_at = NULL,
+  {RUNNING_FACTS_SET},
+  last_ingested_at = :now, needs_derive = 1
+WHERE id = :id
+""".strip()
+MARK_DELETED_SQL = """
+UPDATE files SET deleted_at = :now, needs_derive = 1 WHERE id = :id AND deleted_at IS NULL
+""".strip()
+COUNT_GAP_SQL = "UPDATE fleet_files SET gaps = gaps + 1 WHERE file_id = :id"
+# Pieces of a line too long for one message, until its last one arrives.
+KEEP_PART_SQL = """
+INSERT OR IGNORE INTO fleet_parts (file_id, line_offset, at, data)
+VALUES (:id, :offset, :at, :data)
+""".strip()
+PARTS_SQL = "SELECT at, data FROM fleet_parts WHERE file_id = :id AND line_offset = :offset ORDER BY at"
+DROP_PARTS_SQL = "DELETE FROM fleet_parts WHERE file_id = :id AND line_offset = :offset"
+SEEN_HOST_SQL = """
+INSERT INTO fleet_hosts (host, last_message_at, messages) VALUES (:host, :now, :n)
+ON CONFLICT (host) DO UPDATE SET last_message_at = excluded.last_message_at,
+  messages = messages + excluded.messages
+""".strip()
+HEARTBEAT_SQL = """
+INSERT INTO fleet_hosts (host, last_heartbeat_at) VALUES (:host, :at)
+ON CONFLICT (host) DO UPDATE SET last_heartbeat_at = excluded.last_heartbeat_at
+""".strip()
+POSITION_SQL = """
+INSERT INTO fleet_consumers (name, stream_seq, updated_at) VALUES (:name, :seq, :now)
+ON CONFLICT (name) DO UPDATE SET stream_seq = max(stream_seq, excluded.stream_seq),
+  updated_at = excluded.updated_at
+""".strip()
+
+CONSUMER_POSITION_SQL = "SELECT stream_seq FROM fleet_consumers WHERE name = ?"
+
+_SESSION = 0   # lines.RECORD_FIELDS.index("session_id")
+
+
+def fleet_path(host: str, path: str) -> str:
+    return f"{PATH_PREFIX}{host}{path if path.startswith('/') else '/' + path}"
+
+
+class Summary:
+    """What a drain did (``as_dict`` for --json)."""
+
+    FIELDS = ("messages", "new_lines", "new_records", "bad_lines", "duplicates", "gaps",
+              "deleted_files", "new_generations", "bad_messages", "hosts", "seconds")
+
+    def __init__(self):
+        for name in self.FIELDS:
+            setattr(self, name, 0)
+        self.hosts = set()
+
+    def as_dict(self) -> dict:
+        return {n: (sorted(self.hosts) if n == "hosts" else getattr(self, n))
+                for n in self.FIELDS}
+
+
+def _file(conn, header: dict, now: str, summary: Summary) -> dict | None:
+    """The files row for the message's file at its generation (made, or
+    restarted for a newer generation); None for an older generation."""
+    host, path, generation = header["host"], header["path"], int(header["generation"])
+    cur = conn.execute(FLEET_FILE_SQL, {"host": host, "path": path})
+    found = cur.fetchone()
+    if found is None:
+        cand = discover.describe(path)
+        file_id = conn.execute(CREATE_FLEET_FILE_SQL, {
+            "path": fleet_path(host, path), "kind": cand.kind, "host": host,
+            "session_id": cand.session_id, "agent_id": cand.agent_id,
+            "project_dir": cand.project_dir, "now": now}).lastrowid
+        conn.execute(TRACK_FLEET_FILE_SQL, {"file_id": file_id, "host": host, "path": path,
+                                            "generation": generation})
+        return {"id": file_id, "ingested_offset": 0, "line_count": 0,
+                "session_id": cand.session_id}
+    row = dict(zip([d[0] for d in cur.description], found))
+    if generation < row["remote_generation"]:
+        return None
+    if generation > row["remote_generation"]:
+        from indexer.ingest import derive
+
+        if row["ingested_offset"]:
+            generations.supersede(conn, row["id"], "changed", now)
+        derive.forget_file(conn, row["id"])
+        for sql in FORGET_LINES_SQL:
+            conn.execute(sql, {"id": row["id"], "now": now})
+        for sql in RESTART_FLEET_FILE_SQL:
+            conn.execute(sql, {"file_id": row["id"], "generation": generation})
+        summary.new_generations += 1
+        row.update(ingested_offset=0, line_count=0)
+    return row
+
+
+def _gap(conn, row: dict, summary: Summary) -> bool:
+    """An earlier message of the file is not stored yet (it comes again: it
+    was fetched but not committed, or the host re-sends it): not now."""
+    summary.gaps += 1
+    conn.execute(COUNT_GAP_SQL, {"id": row["id"]})
+    return False
+
+
+def _store_lines(conn, row: dict, start: int, body: bytes, now: str, summary: Summary) -> bool:
+    """Store the complete lines ``body`` (from byte ``start`` of the file)
+    that are past what is stored; False if they do not meet what is stored."""
+    from indexer.transcripts.lines import BadLine, parse_line_bytes
+
+    offset, end = row["ingested_offset"], start + len(body)
+    if end <= offset:
+        summary.duplicates += 1
+        return True
+    skip = offset - start
+    if skip < 0 or (skip and body[skip - 1:skip] != b"\n"):
+        return _gap(conn, row, summary)
+    file_id, line_no, at = row["id"], row["line_count"], offset
+    records, bads = [], []
+    for line in body[skip:].split(b"\n")[:-1]:
+        line_no += 1
+        try:
+            raw, fields = parse_line_bytes(line)
+            records.append((file_id, line_no, at, *fields, raw))
+        except BadLine as exc:
+            bads.append((file_id, line_no, at, str(exc), line))
+        at += len(line) + 1
+    insert_lines(conn, records, bads)
+    facts = [r[3:-1] for r in records]
+    session_id = row["session_id"] or next((f[_SESSION] for f in facts if f[_SESSION]), None)
+    conn.execute(ADVANCE_FLEET_FILE_SQL, {
+        "id": file_id, "offset": end, "line_count": line_no, "session_id": session_id,
+        "now": now, **running_facts(facts)})
+    row.update(ingested_offset=end, line_count=line_no, session_id=session_id)
+    summary.new_lines += len(records) + len(bads)
+    summary.new_records += len(records)
+    summary.bad_lines += len(bads)
+    return True
+
+
+class _Later(Exception):
+    """A message to take again later (_gap)."""
+
+
+def _part(conn, row: dict, header: dict, body: bytes) -> bytes | None:
+    """Keep one piece of a long line; the whole line once all are here."""
+    offset, end = int(header["offset"]), int(header["end"])
+    if end <= row["ingested_offset"]:
+        return None
+    if offset != row["ingested_offset"]:
+        raise _Later()   # pieces are kept only of the line that comes next
+    conn.execute(KEEP_PART_SQL, {"id": row["id"], "offset": offset, "at": int(header["at"]),
+                                 "data": body})
+    pieces, expected = [], offset
+    for at, data in conn.execute(PARTS_SQL, {"id": row["id"], "offset": offset}):
+        if at != expected:
+            return None   # a piece before this one is still to come
+        pieces.append(data)
+        expected += len(data)
+    if expected != end:
+        return None
+    conn.execute(DROP_PARTS_SQL, {"id": row["id"], "offset": offset})
+    return b"".join(pieces)
+
+
+def apply_message(conn, payload: bytes, now: str, summary: Summary) -> bool:
+    """One message, inside the caller's transaction. False: take it again
+    later (its file's earlier lines are not stored yet)."""
+    try:
+        header, body = fleet_wire.decode(payload)
+    except fleet_wire.BadMessage:
+        summary.bad_messages += 1
+        return True
+    summary.messages += 1
+    summary.hosts.add(header["host"])
+    conn.execute(SEEN_HOST_SQL, {"host": header["host"], "now": now, "n": 1})
+    row = _file(conn, header, now, summary)
+    if row is None:
+        summary.duplicates += 1
+        return True
+    if header["kind"] == "deleted":
+        summary.deleted_files += conn.execute(MARK_DELETED_SQL, {"id": row["id"],
+                                                                 "now": now}).rowcount
+        return True
+    start = int(header["offset"])
+    if header["kind"] == "part":
+        try:
+            body = _part(conn, row, header, body)
+        except _Later:
+            return _gap(conn, row, summary)
+        if body is None:
+            return True
+    return _store_lines(conn, row, start, body, now, summary)
+
+
+def apply_batch(db, messages: list[tuple[bytes, int]], consumer: str,
+                summary: Summary) -> list[int]:
+    """Write a fetched batch ((payload, stream sequence) pairs) in one
+    transaction, with the stream position it reaches. Returns the indexes
+    of the messages to take again later."""
+    now = utcnow()
+    later = []
+    with write_lock(db) as conn:
+        for i, (payload, _seq) in enumerate(messages):
+            if not apply_message(conn, payload, now, summary):
+                later.append(i)
+        conn.execute(POSITION_SQL, {"name": consumer, "now": now,
+                                    "seq": max(seq for _, seq in messages)})
+    return later
+
+
+def record_heartbeats(db, beats: list[tuple[str, float]]) -> None:
+    if not beats:
+        return
+    with write_lock(db) as conn:
+        for host, at in beats:
+            conn.execute(HEARTBEAT_SQL, {"host": host, "at": _iso(at)})
+
+
+def _iso(ts: float) -> str:
+    from datetime import datetime, timezone
+
+    return datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="milliseconds") \
+        .replace("+00:00", "Z")
+
+
+async def _read_heartbeats(kv) -> list[tuple[str, float]]:
+    from nats.js.errors import NoKeysError
+
+    try:
+        keys = await kv.keys()
+    except NoKeysError:
+        return []
+    except fleet_nats.TRANSIENT:   # the server is away: next time
+        return []
+    beats = []
+    for key in keys:
+        try:
+            entry = await kv.get(key)
+            value = json.loads(entry.value)
+            beats.append((str(value["host"]), float(value["at"])))
+        except fleet_nats.TRANSIENT:
+            return beats
+        except (ValueError, TypeError, KeyError):   # not a heartbeat of ours
+            continue
+    return beats
+
+
+async def _reconcile(db, js, consumer: str) -> None:
+    """A durable consumer that acknowledged more than this index holds (a
+    new index under an old consumer name, or one restored from a backup)
+    starts again from the stream's first message: what the index has is
+    skipped by offset, what it lost is stored again."""
+    from nats.js.errors import NotFoundError
+
+    row = db.conn.execute(CONSUMER_POSITION_SQL, [consumer]).fetchone()
+    try:
+        info = await js.consumer_info(fleet_wire.STREAM, consumer)
+    except NotFoundError:
+        return
+    if info.ack_floor is not None and (info.ack_floor.stream_seq or 0) > (row[0] if row else 0):
+        await js.delete_consumer(fleet_wire.STREAM, consumer)
+
+
+async def _fetch(sub, wait: float):
+    """A fetched batch, or [] when nothing came within ``wait``."""
+    from nats.errors import TimeoutError as FetchTimeout
+
+    try:
+        return await sub.fetch(FETCH_BATCH, timeout=wait)
+    except (FetchTimeout, asyncio.TimeoutError):   # nothing waiting
+        return []
+
+
+async def consume(db, options: fleet_nats.ConnectOptions, *, consumer: str | None = None,
+                  hosts: list[str] | None = None, watch: bool = False,
+                  stop: asyncio.Event | None = None, after_batch=None,
+                  log=lambda line: None) -> Summary:
+    """Drain what is waiting (or with ``watch``, keep consuming until
+    ``stop``); ``after_batch(summary)`` runs after each committed batch.
+    With ``hosts``, only those hosts' messages (fleet_wire.consumers: a
+    consumer per host, each with its own position)."""
+    from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+
+    started = time.monotonic()
+    summary = Summary()
+    opened = OpenedFile(db.conn)
+    consumer = consumer or fleet_wire.DEFAULT_CONSUMER
+    stop = stop or asyncio.Event()
+    try:
+        nc = await fleet_nats.connect(options, name="session-index central", follow=watch,
+                                      stop=stop)
+    except fleet_nats.Stopped:   # a signal before the server answered: nothing to do
+        summary.seconds = round(time.monotonic() - started, 3)
+        return summary
+    try:
+        js = nc.jetstream()
+        await fleet_nats.ensure_stream(js)
+        kv = await fleet_nats.heartbeats(js)
+        subs = []
+        for name, subject in fleet_wire.consumers(consumer, hosts):
+            await _reconcile(db, js, name)
+            subs.append((name, await js.pull_subscribe(
+                subject, durable=name, stream=fleet_wire.STREAM,
+                config=ConsumerConfig(ack_policy=AckPolicy.EXPLICIT,
+                                      deliver_policy=DeliverPolicy.ALL,
+                                      ack_wait=ACK_WAIT_S, max_ack_pending=FETCH_BATCH * 4))))
+        record_heartbeats(db, await _read_heartbeats(kv))
+        last_beats = time.monotonic()
+        while not stop.is_set():
+            try:   # every consumer's next batch at once; each is written on its own
+                fetched = await asyncio.gather(*(_fetch(sub, FETCH_WAIT_S) for _, sub in subs))
+            except fleet_nats.TRANSIENT as exc:
+                if not watch:
+                    raise fleet_nats.FleetError(f"{options.url}: {type(exc).__name__}: "
+                                                f"{str(exc) or 'no answer'}") from None
+                log(f"NATS: {type(exc).__name__}: {str(exc) or 'no answer'}: retrying")
+                await asyncio.sleep(RETRY_DELAY_S)
+                continue
+            for (name, _), msgs in zip(subs, fetched):
+                if not msgs:
+                    continue
+                later = set(apply_batch(db, [(m.data, m.metadata.sequence.stream)
+                                             for m in msgs], name, summary))
+                opened.verify()   # committed into a file still the index, or none acked
+                try:
+                    for i, m in enumerate(msgs):   # after the commit, never before
+                        await (m.nak(delay=RETRY_DELAY_S) if i in later else m.ack())
+                    await nc.flush()
+                except fleet_nats.TRANSIENT as exc:   # they come again: skipped by offset
+                    log(f"NATS: acknowledging: {type(exc).__name__}: {str(exc) or 'no answer'}")
+                if after_batch is not None:
+                    after_batch(summary)
+            if not watch and not any(fetched):
+                break
+            if time.monotonic() - last_beats >= HEARTBEAT_READ_S:
+                record_heartbeats(db, await _read_heartbeats(kv))
+                last_beats = time.monotonic()
+        if not watch:
+            record_heartbeats(db, await _read_heartbeats(kv))
+    finally:
+        await fleet_nats.close(nc)
+    summary.seconds = round(time.monotonic() - started, 3)
+    return summary
+
+
+class Follower:
+    """``consume(watch=True)`` in a thread of its own, with its own event
+    loop and index connection (``serve --watch --from``); ``request_stop``
+    from any thread ends it after its current batch."""
+
+    def __init__(self, db_path: str, options: fleet_nats.ConnectOptions, *,
+                 consumer: str | None, log, hosts: list[str] | None = None):
+        self.db_path, self.options, self.consumer, self.log = db_path, options, consumer, log
+        self.hosts = hosts
+        self.loop = asyncio.new_event_loop()
+        self.stop = asyncio.Event()
+
+    def run(self) -> Summary:
+        from indexer.index.db import open_db
+
+        db = open_db(self.db_path)
+        try:
+            return self.loop.run_until_complete(consume(
+                db, self.options, consumer=self.consumer, hosts=self.hosts, watch=True,
+                stop=self.stop,
+                after_batch=lambda summary: self._batch(db, summary), log=self.log))
+        finally:
+            db.conn.close()
+            self.loop.close()
+
+    def _batch(self, db, summary: Summary) -> None:
+        from indexer.ingest import derive
+
+        derive.derive_pending(db)
+        self.log(f"batch: {summary.messages} messages, {summary.new_lines} new lines so far")
+
+    def request_stop(self, sig=None) -> None:
+        try:
+            self.loop.call_soon_threadsafe(self.stop.set)
+        except RuntimeError:   # the loop is closed: it has stopped already
+            pass

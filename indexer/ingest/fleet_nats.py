@@ -1,0 +1,188 @@
+"""The NATS side of the fleet, in one place: connecting (auth and TLS passed
+through to nats-py), the stream the lines travel on, the key-value bucket of
+each host's last heartbeat. Only ``ship`` and ``ingest --from`` import it;
+nats-py is the optional ``fleet`` extra.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from indexer.ingest import fleet_wire
+
+# The hosts' heartbeats: one key per host, its last value only.
+HEARTBEAT_BUCKET = "session_index_hosts"
+
+
+try:  # what an outage of the server raises while connected: nats-py
+    # reconnects, and the step is tried again
+    import nats.errors as _errors
+
+    TRANSIENT = (_errors.Error, asyncio.TimeoutError, OSError)
+except ImportError:
+    TRANSIENT = (asyncio.TimeoutError, OSError)
+
+
+class FleetError(Exception):
+    """NATS cannot be reached or used (no client, refused, no JetStream)."""
+
+
+class Stopped(Exception):
+    """Asked to stop (SIGINT, SIGTERM) while still waiting for the server."""
+
+
+class ConnectOptions:
+    """How to reach the server: a nats:// (or tls://) URL, with a token, a
+    credentials file (.creds, NATS' JWT + nkey) and/or a TLS CA file."""
+
+    __slots__ = ("url", "token", "creds", "tls_ca")
+
+    def __init__(self, url: str, token=None, creds=None, tls_ca=None):
+        self.url, self.token, self.creds, self.tls_ca = url, token, creds, tls_ca
+
+
+def client():
+    try:
+        import nats
+    except ImportError:
+        raise FleetError("the NATS client is not installed: pip install 'session-index[fleet]'") \
+            from None
+    return nats
+
+
+# How long a run that is not following (ship --once, ingest --from without
+# --watch) tries to reach the server before it gives up (exit 3).
+CONNECT_WAIT_S = 5.0
+
+
+def _refusal(exc) -> bool:
+    """The server said no to these credentials, or its certificate is not
+    one the CA vouches for: no retry helps."""
+    import ssl
+
+    return isinstance(exc, ssl.SSLCertVerificationError) or any(
+        word in str(exc).lower() for word in ("authorization", "authentication"))
+
+
+class _QuietSSLEOF(logging.Filter):
+    """asyncio warns on every TLS connection nats-py closes ("returning true
+    from eof_received() has no effect when using ssl"): nothing an operator
+    can act on, so not in the log."""
+
+    def filter(self, record):
+        return "eof_received()" not in record.getMessage()
+
+
+_QUIET_SSL_EOF = _QuietSSLEOF()   # one filter, however often connect runs
+
+
+async def connect(options: ConnectOptions, *, name: str, follow: bool = False,
+                  stop: asyncio.Event | None = None):
+    """A connected client that reconnects after an outage; FleetError (one
+    line) if the server cannot be reached within CONNECT_WAIT_S, unless
+    ``follow`` (a service: it waits for the server), or at once if it
+    refuses the credentials or its TLS certificate does not verify; Stopped
+    if ``stop`` is set while waiting."""
+    nats = client()
+    kwargs = {"name": name, "connect_timeout": 2, "allow_reconnect": True,
+              "max_reconnect_attempts": -1, "reconnect_time_wait": 0.5}
+    if options.token:
+        kwargs["token"] = options.token
+    if options.creds:
+        try:
+            import nkeys  # noqa: F401  (nats-py signs the server's nonce with it)
+        except ImportError:
+            raise FleetError("--creds needs the nkeys package: pip install "
+                             "'session-index[fleet]'") from None
+        kwargs["user_credentials"] = options.creds
+    if options.tls_ca or options.url.startswith("tls://"):
+        logging.getLogger("asyncio").addFilter(_QUIET_SSL_EOF)
+    if options.tls_ca:
+        import ssl
+
+        try:
+            kwargs["tls"] = ssl.create_default_context(cafile=options.tls_ca)
+        except (ssl.SSLError, ValueError) as exc:
+            raise FleetError(f"--tls-ca {options.tls_ca}: not a CA certificate file "
+                             f"({exc})") from None
+    errors = []
+    refused = asyncio.Event()
+
+    async def on_error(exc):
+        errors.append(exc)
+        if _refusal(exc):
+            refused.cause = exc   # what to say, whatever comes after it (a reset connection)
+            refused.set()
+
+    kwargs["error_cb"] = on_error
+    connecting = asyncio.ensure_future(nats.connect(options.url, **kwargs))
+    waiting = asyncio.ensure_future(refused.wait())
+    stopping = asyncio.ensure_future((stop or asyncio.Event()).wait())
+    done, _ = await asyncio.wait({connecting, waiting, stopping},
+                                 return_when=asyncio.FIRST_COMPLETED,
+                                 timeout=None if follow else CONNECT_WAIT_S)
+    waiting.cancel()
+    stopping.cancel()
+    if connecting in done and connecting.exception() is None:
+        return connecting.result()
+    if not connecting.done():
+        connecting.cancel()
+    if stopping in done and not refused.is_set():
+        raise Stopped()
+    cause = getattr(refused, "cause", None) or (errors[-1] if errors else (
+        connecting.exception() if connecting.done() and not connecting.cancelled()
+        else TimeoutError()))
+    # nats-py raises several unrelated types here: the cause, in one line
+    raise FleetError(f"cannot connect to {options.url}: {str(cause) or type(cause).__name__}")
+
+
+async def close(nc) -> None:
+    """Close a connection; a server already gone is not an error then (what
+    was acknowledged is all that counts)."""
+    try:
+        await nc.close()
+    except TRANSIENT:
+        pass
+
+
+async def ensure_stream(js) -> None:
+    """The lines stream, made if missing (file storage, the duplicate window)."""
+    from nats.js.api import StorageType, StreamConfig
+    from nats.js.errors import NotFoundError
+
+    try:
+        await js.stream_info(fleet_wire.STREAM)
+        return
+    except NotFoundError:
+        pass
+    await js.add_stream(StreamConfig(
+        name=fleet_wire.STREAM, subjects=fleet_wire.STREAM_SUBJECTS,
+        storage=StorageType.FILE, duplicate_window=fleet_wire.DUPLICATE_WINDOW_S))
+
+
+async def heartbeats(js):
+    """The key-value bucket of heartbeats, made if missing."""
+    from nats.js.errors import BucketNotFoundError
+
+    try:
+        return await js.key_value(HEARTBEAT_BUCKET)
+    except BucketNotFoundError:
+        return await js.create_key_value(bucket=HEARTBEAT_BUCKET, history=1)
+
+
+def run(make, *, follow: bool):
+    """``asyncio.run`` of ``make(stop)``; when following, SIGINT and SIGTERM
+    set ``stop`` (the coroutine ends at its next step, nothing half-written)."""
+    import asyncio
+    import signal
+
+    async def main():
+        stop = asyncio.Event()
+        if follow:
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, stop.set)
+        return await make(stop)
+
+    return asyncio.run(main())

@@ -1,0 +1,412 @@
+"""``session-index check``: may an agent server ``--resume`` this session?
+
+The first verdict that matches wins:
+
+| verdict | exit | meaning |
+|---|---|---|
+| missing | 4 | no main transcript on disk: the resume fails with "No conversation found" |
+| poisoned | 5 | the resume chain ends at a synthetic placeholder: the resume gets a 400 |
+| spliced | 6 | late api_error records orphan output: the resume drops it |
+| resumable | 0 | go ahead (warnings when the transcript expires soon or has expired) |
+
+The answer comes from the index, after a fresh stat of the transcript: a
+file deleted since the last ingest is missing, and a file that changed is
+ingested first. A copy mirrored through the session store (indexer/ingest/store.py)
+is on disk in the store: with no local transcript left, the session is
+resumable from the store (a resume must load it through the Agent SDK's
+session_store; a bare `claude --resume` fails).
+
+Which transcript is checked: the one ``claude --resume`` opens
+(mainfile.py) on the host the question is about: ``host``, else this
+machine ('') when it holds a main transcript of the session, else the one
+host that does (several, none of them this machine: mainfile.AmbiguousHost,
+exit 10). Another host's copies never answer for it. Without ``cwd`` that is
+the host's session_hosts.main_file_id (the file a resume from the session's
+own working directory opens); with ``cwd``, the one a resume run from that
+directory opens. A session whose only
+transcripts on disk are not named ``<id>.jsonl``, or hold no message, is
+missing: the CLI opens none of them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from datetime import datetime, timedelta
+
+from indexer.sql import dict_rows
+from indexer.chain import mainfile
+from indexer.transcripts import retention
+from indexer.signals import listings as signals
+from indexer.index import views
+
+# A check imports only what its answer needs: no click, dataclasses, pathlib
+# or parser (indexer/cli/entry.py; bench/startup_speed.py).
+
+EXIT_CODES = {"resumable": 0, "missing": 4, "poisoned": 5, "spliced": 6}
+EXPIRY_WARNING_DAYS = views.EXPIRING_WINDOW_DAYS
+
+# The session's main transcripts: local files first, then store copies.
+MAIN_FILES_SQL = """
+SELECT f.id, f.path, f.size, f.mtime_ns, f.inode, f.deleted_at, f.cwd, f.origin,
+       f.project_key, f.records, f.project_dir, f.host
+FROM files f WHERE f.session_id = ? AND f.kind = 'main' AND coalesce(f.host, '') = ?
+ORDER BY f.origin = 'store', f.deleted_at IS NOT NULL, f.mtime DESC, f.id DESC
+""".strip()
+# A store copy of this local transcript that says something else.
+DIVERGED_COPIES_SQL = """
+SELECT store_path, local_only, store_only FROM session_copies
+WHERE session_id = ? AND local_file_id = ? AND diverged
+""".strip()
+POISONED_SQL = views.POISONED_SESSION_SQL  # poisoned_sessions, for one session
+SPLICES_SQL = "SELECT * FROM api_error_splices WHERE file_id = ? ORDER BY first_orphan_at"
+# Another host's last heartbeat (fleet_ingest.py records it).
+FLEET_HOST_SQL = "SELECT last_heartbeat_at, last_message_at FROM fleet_hosts WHERE host = ?"
+NOTHING_TO_CUT_SQL = f"SELECT {views.NOTHING_TO_CUT_TEMPLATE.format(file='?')} AS stuck"
+# The last assistant record on a file's resume chain, when it is a synthetic
+# placeholder (poisoned_sessions' at_resume_tail, for a file that is not the
+# session's main_file_id).
+FILE_TAIL_SQL = f"""
+SELECT * FROM (
+  SELECT r.file_id, r.message_id, r.uuid, {views.SYNTHETIC_RECORD.format(r="r")} AS synthetic
+  FROM leaf_ancestry_cache a JOIN records r ON r.id = a.record_id
+  WHERE a.file_id = ? AND a.rule = 'resume' AND r.type = 'assistant'
+  ORDER BY a.height DESC LIMIT 1)
+WHERE synthetic
+""".strip()
+
+
+class Verdict:
+    """A check's answer: the verdict, why, the transcript, warnings and details."""
+
+    __slots__ = ("session_id", "verdict", "reason", "path", "warnings", "details",
+                 "checked_in_ms")
+
+    def __init__(self, session_id: str, verdict: str, reason: str, path: str | None = None,
+                 warnings: list | None = None, details: dict | None = None,
+                 checked_in_ms: float = 0.0):
+        self.session_id, self.verdict, self.reason, self.path = session_id, verdict, reason, path
+        self.warnings = [] if warnings is None else warnings
+        self.details = {} if details is None else details
+        self.checked_in_ms = checked_in_ms
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES[self.verdict]
+
+    def as_dict(self) -> dict:
+        return dict({k: getattr(self, k) for k in self.__slots__}, exit_code=self.exit_code)
+
+    def __repr__(self) -> str:
+        return f"Verdict({self.session_id!r}, {self.verdict!r}, {self.reason!r})"
+
+
+def report(verdict: Verdict, as_json: bool, out, err) -> int:
+    """Print a verdict as ``session-index check`` does; its exit code."""
+    if as_json:
+        out.write(json.dumps(verdict.as_dict(), indent=2) + "\n")
+    else:
+        out.write(f"{verdict.verdict}: {verdict.reason}\n")
+        for warning in verdict.warnings:
+            err.write(f"warning: {warning}\n")
+    return verdict.exit_code
+
+
+def _rows(db, sql, params):
+    return dict_rows(db.conn, sql, params)
+
+
+def _on_disk(config_dir: str, session_id: str) -> list[str]:
+    """Main transcripts of this id under the config dir's projects/."""
+    if not session_id or any(c in session_id for c in "/\\*?[]"):
+        return []
+    projects = os.path.join(config_dir, "projects")
+    try:
+        folders = os.listdir(projects)
+    except OSError:
+        return []
+    named = (os.path.join(projects, d, f"{session_id}.jsonl") for d in folders
+             if not d.startswith("."))  # as glob's "*"
+    return sorted(p for p in named if os.path.exists(p))
+
+
+def check(db, session_id: str, *, now: str | None = None, config_dir=None,
+          cwd: str | None = None, host: str | None = None) -> Verdict:
+    """The verdict for a resume of ``session_id`` on ``host`` (see the
+    module docstring), in four steps: bring the index up to date for it,
+    pick the transcript a resume opens, then poisoned, spliced and retention
+    in that order. mainfile.AmbiguousHost when no host is named and the
+    session is on several, none of them this machine."""
+    started = time.monotonic()
+    searched = [os.fspath(config_dir)] if config_dir is not None else retention.config_dirs()
+    config_dir = os.fspath(config_dir or retention.default_config_dir())
+    now_iso = signals.iso_now(now)
+    if host is None:
+        host = mainfile.default_host(db, session_id)
+    files, gone = _freshen(db, session_id, config_dir, searched, host)
+    choice = (mainfile.for_cwd(db, session_id, cwd, host) if cwd
+              else mainfile.chosen(db, session_id, host))
+    copies = mainfile.copies(db, session_id, main_files=len(files), host=host)
+    main = {f["id"]: f for f in files}.get(choice.file_id)
+    if main is None or not (choice.opened or choice.rule == "store_copy"):
+        verdict = _missing(session_id, choice, files, copies, set(gone))
+        if host:
+            verdict.details["host"] = host
+            verdict.reason = f"on host {host}: {verdict.reason}"
+        return _done(verdict, started)
+    verdict = _opened(db, session_id, main, choice, copies, files)
+    _poisoned(db, verdict, session_id, main, cwd, host)
+    _spliced(db, verdict, main)
+    _retention(verdict, main, config_dir, now_iso)
+    if main["origin"] == "fleet":
+        _shipped(db, verdict, main, now_iso)
+    return _done(verdict, started)
+
+
+def _freshen(db, session_id: str, config_dir: str, searched: list[str], host: str = ""):
+    """(the session's main files on ``host``, those found gone): a changed,
+    vanished or newly appeared transcript of the session on this machine is
+    ingested first (another host's are as last shipped)."""
+    files = _rows(db, MAIN_FILES_SQL, [session_id, host])
+    stale, gone = [], []
+    for f in files:
+        if f["origin"] != "file":
+            continue  # a store copy or another host's file (fleet): nothing here to stat
+        try:
+            st = os.stat(f["path"])
+        except OSError:
+            if f["deleted_at"] is None:
+                gone.append(f["path"])
+            continue
+        if (st.st_size, st.st_mtime_ns, st.st_ino) != (f["size"], f["mtime_ns"], f["inode"]) \
+                or f["deleted_at"] is not None:
+            stale.append(f["path"])
+    found = [p for d in (searched if host == "" else []) for p in _on_disk(d, session_id)
+             if p not in {f["path"] for f in files}]
+    if stale or found or gone:  # bring the index up to date for this session first
+        from indexer.ingest import files as ingestmod  # the parser: only when there is something to read
+
+        ingestmod.ingest(db, stale + found + gone, config_dir=config_dir)
+        files = _rows(db, MAIN_FILES_SQL, [session_id, host])
+    if not views.sessions_current(db.conn):  # an index upgraded since its last ingest
+        from indexer.ingest import derive
+
+        derive.refresh_sessions_if_stale(db)
+    return files, gone
+
+
+def _opened(db, session_id: str, main: dict, choice, copies: list, files: list) -> Verdict:
+    """A resumable verdict for the transcript a resume opens, with the
+    warnings its copies (and a store copy) call for."""
+    verdict = Verdict(session_id, "resumable", "the resume chain ends at a real message",
+                      main["path"])
+    verdict.details["main_file"] = {"file_id": main["id"], "rule": choice.rule, "cwd": choice.cwd}
+    if copies:
+        verdict.details["copies"] = [
+            {k: c[k] for k in ("file_id", "path", "chosen", "why", "diverged", "only_here",
+                               "only_in_chosen")} for c in copies]
+        verdict.warnings += _copy_warnings(session_id, main, choice, copies)
+    if main["origin"] == "store":
+        _from_store(verdict, main, files)
+    else:
+        verdict.warnings += [
+            f"the session store's copy ({c['store_path']}) differs from this transcript: "
+            f"{c['local_only']} uuid(s) only here, {c['store_only']} only in the store "
+            "(see session_copies)" for c in _rows(db, DIVERGED_COPIES_SQL, [session_id, main["id"]])]
+    return verdict
+
+
+def _poisoned(db, verdict: Verdict, session_id: str, main: dict, cwd, host: str = "") -> None:
+    """Poisoned when the chain ends at a synthetic placeholder; a warning
+    when earlier resumes failed with the 400 (on this host)."""
+    poisoned = [p for p in _rows(db, POISONED_SQL, {"session_id": session_id})
+                if p["host"] == host]
+    if cwd and main["id"] != mainfile.chosen(db, session_id, host).file_id:
+        # --cwd chose another file than sessions.main_file_id, which
+        # poisoned_sessions is about: does this file's chain end at a placeholder?
+        failed = poisoned[0]["failed_resumes"] if poisoned else 0
+        tail = _rows(db, FILE_TAIL_SQL, [main["id"]])
+        poisoned = ([dict(tail[0], at_resume_tail=1, failed_resumes=failed)] if tail else
+                    [{"at_resume_tail": 0, "failed_resumes": failed}] if failed else [])
+    if poisoned and poisoned[0]["at_resume_tail"]:
+        p = poisoned[0]
+        verdict.verdict = "poisoned"
+        uncuttable = _rows(db, NOTHING_TO_CUT_SQL, [main["id"]])[0]["stuck"]
+        verdict.reason = (
+            f"the resume chain ends at a synthetic placeholder (message.id {p['message_id']!r}, "
+            f"uuid {p['uuid']}): the next resume sends it as previous_message_id and gets a 400; "
+            + ("no real assistant message comes before it, so there is nothing to cut back "
+               "to and no repair can help: start a new session" if uncuttable else
+               f"end the chain at the last real msg_ message (session-index repair "
+               f"{session_id} --write), or start a new session"))
+        verdict.details["nothing_to_cut_back_to"] = bool(uncuttable)
+        verdict.details["poisoned"] = p
+    elif poisoned and poisoned[0]["failed_resumes"]:
+        verdict.warnings.append(
+            f"{poisoned[0]['failed_resumes']} earlier resume(s) failed with the "
+            "previous_message_id 400; the chain no longer ends at a placeholder")
+
+
+def _spliced(db, verdict: Verdict, main: dict) -> None:
+    """Spliced when late api_error records orphan recovered output."""
+    splices = _rows(db, SPLICES_SQL, [main["id"]])
+    if splices and verdict.verdict == "resumable":
+        lost = sum(s["orphaned_records"] for s in splices)
+        verdict.verdict = "spliced"
+        verdict.reason = (
+            f"{len(splices)} api_error splice(s) leave {lost} record(s) of recovered output off "
+            "the resume chain: a resume drops them; re-parent the record after each error chain "
+            f"onto the last orphaned record (session-index repair {verdict.session_id} --write; "
+            "see api_error_splices)")
+        verdict.details["api_error_splices"] = splices
+
+
+def _retention(verdict: Verdict, main: dict, config_dir: str, now_iso: str) -> None:
+    """The retention in force, and warnings when the transcript expires soon."""
+    kept = retention.resolve(config_dir, main["cwd"])
+    verdict.warnings += list(kept.warnings)
+    if main["origin"] == "fleet":  # its host's retention is not known here
+        verdict.details["retention"] = {
+            "days": None, "source": f"host {main['host']}", "expires_at": None,
+            "days_left": None}
+        return
+    if main["origin"] == "store":  # not swept by cleanupPeriodDays
+        verdict.details["retention"] = {
+            "days": None, "source": "session store", "expires_at": None, "days_left": None}
+        if verdict.verdict != "resumable":
+            verdict.warnings.append(
+                "only the session store holds this session: a resume must load it from the store")
+        if kept.deletes_everything:
+            verdict.warnings.append(
+                f"cleanupPeriodDays is 0 ({kept.source}): Claude Code writes no new transcripts, "
+                "so nothing new is mirrored to the store")
+        return
+    st = os.stat(main["path"])
+    expires = datetime.fromtimestamp(st.st_mtime).astimezone() + timedelta(days=kept.days)
+    days_left = (expires - datetime.fromisoformat(now_iso.replace("Z", "+00:00"))).total_seconds() / 86400
+    verdict.details["retention"] = {
+        "days": kept.days, "source": kept.source,
+        "expires_at": signals.iso_now(expires.isoformat()), "days_left": round(days_left, 2)}
+    if kept.deletes_everything:
+        verdict.warnings.append(
+            f"cleanupPeriodDays is 0 ({kept.source}): Claude Code deletes every transcript at "
+            "its next start and writes no new ones")
+    elif days_left <= 0:
+        verdict.warnings.append(
+            f"expired {-days_left:.1f} days ago ({kept.days}-day retention from {kept.source}): "
+            "the next Claude Code start deletes it; touch the file to keep it")
+    elif days_left <= EXPIRY_WARNING_DAYS:
+        verdict.warnings.append(
+            f"expires in {days_left:.1f} days ({kept.days}-day retention from {kept.source})")
+
+
+MISSING_FIX = "start a new session (or restore the transcript)"
+
+
+def _missing(session_id: str, choice, files: list[dict], copies: list[dict],
+             gone_now: set) -> Verdict:
+    """No transcript a resume opens: why, from the choice's rule."""
+    fails = (f"`claude --resume` fails with \"No conversation found with session ID: "
+             f"{session_id}\"")
+    main = next((f for f in files if f["id"] == choice.file_id), None)
+    rule = choice.rule
+    if not files:
+        reason = f"no transcript with this id was ever seen; {fails}: {MISSING_FIX}"
+    elif rule == mainfile.AMBIGUOUS:
+        reason = (f"{len(choice.candidates)} transcripts named {session_id}.jsonl "
+                  f"({', '.join(choice.candidates)}) and none in the project folder of "
+                  f"{choice.cwd}: the CLI finds several and {fails}; run the resume from the "
+                  "working directory of the one to resume (check --cwd DIR says which it opens)")
+    elif rule == "not_named":
+        reason = (f"the session's transcript on disk, {main['path']}, is not named "
+                  f"{session_id}.jsonl: the CLI opens only <project folder>/{session_id}.jsonl, "
+                  f"so {fails}; copy it to that name in the project folder of the cwd the "
+                  "resume runs from to resume it")
+    elif rule == "named_no_messages":
+        reason = (f"{main['path']} holds no user or assistant message: {fails}: {MISSING_FIX}")
+    elif rule == mainfile.NONE_NAMED and any(
+            c["on_disk"] and c["named"] and c["has_messages"] for c in choice.facts):
+        n = sum(1 for c in choice.facts if c["on_disk"] and c["named"] and c["has_messages"])
+        reason = (f"no transcript named {session_id}.jsonl in the project folder of "
+                  f"{choice.cwd}, and the CLI's scan of every project folder counts none of the "
+                  f"{n} elsewhere (it looks for the compact \"type\":\"user\" text Claude "
+                  f"Code writes, which they lack): {fails}")
+    elif rule == mainfile.NONE_NAMED and any(c["on_disk"] for c in choice.facts):
+        reason = (f"none of the session's transcripts on disk is named {session_id}.jsonl "
+                  f"with a message in it: {fails}: {MISSING_FIX}")
+    else:
+        deleted = main or files[0]
+        when = ("since the last ingest" if deleted["path"] in gone_now or not deleted["deleted_at"]
+                else deleted["deleted_at"])
+        reason = f"the transcript was deleted ({when}); {fails}: {MISSING_FIX}"
+    return Verdict(session_id, "missing", reason,
+                   main["path"] if main else (files[0]["path"] if files else None),
+                   details={"indexed_files": [f["path"] for f in files],
+                            "main_file": {"file_id": choice.file_id, "rule": rule,
+                                          "cwd": choice.cwd}})
+
+
+def _copy_warnings(session_id: str, main: dict, choice, copies: list[dict]) -> list[str]:
+    """What the session's other main transcripts mean for this resume."""
+    out = []
+    named = [c for c in copies if c["named"] and c["on_disk"] and c["has_messages"]
+             and c["file_id"] != main["id"]]
+    if named:
+        where = (f"from {choice.cwd}" if choice.cwd else
+                 "from the session's own working directory" if choice.rule == "named_in_cwd_project"
+                 else "from a cwd whose project folder is " + str(main["project_dir"]))
+        diverged = sum(1 for c in named if c["diverged"])
+        out.append(
+            f"{len(named) + 1} transcripts are named {session_id}.jsonl, in different project "
+            f"folders (session_main_copies; other ones that differ from this one: {diverged}): a "
+            f"resume {where} opens {main['path']}; one from a cwd whose project folder holds "
+            "another opens that one, and one from a cwd whose folder holds none of them fails "
+            "with \"No conversation found\" (check --cwd DIR answers for a resume from DIR)")
+    unnamed = [c for c in copies if c["why"] == "not_named"]
+    if unnamed:
+        out.append(
+            f"{len(unnamed)} other file(s) carry this session id but are not named "
+            f"{session_id}.jsonl ({', '.join(c['path'] for c in unnamed)}): a resume never "
+            "opens them (session_main_copies)")
+    return out
+
+
+def _from_store(verdict: Verdict, main: dict, files: list[dict]) -> None:
+    """The session's only main transcript left is a session-store copy."""
+    local = [f for f in files if f["origin"] != "store"]
+    gone = (f"the local transcript was deleted ({local[0]['deleted_at'] or 'since the last ingest'})"
+            if local else "no local transcript was ever indexed")
+    verdict.reason = (
+        f"{gone}, but the session store holds it ({main['records']} records, "
+        f"{main['path']}): resumable from the store; the resume must load it from the store "
+        "(the Agent SDK with ClaudeAgentOptions(session_store=IndexSessionStore(<this index>), "
+        "resume=<id>)); a bare `claude --resume` fails with \"No conversation found\"")
+    verdict.details["resume_from"] = "store"
+    verdict.details["store"] = {"file_id": main["id"], "project_key": main["project_key"],
+                                "path": main["path"], "records": main["records"]}
+
+
+def _shipped(db, verdict: Verdict, main: dict, now_iso: str) -> None:
+    """A transcript of another host answers from what its shipper last sent:
+    how fresh that is, by the host's last heartbeat."""
+    row = _rows(db, FLEET_HOST_SQL, [main["host"]])
+    beat = row[0]["last_heartbeat_at"] if row else None
+    age = None
+    if beat:
+        age = round((datetime.fromisoformat(now_iso.replace("Z", "+00:00"))
+                     - datetime.fromisoformat(beat.replace("Z", "+00:00"))).total_seconds(), 1)
+    verdict.details["fleet"] = {"host": main["host"], "last_heartbeat_at": beat,
+                                "heartbeat_age_s": age,
+                                "last_message_at": row[0]["last_message_at"] if row else None}
+    if age is None:
+        verdict.warnings.append(f"from what host {main['host']} last shipped; its shipper has "
+                                "sent no heartbeat: the host may have written more since")
+    elif age > views.STALE_HEARTBEAT_S:
+        verdict.warnings.append(f"from what host {main['host']} last shipped; its last heartbeat "
+                                f"was {age:.0f} s ago: the host may have written more since")
+
+
+def _done(verdict: Verdict, started: float) -> Verdict:
+    verdict.checked_in_ms = round((time.monotonic() - started) * 1000, 1)
+    return verdict

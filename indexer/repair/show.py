@@ -1,0 +1,90 @@
+"""``session-index show``: the conversation a session really holds.
+
+The main transcript's lines, with every api_error splice re-parented as
+``repair`` would (repair_plan), read the way the Agent SDK reads a transcript
+(conversation.py: the leaf, the walk, the parallel tool calls and results put
+back). Each message says whether it was on the resume chain or recovered, and
+why. With no splice, the messages are exactly the SDK's get_session_messages.
+"""
+
+from __future__ import annotations
+
+import json
+
+from indexer.transcripts import conversation
+from indexer.repair import repair
+from indexer.index.views import SYNTHETIC_MODEL
+
+
+def recovered_conversation(db, session_id: str) -> list[dict]:
+    p = repair.plan(db, session_id)
+    lines = []
+    for line_no, raw in db.conn.execute(repair.LINES_SQL, {"file_id": p.file_id}):
+        raw = bytes(raw)
+        if line_no in p.reparent:
+            raw = repair._reparent_line(raw, *p.reparent[line_no])
+        lines.append(raw.decode("utf-8", "replace"))
+    chain = conversation.build_conversation_chain(conversation.parse_entries(lines))
+    out = []
+    for entry in conversation.visible_messages(chain):
+        cause = p.orphaned.get(entry["uuid"])
+        message = entry.get("message") if isinstance(entry.get("message"), dict) else {}
+        out.append({
+            "uuid": entry["uuid"], "type": entry["type"], "timestamp": entry.get("timestamp"),
+            "recovered": cause,   # None: on the resume chain
+            "synthetic": entry["type"] == "assistant" and (
+                message.get("model") == SYNTHETIC_MODEL
+                or not str(message.get("id", "msg_")).startswith("msg_")),
+            "message": entry.get("message"),
+        })
+    return out
+
+
+def _blocks(message) -> list[str]:
+    content = message.get("content") if isinstance(message, dict) else message
+    if isinstance(content, str):
+        return [content]
+    parts = []
+    for block in content if isinstance(content, list) else []:
+        if not isinstance(block, dict):
+            continue
+        kind = block.get("type")
+        if kind == "text":
+            parts.append(str(block.get("text", "")))
+        elif kind == "thinking":
+            parts.append(f"[thinking] {block.get('thinking', '')}")
+        elif kind == "tool_use":
+            parts.append(f"[tool_use {block.get('name')}] "
+                         f"{json.dumps(block.get('input'), ensure_ascii=False)[:500]}")
+        elif kind == "tool_result":
+            body = block.get("content")
+            if isinstance(body, list):
+                body = " ".join(str(b.get("text", "")) for b in body if isinstance(b, dict))
+            parts.append(f"[tool_result] {str(body)[:500]}")
+        else:
+            parts.append(f"[{kind}]")
+    return parts
+
+
+def _mark(m: dict) -> str:
+    marks = []
+    if m["recovered"]:
+        marks.append(f"recovered: {m['recovered']}")
+    if m["synthetic"]:
+        marks.append("synthetic placeholder")
+    return f" ({'; '.join(marks)})" if marks else ""
+
+
+def render(messages: list[dict], fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps(messages, indent=2, ensure_ascii=False)
+    out = []
+    for m in messages:
+        text = "\n".join(_blocks(m["message"]))
+        if fmt == "markdown":
+            out.append(f"### {m['type']} · {m['timestamp'] or ''}{_mark(m)}\n\n"
+                       f"<!-- uuid {m['uuid']} -->\n\n{text}\n")
+        else:
+            out.append(f"[{m['type']}] {m['timestamp'] or ''} {m['uuid']}{_mark(m)}\n"
+                       + "\n".join("    " + line for line in text.splitlines()))
+    return "\n".join(out)

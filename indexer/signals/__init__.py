@@ -1,0 +1,1 @@
+"""What is wrong with a session: the operator signals and their listings."""
