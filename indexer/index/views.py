@@ -1723,3 +1723,11 @@ def nothing_to_derive(conn) -> bool:
 def create_views(db) -> None:
     for name, sql in VIEWS.items():
         db.create_view(name, sql, replace=True)
+
+
+# session_verdicts: the verdict of every session (indexer/signals/verdict.py,
+# which reads the views above). Registered here until the signal views'
+# declarations are the registry's source.
+from indexer.signals import verdict as _verdict  # noqa: E402
+
+VIEWS["session_verdicts"] = _verdict.SESSION_VERDICTS_SQL

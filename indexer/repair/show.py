@@ -75,6 +75,16 @@ def _mark(m: dict) -> str:
     return f" ({'; '.join(marks)})" if marks else ""
 
 
+def header(verdict: dict, fmt: str) -> str:
+    """The lines show starts with: the session's verdict as check states it
+    (verdict.py: 'VERDICT: REASON'), and its fix."""
+    if fmt == "markdown":
+        fix = f"\n\nFix: `{verdict['fix']}`" if verdict["fix"] else ""
+        return f"**{verdict['verdict']}**: {verdict['reason']}{fix}\n"
+    fix = f"\nfix: {verdict['fix']}" if verdict["fix"] else ""
+    return f"{verdict['verdict']}: {verdict['reason']}{fix}\n"
+
+
 def render(messages: list[dict], fmt: str) -> str:
     if fmt == "json":
         return json.dumps(messages, indent=2, ensure_ascii=False)
