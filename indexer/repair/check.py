@@ -37,7 +37,7 @@ from datetime import datetime, timedelta
 
 from indexer.sql import dict_rows
 from indexer.chain import mainfile
-from indexer.transcripts import retention
+from indexer.transcripts import records, retention
 from indexer.signals import listings as signals
 from indexer.index import views
 
@@ -69,7 +69,7 @@ NOTHING_TO_CUT_SQL = f"SELECT {views.NOTHING_TO_CUT_TEMPLATE.format(file='?')} A
 # session's main_file_id).
 FILE_TAIL_SQL = f"""
 SELECT * FROM (
-  SELECT r.file_id, r.message_id, r.uuid, {views.SYNTHETIC_RECORD.format(r="r")} AS synthetic
+  SELECT r.file_id, r.message_id, r.uuid, {records.SYNTHETIC_RECORD.format(r="r")} AS synthetic
   FROM leaf_ancestry_cache a JOIN records r ON r.id = a.record_id
   WHERE a.file_id = ? AND a.rule = 'resume' AND r.type = 'assistant'
   ORDER BY a.height DESC LIMIT 1)

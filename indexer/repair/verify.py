@@ -14,7 +14,7 @@ import json
 from dataclasses import asdict, dataclass, field
 
 from indexer.repair import oracle
-from indexer.index import views
+from indexer.transcripts import records
 from indexer.sql import dict_rows
 from indexer.ingest.files import stored_bytes
 
@@ -23,7 +23,7 @@ from indexer.ingest.files import stored_bytes
 # back; else dropped). Synthetic placeholders are not sent back as written.
 RECORDS_BY_VERDICT_SQL = f"""
 SELECT r.id, r.line_no, r.uuid, r.type, r.raw,
-       ({views.SYNTHETIC_RECORD.format(r="r")}) AS synthetic,
+       ({records.SYNTHETIC_RECORD.format(r="r")}) AS synthetic,
        CASE WHEN EXISTS (SELECT 1 FROM leaf_ancestry a WHERE a.file_id = r.file_id
                          AND a.rule = 'resume' AND a.record_id = r.id) THEN 'kept'
             WHEN o.restored THEN 'kept'
