@@ -238,7 +238,7 @@ def _poisoned(db, verdict: Verdict, session_id: str, main: dict, cwd, host: str 
             f"uuid {p['uuid']}): the next resume sends it as previous_message_id and gets a 400; "
             + ("no real assistant message comes before it, so there is nothing to cut back "
                "to and no repair can help: start a new session" if uncuttable else
-               f"end the chain at the last real msg_ message (session-index repair "
+               f"end the chain at the last real assistant message (session-index repair "
                f"{session_id} --write), or start a new session"))
         verdict.details["nothing_to_cut_back_to"] = bool(uncuttable)
         verdict.details["poisoned"] = p
