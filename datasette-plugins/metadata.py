@@ -224,7 +224,7 @@ _COMMON = {
     "type": "record type (user, assistant, system, attachment, progress, ...)",
     "subtype": "system subtype (api_error, stop_hook_summary, compact_boundary, ...)",
     "timestamp": f"the record's timestamp, {_TS}",
-    "message_id": "message.id; not msg_... on a synthetic placeholder",
+    "message_id": "message.id (msg_... from Anthropic's API; other providers' ids differ; a random UUID on a synthetic placeholder)",
     "kind": "main or subagent transcript",
 }
 
@@ -359,7 +359,7 @@ TABLES = {
             is_meta="isMeta, 0/1",
             team_name="teamName",
             agent_id="agentId",
-            model="message.model; <synthetic> on placeholders",
+            model="message.model; <synthetic> on placeholders (what makes one, whatever the id)",
             request_id="requestId",
             is_api_error="isApiErrorMessage, 0/1",
             is_compact_summary="isCompactSummary, 0/1",
@@ -786,7 +786,7 @@ TABLES = {
             last_ingested_at=f"when the index last stored one, {_TS}",
             new="1 when the most recent ingest run (or a store append since) first stored "
                 "this kind",
-            modeled="1 when the index reads this kind (views.MODELED_KINDS); 0: kept raw",
+            modeled="1 when the index reads this kind (records.MODELED_KINDS); 0: kept raw",
             chain="1 when its type is a chain type (linked into the tree whatever it means)",
             meaning="what the kind means to the index, for a modeled one",
         ),

@@ -41,7 +41,7 @@ RESUMABLE = "a0000000-0000-4000-8000-000000000009"
 EXPECTED = {
     SUBAGENTS_ONLY: ("missing", "subagents_only"), MAIN_DELETED: ("missing", "deleted"),
     OTHER_NAME: ("missing", "not_named"), NO_MESSAGES: ("missing", "no_messages"),
-    SYNTHETIC_TAIL: ("poisoned", "synthetic_tail"),
+    THIRD_PARTY: ("resumable", "real_tail"), SYNTHETIC_TAIL: ("poisoned", "synthetic_tail"),
     ONLY_SYNTHETIC: ("poisoned", "synthetic_tail_uncuttable"),
     SPLICED: ("spliced", "api_error_splice"), RESUMABLE: ("resumable", "real_tail"),
 }

@@ -921,8 +921,9 @@ def repair(session_id, db_path, write, force, as_json):
     An api_error splice: the record after each late-flushed error chain is
     re-parented onto the last record of the orphaned output, so the errors
     become a dead-end side branch. A poisoned tail: the records after the
-    last real (msg_...) assistant message are dropped, so the next resume does
-    not send a synthetic id. Without --write it prints what would change and
+    last real assistant message (any reply of a model, whatever its message.id;
+    not a placeholder, whose message.model is <synthetic>) are dropped, so the
+    next resume does not send a synthetic id. Without --write it prints what would change and
     changes nothing. With --write it keeps a backup next to the file (and the
     original bytes in the index's repairs table), writes a temporary file and
     renames it into place, re-ingests, and checks that the recovered records

@@ -444,7 +444,8 @@ def m018_add_is_unreadable_to_records(db):
     # records.is_unreadable: a user/assistant record Claude Code's loader
     # drops as unreadable (lines._unreadable). Existing rows are read again
     # from their raw text by the same function.
-    from indexer.transcripts.lines import RECORD_FIELDS, BadLine, parse_line
+    from indexer.transcripts.lines import BadLine, parse_line
+    from indexer.transcripts.records import RECORD_FIELDS
     db.execute("ALTER TABLE records ADD COLUMN is_unreadable INTEGER NOT NULL DEFAULT 0")
     at = RECORD_FIELDS.index("is_unreadable")
     rows = db.execute("SELECT id, raw FROM records WHERE type IN ('user', 'assistant')")
@@ -616,7 +617,7 @@ def m022_prices(db):
         """
     )
     # The usage of every assistant record, as columns of records (lines.py
-    # reads them from the line as it parses it: rows.RECORD_FIELDS), so that
+    # reads them from the line as it parses it: records.RECORD_FIELDS), so that
     # nothing parses records.raw for usage. Existing assistant rows are read
     # once here: by SQLite's JSON where raw is JSON it reads, else (NaN, an
     # infinity) by the parser itself; both give what lines.py gives.
@@ -672,7 +673,8 @@ def fill_usage_columns(db):
                 AND json_type(raw, '$.message.usage') = 'object')
         WHERE id = usage_id
         """)
-    from indexer.transcripts.lines import NO_USAGE, RECORD_FIELDS, BadLine, parse_line
+    from indexer.transcripts.lines import NO_USAGE, BadLine, parse_line
+    from indexer.transcripts.records import RECORD_FIELDS
     at = RECORD_FIELDS.index("has_usage")
     columns = RECORD_FIELDS[at:]
     rows = db.execute(
@@ -846,3 +848,16 @@ def m027_files_tracked(db):
     # read 64 pages of the table, 12 of this).
     db.execute("CREATE INDEX files_tracked ON files(path, inode, dev, size, mtime_ns, "
                "deleted_at, ingested_offset)")
+
+
+@migrations()
+def m028_records_synthetic_by_model(db):
+    # A synthetic placeholder is an assistant record whose message.model is
+    # "<synthetic>", as Claude Code marks them (records.SYNTHETIC_RECORD,
+    # word for word, so that SQLite uses the index), no longer also one whose
+    # message.id does not start with msg_: a third-party provider's replies
+    # have such ids and are real messages.
+    db.execute("DROP INDEX IF EXISTS records_synthetic")
+    db.execute(
+        "CREATE INDEX records_synthetic ON records(file_id, uuid) "
+        "WHERE type = 'assistant' AND model = '<synthetic>'")

@@ -24,56 +24,21 @@ a CTE there is re-materialized and re-indexed at every step.
 from __future__ import annotations
 
 from indexer.transcripts.digests import sha256
+from indexer.transcripts.records import (
+    API_ERROR_RECORD,
+    CHAIN_TYPES_SQL,
+    COMPACT_BOUNDARY_RECORD,
+    EFFECTIVE_PARENT,
+    MODELED_KINDS,
+    SYNTHETIC_MODEL,
+    SYNTHETIC_RECORD,
+)
 from indexer.transcripts.retention import DEFAULT_DAYS as DEFAULT_RETENTION_DAYS
 
 # The CLI's parent fallback (resume.py): a record whose parent is not in the
 # file hangs under the latest message at or before it within this many ms.
 FALLBACK_MS = 5000
 
-# The record types that carry uuid/parentUuid links (the Agent SDK's
-# _TRANSCRIPT_ENTRY_TYPES): the one list resume.py, chain.py, conversation.py
-# and the pages use. Other record types are metadata.
-CHAIN_TYPES = ("user", "assistant", "progress", "system", "attachment")
-CHAIN_TYPES_SQL = "(" + ",".join(f"'{t}'" for t in CHAIN_TYPES) + ")"
-
-# The record kinds this index models: (type, subtype, what it means to the
-# index), the subtype being a system record's `subtype` or an attachment's
-# `attachment.type` ('' for none). Every other kind is kept raw (and, if its
-# type is a chain type, linked into the tree like any record of that type,
-# its meaning unread). The record_types view marks each kind it counts
-# against this list; record_kinds.py counts them.
-MODELED_KINDS = (
-    ("user", "", "a prompt or tool results: a message of the chain (toolUseResult, "
-                 "isCompactSummary)"),
-    ("assistant", "", "an API response, or a synthetic placeholder (model <synthetic>, "
-                      "isApiErrorMessage): a message of the chain"),
-    ("progress", "", "legacy hook/tool progress: a chain record the CLI does not load "
-                     "(orphans cause progress; the resume walk bridges it)"),
-    ("system", "", "a system record without a subtype: a chain record"),
-    ("system", "api_error", "a failed API call; late-flushed ones splice the chain "
-                            "(api_error_splices)"),
-    ("system", "compact_boundary", "a compaction: a root hanging from its logicalParentUuid; "
-                                   "what is before it is compacted"),
-    ("system", "file_snapshot", "a snapshot record the CLI's last-row rule passes over"),
-    ("summary", "", "a session title of older versions (session-index sessions)"),
-    ("custom-title", "", "the user's session title (session-index sessions)"),
-    ("ai-title", "", "Claude Code's session title (session-index sessions)"),
-    ("last-prompt", "", "the resume checkpoint: leafUuid, explicit (the checkpoint and "
-                        "rewound_to_empty rules)"),
-)
-
-
-def effective_parent(type_, subtype, parent_uuid, logical_parent_uuid):
-    """The parent the cause walk follows (eff_parent in the SQL below): a
-    compact_boundary with a null parentUuid hangs from its logicalParentUuid.
-    chain.py and the session page use this one."""
-    if parent_uuid is None and type_ == "system" and subtype == "compact_boundary":
-        return logical_parent_uuid
-    return parent_uuid
-
-
-# A synthetic placeholder's message.model (SYNTHETIC_RECORD; show.py).
-SYNTHETIC_MODEL = "<synthetic>"
 # Files that are transcripts (the rest are `claude -p` execution logs).
 TRANSCRIPT_KIND_NAMES = ("main", "subagent")
 TRANSCRIPT_KINDS = "(" + ",".join(f"'{k}'" for k in TRANSCRIPT_KIND_NAMES) + ")"
@@ -103,9 +68,7 @@ occ AS MATERIALIZED (
 nodes AS MATERIALIZED (
   SELECT r.id, r.file_id, r.line_no, r.uuid, r.parent_uuid, r.type, r.subtype,
          r.timestamp, r.is_sidechain, r.message_id, r.is_tool_result, r.is_unreadable,
-         CASE WHEN r.type = 'system' AND r.subtype = 'compact_boundary'
-                   AND r.parent_uuid IS NULL
-              THEN r.logical_parent_uuid ELSE r.parent_uuid END AS eff_parent
+         {EFFECTIVE_PARENT.format(r="r")} AS eff_parent
   FROM records r JOIN scope_files f ON f.file_id = r.file_id
   WHERE {_IS_NODE.format(n="r")}
 )
@@ -231,7 +194,7 @@ prompts AS MATERIALIZED (
 ),
 boundaries AS (
   SELECT o.file_id, o.line_no FROM occ o JOIN records r ON r.id = o.id
-  WHERE o.type = 'system' AND r.subtype = 'compact_boundary'
+  WHERE {COMPACT_BOUNDARY_RECORD.format(r="r")}
 ),
 latest_prompt AS (
   SELECT file_id, line_no, leaf, explicit FROM (
@@ -542,7 +505,7 @@ boundary AS (
     SELECT a.file_id, n.line_no,
            row_number() OVER (PARTITION BY a.file_id ORDER BY a.depth) AS rn
     FROM on_chain a JOIN nodes n ON n.file_id = a.file_id AND n.uuid = a.uuid
-    WHERE n.type = 'system' AND n.subtype = 'compact_boundary'
+    WHERE {COMPACT_BOUNDARY_RECORD.format(r="n")}
   ) WHERE rn = 1
 ),
 chain_messages AS MATERIALIZED (
@@ -554,7 +517,7 @@ splice_points AS MATERIALIZED (
   SELECT b.file_id, b.uuid FROM on_chain b
   JOIN leaf_ancestry c ON c.file_id = b.file_id AND c.rule = 'resume' AND c.depth = b.depth - 1
   JOIN nodes n ON n.file_id = c.file_id AND n.uuid = c.uuid
-  WHERE n.type = 'system' AND n.subtype = 'api_error'
+  WHERE {API_ERROR_RECORD.format(r="n")}
 ),
 leaf_message AS MATERIALIZED (
   SELECT file_id, uuid FROM (
@@ -602,7 +565,7 @@ down(file_id, uuid, branch_point, origin, steps) AS (
   JOIN records c ON c.file_id = d.file_id AND c.logical_parent_uuid = d.uuid
   JOIN files b ON b.id = d.file_id
   WHERE d.steps <= b.line_count AND c.parent_uuid IS NULL
-    AND c.type = 'system' AND c.subtype = 'compact_boundary'
+    AND {COMPACT_BOUNDARY_RECORD.format(r="c")}
     AND {_IS_NODE.format(n="c")}
     AND NOT EXISTS (SELECT 1 FROM leaf_ancestry_cache a WHERE a.file_id = c.file_id
                     AND a.rule = 'resume' AND a.uuid = c.uuid)
@@ -628,7 +591,7 @@ SELECT o.file_id, f.session_id, o.uuid, o.type, o.subtype, o.timestamp,
     WHEN EXISTS (SELECT 1 FROM splice_points s
                  WHERE s.file_id = o.file_id AND s.uuid = d.branch_point)
       THEN 'api_error_splice'
-    WHEN o.type = 'system' AND o.subtype = 'api_error' THEN 'api_error_record'
+    WHEN {API_ERROR_RECORD.format(r="o")} THEN 'api_error_record'
     WHEN d.origin = 'dangling_parent' THEN 'dangling_parent'
     WHEN d.origin = 'unlinked' THEN 'unlinked'
     WHEN d.origin = 'ancestry' THEN 'abandoned_branch'
@@ -770,16 +733,8 @@ DUPLICATE_UUIDS_SQL = (f"SELECT {_prefixed(DUPLICATE_UUIDS_COLUMNS, 'c')}, "
 
 # --- Operator signals ---------------------------------------------------
 
-# A synthetic assistant placeholder: model "<synthetic>" or a message.id that
-# is not an API id (msg_...); resuming with it as the tail sends that id as
-# previous_message_id and gets a 400. Matches the partial index
-# records_synthetic (migrations.m009) word for word, so that it is used.
-SYNTHETIC_RECORD = (
-    "{r}.type = 'assistant' AND ({r}.model = '" + SYNTHETIC_MODEL + "' "
-    "OR {r}.message_id NOT LIKE 'msg\\_%' ESCAPE '\\')"
-)
-
-# 1 when file {file}'s resume chain holds no real (msg_...) assistant message:
+# 1 when file {file}'s resume chain holds no real assistant message (one that
+# is not a synthetic placeholder, records.SYNTHETIC_RECORD):
 # a poisoned tail then has nothing to be cut back to (repair cannot help; a
 # new session is the way on).
 NOTHING_TO_CUT_TEMPLATE = f"""NOT EXISTS (
@@ -1058,7 +1013,7 @@ WITH RECURSIVE episodes AS (
   SELECT s.file_id, s.session_id, s.api_error_uuid, s.branch_point_uuid,
     (SELECT a.record_id FROM leaf_ancestry_cache a JOIN records r ON r.id = a.record_id
      WHERE a.file_id = s.file_id AND a.rule = 'resume' AND a.height > e.height
-       AND NOT (r.type = 'system' AND r.subtype = 'api_error')
+       AND NOT ({API_ERROR_RECORD.format(r="r")})
      ORDER BY a.height LIMIT 1) AS record_id,
     (SELECT o.uuid FROM orphans o
      WHERE o.file_id = s.file_id AND o.cause = 'api_error_splice'

@@ -41,7 +41,8 @@ from indexer.index.db import JOURNAL_MODE_SQL, background_checkpoints, retry_loc
 from indexer.transcripts.digests import blake2b
 from indexer.transcripts.safefiles import NotRegular, open_regular, regular_stat
 from indexer.index.generations import stored_bytes
-from indexer.transcripts.rows import LARGE_LINE_BYTES, RECORD_FIELDS, BadLine, NeedsText, bindable
+from indexer.transcripts.records import RECORD_FIELDS
+from indexer.transcripts.rows import LARGE_LINE_BYTES, BadLine, NeedsText, bindable
 
 READ_CHUNK = 1 << 20
 # Commit after this many bytes of new lines: long enough to amortize the
@@ -50,7 +51,7 @@ TXN_BYTES = 8 << 20
 HEAD_BYTES = 1024
 TAIL_BYTES = 4096
 
-# Field positions in a parsed record (lines.RECORD_FIELDS).
+# Field positions in a parsed record (records.RECORD_FIELDS).
 _SESSION, _TIMESTAMP = RECORD_FIELDS.index("session_id"), RECORD_FIELDS.index("timestamp")
 _CWD, _VERSION, _BRANCH = (RECORD_FIELDS.index(k) for k in ("cwd", "version", "git_branch"))
 
@@ -184,7 +185,7 @@ WHERE id = :id
 
 def running_facts(fields: list[tuple]) -> dict:
     """RUNNING_FACTS_SET's parameters for a batch of records' fields
-    (lines.RECORD_FIELDS order), in file order."""
+    (records.RECORD_FIELDS order), in file order."""
     stamps = [f[_TIMESTAMP] for f in fields if f[_TIMESTAMP]]
 
     def first(i):

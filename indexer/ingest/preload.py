@@ -38,7 +38,8 @@ import zlib
 
 from indexer.index import views
 from indexer.chain.walk import CACHE_COLUMNS, CACHE_TABLES
-from indexer.transcripts.rows import RECORD_FIELDS, bindable
+from indexer.transcripts.records import RECORD_FIELDS
+from indexer.transcripts.rows import bindable
 
 # Files bigger than this are read by ingest itself (the worker holds a
 # whole file in memory).

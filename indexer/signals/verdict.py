@@ -24,6 +24,7 @@ own subject row.
 from __future__ import annotations
 
 from indexer.index import views
+from indexer.transcripts import records
 
 # The verdicts, in the order they are tried, and the exit code of each (check).
 EXIT_CODES = {"missing": 4, "poisoned": 5, "spliced": 6, "resumable": 0}
@@ -141,7 +142,7 @@ FROM (
     SELECT j.*, t.uuid AS tail_uuid, t.message_id AS tail_message_id,
       CASE
         WHEN j.file_id IS NULL OR j.rule IS NULL OR j.rule NOT IN {_LOADED} THEN 'missing'
-        WHEN t.id IS NOT NULL AND {views.SYNTHETIC_RECORD.format(r="t")} THEN 'poisoned'
+        WHEN t.id IS NOT NULL AND {records.SYNTHETIC_RECORD.format(r="t")} THEN 'poisoned'
         WHEN j.splices > 0 THEN 'spliced'
         ELSE 'resumable' END AS verdict,
       {views.NOTHING_TO_CUT_TEMPLATE.format(file="j.file_id")} AS nothing_to_cut
