@@ -5,8 +5,9 @@ the health page's class and `show`'s header are the same.
 Over the real transcripts of ../shared/corpus, the demo, and generated
 sessions of every shape the index knows: only subagent transcripts left, a
 main transcript deleted beside its subagents, a transcript under another name,
-a named file with no message, a third-party provider's ids, a synthetic tail
-(with and without a real message before it), an api_error splice.
+a named file with no message, a third-party provider's ids (generated, and
+as the real Claude Code wrote them: tests/fixtures/third_party), a synthetic
+tail (with and without a real message before it), an api_error splice.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+from pathlib import Path
 from urllib.parse import quote
 
 import pytest
@@ -27,6 +29,7 @@ from indexer.index.db import open_index
 from indexer.ingest.files import ingest
 
 pytestmark = pytest.mark.xdist_group("one-answer")
+FIXTURES = Path(__file__).parent / "fixtures" / "third_party"
 
 VERDICTS = {"missing", "poisoned", "spliced", "resumable"}
 SUBAGENTS_ONLY = "a0000000-0000-4000-8000-000000000001"
@@ -115,6 +118,27 @@ def generated(projects):
     return main
 
 
+# Sessions the real Claude Code 2.1.332 wrote against a third-party provider
+# (tests/fixtures/third_party/README.md): their verdict.
+REAL_THIRD_PARTY = {"glm5_session.jsonl": ("resumable", "real_tail"),
+                    "glm5_session_request_ids.jsonl": ("resumable", "real_tail"),
+                    "glm5_api_error_synthetic.jsonl": ("poisoned", "synthetic_tail")}
+
+
+def real_third_party(projects) -> dict:
+    """Copy the real binary's transcripts in under their session ids, as
+    Claude Code names them; {session_id: expected (verdict, cause)}."""
+    expected = {}
+    for name, verdict in REAL_THIRD_PARTY.items():
+        data = (FIXTURES / name).read_bytes()
+        sid = json.loads(next(line for line in data.splitlines()
+                              if b'"sessionId"' in line))["sessionId"]
+        (projects / "-tmp-glm").mkdir(parents=True, exist_ok=True)
+        (projects / "-tmp-glm" / f"{sid}.jsonl").write_bytes(data)
+        expected[sid] = verdict
+    return expected
+
+
 def surfaces(db_path, config, sessions: list[str]) -> dict:
     """{session_id: {surface: verdict}} from the five surfaces."""
     runner = CliRunner()
@@ -177,6 +201,7 @@ def test_every_surface_gives_the_same_verdict_for_every_session(tmp_path):
     config = tmp_path / "claude"
     projects = config / "projects"
     main = generated(projects)
+    expected = dict(EXPECTED, **real_third_party(projects))
     db_path = tmp_path / "sessions.db"
     db = open_index(db_path, create=True)
     sources = [str(projects)] + ([str(CORPUS)] if CORPUS.is_dir() else [])
@@ -186,14 +211,14 @@ def test_every_surface_gives_the_same_verdict_for_every_session(tmp_path):
     sessions = [r[0] for r in db.conn.execute(
         "SELECT session_id FROM sessions ORDER BY session_id")]
     db.conn.close()
-    assert set(EXPECTED) <= set(sessions)
+    assert set(expected) <= set(sessions)
     if CORPUS.is_dir():
         assert len(sessions) > 60
     found = surfaces(db_path, config, sessions)
     assert_one_answer(found)
     # The shapes are what they are meant to be, in every surface (and the
     # verdict's cause says why).
-    for sid, (verdict, cause) in EXPECTED.items():
+    for sid, (verdict, cause) in expected.items():
         assert set(found[sid].values()) == {verdict}, (sid, found[sid])
     out = CliRunner().invoke(cli, ["check", SUBAGENTS_ONLY, "--db", str(db_path), "--json",
                                    "--config-dir", str(config)])
@@ -206,8 +231,8 @@ def test_every_surface_gives_the_same_verdict_for_every_session(tmp_path):
     assert "fix: start a new session" in out.stdout and "no conversation to show" in out.stdout
     causes = {r["session_id"]: r["cause"] for r in json.loads(CliRunner().invoke(
         cli, ["sessions", "--db", str(db_path), "--json", "--limit", "100000"]).stdout)}
-    assert {sid: causes[sid] for sid in EXPECTED} == {
-        sid: cause for sid, (_, cause) in EXPECTED.items()}
+    assert {sid: causes[sid] for sid in expected} == {
+        sid: cause for sid, (_, cause) in expected.items()}
 
 
 def test_the_demo_gives_one_answer_everywhere(tmp_path):
