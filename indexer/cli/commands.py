@@ -22,7 +22,9 @@ import sys
 import click
 
 from indexer.index import db as dbmod
-from indexer.index.views import EXPIRING_WINDOW_DAYS
+from indexer.cli.options import (config_dir_option, db_option, generation_option, json_option,
+                                 now_option, output_options)
+from indexer.signals.classes import EXPIRING_WINDOW_DAYS, LISTED
 
 
 class _OnUse:
@@ -86,25 +88,6 @@ def _now(now):
         return signals.iso_now(now)
     except signals.BadTime as exc:
         raise click.BadParameter(str(exc), param_hint="--now") from None
-
-
-db_option = click.option(
-    "--db", "db_path", type=click.Path(dir_okay=False), default=dbmod.default_db_path,
-    show_default="$SESSION_INDEX_DB, else $XDG_DATA_HOME/session-index/sessions.db, "
-                 "else ~/.local/share/session-index/sessions.db", help="The index file.")
-config_dir_option = click.option(
-    "--config-dir", type=click.Path(file_okay=False), default=None,
-    help="Claude Code's config dir, for settings.json and projects/ "
-         "[default: $CLAUDE_CONFIG_DIR (a comma-separated list allowed), else "
-         "~/.config/claude and ~/.claude].")
-now_option = click.option(
-    "--now", default=None, metavar="ISO-TIME",
-    help="Answer as if it were this time (ISO-8601, UTC if no zone; default: the clock).")
-json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-generation_option = click.option(
-    "--generation", type=click.IntRange(min=1), default=None, metavar="N",
-    help="Generation N of each transcript (1 is the first; every rewrite starts one), "
-         "leaving out those without one; exit 3 if none has it [default: the current].")
 
 
 def nats_auth_options(fn):
@@ -184,7 +167,7 @@ def cli():
 @cli.command()
 @click.argument("sources", nargs=-1, type=click.Path())
 @db_option
-@config_dir_option
+@config_dir_option()
 @click.option("--silent", is_flag=True, help="No progress bar.")
 @json_option
 @click.option("--watch", is_flag=True,
@@ -321,7 +304,7 @@ def _ingest_from(db_path, url, consumer, hosts, watch, as_json, auth):
                    "[default: ship.db beside the default index].")
 @click.option("--once", is_flag=True, help="Send what is new now, then exit "
                                            "(default: follow SOURCES until SIGINT/SIGTERM).")
-@config_dir_option
+@config_dir_option()
 @nats_auth_options
 def ship(sources, to_url, host, ledger, once, config_dir, **auth):
     """Send every new complete line of the transcripts under SOURCES to NATS
@@ -456,7 +439,7 @@ def refs_import(file, db_path, as_json):
 @cli.command()
 @click.argument("session_id")
 @db_option
-@config_dir_option
+@config_dir_option()
 @now_option
 @click.option("--cwd", type=click.Path(file_okay=False), default=None,
               help="Check the transcript a resume run from this directory opens "
@@ -503,98 +486,39 @@ def check(session_id, db_path, config_dir, now, cwd, host, as_json):
     sys.exit(checkmod.report(verdict, as_json, sys.stdout, sys.stderr))
 
 
-def output_options(fn):
-    """--json, --nl, --csv, --tsv, --table: one of them (the last given wins),
-    tab-separated by default (indexer/cli/output.py)."""
-    for flag, help_text in reversed((
-            ("--json", "Print a JSON array."),
-            ("--nl", "Print one JSON object per line."),
-            ("--csv", "Print CSV with a header row."),
-            ("--tsv", "Print tab-separated values with a header row (the default)."),
-            ("--table", "Print aligned columns."))):
-        fn = click.option(flag, "fmt", flag_value=flag[2:], help=help_text)(fn)
-    return fn
-
-
-def _listing(name, db_path, now=None, days=None, fmt=None):
+def _listing(name, db_path, now=None, fmt=None, **options):
     from indexer.cli import output
 
     db = _open(db_path, create=False)
-    rows = signals.listing(db, name, now=_now(now),
-                           days=days if days is not None else EXPIRING_WINDOW_DAYS)
+    rows = signals.listing(db, name, now=_now(now), **options)
     output.write_rows(rows, fmt or "tsv", sys.stdout)
     if rows:
         sys.exit(EXIT_FINDING)
 
 
-@cli.command()
-@db_option
-@output_options
-def poisoned(db_path, fmt):
-    """Sessions with a synthetic placeholder on their resume chain (at_resume_tail:
-    the next resume fails with the previous_message_id 400) or failed resumes of
-    that kind. Exit 1 when there are any.
+def listing_command(cls):
+    """The click command of a problem class's listing (signals/classes.py):
+    --db, --now when it answers at a time, its own options, the output
+    formats; exit 1 when it lists rows."""
+    listing = cls.listing
 
-    Example:
+    def command(db_path, fmt, now=None, **options):
+        _listing(listing.command, db_path, now=now, fmt=fmt, **options)
 
-    \b
-        session-index poisoned --json
-    """
-    _listing("poisoned", db_path, fmt=fmt)
-
-
-@cli.command()
-@db_option
-@now_option
-@output_options
-def stale(db_path, now, fmt):
-    """Referenced session ids (refs import, and resume targets of executions)
-    that a resume cannot use: never_indexed, deleted, unopenable (no file a
-    resume opens: none named SESSION_ID.jsonl with a message), or expired. Exit 1 when
-    there are any.
-
-    Example:
-
-    \b
-        session-index stale --now 2026-12-01T00:00:00Z
-    """
-    _listing("stale", db_path, now=now, fmt=fmt)
+    description, example = listing.help.split("    Example:", 1)
+    command.__doc__ = f"{description}    What to do: {cls.fix}.\n\n    Example:{example}"
+    command = output_options(command)
+    for param in reversed(listing.params):
+        command = click.option(param.flag, param.name, type=param.type, default=param.default,
+                               show_default=True, metavar=param.metavar,
+                               help=param.help)(command)
+    if listing.now:
+        command = now_option(command)
+    return cli.command(listing.command)(db_option(command))
 
 
-@cli.command()
-@db_option
-@now_option
-@click.option("--days", type=float, default=EXPIRING_WINDOW_DAYS, show_default=True,
-              help="Report transcripts expiring within this many days.")
-@output_options
-def expiring(db_path, now, days, fmt):
-    """Transcripts Claude Code's cleanup will delete within --days, has
-    already made due (expired, still on disk), or deleted (kept in the index).
-    Exit 1 when there are any.
-
-    Example:
-
-    \b
-        session-index expiring --days 7 --json
-    """
-    _listing("expiring", db_path, now=now, days=days, fmt=fmt)
-
-
-@cli.command()
-@db_option
-@output_options
-def failed(db_path, fmt):
-    """`claude -p` runs that failed, with the real message and its class,
-    including those a parser reading `result` records as success (an empty
-    result with the message in errors[], or subtype success with is_error).
-    Exit 1 when there are any.
-
-    Example:
-
-    \b
-        session-index failed --json
-    """
-    _listing("failed", db_path, fmt=fmt)
+for _cls in LISTED.values():
+    listing_command(_cls)
 
 
 @cli.command("record-types")
@@ -808,7 +732,7 @@ def export(session_id, out, force, generation, db_path):
 @click.argument("session_id")
 @generation_option
 @db_option
-@config_dir_option
+@config_dir_option()
 def restore(session_id, generation, db_path, config_dir):
     """Put SESSION_ID's transcripts back, from the index, so a cached id
     resumes again: where they were ingested from, or with --config-dir at

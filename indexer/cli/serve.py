@@ -20,6 +20,7 @@ import click
 
 from indexer.index import db as dbmod
 from indexer.cli import demo_data
+from indexer.cli.options import config_dir_option, db_option
 from session_index_web import metadata as web_metadata
 from indexer.cli.commands import _nats_options, consumer_option, hosts_option, nats_auth_options
 
@@ -145,9 +146,6 @@ def demo_folder(directory) -> Path:
     return path
 
 
-db_option = click.option(
-    "--db", "db_path", type=click.Path(dir_okay=False), default=dbmod.default_db_path,
-    show_default="$SESSION_INDEX_DB, else sessions.db", help="The index file.")
 host_option = click.option("--host", default=DEFAULT_HOST, show_default=True,
                            help="Address to listen on (loopback by default).")
 port_option = click.option("--port", default=DEFAULT_PORT, show_default=True, type=int,
@@ -162,9 +160,7 @@ port_option = click.option("--port", default=DEFAULT_PORT, show_default=True, ty
 @click.option("--watch", is_flag=True,
               help="Also keep the index current: follow SOURCES as `ingest --watch` does, "
                    "in this process; SIGINT or SIGTERM stops both (exit 0).")
-@click.option("--config-dir", type=click.Path(file_okay=False), default=None,
-              help="With --watch: Claude Code's config dir, for settings.json and projects/ "
-                   "[default: $CLAUDE_CONFIG_DIR (a comma-separated list), else ~/.config/claude and ~/.claude].")
+@config_dir_option("With --watch: ")
 @click.option("--from", "from_url", metavar="nats://HOST:PORT", default=None,
               help="With --watch: also consume what `session-index ship` sends to this NATS "
                    "JetStream server, as `ingest --from --watch` does (without SOURCES, "

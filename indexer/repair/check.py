@@ -38,14 +38,14 @@ from datetime import datetime, timedelta
 from indexer.sql import dict_rows
 from indexer.chain import mainfile
 from indexer.transcripts import retention
-from indexer.signals import listings as signals
+from indexer.signals import classes, listings as signals
 from indexer.index import views
 
 # A check imports only what its answer needs: no click, dataclasses, pathlib
 # or parser (indexer/cli/entry.py; bench/startup_speed.py).
 
 EXIT_CODES = {"resumable": 0, "missing": 4, "poisoned": 5, "spliced": 6}
-EXPIRY_WARNING_DAYS = views.EXPIRING_WINDOW_DAYS
+EXPIRY_WARNING_DAYS = classes.EXPIRING_WINDOW_DAYS
 
 # The session's main transcripts: local files first, then store copies.
 MAIN_FILES_SQL = """
