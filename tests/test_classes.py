@@ -115,7 +115,8 @@ def test_a_half_declared_class_fails(fresh):
     assert missing_surfaces(half, fresh) == ["view no_such_view in a new index"]
     orphan = classes.ProblemClass(
         "orphan", "files", classes.HISTORY, "nothing",
-        listing=classes.Listing("no-such-listing", "Help.\n\n    Example:\n", "id"),
+        listing=classes.Listing("no-such-listing", "Help.", "session-index no-such-listing",
+                                "id"),
         query=classes.CannedQuery("no_such_query", "T", "D", "SELECT 1"),
         health=(classes.HealthRow("No such row", at="NULL", detail="''"),))
     assert missing_surfaces(orphan, fresh) == [
@@ -250,3 +251,16 @@ def test_the_canned_query(compacted):
     assert rows == [expected_row(compacted, MANY, 12)]
     rows = site_get(compacted.path, f"/{name}/many_compactions.json?_shape=array&more_than=0").json()
     assert rows == [expected_row(compacted, MANY, 12), expected_row(compacted, FEW, 3)]
+
+
+def test_the_readmes_example_is_the_declaration():
+    """README, "Contributing": every line of its example stands in classes.py
+    as written (its "..." lines shorten it)."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("### Adding a problem class"):]
+    block = section[section.index("```python\n") + 10:section.index("```\n", section.index("```python"))]
+    source = {line.rstrip() for line in (ROOT / "indexer" / "signals" / "classes.py")
+              .read_text().splitlines()}
+    lines = [line.rstrip() for line in block.splitlines() if line.strip() and "..." not in line]
+    assert len(lines) > 30
+    assert [line for line in lines if line not in source] == []

@@ -22,9 +22,10 @@ import sys
 import click
 
 from indexer.index import db as dbmod
-from indexer.cli.options import (config_dir_option, db_option, generation_option, json_option,
-                                 now_option, output_options)
-from indexer.signals.classes import EXPIRING_WINDOW_DAYS, LISTED
+from indexer.cli.options import (config_dir_option, db_option, from_options, generation_option,
+                                 json_option, nats_auth_options, now_option, output_options,
+                                 since_option)
+from indexer.signals.classes import EXPIRING_WINDOW_DAYS, LISTED, listing_help
 
 
 class _OnUse:
@@ -83,50 +84,6 @@ def _open(path: str, create: bool = False):
         raise Failure(str(exc)) from None
 
 
-def _now(now):
-    try:
-        return signals.iso_now(now)
-    except signals.BadTime as exc:
-        raise click.BadParameter(str(exc), param_hint="--now") from None
-
-
-def nats_auth_options(fn):
-    """The NATS connection's auth and TLS options (ship, ingest --from)."""
-    for option in reversed((
-        click.option("--token", "nats_token", envvar="NATS_TOKEN", default=None,
-                     help="The server's auth token [default: $NATS_TOKEN]."),
-        click.option("--creds", "nats_creds", type=click.Path(dir_okay=False, exists=True),
-                     default=None, help="A NATS credentials file (.creds: JWT and nkey)."),
-        click.option("--tls-ca", "nats_tls_ca", type=click.Path(dir_okay=False, exists=True),
-                     default=None, help="Verify the server's TLS certificate with this CA "
-                                        "file (use a tls:// URL)."),
-    )):
-        fn = option(fn)
-    return fn
-
-
-consumer_option = click.option(
-    "--consumer", default=None, metavar="NAME",
-    help="With --from: the durable consumer's name [default: session-index-central]; one "
-         "per central index.")
-
-
-def _hosts(ctx, param, value):
-    """--hosts a,b: the host names, each non-empty."""
-    if value is None:
-        return None
-    hosts = [h.strip() for h in value.split(",")]
-    if not all(hosts):
-        raise click.BadParameter("a comma-separated list of host names, none empty")
-    return hosts
-
-
-hosts_option = click.option(
-    "--hosts", default=None, metavar="HOST,HOST", callback=_hosts,
-    help="With --from: only these hosts' lines (a partition of the fleet over several "
-         "central indexes); a durable consumer per host, NAME-HOST [default: every host's].")
-
-
 def _nats_options(url: str, auth: dict):
     from indexer.ingest import fleet_nats
 
@@ -174,13 +131,9 @@ def cli():
               help="Then keep following SOURCES (file notifications) and index each new "
                    "line within a second of its write, until SIGINT or SIGTERM (exit 0); "
                    "logs one line per batch on stderr.")
-@click.option("--from", "from_url", metavar="nats://HOST:PORT", default=None,
-              help="Instead of SOURCES: the lines `session-index ship` sent to this NATS "
-                   "JetStream server (every host's), drained, then exit; with --watch, "
-                   "keep consuming until SIGINT or SIGTERM.")
-@consumer_option
-@hosts_option
-@nats_auth_options
+@from_options("Instead of SOURCES: the lines `session-index ship` sent to this NATS "
+              "JetStream server (every host's), drained, then exit; with --watch, keep "
+              "consuming until SIGINT or SIGTERM.")
 def ingest(sources, db_path, config_dir, silent, as_json, watch, from_url, consumer, hosts,
            **nats_auth):
     """Index new lines of the transcripts under SOURCES.
@@ -479,7 +432,7 @@ def check(session_id, db_path, config_dir, now, cwd, host, as_json):
         session-index check 0b1fed78-ad30-4641-94b1-5f6931526c96 --host build-7
     """
     try:
-        verdict = checkmod.check(_open(db_path), session_id, now=_now(now),
+        verdict = checkmod.check(_open(db_path), session_id, now=signals.iso_now(now),
                                  config_dir=config_dir, cwd=cwd, host=host)
     except mainfile.AmbiguousHost as exc:
         raise AmbiguousHost(str(exc)) from None
@@ -490,7 +443,7 @@ def _listing(name, db_path, now=None, fmt=None, **options):
     from indexer.cli import output
 
     db = _open(db_path, create=False)
-    rows = signals.listing(db, name, now=_now(now), **options)
+    rows = signals.listing(db, name, now=now, **options)
     output.write_rows(rows, fmt or "tsv", sys.stdout)
     if rows:
         sys.exit(EXIT_FINDING)
@@ -505,8 +458,7 @@ def listing_command(cls):
     def command(db_path, fmt, now=None, **options):
         _listing(listing.command, db_path, now=now, fmt=fmt, **options)
 
-    description, example = listing.help.split("    Example:", 1)
-    command.__doc__ = f"{description}    What to do: {cls.fix}.\n\n    Example:{example}"
+    command.__doc__ = listing_help(cls)
     command = output_options(command)
     for param in reversed(listing.params):
         command = click.option(param.flag, param.name, type=param.type, default=param.default,
@@ -526,8 +478,7 @@ for _cls in LISTED.values():
 @click.option("--new", "only_new", is_flag=True,
               help="Only the kinds the most recent ingest run brought (exit 1 when there "
                    "are any).")
-@click.option("--since", default=None, metavar="ISO-TIME",
-              help="Only the kinds the index first stored at or after this time.")
+@since_option("the kinds the index first stored")
 @output_options
 def record_types(db_path, only_new, since, fmt):
     """Every record type, system subtype and attachment type in the
@@ -544,12 +495,6 @@ def record_types(db_path, only_new, since, fmt):
     """
     from indexer.cli import output
 
-    if since:
-        try:
-            since = signals.iso_now(since)
-        except signals.BadTime as exc:
-            raise click.BadParameter(str(exc).replace("--now", "--since", 1),
-                                     param_hint="--since") from None
     rows = record_kinds.listing(_open(db_path, create=False), new=only_new, since=since)
     output.write_rows(rows, fmt or "tsv", sys.stdout)
     if only_new and rows:
@@ -560,8 +505,7 @@ def record_types(db_path, only_new, since, fmt):
 @db_option
 @click.option("--project", default=None, metavar="P",
               help="Only sessions of this project folder (as in ~/.claude/projects) or cwd.")
-@click.option("--since", default=None, metavar="ISO-TIME",
-              help="Only sessions active since this time (ISO-8601, UTC if no zone).")
+@since_option("sessions active")
 @click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
 @output_options
 def sessions(db_path, project, since, limit, fmt):
@@ -577,7 +521,6 @@ def sessions(db_path, project, since, limit, fmt):
     """
     from indexer.cli import output
 
-    since = _now(since) if since else None
     rows = signals.sessions(_open(db_path, create=False), project=project, since=since,
                             limit=limit)
     output.write_rows(rows, fmt or "tsv", sys.stdout)
@@ -590,8 +533,7 @@ def sessions(db_path, project, since, limit, fmt):
 @click.option("--by", type=click.Choice(["day", "session", "model", "project"]), default=None,
               help="One row per day (UTC), session, model or project folder "
                    "[default: one row for all].")
-@click.option("--since", default=None, metavar="ISO-TIME",
-              help="Only API calls at or after this time (ISO-8601, UTC if no zone).")
+@since_option("API calls")
 @output_options
 def usage(db_path, by, since, fmt):
     """Tokens and cost of the API calls in the transcripts, each call counted
@@ -612,7 +554,6 @@ def usage(db_path, by, since, fmt):
     """
     from indexer.cli import output
 
-    since = _now(since) if since else None
     db = _open(db_path, create=False)
     try:
         pricesmod.refresh_packaged(db)
@@ -952,8 +893,7 @@ def verify(session_id, db_path, claude, as_json):
               help="Only records of this session.")
 @click.option("--project", default=None, metavar="P",
               help="Only records of this project folder (as in ~/.claude/projects) or cwd.")
-@click.option("--since", default=None, metavar="ISO-TIME",
-              help="Only records at or after this time (ISO-8601, UTC if no zone).")
+@since_option("records")
 @click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True,
               metavar="N", help="At most N records.")
 @click.option("--enable", is_flag=True,
@@ -1026,7 +966,6 @@ def search(query, db_path, session_id, project, since, limit, enable, disable, f
             return
     if not query:
         raise click.UsageError("give a QUERY, or --enable or --disable")
-    since = _now(since) if since else None
     try:
         rows = searchmod.search(db, query, session=session_id, project=project, since=since,
                                 limit=limit)

@@ -83,13 +83,13 @@ class Param(namedtuple("Param", "name type default help metavar", defaults=(None
         return "--" + self.name.replace("_", "-")
 
 
-class Listing(namedtuple("Listing", "command help order_by where now args params",
+class Listing(namedtuple("Listing", "command summary example order_by where now args params",
                          defaults=("", False, {}, ()))):
     """A listing command: ``SELECT * FROM <the view> [WHERE where] ORDER BY
     order_by``; with ``args``, from the view's template filled with them
     instead (``:now``, ``:days``: answered at --now, given with ``now``).
-    ``help`` is the command's --help, with an Example: block; ``params``
-    its other options (Param)."""
+    ``summary`` says what it lists, ``example`` is a command line (its
+    --help: listing_help); ``params`` are its other options (Param)."""
 
     __slots__ = ()
 
@@ -135,7 +135,133 @@ class ProblemClass(namedtuple("ProblemClass", "name view severity fix listing qu
         return row.severity or self.severity
 
 
-# --- The signal views' SQL ------------------------------------------------------
+# --- Time: the views answer at the clock, the listings at --now ----------------
+
+# Time-dependent definitions are templates over {now} (an ISO-8601 UTC
+# expression): the views use the clock, the CLI binds --now.
+CLOCK = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
+EXPIRING_WINDOW_DAYS = 7
+
+
+# --- poisoned: a synthetic placeholder on the resume chain ---------------------
+
+# poisoned_sessions: one row per session and host whose main transcript
+# there (session_hosts: each host's copy is judged on its own) has a
+# synthetic placeholder on its resume ancestry, or whose resumes failed with
+# the previous_message_id 400 (executions of that host's logs).
+# message_id/uuid: the synthetic record nearest the leaf; at_resume_tail: it
+# is the last assistant on the ancestry (the next resume sends its id and
+# fails); synthetic_on_chain: how many are on it;
+# failed_resumes: executions classed poisoned_previous_message_id naming the
+# session (as its session_id or its init session id); last_seen: the newest
+# record timestamp of the session on that host.
+# Slots: {files}, {session_id}, {init_session_id} narrow it (POISONED_ARGS: the
+# whole index); {synthetic_record} and {transcript_kinds} are the record model's
+# rules (RECORD_RULES), filled in by the index.
+POISONED_SESSIONS_TEMPLATE = """
+WITH placeholders AS MATERIALIZED (
+  SELECT r.file_id, r.id, r.uuid, r.message_id FROM records r
+  WHERE {files} AND {synthetic_record}
+),
+synthetic AS (
+  SELECT s.session_id, s.host, r.file_id, r.id, r.uuid, r.message_id, a.height
+  FROM placeholders r
+  JOIN session_hosts s ON s.main_file_id = r.file_id
+  JOIN leaf_ancestry_cache a ON a.file_id = r.file_id AND a.rule = 'resume'
+    AND a.uuid = r.uuid AND a.record_id = r.id
+),
+tails AS (
+  SELECT f.file_id, (
+    SELECT a.record_id FROM leaf_ancestry_cache a JOIN records t ON t.id = a.record_id
+    WHERE a.file_id = f.file_id AND a.rule = 'resume' AND t.type = 'assistant'
+    ORDER BY a.height DESC LIMIT 1) AS record_id
+  FROM (SELECT DISTINCT file_id FROM synthetic) f
+),
+on_chain AS (
+  SELECT y.session_id, y.host, y.file_id, y.uuid, y.message_id, max(y.height) AS height,
+         count(*) AS synthetic_on_chain, max(y.id = t.record_id) AS at_resume_tail
+  FROM synthetic y JOIN tails t ON t.file_id = y.file_id
+  GROUP BY y.session_id, y.host
+),
+failed AS (
+  SELECT session_id, host, count(*) AS failed_resumes FROM (
+    SELECT id, session_id, host FROM executions
+    WHERE error_class = 'poisoned_previous_message_id' AND session_id IS NOT NULL
+      AND {session_id}
+    UNION
+    SELECT id, init_session_id, host FROM executions
+    WHERE error_class = 'poisoned_previous_message_id' AND init_session_id IS NOT NULL
+      AND {init_session_id})
+  GROUP BY session_id, host
+),
+ids AS (SELECT session_id, host FROM on_chain UNION SELECT session_id, host FROM failed)
+SELECT i.session_id, coalesce(c.file_id, h.main_file_id) AS file_id, c.message_id, c.uuid,
+       coalesce(c.at_resume_tail, 0) AS at_resume_tail,
+       coalesce(c.synthetic_on_chain, 0) AS synthetic_on_chain,
+       coalesce(fl.failed_resumes, 0) AS failed_resumes,
+       CASE WHEN s.host = i.host THEN s.last_timestamp ELSE (
+         SELECT max(m.last_timestamp) FROM files m WHERE m.session_id = i.session_id
+           AND m.kind IN {transcript_kinds} AND coalesce(m.host, '') = i.host) END AS last_seen,
+       i.host
+FROM ids i
+LEFT JOIN on_chain c ON c.session_id = i.session_id AND c.host = i.host
+LEFT JOIN failed fl ON fl.session_id = i.session_id AND fl.host = i.host
+LEFT JOIN session_hosts h ON h.session_id = i.session_id AND h.host = i.host
+LEFT JOIN sessions s ON s.session_id = i.session_id
+""".strip()
+POISONED_ARGS = {"files": "1", "session_id": "1", "init_session_id": "1"}
+
+# poisoned: sessions with a synthetic placeholder on the resume
+# chain or a resume that failed with the previous_message_id 400, the ones
+# whose next resume fails first; :since keeps sessions seen since that
+# ISO time (blank: all).
+POISONED_QUERY_SQL = """
+SELECT * FROM poisoned_sessions
+WHERE coalesce(last_seen, '') >= coalesce(nullif(:since, ''), '')
+ORDER BY at_resume_tail DESC, last_seen DESC
+""".strip()
+
+POISONED_SESSIONS = SignalView(
+    "poisoned_sessions",
+    "Sessions with a synthetic placeholder on the resume chain, or whose resumes failed "
+    "with the previous_message_id 400.",
+    {"message_id": "message.id of the synthetic record nearest the leaf (a badge marks it)",
+     "uuid": "uuid of that record",
+     "at_resume_tail": "1 when it is the last assistant on the chain: the next resume fails",
+     "synthetic_on_chain": "synthetic placeholders on the resume chain",
+     "failed_resumes": "executions of this session classed poisoned_previous_message_id",
+     "last_seen": f"the session's newest record, {TS}",
+     "host": "the host of file_id ('' for this machine)"},
+    common=("file_id", "session_id"), template=POISONED_SESSIONS_TEMPLATE,
+    view_args=POISONED_ARGS, facets=("at_resume_tail",))
+
+POISONED = ProblemClass(
+    "poisoned", POISONED_SESSIONS, NOW,
+    "session-index repair SESSION_ID --write cuts the chain back to its last real "
+    "assistant message (the file is backed up first); with none to cut back to, start a "
+    "new session",
+    listing=Listing(
+        "poisoned",
+        "Sessions with a synthetic placeholder on their resume chain (at_resume_tail: "
+        "the next resume fails with the previous_message_id 400) or failed resumes of "
+        "that kind.",
+        "session-index poisoned --json",
+        order_by="at_resume_tail DESC, last_seen DESC"),
+    query=CannedQuery("poisoned", "Poisoned sessions",
+                      "Sessions whose resume fails with the previous_message_id 400.",
+                      POISONED_QUERY_SQL),
+    health=(
+        HealthRow("Poisoned: a synthetic placeholder ends the resume chain",
+                  at="last_seen", detail="'placeholder ' || coalesce(message_id, '?')",
+                  where="at_resume_tail", link="at_resume_tail=1"),
+        HealthRow("Synthetic placeholders inside the resume chain",
+                  at="last_seen", detail="synthetic_on_chain || ' on the chain'",
+                  where="NOT at_resume_tail AND synthetic_on_chain",
+                  link="at_resume_tail=0", severity=HISTORY),
+    ))
+
+
+# --- api_error splices: recovered output --resume drops ------------------------
 
 # api_error_splices: one row per spliced episode (seed 000): a branch point on
 # the resume ancestry whose child on the ancestry is an api_error record and
@@ -163,6 +289,47 @@ JOIN leaf_ancestry_cache child ON child.file_id = o.file_id AND child.rule = 're
 WHERE o.cause = 'api_error_splice'
 GROUP BY o.file_id, o.branch_point_uuid
 """.strip()
+
+# splices: episodes where late-flushed api_error records took over
+# the chain and --resume drops the recovered output, newest first, with at
+# least :min_orphaned orphaned records (blank: 1).
+SPLICES_QUERY_SQL = """
+SELECT a.session_id, a.orphaned_records, a.orphaned_assistant_messages,
+  a.first_orphan_at, a.last_orphan_at, a.minutes_spanned, a.api_error_uuid,
+  a.branch_point_uuid, a.file_id, s.cwd
+FROM api_error_splices a LEFT JOIN sessions s ON s.session_id = a.session_id
+WHERE a.orphaned_records >= CAST(coalesce(nullif(:min_orphaned, ''), 1) AS INTEGER)
+ORDER BY a.last_orphan_at DESC
+""".strip()
+
+API_ERROR_SPLICES = SignalView(
+    "api_error_splices",
+    "One row per episode where late-flushed api_error records took over the chain and "
+    "--resume drops the recovered output (seed 000).",
+    {"api_error_uuid": "the api_error record on the chain, parented on the branch point",
+     "branch_point_uuid": "where the orphaned output leaves the chain",
+     "orphaned_records": "records --resume drops in this episode",
+     "orphaned_assistant_messages": "distinct assistant message.ids among them",
+     "first_orphan_at": f"earliest orphaned record, {TS}",
+     "last_orphan_at": f"latest orphaned record, {TS}",
+     "minutes_spanned": "minutes between them"},
+    common=("file_id", "session_id", "host"), sql=API_ERROR_SPLICES_SQL,
+    units={"minutes_spanned": "min"})
+
+SPLICED = ProblemClass(
+    "api_error_splices", API_ERROR_SPLICES, NOW,
+    "session-index repair SESSION_ID --write re-parents the recovered output onto the "
+    "resume chain (the file is backed up first)",
+    query=CannedQuery("splices", "api_error splices",
+                      "Recovered output that --resume drops, newest first.",
+                      SPLICES_QUERY_SQL),
+    health=(HealthRow("api_error splices: --resume drops recovered output",
+                      at="last_orphan_at",
+                      detail="orphaned_records || ' records, ' || minutes_spanned || ' min'"),
+            ))
+
+
+# --- failed: claude -p runs that failed ----------------------------------------
 
 # executions: one row per `result` event of a `claude -p --output-format
 # stream-json` log. error_message: the result text, else the errors, never
@@ -251,109 +418,70 @@ FROM classed
 # included (the seed 003 shape).
 FAILED_EXECUTIONS_SQL = "SELECT * FROM executions WHERE error_class <> 'ok'"
 
-# poisoned_sessions: one row per session and host whose main transcript
-# there (session_hosts: each host's copy is judged on its own) has a
-# synthetic placeholder on its resume ancestry, or whose resumes failed with
-# the previous_message_id 400 (executions of that host's logs).
-# message_id/uuid: the synthetic record nearest the leaf; at_resume_tail: it
-# is the last assistant on the ancestry (the next resume sends its id and
-# fails); synthetic_on_chain: how many are on it;
-# failed_resumes: executions classed poisoned_previous_message_id naming the
-# session (as its session_id or its init session id); last_seen: the newest
-# record timestamp of the session on that host.
-# Slots: {files}, {session_id}, {init_session_id} narrow it (POISONED_ARGS: the
-# whole index); {synthetic_record} and {transcript_kinds} are the record model's
-# rules (RECORD_RULES), filled in by the index.
-POISONED_SESSIONS_TEMPLATE = """
-WITH placeholders AS MATERIALIZED (
-  SELECT r.file_id, r.id, r.uuid, r.message_id FROM records r
-  WHERE {files} AND {synthetic_record}
-),
-synthetic AS (
-  SELECT s.session_id, s.host, r.file_id, r.id, r.uuid, r.message_id, a.height
-  FROM placeholders r
-  JOIN session_hosts s ON s.main_file_id = r.file_id
-  JOIN leaf_ancestry_cache a ON a.file_id = r.file_id AND a.rule = 'resume'
-    AND a.uuid = r.uuid AND a.record_id = r.id
-),
-tails AS (
-  SELECT f.file_id, (
-    SELECT a.record_id FROM leaf_ancestry_cache a JOIN records t ON t.id = a.record_id
-    WHERE a.file_id = f.file_id AND a.rule = 'resume' AND t.type = 'assistant'
-    ORDER BY a.height DESC LIMIT 1) AS record_id
-  FROM (SELECT DISTINCT file_id FROM synthetic) f
-),
-on_chain AS (
-  SELECT y.session_id, y.host, y.file_id, y.uuid, y.message_id, max(y.height) AS height,
-         count(*) AS synthetic_on_chain, max(y.id = t.record_id) AS at_resume_tail
-  FROM synthetic y JOIN tails t ON t.file_id = y.file_id
-  GROUP BY y.session_id, y.host
-),
-failed AS (
-  SELECT session_id, host, count(*) AS failed_resumes FROM (
-    SELECT id, session_id, host FROM executions
-    WHERE error_class = 'poisoned_previous_message_id' AND session_id IS NOT NULL
-      AND {session_id}
-    UNION
-    SELECT id, init_session_id, host FROM executions
-    WHERE error_class = 'poisoned_previous_message_id' AND init_session_id IS NOT NULL
-      AND {init_session_id})
-  GROUP BY session_id, host
-),
-ids AS (SELECT session_id, host FROM on_chain UNION SELECT session_id, host FROM failed)
-SELECT i.session_id, coalesce(c.file_id, h.main_file_id) AS file_id, c.message_id, c.uuid,
-       coalesce(c.at_resume_tail, 0) AS at_resume_tail,
-       coalesce(c.synthetic_on_chain, 0) AS synthetic_on_chain,
-       coalesce(fl.failed_resumes, 0) AS failed_resumes,
-       CASE WHEN s.host = i.host THEN s.last_timestamp ELSE (
-         SELECT max(m.last_timestamp) FROM files m WHERE m.session_id = i.session_id
-           AND m.kind IN {transcript_kinds} AND coalesce(m.host, '') = i.host) END AS last_seen,
-       i.host
-FROM ids i
-LEFT JOIN on_chain c ON c.session_id = i.session_id AND c.host = i.host
-LEFT JOIN failed fl ON fl.session_id = i.session_id AND fl.host = i.host
-LEFT JOIN session_hosts h ON h.session_id = i.session_id AND h.host = i.host
-LEFT JOIN sessions s ON s.session_id = i.session_id
+# failed_runs: `claude -p` runs that failed, newest first, with the
+# real message and class; :error_class narrows to one class (blank: all).
+FAILED_RUNS_QUERY_SQL = """
+SELECT * FROM failed_executions
+WHERE error_class = coalesce(nullif(:error_class, ''), error_class)
+ORDER BY log_mtime DESC, line_no DESC
 """.strip()
-POISONED_ARGS = {"files": "1", "session_id": "1", "init_session_id": "1"}
 
-# Time-dependent definitions are templates over {now} (an ISO-8601 UTC
-# expression): the views use the clock, the CLI binds --now.
-CLOCK = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
-EXPIRING_WINDOW_DAYS = 7
+EXECUTION_COLUMNS = {
+    "id": "records.id of the result event",
+    "log_path": "path of the claude -p stream-json log",
+    "line_no": "line of the result event in the log, 1-based",
+    "session_id": "session id the result event reports (links to the session page)",
+    "init_session_id": "session id of the log's init event (links to the session page)",
+    "subtype": "result subtype: success, error_during_execution, error_max_turns, ...",
+    "is_error": "1 when the result says is_error",
+    "result": "the result text",
+    "errors": "the errors list, JSON",
+    "error_message": "the result text, else the errors: never empty for an error",
+    "error_class": "resume_not_found, poisoned_previous_message_id, rate_limit, max_turns, "
+                   "max_budget, auth, other_error or ok",
+    "resume_target": "the session id a 'No conversation found' error names",
+    "num_turns": "turns the run took",
+    "total_cost_usd": "cost of the run, US dollars",
+    "duration_ms": "duration of the run, milliseconds",
+    "log_mtime": f"the log file's mtime, {TS}",
+    "host": "the host of the log ('' for this machine)",
+}
 
-# expired_transcripts: transcript files Claude Code's cleanup deletes by mtime
-# (<project>/*.jsonl: main files and legacy agent-*.jsonl; nested subagent
-# files were not deleted as of 2.1.88) that are deleted (kept only in the
-# index), expired (past retention, still on disk: the next Claude Code start
-# deletes them) or expiring within {window} days. mtime is as of the last
-# ingest; retention_days/retention_source as resolved at ingest (retention.py).
-EXPIRED_TRANSCRIPTS_TEMPLATE = """
-WITH subject AS (
-  SELECT f.id AS file_id, f.session_id, f.path, f.kind, f.mtime, f.deleted_at,
-         coalesce(f.host, '') AS host,
-         coalesce(f.retention_days, {DEFAULT_RETENTION_DAYS}) AS retention_days,
-         coalesce(f.retention_source, 'default') AS retention_source,
-         strftime('%Y-%m-%dT%H:%M:%fZ', julianday(f.mtime) + coalesce(f.retention_days, {DEFAULT_RETENTION_DAYS}))
-           AS expires_at
-  FROM files f
-  WHERE f.kind = 'main' OR (f.kind = 'subagent' AND f.path NOT LIKE '%/subagents/%')
-),
-judged AS (
-  SELECT *,
-    CASE WHEN deleted_at IS NOT NULL THEN 'deleted'
-         WHEN julianday({now}) >= julianday(expires_at) THEN 'expired'
-         WHEN julianday(expires_at) - julianday({now}) <= {window} THEN 'expiring'
-    END AS status,
-    CASE WHEN deleted_at IS NULL
-         THEN round(julianday(expires_at) - julianday({now}), 2) END AS days_left
-  FROM subject
-)
-SELECT file_id, session_id, path, kind, status, expires_at, days_left, retention_days,
-       retention_source, mtime, deleted_at, host
-FROM judged WHERE status IS NOT NULL
-""".strip()
-EXPIRED_TRANSCRIPTS_TEMPLATE = EXPIRED_TRANSCRIPTS_TEMPLATE.replace("{DEFAULT_RETENTION_DAYS}", str(DEFAULT_RETENTION_DAYS))
+EXECUTIONS = SignalView(
+    "executions",
+    "One row per result event of a claude -p --output-format stream-json log: how the run "
+    "ended, classed.",
+    EXECUTION_COLUMNS, common=("file_id",), sql=EXECUTIONS_SQL,
+    units={"duration_ms": "ms"}, facets=("error_class", "subtype"))
+
+FAILED_EXECUTIONS = SignalView(
+    "failed_executions",
+    "Executions that failed, with the real message and class, including success results "
+    "with is_error and errors with an empty result.",
+    EXECUTION_COLUMNS, common=("file_id",), sql=FAILED_EXECUTIONS_SQL,
+    units={"duration_ms": "ms"}, facets=("error_class",))
+
+FAILED = ProblemClass(
+    "failed", FAILED_EXECUTIONS, HISTORY,
+    "read error_message: resume_not_found names a session no resume can open (see stale); "
+    "poisoned_previous_message_id: repair the session; rate_limit, max_turns, max_budget "
+    "and auth are the run's limits or credentials",
+    listing=Listing(
+        "failed",
+        "`claude -p` runs that failed, with the real message and its class, including "
+        "those a parser reading `result` records as success (an empty result with the "
+        "message in errors[], or subtype success with is_error).",
+        "session-index failed --json",
+        order_by="log_mtime DESC, line_no DESC"),
+    query=CannedQuery("failed_runs", "Failed executions",
+                      "claude -p runs that failed, including ones reported as success.",
+                      FAILED_RUNS_QUERY_SQL),
+    health=(HealthRow("Failed executions (claude -p)", at="log_mtime",
+                      detail="error_class || ': ' || substr(error_message, 1, 80)",
+                      session="coalesce(session_id, init_session_id)"),))
+
+
+# --- stale: referenced session ids a resume cannot use -------------------------
 
 # stale_session_refs: every referenced session id (session_refs, and the
 # resume targets of executions) that a resume cannot use now or soon:
@@ -407,36 +535,6 @@ WHERE j.reason IS NOT NULL
 """.strip()
 STALE_SESSION_REFS_TEMPLATE = STALE_SESSION_REFS_TEMPLATE.replace("{DEFAULT_RETENTION_DAYS}", str(DEFAULT_RETENTION_DAYS))
 
-# session_compactions: one row per session and host whose main transcript
-# there (session_hosts) holds compact_boundary records: compactions counts
-# them, first/last_compaction_at are the first and the last. Each compaction
-# replaces the conversation before it with a summary, so a session compacted
-# many times has lost detail as many times.
-SESSION_COMPACTIONS_SQL = """
-SELECT h.session_id, h.main_file_id AS file_id, count(*) AS compactions,
-       min(r.timestamp) AS first_compaction_at, max(r.timestamp) AS last_compaction_at,
-       h.host
-FROM session_hosts h
-JOIN records r ON r.file_id = h.main_file_id
-WHERE r.type = 'system' AND r.subtype = 'compact_boundary'
-GROUP BY h.session_id, h.host
-""".strip()
-# The compactions listing's, canned query's and health row's N by default.
-COMPACTIONS_MORE_THAN = 10
-
-
-# --- The canned queries' SQL ------------------------------------------------
-
-# poisoned: sessions with a synthetic placeholder on the resume
-# chain or a resume that failed with the previous_message_id 400, the ones
-# whose next resume fails first; :since keeps sessions seen since that
-# ISO time (blank: all).
-POISONED_QUERY_SQL = """
-SELECT * FROM poisoned_sessions
-WHERE coalesce(last_seen, '') >= coalesce(nullif(:since, ''), '')
-ORDER BY at_resume_tail DESC, last_seen DESC
-""".strip()
-
 # stale_refs: referenced session ids a resume cannot use;
 # :reason narrows to never_indexed, deleted, unopenable or expired (blank: all).
 STALE_REFS_QUERY_SQL = """
@@ -444,126 +542,6 @@ SELECT * FROM stale_session_refs
 WHERE reason = coalesce(nullif(:reason, ''), reason)
 ORDER BY reason, session_id
 """.strip()
-
-# expiring_transcripts: transcripts expired (still on disk, deleted at the next
-# Claude Code start) or expiring within :days days, soonest first; deleted
-# ones are in the expired_transcripts view.
-EXPIRING_QUERY_SQL = (
-    "SELECT * FROM ({}) WHERE status IN ('expired', 'expiring') ORDER BY days_left".format(
-        EXPIRED_TRANSCRIPTS_TEMPLATE.format(
-            now=CLOCK,
-            window=f"CAST(coalesce(nullif(:days, ''), {EXPIRING_WINDOW_DAYS}) AS REAL)")))
-
-# splices: episodes where late-flushed api_error records took over
-# the chain and --resume drops the recovered output, newest first, with at
-# least :min_orphaned orphaned records (blank: 1).
-SPLICES_QUERY_SQL = """
-SELECT a.session_id, a.orphaned_records, a.orphaned_assistant_messages,
-  a.first_orphan_at, a.last_orphan_at, a.minutes_spanned, a.api_error_uuid,
-  a.branch_point_uuid, a.file_id, s.cwd
-FROM api_error_splices a LEFT JOIN sessions s ON s.session_id = a.session_id
-WHERE a.orphaned_records >= CAST(coalesce(nullif(:min_orphaned, ''), 1) AS INTEGER)
-ORDER BY a.last_orphan_at DESC
-""".strip()
-
-# failed_runs: `claude -p` runs that failed, newest first, with the
-# real message and class; :error_class narrows to one class (blank: all).
-FAILED_RUNS_QUERY_SQL = """
-SELECT * FROM failed_executions
-WHERE error_class = coalesce(nullif(:error_class, ''), error_class)
-ORDER BY log_mtime DESC, line_no DESC
-""".strip()
-
-# many_compactions: sessions with more than :more_than compactions (blank:
-# COMPACTIONS_MORE_THAN), the most compacted first.
-MANY_COMPACTIONS_QUERY_SQL = f"""
-SELECT * FROM session_compactions
-WHERE compactions > CAST(coalesce(nullif(:more_than, ''), {COMPACTIONS_MORE_THAN}) AS INTEGER)
-ORDER BY compactions DESC, session_id
-""".strip()
-
-
-# --- The views ----------------------------------------------------------------
-
-EXECUTION_COLUMNS = {
-    "id": "records.id of the result event",
-    "log_path": "path of the claude -p stream-json log",
-    "line_no": "line of the result event in the log, 1-based",
-    "session_id": "session id the result event reports (links to the session page)",
-    "init_session_id": "session id of the log's init event (links to the session page)",
-    "subtype": "result subtype: success, error_during_execution, error_max_turns, ...",
-    "is_error": "1 when the result says is_error",
-    "result": "the result text",
-    "errors": "the errors list, JSON",
-    "error_message": "the result text, else the errors: never empty for an error",
-    "error_class": "resume_not_found, poisoned_previous_message_id, rate_limit, max_turns, "
-                   "max_budget, auth, other_error or ok",
-    "resume_target": "the session id a 'No conversation found' error names",
-    "num_turns": "turns the run took",
-    "total_cost_usd": "cost of the run, US dollars",
-    "duration_ms": "duration of the run, milliseconds",
-    "log_mtime": f"the log file's mtime, {TS}",
-    "host": "the host of the log ('' for this machine)",
-}
-
-EXECUTIONS = SignalView(
-    "executions",
-    "One row per result event of a claude -p --output-format stream-json log: how the run "
-    "ended, classed.",
-    EXECUTION_COLUMNS, common=("file_id",), sql=EXECUTIONS_SQL,
-    units={"duration_ms": "ms"}, facets=("error_class", "subtype"))
-
-FAILED_EXECUTIONS = SignalView(
-    "failed_executions",
-    "Executions that failed, with the real message and class, including success results "
-    "with is_error and errors with an empty result.",
-    EXECUTION_COLUMNS, common=("file_id",), sql=FAILED_EXECUTIONS_SQL,
-    units={"duration_ms": "ms"}, facets=("error_class",))
-
-API_ERROR_SPLICES = SignalView(
-    "api_error_splices",
-    "One row per episode where late-flushed api_error records took over the chain and "
-    "--resume drops the recovered output (seed 000).",
-    {"api_error_uuid": "the api_error record on the chain, parented on the branch point",
-     "branch_point_uuid": "where the orphaned output leaves the chain",
-     "orphaned_records": "records --resume drops in this episode",
-     "orphaned_assistant_messages": "distinct assistant message.ids among them",
-     "first_orphan_at": f"earliest orphaned record, {TS}",
-     "last_orphan_at": f"latest orphaned record, {TS}",
-     "minutes_spanned": "minutes between them"},
-    common=("file_id", "session_id", "host"), sql=API_ERROR_SPLICES_SQL,
-    units={"minutes_spanned": "min"})
-
-POISONED_SESSIONS = SignalView(
-    "poisoned_sessions",
-    "Sessions with a synthetic placeholder on the resume chain, or whose resumes failed "
-    "with the previous_message_id 400.",
-    {"message_id": "message.id of the synthetic record nearest the leaf (a badge marks it)",
-     "uuid": "uuid of that record",
-     "at_resume_tail": "1 when it is the last assistant on the chain: the next resume fails",
-     "synthetic_on_chain": "synthetic placeholders on the resume chain",
-     "failed_resumes": "executions of this session classed poisoned_previous_message_id",
-     "last_seen": f"the session's newest record, {TS}",
-     "host": "the host of file_id ('' for this machine)"},
-    common=("file_id", "session_id"), template=POISONED_SESSIONS_TEMPLATE,
-    view_args=POISONED_ARGS, facets=("at_resume_tail",))
-
-EXPIRED_TRANSCRIPTS = SignalView(
-    "expired_transcripts",
-    "Transcripts Claude Code's cleanup deletes by mtime: expiring (within "
-    f"{EXPIRING_WINDOW_DAYS} days), expired (past it, still on disk) or deleted (kept only "
-    "here).",
-    {"path": "the transcript's path",
-     "status": "expiring, expired or deleted",
-     "expires_at": f"mtime + retention, {TS}",
-     "days_left": "days until expires_at (negative: past it); NULL when deleted",
-     "retention_days": "cleanupPeriodDays in force, days",
-     "retention_source": "the settings file that set it, or default",
-     "mtime": f"the file's mtime at the last ingest, {TS}",
-     "deleted_at": f"when it was found gone, {TS}"},
-    common=("file_id", "session_id", "kind", "host"), template=EXPIRED_TRANSCRIPTS_TEMPLATE,
-    view_args={"now": CLOCK, "window": EXPIRING_WINDOW_DAYS},
-    units={"days_left": "day", "retention_days": "day"}, facets=("status", "retention_source"))
 
 STALE_SESSION_REFS = SignalView(
     "stale_session_refs",
@@ -585,18 +563,122 @@ STALE_SESSION_REFS = SignalView(
     common=("session_id",), template=STALE_SESSION_REFS_TEMPLATE, view_args={"now": CLOCK},
     facets=("reason",))
 
-SESSION_COMPACTIONS = SignalView(
-    "session_compactions",
-    "Sessions whose main transcript was compacted (compact_boundary records), with how many "
-    "times: each compaction replaces the conversation before it with a summary.",
-    {"compactions": "compact_boundary records in the session's main transcript",
-     "first_compaction_at": f"the first of them, {TS}",
-     "last_compaction_at": f"the last of them, {TS}"},
-    common=("session_id", "file_id", "host"), sql=SESSION_COMPACTIONS_SQL,
-    facets=("compactions",))
+STALE = ProblemClass(
+    "stale", STALE_SESSION_REFS, NOW,
+    "deleted: session-index restore SESSION_ID; expired: resume it before the next Claude "
+    "Code start; never_indexed or unopenable: ingest where its transcript is, or drop the "
+    "reference",
+    listing=Listing(
+        "stale",
+        "Referenced session ids (refs import, and resume targets of executions) that a "
+        "resume cannot use: never_indexed, deleted, unopenable (no file a resume opens: "
+        "none named SESSION_ID.jsonl with a message), or expired.",
+        "session-index stale --now 2026-12-01T00:00:00Z",
+        order_by="reason, session_id", now=True, args={"now": ":now"}),
+    query=CannedQuery("stale_refs", "Stale session references",
+                      "Session ids applications hold that a resume cannot use.",
+                      STALE_REFS_QUERY_SQL),
+    health=(HealthRow("Stale session references",
+                      at="coalesce(deleted_at, expired_at, last_cached_at)",
+                      detail="reason || ' (' || refs || ' refs)'"),))
 
 
-# --- The classes ------------------------------------------------------------------
+# --- expiring: transcripts Claude Code's cleanup deletes -----------------------
+
+# expired_transcripts: transcript files Claude Code's cleanup deletes by mtime
+# (<project>/*.jsonl: main files and legacy agent-*.jsonl; nested subagent
+# files were not deleted as of 2.1.88) that are deleted (kept only in the
+# index), expired (past retention, still on disk: the next Claude Code start
+# deletes them) or expiring within {window} days. mtime is as of the last
+# ingest; retention_days/retention_source as resolved at ingest (retention.py).
+EXPIRED_TRANSCRIPTS_TEMPLATE = """
+WITH subject AS (
+  SELECT f.id AS file_id, f.session_id, f.path, f.kind, f.mtime, f.deleted_at,
+         coalesce(f.host, '') AS host,
+         coalesce(f.retention_days, {DEFAULT_RETENTION_DAYS}) AS retention_days,
+         coalesce(f.retention_source, 'default') AS retention_source,
+         strftime('%Y-%m-%dT%H:%M:%fZ', julianday(f.mtime) + coalesce(f.retention_days, {DEFAULT_RETENTION_DAYS}))
+           AS expires_at
+  FROM files f
+  WHERE f.kind = 'main' OR (f.kind = 'subagent' AND f.path NOT LIKE '%/subagents/%')
+),
+judged AS (
+  SELECT *,
+    CASE WHEN deleted_at IS NOT NULL THEN 'deleted'
+         WHEN julianday({now}) >= julianday(expires_at) THEN 'expired'
+         WHEN julianday(expires_at) - julianday({now}) <= {window} THEN 'expiring'
+    END AS status,
+    CASE WHEN deleted_at IS NULL
+         THEN round(julianday(expires_at) - julianday({now}), 2) END AS days_left
+  FROM subject
+)
+SELECT file_id, session_id, path, kind, status, expires_at, days_left, retention_days,
+       retention_source, mtime, deleted_at, host
+FROM judged WHERE status IS NOT NULL
+""".strip()
+EXPIRED_TRANSCRIPTS_TEMPLATE = EXPIRED_TRANSCRIPTS_TEMPLATE.replace("{DEFAULT_RETENTION_DAYS}", str(DEFAULT_RETENTION_DAYS))
+
+# expiring_transcripts: transcripts expired (still on disk, deleted at the next
+# Claude Code start) or expiring within :days days, soonest first; deleted
+# ones are in the expired_transcripts view.
+EXPIRING_QUERY_SQL = (
+    "SELECT * FROM ({}) WHERE status IN ('expired', 'expiring') ORDER BY days_left".format(
+        EXPIRED_TRANSCRIPTS_TEMPLATE.format(
+            now=CLOCK,
+            window=f"CAST(coalesce(nullif(:days, ''), {EXPIRING_WINDOW_DAYS}) AS REAL)")))
+
+EXPIRED_TRANSCRIPTS = SignalView(
+    "expired_transcripts",
+    "Transcripts Claude Code's cleanup deletes by mtime: expiring (within "
+    f"{EXPIRING_WINDOW_DAYS} days), expired (past it, still on disk) or deleted (kept only "
+    "here).",
+    {"path": "the transcript's path",
+     "status": "expiring, expired or deleted",
+     "expires_at": f"mtime + retention, {TS}",
+     "days_left": "days until expires_at (negative: past it); NULL when deleted",
+     "retention_days": "cleanupPeriodDays in force, days",
+     "retention_source": "the settings file that set it, or default",
+     "mtime": f"the file's mtime at the last ingest, {TS}",
+     "deleted_at": f"when it was found gone, {TS}"},
+    common=("file_id", "session_id", "kind", "host"), template=EXPIRED_TRANSCRIPTS_TEMPLATE,
+    view_args={"now": CLOCK, "window": EXPIRING_WINDOW_DAYS},
+    units={"days_left": "day", "retention_days": "day"}, facets=("status", "retention_source"))
+
+EXPIRING = ProblemClass(
+    "expiring", EXPIRED_TRANSCRIPTS, SOON,
+    "resume or copy the session before expires_at, or raise cleanupPeriodDays in "
+    "Claude Code's settings.json; a deleted one: session-index restore SESSION_ID",
+    listing=Listing(
+        "expiring",
+        "Transcripts Claude Code's cleanup will delete within --days, has already made "
+        "due (expired, still on disk), or deleted (kept in the index).",
+        "session-index expiring --days 7 --json",
+        order_by="days_left IS NULL, days_left, path", now=True,
+        args={"now": ":now", "window": ":days"},
+        params=(Param("days", float, EXPIRING_WINDOW_DAYS,
+                      "Report transcripts expiring within this many days."),)),
+    query=CannedQuery("expiring_transcripts", "Transcripts expiring within N days",
+                      "Transcripts Claude Code's cleanup deletes soon, soonest first.",
+                      EXPIRING_QUERY_SQL),
+    health=(
+        HealthRow("Transcripts expired, still on disk", at="expires_at", detail="path",
+                  where="status = 'expired'", link="status=expired"),
+        HealthRow(f"Transcripts expiring within {EXPIRING_WINDOW_DAYS} days",
+                  at="expires_at", detail="days_left || ' days left'",
+                  where="status = 'expiring'", link="status=expiring"),
+    ))
+
+
+# --- Classes that read views declared elsewhere (chain, files) -----------------
+
+LEAVES_DISAGREE = ProblemClass(
+    "leaves_disagree", "leaves", HISTORY,
+    "nothing breaks: claude --resume and the Agent SDK start from different leaves; the "
+    "session page marks both",
+    health=(HealthRow("Leaves that disagree (resume vs SDK)", session="l.session_id",
+                      at="r.timestamp", detail="l.branch_count || ' branches'",
+                      source="leaves l LEFT JOIN records r ON r.id = l.resume_leaf_id",
+                      where="NOT l.leaves_agree", link="leaves_agree=0"),))
 
 _ORPHAN_LINE = dict(at="timestamp", detail="type || ' line ' || line_no")
 
@@ -609,132 +691,7 @@ def _orphans(cause: str, label: str, fix: str) -> ProblemClass:
                           **_ORPHAN_LINE),))
 
 
-CLASSES = (
-    ProblemClass(
-        "poisoned", POISONED_SESSIONS, NOW,
-        "session-index repair SESSION_ID --write cuts the chain back to its last real "
-        "assistant message (the file is backed up first); with none to cut back to, start a "
-        "new session",
-        listing=Listing(
-            "poisoned",
-            """Sessions with a synthetic placeholder on their resume chain (at_resume_tail:
-    the next resume fails with the previous_message_id 400) or failed resumes of
-    that kind. Exit 1 when there are any.
-
-    Example:
-
-    \b
-        session-index poisoned --json
-    """,
-            order_by="at_resume_tail DESC, last_seen DESC"),
-        query=CannedQuery("poisoned", "Poisoned sessions",
-                          "Sessions whose resume fails with the previous_message_id 400.",
-                          POISONED_QUERY_SQL),
-        health=(
-            HealthRow("Poisoned: a synthetic placeholder ends the resume chain",
-                      at="last_seen", detail="'placeholder ' || coalesce(message_id, '?')",
-                      where="at_resume_tail", link="at_resume_tail=1"),
-            HealthRow("Synthetic placeholders inside the resume chain",
-                      at="last_seen", detail="synthetic_on_chain || ' on the chain'",
-                      where="NOT at_resume_tail AND synthetic_on_chain",
-                      link="at_resume_tail=0", severity=HISTORY),
-        )),
-    ProblemClass(
-        "api_error_splices", API_ERROR_SPLICES, NOW,
-        "session-index repair SESSION_ID --write re-parents the recovered output onto the "
-        "resume chain (the file is backed up first)",
-        query=CannedQuery("splices", "api_error splices",
-                          "Recovered output that --resume drops, newest first.",
-                          SPLICES_QUERY_SQL),
-        health=(HealthRow("api_error splices: --resume drops recovered output",
-                          at="last_orphan_at",
-                          detail="orphaned_records || ' records, ' || minutes_spanned || ' min'"),
-                )),
-    ProblemClass(
-        "failed", FAILED_EXECUTIONS, HISTORY,
-        "read error_message: resume_not_found names a session no resume can open (see stale); "
-        "poisoned_previous_message_id: repair the session; rate_limit, max_turns, max_budget "
-        "and auth are the run's limits or credentials",
-        listing=Listing(
-            "failed",
-            """`claude -p` runs that failed, with the real message and its class,
-    including those a parser reading `result` records as success (an empty
-    result with the message in errors[], or subtype success with is_error).
-    Exit 1 when there are any.
-
-    Example:
-
-    \b
-        session-index failed --json
-    """,
-            order_by="log_mtime DESC, line_no DESC"),
-        query=CannedQuery("failed_runs", "Failed executions",
-                          "claude -p runs that failed, including ones reported as success.",
-                          FAILED_RUNS_QUERY_SQL),
-        health=(HealthRow("Failed executions (claude -p)", at="log_mtime",
-                          detail="error_class || ': ' || substr(error_message, 1, 80)",
-                          session="coalesce(session_id, init_session_id)"),)),
-    ProblemClass(
-        "stale", STALE_SESSION_REFS, NOW,
-        "deleted: session-index restore SESSION_ID; expired: resume it before the next Claude "
-        "Code start; never_indexed or unopenable: ingest where its transcript is, or drop the "
-        "reference",
-        listing=Listing(
-            "stale",
-            """Referenced session ids (refs import, and resume targets of executions)
-    that a resume cannot use: never_indexed, deleted, unopenable (no file a
-    resume opens: none named SESSION_ID.jsonl with a message), or expired. Exit 1 when
-    there are any.
-
-    Example:
-
-    \b
-        session-index stale --now 2026-12-01T00:00:00Z
-    """,
-            order_by="reason, session_id", now=True, args={"now": ":now"}),
-        query=CannedQuery("stale_refs", "Stale session references",
-                          "Session ids applications hold that a resume cannot use.",
-                          STALE_REFS_QUERY_SQL),
-        health=(HealthRow("Stale session references",
-                          at="coalesce(deleted_at, expired_at, last_cached_at)",
-                          detail="reason || ' (' || refs || ' refs)'"),)),
-    ProblemClass(
-        "expiring", EXPIRED_TRANSCRIPTS, SOON,
-        "resume or copy the session before expires_at, or raise cleanupPeriodDays in "
-        "Claude Code's settings.json; a deleted one: session-index restore SESSION_ID",
-        listing=Listing(
-            "expiring",
-            """Transcripts Claude Code's cleanup will delete within --days, has
-    already made due (expired, still on disk), or deleted (kept in the index).
-    Exit 1 when there are any.
-
-    Example:
-
-    \b
-        session-index expiring --days 7 --json
-    """,
-            order_by="days_left IS NULL, days_left, path", now=True,
-            args={"now": ":now", "window": ":days"},
-            params=(Param("days", float, EXPIRING_WINDOW_DAYS,
-                          "Report transcripts expiring within this many days."),)),
-        query=CannedQuery("expiring_transcripts", "Transcripts expiring within N days",
-                          "Transcripts Claude Code's cleanup deletes soon, soonest first.",
-                          EXPIRING_QUERY_SQL),
-        health=(
-            HealthRow("Transcripts expired, still on disk", at="expires_at", detail="path",
-                      where="status = 'expired'", link="status=expired"),
-            HealthRow(f"Transcripts expiring within {EXPIRING_WINDOW_DAYS} days",
-                      at="expires_at", detail="days_left || ' days left'",
-                      where="status = 'expiring'", link="status=expiring"),
-        )),
-    ProblemClass(
-        "leaves_disagree", "leaves", HISTORY,
-        "nothing breaks: claude --resume and the Agent SDK start from different leaves; the "
-        "session page marks both",
-        health=(HealthRow("Leaves that disagree (resume vs SDK)", session="l.session_id",
-                          at="r.timestamp", detail="l.branch_count || ' branches'",
-                          source="leaves l LEFT JOIN records r ON r.id = l.resume_leaf_id",
-                          where="NOT l.leaves_agree", link="leaves_agree=0"),)),
+ORPHANS = (
     _orphans("parallel_tool_branch", "Parallel tool branches dropped",
              "most are put back by the CLI on load (orphans.restored); read the rest on the "
              "session page"),
@@ -746,72 +703,128 @@ CLASSES = (
              "a resume never reads them; session-index export SESSION_ID keeps them"),
     _orphans("other", "Records in parent cycles",
              "the CLI stops at a parentUuid cycle; read the records on the session page"),
-    ProblemClass(
-        "chain_breaks", "chain_breaks", HISTORY,
-        "the resume walk stops at the break: what is above it is not sent; no line names the "
-        "missing parent, so nothing can re-link it",
-        health=(HealthRow("Chain breaks (parentUuid not in the file)", **_ORPHAN_LINE),)),
-    ProblemClass(
-        "duplicate_uuids", "duplicate_uuids", HISTORY,
-        "none: both readers use the last line; compare line_nos when the copies differ",
-        health=(HealthRow("Duplicate uuids", at="NULL",
-                          detail="copies || ' copies of ' || uuid"),)),
-    ProblemClass(
-        "bad_lines", "bad_lines", HISTORY,
-        "the lines around them are kept; a cut-off last line is a write that was interrupted",
-        health=(HealthRow("Bad lines (not JSON objects)", session="f.session_id",
-                          at="f.mtime", detail="b.error",
-                          source="bad_lines b JOIN files f ON f.id = b.file_id"),)),
-    ProblemClass(
-        "diverged_copies", "session_main_copies", SOON,
-        "claude --resume opens the chosen copy: when the other holds the work, put it in the "
-        "chosen one's place (keep a backup)",
-        health=(HealthRow("Copies of a session that differ from the transcript --resume opens",
-                          at="mtime",
-                          detail="why || ': ' || only_here || ' uuids only there, ' || "
-                                 "only_in_chosen || ' only in the one opened'",
-                          where="NOT chosen AND diverged AND on_disk",
-                          link="chosen=0&diverged=1&on_disk=1"),)),
-    ProblemClass(
-        "deleted_transcripts", "files", NOW,
-        "session-index restore SESSION_ID writes the transcript back from the index",
-        health=(HealthRow("Transcripts deleted from disk", at="deleted_at", detail="path",
-                          where="deleted_at IS NOT NULL", link="deleted_at__notblank=1"),)),
-    ProblemClass(
-        "compactions", SESSION_COMPACTIONS, HISTORY,
-        "a long session loses detail at each compaction: consider starting a fresh session "
-        "(or /clear) with a short summary of what still matters",
-        listing=Listing(
-            "compactions",
-            """Sessions whose main transcript was compacted more than --more-than
-    times (compact_boundary records), the most compacted first: each
-    compaction replaces the conversation before it with a summary. Exit 1
-    when there are any.
+)
+
+CHAIN_BREAKS = ProblemClass(
+    "chain_breaks", "chain_breaks", HISTORY,
+    "the resume walk stops at the break: what is above it is not sent; no line names the "
+    "missing parent, so nothing can re-link it",
+    health=(HealthRow("Chain breaks (parentUuid not in the file)", **_ORPHAN_LINE),))
+
+DUPLICATE_UUIDS = ProblemClass(
+    "duplicate_uuids", "duplicate_uuids", HISTORY,
+    "none: both readers use the last line; compare line_nos when the copies differ",
+    health=(HealthRow("Duplicate uuids", at="NULL",
+                      detail="copies || ' copies of ' || uuid"),))
+
+BAD_LINES = ProblemClass(
+    "bad_lines", "bad_lines", HISTORY,
+    "the lines around them are kept; a cut-off last line is a write that was interrupted",
+    health=(HealthRow("Bad lines (not JSON objects)", session="f.session_id",
+                      at="f.mtime", detail="b.error",
+                      source="bad_lines b JOIN files f ON f.id = b.file_id"),))
+
+DIVERGED_COPIES = ProblemClass(
+    "diverged_copies", "session_main_copies", SOON,
+    "claude --resume opens the chosen copy: when the other holds the work, put it in the "
+    "chosen one's place (keep a backup)",
+    health=(HealthRow("Copies of a session that differ from the transcript --resume opens",
+                      at="mtime",
+                      detail="why || ': ' || only_here || ' uuids only there, ' || "
+                             "only_in_chosen || ' only in the one opened'",
+                      where="NOT chosen AND diverged AND on_disk",
+                      link="chosen=0&diverged=1&on_disk=1"),))
+
+DELETED_TRANSCRIPTS = ProblemClass(
+    "deleted_transcripts", "files", NOW,
+    "session-index restore SESSION_ID writes the transcript back from the index",
+    health=(HealthRow("Transcripts deleted from disk", at="deleted_at", detail="path",
+                      where="deleted_at IS NOT NULL", link="deleted_at__notblank=1"),))
+
+
+# --- compactions: sessions compacted more than N times -------------------------
+
+# session_compactions: one row per session and host whose main transcript
+# there (session_hosts) holds compact_boundary records: compactions counts
+# them, first/last_compaction_at are the first and the last. Each compaction
+# replaces the conversation before it with a summary, so a session compacted
+# many times has lost detail as many times.
+SESSION_COMPACTIONS_SQL = """
+SELECT h.session_id, h.main_file_id AS file_id, count(*) AS compactions,
+       min(r.timestamp) AS first_compaction_at, max(r.timestamp) AS last_compaction_at,
+       h.host
+FROM session_hosts h
+JOIN records r ON r.file_id = h.main_file_id
+WHERE r.type = 'system' AND r.subtype = 'compact_boundary'
+GROUP BY h.session_id, h.host
+""".strip()
+# The compactions listing's, canned query's and health row's N by default.
+COMPACTIONS_MORE_THAN = 10
+
+# many_compactions: sessions with more than :more_than compactions (blank:
+# COMPACTIONS_MORE_THAN), the most compacted first.
+MANY_COMPACTIONS_QUERY_SQL = f"""
+SELECT * FROM session_compactions
+WHERE compactions > CAST(coalesce(nullif(:more_than, ''), {COMPACTIONS_MORE_THAN}) AS INTEGER)
+ORDER BY compactions DESC, session_id
+""".strip()
+
+SESSION_COMPACTIONS = SignalView(
+    "session_compactions",
+    "Sessions whose main transcript was compacted (compact_boundary records), with how many "
+    "times: each compaction replaces the conversation before it with a summary.",
+    {"compactions": "compact_boundary records in the session's main transcript",
+     "first_compaction_at": f"the first of them, {TS}",
+     "last_compaction_at": f"the last of them, {TS}"},
+    common=("session_id", "file_id", "host"), sql=SESSION_COMPACTIONS_SQL,
+    facets=("compactions",))
+
+COMPACTIONS = ProblemClass(
+    "compactions", SESSION_COMPACTIONS, HISTORY,
+    "a long session loses detail at each compaction: consider starting a fresh session "
+    "(or /clear) with a short summary of what still matters",
+    listing=Listing(
+        "compactions",
+        "Sessions whose main transcript was compacted more than --more-than times "
+        "(compact_boundary records), the most compacted first: each compaction replaces "
+        "the conversation before it with a summary.",
+        "session-index compactions --more-than 20 --table",
+        order_by="compactions DESC, session_id", where="compactions > :more_than",
+        params=(Param("more_than", int, COMPACTIONS_MORE_THAN,
+                      "List sessions compacted more than this many times.", "N"),)),
+    query=CannedQuery("many_compactions", "Sessions with more than N compactions",
+                      "Sessions compacted more than :more_than times (blank: "
+                      f"{COMPACTIONS_MORE_THAN}), the most compacted first.",
+                      MANY_COMPACTIONS_QUERY_SQL),
+    health=(HealthRow(f"Sessions with more than {COMPACTIONS_MORE_THAN} compactions",
+                      at="last_compaction_at", detail="compactions || ' compactions'",
+                      where=f"compactions > {COMPACTIONS_MORE_THAN}",
+                      link=f"compactions__gt={COMPACTIONS_MORE_THAN}"),))
+
+
+# --- Every class, in the health page's order -----------------------------------
+
+CLASSES = (POISONED, SPLICED, FAILED, STALE, EXPIRING, LEAVES_DISAGREE, *ORPHANS, CHAIN_BREAKS,
+           DUPLICATE_UUIDS, BAD_LINES, DIVERGED_COPIES, DELETED_TRANSCRIPTS, COMPACTIONS)
+# Every view declared here, in the order they are created: executions (no
+# class's own: the classes read it), then each class's own.
+SIGNAL_VIEWS = (EXECUTIONS, *(c.view for c in CLASSES if not isinstance(c.view, str)))
+# The classes with a listing command, by command name.
+LISTED = {c.listing.command: c for c in CLASSES if c.listing}
+
+
+def listing_help(cls: ProblemClass) -> str:
+    """The listing command's --help: what it lists, the exit code, what to
+    do about it, its example."""
+    return f"""{cls.listing.summary} Exit 1 when there are any.
+
+    What to do: {cls.fix}.
 
     Example:
 
     \b
-        session-index compactions --more-than 20 --table
-    """,
-            order_by="compactions DESC, session_id", where="compactions > :more_than",
-            params=(Param("more_than", int, COMPACTIONS_MORE_THAN,
-                          "List sessions compacted more than this many times.", "N"),)),
-        query=CannedQuery("many_compactions", "Sessions with more than N compactions",
-                          "Sessions compacted more than :more_than times (blank: "
-                          f"{COMPACTIONS_MORE_THAN}), the most compacted first.",
-                          MANY_COMPACTIONS_QUERY_SQL),
-        health=(HealthRow(f"Sessions with more than {COMPACTIONS_MORE_THAN} compactions",
-                          at="last_compaction_at", detail="compactions || ' compactions'",
-                          where=f"compactions > {COMPACTIONS_MORE_THAN}",
-                          link=f"compactions__gt={COMPACTIONS_MORE_THAN}"),)),
-)
-
-# Every view declared here, in the order they are created (executions before
-# the views that read it).
-SIGNAL_VIEWS = (API_ERROR_SPLICES, EXECUTIONS, FAILED_EXECUTIONS, POISONED_SESSIONS,
-                EXPIRED_TRANSCRIPTS, STALE_SESSION_REFS, SESSION_COMPACTIONS)
-# The classes with a listing command, by command name.
-LISTED = {c.listing.command: c for c in CLASSES if c.listing}
+        {cls.listing.example}
+    """
 
 
 def listing_sql(cls: ProblemClass) -> str:
