@@ -14,7 +14,9 @@ surfaces are generated from these declarations and never restate them:
   ``datasette-plugins/metadata.py`` (and so ``metadata.yml``);
 - the health page's rows: ``datasette-plugins/health.py``.
 
-Adding a class is one declaration here plus its tests (README,
+The file is one block per class (its SQL, its view, its canned query, its
+declaration), then CLASSES, every class in the health page's order. Adding a
+class is one block here, its name in CLASSES, and its tests (README,
 "Contributing"); tests/test_classes.py fails for a class that is declared
 for a surface and missing from it.
 
