@@ -1,6 +1,8 @@
 """The health page's problem classes: one list, one line each.
 
-Each ``Check`` names a problem class, the table or view it lives in (the page
+Each ``Check`` is a health row of a problem class (declared in
+indexer/signals/classes.py, with its severity and its fix): its label, the
+table or view it lives in (the page
 links there, with ``link`` as its query string) and a query returning one row
 per problem with three columns: ``session_id``, ``at`` (when it happened,
 ISO-8601) and ``detail`` (a few words). The page counts each class, shows
@@ -8,7 +10,7 @@ its newest problem, sorts classes by it, and lists the newest problems of all
 classes. A check whose table or view is not in the index is skipped, so a
 class can be listed before the index has it.
 
-Each class has a severity (SEVERITIES): it breaks a resume now, it will
+Each class has a severity (classes.SEVERITIES): it breaks a resume now, it will
 break one soon, or it is history and information; the page groups by it.
 ``at`` means one thing everywhere (WHEN): when the problem happened (the
 record's time, the deletion, the failure, the cache of the stale id, the
@@ -24,15 +26,9 @@ from dataclasses import dataclass
 
 from indexer.index.record_kinds import NEW_KINDS_SQL
 from indexer.index import views
-from indexer.index.views import EXPIRING_WINDOW_DAYS
+from indexer.signals import classes
+from indexer.signals.classes import HISTORY
 
-NOW, SOON, HISTORY = "now", "soon", "history"
-SEVERITIES = (
-    (NOW, "Breaks a resume now", "the next claude --resume fails or loses work: fix these first"),
-    (SOON, "Will break soon", "nothing is lost yet; act before the date"),
-    (HISTORY, "History and information", "what the transcripts went through; no resume "
-                                          "breaks because of it"),
-)
 WHEN = ("when it happened (the record's time, the deletion, the failure), or for an expiry, "
         "when cleanup deletes the transcript")
 
@@ -44,87 +40,13 @@ class Check:
     sql: str    # rows of (session_id, at, detail)
     link: str = ""  # query string added to the link
     severity: str = HISTORY
+    fix: str = ""   # what an operator does about it
 
 
-# The verdict's classes: every session a resume of which fails or loses work
-# now, one row per session and host, from the one definition (session_verdicts);
-# at: when its transcript was deleted, else last written.
-VERDICT_CHECK_SQL = """
-SELECT v.session_id, coalesce(f.deleted_at, f.mtime, (
-    SELECT max(x.mtime) FROM files x WHERE x.session_id = v.session_id)) AS at,
-  CASE WHEN v.host <> '' THEN 'host ' || v.host || ': ' ELSE '' END || {detail} AS detail
-FROM session_verdicts v LEFT JOIN files f ON f.id = v.file_id
-WHERE v.verdict = '{verdict}'
-""".strip()
-
-CHECKS = (
-    Check("Missing: a resume opens no transcript", "session_verdicts",
-          VERDICT_CHECK_SQL.format(verdict="missing", detail="v.cause"), "verdict=missing",
-          severity=NOW),
-    Check("Poisoned: a synthetic placeholder ends the resume chain", "session_verdicts",
-          VERDICT_CHECK_SQL.format(
-              verdict="poisoned", detail="'placeholder ' || coalesce(v.tail_message_id, '?')"),
-          "verdict=poisoned", severity=NOW),
-    Check("Spliced: late api_error records orphan recovered output", "session_verdicts",
-          VERDICT_CHECK_SQL.format(
-              verdict="spliced", detail="v.spliced_records || ' records off the chain'"),
-          "verdict=spliced", severity=NOW),
-    Check("Synthetic placeholders inside the resume chain", "poisoned_sessions",
-          "SELECT session_id, last_seen AS at, synthetic_on_chain || ' on the chain' AS detail "
-          "FROM poisoned_sessions WHERE NOT at_resume_tail AND synthetic_on_chain",
-          "at_resume_tail=0"),
-    Check("api_error splices: --resume drops recovered output", "api_error_splices",
-          "SELECT session_id, last_orphan_at AS at, orphaned_records || ' records, ' || "
-          "minutes_spanned || ' min' AS detail FROM api_error_splices"),
-    Check("Failed executions (claude -p)", "failed_executions",
-          "SELECT coalesce(session_id, init_session_id) AS session_id, log_mtime AS at, "
-          "error_class || ': ' || substr(error_message, 1, 80) AS detail FROM failed_executions"),
-    Check("Stale session references", "stale_session_refs",
-          "SELECT session_id, coalesce(deleted_at, expired_at, last_cached_at) AS at, "
-          "reason || ' (' || refs || ' refs)' AS detail FROM stale_session_refs", severity=NOW),
-    Check("Transcripts expired, still on disk", "expired_transcripts",
-          "SELECT session_id, expires_at AS at, path AS detail FROM expired_transcripts "
-          "WHERE status = 'expired'", "status=expired", severity=SOON),
-    Check(f"Transcripts expiring within {EXPIRING_WINDOW_DAYS} days", "expired_transcripts",
-          "SELECT session_id, expires_at AS at, days_left || ' days left' AS detail "
-          "FROM expired_transcripts WHERE status = 'expiring'", "status=expiring", severity=SOON),
-    Check("Leaves that disagree (resume vs SDK)", "leaves",
-          "SELECT l.session_id, r.timestamp AS at, l.branch_count || ' branches' AS detail "
-          "FROM leaves l LEFT JOIN records r ON r.id = l.resume_leaf_id "
-          "WHERE NOT l.leaves_agree", "leaves_agree=0"),
-    Check("Parallel tool branches dropped", "orphans",
-          "SELECT session_id, timestamp AS at, type || ' line ' || line_no AS detail "
-          "FROM orphans WHERE cause = 'parallel_tool_branch'", "cause=parallel_tool_branch"),
-    Check("Abandoned branches (rewinds, edits)", "orphans",
-          "SELECT session_id, timestamp AS at, type || ' line ' || line_no AS detail "
-          "FROM orphans WHERE cause = 'abandoned_branch'", "cause=abandoned_branch"),
-    Check("Records after a missing parent", "orphans",
-          "SELECT session_id, timestamp AS at, type || ' line ' || line_no AS detail "
-          "FROM orphans WHERE cause = 'dangling_parent'", "cause=dangling_parent"),
-    Check("Records under another root", "orphans",
-          "SELECT session_id, timestamp AS at, type || ' line ' || line_no AS detail "
-          "FROM orphans WHERE cause = 'unlinked'", "cause=unlinked"),
-    Check("Records in parent cycles", "orphans",
-          "SELECT session_id, timestamp AS at, type || ' line ' || line_no AS detail "
-          "FROM orphans WHERE cause = 'other'", "cause=other"),
-    Check("Chain breaks (parentUuid not in the file)", "chain_breaks",
-          "SELECT session_id, timestamp AS at, type || ' line ' || line_no AS detail "
-          "FROM chain_breaks"),
-    Check("Duplicate uuids", "duplicate_uuids",
-          "SELECT session_id, NULL AS at, copies || ' copies of ' || uuid AS detail "
-          "FROM duplicate_uuids"),
-    Check("Bad lines (not JSON objects)", "bad_lines",
-          "SELECT f.session_id, f.mtime AS at, b.error AS detail "
-          "FROM bad_lines b JOIN files f ON f.id = b.file_id"),
-    Check("Copies of a session that differ from the transcript --resume opens",
-          "session_main_copies",
-          "SELECT session_id, mtime AS at, why || ': ' || only_here || ' uuids only there, ' || "
-          "only_in_chosen || ' only in the one opened' AS detail FROM session_main_copies "
-          "WHERE NOT chosen AND diverged AND on_disk", "chosen=0&diverged=1&on_disk=1", severity=SOON),
-    Check("Transcripts deleted from disk", "files",
-          "SELECT session_id, deleted_at AS at, path AS detail FROM files "
-          "WHERE deleted_at IS NOT NULL", "deleted_at__notblank=1"),
-)
+# One check per health row of each problem class (signals/classes.py).
+CHECKS = tuple(Check(row.label, cls.view_name, row.sql(cls.view_name), row.link,
+                     cls.health_severity(row), cls.fix)
+               for cls in classes.CLASSES for row in cls.health)
 
 RECENT_PER_CHECK = 10
 RECENT_TOTAL = 20

@@ -23,7 +23,8 @@ import sys
 
 import yaml
 
-from indexer.index import search, views
+from indexer.index import search
+from indexer.signals import classes
 
 PLUGIN = "session-index"
 TITLE = "session-index"
@@ -107,52 +108,6 @@ WHERE f.session_id = :session_id AND f.kind IN ('main', 'subagent')
 ORDER BY f.kind, f.first_timestamp
 """.strip()
 
-# poisoned: sessions with a synthetic placeholder on the resume
-# chain or a resume that failed with the previous_message_id 400, the ones
-# whose next resume fails first; :since keeps sessions seen since that
-# ISO time (blank: all).
-POISONED_SESSIONS_SQL = """
-SELECT * FROM poisoned_sessions
-WHERE coalesce(last_seen, '') >= coalesce(nullif(:since, ''), '')
-ORDER BY at_resume_tail DESC, last_seen DESC
-""".strip()
-
-# stale_refs: referenced session ids a resume cannot use;
-# :reason narrows to never_indexed, deleted, unopenable or expired (blank: all).
-STALE_SESSION_REFS_SQL = """
-SELECT * FROM stale_session_refs
-WHERE reason = coalesce(nullif(:reason, ''), reason)
-ORDER BY reason, session_id
-""".strip()
-
-# expiring_transcripts: transcripts expired (still on disk, deleted at the next
-# Claude Code start) or expiring within :days days, soonest first; deleted
-# ones are in the expired_transcripts view.
-EXPIRING_TRANSCRIPTS_SQL = (
-    "SELECT * FROM ({}) WHERE status IN ('expired', 'expiring') ORDER BY days_left".format(
-        views.EXPIRED_TRANSCRIPTS_TEMPLATE.format(
-            now=views.CLOCK, window="CAST(coalesce(nullif(:days, ''), 7) AS REAL)")))
-
-# splices: episodes where late-flushed api_error records took over
-# the chain and --resume drops the recovered output, newest first, with at
-# least :min_orphaned orphaned records (blank: 1).
-API_ERROR_SPLICES_SQL = """
-SELECT a.session_id, a.orphaned_records, a.orphaned_assistant_messages,
-  a.first_orphan_at, a.last_orphan_at, a.minutes_spanned, a.api_error_uuid,
-  a.branch_point_uuid, a.file_id, s.cwd
-FROM api_error_splices a LEFT JOIN sessions s ON s.session_id = a.session_id
-WHERE a.orphaned_records >= CAST(coalesce(nullif(:min_orphaned, ''), 1) AS INTEGER)
-ORDER BY a.last_orphan_at DESC
-""".strip()
-
-# failed_runs: `claude -p` runs that failed, newest first, with the
-# real message and class; :error_class narrows to one class (blank: all).
-FAILED_EXECUTIONS_SQL = """
-SELECT * FROM failed_executions
-WHERE error_class = coalesce(nullif(:error_class, ''), error_class)
-ORDER BY log_mtime DESC, line_no DESC
-""".strip()
-
 # format_drift: every record type, system subtype and attachment type, the
 # newest kinds first; :new 1 for those the most recent ingest run brought,
 # :since for those first stored at or after that ISO time (blank: all).
@@ -187,16 +142,9 @@ QUERIES = {
                         "Records of the session that --resume drops, and why."),
     "session_files": ("Transcripts of a session", SESSION_FILES_SQL,
                       "Main and subagent transcripts of the session, with both leaves."),
-    "poisoned": ("Poisoned sessions", POISONED_SESSIONS_SQL,
-                          "Sessions whose resume fails with the previous_message_id 400."),
-    "stale_refs": ("Stale session references", STALE_SESSION_REFS_SQL,
-                           "Session ids applications hold that a resume cannot use."),
-    "expiring_transcripts": ("Transcripts expiring within N days", EXPIRING_TRANSCRIPTS_SQL,
-                             "Transcripts Claude Code's cleanup deletes soon, soonest first."),
-    "splices": ("api_error splices", API_ERROR_SPLICES_SQL,
-                          "Recovered output that --resume drops, newest first."),
-    "failed_runs": ("Failed executions", FAILED_EXECUTIONS_SQL,
-                          "claude -p runs that failed, including ones reported as success."),
+    # the problem classes' (signals/classes.py)
+    **{c.query.name: (c.query.title, c.query.sql, c.query.description)
+       for c in classes.CLASSES if c.query},
     "format_drift": ("Record types (format drift)", FORMAT_DRIFT_SQL,
                      "Every record type, system subtype and attachment type, newest first; "
                      "new=1: those the last ingest brought."),
@@ -210,10 +158,12 @@ QUERIES["search_transcripts"] = (
     "Records whose text holds :q as a phrase (words, or a substring of code or CJK text), "
     "newest first, the match in [[...]]. Needs session-index search --enable.")
 
-_TS = "ISO-8601 UTC"
+_TS = classes.TS
 _SID = "Claude Code session id (links to the session page)"
 _FILE = "files.id of the transcript"
 _REC = "records.id"
+_HOST = ("the host the file is on: '' for this machine's files (and store copies), else "
+         "the name it was shipped under (session-index ship --host)")
 # Column descriptions shared by several tables and views.
 _COMMON = {
     "file_id": _FILE,
@@ -226,6 +176,7 @@ _COMMON = {
     "timestamp": f"the record's timestamp, {_TS}",
     "message_id": "message.id (msg_... from Anthropic's API; other providers' ids differ; a random UUID on a synthetic placeholder)",
     "kind": "main or subagent transcript",
+    "host": _HOST,
 }
 
 
@@ -270,26 +221,6 @@ _DUPLICATES_COLS = _cols(
     copies="lines carrying this uuid",
     line_nos="their line numbers, comma-separated, in file order",
     kept_line_no="the line both readers use (the last)",
-)
-_EXECUTION_COLS = _cols(
-    "file_id",
-    id="records.id of the result event",
-    log_path="path of the claude -p stream-json log",
-    line_no="line of the result event in the log, 1-based",
-    session_id="session id the result event reports (links to the session page)",
-    init_session_id="session id of the log's init event (links to the session page)",
-    subtype="result subtype: success, error_during_execution, error_max_turns, ...",
-    is_error="1 when the result says is_error",
-    result="the result text",
-    errors="the errors list, JSON",
-    error_message="the result text, else the errors: never empty for an error",
-    error_class="resume_not_found, poisoned_previous_message_id, rate_limit, max_turns, "
-                "max_budget, auth, other_error or ok",
-    resume_target="the session id a 'No conversation found' error names",
-    num_turns="turns the run took",
-    total_cost_usd="cost of the run, US dollars",
-    duration_ms="duration of the run, milliseconds",
-    log_mtime=f"the log file's mtime, {_TS}",
 )
 _DEFINITION = ("The recursive definition the {0} view is held equal to (by the tests). "
                "Slow: seconds per query on a large index; query {0} instead.")
@@ -449,21 +380,6 @@ TABLES = {
         "facets": ["cause", "type"],
         "columns": _ORPHANS_COLS,
     },
-    "api_error_splices": {
-        "description": "One row per episode where late-flushed api_error records took over the "
-                       "chain and --resume drops the recovered output (seed 000).",
-        "units": {"minutes_spanned": "min"},
-        "columns": _cols(
-            "file_id", "session_id",
-            api_error_uuid="the api_error record on the chain, parented on the branch point",
-            branch_point_uuid="where the orphaned output leaves the chain",
-            orphaned_records="records --resume drops in this episode",
-            orphaned_assistant_messages="distinct assistant message.ids among them",
-            first_orphan_at=f"earliest orphaned record, {_TS}",
-            last_orphan_at=f"latest orphaned record, {_TS}",
-            minutes_spanned="minutes between them",
-        ),
-    },
     "chain_breaks": {
         "description": "Chain records whose parentUuid names no chain record in the file: the "
                        "walk up stops there.",
@@ -473,20 +389,6 @@ TABLES = {
     "duplicate_uuids": {
         "description": "A uuid on more than one line of a file; the last line wins.",
         "columns": _DUPLICATES_COLS,
-    },
-    "executions": {
-        "description": "One row per result event of a claude -p --output-format stream-json "
-                       "log: how the run ended, classed.",
-        "facets": ["error_class", "subtype"],
-        "units": {"duration_ms": "ms"},
-        "columns": _EXECUTION_COLS,
-    },
-    "failed_executions": {
-        "description": "Executions that failed, with the real message and class, including "
-                       "success results with is_error and errors with an empty result.",
-        "facets": ["error_class"],
-        "units": {"duration_ms": "ms"},
-        "columns": _EXECUTION_COLS,
     },
     "session_refs": {
         "description": "Session ids applications hold and intend to resume (session-index "
@@ -521,56 +423,6 @@ TABLES = {
             tail_message_id="its message.id",
             splices="api_error_splices of file_id",
             spliced_records="records those splices leave off the resume chain",
-        ),
-    },
-    "poisoned_sessions": {
-        "description": "Sessions with a synthetic placeholder on the resume chain, or whose "
-                       "resumes failed with the previous_message_id 400.",
-        "facets": ["at_resume_tail"],
-        "columns": _cols(
-            "file_id", "session_id",
-            message_id="message.id of the synthetic record nearest the leaf (a badge marks it)",
-            uuid="uuid of that record",
-            at_resume_tail="1 when it is the last assistant on the chain: the next resume fails",
-            synthetic_on_chain="synthetic placeholders on the resume chain",
-            failed_resumes="executions of this session classed poisoned_previous_message_id",
-            last_seen=f"the session's newest record, {_TS}",
-        ),
-    },
-    "stale_session_refs": {
-        "description": "Referenced session ids a resume cannot use now or soon.",
-        "facets": ["reason"],
-        "columns": _cols(
-            "session_id",
-            reason="never_indexed (no transcript ever seen), deleted (gone from disk), "
-                   "unopenable (on disk, but claude --resume opens none of its files: none is "
-                   "named <session_id>.jsonl, or that one holds no message) or expired (past "
-                   "retention: the next Claude Code start deletes it)",
-            deleted_at=f"when it was found gone, {_TS}",
-            expired_at=f"when it passed its retention, {_TS}",
-            path="its main transcript", refs="references to it",
-            sources="the applications (and execution logs) that reference it",
-            last_cached_at=f"the newest cached_at among them, {_TS}",
-            last_execution_id="records.id of the last execution that tried it",
-            last_execution_class="that execution's error_class",
-            last_execution_log="that execution's log file",
-        ),
-    },
-    "expired_transcripts": {
-        "description": "Transcripts Claude Code's cleanup deletes by mtime: expiring (within "
-                       "7 days), expired (past it, still on disk) or deleted (kept only here).",
-        "facets": ["status", "retention_source"],
-        "units": {"days_left": "day", "retention_days": "day"},
-        "columns": _cols(
-            "file_id", "session_id", "kind",
-            path="the transcript's path",
-            status="expiring, expired or deleted",
-            expires_at=f"mtime + retention, {_TS}",
-            days_left="days until expires_at (negative: past it); NULL when deleted",
-            retention_days="cleanupPeriodDays in force, days",
-            retention_source="the settings file that set it, or default",
-            mtime=f"the file's mtime at the last ingest, {_TS}",
-            deleted_at=f"when it was found gone, {_TS}",
         ),
     },
     "repair_plan": {
@@ -961,23 +813,24 @@ TABLES["leaf_ancestry_cache"]["columns"] = dict(
            "length less one less height")
 # Every view with a file (or a session) per row has the host of that
 # file (views.HOST_COLUMN); the caches behind them do not keep it.
-_HOST = ("the host the file is on: '' for this machine's files (and store copies), else "
-         "the name it was shipped under (session-index ship --host)")
 for _view in ("cli_definition", "leaves", "leaves_definition", "leaf_ancestry",
               "leaf_ancestry_definition", "orphans", "orphans_definition", "chain_breaks",
               "chain_breaks_definition", "duplicate_uuids", "duplicate_uuids_definition",
-              "api_error_splices", "executions", "failed_executions", "poisoned_sessions",
-              "stale_session_refs", "expired_transcripts", "repair_plan", "session_copies",
-              "file_generations", "session_main_copies", "usage", "session_verdicts"):
+              "repair_plan", "session_copies", "file_generations", "session_main_copies",
+              "usage", "session_verdicts"):
     TABLES[_view]["columns"] = dict(TABLES[_view]["columns"], host=_HOST)
-TABLES["stale_session_refs"]["columns"]["host"] = (
-    "the host of its main transcript ('' for this machine, and when it was never indexed)")
-TABLES["poisoned_sessions"]["columns"]["host"] = "the host of file_id ('' for this machine)"
 TABLES["session_verdicts"]["columns"]["host"] = (
     "the host the verdict is for ('' for this machine): each host's copy is judged on its own")
 TABLES["usage"]["columns"]["host"] = "the host of file_id ('' for this machine)"
-TABLES["executions"]["columns"]["host"] = TABLES["failed_executions"]["columns"]["host"] = (
-    "the host of the log ('' for this machine)")
+# The views the problem classes declare (signals/classes.py), with their
+# columns' meaning, units and facets.
+for _signal in classes.SIGNAL_VIEWS:
+    TABLES[_signal.name] = {
+        "description": _signal.description,
+        **({"facets": list(_signal.facets)} if _signal.facets else {}),
+        **({"units": dict(_signal.units)} if _signal.units else {}),
+        "columns": _cols(*_signal.common, **_signal.columns),
+    }
 TABLES["sdk_terminals"] = {
     "description": "The Agent SDK's leaf candidates per file: each record no record names as "
                    "parent, with the message it walks up to (kept by ingest; the SDK leaf "

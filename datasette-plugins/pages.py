@@ -16,6 +16,7 @@ from datasette.utils.asgi import NotFound, Response
 from indexer.chain import resume
 from indexer.index import search
 from indexer.signals import listings as signals, verdict as verdicts
+from indexer.signals.classes import SEVERITIES
 from session_index_web import health as web_health, tree as web_tree
 from session_index_web.format import CAUSE_COLOURS, pretty_json, session_path
 from session_index_web.metadata import QUERIES
@@ -128,7 +129,8 @@ async def health_page(datasette, request):
         return datasette.urls.path(session_path(session_id)) if session_id else None
 
     results = [{"label": r.check.label, "url": check_url(r.check), "total": r.total,
-                "newest": r.newest, "error": r.error, "severity": r.check.severity}
+                "newest": r.newest, "error": r.error, "severity": r.check.severity,
+                "fix": r.check.fix}
                for r in results]
     recent_sessions = [dict(row, url=session_url(row["session_id"])) for row in await db.execute(
         signals.SESSIONS_SQL, signals.sessions_params(limit=RECENT_SESSIONS))]
@@ -145,7 +147,7 @@ async def health_page(datasette, request):
         "groups": [{"key": key, "title": title, "note": note,
                     "results": [r for r in results if r["severity"] == key],
                     "problems": sum(r["total"] for r in results if r["severity"] == key)}
-                   for key, title, note in web_health.SEVERITIES],
+                   for key, title, note in SEVERITIES],
         "when": web_health.WHEN,
         "recent_sessions": recent_sessions,
         "recent": [{"at": row["at"], "label": check.label, "url": check_url(check),

@@ -22,7 +22,10 @@ import sys
 import click
 
 from indexer.index import db as dbmod
-from indexer.index.views import EXPIRING_WINDOW_DAYS
+from indexer.cli.options import (config_dir_option, db_option, from_options, generation_option,
+                                 json_option, nats_auth_options, now_option, output_options,
+                                 since_option)
+from indexer.signals.classes import EXPIRING_WINDOW_DAYS, LISTED, listing_help
 
 
 class _OnUse:
@@ -82,69 +85,6 @@ def _open(path: str, create: bool = False):
         raise Failure(str(exc)) from None
 
 
-def _now(now):
-    try:
-        return signals.iso_now(now)
-    except signals.BadTime as exc:
-        raise click.BadParameter(str(exc), param_hint="--now") from None
-
-
-db_option = click.option(
-    "--db", "db_path", type=click.Path(dir_okay=False), default=dbmod.default_db_path,
-    show_default="$SESSION_INDEX_DB, else $XDG_DATA_HOME/session-index/sessions.db, "
-                 "else ~/.local/share/session-index/sessions.db", help="The index file.")
-config_dir_option = click.option(
-    "--config-dir", type=click.Path(file_okay=False), default=None,
-    help="Claude Code's config dir, for settings.json and projects/ "
-         "[default: $CLAUDE_CONFIG_DIR (a comma-separated list allowed), else "
-         "~/.config/claude and ~/.claude].")
-now_option = click.option(
-    "--now", default=None, metavar="ISO-TIME",
-    help="Answer as if it were this time (ISO-8601, UTC if no zone; default: the clock).")
-json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-generation_option = click.option(
-    "--generation", type=click.IntRange(min=1), default=None, metavar="N",
-    help="Generation N of each transcript (1 is the first; every rewrite starts one), "
-         "leaving out those without one; exit 3 if none has it [default: the current].")
-
-
-def nats_auth_options(fn):
-    """The NATS connection's auth and TLS options (ship, ingest --from)."""
-    for option in reversed((
-        click.option("--token", "nats_token", envvar="NATS_TOKEN", default=None,
-                     help="The server's auth token [default: $NATS_TOKEN]."),
-        click.option("--creds", "nats_creds", type=click.Path(dir_okay=False, exists=True),
-                     default=None, help="A NATS credentials file (.creds: JWT and nkey)."),
-        click.option("--tls-ca", "nats_tls_ca", type=click.Path(dir_okay=False, exists=True),
-                     default=None, help="Verify the server's TLS certificate with this CA "
-                                        "file (use a tls:// URL)."),
-    )):
-        fn = option(fn)
-    return fn
-
-
-consumer_option = click.option(
-    "--consumer", default=None, metavar="NAME",
-    help="With --from: the durable consumer's name [default: session-index-central]; one "
-         "per central index.")
-
-
-def _hosts(ctx, param, value):
-    """--hosts a,b: the host names, each non-empty."""
-    if value is None:
-        return None
-    hosts = [h.strip() for h in value.split(",")]
-    if not all(hosts):
-        raise click.BadParameter("a comma-separated list of host names, none empty")
-    return hosts
-
-
-hosts_option = click.option(
-    "--hosts", default=None, metavar="HOST,HOST", callback=_hosts,
-    help="With --from: only these hosts' lines (a partition of the fleet over several "
-         "central indexes); a durable consumer per host, NAME-HOST [default: every host's].")
-
-
 def _nats_options(url: str, auth: dict):
     from indexer.ingest import fleet_nats
 
@@ -185,20 +125,16 @@ def cli():
 @cli.command()
 @click.argument("sources", nargs=-1, type=click.Path())
 @db_option
-@config_dir_option
+@config_dir_option()
 @click.option("--silent", is_flag=True, help="No progress bar.")
 @json_option
 @click.option("--watch", is_flag=True,
               help="Then keep following SOURCES (file notifications) and index each new "
                    "line within a second of its write, until SIGINT or SIGTERM (exit 0); "
                    "logs one line per batch on stderr.")
-@click.option("--from", "from_url", metavar="nats://HOST:PORT", default=None,
-              help="Instead of SOURCES: the lines `session-index ship` sent to this NATS "
-                   "JetStream server (every host's), drained, then exit; with --watch, "
-                   "keep consuming until SIGINT or SIGTERM.")
-@consumer_option
-@hosts_option
-@nats_auth_options
+@from_options("Instead of SOURCES: the lines `session-index ship` sent to this NATS "
+              "JetStream server (every host's), drained, then exit; with --watch, keep "
+              "consuming until SIGINT or SIGTERM.")
 def ingest(sources, db_path, config_dir, silent, as_json, watch, from_url, consumer, hosts,
            **nats_auth):
     """Index new lines of the transcripts under SOURCES.
@@ -322,7 +258,7 @@ def _ingest_from(db_path, url, consumer, hosts, watch, as_json, auth):
                    "[default: ship.db beside the default index].")
 @click.option("--once", is_flag=True, help="Send what is new now, then exit "
                                            "(default: follow SOURCES until SIGINT/SIGTERM).")
-@config_dir_option
+@config_dir_option()
 @nats_auth_options
 def ship(sources, to_url, host, ledger, once, config_dir, **auth):
     """Send every new complete line of the transcripts under SOURCES to NATS
@@ -457,7 +393,7 @@ def refs_import(file, db_path, as_json):
 @cli.command()
 @click.argument("session_id")
 @db_option
-@config_dir_option
+@config_dir_option()
 @now_option
 @click.option("--cwd", type=click.Path(file_okay=False), default=None,
               help="Check the transcript a resume run from this directory opens "
@@ -497,105 +433,45 @@ def check(session_id, db_path, config_dir, now, cwd, host, as_json):
         session-index check 0b1fed78-ad30-4641-94b1-5f6931526c96 --host build-7
     """
     try:
-        verdict = checkmod.check(_open(db_path), session_id, now=_now(now),
+        verdict = checkmod.check(_open(db_path), session_id, now=signals.iso_now(now),
                                  config_dir=config_dir, cwd=cwd, host=host)
     except mainfile.AmbiguousHost as exc:
         raise AmbiguousHost(str(exc)) from None
     sys.exit(checkmod.report(verdict, as_json, sys.stdout, sys.stderr))
 
 
-def output_options(fn):
-    """--json, --nl, --csv, --tsv, --table: one of them (the last given wins),
-    tab-separated by default (indexer/cli/output.py)."""
-    for flag, help_text in reversed((
-            ("--json", "Print a JSON array."),
-            ("--nl", "Print one JSON object per line."),
-            ("--csv", "Print CSV with a header row."),
-            ("--tsv", "Print tab-separated values with a header row (the default)."),
-            ("--table", "Print aligned columns."))):
-        fn = click.option(flag, "fmt", flag_value=flag[2:], help=help_text)(fn)
-    return fn
-
-
-def _listing(name, db_path, now=None, days=None, fmt=None):
+def _listing(name, db_path, now=None, fmt=None, **options):
     from indexer.cli import output
 
     db = _open(db_path, create=False)
-    rows = signals.listing(db, name, now=_now(now),
-                           days=days if days is not None else EXPIRING_WINDOW_DAYS)
+    rows = signals.listing(db, name, now=now, **options)
     output.write_rows(rows, fmt or "tsv", sys.stdout)
     if rows:
         sys.exit(EXIT_FINDING)
 
 
-@cli.command()
-@db_option
-@output_options
-def poisoned(db_path, fmt):
-    """Sessions with a synthetic placeholder on their resume chain (at_resume_tail:
-    the next resume fails with the previous_message_id 400) or failed resumes of
-    that kind. Exit 1 when there are any.
+def listing_command(cls):
+    """The click command of a problem class's listing (signals/classes.py):
+    --db, --now when it answers at a time, its own options, the output
+    formats; exit 1 when it lists rows."""
+    listing = cls.listing
 
-    Example:
+    def command(db_path, fmt, now=None, **options):
+        _listing(listing.command, db_path, now=now, fmt=fmt, **options)
 
-    \b
-        session-index poisoned --json
-    """
-    _listing("poisoned", db_path, fmt=fmt)
-
-
-@cli.command()
-@db_option
-@now_option
-@output_options
-def stale(db_path, now, fmt):
-    """Referenced session ids (refs import, and resume targets of executions)
-    that a resume cannot use: never_indexed, deleted, unopenable (no file a
-    resume opens: none named SESSION_ID.jsonl with a message), or expired. Exit 1 when
-    there are any.
-
-    Example:
-
-    \b
-        session-index stale --now 2026-12-01T00:00:00Z
-    """
-    _listing("stale", db_path, now=now, fmt=fmt)
+    command.__doc__ = listing_help(cls)
+    command = output_options(command)
+    for param in reversed(listing.params):
+        command = click.option(param.flag, param.name, type=param.type, default=param.default,
+                               show_default=True, metavar=param.metavar,
+                               help=param.help)(command)
+    if listing.now:
+        command = now_option(command)
+    return cli.command(listing.command)(db_option(command))
 
 
-@cli.command()
-@db_option
-@now_option
-@click.option("--days", type=float, default=EXPIRING_WINDOW_DAYS, show_default=True,
-              help="Report transcripts expiring within this many days.")
-@output_options
-def expiring(db_path, now, days, fmt):
-    """Transcripts Claude Code's cleanup will delete within --days, has
-    already made due (expired, still on disk), or deleted (kept in the index).
-    Exit 1 when there are any.
-
-    Example:
-
-    \b
-        session-index expiring --days 7 --json
-    """
-    _listing("expiring", db_path, now=now, days=days, fmt=fmt)
-
-
-@cli.command()
-@db_option
-@output_options
-def failed(db_path, fmt):
-    """`claude -p` runs that failed, with the real message and its class,
-    including those a parser reading `result` records as success (an empty
-    result with the message in errors[], or subtype success with is_error).
-    Exit 1 when there are any.
-
-    Example:
-
-    \b
-        session-index failed --json
-    """
-    _listing("failed", db_path, fmt=fmt)
+for _cls in LISTED.values():
+    listing_command(_cls)
 
 
 @cli.command("record-types")
@@ -603,8 +479,7 @@ def failed(db_path, fmt):
 @click.option("--new", "only_new", is_flag=True,
               help="Only the kinds the most recent ingest run brought (exit 1 when there "
                    "are any).")
-@click.option("--since", default=None, metavar="ISO-TIME",
-              help="Only the kinds the index first stored at or after this time.")
+@since_option("the kinds the index first stored")
 @output_options
 def record_types(db_path, only_new, since, fmt):
     """Every record type, system subtype and attachment type in the
@@ -621,12 +496,6 @@ def record_types(db_path, only_new, since, fmt):
     """
     from indexer.cli import output
 
-    if since:
-        try:
-            since = signals.iso_now(since)
-        except signals.BadTime as exc:
-            raise click.BadParameter(str(exc).replace("--now", "--since", 1),
-                                     param_hint="--since") from None
     rows = record_kinds.listing(_open(db_path, create=False), new=only_new, since=since)
     output.write_rows(rows, fmt or "tsv", sys.stdout)
     if only_new and rows:
@@ -637,8 +506,7 @@ def record_types(db_path, only_new, since, fmt):
 @db_option
 @click.option("--project", default=None, metavar="P",
               help="Only sessions of this project folder (as in ~/.claude/projects) or cwd.")
-@click.option("--since", default=None, metavar="ISO-TIME",
-              help="Only sessions active since this time (ISO-8601, UTC if no zone).")
+@since_option("sessions active")
 @click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
 @output_options
 def sessions(db_path, project, since, limit, fmt):
@@ -654,7 +522,6 @@ def sessions(db_path, project, since, limit, fmt):
     """
     from indexer.cli import output
 
-    since = _now(since) if since else None
     rows = signals.sessions(_open(db_path, create=False), project=project, since=since,
                             limit=limit)
     output.write_rows(rows, fmt or "tsv", sys.stdout)
@@ -667,8 +534,7 @@ def sessions(db_path, project, since, limit, fmt):
 @click.option("--by", type=click.Choice(["day", "session", "model", "project"]), default=None,
               help="One row per day (UTC), session, model or project folder "
                    "[default: one row for all].")
-@click.option("--since", default=None, metavar="ISO-TIME",
-              help="Only API calls at or after this time (ISO-8601, UTC if no zone).")
+@since_option("API calls")
 @output_options
 def usage(db_path, by, since, fmt):
     """Tokens and cost of the API calls in the transcripts, each call counted
@@ -689,7 +555,6 @@ def usage(db_path, by, since, fmt):
     """
     from indexer.cli import output
 
-    since = _now(since) if since else None
     db = _open(db_path, create=False)
     try:
         pricesmod.refresh_packaged(db)
@@ -809,7 +674,7 @@ def export(session_id, out, force, generation, db_path):
 @click.argument("session_id")
 @generation_option
 @db_option
-@config_dir_option
+@config_dir_option()
 def restore(session_id, generation, db_path, config_dir):
     """Put SESSION_ID's transcripts back, from the index, so a cached id
     resumes again: where they were ingested from, or with --config-dir at
@@ -1046,8 +911,7 @@ def verify(session_id, db_path, claude, as_json):
               help="Only records of this session.")
 @click.option("--project", default=None, metavar="P",
               help="Only records of this project folder (as in ~/.claude/projects) or cwd.")
-@click.option("--since", default=None, metavar="ISO-TIME",
-              help="Only records at or after this time (ISO-8601, UTC if no zone).")
+@since_option("records")
 @click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True,
               metavar="N", help="At most N records.")
 @click.option("--enable", is_flag=True,
@@ -1120,7 +984,6 @@ def search(query, db_path, session_id, project, since, limit, enable, disable, f
             return
     if not query:
         raise click.UsageError("give a QUERY, or --enable or --disable")
-    since = _now(since) if since else None
     try:
         rows = searchmod.search(db, query, session=session_id, project=project, since=since,
                                 limit=limit)

@@ -4,7 +4,8 @@ it. Nothing is read from ~/.claude.
 
 - an api_error splice (seed 000's shape: late-flushed errors take over the chain),
 - parallel tool calls whose first result is off the chain (seed 002),
-- a compaction, a rewind (an edited prompt abandons two turns),
+- a compaction, a rewind (an edited prompt abandons two turns), a session
+  compacted more times than the compactions class flags,
 - a poisoned tail (a ``<synthetic>`` placeholder ends the resume chain) and
   the resume that failed on it,
 - a long session with hook progress and a subagent (the page folds it),
@@ -29,6 +30,7 @@ from pathlib import Path
 from indexer.index import db as dbmod
 from indexer.ingest import files as ingestmod
 from indexer.ingest import refs as refsmod
+from indexer.signals.classes import COMPACTIONS_MORE_THAN
 
 NAMESPACE = uuid.UUID("6f1c2d0e-5b7a-4c1e-9a55-2f4d3c9b8e70")
 PROJECT = "-home-demo-shop"          # the projects/ folder of the demo cwd
@@ -180,6 +182,19 @@ def compaction(start):
     return [s]
 
 
+def many_compactions(start):
+    """A session compacted more times than the compactions class flags."""
+    s = Session("many-compactions", start)
+    last = s.reply(s.user(None, "Port the reports module, file by file."), "Starting.")
+    for i in range(COMPACTIONS_MORE_THAN + 2):
+        boundary = s.system(None, "compact_boundary", logicalParentUuid=last, after=600,
+                            compactMetadata={"trigger": "auto", "preTokens": 150000 + i})
+        summary = s.add("user", boundary, isCompactSummary=True, message={
+            "role": "user", "content": f"Continued: {i + 1} files of the reports module ported."})
+        last = s.reply(s.user(summary, f"Port file {i + 2}."), f"File {i + 2} ported.")
+    return [s]
+
+
 def rewind(start):
     """An edited prompt: the two turns after the original are abandoned."""
     s = Session("rewind", start)
@@ -278,6 +293,7 @@ def build_demo(directory: str | os.PathLike, now: datetime | None = None) -> Pat
     sessions = (splice(now - 2 * day) + seed000(now - 2 * day + timedelta(hours=5))
                 + parallel(now - 3 * day) + compaction(now - 4 * day) + rewind(now - 5 * day)
                 + poisoned(now - day) + long_session(now - 6 * day)
+                + many_compactions(now - 9 * day)
                 + aged("expired", now - 40 * day, "Tidy the old fixtures.")
                 + aged("expiring", now - 27 * day, "Pin the node version."))
     for s in sessions:

@@ -20,8 +20,9 @@ import click
 
 from indexer.index import db as dbmod
 from indexer.cli import demo_data
+from indexer.cli.options import config_dir_option, db_option, from_options
 from session_index_web import metadata as web_metadata
-from indexer.cli.commands import _nats_options, consumer_option, hosts_option, nats_auth_options
+from indexer.cli.commands import _nats_options
 
 EXIT_UNUSABLE = 3
 DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 8001
@@ -145,9 +146,6 @@ def demo_folder(directory) -> Path:
     return path
 
 
-db_option = click.option(
-    "--db", "db_path", type=click.Path(dir_okay=False), default=dbmod.default_db_path,
-    show_default="$SESSION_INDEX_DB, else sessions.db", help="The index file.")
 host_option = click.option("--host", default=DEFAULT_HOST, show_default=True,
                            help="Address to listen on (loopback by default).")
 port_option = click.option("--port", default=DEFAULT_PORT, show_default=True, type=int,
@@ -162,16 +160,10 @@ port_option = click.option("--port", default=DEFAULT_PORT, show_default=True, ty
 @click.option("--watch", is_flag=True,
               help="Also keep the index current: follow SOURCES as `ingest --watch` does, "
                    "in this process; SIGINT or SIGTERM stops both (exit 0).")
-@click.option("--config-dir", type=click.Path(file_okay=False), default=None,
-              help="With --watch: Claude Code's config dir, for settings.json and projects/ "
-                   "[default: $CLAUDE_CONFIG_DIR (a comma-separated list), else ~/.config/claude and ~/.claude].")
-@click.option("--from", "from_url", metavar="nats://HOST:PORT", default=None,
-              help="With --watch: also consume what `session-index ship` sends to this NATS "
-                   "JetStream server, as `ingest --from --watch` does (without SOURCES, "
-                   "only that: a fleet's central index).")
-@consumer_option
-@hosts_option
-@nats_auth_options
+@config_dir_option("With --watch: ")
+@from_options("With --watch: also consume what `session-index ship` sends to this NATS "
+              "JetStream server, as `ingest --from --watch` does (without SOURCES, only "
+              "that: a fleet's central index).")
 def serve(sources, db_path, host, port, watch, config_dir, from_url, consumer, hosts,
           **nats_auth):
     """Browse the index in Datasette, with the session pages.

@@ -23,6 +23,7 @@ a CTE there is re-materialized and re-indexed at every step.
 
 from __future__ import annotations
 
+from indexer.signals import classes
 from indexer.transcripts.digests import sha256
 from indexer.transcripts.records import (
     API_ERROR_RECORD,
@@ -33,7 +34,6 @@ from indexer.transcripts.records import (
     SYNTHETIC_MODEL,
     SYNTHETIC_RECORD,
 )
-from indexer.transcripts.retention import DEFAULT_DAYS as DEFAULT_RETENTION_DAYS
 
 # The CLI's parent fallback (resume.py): a record whose parent is not in the
 # file hangs under the latest message at or before it within this many ms.
@@ -666,33 +666,6 @@ FROM leaf_ancestry_cache a JOIN leaves_cache l ON l.file_id = a.file_id
 ORPHANS_SQL = (f"SELECT {_prefixed(ORPHANS_COLUMNS, 'c')}, "
                f"{HOST_OF.format(file_id='c.file_id')} AS host FROM orphans_cache c")
 
-# api_error_splices: one row per spliced episode (seed 000): a branch point on
-# the resume ancestry whose child on the ancestry is an api_error record and
-# whose other branches hold the orphaned output. api_error_uuid is that
-# child; the counts and times are over the episode's api_error_splice orphans
-# (records before the last compaction are 'compacted', so an episode that lies
-# wholly before it is history and has no row).
-API_ERROR_SPLICES_SQL = """
-SELECT o.file_id, o.session_id, child.uuid AS api_error_uuid,
-       o.branch_point_uuid,
-       count(*) AS orphaned_records,
-       count(DISTINCT CASE WHEN o.type = 'assistant'
-                           THEN coalesce(o.message_id, o.uuid) END)
-         AS orphaned_assistant_messages,
-       min(o.timestamp) AS first_orphan_at,
-       max(o.timestamp) AS last_orphan_at,
-       round((julianday(max(o.timestamp)) - julianday(min(o.timestamp))) * 1440, 1)
-         AS minutes_spanned,
-       o.host
-FROM orphans o
-JOIN leaf_ancestry_cache bp ON bp.file_id = o.file_id AND bp.rule = 'resume'
-  AND bp.uuid = o.branch_point_uuid
-JOIN leaf_ancestry_cache child ON child.file_id = o.file_id AND child.rule = 'resume'
-  AND child.height = bp.height + 1
-WHERE o.cause = 'api_error_splice'
-GROUP BY o.file_id, o.branch_point_uuid
-""".strip()
-
 # chain_breaks: chain record lines whose parentUuid names no chain record in
 # the same file (the walk from them stops there).
 CHAIN_BREAKS_DEFINITION_SQL = f"""
@@ -742,254 +715,18 @@ NOTHING_TO_CUT_TEMPLATE = f"""NOT EXISTS (
   WHERE k.file_id = {{file}} AND k.rule = 'resume' AND t.type = 'assistant'
     AND NOT ({SYNTHETIC_RECORD.format(r="t")}))"""
 
-# executions: one row per `result` event of a `claude -p --output-format
-# stream-json` log. error_message: the result text, else the errors, never
-# empty for an error. error_class: the first of resume_not_found,
-# poisoned_previous_message_id, rate_limit, max_turns, max_budget, auth,
-# other_error that matches; ok only when is_error is false and subtype is
-# success. resume_target: the session id a "No conversation found" names.
-# init_session_id: of the log's last init event before the result. A line
-# SQLite cannot read as JSON (NaN) reads as {}. log_mtime orders executions.
-EXECUTIONS_SQL = """
-WITH events AS (
-  SELECT r.id, r.file_id, f.path AS log_path, f.mtime AS log_mtime, r.line_no,
-         coalesce(f.host, '') AS host,
-         CASE WHEN json_valid(r.raw) THEN r.raw ELSE '{}' END AS j,
-         (SELECT CASE WHEN json_valid(i.raw) AND json_type(i.raw, '$.session_id') = 'text'
-                      THEN json_extract(i.raw, '$.session_id') END
-          FROM records i
-          WHERE i.file_id = r.file_id AND i.type = 'system' AND i.subtype = 'init'
-            AND i.line_no < r.line_no
-          ORDER BY i.line_no DESC LIMIT 1) AS init_session_id
-  FROM records r JOIN files f ON f.id = r.file_id
-  WHERE f.kind = 'execution_log' AND r.type = 'result'
-),
-fields AS (
-  SELECT id, file_id, log_path, log_mtime, line_no, host, init_session_id,
-    CASE json_type(j, '$.session_id') WHEN 'text' THEN json_extract(j, '$.session_id') END
-      AS session_id,
-    CASE json_type(j, '$.subtype') WHEN 'text' THEN json_extract(j, '$.subtype') END AS subtype,
-    CASE json_type(j, '$.is_error') WHEN 'true' THEN 1
-      WHEN 'integer' THEN json_extract(j, '$.is_error') <> 0
-      WHEN 'text' THEN lower(json_extract(j, '$.is_error')) IN ('true', '1', 'yes')
-      ELSE 0 END AS is_error,
-    CASE json_type(j, '$.result') WHEN 'text' THEN json_extract(j, '$.result') END AS result,
-    CASE json_type(j, '$.errors') WHEN 'array' THEN json_extract(j, '$.errors')
-      WHEN 'text' THEN json_array(json_extract(j, '$.errors')) END AS errors,
-    (SELECT group_concat(value, '; ') FROM json_each(j, '$.errors')
-     WHERE value IS NOT NULL AND value <> '') AS errors_text,
-    CASE WHEN json_type(j, '$.num_turns') IN ('integer', 'real')
-      THEN json_extract(j, '$.num_turns') END AS num_turns,
-    CASE WHEN json_type(j, '$.total_cost_usd') IN ('integer', 'real')
-      THEN json_extract(j, '$.total_cost_usd') END AS total_cost_usd,
-    CASE WHEN json_type(j, '$.duration_ms') IN ('integer', 'real')
-      THEN json_extract(j, '$.duration_ms') END AS duration_ms
-  FROM events
-),
-judged AS (
-  SELECT *, (is_error OR coalesce(subtype, 'success') <> 'success') AS failed,
-    lower(coalesce(result, '') || ' ' || coalesce(errors_text, '')) AS hay,
-    coalesce(nullif(trim(result), ''), nullif(trim(errors_text), '')) AS message
-  FROM fields
-),
-classed AS (
-  SELECT *,
-    CASE
-      WHEN NOT failed THEN 'ok'
-      WHEN hay LIKE '%no conversation found%' THEN 'resume_not_found'
-      WHEN hay LIKE '%previous_message_id%' THEN 'poisoned_previous_message_id'
-      WHEN hay LIKE '%rate_limit%' OR hay LIKE '%rate limit%' OR hay LIKE '%429%'
-        THEN 'rate_limit'
-      WHEN subtype = 'error_max_turns' OR hay LIKE '%max turns%'
-        OR hay LIKE '%maximum number of turns%' THEN 'max_turns'
-      WHEN subtype = 'error_max_budget_usd' OR hay LIKE '%budget%' THEN 'max_budget'
-      WHEN hay LIKE '%authentication%' OR hay LIKE '%invalid api key%'
-        OR hay LIKE '%unauthorized%' OR hay LIKE '%oauth token%' OR hay LIKE '%/login%'
-        OR hay LIKE '% 401%' OR hay LIKE '%forbidden%' THEN 'auth'
-      ELSE 'other_error'
-    END AS error_class,
-    ltrim(substr(message, instr(lower(message), 'session id:') + 11)) AS after_id
-  FROM judged
-)
-SELECT id, file_id, log_path, line_no, session_id, init_session_id, subtype, is_error,
-  result, errors,
-  CASE WHEN failed THEN coalesce(message,
-    'no message: ' || coalesce(subtype, 'result') || CASE WHEN is_error THEN ', is_error' ELSE '' END)
-  ELSE message END AS error_message,
-  error_class,
-  CASE WHEN error_class = 'resume_not_found' AND instr(lower(message), 'session id:') > 0
-    THEN rtrim(substr(after_id, 1, instr(after_id || ' ', ' ') - 1), '.,;:"`''')
-  END AS resume_target,
-  num_turns, total_cost_usd, duration_ms, log_mtime, host
-FROM classed
-""".strip()
-
-# failed_executions: every execution that is not ok, with the real message
-# and its class: success+is_error and error results with an empty `result`
-# included (the seed 003 shape).
-FAILED_EXECUTIONS_SQL = "SELECT * FROM executions WHERE error_class <> 'ok'"
-
-# poisoned_sessions: one row per session and host whose main transcript
-# there (session_hosts: each host's copy is judged on its own) has a
-# synthetic placeholder on its resume ancestry, or whose resumes failed with
-# the previous_message_id 400 (executions of that host's logs).
-# message_id/uuid: the synthetic record nearest the leaf; at_resume_tail: it
-# is the last assistant on the ancestry (the next resume sends its id and
-# fails); synthetic_on_chain: how many are on it;
-# failed_resumes: executions classed poisoned_previous_message_id naming the
-# session (as its session_id or its init session id); last_seen: the newest
-# record timestamp of the session on that host.
-POISONED_SESSIONS_TEMPLATE = f"""
-WITH placeholders AS MATERIALIZED (
-  SELECT r.file_id, r.id, r.uuid, r.message_id FROM records r
-  WHERE {{files}} AND {SYNTHETIC_RECORD.format(r="r")}
-),
-synthetic AS (
-  SELECT s.session_id, s.host, r.file_id, r.id, r.uuid, r.message_id, a.height
-  FROM placeholders r
-  JOIN session_hosts s ON s.main_file_id = r.file_id
-  JOIN leaf_ancestry_cache a ON a.file_id = r.file_id AND a.rule = 'resume'
-    AND a.uuid = r.uuid AND a.record_id = r.id
-),
-tails AS (
-  SELECT f.file_id, (
-    SELECT a.record_id FROM leaf_ancestry_cache a JOIN records t ON t.id = a.record_id
-    WHERE a.file_id = f.file_id AND a.rule = 'resume' AND t.type = 'assistant'
-    ORDER BY a.height DESC LIMIT 1) AS record_id
-  FROM (SELECT DISTINCT file_id FROM synthetic) f
-),
-on_chain AS (
-  SELECT y.session_id, y.host, y.file_id, y.uuid, y.message_id, max(y.height) AS height,
-         count(*) AS synthetic_on_chain, max(y.id = t.record_id) AS at_resume_tail
-  FROM synthetic y JOIN tails t ON t.file_id = y.file_id
-  GROUP BY y.session_id, y.host
-),
-failed AS (
-  SELECT session_id, host, count(*) AS failed_resumes FROM (
-    SELECT id, session_id, host FROM executions
-    WHERE error_class = 'poisoned_previous_message_id' AND session_id IS NOT NULL
-      AND {{session_id}}
-    UNION
-    SELECT id, init_session_id, host FROM executions
-    WHERE error_class = 'poisoned_previous_message_id' AND init_session_id IS NOT NULL
-      AND {{init_session_id}})
-  GROUP BY session_id, host
-),
-ids AS (SELECT session_id, host FROM on_chain UNION SELECT session_id, host FROM failed)
-SELECT i.session_id, coalesce(c.file_id, h.main_file_id) AS file_id, c.message_id, c.uuid,
-       coalesce(c.at_resume_tail, 0) AS at_resume_tail,
-       coalesce(c.synthetic_on_chain, 0) AS synthetic_on_chain,
-       coalesce(fl.failed_resumes, 0) AS failed_resumes,
-       CASE WHEN s.host = i.host THEN s.last_timestamp ELSE (
-         SELECT max(m.last_timestamp) FROM files m WHERE m.session_id = i.session_id
-           AND m.kind IN {TRANSCRIPT_KINDS} AND coalesce(m.host, '') = i.host) END AS last_seen,
-       i.host
-FROM ids i
-LEFT JOIN on_chain c ON c.session_id = i.session_id AND c.host = i.host
-LEFT JOIN failed fl ON fl.session_id = i.session_id AND fl.host = i.host
-LEFT JOIN session_hosts h ON h.session_id = i.session_id AND h.host = i.host
-LEFT JOIN sessions s ON s.session_id = i.session_id
-""".strip()
-POISONED_SESSIONS_SQL = POISONED_SESSIONS_TEMPLATE.format(
-    files="1", session_id="1", init_session_id="1")
-# The same for one session (:session_id), reading only its records: check's
-# question (the view reads every placeholder in the index first).
-POISONED_SESSION_SQL = POISONED_SESSIONS_TEMPLATE.format(
+# The record model's rules a signal view's SQL names by slot
+# (signals.classes.RECORD_RULES), filled in here where they are defined.
+RECORD_RULES = {"synthetic_record": SYNTHETIC_RECORD.format(r="r"),
+                "transcript_kinds": TRANSCRIPT_KINDS}
+assert set(RECORD_RULES) == set(classes.RECORD_RULES)
+# poisoned_sessions (signals.classes) for one session (:session_id), reading
+# only its records: check's question (the view reads every placeholder in the
+# index first).
+POISONED_SESSION_SQL = classes.POISONED_SESSIONS_TEMPLATE.format(
+    **RECORD_RULES,
     files="r.file_id IN (SELECT main_file_id FROM session_hosts WHERE session_id = :session_id)",
     session_id="session_id = :session_id", init_session_id="init_session_id = :session_id")
-
-# Time-dependent definitions are templates over {now} (an ISO-8601 UTC
-# expression): the views use the clock, the CLI binds --now.
-CLOCK = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
-EXPIRING_WINDOW_DAYS = 7
-
-# expired_transcripts: transcript files Claude Code's cleanup deletes by mtime
-# (<project>/*.jsonl: main files and legacy agent-*.jsonl; nested subagent
-# files were not deleted as of 2.1.88) that are deleted (kept only in the
-# index), expired (past retention, still on disk: the next Claude Code start
-# deletes them) or expiring within {window} days. mtime is as of the last
-# ingest; retention_days/retention_source as resolved at ingest (retention.py).
-EXPIRED_TRANSCRIPTS_TEMPLATE = """
-WITH subject AS (
-  SELECT f.id AS file_id, f.session_id, f.path, f.kind, f.mtime, f.deleted_at,
-         coalesce(f.host, '') AS host,
-         coalesce(f.retention_days, {DEFAULT_RETENTION_DAYS}) AS retention_days,
-         coalesce(f.retention_source, 'default') AS retention_source,
-         strftime('%Y-%m-%dT%H:%M:%fZ', julianday(f.mtime) + coalesce(f.retention_days, {DEFAULT_RETENTION_DAYS}))
-           AS expires_at
-  FROM files f
-  WHERE f.kind = 'main' OR (f.kind = 'subagent' AND f.path NOT LIKE '%/subagents/%')
-),
-judged AS (
-  SELECT *,
-    CASE WHEN deleted_at IS NOT NULL THEN 'deleted'
-         WHEN julianday({now}) >= julianday(expires_at) THEN 'expired'
-         WHEN julianday(expires_at) - julianday({now}) <= {window} THEN 'expiring'
-    END AS status,
-    CASE WHEN deleted_at IS NULL
-         THEN round(julianday(expires_at) - julianday({now}), 2) END AS days_left
-  FROM subject
-)
-SELECT file_id, session_id, path, kind, status, expires_at, days_left, retention_days,
-       retention_source, mtime, deleted_at, host
-FROM judged WHERE status IS NOT NULL
-""".strip()
-EXPIRED_TRANSCRIPTS_TEMPLATE = EXPIRED_TRANSCRIPTS_TEMPLATE.replace("{DEFAULT_RETENTION_DAYS}", str(DEFAULT_RETENTION_DAYS))
-EXPIRED_TRANSCRIPTS_SQL = EXPIRED_TRANSCRIPTS_TEMPLATE.format(
-    now=CLOCK, window=EXPIRING_WINDOW_DAYS)
-
-# stale_session_refs: every referenced session id (session_refs, and the
-# resume targets of executions) that a resume cannot use now or soon:
-# reason never_indexed (no main transcript ever seen), deleted (seen, gone
-# from disk since deleted_at), unopenable (on disk, but `claude --resume`
-# opens none of its files: none is named <id>.jsonl, or the named one holds
-# no message; sessions.main_file_rule not_named / named_no_messages), expired
-# (on disk but past retention: the next Claude Code start deletes it). refs/sources: its references; the last
-# execution that named it, by log mtime and line.
-STALE_SESSION_REFS_TEMPLATE = """
-WITH refs AS (
-  SELECT session_id, source, cached_at FROM session_refs
-  UNION ALL
-  SELECT resume_target, 'execution', NULL FROM executions WHERE resume_target IS NOT NULL
-),
-ref_ids AS (
-  SELECT session_id, count(*) AS refs, group_concat(DISTINCT source) AS sources,
-         max(cached_at) AS last_cached_at
-  FROM refs GROUP BY session_id
-),
-state AS (
-  SELECT i.*, m.id AS file_id, m.path, coalesce(m.host, '') AS host, s.deleted_at,
-         s.main_file_rule,
-         strftime('%Y-%m-%dT%H:%M:%fZ', julianday(m.mtime) + coalesce(m.retention_days, {DEFAULT_RETENTION_DAYS}))
-           AS expires_at
-  FROM ref_ids i
-  LEFT JOIN sessions s ON s.session_id = i.session_id
-  LEFT JOIN files m ON m.id = s.main_file_id
-),
-judged AS (
-  SELECT *,
-    CASE WHEN file_id IS NULL THEN 'never_indexed'
-         WHEN deleted_at IS NOT NULL THEN 'deleted'
-         WHEN main_file_rule IN ('not_named', 'named_no_messages') THEN 'unopenable'
-         WHEN julianday({now}) >= julianday(expires_at) THEN 'expired'
-    END AS reason
-  FROM state
-)
-SELECT j.session_id, j.reason, j.deleted_at,
-       CASE WHEN j.reason = 'expired' THEN j.expires_at END AS expired_at,
-       j.path, j.refs, j.sources, j.last_cached_at,
-       e.id AS last_execution_id, e.error_class AS last_execution_class,
-       e.log_path AS last_execution_log, j.host
-FROM judged j
-LEFT JOIN executions e ON e.id = (
-  SELECT x.id FROM executions x
-  WHERE x.resume_target = j.session_id OR x.init_session_id = j.session_id
-     OR x.session_id = j.session_id
-  ORDER BY x.log_mtime DESC, x.line_no DESC LIMIT 1)
-WHERE j.reason IS NOT NULL
-""".strip()
-STALE_SESSION_REFS_TEMPLATE = STALE_SESSION_REFS_TEMPLATE.replace("{DEFAULT_RETENTION_DAYS}", str(DEFAULT_RETENTION_DAYS))
-STALE_SESSION_REFS_SQL = STALE_SESSION_REFS_TEMPLATE.format(now=CLOCK)
 
 # Each cache-backed view, with its definition (tests hold them equal).
 CACHED_VIEWS = ("leaves", "leaf_ancestry", "orphans", "chain_breaks", "duplicate_uuids")
@@ -1513,12 +1250,8 @@ VIEWS = {
     "orphans": ORPHANS_SQL,
     "chain_breaks": CHAIN_BREAKS_SQL,
     "duplicate_uuids": DUPLICATE_UUIDS_SQL,
-    "api_error_splices": API_ERROR_SPLICES_SQL,
-    "executions": EXECUTIONS_SQL,
-    "failed_executions": FAILED_EXECUTIONS_SQL,
-    "poisoned_sessions": POISONED_SESSIONS_SQL,
-    "expired_transcripts": EXPIRED_TRANSCRIPTS_SQL,
-    "stale_session_refs": STALE_SESSION_REFS_SQL,
+    # the signal views, as the problem classes declare them
+    **{view.name: view.definition(RECORD_RULES) for view in classes.SIGNAL_VIEWS},
     "repair_plan": REPAIR_PLAN_SQL,
     "session_copies": SESSION_COPIES_SQL,
     "host_copies": HOST_COPIES_SQL,

@@ -39,14 +39,14 @@ from indexer.sql import dict_rows
 from indexer.chain import mainfile
 from indexer.signals import verdict as verdicts
 from indexer.transcripts import retention
-from indexer.signals import listings as signals
+from indexer.signals import classes, listings as signals
 from indexer.index import views
 
 # A check imports only what its answer needs: no click, dataclasses, pathlib
 # or parser (indexer/cli/entry.py; bench/startup_speed.py).
 
 EXIT_CODES = verdicts.EXIT_CODES
-EXPIRY_WARNING_DAYS = views.EXPIRING_WINDOW_DAYS
+EXPIRY_WARNING_DAYS = classes.EXPIRING_WINDOW_DAYS
 
 # The session's main transcripts: local files first, then store copies.
 MAIN_FILES_SQL = """

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from indexer.index import views
-from indexer.signals import verdict as verdicts
+from indexer.signals import classes, verdict as verdicts
 from indexer.sql import dict_rows
 
 
@@ -28,15 +27,9 @@ def iso_now(now: str | None) -> str:
     return moment.astimezone(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-# Each listing: the SQL, given the bound parameters :now and :days.
-LISTINGS = {
-    "poisoned": "SELECT * FROM poisoned_sessions ORDER BY at_resume_tail DESC, last_seen DESC",
-    "stale": "SELECT * FROM ({}) ORDER BY reason, session_id".format(
-        views.STALE_SESSION_REFS_TEMPLATE.format(now=":now")),
-    "expiring": "SELECT * FROM ({}) ORDER BY days_left IS NULL, days_left, path".format(
-        views.EXPIRED_TRANSCRIPTS_TEMPLATE.format(now=":now", window=":days")),
-    "failed": "SELECT * FROM failed_executions ORDER BY log_mtime DESC, line_no DESC",
-}
+# Each listing command's SQL, given the bound parameters :now and its
+# options' (signals/classes.py declares them).
+LISTINGS = {name: classes.listing_sql(cls) for name, cls in classes.LISTED.items()}
 
 
 # The title a session goes by, most recent first of each kind: the user's
@@ -85,5 +78,8 @@ def sessions(db, project: str | None = None, since: str | None = None,
     return dict_rows(db.conn, SESSIONS_SQL, sessions_params(project, since, limit))
 
 
-def listing(db, name: str, now: str | None = None, days: float = views.EXPIRING_WINDOW_DAYS):
-    return dict_rows(db.conn, LISTINGS[name], {"now": iso_now(now), "days": days})
+def listing(db, name: str, now: str | None = None, **options):
+    """The rows of listing ``name`` at ``now``; each option not given (or
+    None) is the declared default."""
+    params = classes.listing_params(classes.LISTED[name], options)
+    return dict_rows(db.conn, LISTINGS[name], {**params, "now": iso_now(now)})

@@ -1,0 +1,124 @@
+"""The CLI's option blocks, each defined once and imported by the commands
+that take it (commands.py, serve.py): the index (--db), Claude Code's config
+dir, --now and --since, --json, the output formats of a listing, --generation,
+--from and the NATS connection's options."""
+
+from __future__ import annotations
+
+import click
+
+from indexer.index import db as dbmod
+
+db_option = click.option(
+    "--db", "db_path", type=click.Path(dir_okay=False), default=dbmod.default_db_path,
+    show_default="$SESSION_INDEX_DB, else $XDG_DATA_HOME/session-index/sessions.db, "
+                 "else ~/.local/share/session-index/sessions.db", help="The index file.")
+
+CONFIG_DIR_HELP = ("Claude Code's config dir, for settings.json and projects/ "
+                   "[default: $CLAUDE_CONFIG_DIR (a comma-separated list allowed), else "
+                   "~/.config/claude and ~/.claude].")
+
+
+def config_dir_option(when: str = ""):
+    """--config-dir; ``when`` says when it applies ("With --watch: ")."""
+    return click.option("--config-dir", type=click.Path(file_okay=False), default=None,
+                        help=when + CONFIG_DIR_HELP)
+
+
+
+
+def iso_time(ctx, param, value):
+    """An ISO-8601 time option as YYYY-MM-DDTHH:MM:SS.sssZ (naive means UTC);
+    not given: None."""
+    if value is None:
+        return None
+    # only when a time is given: the listings module reads the views' SQL
+    from indexer.signals import listings
+
+    try:
+        return listings.iso_now(value)
+    except listings.BadTime:
+        raise click.BadParameter(f"{value!r} is not an ISO-8601 time") from None
+
+
+now_option = click.option(
+    "--now", default=None, metavar="ISO-TIME", callback=iso_time,
+    help="Answer as if it were this time (ISO-8601, UTC if no zone; default: the clock).")
+
+
+def since_option(what: str):
+    """--since: only ``what`` at or after a time."""
+    return click.option("--since", default=None, metavar="ISO-TIME", callback=iso_time,
+                        help=f"Only {what} at or after this time (ISO-8601, UTC if no zone).")
+
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+generation_option = click.option(
+    "--generation", type=click.IntRange(min=1), default=None, metavar="N",
+    help="Generation N of each transcript (1 is the first; every rewrite starts one), "
+         "leaving out those without one; exit 3 if none has it [default: the current].")
+
+# Each output format's flag and help, in the order --help lists them
+# (indexer/cli/output.py writes them: output.FORMATS).
+FORMAT_HELP = {
+    "json": "Print a JSON array.",
+    "nl": "Print one JSON object per line.",
+    "csv": "Print CSV with a header row.",
+    "tsv": "Print tab-separated values with a header row (the default).",
+    "table": "Print aligned columns.",
+}
+
+
+def output_options(fn):
+    """--json, --nl, --csv, --tsv, --table: one of them (the last given wins),
+    tab-separated by default (indexer/cli/output.py)."""
+    for fmt, help_text in reversed(FORMAT_HELP.items()):
+        fn = click.option(f"--{fmt}", "fmt", flag_value=fmt, help=help_text)(fn)
+    return fn
+
+
+def nats_auth_options(fn):
+    """The NATS connection's auth and TLS options (ship, ingest --from)."""
+    for option in reversed((
+        click.option("--token", "nats_token", envvar="NATS_TOKEN", default=None,
+                     help="The server's auth token [default: $NATS_TOKEN]."),
+        click.option("--creds", "nats_creds", type=click.Path(dir_okay=False, exists=True),
+                     default=None, help="A NATS credentials file (.creds: JWT and nkey)."),
+        click.option("--tls-ca", "nats_tls_ca", type=click.Path(dir_okay=False, exists=True),
+                     default=None, help="Verify the server's TLS certificate with this CA "
+                                        "file (use a tls:// URL)."),
+    )):
+        fn = option(fn)
+    return fn
+
+
+consumer_option = click.option(
+    "--consumer", default=None, metavar="NAME",
+    help="With --from: the durable consumer's name [default: session-index-central]; one "
+         "per central index.")
+
+
+def _hosts(ctx, param, value):
+    """--hosts a,b: the host names, each non-empty."""
+    if value is None:
+        return None
+    hosts = [h.strip() for h in value.split(",")]
+    if not all(hosts):
+        raise click.BadParameter("a comma-separated list of host names, none empty")
+    return hosts
+
+
+hosts_option = click.option(
+    "--hosts", default=None, metavar="HOST,HOST", callback=_hosts,
+    help="With --from: only these hosts' lines (a partition of the fleet over several "
+         "central indexes); a durable consumer per host, NAME-HOST [default: every host's].")
+
+
+def from_options(help_text: str):
+    """--from nats://HOST:PORT (``help_text`` says what it does) and what goes
+    with it: --consumer, --hosts, the auth and TLS options."""
+    def decorate(fn):
+        fn = consumer_option(hosts_option(nats_auth_options(fn)))
+        return click.option("--from", "from_url", metavar="nats://HOST:PORT", default=None,
+                            help=help_text)(fn)
+    return decorate
