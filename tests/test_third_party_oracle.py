@@ -34,10 +34,8 @@ import json
 import os
 import shutil
 import subprocess
-import threading
 import uuid
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -67,10 +65,6 @@ FIRST_PARTY = {"_CLAUDE_CODE_ASSUME_FIRST_PARTY_BASE_URL": "1"}
 
 # --- A fake third-party provider -----------------------------------------
 
-def _sse(event: str, data: dict) -> bytes:
-    return f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
-
-
 def _last_user_text(body: dict) -> str:
     """The texts and tool_result ids of the request's last user message."""
     for m in reversed(body.get("messages") or []):
@@ -84,123 +78,17 @@ def _last_user_text(body: dict) -> str:
     return ""
 
 
-class Provider:
-    """A Messages API on 127.0.0.1 in the manner of a third-party provider:
-    ``reply(body)`` picks each answer (a dict: id, blocks, and optionally
-    status/error for an error answer); the model is always ``glm-5``, and a
-    ``request-id`` header is sent only when ``request_ids`` is set. Every
-    request (path, headers, body) is recorded."""
+class Provider(oracle.FakeMessagesAPI):
+    """oracle's fake Messages API in the manner of a third-party provider:
+    ``reply(body)`` picks each answer; the model is always ``glm-5``, a
+    ``request-id`` header is sent only with ``request_ids``. ``take`` keeps
+    the Messages requests."""
 
     def __init__(self, reply, request_ids: bool = False):
-        self.reply = reply
-        self.request_ids = request_ids
-        self.requests: list[dict] = []
-        self._lock = threading.Lock()
-        self._count = 0
-        api = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def do_GET(self):
-                self._json({"type": "error", "error": {"type": "not_found_error",
-                                                      "message": "not here"}}, 404)
-
-            def do_POST(self):
-                length = int(self.headers.get("content-length") or 0)
-                try:
-                    body = json.loads(self.rfile.read(length))
-                except ValueError:
-                    body = {}
-                path = self.path.split("?")[0]
-                with api._lock:
-                    api.requests.append({"path": path, "headers": dict(self.headers),
-                                         "body": body})
-                if path.endswith("/count_tokens"):
-                    return self._json({"input_tokens": 1})
-                if not path.endswith("/v1/messages"):
-                    return self._json({"type": "error", "error": {"type": "not_found_error",
-                                                                 "message": "not here"}}, 404)
-                answer = api.reply(body)
-                with api._lock:
-                    api._count += 1
-                    rid = (answer.get("request_id") or f"req_glm_{api._count:04d}"
-                           if api.request_ids else None)
-                if answer.get("status", 200) != 200:
-                    return self._json({"type": "error", "error": {
-                        "type": answer.get("type", "invalid_request_error"),
-                        "message": answer["error"]}}, answer["status"], rid)
-                mid, blocks = answer["id"], answer["blocks"]
-                stop = "tool_use" if any(b["type"] == "tool_use" for b in blocks) else "end_turn"
-                usage = {"input_tokens": 12, "output_tokens": 5}
-                if not body.get("stream"):
-                    return self._json({"id": mid, "type": "message", "role": "assistant",
-                                       "model": MODEL, "content": blocks, "stop_reason": stop,
-                                       "stop_sequence": None, "usage": usage}, 200, rid)
-                events = [_sse("message_start", {"type": "message_start", "message": {
-                    "id": mid, "type": "message", "role": "assistant", "model": MODEL,
-                    "content": [], "stop_reason": None, "stop_sequence": None,
-                    "usage": usage}})]
-                for i, b in enumerate(blocks):
-                    if b["type"] == "text":
-                        start, delta = {"type": "text", "text": ""}, {
-                            "type": "text_delta", "text": b["text"]}
-                    elif b["type"] == "thinking":   # text and no signature, as GLM sends
-                        start, delta = {"type": "thinking", "thinking": ""}, {
-                            "type": "thinking_delta", "thinking": b["thinking"]}
-                    else:
-                        start = {"type": "tool_use", "id": b["id"], "name": b["name"],
-                                 "input": {}}
-                        delta = {"type": "input_json_delta",
-                                 "partial_json": json.dumps(b["input"])}
-                    events += [
-                        _sse("content_block_start", {"type": "content_block_start",
-                                                     "index": i, "content_block": start}),
-                        _sse("content_block_delta", {"type": "content_block_delta",
-                                                     "index": i, "delta": delta}),
-                        _sse("content_block_stop", {"type": "content_block_stop", "index": i})]
-                events += [
-                    _sse("message_delta", {"type": "message_delta",
-                                           "delta": {"stop_reason": stop, "stop_sequence": None},
-                                           "usage": {"output_tokens": 5}}),
-                    _sse("message_stop", {"type": "message_stop"})]
-                payload = b"".join(events)
-                self.send_response(200)
-                self.send_header("content-type", "text/event-stream")
-                if rid:
-                    self.send_header("request-id", rid)
-                self.send_header("content-length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-            def _json(self, data, status=200, rid=None):
-                payload = json.dumps(data).encode()
-                self.send_response(status)
-                self.send_header("content-type", "application/json")
-                if rid:
-                    self.send_header("request-id", rid)
-                self.send_header("content-length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self.port = self._server.server_address[1]
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._server.shutdown()
-        self._server.server_close()
+        super().__init__(reply, model=MODEL, request_ids=request_ids and "req_glm_")
 
     def take(self) -> list[dict]:
-        with self._lock:
-            taken, self.requests = self.requests, []
-        return [r for r in taken if r["path"].endswith("/v1/messages")]
+        return [r for r in super().take() if r["path"].endswith("/v1/messages")]
 
 
 def glm_reply(work: Path):

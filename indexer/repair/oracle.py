@@ -69,31 +69,59 @@ def _sse(event: str, data: dict) -> bytes:
     return f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
 
 
-def _reply_events(model: str) -> bytes:
-    usage = {"input_tokens": 1, "output_tokens": 1}
-    message = {"id": "msg_oracle", "type": "message", "role": "assistant", "model": model,
-               "content": [], "stop_reason": None, "stop_sequence": None, "usage": usage}
+def _block_events(index: int, block: dict) -> list[bytes]:
+    """The stream events of one content block: text, thinking (with no
+    signature, as a third-party provider sends it) or tool_use."""
+    if block["type"] == "text":
+        start, delta = {"type": "text", "text": ""}, {"type": "text_delta",
+                                                      "text": block["text"]}
+    elif block["type"] == "thinking":
+        start, delta = {"type": "thinking", "thinking": ""}, {
+            "type": "thinking_delta", "thinking": block["thinking"]}
+    else:
+        start = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
+        delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
+    return [_sse("content_block_start", {"type": "content_block_start", "index": index,
+                                         "content_block": start}),
+            _sse("content_block_delta", {"type": "content_block_delta", "index": index,
+                                         "delta": delta}),
+            _sse("content_block_stop", {"type": "content_block_stop", "index": index})]
+
+
+def _reply_events(message: dict) -> bytes:
+    """A streamed reply: ``message`` as a non-streamed answer has it."""
+    blocks, stop = message["content"], message["stop_reason"]
+    head = dict(message, content=[], stop_reason=None)
     return b"".join([
-        _sse("message_start", {"type": "message_start", "message": message}),
-        _sse("content_block_start", {"type": "content_block_start", "index": 0,
-                                     "content_block": {"type": "text", "text": ""}}),
-        _sse("content_block_delta", {"type": "content_block_delta", "index": 0,
-                                     "delta": {"type": "text_delta", "text": REPLY}}),
-        _sse("content_block_stop", {"type": "content_block_stop", "index": 0}),
+        _sse("message_start", {"type": "message_start", "message": head}),
+        *(e for i, b in enumerate(blocks) for e in _block_events(i, b)),
         _sse("message_delta", {"type": "message_delta",
-                               "delta": {"stop_reason": "end_turn", "stop_sequence": None},
-                               "usage": {"output_tokens": 1}}),
+                               "delta": {"stop_reason": stop, "stop_sequence": None},
+                               "usage": {"output_tokens": message["usage"]["output_tokens"]}}),
         _sse("message_stop", {"type": "message_stop"}),
     ])
 
 
-class FakeMessagesAPI:
-    """A Messages API on 127.0.0.1 that records every request body and
-    answers each ``POST /v1/messages`` with a one-word text reply."""
+def one_word(body: dict) -> dict:
+    """FakeMessagesAPI's default answer: a one-word text reply, msg_ id."""
+    return {"id": "msg_oracle", "blocks": [{"type": "text", "text": REPLY}]}
 
-    def __init__(self):
+
+class FakeMessagesAPI:
+    """A Messages API on 127.0.0.1 that records every request (path,
+    headers, body) and answers each ``POST /v1/messages`` with
+    ``reply(body)``: a dict of ``id`` and ``blocks`` (text, thinking,
+    tool_use), or of ``status`` and ``error`` for an error answer. ``model``
+    names the model of every answer (default: the one asked for); with
+    ``request_ids`` (True, or the ids' prefix) each answer carries a
+    ``request-id`` header (the answer's ``request_id``, else the prefix and
+    a counter), as the Anthropic API and some providers send."""
+
+    def __init__(self, reply=one_word, model: str | None = None,
+                 request_ids: bool | str = False):
         self.requests: list[dict] = []
         self._lock = threading.Lock()
+        self._count = 0
         api = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -109,34 +137,46 @@ class FakeMessagesAPI:
                     request = {}
                 path = self.path.split("?")[0]
                 with api._lock:
-                    api.requests.append({"path": path, "body": request})
+                    api.requests.append({"path": path, "headers": dict(self.headers),
+                                         "body": request})
                 if path.endswith("/count_tokens"):
                     return self._json({"input_tokens": 1})
                 if not path.endswith("/v1/messages"):
                     return self._json({"type": "error", "error": {"type": "not_found_error",
                                                                  "message": "not here"}}, 404)
-                model = request.get("model") or "claude-oracle"
-                if request.get("stream"):
-                    payload = _reply_events(model)
-                    self.send_response(200)
-                    self.send_header("content-type", "text/event-stream")
-                    self.send_header("content-length", str(len(payload)))
-                    self.end_headers()
-                    self.wfile.write(payload)
-                    return
-                return self._json({
-                    "id": "msg_oracle", "type": "message", "role": "assistant", "model": model,
-                    "content": [{"type": "text", "text": REPLY}], "stop_reason": "end_turn",
-                    "stop_sequence": None, "usage": {"input_tokens": 1, "output_tokens": 1}})
+                answer = reply(request)
+                with api._lock:
+                    api._count += 1
+                    prefix = request_ids if isinstance(request_ids, str) else "req_oracle_"
+                    rid = (answer.get("request_id") or f"{prefix}{api._count:04d}"
+                           if request_ids else None)
+                if answer.get("status", 200) != 200:
+                    return self._json({"type": "error", "error": {
+                        "type": answer.get("type", "invalid_request_error"),
+                        "message": answer["error"]}}, answer["status"], rid)
+                blocks = answer["blocks"]
+                message = {
+                    "id": answer["id"], "type": "message", "role": "assistant",
+                    "model": model or request.get("model") or "claude-oracle",
+                    "content": blocks, "stop_sequence": None,
+                    "stop_reason": "tool_use" if any(b["type"] == "tool_use" for b in blocks)
+                    else "end_turn", "usage": {"input_tokens": 1, "output_tokens": 1}}
+                if not request.get("stream"):
+                    return self._json(message, 200, rid)
+                self._send(_reply_events(message), "text/event-stream", 200, rid)
 
             def do_GET(self):
                 self._json({"type": "error", "error": {"type": "not_found_error",
                                                       "message": "not here"}}, 404)
 
-            def _json(self, data, status=200):
-                payload = json.dumps(data).encode()
+            def _json(self, data, status=200, rid=None):
+                self._send(json.dumps(data).encode(), "application/json", status, rid)
+
+            def _send(self, payload: bytes, content_type: str, status: int, rid):
                 self.send_response(status)
-                self.send_header("content-type", "application/json")
+                self.send_header("content-type", content_type)
+                if rid:
+                    self.send_header("request-id", rid)
                 self.send_header("content-length", str(len(payload)))
                 self.end_headers()
                 self.wfile.write(payload)
