@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from indexer.index.record_kinds import NEW_KINDS_SQL
+from indexer.chain import definitions
 from indexer.index import views
 from indexer.index.views import EXPIRING_WINDOW_DAYS
 
@@ -228,7 +229,7 @@ FROM {WINDOW_USAGE_SQL}
 # the window (all their calls are in it; a cost-state figure is a running
 # total of a whole session): usage.COMPARISON_SQL over usage_reported's
 # definition narrowed to them.
-BEGUN_SESSIONS = (f"(SELECT session_id FROM files WHERE kind IN {views.TRANSCRIPT_KINDS} "
+BEGUN_SESSIONS = (f"(SELECT session_id FROM files WHERE kind IN {definitions.TRANSCRIPT_KINDS} "
                   "AND session_id IS NOT NULL GROUP BY session_id "
                   "HAVING min(first_timestamp) >= :since)")
 # Is there a figure of Claude Code's own to compare with (cheap: indexed)?

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 
 from markupsafe import Markup, escape
 
-from indexer.index.views import CHAIN_TYPES_SQL, SYNTHETIC_MODEL, effective_parent
+from indexer.index.views import SYNTHETIC_MODEL, effective_parent
+from indexer.transcripts.records import CHAIN_TYPES_SQL
 from session_index_web.format import CAUSE_COLOURS, css_class
 
 # Columns of one chain record as the page draws it.

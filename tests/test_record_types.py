@@ -17,6 +17,7 @@ from click.testing import CliRunner
 
 from conftest import CORPUS, Transcript, write_jsonl
 from indexer.index import db as dbmod, record_kinds, views
+from indexer.transcripts import records
 from indexer.cli.commands import cli
 from indexer.index.db import open_db
 
@@ -282,7 +283,7 @@ def test_modeled_kinds_and_the_rest(index):
         key = (r["type"], r["subtype"] or "")
         assert (r["modeled"], r["meaning"]) == ((1, meanings[key]) if key in meanings
                                                 else (0, None)), r
-        assert r["chain"] == (r["type"] in views.CHAIN_TYPES), r
+        assert r["chain"] == (r["type"] in records.CHAIN_TYPES), r
     unmodeled = {(r["type"], r["subtype"], r["chain"]) for r in rows if not r["modeled"]}
     assert unmodeled == {("system", "turn_duration", 1), ("attachment", "skill_listing", 1),
                          ("queue-operation", None, 0), ("cost-state", None, 0)}

@@ -433,7 +433,7 @@ def m017_add_resume_rule_and_restored(db):
 
 @migrations()
 def m015_add_main_file_rule_to_sessions(db):
-    # Why sessions.main_file_id is the transcript it is (views.MAIN_FILE_RULES:
+    # Why sessions.main_file_id is the transcript it is (definitions.MAIN_FILE_RULES:
     # only_named, named_in_cwd_project, ...). derive.py fills it for every
     # session at the next ingest (index_meta.sessions_hash).
     db.execute("ALTER TABLE sessions ADD COLUMN main_file_rule TEXT")

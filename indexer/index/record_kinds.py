@@ -37,7 +37,7 @@ from __future__ import annotations
 import re
 
 from indexer.transcripts.rows import RECORD_FIELDS
-from indexer.index.views import TRANSCRIPT_KINDS
+from indexer.chain.definitions import TRANSCRIPT_KINDS
 
 # Positions in a row as ingest inserts it (file_id, line_no, byte_offset,
 # then the RECORD_FIELDS, then raw).

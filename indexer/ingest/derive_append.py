@@ -2,7 +2,7 @@
 
 A live session grows at the leaf of its chains, and then its caches change
 only there: the new records join the resume and sdk walks (stored by height,
-which the older records keep: views.LEAF_ANCESTRY_SQL), the new off-chain
+which the older records keep: definitions.LEAF_ANCESTRY_SQL), the new off-chain
 records become orphans, and the few older rows near the leaf whose class can
 change are classed again. ``extend`` does just that, reading the appended
 records and, by uuid, the older records it touches (each lookup an index
@@ -31,8 +31,9 @@ import json
 from collections import Counter
 
 from indexer.chain import walk as chain, resume
-from indexer.chain.walk import CHAIN_TYPES_SQL, REC_COLUMNS, UUID_RECORDS_SELECT, Rec
+from indexer.chain.walk import REC_COLUMNS, UUID_RECORDS_SELECT, Rec
 from indexer.chain.resume import CHAIN_TYPES
+from indexer.transcripts.records import CHAIN_TYPES_SQL
 from indexer.chain.resume import CLI_NODE_TYPES, FALLBACK_MS, MESSAGE_TYPES
 
 # Lookups of older records one extension may make before it gives up.

@@ -36,7 +36,7 @@ import operator
 import os
 import zlib
 
-from indexer.index import views
+from indexer.chain import definitions
 from indexer.chain.walk import CACHE_COLUMNS, CACHE_TABLES
 from indexer.transcripts.rows import RECORD_FIELDS, bindable
 
@@ -419,10 +419,10 @@ _UNREADABLE, _LEAF = (3 + RECORD_FIELDS.index(c) for c in ("is_unreadable", "lea
 
 # What UUID_RECORDS_SELECT computes in SQL, with its own expressions: each
 # timestamp (of a JSON array) in ms, and a last-prompt line's two fields.
-TIMESTAMPS_MS_SQL = (f"SELECT t.timestamp, {views.TIMESTAMP_MS.format(r='t')} "
+TIMESTAMPS_MS_SQL = (f"SELECT t.timestamp, {definitions.TIMESTAMP_MS.format(r='t')} "
                      "FROM (SELECT value AS timestamp FROM json_each(?)) t")
-PROMPT_FIELDS_SQL = (f"SELECT {views.LAST_PROMPT_NULL_LEAF.format(r='p')}, "
-                     f"{views.LAST_PROMPT_EXPLICIT.format(r='p')} "
+PROMPT_FIELDS_SQL = (f"SELECT {definitions.LAST_PROMPT_NULL_LEAF.format(r='p')}, "
+                     f"{definitions.LAST_PROMPT_EXPLICIT.format(r='p')} "
                      "FROM (SELECT CAST(? AS TEXT) AS raw) p")
 
 
@@ -491,7 +491,7 @@ def write_batch(target: str, records_sql: str, files: list[list]) -> None:
     import sqlite3
 
     from indexer.ingest.files import INSERT_BAD_LINE_SQL
-    from indexer.index.views import TRANSCRIPT_KIND_NAMES
+    from indexer.chain.definitions import TRANSCRIPT_KIND_NAMES
 
     tmp = target + ".tmp"
     conn = sqlite3.connect(tmp, isolation_level=None)

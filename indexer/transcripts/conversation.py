@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from indexer.index.views import CHAIN_TYPES
+from indexer.transcripts.records import CHAIN_TYPES
 
 Entry = dict[str, Any]
 TRANSCRIPT_ENTRY_TYPES = frozenset(CHAIN_TYPES)  # the SDK's set is the chain types
