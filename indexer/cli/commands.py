@@ -22,6 +22,7 @@ import sys
 import click
 
 from indexer.index import db as dbmod
+from indexer.index.connection import IndexError_
 from indexer.index.views import EXPIRING_WINDOW_DAYS
 
 
@@ -77,7 +78,7 @@ def _open(path: str, create: bool = False):
     """The index at ``path``; only ingest creates one (``create``)."""
     try:
         return dbmod.open_index(path, create=create)
-    except dbmod.IndexError_ as exc:
+    except IndexError_ as exc:
         raise Failure(str(exc)) from None
 
 
@@ -267,7 +268,7 @@ def ingest(sources, db_path, config_dir, silent, as_json, watch, from_url, consu
     try:
         summary = fresh_build.ingest(db_path, lambda db: ingestmod.ingest(
             db, list(sources), progress=progress, plan=plan, config_dir=config_dir))
-    except dbmod.IndexError_ as exc:
+    except IndexError_ as exc:
         raise Failure(str(exc)) from None
     except ingestmod.SourceNotFound as exc:
         raise Failure(str(exc)) from None

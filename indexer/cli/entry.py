@@ -80,10 +80,11 @@ def parse_check(args: list[str]) -> dict | None:
 
 def _open(db_path: str, create: bool = False):
     from indexer.index import db
+    from indexer.index.connection import IndexError_
 
     try:
         return db.open_index(db_path, create=create)
-    except db.IndexError_:
+    except IndexError_:
         return None  # click words the error (exit 3)
 
 
@@ -133,14 +134,14 @@ def fast_ingest(args: list[str]) -> int | None:
         sources = discover.default_sources(sources, options.get("config_dir"))
     except discover.NoProjectsFolder:
         return None
-    from indexer.index import db
+    from indexer.index.connection import IndexError_
     from indexer.ingest import fresh_build
 
     db_path = _db_path(options)
     try:
         summary = fresh_build.ingest(db_path, lambda index: ingest.ingest(
             index, sources, config_dir=options.get("config_dir")))
-    except db.IndexError_:
+    except IndexError_:
         return None  # click words the error (exit 3)
     except ingest.SourceNotFound:
         return None  # raised before anything is written: click says it

@@ -19,6 +19,8 @@ from pathlib import Path
 import click
 
 from indexer.index import db as dbmod
+from indexer.index import migrations
+from indexer.index.connection import IndexError_
 from indexer.cli import demo_data
 from session_index_web import metadata as web_metadata
 from indexer.cli.commands import _nats_options, consumer_option, hosts_option, nats_auth_options
@@ -89,9 +91,9 @@ def prepare_index(db_path) -> None:
     check_database_name(db_path)
     try:
         db = dbmod.open_db(db_path, create=False)
-        dbmod.upgrade(db)
+        migrations.upgrade(db)
         db.conn.close()
-    except dbmod.IndexError_ as exc:
+    except IndexError_ as exc:
         raise WebError(str(exc)) from None
     except Exception as exc:  # sqlite3.DatabaseError: not an index
         raise WebError(f"{db_path} is not a usable session index: {exc}") from None
@@ -210,7 +212,7 @@ def serve(sources, db_path, host, port, watch, config_dir, from_url, consumer, h
                 if sources or not from_url:
                     sources = watchmod.default_sources(sources, config_dir)
                 dbmod.open_db(db_path).conn.close()   # create or upgrade it
-            except (watchmod.WatchError, dbmod.IndexError_) as exc:
+            except (watchmod.WatchError, IndexError_) as exc:
                 raise WebError(str(exc)) from None
             if from_url:
                 from indexer.ingest import fleet_central as fleet_ingest

@@ -35,8 +35,8 @@ import json
 import re
 from datetime import datetime, timezone
 
-from indexer.index.db import write_lock
-from indexer.sql import dict_rows
+from indexer.index.clock import utcnow
+from indexer.sql import dict_rows, write_lock
 from indexer.index.search_state import behind, state
 
 # Bounds on the text indexed per record (characters).
@@ -130,7 +130,6 @@ def enable(db, progress=None) -> int:
     """Turn search on (the trigger, the mark) and index every stored record
     with text; the number of records indexed.
     ``progress(looked_at, total)`` after each batch."""
-    from indexer.ingest.files import utcnow
 
     with write_lock(db) as conn:
         for sql in ENABLE_SQL:

@@ -22,7 +22,7 @@ from indexer.ingest import derive_append
 from indexer.chain import definitions
 from indexer.index import views
 from indexer.chain.walk import UUID_RECORDS_SELECT, Rec
-from indexer.index.db import write_lock
+from indexer.sql import write_lock
 from indexer.chain.resume import CHAIN_TYPES
 
 DERIVE_BATCH = 200

@@ -23,7 +23,8 @@ from __future__ import annotations
 import json
 import sqlite3
 
-from indexer.index.db import readonly_uri, write_lock
+from indexer.index.db import readonly_uri
+from indexer.sql import write_lock
 
 # chain and derive are imported where they are used: ingest imports this
 # module on every run, and a run with nothing new needs neither.

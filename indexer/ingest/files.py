@@ -28,7 +28,6 @@ from __future__ import annotations
 import json
 import os
 import time
-from datetime import datetime, timezone
 
 TYPE_CHECKING = False  # typing costs start-up time
 if TYPE_CHECKING:
@@ -37,7 +36,9 @@ if TYPE_CHECKING:
 from indexer.ingest import derive_worker
 from indexer.transcripts import discover, retention
 from indexer.index import generations, views
-from indexer.index.db import JOURNAL_MODE_SQL, background_checkpoints, retry_locked, write_lock
+from indexer.index.clock import iso, utcnow
+from indexer.index.db import JOURNAL_MODE_SQL, background_checkpoints
+from indexer.sql import retry_locked, write_lock
 from indexer.transcripts.digests import blake2b
 from indexer.transcripts.safefiles import NotRegular, open_regular, regular_stat
 from indexer.index.generations import stored_bytes
@@ -87,15 +88,6 @@ class Summary:
         d = {name: getattr(self, name) for name in self.__slots__}
         d["seconds"] = round(self.seconds, 3)
         return d
-
-
-def utcnow() -> str:
-    return _iso(time.time())
-
-
-def _iso(ts: float) -> str:
-    return (datetime.fromtimestamp(ts, timezone.utc)
-            .isoformat(timespec="milliseconds").replace("+00:00", "Z"))
 
 
 def digest_of(data: bytes) -> str:
@@ -526,7 +518,7 @@ def _ingest_file(writer: _Writer, cand, row: dict | None, st, summary: Summary) 
         elif writer.background is not None and whole:
             writer.background.finished(cand.path)   # read whole: the worker may derive it
         conn.execute(RECORD_STAT_SQL, {
-            "id": row["id"], "size": st.st_size, "mtime": _iso(st.st_mtime),
+            "id": row["id"], "size": st.st_size, "mtime": iso(st.st_mtime),
             "mtime_ns": st.st_mtime_ns, "dev": st.st_dev, "inode": st.st_ino,
             "returned": 1 if row["deleted_at"] is not None else 0,
             "pending_tail": pending_tail or None})

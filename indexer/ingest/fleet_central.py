@@ -23,8 +23,10 @@ import time
 from indexer.transcripts import discover
 from indexer.ingest import fleet_nats, fleet_wire
 from indexer.index import generations
-from indexer.index.db import OpenedFile, write_lock
-from indexer.ingest.files import FORGET_LINES_SQL, RUNNING_FACTS_SET, insert_lines, running_facts, utcnow
+from indexer.index.db import OpenedFile
+from indexer.sql import write_lock
+from indexer.index.clock import utcnow
+from indexer.ingest.files import FORGET_LINES_SQL, RUNNING_FACTS_SET, insert_lines, running_facts
 
 PATH_PREFIX = "fleet://"
 # Messages per fetch, and how long a fetch waits for the first one: with

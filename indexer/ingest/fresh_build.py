@@ -151,7 +151,7 @@ class Writeback:
 def ingest(final: str, run):
     """``run(db)`` (an ingest) on a new build of the index ``final``, then
     the build published as ``final``; on ``final`` opened as always
-    (``db.open_index``, which may raise db.IndexError_) when a file or a
+    (``db.open_index``, which may raise connection.IndexError_) when a file or a
     link is there already, or by the time the build is done, or its folder
     is missing. Returns run's result."""
     from indexer.index import db as dbmod
@@ -166,6 +166,7 @@ def _build(final: str, run):
     import gc
 
     from indexer.index import db as dbmod
+    from indexer.index.connection import IndexError_
 
     dbmod.make_default_folder(final)
     if not os.path.isdir(os.path.dirname(os.path.abspath(final))):
@@ -175,7 +176,7 @@ def _build(final: str, run):
     _remove(build)   # (this process's own, from a build before)
     try:
         index = dbmod.open_index(build, create=True, bulk=True)
-    except dbmod.IndexError_:   # (a folder it may not write: opening the index says so)
+    except IndexError_:   # (a folder it may not write: opening the index says so)
         _remove(build)
         return _NOT_BUILT
     # What is loaded by now lives as long as the process: the cycle

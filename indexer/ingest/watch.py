@@ -45,6 +45,8 @@ import time
 from typing import Callable
 
 from indexer.index import db as dbmod
+from indexer.index.clock import utcnow
+from indexer.index.connection import IndexError_
 from indexer.transcripts import discover
 from indexer.ingest import files as ingestmod
 from indexer.cli.visible import stderr_line
@@ -98,7 +100,7 @@ def default_sources(sources, config_dir=None) -> list[str]:
 
 def stderr_log(line: str) -> None:
     """One log line on stderr, after the time (``visible.stderr_line``)."""
-    stderr_line(f"{ingestmod.utcnow()} {line}")
+    stderr_line(f"{utcnow()} {line}")
 
 
 def signal_name(sig) -> str:
@@ -166,7 +168,7 @@ class Watcher:
         Raises WatchError when the index or a source cannot be used at start."""
         try:
             self.db = dbmod.open_db(self.db_path)
-        except dbmod.IndexError_ as exc:
+        except IndexError_ as exc:
             raise WatchError(str(exc)) from None
         self.opened = dbmod.OpenedFile(self.db.conn)
         try:

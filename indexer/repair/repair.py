@@ -21,9 +21,10 @@ from indexer.transcripts.digests import sha256
 from indexer.index import views
 from indexer.transcripts.safefiles import open_regular, temp_beside
 from indexer.transcripts import conversation
-from indexer.index.db import write_lock
+from indexer.sql import write_lock
 from indexer.sql import dict_rows
-from indexer.ingest.files import ingest, stored_bytes, utcnow
+from indexer.index.clock import utcnow
+from indexer.ingest.files import ingest, stored_bytes
 
 LIVE_SECONDS = 60
 # A repair writes this machine's transcripts only (host ''): another host's
