@@ -7,7 +7,7 @@ copied first (SQLite's backup API, from a read-only connection), so the
 original is never upgraded or written. On the copy, once each:
 
 - the upgrade to migration m023: counting every transcript record's kind
-  (record_kinds.backfill), what a cold ingest of the same records adds at
+  (migrations._m023_count_kinds), what a cold ingest of the same records adds at
   its end (record_kinds.after_ingest counts them the same way);
 - counting the largest transcript again from its first record (a rewrite);
 

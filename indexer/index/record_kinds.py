@@ -347,13 +347,6 @@ def after_ingest(db, now: str | None = None, at_end=None) -> None:
                 return
 
 
-def backfill(conn) -> None:
-    """Count every transcript's records, as kinds already in the index
-    (never new): what migration m023 does to an existing index."""
-    for (file_id,) in conn.execute(PENDING_FILES_SQL).fetchall():
-        count_file(conn, file_id, run=None, now=None)
-
-
 def forget_file(conn, file_id: int) -> None:
     """A file's rows go (a deleted store copy, or to be counted again), and
     its kinds' sums are computed again without it; their first sightings stay."""

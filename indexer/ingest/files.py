@@ -42,19 +42,24 @@ from indexer.sql import retry_locked, write_lock
 from indexer.transcripts.digests import blake2b
 from indexer.transcripts.safefiles import NotRegular, open_regular, regular_stat
 from indexer.index.generations import stored_bytes
-from indexer.transcripts.rows import LARGE_LINE_BYTES, RECORD_FIELDS, BadLine, NeedsText, bindable
+from indexer.ingest.linerows import (
+    HEAD_BYTES,
+    INSERT_LARGE_BAD_LINE_SQL,
+    INSERT_LARGE_RECORD_SQL,
+    RUNNING_FACTS_SET,
+    TAIL_BYTES,
+    digest_of,
+    insert_lines,
+    running_facts,
+)
+from indexer.transcripts.rows import LARGE_LINE_BYTES, RECORD_FIELDS, BadLine, NeedsText
 
 READ_CHUNK = 1 << 20
 # Commit after this many bytes of new lines: long enough to amortize the
 # commit, short enough to hold the write lock well under a second.
 TXN_BYTES = 8 << 20
-HEAD_BYTES = 1024
-TAIL_BYTES = 4096
-
-# Field positions in a parsed record (lines.RECORD_FIELDS).
-_SESSION, _TIMESTAMP = RECORD_FIELDS.index("session_id"), RECORD_FIELDS.index("timestamp")
-_CWD, _VERSION, _BRANCH = (RECORD_FIELDS.index(k) for k in ("cwd", "version", "git_branch"))
-
+# The session id's position in a parsed record (lines.RECORD_FIELDS).
+_SESSION = RECORD_FIELDS.index("session_id")
 
 TRACKED_COLUMNS = ("path", "inode", "dev", "size", "mtime_ns", "deleted_at", "ingested_offset")
 TRACKED_FILES_SQL = f"SELECT {', '.join(TRACKED_COLUMNS)} FROM files"
@@ -90,34 +95,6 @@ class Summary:
         return d
 
 
-def digest_of(data: bytes) -> str:
-    """The hash of a file's head or tail bytes, as files.head_hash keeps it."""
-    return blake2b(data, digest_size=16).hexdigest()
-
-
-_INSERT_RECORD_SQL = (
-    "INSERT INTO records (file_id, line_no, byte_offset, "
-    + ", ".join(RECORD_FIELDS)
-    + ", raw) VALUES (" + "?, " * (len(RECORD_FIELDS) + 3) + "{raw})"
-)
-# raw is text, or the line's UTF-8 bytes taken as text (lines.parse_line_bytes).
-INSERT_RECORD_SQL = _INSERT_RECORD_SQL.format(raw="CAST(? AS TEXT)")
-INSERT_BAD_LINE_SQL = (
-    "INSERT INTO bad_lines (file_id, line_no, byte_offset, error, raw) VALUES (?, ?, ?, ?, ?)"
-)
-# A large line's row, its raw value a placeholder of the right length that
-# _write_raw then fills from the read buffer (no copy of the line in Python).
-INSERT_LARGE_RECORD_SQL = _INSERT_RECORD_SQL.format(raw="CAST(zeroblob(?) AS TEXT)")
-INSERT_LARGE_BAD_LINE_SQL = INSERT_BAD_LINE_SQL[:-len("?)")] + "zeroblob(?))"
-
-
-def insert_lines(conn, records: list, bads: list) -> None:
-    """Store parsed lines: ``records`` and ``bads`` rows as lines.line_row
-    makes them (in file order, each list)."""
-    if records:
-        conn.executemany(INSERT_RECORD_SQL, bindable(records))
-    if bads:
-        conn.executemany(INSERT_BAD_LINE_SQL, bads)
 TRACK_FILE_SQL = """
 INSERT INTO files (path, kind, session_id, agent_id, project_dir, first_ingested_at)
 VALUES (:path, :kind, :session_id, :agent_id, :project_dir, :now)
@@ -151,14 +128,6 @@ RETRACT_UNTERMINATED_SQL = (
                      AND git_branch IS NOT NULL ORDER BY line_no DESC LIMIT 1)
        WHERE id = :id""",
 )
-# The SET clauses that fold a batch's running_facts() into a files row
-# (sessions are summed from these); shared with store.py.
-RUNNING_FACTS_SET = """
-  records = records + :new_records,
-  first_timestamp = coalesce(min(first_timestamp, :first_ts), first_timestamp, :first_ts),
-  last_timestamp = coalesce(max(last_timestamp, :last_ts), last_timestamp, :last_ts),
-  cwd = coalesce(cwd, :cwd), version = coalesce(:version, version),
-  git_branch = coalesce(:git_branch, git_branch)""".strip()
 # After each slice of lines: how far the file is ingested (and whether its
 # last line is a record still without its newline), what the bytes at its
 # start and just before the offset hash to (checked at the next run), and
@@ -174,20 +143,6 @@ WHERE id = :id
 """.strip()
 
 
-def running_facts(fields: list[tuple]) -> dict:
-    """RUNNING_FACTS_SET's parameters for a batch of records' fields
-    (lines.RECORD_FIELDS order), in file order."""
-    stamps = [f[_TIMESTAMP] for f in fields if f[_TIMESTAMP]]
-
-    def first(i):
-        return next((f[i] for f in fields if f[i]), None)
-
-    def last(i):
-        return next((f[i] for f in reversed(fields) if f[i]), None)
-
-    return {"new_records": len(fields), "first_ts": min(stamps, default=None),
-            "last_ts": max(stamps, default=None), "cwd": first(_CWD),
-            "version": last(_VERSION), "git_branch": last(_BRANCH)}
 # A file's row, read again once the write lock is held (another process may
 # have tracked or moved it on since the run's first read).
 FILE_ROW_SQL = "SELECT * FROM files WHERE path = ?"

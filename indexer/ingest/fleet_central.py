@@ -26,7 +26,8 @@ from indexer.index import generations
 from indexer.index.db import OpenedFile
 from indexer.sql import write_lock
 from indexer.index.clock import utcnow
-from indexer.ingest.files import FORGET_LINES_SQL, RUNNING_FACTS_SET, insert_lines, running_facts
+from indexer.ingest.files import FORGET_LINES_SQL
+from indexer.ingest.linerows import RUNNING_FACTS_SET, insert_lines, running_facts
 
 PATH_PREFIX = "fleet://"
 # Messages per fetch, and how long a fetch waits for the first one: with

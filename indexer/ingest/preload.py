@@ -368,7 +368,7 @@ def _read_file(conn, path: str, key: int, out_records: list, out_bads: list):
     """One file's complete lines as ingest parses them, up to its last newline
     or its first large line: the files row values, or None if unreadable."""
     from indexer.index import record_kinds
-    from indexer.ingest.files import HEAD_BYTES, TAIL_BYTES, digest_of, running_facts
+    from indexer.ingest.linerows import HEAD_BYTES, TAIL_BYTES, digest_of, running_facts
     from indexer.transcripts.lines import line_row
     from indexer.transcripts.rows import LARGE_LINE_BYTES
     from indexer.transcripts.safefiles import open_regular
@@ -490,7 +490,7 @@ def write_batch(target: str, records_sql: str, files: list[list]) -> None:
     at ``target``, with their caches (whole, then renamed)."""
     import sqlite3
 
-    from indexer.ingest.files import INSERT_BAD_LINE_SQL
+    from indexer.ingest.linerows import INSERT_BAD_LINE_SQL
     from indexer.chain.definitions import TRANSCRIPT_KIND_NAMES
 
     tmp = target + ".tmp"

@@ -60,7 +60,7 @@ from indexer.index import record_kinds, search, views
 from indexer.index.db import OpenedFile, open_db
 from indexer.sql import retry_locked, write_lock
 from indexer.index.clock import utcnow
-from indexer.ingest.files import RUNNING_FACTS_SET, insert_lines, running_facts
+from indexer.ingest.linerows import RUNNING_FACTS_SET, insert_lines, running_facts
 from indexer.transcripts.lines import RECORD_FIELDS, BadLine, parse_line
 
 if TYPE_CHECKING:  # the SDK's types, for readers and type checkers only
