@@ -20,7 +20,7 @@ from conftest import Transcript, write_jsonl
 from indexer.chain import mainfile
 from indexer.repair import oracle
 from indexer.chain import definitions
-from indexer.cli import serve as web
+from indexer.cli import web
 from indexer.cli.commands import cli
 
 SID = "11111111-2222-3333-4444-555555555555"

@@ -21,6 +21,7 @@ import sys
 
 import click
 
+from indexer.cli.options import consumer_option, hosts_option, nats_auth_options, nats_options
 from indexer.index import db as dbmod
 from indexer.index.connection import IndexError_
 from indexer.index.views import EXPIRING_WINDOW_DAYS
@@ -106,51 +107,6 @@ generation_option = click.option(
     "--generation", type=click.IntRange(min=1), default=None, metavar="N",
     help="Generation N of each transcript (1 is the first; every rewrite starts one), "
          "leaving out those without one; exit 3 if none has it [default: the current].")
-
-
-def nats_auth_options(fn):
-    """The NATS connection's auth and TLS options (ship, ingest --from)."""
-    for option in reversed((
-        click.option("--token", "nats_token", envvar="NATS_TOKEN", default=None,
-                     help="The server's auth token [default: $NATS_TOKEN]."),
-        click.option("--creds", "nats_creds", type=click.Path(dir_okay=False, exists=True),
-                     default=None, help="A NATS credentials file (.creds: JWT and nkey)."),
-        click.option("--tls-ca", "nats_tls_ca", type=click.Path(dir_okay=False, exists=True),
-                     default=None, help="Verify the server's TLS certificate with this CA "
-                                        "file (use a tls:// URL)."),
-    )):
-        fn = option(fn)
-    return fn
-
-
-consumer_option = click.option(
-    "--consumer", default=None, metavar="NAME",
-    help="With --from: the durable consumer's name [default: session-index-central]; one "
-         "per central index.")
-
-
-def _hosts(ctx, param, value):
-    """--hosts a,b: the host names, each non-empty."""
-    if value is None:
-        return None
-    hosts = [h.strip() for h in value.split(",")]
-    if not all(hosts):
-        raise click.BadParameter("a comma-separated list of host names, none empty")
-    return hosts
-
-
-hosts_option = click.option(
-    "--hosts", default=None, metavar="HOST,HOST", callback=_hosts,
-    help="With --from: only these hosts' lines (a partition of the fleet over several "
-         "central indexes); a durable consumer per host, NAME-HOST [default: every host's].")
-
-
-def _nats_options(url: str, auth: dict):
-    from indexer.ingest import fleet_nats
-
-    return fleet_nats.ConnectOptions(url, token=auth.get("nats_token"),
-                                     creds=auth.get("nats_creds"),
-                                     tls_ca=auth.get("nats_tls_ca"))
 
 
 class _Commands(click.Group):
@@ -284,10 +240,10 @@ def _ingest_from(db_path, url, consumer, hosts, watch, as_json, auth):
     """ingest --from: drain (or follow) the fleet's stream into the index."""
     from indexer.ingest import fleet_central as fleet_ingest, fleet_nats
 
-    options = _nats_options(url, auth)
+    options = nats_options(url, auth)
     db = _open(db_path, create=True)
 
-    from indexer.cli.visible import stderr_line  # (a log that cannot be written never stops it)
+    from indexer.ingest.log import stderr_line  # (a log that cannot be written never stops it)
 
     def log(summary):
         if watch:
@@ -351,14 +307,14 @@ def ship(sources, to_url, host, ledger, once, config_dir, **auth):
         raise Failure(str(exc)) from None
     host = host or shipmod.default_host()
 
-    from indexer.cli.visible import stderr_line  # (a log that cannot be written never stops it)
+    from indexer.ingest.log import stderr_line  # (a log that cannot be written never stops it)
 
     def log(line):
         stderr_line(f"ship {host}: {line}")
 
     try:
         shipper = fleet_nats.run(lambda stop: shipmod.ship(
-            _nats_options(to_url, auth), list(sources), host=host,
+            nats_options(to_url, auth), list(sources), host=host,
             ledger_path=ledger or shipmod.default_ledger(), once=once, log=log, stop=stop),
             follow=not once)
     except (fleet_nats.FleetError, shipmod.ShipError) as exc:

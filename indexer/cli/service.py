@@ -20,7 +20,8 @@ import threading
 
 from indexer.index import db as dbmod
 from indexer.ingest import watch as watchmod
-from indexer.cli.visible import stderr_line
+from indexer.cli import web
+from indexer.ingest.log import stderr_line
 
 EXIT_UNUSABLE = 3
 JOIN_STEP_SECONDS = 0.1
@@ -46,8 +47,6 @@ def serve_and_watch(db_path, host: str, port: int, sources, *, config_dir=None,
     ``fleet`` (a fleet_ingest.Follower: ``serve --watch --from``) until a
     signal; returns the exit code (0 on a signal, 3 when a follower failed)."""
     import uvicorn
-
-    from indexer.cli import serve as web
 
     ds = web.make_datasette(db_path)
     asyncio.new_event_loop().run_until_complete(ds.invoke_startup())

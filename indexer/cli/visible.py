@@ -17,11 +17,7 @@ reset, the foreground colours but black and white: they can neither move
 the cursor, hide text nor talk to the terminal), and on stderr the progress
 bar's carriage return and its cursor hide/show. Bytes written to
 ``.buffer`` (``export --out -``: the transcript byte for byte) pass
-untouched.
-
-``stderr_line`` is the long-running commands' log line (``ingest --watch``,
-``serve --watch``, ``ship``, ``ingest --from``): a log that cannot be
-written loses the line, never the service."""
+untouched."""
 
 from __future__ import annotations
 
@@ -79,16 +75,3 @@ def install() -> None:
         sys.stdout = Writer(sys.stdout, STDOUT)
     if not isinstance(sys.stderr, Writer) and sys.stderr is not None:
         sys.stderr = Writer(sys.stderr, STDERR)
-
-
-def stderr_line(line: str) -> None:
-    """One line on stderr. A log that cannot be written (stderr closed, a
-    full disk under a redirect) loses the line, never the service: indexing
-    goes on."""
-    import sys
-
-    try:
-        sys.stderr.write(f"{line}\n")
-        sys.stderr.flush()
-    except (AttributeError, OSError, ValueError):   # None, ENOSPC/EPIPE, closed
-        pass

@@ -49,7 +49,7 @@ from indexer.index.clock import utcnow
 from indexer.index.connection import IndexError_
 from indexer.transcripts import discover
 from indexer.ingest import files as ingestmod
-from indexer.cli.visible import stderr_line
+from indexer.ingest.log import stderr_line
 
 # Group notifications for at most this long, and yield once this long passes
 # without a new one: a write is seen after about STEP_MS, at most DEBOUNCE_MS.
@@ -99,7 +99,7 @@ def default_sources(sources, config_dir=None) -> list[str]:
 
 
 def stderr_log(line: str) -> None:
-    """One log line on stderr, after the time (``visible.stderr_line``)."""
+    """One log line on stderr, after the time (``log.stderr_line``)."""
     stderr_line(f"{utcnow()} {line}")
 
 
