@@ -21,10 +21,11 @@ The problem logic is in the views; these queries only pick columns.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from indexer.index.record_kinds import NEW_KINDS_SQL
 from indexer.chain import definitions
-from indexer.index import views
+from indexer.index import usage, views
 from indexer.index.views import EXPIRING_WINDOW_DAYS
 
 NOW, SOON, HISTORY = "now", "soon", "history"
@@ -241,8 +242,6 @@ USAGE_WINDOW_DAYS = 7
 
 
 def panel_comparison_sql() -> str:
-    from indexer.index import usage
-
     reported = views.USAGE_REPORTED_TEMPLATE.format(
         usage=WINDOW_USAGE_SQL, cost_state_sessions=f" AND r.session_id IN {BEGUN_SESSIONS}",
         run_sessions=f" AND session_id IN {BEGUN_SESSIONS}")
@@ -254,10 +253,6 @@ async def usage_panel(db, now: str) -> dict | None:
     ``since`` (USAGE_WINDOW_DAYS before ``now``), the window's totals, and
     the comparison lines with Claude Code's own figures for the sessions
     begun in it."""
-    from datetime import datetime, timedelta
-
-    from indexer.index import usage
-
     names = {r[0] for r in await db.execute(NAMES_SQL)}
     if "usage" not in names:
         return None

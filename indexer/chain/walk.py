@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from indexer.chain import definitions
-from indexer.chain.resume import MESSAGE_TYPES
+from indexer.chain.resume import MESSAGE_TYPES, Prompt
 from indexer.index.views import effective_parent
 
 # The columns Rec is built from (records r), in its field order; ts_ms: the
@@ -187,7 +187,6 @@ def chain_break_row(r: Rec, session_id) -> tuple:
 def read_rows(rows, file_ids=()) -> dict:
     """file_id -> (records with a uuid, last-prompt records) from rows of
     derive.UUID_RECORDS_SELECT, in file order."""
-    from indexer.chain.resume import Prompt
     out = {i: ([], []) for i in file_ids}
     for row in rows:
         recs, prompts = out.setdefault(row[1], ([], []))

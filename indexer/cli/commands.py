@@ -18,6 +18,7 @@ from __future__ import annotations
 import importlib
 import json
 import sys
+import time
 
 import click
 
@@ -120,7 +121,7 @@ class _Commands(click.Group):
 
     def get_command(self, ctx, name):
         if name in self.LAZY and name not in self.commands:
-            from indexer.cli import serve as web
+            from indexer.cli import serve as web   # (serve and demo only: Datasette costs every other command start-up time)
             self.add_command(getattr(web, self.LAZY[name]), name)
         return super().get_command(ctx, name)
 
@@ -196,7 +197,7 @@ def ingest(sources, db_path, config_dir, silent, as_json, watch, from_url, consu
     if watch:
         if as_json:
             raise click.UsageError("--json does not apply to --watch (it logs on stderr)")
-        from indexer.ingest import watch as watchmod
+        from indexer.ingest import watch as watchmod   # (ingest --watch only: start-up time of every other run)
 
         try:
             watchmod.run_until_signal(db_path, list(sources), config_dir=config_dir)
@@ -219,7 +220,7 @@ def ingest(sources, db_path, config_dir, silent, as_json, watch, from_url, consu
         if bar is not None:
             bar.update(n)
 
-    from indexer.ingest import fresh_build
+    from indexer.ingest import fresh_build   # (a plain ingest only: start-up time)
 
     try:
         summary = fresh_build.ingest(db_path, lambda db: ingestmod.ingest(
@@ -238,7 +239,7 @@ def ingest(sources, db_path, config_dir, silent, as_json, watch, from_url, consu
 
 def _ingest_from(db_path, url, consumer, hosts, watch, as_json, auth):
     """ingest --from: drain (or follow) the fleet's stream into the index."""
-    from indexer.ingest import fleet_central as fleet_ingest, fleet_nats
+    from indexer.ingest import fleet_central as fleet_ingest, fleet_nats   # (ingest --from only: asyncio and the fleet's modules cost start-up time)
 
     options = nats_options(url, auth)
     db = _open(db_path, create=True)
@@ -299,7 +300,7 @@ def ship(sources, to_url, host, ledger, once, config_dir, **auth):
         session-index ship --to nats://central:4222 --host build-7
         session-index ship ~/.claude/projects --to nats://127.0.0.1:4222 --once
     """
-    from indexer.ingest import fleet_nats, ship as shipmod
+    from indexer.ingest import fleet_nats, ship as shipmod   # (ship only: asyncio and the fleet's modules cost start-up time)
 
     try:
         sources = discover.default_sources(sources, config_dir)
@@ -474,7 +475,7 @@ def output_options(fn):
 
 
 def _listing(name, db_path, now=None, days=None, fmt=None):
-    from indexer.cli import output
+    from indexer.cli import output   # (csv and the formats: only for a command that prints a listing)
 
     db = _open(db_path, create=False)
     rows = signals.listing(db, name, now=_now(now),
@@ -575,7 +576,7 @@ def record_types(db_path, only_new, since, fmt):
         session-index record-types --new --table
         session-index record-types --since 2026-11-01 --json
     """
-    from indexer.cli import output
+    from indexer.cli import output   # (csv and the formats: only for a command that prints a listing)
 
     if since:
         try:
@@ -608,7 +609,7 @@ def sessions(db_path, project, since, limit, fmt):
     \b
         session-index sessions --since 2026-11-01 --table
     """
-    from indexer.cli import output
+    from indexer.cli import output   # (csv and the formats: only for a command that prints a listing)
 
     since = _now(since) if since else None
     rows = signals.sessions(_open(db_path, create=False), project=project, since=since,
@@ -643,7 +644,7 @@ def usage(db_path, by, since, fmt):
         session-index usage --by project --since 2026-11-24 --table
         session-index usage --by day --json
     """
-    from indexer.cli import output
+    from indexer.cli import output   # (csv and the formats: only for a command that prints a listing)
 
     since = _now(since) if since else None
     db = _open(db_path, create=False)
@@ -681,7 +682,7 @@ def prices_list(db_path, fmt):
     \b
         session-index prices list --table
     """
-    from indexer.cli import output
+    from indexer.cli import output   # (csv and the formats: only for a command that prints a listing)
 
     db = _open(db_path, create=False)
     try:
@@ -948,7 +949,7 @@ def verify(session_id, db_path, claude, as_json):
     \b
         session-index verify 0b1fed78-ad30-4641-94b1-5f6931526c96 --json
     """
-    from indexer.repair import oracle, verify as verifymod
+    from indexer.repair import oracle, verify as verifymod   # (verify only: it runs the real Claude Code)
 
     db = _known(_open(db_path, create=False), session_id)
     try:
@@ -1023,8 +1024,8 @@ def search(query, db_path, session_id, project, since, limit, enable, disable, f
         session-index search "login redirect" --since 2026-11-01
         session-index search _recover_orphaned_parallel_tool_results --json
     """
-    from indexer.cli import output
-    from indexer.index import search as searchmod
+    from indexer.cli import output   # (csv and the formats: only for a command that prints a listing)
+    from indexer.index import search as searchmod   # (search only: start-up time)
 
     if enable and disable:
         raise click.UsageError("--enable and --disable cannot be given together")
@@ -1044,8 +1045,6 @@ def search(query, db_path, session_id, project, since, limit, enable, disable, f
                                             file=sys.stderr)
                     bar.__enter__()
                 bar.update(done - bar.pos)
-
-        import time
 
         t0 = time.monotonic()
         try:

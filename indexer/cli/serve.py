@@ -34,7 +34,7 @@ class Failure(click.ClickException):
 
 def run_server(db_path, host: str, port: int) -> None:
     """Serve until interrupted."""
-    import uvicorn
+    import uvicorn   # (only to serve: demo --no-serve never starts a server)
 
     ds = make_datasette(db_path)
     asyncio.new_event_loop().run_until_complete(ds.invoke_startup())
@@ -126,7 +126,7 @@ def serve(sources, db_path, host, port, watch, config_dir, from_url, consumer, h
             except (watchmod.WatchError, IndexError_) as exc:
                 raise WebError(str(exc)) from None
             if from_url:
-                from indexer.ingest import fleet_central as fleet_ingest
+                from indexer.ingest import fleet_central as fleet_ingest   # (serve --watch --from only: the fleet's modules)
 
                 fleet = fleet_ingest.Follower(
                     db_path, nats_options(from_url, nats_auth), consumer=consumer, hosts=hosts,

@@ -22,6 +22,7 @@ untouched."""
 from __future__ import annotations
 
 import re
+import sys
 
 _CONTROL = "[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]"
 # The styles the command prints: bold, reset and a foreground colour
@@ -69,8 +70,6 @@ class Writer:
 
 def install() -> None:
     """Put Writers in front of sys.stdout and sys.stderr (once)."""
-    import sys
-
     if not isinstance(sys.stdout, Writer) and sys.stdout is not None:
         sys.stdout = Writer(sys.stdout, STDOUT)
     if not isinstance(sys.stderr, Writer) and sys.stderr is not None:

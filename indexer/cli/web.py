@@ -28,7 +28,7 @@ class WebError(Exception):
 def check_plugin() -> None:
     """WebError unless Datasette has loaded the plugin from its entry point
     (the package is installed, not only checked out)."""
-    from datasette.plugins import pm
+    from datasette.plugins import pm   # (Datasette: only to serve, not for the checks before it)
 
     if not any(getattr(p, "__name__", None) == PLUGIN_MODULE for p in pm.get_plugins()):
         raise WebError("the session-index Datasette plugin is not registered: install the "
@@ -40,7 +40,7 @@ def make_datasette(db_path, **kwargs):
     the plugin, as ``datasette FILE.db`` has it once the package is
     installed, and the metadata (descriptions, facets) naming the database
     as Datasette does (the file's stem)."""
-    from datasette.app import Datasette
+    from datasette.app import Datasette   # (Datasette: only to serve, not for the checks before it)
 
     check_plugin()
     return Datasette([str(db_path)],

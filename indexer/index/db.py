@@ -22,6 +22,7 @@ from indexer.index.connection import (
     connect,
     unusable,
 )
+from indexer.transcripts.safefiles import NotRegular, open_regular
 
 TYPE_CHECKING = False  # typing costs a check process start-up time
 if TYPE_CHECKING:
@@ -134,8 +135,6 @@ def probe(path: str) -> str:
         raise IndexError_("the index path is empty: name the index file")
     if path == ":memory:":
         return NEW
-    from indexer.transcripts.safefiles import NotRegular, open_regular
-
     try:
         with open_regular(path) as f:
             head = f.read(100)

@@ -454,7 +454,7 @@ def marked(snippet: str, start: str = "[[", end: str = "]]", style=None) -> str:
 
 def html_snippet(snippet: str):
     """A snippet as HTML: its text escaped, each match in <mark>."""
-    from markupsafe import Markup, escape
+    from markupsafe import Markup, escape   # (markupsafe: only the web pages mark snippets up)
 
     return Markup(marked(str(escape(snippet or "")), "<mark>", "</mark>"))
 

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 from indexer.ingest import derive_worker
 from indexer.transcripts import discover, retention
-from indexer.index import generations, views
+from indexer.index import generations, record_kinds, search_state, views
 from indexer.index.clock import iso, utcnow
 from indexer.index.db import JOURNAL_MODE_SQL, background_checkpoints
 from indexer.sql import retry_locked, write_lock
@@ -192,7 +192,7 @@ class _Writer:
         if self.open:
             derived = self.preload.copy_caches(self.conn) if self.preload is not None else []
             if derived:   # their sessions' rows again, the files unmarked
-                from indexer.ingest import derive
+                from indexer.ingest import derive   # (only when there is something to derive: a no-op run's start-up time)
 
                 derive.finish_files(self.conn, derived)
             if self.guard is not None:
@@ -303,7 +303,7 @@ def ingest(
         background = derive_worker.start(db)   # new files' caches on the other core
         writer.background = background if wal else None
         if background is not None:   # (not for an in-memory index either)
-            from indexer.ingest import preload
+            from indexer.ingest import preload   # (only for a big ingest of new files: start-up time)
 
             writer.preload = preload.start(conn, [   # and their lines parsed there, ahead
                 (cand.path, st.st_size, cand.kind, cand.session_id)
@@ -343,15 +343,13 @@ def ingest(
             if writer.background is not None:
                 writer.background.close()   # never left running, whatever happened
     if not views.nothing_to_derive(conn):
-        from indexer.ingest import derive
+        from indexer.ingest import derive   # (only when there is something to derive: a no-op run's start-up time)
 
         derive.derive_pending(db)
     summary.warnings = retention.apply(
         db, config_dir or retention.default_config_dir())
-    from indexer.index import record_kinds, search_state
-
     if search_state.behind(search_state.state(conn)):   # search enabled (search.py)
-        from indexer.index import search
+        from indexer.index import search   # (only when search is enabled: start-up time)
 
         search.catch_up(db)   # the new records' text
     # The kinds not counted yet; the run ends, and when (one transaction: a
@@ -456,7 +454,7 @@ def _ingest_file(writer: _Writer, cand, row: dict | None, st, summary: Summary) 
             summary.rewritten_files += 1
             now = utcnow()
             generations.supersede(conn, row["id"], rewrite, now)
-            from indexer.ingest import derive
+            from indexer.ingest import derive   # (only when there is something to derive: a no-op run's start-up time)
 
             derive.forget_file(conn, row["id"])
             for sql in FORGET_LINES_SQL:
@@ -485,8 +483,6 @@ def _take_preloaded(writer: _Writer, row: dict, path: str, f, st, summary: Summa
     """A new file's lines as the preload worker parsed them, copied into the
     index with their offset (``row`` then stands where they end): the
     preload.Preloaded, or None if it has none for this file as it is now."""
-    from indexer.index import record_kinds
-
     p = writer.preload.take(writer.conn, row["id"], path, f, st)
     if p is None or p.end_offset == 0:
         return None
@@ -547,7 +543,6 @@ def _read_new_lines(writer: _Writer, row: dict, f, summary: Summary) -> tuple[bo
     TXN_BYTES at a time, each slice with the offset that covers it, then the
     bytes after the last newline if they are a whole record. Returns (stored
     or changed anything, the bytes after the last line: the pending tail)."""
-    from indexer.index import record_kinds
     from indexer.transcripts.lines import line_row, parse_large_line, parse_line  # msgspec: when reading
 
     conn = writer.conn

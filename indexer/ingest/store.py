@@ -224,7 +224,7 @@ def _fold_summary():
     """The SDK's ``fold_session_summary``, or None without the SDK (imported
     once, when a store opens, so no append pays for the import)."""
     try:
-        from claude_agent_sdk import fold_session_summary
+        from claude_agent_sdk import fold_session_summary   # (the Agent SDK: the optional store extra)
     except ImportError:
         return None
     return fold_session_summary

@@ -204,7 +204,7 @@ class Watcher:
     def _notifier(self):
         """A RustNotify on the watch roots (inotify, else polling), or None
         while one of them is missing."""
-        from watchfiles._rust_notify import RustNotify
+        from watchfiles._rust_notify import RustNotify   # (only once following: watchfiles' start-up time)
 
         roots = self._watch_roots()
         if not all(os.path.isdir(r) for r in roots):
