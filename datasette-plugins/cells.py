@@ -11,7 +11,9 @@ from urllib.parse import quote, urlencode
 
 from markupsafe import Markup
 
-from session_index_web.format import CAUSE_COLOURS, ERROR_CLASS_COLOURS, STATUS_COLOURS, badge, is_synthetic_message_id, json_block, session_path
+from indexer.transcripts import records
+
+from session_index_web.format import CAUSE_COLOURS, ERROR_CLASS_COLOURS, STATUS_COLOURS, badge, json_block, session_path
 
 # Columns holding a session id: each links to its session page.
 SESSION_COLUMNS = frozenset({"session_id", "init_session_id", "resume_target"})
@@ -46,10 +48,10 @@ def render_cell(row, value, column, table, database, urls):
         query = "?" + urlencode({"file": row["file_id"]}) if "file_id" in keys else ""
         href = urls.path(session_path(row["session_id"])) + query + "#u-" + quote(value, safe="")
         return _LINK.format(href, value)
-    if column == "message_id" and isinstance(value, str) and is_synthetic_message_id(value):
-        if "type" not in keys or row["type"] == "assistant":
-            return Markup("{} {}").format(badge("synthetic", "#ad1457", "not an API message id"),
-                                          value)
+    if column == "message_id" and isinstance(value, str) and "model" in keys \
+            and records.is_synthetic(row["type"] if "type" in keys else "assistant", row["model"]):
+        return Markup("{} {}").format(
+            badge("synthetic", "#ad1457", "a synthetic placeholder (model <synthetic>)"), value)
     if column in BADGE_COLUMNS and isinstance(value, str) and value:
         colours = BADGE_COLUMNS[column]
         if value in colours:

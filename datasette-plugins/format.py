@@ -5,7 +5,7 @@ value that reaches HTML goes through ``markupsafe`` here: ``Markup.format``
 escapes its arguments, and nothing else builds markup from data.
 
 The SQL functions registered for Datasette (``prepare_connection``) are the
-plain functions at the top: ``is_synthetic_message_id`` and ``json_excerpt``.
+plain functions at the top: ``is_synthetic`` and ``json_excerpt``.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ import re
 from urllib.parse import quote
 
 from markupsafe import Markup
+
+from indexer.transcripts import records
 
 # Orphan causes (the `orphans` view), in the order the legend shows them,
 # with the colour the session page and the badges use.
@@ -53,12 +55,14 @@ _WS = re.compile(r"\s+")
 _JSON_TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?|[{}\[\],:]|[^"{}\[\],:\s]+', re.S)
 
 
-def is_synthetic_message_id(message_id) -> int | None:
-    """SQL function: 1 when a message id is not an API id (``msg_...``), as the
-    ``<synthetic>`` placeholders' UUID ids are; 0 for API ids; NULL for NULL."""
-    if message_id is None:
+def is_synthetic(type_, model) -> int | None:
+    """SQL function: 1 when a record (its ``type``, ``model``) is a synthetic
+    placeholder (records.is_synthetic: an assistant record whose
+    message.model is ``<synthetic>``, whatever its message.id), else 0;
+    NULL when its type is NULL."""
+    if type_ is None:
         return None
-    return 0 if str(message_id).startswith("msg_") else 1
+    return int(records.is_synthetic(type_, model))
 
 
 def json_excerpt(raw, length=120) -> str | None:

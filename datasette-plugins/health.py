@@ -48,17 +48,36 @@ class Check:
     severity: str = HISTORY
 
 
+# The verdict's classes: every session a resume of which fails or loses work
+# now, one row per session and host, from the one definition (session_verdicts);
+# at: when its transcript was deleted, else last written.
+VERDICT_CHECK_SQL = """
+SELECT v.session_id, coalesce(f.deleted_at, f.mtime, (
+    SELECT max(x.mtime) FROM files x WHERE x.session_id = v.session_id)) AS at,
+  CASE WHEN v.host <> '' THEN 'host ' || v.host || ': ' ELSE '' END || {detail} AS detail
+FROM session_verdicts v LEFT JOIN files f ON f.id = v.file_id
+WHERE v.verdict = '{verdict}'
+""".strip()
+
 CHECKS = (
-    Check("Poisoned: a synthetic placeholder ends the resume chain", "poisoned_sessions",
-          "SELECT session_id, last_seen AS at, 'placeholder ' || coalesce(message_id, '?') "
-          "AS detail FROM poisoned_sessions WHERE at_resume_tail", "at_resume_tail=1", severity=NOW),
+    Check("Missing: a resume opens no transcript", "session_verdicts",
+          VERDICT_CHECK_SQL.format(verdict="missing", detail="v.cause"), "verdict=missing",
+          severity=NOW),
+    Check("Poisoned: a synthetic placeholder ends the resume chain", "session_verdicts",
+          VERDICT_CHECK_SQL.format(
+              verdict="poisoned", detail="'placeholder ' || coalesce(v.tail_message_id, '?')"),
+          "verdict=poisoned", severity=NOW),
+    Check("Spliced: late api_error records orphan recovered output", "session_verdicts",
+          VERDICT_CHECK_SQL.format(
+              verdict="spliced", detail="v.spliced_records || ' records off the chain'"),
+          "verdict=spliced", severity=NOW),
     Check("Synthetic placeholders inside the resume chain", "poisoned_sessions",
           "SELECT session_id, last_seen AS at, synthetic_on_chain || ' on the chain' AS detail "
           "FROM poisoned_sessions WHERE NOT at_resume_tail AND synthetic_on_chain",
           "at_resume_tail=0"),
     Check("api_error splices: --resume drops recovered output", "api_error_splices",
           "SELECT session_id, last_orphan_at AS at, orphaned_records || ' records, ' || "
-          "minutes_spanned || ' min' AS detail FROM api_error_splices", severity=NOW),
+          "minutes_spanned || ' min' AS detail FROM api_error_splices"),
     Check("Failed executions (claude -p)", "failed_executions",
           "SELECT coalesce(session_id, init_session_id) AS session_id, log_mtime AS at, "
           "error_class || ': ' || substr(error_message, 1, 80) AS detail FROM failed_executions"),
@@ -106,7 +125,7 @@ CHECKS = (
           "WHERE NOT chosen AND diverged AND on_disk", "chosen=0&diverged=1&on_disk=1", severity=SOON),
     Check("Transcripts deleted from disk", "files",
           "SELECT session_id, deleted_at AS at, path AS detail FROM files "
-          "WHERE deleted_at IS NOT NULL", "deleted_at__notblank=1", severity=NOW),
+          "WHERE deleted_at IS NOT NULL", "deleted_at__notblank=1"),
 )
 
 RECENT_PER_CHECK = 10

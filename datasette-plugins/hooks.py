@@ -3,13 +3,13 @@ work to the package's modules: the pages and their routes (pages.py), the
 menu link and stylesheet, the canned queries of any database that is a
 session index (metadata.py), the rendering of its cells (cells.py) and the
 SQL functions for the pages and operators' own queries:
-is_synthetic_message_id(id) and json_excerpt(raw, length) (format.py).
+is_synthetic(type, model) and json_excerpt(raw, length) (format.py).
 Everything acts only in databases that are session indexes."""
 
 from datasette import hookimpl
 
 from session_index_web import cells, metadata as web_metadata, pages as web_pages
-from session_index_web.format import is_synthetic_message_id, json_excerpt
+from session_index_web.format import is_synthetic, json_excerpt
 
 
 @hookimpl
@@ -73,6 +73,5 @@ def render_cell(row, value, column, table, database, datasette):
 
 @hookimpl
 def prepare_connection(conn):
-    conn.create_function("is_synthetic_message_id", 1, is_synthetic_message_id,
-                         deterministic=True)
+    conn.create_function("is_synthetic", 2, is_synthetic, deterministic=True)
     conn.create_function("json_excerpt", 2, json_excerpt, deterministic=True)

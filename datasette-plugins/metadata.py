@@ -45,7 +45,8 @@ _EXCERPT = """CASE WHEN json_valid({r}.raw) THEN substr(coalesce(
 # session_health: one row per :session_id: its facts, both leaves of its main
 # transcript, and how many of each problem it has. orphans_by_cause is a JSON
 # object {cause: count}; poisoned_tail 1 when the next resume will get the
-# previous_message_id 400; expiry_status expiring|expired|deleted or NULL.
+# previous_message_id 400; expiry_status expiring|expired|deleted or NULL;
+# verdict, cause, fix: the session's verdict (session_verdicts).
 SESSION_HEALTH_SQL = """
 SELECT s.session_id, s.project_dir, s.cwd, s.main_files, s.subagent_files, s.records,
   s.first_timestamp, s.last_timestamp, s.version, s.git_branch, s.deleted_at,
@@ -65,8 +66,10 @@ SELECT s.session_id, s.project_dir, s.cwd, s.main_files, s.subagent_files, s.rec
     AS expiry_status,
   (SELECT count(*) FROM failed_executions x WHERE x.session_id = s.session_id
      OR x.init_session_id = s.session_id OR x.resume_target = s.session_id)
-    AS failed_executions
-FROM sessions s LEFT JOIN leaves l ON l.file_id = s.main_file_id
+    AS failed_executions,
+  v.verdict, v.cause, v.fix
+FROM sessions s LEFT JOIN session_verdicts v ON v.session_id = s.session_id AND v.host = s.host
+  LEFT JOIN leaves l ON l.file_id = s.main_file_id
 WHERE s.session_id = :session_id
 """.strip()
 
@@ -221,7 +224,7 @@ _COMMON = {
     "type": "record type (user, assistant, system, attachment, progress, ...)",
     "subtype": "system subtype (api_error, stop_hook_summary, compact_boundary, ...)",
     "timestamp": f"the record's timestamp, {_TS}",
-    "message_id": "message.id; not msg_... on a synthetic placeholder",
+    "message_id": "message.id (msg_... from Anthropic's API; other providers' ids differ; a random UUID on a synthetic placeholder)",
     "kind": "main or subagent transcript",
 }
 
@@ -356,7 +359,7 @@ TABLES = {
             is_meta="isMeta, 0/1",
             team_name="teamName",
             agent_id="agentId",
-            model="message.model; <synthetic> on placeholders",
+            model="message.model; <synthetic> on placeholders (what makes one, whatever the id)",
             request_id="requestId",
             is_api_error="isApiErrorMessage, 0/1",
             is_compact_summary="isCompactSummary, 0/1",
@@ -496,6 +499,28 @@ TABLES = {
             cached_at=f"when the application cached it, as given ({_TS})",
             imported_from="the file it was imported from",
             imported_at=f"when it was imported, {_TS}",
+        ),
+    },
+    "session_verdicts": {
+        "description": "The verdict of every session on every host: will a resume work, and "
+                       "if not, why and what fixes it. The one definition check, sessions, "
+                       "show and these pages read.",
+        "facets": ["verdict", "cause", "host"],
+        "columns": _cols(
+            "file_id", "session_id",
+            main_file_rule="why file_id is the transcript a resume opens (sessions."
+                           "main_file_rule); empty when the session has no main transcript",
+            path="the path of file_id",
+            verdict="missing, poisoned, spliced or resumable (check's exit codes 4, 5, 6, 0)",
+            cause="why, in one word: never_seen, subagents_only, not_named, no_messages, "
+                  "deleted; synthetic_tail, synthetic_tail_uncuttable; api_error_splice; "
+                  "real_tail, store_copy",
+            reason="the sentence check prints",
+            fix="the command (or step) that fixes it; empty when resumable",
+            tail_uuid="the last assistant record on the resume chain",
+            tail_message_id="its message.id",
+            splices="api_error_splices of file_id",
+            spliced_records="records those splices leave off the resume chain",
         ),
     },
     "poisoned_sessions": {
@@ -761,7 +786,7 @@ TABLES = {
             last_ingested_at=f"when the index last stored one, {_TS}",
             new="1 when the most recent ingest run (or a store append since) first stored "
                 "this kind",
-            modeled="1 when the index reads this kind (views.MODELED_KINDS); 0: kept raw",
+            modeled="1 when the index reads this kind (records.MODELED_KINDS); 0: kept raw",
             chain="1 when its type is a chain type (linked into the tree whatever it means)",
             meaning="what the kind means to the index, for a modeled one",
         ),
@@ -943,11 +968,13 @@ for _view in ("cli_definition", "leaves", "leaves_definition", "leaf_ancestry",
               "chain_breaks_definition", "duplicate_uuids", "duplicate_uuids_definition",
               "api_error_splices", "executions", "failed_executions", "poisoned_sessions",
               "stale_session_refs", "expired_transcripts", "repair_plan", "session_copies",
-              "file_generations", "session_main_copies", "usage"):
+              "file_generations", "session_main_copies", "usage", "session_verdicts"):
     TABLES[_view]["columns"] = dict(TABLES[_view]["columns"], host=_HOST)
 TABLES["stale_session_refs"]["columns"]["host"] = (
     "the host of its main transcript ('' for this machine, and when it was never indexed)")
 TABLES["poisoned_sessions"]["columns"]["host"] = "the host of file_id ('' for this machine)"
+TABLES["session_verdicts"]["columns"]["host"] = (
+    "the host the verdict is for ('' for this machine): each host's copy is judged on its own")
 TABLES["usage"]["columns"]["host"] = "the host of file_id ('' for this machine)"
 TABLES["executions"]["columns"]["host"] = TABLES["failed_executions"]["columns"]["host"] = (
     "the host of the log ('' for this machine)")

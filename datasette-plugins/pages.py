@@ -15,7 +15,7 @@ from datasette.utils.asgi import NotFound, Response
 
 from indexer.chain import resume
 from indexer.index import search
-from indexer.signals import listings as signals
+from indexer.signals import listings as signals, verdict as verdicts
 from session_index_web import health as web_health, tree as web_tree
 from session_index_web.format import CAUSE_COLOURS, pretty_json, session_path
 from session_index_web.metadata import QUERIES
@@ -193,12 +193,13 @@ async def session_page(datasette, request):
     splices = [dict(r) for r in await db.execute(FILE_SPLICES_SQL, fid)]
     breaks = (await db.execute(FILE_BREAKS_SQL, fid)).first()[0]
     generations = [dict(r) for r in await db.execute(FILE_GENERATIONS_SQL, fid)]
-    state = (await db.execute(signals.SESSION_VERDICT_SQL, params)).first()
-    key = signals.verdict_key(state["state"], state["stuck"]) if state else "missing"
-    why, fix = signals.advice(key, session_id)
+    verdict = (await db.execute(verdicts.SESSION_VERDICT_SQL, params)).first()
+    verdict = dict(verdict) if verdict else {"verdict": "missing", "cause": "never_seen",
+                                             "reason": "the session is not in sessions yet",
+                                             "fix": None}
     # A repaired download only where a repair changes something.
     repairable = (bool(splices) or (await db.execute(POISONED_TAIL_SQL, fid)).first()[0] > 0) \
-        and key != "poisoned_uncuttable"
+        and verdict["cause"] != "synthetic_tail_uncuttable"
     tree = web_tree.build(rows, ancestry, causes, file)
 
     records_url = datasette.urls.table(name, "records") + "/"
@@ -245,7 +246,7 @@ async def session_page(datasette, request):
         "download_url": datasette.urls.path(f"/-/session-download/{int(file['id'])}/"),
         "generations": generations,
         "repairable": repairable,
-        "verdict": {"state": key.split("_")[0], "key": key, "why": why, "fix": fix},
+        "verdict": verdict,
         "repair_plan_url": datasette.urls.table(name, "repair_plan") + "?" + urlencode(
             {"file_id": file["id"]}),
     })

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 
 from markupsafe import Markup, escape
 
-from indexer.index.views import SYNTHETIC_MODEL, effective_parent
-from indexer.transcripts.records import CHAIN_TYPES_SQL
+from indexer.transcripts import records
+from indexer.transcripts.records import CHAIN_TYPES_SQL, effective_parent
 from session_index_web.format import CAUSE_COLOURS, css_class
 
 # Columns of one chain record as the page draws it.
@@ -179,14 +179,13 @@ def _mark(by_uuid, spine_set, sdk, leaves):
                 marks.append(("leaf", "resume leaf"))
             if uuid == sdk_leaf:
                 marks.append(("leaf sdk", "SDK leaf"))
-        if r["type"] == "system" and r["subtype"] == "api_error":
+        if records.is_api_error_record(r["type"], r["subtype"]):
             marks.append(("api-error", "api_error"))
-        if r["model"] == SYNTHETIC_MODEL or r["is_api_error"]:
+        if records.is_synthetic(r["type"], r["model"]):
             marks.append(("synthetic", "synthetic placeholder"))
-        elif r["type"] == "assistant" and r["message_id"] \
-                and not str(r["message_id"]).startswith("msg_"):
-            marks.append(("synthetic", "synthetic message id"))
-        if r["subtype"] == "compact_boundary":
+        elif r["is_api_error"]:
+            marks.append(("api-error", "API error message"))
+        if records.is_compact_boundary(r["type"], r["subtype"]):
             marks.append(("compact", "compaction"))
         if r["is_compact_summary"]:
             marks.append(("compact", "compact summary"))

@@ -204,7 +204,9 @@ def test_show_of_a_transcript_the_sdk_reader_cannot_read(home):
     assert cli("ingest", home["projects"], "--db", db, env=home["env"])[0] == 0
     code, out, err = cli("show", SID, "--db", db, env=home["env"])
     # d's parent is no uuid: d is a root of its own, and the leaf
-    assert code == 0 and out.startswith("[user]") and "prompt d" in out, err
+    head, conversation = out.split("\n\n", 1)
+    assert code == 0 and head == "resumable: the resume chain ends at a real message", err
+    assert conversation.startswith("[user]") and "prompt d" in conversation, err
 
 
 def test_a_fifo_given_as_a_source_is_skipped_not_missing(home):

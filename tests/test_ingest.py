@@ -571,7 +571,7 @@ HOT_PATH_LINES = [
 ]
 
 
-# message.usage as the usage columns read it (rows.RECORD_FIELDS from
+# message.usage as the usage columns read it (records.RECORD_FIELDS from
 # has_usage on): each line and its (has_usage, input, output, cache read,
 # cache creation, 5m, 1h, speed, service_tier).
 def _assistant(usage, extra=b""):
@@ -664,7 +664,7 @@ def test_the_fast_and_slow_paths_read_the_same_fields():
 @pytest.mark.parametrize("data, expected", USAGE_LINES)
 def test_usage_columns_from_either_path(data, expected):
     from indexer.transcripts.lines import parse_line, parse_line_bytes
-    from indexer.transcripts.rows import RECORD_FIELDS
+    from indexer.transcripts.records import RECORD_FIELDS
 
     at = RECORD_FIELDS.index("has_usage")
     assert RECORD_FIELDS[at:] == ("has_usage", "input_tokens", "output_tokens",
@@ -678,7 +678,7 @@ def test_usage_columns_stored_and_filled_again_by_the_migration(index):
     # Ingest stores the parser's usage columns; migrations.fill_usage_columns
     # (m022_prices, on an index ingested before it) reads the same from raw.
     from indexer.index import migrations
-    from indexer.transcripts.rows import RECORD_FIELDS
+    from indexer.transcripts.records import RECORD_FIELDS
 
     path = index.projects / "p" / f"{SID}.jsonl"
     path.parent.mkdir(parents=True)

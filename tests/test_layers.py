@@ -171,7 +171,10 @@ def upward(edges) -> list[tuple[str, str, int]]:
 
 
 def test_the_import_graph_has_no_cycle():
-    found = cycles(graph())
+    """(but through an upward import the layers contract names, IGNORED)"""
+    edges = {source: {t: v for t, v in targets.items() if (source, t) not in IGNORED}
+             for source, targets in graph().items()}
+    found = cycles(edges)
     assert found == [], "import cycles:\n" + "\n".join(" -> ".join(c) for c in found)
 
 

@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import CORPUS, Transcript, write_jsonl
-from indexer.index import db as dbmod, record_kinds, views
+from indexer.index import db as dbmod, record_kinds
 from indexer.transcripts import records
 from indexer.cli.commands import cli
 from indexer.index.db import open_db
@@ -275,7 +275,7 @@ def test_modeled_kinds_and_the_rest(index):
         t.records.append(dict(meta, sessionId=SID))
     t.write(index.projects / PROJECT)
     index.ingest()
-    meanings = {(ty, sub): m for ty, sub, m in views.MODELED_KINDS}
+    meanings = {(ty, sub): m for ty, sub, m in records.MODELED_KINDS}
     rows = index.rows("SELECT type, subtype, modeled, chain, meaning FROM record_types")
     # every modeled kind is in the fixture, marked with its meaning
     assert {(r["type"], r["subtype"] or "") for r in rows if r["modeled"]} == set(meanings)

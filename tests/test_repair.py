@@ -292,7 +292,11 @@ def test_show_puts_the_spliced_output_back_and_marks_it(index):
     text = invoke(index, "show", SID).output
     assert "recovered: api_error_splice" in text and OTTER in text
     md = invoke(index, "show", SID, "--format", "markdown").output
-    assert md.startswith("### user") and OTTER in md
+    # The verdict first (as check states it), then the conversation.
+    head, conversation = md.split("\n\n### ", 1)
+    assert head.startswith("**spliced**: 1 api_error splice(s)") and "Fix: `session-index " \
+        f"repair {SID} --write`" in head
+    assert conversation.startswith("user") and OTTER in conversation
 
 
 def test_show_equals_the_sdk_on_transcripts_without_a_splice(index):

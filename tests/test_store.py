@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from conftest import CORPUS, Transcript
 from indexer.cli.commands import cli
 from indexer.index.db import open_db
-from indexer.transcripts.lines import RECORD_FIELDS
+from indexer.transcripts.records import RECORD_FIELDS
 from indexer.ingest.store import IndexSessionStore, InvalidKey, store_path
 
 SID = "5e55a0e1-0000-4000-8000-00000000a001"

@@ -179,7 +179,7 @@ def test_every_view_with_a_file_or_a_session_has_host(site):
             elif name != "usage_reported":
                 assert "host" in columns, name
                 with_host.append(name)
-    assert len(with_host) == 22
+    assert len(with_host) == 23
     for cache in ("leaves_cache", "leaf_ancestry_cache", "orphans_cache"):
         assert "host" not in [r["name"] for r in site.rows(f"PRAGMA table_info('{cache}')")]
     assert {r["host"] for r in site.rows("SELECT host FROM leaves")} == {""}
@@ -480,7 +480,7 @@ def test_render_cell_in_tables(site):
     [rec] = site.rows("SELECT id FROM records WHERE message_id LIKE '%-%' AND type = 'assistant' "
                       "AND session_id = ?", [sid("poisoned-tail")])
     row = site.get(f"/{site.name}/records/{rec['id']}").text
-    assert 'title="not an API message id">synthetic</span>' in row
+    assert 'title="a synthetic placeholder (model &lt;synthetic&gt;)">synthetic</span>' in row
     assert '<pre class="si-json">{\n  &#34;parentUuid&#34;' in row
     failed = site.get(f"/{site.name}/failed_executions").text
     assert 'title="error_class">resume_not_found</span>' in failed
@@ -505,7 +505,8 @@ def test_render_cell_unit():
         '<a href="/base/-/sessions/s%201?file=4#u-%22x">&#34;x</a>'
     # a user record's message_id is not a placeholder's
     assert web_cells.render_cell(r, "abc", "message_id", "records", "d", urls) is None
-    assert "synthetic" in web_cells.render_cell(Row(), "abc", "message_id", None, "d", urls)
+    assert "synthetic" in web_cells.render_cell(Row(model="<synthetic>"), "abc", "message_id",
+                                                None, "d", urls)
     assert web_cells.render_cell(Row(), "msg_1", "message_id", None, "d", urls) is None
     assert "ok</span>" in web_cells.render_cell(Row(), "ok", "error_class", None, "d", urls)
     assert web_cells.render_cell(Row(), "weird", "error_class", None, "d", urls) is None
@@ -542,8 +543,8 @@ def test_pages_find_the_index_without_metadata(site):
 # --- SQL functions -----------------------------------------------------------------
 
 def test_sql_functions(site):
-    sql = ("select is_synthetic_message_id('msg_01') a, is_synthetic_message_id('5f0c-1') b, "
-           "is_synthetic_message_id(null) c, json_excerpt(raw, 20) d from records "
+    sql = ("select is_synthetic('assistant', 'claude-x') a, is_synthetic('assistant', '<synthetic>') b, "
+           "is_synthetic(null, null) c, json_excerpt(raw, 20) d from records "
            "where uuid = :u")
     data = site.json(f"/{site.name}.json?_shape=array&sql={quote(sql)}&u={quote(HOSTILE_UUID)}")
     assert data == [{"a": 0, "b": 1, "c": None,

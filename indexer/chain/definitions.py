@@ -25,7 +25,13 @@ a CTE there is re-materialized and re-indexed at every step.
 
 from __future__ import annotations
 
-from indexer.transcripts.records import CHAIN_TYPES_SQL
+from indexer.transcripts.records import (
+    API_ERROR_RECORD,
+    CHAIN_TYPES_SQL,
+    COMPACT_BOUNDARY_RECORD,
+    EFFECTIVE_PARENT,
+    SYNTHETIC_RECORD,
+)
 
 # The CLI's parent fallback (resume.py): a record whose parent is not in the
 # file hangs under the latest message at or before it within this many ms.
@@ -60,9 +66,7 @@ occ AS MATERIALIZED (
 nodes AS MATERIALIZED (
   SELECT r.id, r.file_id, r.line_no, r.uuid, r.parent_uuid, r.type, r.subtype,
          r.timestamp, r.is_sidechain, r.message_id, r.is_tool_result, r.is_unreadable,
-         CASE WHEN r.type = 'system' AND r.subtype = 'compact_boundary'
-                   AND r.parent_uuid IS NULL
-              THEN r.logical_parent_uuid ELSE r.parent_uuid END AS eff_parent
+         {EFFECTIVE_PARENT.format(r="r")} AS eff_parent
   FROM records r JOIN scope_files f ON f.file_id = r.file_id
   WHERE {_IS_NODE.format(n="r")}
 )
@@ -188,7 +192,7 @@ prompts AS MATERIALIZED (
 ),
 boundaries AS (
   SELECT o.file_id, o.line_no FROM occ o JOIN records r ON r.id = o.id
-  WHERE o.type = 'system' AND r.subtype = 'compact_boundary'
+  WHERE {COMPACT_BOUNDARY_RECORD.format(r="r")}
 ),
 latest_prompt AS (
   SELECT file_id, line_no, leaf, explicit FROM (
@@ -499,7 +503,7 @@ boundary AS (
     SELECT a.file_id, n.line_no,
            row_number() OVER (PARTITION BY a.file_id ORDER BY a.depth) AS rn
     FROM on_chain a JOIN nodes n ON n.file_id = a.file_id AND n.uuid = a.uuid
-    WHERE n.type = 'system' AND n.subtype = 'compact_boundary'
+    WHERE {COMPACT_BOUNDARY_RECORD.format(r="n")}
   ) WHERE rn = 1
 ),
 chain_messages AS MATERIALIZED (
@@ -511,7 +515,7 @@ splice_points AS MATERIALIZED (
   SELECT b.file_id, b.uuid FROM on_chain b
   JOIN leaf_ancestry c ON c.file_id = b.file_id AND c.rule = 'resume' AND c.depth = b.depth - 1
   JOIN nodes n ON n.file_id = c.file_id AND n.uuid = c.uuid
-  WHERE n.type = 'system' AND n.subtype = 'api_error'
+  WHERE {API_ERROR_RECORD.format(r="n")}
 ),
 leaf_message AS MATERIALIZED (
   SELECT file_id, uuid FROM (
@@ -559,7 +563,7 @@ down(file_id, uuid, branch_point, origin, steps) AS (
   JOIN records c ON c.file_id = d.file_id AND c.logical_parent_uuid = d.uuid
   JOIN files b ON b.id = d.file_id
   WHERE d.steps <= b.line_count AND c.parent_uuid IS NULL
-    AND c.type = 'system' AND c.subtype = 'compact_boundary'
+    AND {COMPACT_BOUNDARY_RECORD.format(r="c")}
     AND {_IS_NODE.format(n="c")}
     AND NOT EXISTS (SELECT 1 FROM leaf_ancestry_cache a WHERE a.file_id = c.file_id
                     AND a.rule = 'resume' AND a.uuid = c.uuid)
@@ -585,7 +589,7 @@ SELECT o.file_id, f.session_id, o.uuid, o.type, o.subtype, o.timestamp,
     WHEN EXISTS (SELECT 1 FROM splice_points s
                  WHERE s.file_id = o.file_id AND s.uuid = d.branch_point)
       THEN 'api_error_splice'
-    WHEN o.type = 'system' AND o.subtype = 'api_error' THEN 'api_error_record'
+    WHEN {API_ERROR_RECORD.format(r="o")} THEN 'api_error_record'
     WHEN d.origin = 'dangling_parent' THEN 'dangling_parent'
     WHEN d.origin = 'unlinked' THEN 'unlinked'
     WHEN d.origin = 'ancestry' THEN 'abandoned_branch'
@@ -793,3 +797,12 @@ MAIN_FILE_RANK_TEMPLATE = ("CASE {rule} " + " ".join(
 # The rules under which a bare `claude --resume <id>` opens the chosen file
 # (from the right cwd).
 OPENED_BY_RESUME = ("only_named", "named_in_cwd_project", "named_newest")
+
+# 1 when file {file}'s resume chain holds no real assistant message (one that
+# is not a synthetic placeholder, records.SYNTHETIC_RECORD):
+# a poisoned tail then has nothing to be cut back to (repair cannot help; a
+# new session is the way on).
+NOTHING_TO_CUT_TEMPLATE = f"""NOT EXISTS (
+  SELECT 1 FROM leaf_ancestry_cache k JOIN records t ON t.id = k.record_id
+  WHERE k.file_id = {{file}} AND k.rule = 'resume' AND t.type = 'assistant'
+    AND NOT ({SYNTHETIC_RECORD.format(r="t")}))"""

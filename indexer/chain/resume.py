@@ -59,11 +59,10 @@ from dataclasses import dataclass
 
 from indexer.chain.definitions import FALLBACK_MS
 from indexer.transcripts import records
+from indexer.transcripts.records import MESSAGE_TYPES
 
 CLI_VERSION = "2.1.332"
-MESSAGE_TYPES = ("user", "assistant")
-# Types whose records carry uuid/parentUuid links (the Agent SDK's
-# _TRANSCRIPT_ENTRY_TYPES). Everything else is metadata.
+# Types whose records carry uuid/parentUuid links (records.CHAIN_TYPES), as a set.
 CHAIN_TYPES = frozenset(records.CHAIN_TYPES)
 CLI_NODE_TYPES = ("user", "assistant", "system", "attachment")
 
@@ -169,7 +168,7 @@ def scan_events(occ: list, prompts: list[Prompt], seen: Scanned) -> Scanned:
     events = [(r.line_no, "row", r) for r in occ if r.type in CLI_NODE_TYPES
               and not r.is_sidechain and not is_snapshot(r) and not r.is_unreadable]
     events += [(r.line_no, "boundary", r) for r in occ
-               if r.type == "system" and r.subtype == "compact_boundary"]
+               if records.is_compact_boundary(r.type, r.subtype)]
     events += [(r.line_no, "snapshot", r) for r in occ if is_snapshot(r)]
     events += [(p.line_no, "prompt", p) for p in prompts]
     events.sort(key=lambda e: (e[0], e[1] != "row"))

@@ -8,8 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from indexer.chain import definitions
-from indexer.chain.resume import MESSAGE_TYPES, Prompt
-from indexer.index.views import effective_parent
+from indexer.chain.resume import Prompt
+from indexer.transcripts import records
+from indexer.transcripts.records import MESSAGE_TYPES
 
 # The columns Rec is built from (records r), in its field order; ts_ms: the
 # timestamp in epoch milliseconds (definitions.TIMESTAMP_MS), NULL when not one.
@@ -51,8 +52,8 @@ class Rec:
     def eff_parent(self) -> str | None:
         """The parent the cause walk follows: a compact_boundary with a null
         parentUuid hangs from its logicalParentUuid."""
-        return effective_parent(self.type, self.subtype, self.parent_uuid,
-                                      self.logical_parent_uuid)
+        return records.effective_parent(self.type, self.subtype, self.parent_uuid,
+                                        self.logical_parent_uuid)
 
     @property
     def is_main_message(self) -> bool:
@@ -140,7 +141,7 @@ def cause_of(o: Rec, parent: Rec | None, branch_point: str | None, origin: str |
         return "parallel_tool_branch"
     if branch_point is not None and is_splice_point(branch_point):
         return "api_error_splice"
-    if o.type == "system" and o.subtype == "api_error":
+    if records.is_api_error_record(o.type, o.subtype):
         return "api_error_record"
     if origin == "dangling_parent":
         return "dangling_parent"

@@ -46,6 +46,7 @@ exportmod, ingestmod = _OnUse("repair.export"), _OnUse("ingest.files")
 mainfile = _OnUse("chain.mainfile")
 refsmod, repairmod, showmod = _OnUse("ingest.refs"), _OnUse("repair.repair"), _OnUse("repair.show")
 signals, statusmod = _OnUse("signals.listings"), _OnUse("index.status")
+verdicts = _OnUse("signals.verdict")
 record_kinds = _OnUse("index.record_kinds")
 pricesmod, usagemod = _OnUse("index.prices"), _OnUse("index.usage")
 
@@ -795,9 +796,10 @@ def restore(session_id, generation, db_path, config_dir):
                err=True)
 
 
-def _fresh(db, session_id):
+def _fresh(db, session_id, required: bool = True) -> bool:
     """Ingest the session's main transcripts first if they changed on disk (or
-    went away: which one a resume opens may change with them)."""
+    went away: which one a resume opens may change with them). Whether the
+    index holds a main transcript of it (exit 3 without one, if required)."""
     paths = [r[0] for r in db.conn.execute(
         "SELECT path FROM files WHERE session_id = ? AND kind = 'main' AND origin = 'file'",
         [session_id])]
@@ -805,7 +807,10 @@ def _fresh(db, session_id):
         ingestmod.ingest(db, paths)
     derive.refresh_sessions_if_stale(db)
     if db.conn.execute(repairmod.MAIN_FILE_SQL, [session_id]).fetchone() is None:
-        raise Failure(f"session {session_id} has no main transcript in the index")
+        if required:
+            raise Failure(f"session {session_id} has no main transcript in the index")
+        return False
+    return True
 
 
 def _say_copies(db, session_id):
@@ -832,7 +837,11 @@ def show(session_id, db_path, fmt):
     """The conversation SESSION_ID really holds: the resume chain, with the
     parallel tool calls and results put back where the Agent SDK puts them and
     the output orphaned by an api_error splice put back in place; each
-    recovered message is marked, and synthetic placeholders too.
+    recovered message is marked, and synthetic placeholders too. The text
+    and markdown formats start with the session's verdict as `check` states
+    it, and its fix (--format json is the messages only; `check --json` has
+    the verdict). A session with only subagent transcripts left has no
+    conversation to show.
 
     Example:
 
@@ -840,7 +849,15 @@ def show(session_id, db_path, fmt):
         session-index show 0b1fed78-ad30-4641-94b1-5f6931526c96 --format markdown
     """
     db = _known(_open(db_path, create=False), session_id)
-    _fresh(db, session_id)
+    has_main = _fresh(db, session_id, required=False)
+    verdict = verdicts.of_session(db.conn, session_id)
+    if verdict is not None and fmt != "json":  # JSON stays the list of messages
+        click.echo(showmod.header(verdict, fmt))
+    if not has_main:  # only subagent transcripts: the verdict says why
+        click.echo("[]" if fmt == "json" else
+                   "(no main transcript of this session is in the index: no conversation "
+                   "to show)")
+        return
     _say_copies(db, session_id)
     try:
         messages = showmod.recovered_conversation(db, session_id)
@@ -862,8 +879,9 @@ def repair(session_id, db_path, write, force, as_json):
     An api_error splice: the record after each late-flushed error chain is
     re-parented onto the last record of the orphaned output, so the errors
     become a dead-end side branch. A poisoned tail: the records after the
-    last real (msg_...) assistant message are dropped, so the next resume does
-    not send a synthetic id. Without --write it prints what would change and
+    last real assistant message (any reply of a model, whatever its message.id;
+    not a placeholder, whose message.model is <synthetic>) are dropped, so the
+    next resume does not send a synthetic id. Without --write it prints what would change and
     changes nothing. With --write it keeps a backup next to the file (and the
     original bytes in the index's repairs table), writes a temporary file and
     renames it into place, re-ingests, and checks that the recovered records

@@ -680,7 +680,7 @@ def m022_prices(db):
         """
     )
     # The usage of every assistant record, as columns of records (lines.py
-    # reads them from the line as it parses it: rows.RECORD_FIELDS), so that
+    # reads them from the line as it parses it: records.RECORD_FIELDS), so that
     # nothing parses records.raw for usage. Existing assistant rows are read
     # once here: by SQLite's JSON where raw is JSON it reads, else (NaN, an
     # infinity) by the parser itself; both give what lines.py gives.
@@ -1064,3 +1064,16 @@ def m027_files_tracked(db):
     # read 64 pages of the table, 12 of this).
     db.execute("CREATE INDEX files_tracked ON files(path, inode, dev, size, mtime_ns, "
                "deleted_at, ingested_offset)")
+
+
+@migrations()
+def m028_records_synthetic_by_model(db):
+    # A synthetic placeholder is an assistant record whose message.model is
+    # "<synthetic>", as Claude Code marks them (records.SYNTHETIC_RECORD,
+    # word for word, so that SQLite uses the index), no longer also one whose
+    # message.id does not start with msg_: a third-party provider's replies
+    # have such ids and are real messages.
+    db.execute("DROP INDEX IF EXISTS records_synthetic")
+    db.execute(
+        "CREATE INDEX records_synthetic ON records(file_id, uuid) "
+        "WHERE type = 'assistant' AND model = '<synthetic>'")

@@ -4,7 +4,7 @@ A kind is a record's ``type``, with a system record's ``subtype`` or an
 attachment record's ``attachment.type`` (``system/away_summary``,
 ``attachment/hook_success``). The ``record_types`` view (views.py) lists
 every kind with its count, its first and last Claude Code version and time,
-whether the index models it (views.MODELED_KINDS) and whether the most
+whether the index models it (records.MODELED_KINDS) and whether the most
 recent ingest run brought it (``new``).
 
 Grouping the records table (1M rows, 2 GB of raw JSON) takes seconds, so the
@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import re
 
-from indexer.transcripts.rows import RECORD_FIELDS
+from indexer.transcripts.records import RECORD_FIELDS
 from indexer.chain.definitions import TRANSCRIPT_KINDS
 from indexer.index.clock import utcnow
 from indexer.sql import dict_rows, write_lock

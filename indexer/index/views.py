@@ -27,49 +27,17 @@ from indexer.chain.definitions import (
     TRANSCRIPT_KINDS,
     with_host,
 )
+from indexer.signals import verdict as _verdict
 from indexer.transcripts.digests import sha256
-from indexer.transcripts.records import CHAIN_TYPES_SQL
+from indexer.transcripts.records import (
+    API_ERROR_RECORD,
+    CHAIN_TYPES_SQL,
+    MODELED_KINDS,
+    SYNTHETIC_MODEL,
+    SYNTHETIC_RECORD,
+)
 from indexer.transcripts.retention import DEFAULT_DAYS as DEFAULT_RETENTION_DAYS
 
-
-# The record kinds this index models: (type, subtype, what it means to the
-# index), the subtype being a system record's `subtype` or an attachment's
-# `attachment.type` ('' for none). Every other kind is kept raw (and, if its
-# type is a chain type, linked into the tree like any record of that type,
-# its meaning unread). The record_types view marks each kind it counts
-# against this list; record_kinds.py counts them.
-MODELED_KINDS = (
-    ("user", "", "a prompt or tool results: a message of the chain (toolUseResult, "
-                 "isCompactSummary)"),
-    ("assistant", "", "an API response, or a synthetic placeholder (model <synthetic>, "
-                      "isApiErrorMessage): a message of the chain"),
-    ("progress", "", "legacy hook/tool progress: a chain record the CLI does not load "
-                     "(orphans cause progress; the resume walk bridges it)"),
-    ("system", "", "a system record without a subtype: a chain record"),
-    ("system", "api_error", "a failed API call; late-flushed ones splice the chain "
-                            "(api_error_splices)"),
-    ("system", "compact_boundary", "a compaction: a root hanging from its logicalParentUuid; "
-                                   "what is before it is compacted"),
-    ("system", "file_snapshot", "a snapshot record the CLI's last-row rule passes over"),
-    ("summary", "", "a session title of older versions (session-index sessions)"),
-    ("custom-title", "", "the user's session title (session-index sessions)"),
-    ("ai-title", "", "Claude Code's session title (session-index sessions)"),
-    ("last-prompt", "", "the resume checkpoint: leafUuid, explicit (the checkpoint and "
-                        "rewound_to_empty rules)"),
-)
-
-
-def effective_parent(type_, subtype, parent_uuid, logical_parent_uuid):
-    """The parent the cause walk follows (eff_parent in the SQL below): a
-    compact_boundary with a null parentUuid hangs from its logicalParentUuid.
-    chain.py and the session page use this one."""
-    if parent_uuid is None and type_ == "system" and subtype == "compact_boundary":
-        return logical_parent_uuid
-    return parent_uuid
-
-
-# A synthetic placeholder's message.model (SYNTHETIC_RECORD; show.py).
-SYNTHETIC_MODEL = "<synthetic>"
 # api_error_splices: one row per spliced episode (seed 000): a branch point on
 # the resume ancestry whose child on the ancestry is an api_error record and
 # whose other branches hold the orphaned output. api_error_uuid is that
@@ -98,23 +66,6 @@ GROUP BY o.file_id, o.branch_point_uuid
 """.strip()
 
 # --- Operator signals ---------------------------------------------------
-
-# A synthetic assistant placeholder: model "<synthetic>" or a message.id that
-# is not an API id (msg_...); resuming with it as the tail sends that id as
-# previous_message_id and gets a 400. Matches the partial index
-# records_synthetic (migrations.m009) word for word, so that it is used.
-SYNTHETIC_RECORD = (
-    "{r}.type = 'assistant' AND ({r}.model = '" + SYNTHETIC_MODEL + "' "
-    "OR {r}.message_id NOT LIKE 'msg\\_%' ESCAPE '\\')"
-)
-
-# 1 when file {file}'s resume chain holds no real (msg_...) assistant message:
-# a poisoned tail then has nothing to be cut back to (repair cannot help; a
-# new session is the way on).
-NOTHING_TO_CUT_TEMPLATE = f"""NOT EXISTS (
-  SELECT 1 FROM leaf_ancestry_cache k JOIN records t ON t.id = k.record_id
-  WHERE k.file_id = {{file}} AND k.rule = 'resume' AND t.type = 'assistant'
-    AND NOT ({SYNTHETIC_RECORD.format(r="t")}))"""
 
 # executions: one row per `result` event of a `claude -p --output-format
 # stream-json` log. error_message: the result text, else the errors, never
@@ -384,7 +335,7 @@ WITH RECURSIVE episodes AS (
   SELECT s.file_id, s.session_id, s.api_error_uuid, s.branch_point_uuid,
     (SELECT a.record_id FROM leaf_ancestry_cache a JOIN records r ON r.id = a.record_id
      WHERE a.file_id = s.file_id AND a.rule = 'resume' AND a.height > e.height
-       AND NOT (r.type = 'system' AND r.subtype = 'api_error')
+       AND NOT ({API_ERROR_RECORD.format(r="r")})
      ORDER BY a.height LIMIT 1) AS record_id,
     (SELECT o.uuid FROM orphans o
      WHERE o.file_id = s.file_id AND o.cause = 'api_error_splice'
@@ -956,3 +907,9 @@ def nothing_to_derive(conn) -> bool:
 def create_views(db) -> None:
     for name, sql in VIEWS.items():
         db.create_view(name, sql, replace=True)
+
+
+# session_verdicts: the verdict of every session (indexer/signals/verdict.py,
+# which reads the views above). Registered here until the signal views'
+# declarations are the registry's source.
+VIEWS["session_verdicts"] = _verdict.SESSION_VERDICTS_SQL

@@ -24,13 +24,14 @@ from indexer.index import views
 from indexer.chain.walk import UUID_RECORDS_SELECT, Rec
 from indexer.sql import write_lock
 from indexer.chain.resume import CHAIN_TYPES
+from indexer.transcripts import records
 
 DERIVE_BATCH = 200
 CACHES = tuple(chain.CACHE_TABLES.values())
 # How each file was derived since the process started ("appended": extended
 # by derive_append, "recomputed": from all its records); bench and tests read it.
 STATS: Counter = Counter()
-MESSAGE_TYPES = resume.MESSAGE_TYPES
+MESSAGE_TYPES = records.MESSAGE_TYPES
 
 # Every record with a uuid in a batch of files, and every last-prompt record,
 # in file order.
@@ -116,7 +117,7 @@ def compute_file(file_id: int, kind: str, session_id, with_uuid: list[Rec],
     resume_message = next((r for _, r in resume_chain if r.type in MESSAGE_TYPES), None)
     boundary_line = next(
         (r.line_no for _, r in resume_chain
-         if r.type == "system" and r.subtype == "compact_boundary"), None)
+         if records.is_compact_boundary(r.type, r.subtype)), None)
     sdk_chain = chain.walk(sdk_leaf, nodes) if sdk_leaf is not None else []
     state["sdk_cycle"] = chain.ends_in_cycle(sdk_chain, lambda r: r.parent_uuid)
     if kind == "main":
@@ -159,8 +160,8 @@ def _orphans(session_id, nodes: dict[str, Rec], resume_chain, message, boundary_
         r.message_id for _, r in resume_chain if r.type == "assistant" and r.message_id is not None}
     splice_points = {
         r.uuid for d, r in resume_chain
-        if d - 1 in by_depth and by_depth[d - 1].type == "system"
-        and by_depth[d - 1].subtype == "api_error"}
+        if d - 1 in by_depth
+        and records.is_api_error_record(by_depth[d - 1].type, by_depth[d - 1].subtype)}
     children_of: dict[str, list[Rec]] = {}
     for n in nodes.values():
         if n.parent_uuid is not None and n.type not in MESSAGE_TYPES:

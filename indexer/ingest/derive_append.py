@@ -32,9 +32,9 @@ from collections import Counter
 
 from indexer.chain import walk as chain, resume
 from indexer.chain.walk import REC_COLUMNS, UUID_RECORDS_SELECT, Rec
-from indexer.chain.resume import CHAIN_TYPES
-from indexer.transcripts.records import CHAIN_TYPES_SQL
-from indexer.chain.resume import CLI_NODE_TYPES, FALLBACK_MS, MESSAGE_TYPES
+from indexer.chain.resume import CHAIN_TYPES, CLI_NODE_TYPES, FALLBACK_MS
+from indexer.transcripts import records
+from indexer.transcripts.records import CHAIN_TYPES_SQL, MESSAGE_TYPES
 
 # Lookups of older records one extension may make before it gives up.
 STEP_BOUND = 4096
@@ -83,7 +83,7 @@ WHERE r.file_id = ? AND r.parent_uuid = ? AND r.type IN {CHAIN_TYPES_SQL} AND r.
 OLDER_LOGICAL_CHILDREN_SQL = f"""
 SELECT {REC_COLUMNS} FROM records r
 WHERE r.file_id = ? AND r.logical_parent_uuid = ? AND r.parent_uuid IS NULL
-  AND r.type = 'system' AND r.subtype = 'compact_boundary' AND r.line_no <= ?
+  AND {records.COMPACT_BOUNDARY_RECORD.format(r="r")} AND r.line_no <= ?
 """.strip()
 OLDER_OF_MESSAGE_SQL = f"""
 SELECT {REC_COLUMNS} FROM records r
@@ -446,7 +446,7 @@ class _Extension:
                 height = g.old_height(rule, cur.uuid)
                 if height is not None:
                     break
-            if rule == "resume" and cur.type == "system" and cur.subtype == "compact_boundary":
+            if rule == "resume" and records.is_compact_boundary(cur.type, cur.subtype):
                 raise Bail("a compact_boundary joins the chain")
             added.append(cur)
             seen.add(cur.uuid)
@@ -492,7 +492,7 @@ class _Extension:
         if walk.cut:
             cut = self.conn.execute(CUT_SQL, [self.file_id, "resume", walk.height]).fetchall()
             self.cut = [g.get(u) for u, in cut]
-            if any(r.type == "system" and r.subtype == "compact_boundary" for r in self.cut):
+            if any(records.is_compact_boundary(r.type, r.subtype) for r in self.cut):
                 raise Bail("a compact_boundary leaves the chain")
         else:
             self.cut = []
@@ -564,13 +564,14 @@ class _Extension:
                 child = added[-1] if added else None
             else:
                 row = g.query(CHAIN_CHILD_SQL, self.file_id, u, one=True)
-                return row is not None and row == ("system", "api_error")
-            return child is not None and child.type == "system" and child.subtype == "api_error"
+                return row is not None and records.is_api_error_record(*row)
+            return child is not None and records.is_api_error_record(child.type, child.subtype)
 
         # The stored record the new walk comes down to may become, or stop
         # being, a splice point: its orphans are classed again.
         if bottom is not None:
-            was = g.query(CHAIN_CHILD_SQL, self.file_id, bottom, one=True) == ("system", "api_error")
+            row = g.query(CHAIN_CHILD_SQL, self.file_id, bottom, one=True)
+            was = row is not None and records.is_api_error_record(*row)
             if was or child_is_api_error(bottom):
                 for (u,) in g.query(ORPHANS_AT_SQL, self.file_id, bottom):
                     r = g.get(u)

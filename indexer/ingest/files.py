@@ -52,13 +52,14 @@ from indexer.ingest.linerows import (
     insert_lines,
     running_facts,
 )
-from indexer.transcripts.rows import LARGE_LINE_BYTES, RECORD_FIELDS, BadLine, NeedsText
+from indexer.transcripts.records import RECORD_FIELDS
+from indexer.transcripts.rows import LARGE_LINE_BYTES, BadLine, NeedsText
 
 READ_CHUNK = 1 << 20
 # Commit after this many bytes of new lines: long enough to amortize the
 # commit, short enough to hold the write lock well under a second.
 TXN_BYTES = 8 << 20
-# The session id's position in a parsed record (lines.RECORD_FIELDS).
+# The session id's position in a parsed record (records.RECORD_FIELDS).
 _SESSION = RECORD_FIELDS.index("session_id")
 
 TRACKED_COLUMNS = ("path", "inode", "dev", "size", "mtime_ns", "deleted_at", "ingested_offset")

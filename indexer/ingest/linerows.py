@@ -7,13 +7,14 @@ that the next run checks."""
 from __future__ import annotations
 
 from indexer.transcripts.digests import blake2b
-from indexer.transcripts.rows import RECORD_FIELDS, bindable
+from indexer.transcripts.records import RECORD_FIELDS
+from indexer.transcripts.rows import bindable
 
 # A file's first bytes, and the bytes before its offset, that are hashed.
 HEAD_BYTES = 1024
 TAIL_BYTES = 4096
 
-# Field positions in a parsed record (lines.RECORD_FIELDS).
+# Field positions in a parsed record (records.RECORD_FIELDS).
 _TIMESTAMP = RECORD_FIELDS.index("timestamp")
 _CWD, _VERSION, _BRANCH = (RECORD_FIELDS.index(k) for k in ("cwd", "version", "git_branch"))
 
@@ -60,7 +61,7 @@ RUNNING_FACTS_SET = """
 
 def running_facts(fields: list[tuple]) -> dict:
     """RUNNING_FACTS_SET's parameters for a batch of records' fields
-    (lines.RECORD_FIELDS order), in file order."""
+    (records.RECORD_FIELDS order), in file order."""
     stamps = [f[_TIMESTAMP] for f in fields if f[_TIMESTAMP]]
 
     def first(i):

@@ -51,7 +51,8 @@ from indexer.ingest.linerows import (
     digest_of,
     running_facts,
 )
-from indexer.transcripts.rows import LARGE_LINE_BYTES, RECORD_FIELDS, bindable
+from indexer.transcripts.records import RECORD_FIELDS
+from indexer.transcripts.rows import LARGE_LINE_BYTES, bindable
 from indexer.transcripts.safefiles import open_regular
 
 # Files bigger than this are read by ingest itself (the worker holds a

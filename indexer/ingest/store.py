@@ -61,7 +61,8 @@ from indexer.index.db import OpenedFile, open_db
 from indexer.sql import retry_locked, write_lock
 from indexer.index.clock import utcnow
 from indexer.ingest.linerows import RUNNING_FACTS_SET, insert_lines, running_facts
-from indexer.transcripts.lines import RECORD_FIELDS, BadLine, parse_line
+from indexer.transcripts.lines import BadLine, parse_line
+from indexer.transcripts.records import RECORD_FIELDS
 
 if TYPE_CHECKING:  # the SDK's types, for readers and type checkers only
     from claude_agent_sdk.types import (
@@ -74,7 +75,7 @@ if TYPE_CHECKING:  # the SDK's types, for readers and type checkers only
 
 PATH_PREFIX = "store://"
 
-# Field positions in a parsed record (lines.RECORD_FIELDS).
+# Field positions in a parsed record (records.RECORD_FIELDS).
 _UUID = RECORD_FIELDS.index("uuid")
 
 # The copy a key names, and where its next line goes.

@@ -37,6 +37,7 @@ from datetime import datetime, timedelta
 
 from indexer.sql import dict_rows
 from indexer.chain import mainfile
+from indexer.signals import verdict as verdicts
 from indexer.transcripts import retention
 from indexer.signals import listings as signals
 from indexer.index import views
@@ -44,7 +45,7 @@ from indexer.index import views
 # A check imports only what its answer needs: no click, dataclasses, pathlib
 # or parser (indexer/cli/entry.py; bench/startup_speed.py).
 
-EXIT_CODES = {"resumable": 0, "missing": 4, "poisoned": 5, "spliced": 6}
+EXIT_CODES = verdicts.EXIT_CODES
 EXPIRY_WARNING_DAYS = views.EXPIRING_WINDOW_DAYS
 
 # The session's main transcripts: local files first, then store copies.
@@ -63,20 +64,6 @@ POISONED_SQL = views.POISONED_SESSION_SQL  # poisoned_sessions, for one session
 SPLICES_SQL = "SELECT * FROM api_error_splices WHERE file_id = ? ORDER BY first_orphan_at"
 # Another host's last heartbeat (fleet_ingest.py records it).
 FLEET_HOST_SQL = "SELECT last_heartbeat_at, last_message_at FROM fleet_hosts WHERE host = ?"
-NOTHING_TO_CUT_SQL = f"SELECT {views.NOTHING_TO_CUT_TEMPLATE.format(file='?')} AS stuck"
-# The last assistant record on a file's resume chain, when it is a synthetic
-# placeholder (poisoned_sessions' at_resume_tail, for a file that is not the
-# session's main_file_id).
-FILE_TAIL_SQL = f"""
-SELECT * FROM (
-  SELECT r.file_id, r.message_id, r.uuid, {views.SYNTHETIC_RECORD.format(r="r")} AS synthetic
-  FROM leaf_ancestry_cache a JOIN records r ON r.id = a.record_id
-  WHERE a.file_id = ? AND a.rule = 'resume' AND r.type = 'assistant'
-  ORDER BY a.height DESC LIMIT 1)
-WHERE synthetic
-""".strip()
-
-
 class Verdict:
     """A check's answer: the verdict, why, the transcript, warnings and details."""
 
@@ -149,19 +136,33 @@ def check(db, session_id: str, *, now: str | None = None, config_dir=None,
               else mainfile.chosen(db, session_id, host))
     copies = mainfile.copies(db, session_id, main_files=len(files), host=host)
     main = {f["id"]: f for f in files}.get(choice.file_id)
-    if main is None or not (choice.opened or choice.rule == "store_copy"):
-        verdict = _missing(session_id, choice, files, copies, set(gone))
-        if host:
-            verdict.details["host"] = host
-            verdict.reason = f"on host {host}: {verdict.reason}"
-        return _done(verdict, started)
-    verdict = _opened(db, session_id, main, choice, copies, files)
-    _poisoned(db, verdict, session_id, main, cwd, host)
+    row = dict_rows(db.conn, verdicts.CHECK_VERDICT_SQL,
+                    _subject(session_id, host, choice, main, files, gone))[0]
+    if row["verdict"] == "missing":
+        return _done(_missing(session_id, row, choice, files, main), started)
+    verdict = _opened(db, session_id, row, main, choice, copies, files)
+    _poisoned(db, verdict, row, session_id, main, host)
     _spliced(db, verdict, main)
     _retention(verdict, main, config_dir, now_iso)
     if main["origin"] == "fleet":
         _shipped(db, verdict, main, now_iso)
     return _done(verdict, started)
+
+
+def _subject(session_id: str, host: str, choice, main, files: list, gone: list) -> dict:
+    """CHECK_VERDICT_SQL's subject: the file a resume opens and the rule that
+    chose it, with check --cwd's own facts. A cwd from which no named file is
+    found, where none is on disk at all, answers for the deleted one."""
+    file_id, rule = choice.file_id, choice.rule
+    if main is None and rule == mainfile.NONE_NAMED and files \
+            and not any(c["on_disk"] for c in choice.facts):
+        file_id, rule = files[0]["id"], "deleted"
+    path = next((f["path"] for f in files if f["id"] == file_id), None)
+    unscanned = sum(1 for c in choice.facts if c["on_disk"] and c["named"] and c["has_messages"])
+    return {"session_id": session_id, "host": host, "file_id": file_id,
+            "rule": rule if files else None, "gone_now": path is not None and path in gone,
+            "cwd": choice.cwd, "candidates": ", ".join(choice.candidates),
+            "unscanned": unscanned if rule == mainfile.NONE_NAMED else 0}
 
 
 def _freshen(db, session_id: str, config_dir: str, searched: list[str], host: str = ""):
@@ -196,11 +197,12 @@ def _freshen(db, session_id: str, config_dir: str, searched: list[str], host: st
     return files, gone
 
 
-def _opened(db, session_id: str, main: dict, choice, copies: list, files: list) -> Verdict:
-    """A resumable verdict for the transcript a resume opens, with the
-    warnings its copies (and a store copy) call for."""
-    verdict = Verdict(session_id, "resumable", "the resume chain ends at a real message",
-                      main["path"])
+def _opened(db, session_id: str, row: dict, main: dict, choice, copies: list,
+            files: list) -> Verdict:
+    """The verdict for the transcript a resume opens, with the warnings its
+    copies (and a store copy) call for."""
+    verdict = Verdict(session_id, row["verdict"], row["reason"], main["path"],
+                      details={"cause": row["cause"], "fix": row["fix"]})
     verdict.details["main_file"] = {"file_id": main["id"], "rule": choice.rule, "cwd": choice.cwd}
     if copies:
         verdict.details["copies"] = [
@@ -208,7 +210,7 @@ def _opened(db, session_id: str, main: dict, choice, copies: list, files: list) 
                                "only_in_chosen")} for c in copies]
         verdict.warnings += _copy_warnings(session_id, main, choice, copies)
     if main["origin"] == "store":
-        _from_store(verdict, main, files)
+        _from_store(verdict, main)
     else:
         verdict.warnings += [
             f"the session store's copy ({c['store_path']}) differs from this transcript: "
@@ -217,49 +219,29 @@ def _opened(db, session_id: str, main: dict, choice, copies: list, files: list) 
     return verdict
 
 
-def _poisoned(db, verdict: Verdict, session_id: str, main: dict, cwd, host: str = "") -> None:
-    """Poisoned when the chain ends at a synthetic placeholder; a warning
-    when earlier resumes failed with the 400 (on this host)."""
-    poisoned = [p for p in _rows(db, POISONED_SQL, {"session_id": session_id})
-                if p["host"] == host]
-    if cwd and main["id"] != mainfile.chosen(db, session_id, host).file_id:
-        # --cwd chose another file than sessions.main_file_id, which
-        # poisoned_sessions is about: does this file's chain end at a placeholder?
-        failed = poisoned[0]["failed_resumes"] if poisoned else 0
-        tail = _rows(db, FILE_TAIL_SQL, [main["id"]])
-        poisoned = ([dict(tail[0], at_resume_tail=1, failed_resumes=failed)] if tail else
-                    [{"at_resume_tail": 0, "failed_resumes": failed}] if failed else [])
-    if poisoned and poisoned[0]["at_resume_tail"]:
-        p = poisoned[0]
-        verdict.verdict = "poisoned"
-        uncuttable = _rows(db, NOTHING_TO_CUT_SQL, [main["id"]])[0]["stuck"]
-        verdict.reason = (
-            f"the resume chain ends at a synthetic placeholder (message.id {p['message_id']!r}, "
-            f"uuid {p['uuid']}): the next resume sends it as previous_message_id and gets a 400; "
-            + ("no real assistant message comes before it, so there is nothing to cut back "
-               "to and no repair can help: start a new session" if uncuttable else
-               f"end the chain at the last real msg_ message (session-index repair "
-               f"{session_id} --write), or start a new session"))
-        verdict.details["nothing_to_cut_back_to"] = bool(uncuttable)
-        verdict.details["poisoned"] = p
-    elif poisoned and poisoned[0]["failed_resumes"]:
+def _poisoned(db, verdict: Verdict, row: dict, session_id: str, main: dict,
+              host: str = "") -> None:
+    """The placeholder a poisoned chain ends at; a warning when earlier
+    resumes failed with the 400 (on this host) though the chain no longer
+    ends at one."""
+    failed = next((p["failed_resumes"] for p in _rows(db, POISONED_SQL, {"session_id": session_id})
+                   if p["host"] == host), 0)
+    if verdict.verdict == "poisoned":
+        verdict.details["nothing_to_cut_back_to"] = row["cause"] == "synthetic_tail_uncuttable"
+        verdict.details["poisoned"] = {
+            "session_id": session_id, "file_id": main["id"], "message_id": row["tail_message_id"],
+            "uuid": row["tail_uuid"], "at_resume_tail": 1, "failed_resumes": failed,
+            "host": host}
+    elif failed:
         verdict.warnings.append(
-            f"{poisoned[0]['failed_resumes']} earlier resume(s) failed with the "
+            f"{failed} earlier resume(s) failed with the "
             "previous_message_id 400; the chain no longer ends at a placeholder")
 
 
 def _spliced(db, verdict: Verdict, main: dict) -> None:
-    """Spliced when late api_error records orphan recovered output."""
-    splices = _rows(db, SPLICES_SQL, [main["id"]])
-    if splices and verdict.verdict == "resumable":
-        lost = sum(s["orphaned_records"] for s in splices)
-        verdict.verdict = "spliced"
-        verdict.reason = (
-            f"{len(splices)} api_error splice(s) leave {lost} record(s) of recovered output off "
-            "the resume chain: a resume drops them; re-parent the record after each error chain "
-            f"onto the last orphaned record (session-index repair {verdict.session_id} --write; "
-            "see api_error_splices)")
-        verdict.details["api_error_splices"] = splices
+    """The api_error splices that leave recovered output off the chain."""
+    if verdict.verdict == "spliced":
+        verdict.details["api_error_splices"] = _rows(db, SPLICES_SQL, [main["id"]])
 
 
 def _retention(verdict: Verdict, main: dict, config_dir: str, now_iso: str) -> None:
@@ -301,50 +283,17 @@ def _retention(verdict: Verdict, main: dict, config_dir: str, now_iso: str) -> N
             f"expires in {days_left:.1f} days ({kept.days}-day retention from {kept.source})")
 
 
-MISSING_FIX = "start a new session (or restore the transcript)"
-
-
-def _missing(session_id: str, choice, files: list[dict], copies: list[dict],
-             gone_now: set) -> Verdict:
-    """No transcript a resume opens: why, from the choice's rule."""
-    fails = (f"`claude --resume` fails with \"No conversation found with session ID: "
-             f"{session_id}\"")
-    main = next((f for f in files if f["id"] == choice.file_id), None)
-    rule = choice.rule
-    if not files:
-        reason = f"no transcript with this id was ever seen; {fails}: {MISSING_FIX}"
-    elif rule == mainfile.AMBIGUOUS:
-        reason = (f"{len(choice.candidates)} transcripts named {session_id}.jsonl "
-                  f"({', '.join(choice.candidates)}) and none in the project folder of "
-                  f"{choice.cwd}: the CLI finds several and {fails}; run the resume from the "
-                  "working directory of the one to resume (check --cwd DIR says which it opens)")
-    elif rule == "not_named":
-        reason = (f"the session's transcript on disk, {main['path']}, is not named "
-                  f"{session_id}.jsonl: the CLI opens only <project folder>/{session_id}.jsonl, "
-                  f"so {fails}; copy it to that name in the project folder of the cwd the "
-                  "resume runs from to resume it")
-    elif rule == "named_no_messages":
-        reason = (f"{main['path']} holds no user or assistant message: {fails}: {MISSING_FIX}")
-    elif rule == mainfile.NONE_NAMED and any(
-            c["on_disk"] and c["named"] and c["has_messages"] for c in choice.facts):
-        n = sum(1 for c in choice.facts if c["on_disk"] and c["named"] and c["has_messages"])
-        reason = (f"no transcript named {session_id}.jsonl in the project folder of "
-                  f"{choice.cwd}, and the CLI's scan of every project folder counts none of the "
-                  f"{n} elsewhere (it looks for the compact \"type\":\"user\" text Claude "
-                  f"Code writes, which they lack): {fails}")
-    elif rule == mainfile.NONE_NAMED and any(c["on_disk"] for c in choice.facts):
-        reason = (f"none of the session's transcripts on disk is named {session_id}.jsonl "
-                  f"with a message in it: {fails}: {MISSING_FIX}")
-    else:
-        deleted = main or files[0]
-        when = ("since the last ingest" if deleted["path"] in gone_now or not deleted["deleted_at"]
-                else deleted["deleted_at"])
-        reason = f"the transcript was deleted ({when}); {fails}: {MISSING_FIX}"
-    return Verdict(session_id, "missing", reason,
-                   main["path"] if main else (files[0]["path"] if files else None),
-                   details={"indexed_files": [f["path"] for f in files],
-                            "main_file": {"file_id": choice.file_id, "rule": rule,
-                                          "cwd": choice.cwd}})
+def _missing(session_id: str, row: dict, choice, files: list[dict], main) -> Verdict:
+    """No transcript a resume opens: the verdict's reason, and what the index holds."""
+    verdict = Verdict(session_id, "missing", row["reason"],
+                      main["path"] if main else (files[0]["path"] if files else None),
+                      details={"cause": row["cause"], "fix": row["fix"],
+                               "indexed_files": [f["path"] for f in files],
+                               "main_file": {"file_id": choice.file_id, "rule": choice.rule,
+                                             "cwd": choice.cwd}})
+    if row["host"]:
+        verdict.details["host"] = row["host"]
+    return verdict
 
 
 def _copy_warnings(session_id: str, main: dict, choice, copies: list[dict]) -> list[str]:
@@ -372,16 +321,8 @@ def _copy_warnings(session_id: str, main: dict, choice, copies: list[dict]) -> l
     return out
 
 
-def _from_store(verdict: Verdict, main: dict, files: list[dict]) -> None:
+def _from_store(verdict: Verdict, main: dict) -> None:
     """The session's only main transcript left is a session-store copy."""
-    local = [f for f in files if f["origin"] != "store"]
-    gone = (f"the local transcript was deleted ({local[0]['deleted_at'] or 'since the last ingest'})"
-            if local else "no local transcript was ever indexed")
-    verdict.reason = (
-        f"{gone}, but the session store holds it ({main['records']} records, "
-        f"{main['path']}): resumable from the store; the resume must load it from the store "
-        "(the Agent SDK with ClaudeAgentOptions(session_store=IndexSessionStore(<this index>), "
-        "resume=<id>)); a bare `claude --resume` fails with \"No conversation found\"")
     verdict.details["resume_from"] = "store"
     verdict.details["store"] = {"file_id": main["id"], "project_key": main["project_key"],
                                 "path": main["path"], "records": main["records"]}

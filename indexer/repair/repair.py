@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 
 from indexer.transcripts.digests import sha256
-from indexer.index import views
+from indexer.chain import definitions
 from indexer.transcripts.safefiles import open_regular, temp_beside
 from indexer.transcripts import conversation
 from indexer.sql import write_lock
@@ -251,7 +251,7 @@ class Result:
 
 STUCK_SQL = f"""
 SELECT 1 FROM poisoned_sessions p WHERE p.session_id = ? AND p.file_id = ? AND p.at_resume_tail
-  AND {views.NOTHING_TO_CUT_TEMPLATE.format(file="p.file_id")}
+  AND {definitions.NOTHING_TO_CUT_TEMPLATE.format(file="p.file_id")}
 """.strip()
 
 

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import json
 
-from indexer.transcripts import conversation
+from indexer.transcripts import conversation, records
 from indexer.repair import repair
-from indexer.index.views import SYNTHETIC_MODEL
 
 
 def recovered_conversation(db, session_id: str) -> list[dict]:
@@ -28,13 +27,10 @@ def recovered_conversation(db, session_id: str) -> list[dict]:
     out = []
     for entry in conversation.visible_messages(chain):
         cause = p.orphaned.get(entry["uuid"])
-        message = entry.get("message") if isinstance(entry.get("message"), dict) else {}
         out.append({
             "uuid": entry["uuid"], "type": entry["type"], "timestamp": entry.get("timestamp"),
             "recovered": cause,   # None: on the resume chain
-            "synthetic": entry["type"] == "assistant" and (
-                message.get("model") == SYNTHETIC_MODEL
-                or not str(message.get("id", "msg_")).startswith("msg_")),
+            "synthetic": records.is_synthetic_entry(entry),
             "message": entry.get("message"),
         })
     return out
@@ -73,6 +69,16 @@ def _mark(m: dict) -> str:
     if m["synthetic"]:
         marks.append("synthetic placeholder")
     return f" ({'; '.join(marks)})" if marks else ""
+
+
+def header(verdict: dict, fmt: str) -> str:
+    """The lines show starts with: the session's verdict as check states it
+    (verdict.py: 'VERDICT: REASON'), and its fix."""
+    if fmt == "markdown":
+        fix = f"\n\nFix: `{verdict['fix']}`" if verdict["fix"] else ""
+        return f"**{verdict['verdict']}**: {verdict['reason']}{fix}\n"
+    fix = f"\nfix: {verdict['fix']}" if verdict["fix"] else ""
+    return f"{verdict['verdict']}: {verdict['reason']}{fix}\n"
 
 
 def render(messages: list[dict], fmt: str) -> str:

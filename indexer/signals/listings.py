@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 from indexer.index import views
+from indexer.signals import verdict as verdicts
 from indexer.sql import dict_rows
 
 
@@ -53,60 +54,22 @@ SESSION_TITLE_TEMPLATE = """coalesce(
                       ELSE u.raw ->> '$.message.content[0].text' END, 1, 120)
      FROM records u WHERE u.file_id = {s}.main_file_id AND u.type = 'user' AND NOT u.is_meta
        AND json_valid(u.raw) ORDER BY u.line_no LIMIT 1))"""
-# What a resume of the session meets, from the views: the check verdict
-# without the stat of the file (check says it for one session).
-SESSION_STATE_TEMPLATE = """CASE
-  WHEN {s}.deleted_at IS NOT NULL THEN 'missing'
-  WHEN EXISTS (SELECT 1 FROM poisoned_sessions p WHERE p.session_id = {s}.session_id
-               AND p.at_resume_tail) THEN 'poisoned'
-  WHEN EXISTS (SELECT 1 FROM api_error_splices a WHERE a.file_id = {s}.main_file_id)
-    THEN 'spliced'
-  ELSE 'resumable' END"""
-# What to do about each state, for the pages and listings (check words its
-# own, with the details of one session).
-ADVICE = {
-    "missing": ("no transcript a resume opens is on disk: claude --resume fails with "
-                "\"No conversation found\"", "session-index restore {sid}"),
-    "poisoned": ("the resume chain ends at a synthetic placeholder: the next resume gets "
-                 "the previous_message_id 400", "session-index repair {sid} --write"),
-    "poisoned_uncuttable": ("the resume chain ends at a synthetic placeholder and holds no "
-                            "real assistant message to cut back to: no repair can help",
-                            "start a new session"),
-    "spliced": ("late api_error records orphan recovered output: a resume drops it",
-                "session-index repair {sid} --write"),
-    "resumable": ("the resume chain ends at a real message", None),
-}
-
-
-# One session's state, and whether a poisoned tail has nothing to cut back to.
-SESSION_VERDICT_SQL = f"""
-SELECT {SESSION_STATE_TEMPLATE.format(s="s")} AS state,
-  {views.NOTHING_TO_CUT_TEMPLATE.format(file="s.main_file_id")} AS stuck
-FROM sessions s WHERE s.session_id = :session_id
-""".strip()
-
-
-def verdict_key(state: str, stuck) -> str:
-    """The ADVICE key of a session's state."""
-    return "poisoned_uncuttable" if state == "poisoned" and stuck else state
-
-
-def advice(state: str, session_id: str) -> tuple[str, str | None]:
-    """(why, the command that fixes it or what to do) for a session state."""
-    why, fix = ADVICE[state]
-    return why, fix.format(sid=session_id) if fix else None
-
-
 # session-index sessions: the most recently active first.
+# (title, project, activity and records beside the verdict: state is the
+# verdict's former name, kept for the scripts that read it).
+_RECENT_SESSIONS = """
+  SELECT s.* FROM sessions s
+  WHERE (:project = '' OR s.project_dir = :project OR s.cwd = :project)
+    AND coalesce(s.last_timestamp, '') >= :since
+  ORDER BY s.last_timestamp DESC, s.session_id
+  LIMIT :limit"""
 SESSIONS_SQL = f"""
-SELECT s.session_id, {SESSION_TITLE_TEMPLATE.format(s="s")} AS title, s.project_dir,
-  s.cwd, s.last_timestamp AS last_activity, s.records,
-  {SESSION_STATE_TEMPLATE.format(s="s")} AS state
-FROM sessions s
-WHERE (:project = '' OR s.project_dir = :project OR s.cwd = :project)
-  AND coalesce(s.last_timestamp, '') >= :since
+SELECT v.session_id, {SESSION_TITLE_TEMPLATE.format(s="s")} AS title, s.project_dir,
+  s.cwd, s.last_timestamp AS last_activity, s.records, v.verdict AS state, v.verdict,
+  v.cause, v.fix
+FROM ({verdicts.SESSIONS_VERDICT_TEMPLATE.format(sessions=_RECENT_SESSIONS)}) v
+JOIN sessions s ON s.session_id = v.session_id
 ORDER BY s.last_timestamp DESC, s.session_id
-LIMIT :limit
 """.strip()
 
 

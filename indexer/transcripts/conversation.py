@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from indexer.transcripts import records
 from indexer.transcripts.records import CHAIN_TYPES
 
 Entry = dict[str, Any]
@@ -111,7 +112,7 @@ def build_conversation_chain(
         for leaf in leaves
         if not leaf.get("isSidechain")
         and not leaf.get("teamName")
-        and not leaf.get("isMeta")
+        and not records.is_meta(leaf)
     ]
 
     def _pick_best(candidates: list[Entry]) -> Entry:
@@ -371,7 +372,7 @@ def _is_visible_message(entry: Entry) -> bool:
     entry_type = entry.get("type")
     if entry_type != "user" and entry_type != "assistant":
         return False
-    if entry.get("isMeta"):
+    if records.is_meta(entry):
         return False
     if entry.get("isSidechain"):
         return False

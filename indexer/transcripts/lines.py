@@ -20,7 +20,8 @@ from typing import Any, Optional, Union
 
 import msgspec
 
-from indexer.transcripts.rows import LARGE_LINE_BYTES, RECORD_FIELDS, BadLine, NeedsText  # noqa: F401 (the parser's API)
+from indexer.transcripts.records import RECORD_FIELDS  # noqa: F401 (the parser's API)
+from indexer.transcripts.rows import LARGE_LINE_BYTES, BadLine, NeedsText  # noqa: F401 (the parser's API)
 
 BOM = "\ufeff"
 

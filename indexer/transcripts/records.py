@@ -1,12 +1,194 @@
-"""What a transcript record is, for every reader of the package.
+"""What a transcript record is, defined once: the columns a line becomes
+(RECORD_FIELDS), which types are links of the chain (CHAIN_TYPES), the
+parent the cause walk follows (effective_parent), and the kinds that mean
+something to a reader: a synthetic placeholder, an API error, a compaction,
+a meta record. Each rule is here in Python (over a parsed entry, a dict as
+Claude Code wrote it, or over a record's columns) and, where the views need
+it, in SQL (a template over a ``records`` alias ``{r}``), side by side;
+tests/test_records.py holds each pair to the same answers.
 
-(For now the chain types only, which the chain's SQL needs below the index:
-the record model of issue 25 is being built here.)"""
+Every reader imports these: the views (index/views.py), the walks
+(chain/), the conversation the SDK rebuilds (conversation.py), check,
+repair, show and verify, and the web UI's session page and cells.
+Migrations are the exception: a migration keeps its own literal copy, since
+it must never change once applied.
+"""
 
 from __future__ import annotations
 
+# The columns of a parsed record, in the order the parser (lines.py) gives
+# them and ingest inserts them; each with the transcript field it holds.
+# records (migrations.m002 and later) has these columns, plus file_id,
+# line_no, byte_offset and raw.
+RECORD_FIELD_SOURCES = {
+    "session_id": "sessionId (session_id in `claude -p` stream-json events)",
+    "uuid": "uuid",
+    "parent_uuid": "parentUuid",
+    "logical_parent_uuid": "logicalParentUuid (a compact_boundary's pre-compaction parent)",
+    "type": "type",
+    "subtype": "subtype (of system records)",
+    "timestamp": "timestamp",
+    "is_sidechain": "isSidechain, 0/1",
+    "is_meta": "isMeta, 0/1",
+    "team_name": "teamName",
+    "agent_id": "agentId",
+    "message_id": "message.id",
+    "model": "message.model",
+    "request_id": "requestId",
+    "is_api_error": "isApiErrorMessage, 0/1",
+    "is_compact_summary": "isCompactSummary, 0/1",
+    "is_tool_result": "1 when message.content holds a tool_result block",
+    "cwd": "cwd",
+    "version": "version",
+    "git_branch": "gitBranch",
+    "leaf_uuid": "leafUuid (summary and last-prompt records)",
+    "is_unreadable": "1 when Claude Code's loader drops the user/assistant record as unreadable",
+    # message.usage of an assistant record (lines._usage_struct): has_usage
+    # 1 when it is an object; each count an integer only when it is a JSON
+    # number, speed and service_tier text only when strings, else NULL.
+    "has_usage": "1 when an assistant record's message.usage is an object",
+    "input_tokens": "usage.input_tokens",
+    "output_tokens": "usage.output_tokens",
+    "cache_read_tokens": "usage.cache_read_input_tokens",
+    "cache_creation_tokens": "usage.cache_creation_input_tokens",
+    "cache_5m_tokens": "usage.cache_creation.ephemeral_5m_input_tokens",
+    "cache_1h_tokens": "usage.cache_creation.ephemeral_1h_input_tokens",
+    "speed": "usage.speed",
+    "service_tier": "usage.service_tier",
+}
+RECORD_FIELDS = tuple(RECORD_FIELD_SOURCES)
+# The usage columns, the tail of RECORD_FIELDS (lines.NO_USAGE).
+USAGE_FIELDS = RECORD_FIELDS[RECORD_FIELDS.index("has_usage"):]
+
+# --- The chain ------------------------------------------------------------
+
 # The record types that carry uuid/parentUuid links (the Agent SDK's
-# _TRANSCRIPT_ENTRY_TYPES): the one list resume.py, chain.py, conversation.py
-# and the pages use. Other record types are metadata.
+# _TRANSCRIPT_ENTRY_TYPES). Other record types are metadata.
 CHAIN_TYPES = ("user", "assistant", "progress", "system", "attachment")
 CHAIN_TYPES_SQL = "(" + ",".join(f"'{t}'" for t in CHAIN_TYPES) + ")"
+# The types that are messages of the conversation.
+MESSAGE_TYPES = ("user", "assistant")
+
+# The record kinds this index models: (type, subtype, what it means to the
+# index), the subtype being a system record's `subtype` or an attachment's
+# `attachment.type` ('' for none). Every other kind is kept raw (and, if its
+# type is a chain type, linked into the tree like any record of that type,
+# its meaning unread). The record_types view marks each kind it counts
+# against this list; record_kinds.py counts them.
+MODELED_KINDS = (
+    ("user", "", "a prompt or tool results: a message of the chain (toolUseResult, "
+                 "isCompactSummary)"),
+    ("assistant", "", "an API response, or a synthetic placeholder (model <synthetic>, "
+                      "isApiErrorMessage): a message of the chain"),
+    ("progress", "", "legacy hook/tool progress: a chain record the CLI does not load "
+                     "(orphans cause progress; the resume walk bridges it)"),
+    ("system", "", "a system record without a subtype: a chain record"),
+    ("system", "api_error", "a failed API call; late-flushed ones splice the chain "
+                            "(api_error_splices)"),
+    ("system", "compact_boundary", "a compaction: a root hanging from its logicalParentUuid; "
+                                   "what is before it is compacted"),
+    ("system", "file_snapshot", "a snapshot record the CLI's last-row rule passes over"),
+    ("summary", "", "a session title of older versions (session-index sessions)"),
+    ("custom-title", "", "the user's session title (session-index sessions)"),
+    ("ai-title", "", "Claude Code's session title (session-index sessions)"),
+    ("last-prompt", "", "the resume checkpoint: leafUuid, explicit (the checkpoint and "
+                        "rewound_to_empty rules)"),
+)
+
+# --- Compaction -------------------------------------------------------------
+
+# A compaction's boundary: a system record with a null parentUuid whose
+# logicalParentUuid names the last record before the compaction; the user
+# record after it with isCompactSummary holds the summary.
+COMPACT_BOUNDARY = "compact_boundary"
+COMPACT_BOUNDARY_RECORD = "{r}.type = 'system' AND {r}.subtype = '" + COMPACT_BOUNDARY + "'"
+
+
+def is_compact_boundary(type_, subtype) -> bool:
+    return type_ == "system" and subtype == COMPACT_BOUNDARY
+
+
+def is_compact_summary(entry: dict) -> bool:
+    """A user record that holds a compaction's summary (isCompactSummary)."""
+    return bool(entry.get("isCompactSummary"))
+
+
+def effective_parent(type_, subtype, parent_uuid, logical_parent_uuid):
+    """The parent the cause walk follows (EFFECTIVE_PARENT in SQL): a
+    compact_boundary with a null parentUuid hangs from its
+    logicalParentUuid. The leaf walks (the CLI's, the SDK's) follow
+    parentUuid only."""
+    if parent_uuid is None and is_compact_boundary(type_, subtype):
+        return logical_parent_uuid
+    return parent_uuid
+
+
+EFFECTIVE_PARENT = (f"CASE WHEN {COMPACT_BOUNDARY_RECORD} AND {{r}}.parent_uuid IS NULL "
+                    "THEN {r}.logical_parent_uuid ELSE {r}.parent_uuid END")
+
+# --- Meta -------------------------------------------------------------------
+
+
+def is_meta(entry: dict) -> bool:
+    """A record Claude Code marks isMeta (caveats, command output it adds):
+    never a leaf the SDK prefers, never a visible message."""
+    return bool(entry.get("isMeta"))
+
+
+# --- API errors -------------------------------------------------------------
+
+# A failed API call as Claude Code logs it: a system record of this subtype
+# (late-flushed ones splice the chain: api_error_splices).
+API_ERROR_SUBTYPE = "api_error"
+API_ERROR_RECORD = "{r}.type = 'system' AND {r}.subtype = '" + API_ERROR_SUBTYPE + "'"
+
+
+def is_api_error_record(type_, subtype) -> bool:
+    return type_ == "system" and subtype == API_ERROR_SUBTYPE
+
+
+def is_api_error_message(entry: dict) -> bool:
+    """An assistant record that stands for an API error (isApiErrorMessage):
+    what the error said, in a synthetic placeholder."""
+    return entry.get("type") == "assistant" and bool(entry.get("isApiErrorMessage"))
+
+
+# --- Synthetic placeholders ---------------------------------------------------
+
+# An assistant record Claude Code wrote itself, not an API response: the
+# model is this constant (SYNTHETIC_MODEL in its source).
+#
+# What Claude Code counts (the bundled binary of claude-agent-sdk 0.2.189,
+# Claude Code 2.1.332, read with `strings`): every placeholder is built by
+# one constructor that sets message.model to "<synthetic>" and message.id to
+# a random UUID, with a fixed text: "No response requested.", an interrupt
+# text, or an API error's text ("API Error: ...", then isApiErrorMessage is
+# true); the `claude -p` runner's error message likewise. Its readers test
+# the model (`message.model === "<synthetic>"`), some together with
+# isApiErrorMessage, which only it sets and only on these records (or on a
+# remote session's relayed error). None of them reads the id's prefix to
+# decide what is a placeholder. The one place the prefix matters is the id
+# it sends as previous_message_id: the last assistant record that is not an
+# API error and has a requestId, or else a msg_ id and a model other than
+# "<synthetic>"; so a third-party provider's reply (a real model name, an id
+# like chatcmpl-... or 32 hex digits) is a real message, and its session
+# resumes. The rule here is therefore the model alone.
+SYNTHETIC_MODEL = "<synthetic>"
+# The same rule in SQL over a records alias {r}. The partial index
+# records_synthetic (migrations.m028_records_synthetic_by_model) is created
+# with this WHERE clause word for word (with no alias), so that SQLite uses
+# it: change both together, in a new migration.
+SYNTHETIC_RECORD = "{r}.type = 'assistant' AND {r}.model = '" + SYNTHETIC_MODEL + "'"
+
+
+def is_synthetic(type_, model) -> bool:
+    """An assistant record whose message.model is "<synthetic>" (from its
+    columns: records.type, records.model)."""
+    return type_ == "assistant" and model == SYNTHETIC_MODEL
+
+
+def is_synthetic_entry(entry: dict) -> bool:
+    """is_synthetic over a parsed transcript entry."""
+    message = entry.get("message")
+    return is_synthetic(entry.get("type"),
+                        message.get("model") if isinstance(message, dict) else None)

@@ -1,5 +1,5 @@
-"""The row a transcript line becomes: its columns (RECORD_FIELDS) and why a
-line is not a record. Without the parser (lines.py and its msgspec), so a
+"""The row a transcript line becomes (its columns: records.RECORD_FIELDS) and
+why a line is not a record. Without the parser (lines.py and its msgspec), so a
 run with nothing new to read does not load it.
 """
 
@@ -32,42 +32,3 @@ def bindable(rows):
 # and stored with incremental blob I/O (ingest.py), so memory stays bounded
 # by the longest line, not several copies of it.
 LARGE_LINE_BYTES = 4 << 20
-
-
-# Column order of a parsed record, shared with the INSERT in ingest.py.
-RECORD_FIELDS = (
-    "session_id",
-    "uuid",
-    "parent_uuid",
-    "logical_parent_uuid",
-    "type",
-    "subtype",
-    "timestamp",
-    "is_sidechain",
-    "is_meta",
-    "team_name",
-    "agent_id",
-    "message_id",
-    "model",
-    "request_id",
-    "is_api_error",
-    "is_compact_summary",
-    "is_tool_result",
-    "cwd",
-    "version",
-    "git_branch",
-    "leaf_uuid",
-    "is_unreadable",
-    # message.usage of an assistant record (lines._usage_struct): has_usage
-    # 1 when it is an object; each count an integer only when it is a JSON
-    # number, speed and service_tier text only when strings, else NULL.
-    "has_usage",
-    "input_tokens",
-    "output_tokens",
-    "cache_read_tokens",
-    "cache_creation_tokens",  # usage.cache_creation_input_tokens
-    "cache_5m_tokens",        # usage.cache_creation.ephemeral_5m_input_tokens
-    "cache_1h_tokens",        # usage.cache_creation.ephemeral_1h_input_tokens
-    "speed",
-    "service_tier",
-)

@@ -1,0 +1,224 @@
+"""The verdict: will a resume of this session work, and if not, what is lost
+and how is it fixed. Defined once, in SQL, so that ``check``, ``sessions``,
+the health page, the session page, ``show``, a fleet's central index and an
+operator's own dashboard (the ``session_verdicts`` view) all give the same
+answer.
+
+The first verdict that matches wins:
+
+| verdict | exit | meaning |
+|---|---|---|
+| missing | 4 | a resume opens no transcript: it fails with "No conversation found" |
+| poisoned | 5 | the resume chain ends at a synthetic placeholder: the resume gets a 400 |
+| spliced | 6 | late api_error records orphan recovered output: the resume drops it |
+| resumable | 0 | go ahead |
+
+Which transcript a resume opens is the chain's question (mainfile.py, the
+rules of definitions.MAIN_FILE_RULE_TEMPLATE): a verdict is given for a session on
+a host, the main transcript chosen there and the rule that chose it. The
+session's own choice is ``session_hosts``; ``check --cwd`` asks for the file
+a resume from another directory opens, through the same template with its
+own subject row.
+"""
+
+from __future__ import annotations
+
+from indexer.chain import definitions
+from indexer.transcripts import records
+
+# The verdicts, in the order they are tried, and the exit code of each (check).
+EXIT_CODES = {"missing": 4, "poisoned": 5, "spliced": 6, "resumable": 0}
+
+# The main-file rules under which a resume loads the chosen file: a bare
+# `claude --resume` (definitions.OPENED_BY_RESUME, and check --cwd's worktree rule)
+# or the Agent SDK from the session store.
+LOADED_RULES = (*definitions.OPENED_BY_RESUME, "named_in_worktree_project", "store_copy")
+_LOADED = "(" + ", ".join(f"'{r}'" for r in LOADED_RULES) + ")"
+
+# The start of a poisoned verdict's reason: the placeholder at the tail.
+_POISONED_REASON = """'the resume chain ends at a synthetic placeholder (message.id '
+      || coalesce('''' || tail_message_id || '''', 'None') || ', uuid ' || tail_uuid
+      || '): the next resume sends it as previous_message_id and gets a 400; '"""
+
+# The verdict of each subject row. {subject} is a query (or a table) with the
+# columns session_id, host ('' is this machine), file_id (the main transcript
+# a resume opens, or NULL), rule (why it is that file: a main_file_rule, or
+# check --cwd's ambiguous / none_named; NULL when the session has no main
+# transcript at all), gone_now (1 when check found the file gone from disk
+# just now), cwd, candidates (check --cwd's named copies, comma-separated)
+# and unscanned (check --cwd: named copies with messages elsewhere that the
+# CLI's scan of every folder does not count). Columns out:
+#   verdict  missing, poisoned, spliced or resumable (EXIT_CODES)
+#   cause    why, one word: never_seen, subagents_only, ambiguous,
+#            not_in_cwd_folders, none_named, not_named, no_messages, deleted;
+#            synthetic_tail, synthetic_tail_uncuttable; api_error_splice;
+#            real_tail, store_copy
+#   reason   the sentence check prints; fix: the command (or the step) that
+#            fixes it, NULL for a resumable session
+#   tail_uuid, tail_message_id: the last assistant record on the resume
+#            chain; splices, spliced_records: api_error_splices of the file
+#            and the records they leave off the chain
+# Every subquery is correlated to one subject row, so a query that selects a
+# few sessions reads only their rows.
+VERDICT_TEMPLATE = f"""
+SELECT session_id, host, file_id, rule AS main_file_rule, path, verdict, cause,
+  CASE WHEN verdict = 'missing' AND host <> '' THEN 'on host ' || host || ': ' ELSE '' END ||
+  CASE cause
+    WHEN 'never_seen' THEN 'no transcript with this id was ever seen; ' || fails || ': '
+      || 'start a new session (or restore the transcript)'
+    WHEN 'subagents_only' THEN 'only subagent transcripts of this session are in the index ('
+      || subagent_files || '): its main transcript, the one a resume opens, is gone (Claude '
+      || 'Code''s cleanup deletes <project>/' || session_id || '.jsonl and leaves the '
+      || 'subagents) or was never indexed; ' || fails || ': start a new session'
+    WHEN 'ambiguous' THEN (length(candidates) - length(replace(candidates, ', ', ',')) + 1)
+      || ' transcripts named ' || session_id || '.jsonl (' || candidates || ') and none in '
+      || 'the project folder of ' || cwd || ': the CLI finds several and ' || fails
+      || '; run the resume from the working directory of the one to resume (check --cwd DIR '
+      || 'says which it opens)'
+    WHEN 'not_in_cwd_folders' THEN 'no transcript named ' || session_id || '.jsonl in the '
+      || 'project folder of ' || cwd || ', and the CLI''s scan of every project folder counts '
+      || 'none of the ' || unscanned || ' elsewhere (it looks for the compact "type":"user" '
+      || 'text Claude Code writes, which they lack): ' || fails
+    WHEN 'none_named' THEN 'none of the session''s transcripts on disk is named '
+      || session_id || '.jsonl with a message in it: ' || fails
+      || ': start a new session (or restore the transcript)'
+    WHEN 'not_named' THEN 'the session''s transcript on disk, ' || path || ', is not named '
+      || session_id || '.jsonl: the CLI opens only <project folder>/' || session_id
+      || '.jsonl, so ' || fails || '; copy it to that name in the project folder of the cwd '
+      || 'the resume runs from to resume it'
+    WHEN 'no_messages' THEN path || ' holds no user or assistant message: ' || fails
+      || ': start a new session (or restore the transcript)'
+    WHEN 'deleted' THEN 'the transcript was deleted ('
+      || CASE WHEN gone_now OR deleted_at IS NULL THEN 'since the last ingest'
+              ELSE deleted_at END || '); ' || fails
+      || ': start a new session (or restore the transcript)'
+    WHEN 'synthetic_tail' THEN {_POISONED_REASON}
+      || 'end the chain at the last real assistant message (session-index repair '
+      || session_id || ' --write), or start a new session'
+    WHEN 'synthetic_tail_uncuttable' THEN {_POISONED_REASON}
+      || 'no real assistant message comes before it, so there is nothing to cut back to and '
+      || 'no repair can help: start a new session'
+    WHEN 'api_error_splice' THEN splices || ' api_error splice(s) leave ' || spliced_records
+      || ' record(s) of recovered output off the resume chain: a resume drops them; '
+      || 're-parent the record after each error chain onto the last orphaned record '
+      || '(session-index repair ' || session_id || ' --write; see api_error_splices)'
+    WHEN 'store_copy' THEN coalesce('the local transcript was deleted (' || local_deleted_at
+        || ')',
+        'no local transcript was ever indexed')
+      || ', but the session store holds it (' || file_records || ' records, ' || path
+      || '): resumable from the store; the resume must load it from the store (the Agent '
+      || 'SDK with ClaudeAgentOptions(session_store=IndexSessionStore(<this index>), '
+      || 'resume=<id>)); a bare `claude --resume` fails with "No conversation found"'
+    ELSE 'the resume chain ends at a real message' END AS reason,
+  CASE cause
+    WHEN 'deleted' THEN 'session-index restore ' || session_id
+    WHEN 'not_named' THEN 'cp ' || path || ' <project folder of the cwd>/' || session_id
+      || '.jsonl'
+    WHEN 'ambiguous' THEN 'session-index check ' || session_id || ' --cwd DIR'
+    WHEN 'synthetic_tail' THEN 'session-index repair ' || session_id || ' --write'
+    WHEN 'api_error_splice' THEN 'session-index repair ' || session_id || ' --write'
+    WHEN 'real_tail' THEN NULL
+    WHEN 'store_copy' THEN NULL
+    ELSE 'start a new session' END AS fix,
+  tail_uuid, tail_message_id, splices, spliced_records
+FROM (
+  SELECT *, CASE verdict
+      WHEN 'missing' THEN CASE
+        WHEN rule = 'ambiguous' THEN 'ambiguous'
+        WHEN rule = 'none_named' AND unscanned > 0 THEN 'not_in_cwd_folders'
+        WHEN rule = 'none_named' THEN 'none_named'
+        WHEN rule = 'not_named' THEN 'not_named'
+        WHEN rule = 'named_no_messages' THEN 'no_messages'
+        WHEN file_id IS NOT NULL THEN 'deleted'
+        WHEN subagent_files > 0 THEN 'subagents_only'
+        ELSE 'never_seen' END
+      WHEN 'poisoned' THEN CASE WHEN nothing_to_cut THEN 'synthetic_tail_uncuttable'
+                                ELSE 'synthetic_tail' END
+      WHEN 'spliced' THEN 'api_error_splice'
+      WHEN 'resumable' THEN CASE WHEN rule = 'store_copy' THEN 'store_copy'
+                                 ELSE 'real_tail' END
+    END AS cause
+  FROM (
+    SELECT j.*, t.uuid AS tail_uuid, t.message_id AS tail_message_id,
+      CASE
+        WHEN j.file_id IS NULL OR j.rule IS NULL OR j.rule NOT IN {_LOADED} THEN 'missing'
+        WHEN t.id IS NOT NULL AND {records.SYNTHETIC_RECORD.format(r="t")} THEN 'poisoned'
+        WHEN j.splices > 0 THEN 'spliced'
+        ELSE 'resumable' END AS verdict,
+      {definitions.NOTHING_TO_CUT_TEMPLATE.format(file="j.file_id")} AS nothing_to_cut
+    FROM (  -- DISTINCT (the rows are distinct anyway) keeps SQLite from flattening this
+            -- layer, which would copy each subquery into every expression naming it
+      SELECT DISTINCT a.session_id, a.host, a.file_id, a.rule, a.gone_now, a.cwd, a.candidates,
+        a.unscanned, f.path, f.deleted_at, f.records AS file_records,
+        '`claude --resume` fails with "No conversation found with session ID: '
+          || a.session_id || '"' AS fails,
+        (SELECT k.record_id FROM leaf_ancestry_cache k JOIN records r ON r.id = k.record_id
+         WHERE k.file_id = a.file_id AND k.rule = 'resume' AND r.type = 'assistant'
+         ORDER BY k.height DESC LIMIT 1) AS tail_id,
+        (SELECT count(*) FROM api_error_splices s WHERE s.file_id = a.file_id) AS splices,
+        (SELECT sum(s.orphaned_records) FROM api_error_splices s WHERE s.file_id = a.file_id)
+          AS spliced_records,
+        (SELECT count(*) FROM files x WHERE x.session_id = a.session_id
+           AND x.kind = 'subagent' AND coalesce(x.host, '') = a.host) AS subagent_files,
+        (SELECT coalesce(x.deleted_at, 'since the last ingest') FROM files x
+         WHERE x.session_id = a.session_id AND x.kind = 'main' AND x.origin <> 'store'
+           AND coalesce(x.host, '') = a.host
+         ORDER BY x.deleted_at IS NOT NULL, x.mtime DESC, x.id DESC LIMIT 1) AS local_deleted_at
+      FROM {{subject}} a LEFT JOIN files f ON f.id = a.file_id
+    ) j LEFT JOIN records t ON t.id = j.tail_id
+  )
+)
+""".strip()
+
+
+# The subject columns VERDICT_TEMPLATE reads, for rows that carry only a
+# session, its host and its main file (no check --cwd facts).
+_PLAIN = "0 AS gone_now, NULL AS cwd, NULL AS candidates, 0 AS unscanned"
+
+# session_verdicts: the verdict of every session on every host that holds a
+# transcript of it (session_hosts: host '' is this machine), and of a
+# session with no main transcript on its own host (sessions.host: only
+# subagent transcripts left). `WHERE session_id = ?` reads that session only.
+SESSION_VERDICTS_SQL = VERDICT_TEMPLATE.format(subject=f"""(
+  SELECT session_id, host, main_file_id AS file_id, main_file_rule AS rule, {_PLAIN}
+  FROM session_hosts
+  UNION ALL
+  SELECT s.session_id, s.host, NULL, NULL, {_PLAIN} FROM sessions s
+  WHERE NOT EXISTS (SELECT 1 FROM session_hosts h
+                    WHERE h.session_id = s.session_id AND h.host = s.host))""")
+
+# The verdict of the sessions {sessions} (a query over the sessions table, its
+# rows aliased s) on their default host, as `sessions` and the pages list them.
+SESSIONS_VERDICT_TEMPLATE = VERDICT_TEMPLATE.format(subject=f"""(
+  SELECT s.session_id, s.host, h.main_file_id AS file_id, h.main_file_rule AS rule, {_PLAIN}
+  FROM ({{sessions}}) s
+  LEFT JOIN session_hosts h ON h.session_id = s.session_id AND h.host = s.host)""")
+
+# One session's verdict on :host for the file :file_id chosen by :rule (check,
+# after it has brought the index up to date and chosen the file; --cwd may
+# choose another than session_hosts did).
+CHECK_VERDICT_SQL = VERDICT_TEMPLATE.format(subject="""(
+  SELECT :session_id AS session_id, :host AS host, :file_id AS file_id, :rule AS rule,
+         :gone_now AS gone_now, :cwd AS cwd, :candidates AS candidates,
+         :unscanned AS unscanned)""")
+
+# One session's verdict on its default host (sessions.host), as the session
+# page and `show` state it.
+SESSION_VERDICT_SQL = """
+SELECT v.* FROM session_verdicts v JOIN sessions s ON s.session_id = v.session_id
+  AND s.host = v.host
+WHERE v.session_id = :session_id
+""".strip()
+
+
+def of_session(conn, session_id: str) -> dict | None:
+    """The session's verdict row (session_verdicts) on its default host;
+    None when the index holds no transcript of it."""
+    cur = conn.execute(SESSION_VERDICT_SQL, {"session_id": session_id})
+    row = cur.fetchone()
+    return None if row is None else dict(zip([d[0] for d in cur.description], row))
+
+
+def headline(row: dict) -> str:
+    """The verdict as check prints it: 'VERDICT: REASON'."""
+    return f"{row['verdict']}: {row['reason']}"
