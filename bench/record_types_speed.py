@@ -7,7 +7,7 @@ copied first (SQLite's backup API, from a read-only connection), so the
 original is never upgraded or written. On the copy, once each:
 
 - the upgrade to migration m023: counting every transcript record's kind
-  (record_kinds.backfill), what a cold ingest of the same records adds at
+  (migrations._m023_count_kinds), what a cold ingest of the same records adds at
   its end (record_kinds.after_ingest counts them the same way);
 - counting the largest transcript again from its first record (a rewrite);
 
@@ -28,6 +28,7 @@ import argparse, json, os, shutil, sqlite3, statistics, subprocess, sys, tempfil
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from indexer.index import db as dbmod, record_kinds
+from indexer.sql import write_lock  # noqa: E402
 from indexer.ingest import files as ingestmod  # noqa: E402
 
 RUNS = 5
@@ -132,7 +133,7 @@ def main():
         largest, n = conn.execute(
             "SELECT file_id, count(*) AS n FROM records GROUP BY file_id "
             "ORDER BY n DESC LIMIT 1").fetchone()
-        with dbmod.write_lock(db) as c:
+        with write_lock(db) as c:
             record_kinds.forget_file(c, largest)
             t0 = time.perf_counter()
             record_kinds.count_file(c, largest, run=None, now=None)

@@ -21,7 +21,7 @@ from urllib.parse import quote, urlencode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from indexer.cli import serve as web
+from indexer.cli import web
 from session_index_web import metadata as web_metadata  # noqa: E402
 
 TARGET_S = 1.0

@@ -23,9 +23,11 @@ The problem logic is in the views; these queries only pick columns.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from indexer.index.record_kinds import NEW_KINDS_SQL
-from indexer.index import views
+from indexer.chain import definitions
+from indexer.index import usage, views
 from indexer.signals import classes
 from indexer.signals.classes import HISTORY
 
@@ -169,7 +171,7 @@ FROM {WINDOW_USAGE_SQL}
 # the window (all their calls are in it; a cost-state figure is a running
 # total of a whole session): usage.COMPARISON_SQL over usage_reported's
 # definition narrowed to them.
-BEGUN_SESSIONS = (f"(SELECT session_id FROM files WHERE kind IN {views.TRANSCRIPT_KINDS} "
+BEGUN_SESSIONS = (f"(SELECT session_id FROM files WHERE kind IN {definitions.TRANSCRIPT_KINDS} "
                   "AND session_id IS NOT NULL GROUP BY session_id "
                   "HAVING min(first_timestamp) >= :since)")
 # Is there a figure of Claude Code's own to compare with (cheap: indexed)?
@@ -181,8 +183,6 @@ USAGE_WINDOW_DAYS = 7
 
 
 def panel_comparison_sql() -> str:
-    from indexer.index import usage
-
     reported = views.USAGE_REPORTED_TEMPLATE.format(
         usage=WINDOW_USAGE_SQL, cost_state_sessions=f" AND r.session_id IN {BEGUN_SESSIONS}",
         run_sessions=f" AND session_id IN {BEGUN_SESSIONS}")
@@ -194,10 +194,6 @@ async def usage_panel(db, now: str) -> dict | None:
     ``since`` (USAGE_WINDOW_DAYS before ``now``), the window's totals, and
     the comparison lines with Claude Code's own figures for the sessions
     begun in it."""
-    from datetime import datetime, timedelta
-
-    from indexer.index import usage
-
     names = {r[0] for r in await db.execute(NAMES_SQL)}
     if "usage" not in names:
         return None

@@ -403,28 +403,6 @@ TABLES = {
             imported_at=f"when it was imported, {_TS}",
         ),
     },
-    "session_verdicts": {
-        "description": "The verdict of every session on every host: will a resume work, and "
-                       "if not, why and what fixes it. The one definition check, sessions, "
-                       "show and these pages read.",
-        "facets": ["verdict", "cause", "host"],
-        "columns": _cols(
-            "file_id", "session_id",
-            main_file_rule="why file_id is the transcript a resume opens (sessions."
-                           "main_file_rule); empty when the session has no main transcript",
-            path="the path of file_id",
-            verdict="missing, poisoned, spliced or resumable (check's exit codes 4, 5, 6, 0)",
-            cause="why, in one word: never_seen, subagents_only, not_named, no_messages, "
-                  "deleted; synthetic_tail, synthetic_tail_uncuttable; api_error_splice; "
-                  "real_tail, store_copy",
-            reason="the sentence check prints",
-            fix="the command (or step) that fixes it; empty when resumable",
-            tail_uuid="the last assistant record on the resume chain",
-            tail_message_id="its message.id",
-            splices="api_error_splices of file_id",
-            spliced_records="records those splices leave off the resume chain",
-        ),
-    },
     "repair_plan": {
         "description": "What session-index repair changes in each session's main transcript, "
                        "one row per line: splices re-parented, poisoned tails dropped.",
@@ -817,10 +795,8 @@ for _view in ("cli_definition", "leaves", "leaves_definition", "leaf_ancestry",
               "leaf_ancestry_definition", "orphans", "orphans_definition", "chain_breaks",
               "chain_breaks_definition", "duplicate_uuids", "duplicate_uuids_definition",
               "repair_plan", "session_copies", "file_generations", "session_main_copies",
-              "usage", "session_verdicts"):
+              "usage"):
     TABLES[_view]["columns"] = dict(TABLES[_view]["columns"], host=_HOST)
-TABLES["session_verdicts"]["columns"]["host"] = (
-    "the host the verdict is for ('' for this machine): each host's copy is judged on its own")
 TABLES["usage"]["columns"]["host"] = "the host of file_id ('' for this machine)"
 # The views the problem classes declare (signals/classes.py), with their
 # columns' meaning, units and facets.

@@ -326,8 +326,8 @@ async def download(datasette, request):
     """A transcript file rebuilt from the index: ``original`` (byte for byte as
     last ingested; ``?generation=N``: as it was in generation N) or
     ``repaired`` (repair_plan applied, the main transcript)."""
-    from indexer.index import generations
-    from indexer.repair import repair
+    from indexer.index import generations   # (the download route only: the plugin loads in every Datasette)
+    from indexer.repair import repair   # (the download route only: repair loads the parser and ingest)
 
     name, db = await index_database(datasette, request)
     await datasette.ensure_permissions(request.actor, [("view-table", (name, "records"))])

@@ -100,7 +100,7 @@ class Index:
 
     def assert_caches_match_definitions(self):
         """Each cache-backed contract view equals its recursive definition."""
-        from indexer.index.views import CACHED_VIEWS
+        from indexer.chain.definitions import CACHED_VIEWS
 
         for view in CACHED_VIEWS:
             extra, missing = views_differ(self.db.conn, view, f"{view}_definition")

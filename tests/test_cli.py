@@ -162,11 +162,11 @@ def loaded_by(*args, env):
 def test_the_fast_open_names_the_last_migration():
     import sqlite_utils
 
-    from indexer.index import db as dbmod
+    from indexer.index import connection
     from indexer.index.migrations import migrations
 
     names = [m.name for m in migrations.pending(sqlite_utils.Database(memory=True))]
-    assert (dbmod.MIGRATION_SET, dbmod.LAST_MIGRATION) == (migrations.name, names[-1])
+    assert (connection.MIGRATION_SET, connection.LAST_MIGRATION) == (migrations.name, names[-1])
 
 
 def test_an_index_is_known_by_its_header_without_a_read_of_its_schema(tmp_path, monkeypatch):
@@ -174,7 +174,7 @@ def test_an_index_is_known_by_its_header_without_a_read_of_its_schema(tmp_path, 
     first 100 bytes; a SQLite file without it is probed with SQL as before."""
     import sqlite3
 
-    from indexer.index import db as dbmod
+    from indexer.index import connection, db as dbmod
 
     index = dbmod.open_index(tmp_path / "index.db", create=True)
     index.conn.close()
@@ -190,7 +190,7 @@ def test_an_index_is_known_by_its_header_without_a_read_of_its_schema(tmp_path, 
     assert probes == []
     try:
         dbmod.probe(str(tmp_path / "other.db"))
-    except dbmod.IndexError_ as exc:
+    except connection.IndexError_ as exc:
         assert "another application's SQLite database" in str(exc)
     else:
         raise AssertionError("another application's database passed for an index")
@@ -216,7 +216,7 @@ def test_check_of_a_current_index_loads_neither_sqlite_utils_nor_the_parser(tmp_
 def test_check_upgrades_an_index_made_by_an_older_version(tmp_path, monkeypatch):
     import sqlite_utils
 
-    from indexer.index import db as dbmod
+    from indexer.index import connection, db as dbmod
     from indexer.index.migrations import migrations
 
     config = tmp_path / "claude"
@@ -225,12 +225,12 @@ def test_check_upgrades_an_index_made_by_an_older_version(tmp_path, monkeypatch)
     monkeypatch.setenv("SESSION_INDEX_MANAGED_SETTINGS", str(tmp_path / "managed.json"))
     old = tmp_path / "old.db"
     db = sqlite_utils.Database(old)
-    migrations.apply(db, stop_before=dbmod.LAST_MIGRATION)  # the schema one version back
+    migrations.apply(db, stop_before=connection.LAST_MIGRATION)  # the schema one version back
     db.close()
     result = run("check", SID, "--db", str(old), "--json")
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["path"] == str(projects / "-tmp-demo" / f"{SID}.jsonl")
-    conn = dbmod.connect(old)
+    conn = connection.connect(old)
     assert dbmod.is_current(conn)
     assert conn.execute("SELECT count(*) FROM records").fetchone() == (2,)
     # A view whose stored text is not views.py's is recreated by the next open.
@@ -239,7 +239,7 @@ def test_check_upgrades_an_index_made_by_an_older_version(tmp_path, monkeypatch)
     assert not dbmod.is_current(conn)
     conn.close()
     assert run("check", SID, "--db", str(old)).exit_code == 0
-    conn = dbmod.connect(old)
+    conn = connection.connect(old)
     assert dbmod.is_current(conn)
     conn.close()
 

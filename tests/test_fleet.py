@@ -539,7 +539,7 @@ def test_a_token_is_passed_to_the_server(tmp_path):
 def test_the_health_and_session_pages_show_hosts_and_their_copies(server, tmp_path):
     import asyncio
 
-    from indexer.cli import serve as web
+    from indexer.cli import web
 
     db = tmp_path / "central.db"
     a, b = copies_of_one_session(tmp_path, 2)
@@ -743,7 +743,7 @@ def test_a_shipped_file_has_its_host_in_the_views(server, tmp_path):
     machine's: ''), escaped where a page shows it."""
     import asyncio
 
-    from indexer.cli import serve as web
+    from indexer.cli import web
 
     db = tmp_path / "central.db"
     hostile = "<b>evil</b>"

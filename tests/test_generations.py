@@ -237,7 +237,7 @@ def test_a_rewrite_before_generations_were_kept_is_numbered(tmp_path):
 
     import sqlite_utils
 
-    from indexer.index.db import upgrade
+    from indexer.index.migrations import upgrade
     from indexer.index.migrations import migrations
 
     db = sqlite_utils.Database(sqlite3.connect(tmp_path / "old.db", isolation_level=None))

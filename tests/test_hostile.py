@@ -548,7 +548,7 @@ def test_serve_refuses_a_database_name_datasette_would_render_unescaped(home):
 
 def test_ids_too_large_for_sqlite_are_404_not_500(home):
     db = indexed(home)
-    from indexer.cli import serve as web
+    from indexer.cli import web
 
     async def fetch():
         ds = web.make_datasette(db)

@@ -789,9 +789,10 @@ def test_a_worker_that_fails_leaves_the_caches_to_derive_pending(index, monkeypa
 
 @pytest.mark.xdist_group("timing")
 def test_a_bulk_write_checkpoints_the_wal_from_a_thread(tmp_path, monkeypatch):
-    from indexer.index import db as dbmod
+    from indexer.index import connection, db as dbmod
+    from indexer.sql import write_lock
 
-    conn = dbmod.connect(tmp_path / "x.db")
+    conn = connection.connect(tmp_path / "x.db")
     conn.execute("CREATE TABLE t (v BLOB)")
     before = conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0]
     monkeypatch.setattr(dbmod, "WAL_HIGH_WATER", 4 << 20)
@@ -800,7 +801,7 @@ def test_a_bulk_write_checkpoints_the_wal_from_a_thread(tmp_path, monkeypatch):
     with dbmod.background_checkpoints(conn):
         assert conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0
         for _ in range(40):   # 40 transactions of 1 MB: 40 MB of WAL if nothing copied it
-            with dbmod.write_lock(dbmod.Index(conn)):
+            with write_lock(dbmod.Index(conn)):
                 conn.executemany("INSERT INTO t VALUES (?)", [(os.urandom(1 << 16),)] * 16)
             sizes.append(wal.stat().st_size)
             time.sleep(0.03)

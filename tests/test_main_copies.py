@@ -19,8 +19,8 @@ from click.testing import CliRunner
 from conftest import Transcript, write_jsonl
 from indexer.chain import mainfile
 from indexer.repair import oracle
-from indexer.index import views
-from indexer.cli import serve as web
+from indexer.chain import definitions
+from indexer.cli import web
 from indexer.cli.commands import cli
 
 SID = "11111111-2222-3333-4444-555555555555"
@@ -284,8 +284,8 @@ def test_every_sessions_row_is_refreshed_when_the_rule_changes(env):
 
 
 def test_every_rule_has_a_rank():
-    assert set(views.OPENED_BY_RESUME) <= set(views.MAIN_FILE_RULES)
-    assert views.MAIN_FILE_RANK_TEMPLATE.count("WHEN") == len(views.MAIN_FILE_RULES)
+    assert set(definitions.OPENED_BY_RESUME) <= set(definitions.MAIN_FILE_RULES)
+    assert definitions.MAIN_FILE_RANK_TEMPLATE.count("WHEN") == len(definitions.MAIN_FILE_RULES)
 
 
 def test_the_session_page_marks_the_transcript_and_its_copies(env):

@@ -6,7 +6,7 @@ import sqlite3
 
 import pytest
 
-from indexer.index import db as dbmod, new_index
+from indexer.index import connection, db as dbmod, migrations, new_index
 
 # Columns holding the time an index was made: they differ between any two.
 MADE_AT = {"_sqlite_migrations": "applied_at", "prices": "loaded_at"}
@@ -36,8 +36,8 @@ def migrated(path) -> None:
     """A new index at ``path`` made by the migrations."""
     import sqlite_utils
 
-    db = sqlite_utils.Database(dbmod.connect(path))
-    dbmod.upgrade(db)
+    db = sqlite_utils.Database(connection.connect(path))
+    migrations.upgrade(db)
     db.conn.close()
 
 
@@ -94,7 +94,7 @@ def test_no_snapshot_file_runs_the_migrations(tmp_path, monkeypatch):
 
 def test_an_index_made_meanwhile_is_left_as_it_is(tmp_path):
     migrated(tmp_path / "other.db")
-    conn = dbmod.connect(tmp_path / "other.db")
+    conn = connection.connect(tmp_path / "other.db")
     before = contents(tmp_path / "other.db")
     assert new_index.create(conn) is False
     assert not conn.in_transaction

@@ -24,7 +24,7 @@ from click.testing import CliRunner
 from conftest import CORPUS, Transcript, write_jsonl
 from indexer.cli import demo_data
 from indexer.cli.commands import cli
-from indexer.cli.serve import make_datasette
+from indexer.cli.web import make_datasette
 from indexer.index.db import open_index
 from indexer.ingest.files import ingest
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import Index, write_jsonl
-from indexer.ingest import derive_worker, files as ingest_mod, preload
+from indexer.ingest import derive_worker, files as ingest_mod, linerows, preload
 from indexer.transcripts.rows import LARGE_LINE_BYTES
 
 SID = "5e55e55e-0000-4000-8000-{:012d}"
@@ -146,7 +146,7 @@ def test_a_file_changed_after_the_worker_read_it(tmp_path, monkeypatch, private_
     paths = [write_jsonl(sources / "p" / f"{s}.jsonl", _chain(s, 40)) for s in sids]
     rewritten, grown, replaced, kept, middle = paths
     at = middle.read_bytes().find(b"line 15")
-    assert ingest_mod.HEAD_BYTES < at < middle.stat().st_size - ingest_mod.TAIL_BYTES
+    assert linerows.HEAD_BYTES < at < middle.stat().st_size - linerows.TAIL_BYTES
     taken = count_taken(monkeypatch)
     original = ingest_mod._ingest_file
 

@@ -401,7 +401,7 @@ def test_an_older_index_is_counted_at_upgrade_and_nothing_in_it_is_new(tmp_path)
 # --- the web ------------------------------------------------------------------------
 
 def test_health_page_and_canned_query_show_the_new_kinds_escaped(index):
-    from indexer.cli import serve as web
+    from indexer.cli import web
 
     t = main_transcript()
     path = t.write(index.projects / PROJECT)

@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import CORPUS, Transcript
-from indexer.cli import serve as web
+from indexer.cli import web
 from indexer.cli.commands import cli
 from indexer.transcripts import lines, records
 from session_index_web import cells as web_cells, format as web_format

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from conftest import Transcript, run_on_tty, write_jsonl
 from test_watch import live  # noqa: F401  (the watcher fixture)
 from indexer.index import search
-from indexer.cli import serve as web
+from indexer.cli import web
 from session_index_web import format as web_format
 from indexer.cli.commands import cli
 

@@ -458,7 +458,7 @@ def test_sessions_lists_titles_state_newest_first(env):
 
 
 def test_poisoned_with_nothing_to_cut_back_to_says_start_a_new_session(env):
-    from indexer.cli import serve as web
+    from indexer.cli import web
 
     t = Transcript(SID)
     t.add("u1", None, "user", cwd="/nonexistent/project")

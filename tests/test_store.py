@@ -452,7 +452,7 @@ def test_every_corpus_transcript_mirrors_to_the_same_chain(index, store):
 
 
 def test_the_web_ui_shows_a_store_copy_as_it_arrives(index, store):
-    from indexer.cli.serve import make_datasette
+    from indexer.cli.web import make_datasette
 
     t = chain_session()
     key = {"project_key": "-tmp-demo", "session_id": SID}

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from conftest import CORPUS, Index, write_jsonl
 from indexer.index import prices as pricesmod
-from indexer.cli import serve as web
+from indexer.cli import web
 from indexer.cli.commands import cli
 
 SONNET = "claude-sonnet-4-5-20250929"   # $3 / $15, cache read 0.3, writes 3.75 / 6; >200k tier

@@ -25,7 +25,7 @@ from click.testing import CliRunner
 from markupsafe import Markup
 
 from conftest import Transcript, write_jsonl
-from indexer.cli import demo_data, serve as web
+from indexer.cli import demo_data, web
 from session_index_web import cells as web_cells, format as web_format, health as web_health, metadata as web_metadata, tree as web_tree
 from indexer.cli.commands import cli
 from indexer.index.db import open_db

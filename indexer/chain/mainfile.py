@@ -16,7 +16,7 @@ against a fake Messages API; the README has the experiment and the code):
 A file not named ``<id>.jsonl`` is never opened for that id. The index does
 not know the operator's cwd: ``session_hosts.main_file_id`` is the file a
 resume from the session's own working directory opens on that host
-(``main_file_rule`` says why; the rule is SQL, views.MAIN_FILE_RULE_TEMPLATE,
+(``main_file_rule`` says why; the rule is SQL, definitions.MAIN_FILE_RULE_TEMPLATE,
 applied by derive.py), and ``for_cwd`` answers for a given cwd
 (``session-index check --cwd DIR``). Each host's files are its own: a resume
 on one host never opens another's copy, so the choice is per (host,
@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import os
 
-from indexer.index import views
+from indexer.chain import definitions
 from indexer.sql import dict_rows
 
 # The session's main transcripts with the facts the choice rests on, and
@@ -35,10 +35,10 @@ from indexer.sql import dict_rows
 # over 200 characters: the same first 200 characters, and its records' cwd
 # is :cwd, as the CLI's own fallback for hashed names checks).
 CWD_FACTS_SQL = f"""
-SELECT facts.*, {views.IN_CWD_PROJECT_TEMPLATE.format(project_dir="facts.project_dir", cwd=":cwd")}
-    AND (length({views.PROJECT_FOLDER_TEMPLATE.format(cwd=":cwd")}) <= 200
+SELECT facts.*, {definitions.IN_CWD_PROJECT_TEMPLATE.format(project_dir="facts.project_dir", cwd=":cwd")}
+    AND (length({definitions.PROJECT_FOLDER_TEMPLATE.format(cwd=":cwd")}) <= 200
          OR facts.cwd IS :cwd) AS in_given_cwd_project
-FROM ({views.MAIN_FILE_FACTS_TEMPLATE.format(
+FROM ({definitions.MAIN_FILE_FACTS_TEMPLATE.format(
     where="f.session_id = :session_id AND coalesce(f.host, '') = :host")}) facts
 ORDER BY facts.mtime DESC, facts.file_id DESC
 """.strip()
@@ -55,9 +55,9 @@ SELECT DISTINCT coalesce(host, '') AS host FROM files WHERE session_id = ? AND k
 ORDER BY host
 """.strip()
 # The folder Claude Code names for a cwd, by the same SQL as the views.
-PROJECT_FOLDER_SQL = f"SELECT {views.PROJECT_FOLDER_TEMPLATE.format(cwd=':cwd')}"
+PROJECT_FOLDER_SQL = f"SELECT {definitions.PROJECT_FOLDER_TEMPLATE.format(cwd=':cwd')}"
 
-# Rules for_cwd can answer besides views.MAIN_FILE_RULES.
+# Rules for_cwd can answer besides definitions.MAIN_FILE_RULES.
 NAMED_IN_WORKTREE_PROJECT = "named_in_worktree_project"
 AMBIGUOUS = "ambiguous"      # several named copies, none in the cwd's folders
 NONE_NAMED = "none_named"    # no named file with messages on disk
@@ -85,7 +85,7 @@ class Choice:
     def opened(self) -> bool:
         """Does a bare `claude --resume` open this file (from that cwd)?"""
         return self.file_id is not None and self.rule in (
-            *views.OPENED_BY_RESUME, NAMED_IN_WORKTREE_PROJECT)
+            *definitions.OPENED_BY_RESUME, NAMED_IN_WORKTREE_PROJECT)
 
 
 class AmbiguousHost(Exception):

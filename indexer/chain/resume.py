@@ -1,6 +1,6 @@
 """What ``claude --resume`` loads from a main transcript: the rules of the
 Claude Code CLI as of version ``CLI_VERSION``, found by asking the real CLI
-(indexer/repair/oracle.py) and reading its loader. The SQL definitions in views.py
+(indexer/repair/oracle.py) and reading its loader. The SQL definitions in definitions.py
 state the same rules; the test suite holds the two equal row for row.
 
 The CLI's view of a file (``CliView``):
@@ -57,7 +57,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 
-from indexer.index.views import FALLBACK_MS
+from indexer.chain.definitions import FALLBACK_MS
 from indexer.transcripts import records
 from indexer.transcripts.records import MESSAGE_TYPES
 

@@ -7,23 +7,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from indexer.index import views
+from indexer.chain import definitions
+from indexer.chain.resume import Prompt
 from indexer.transcripts import records
 from indexer.transcripts.records import MESSAGE_TYPES
 
 # The columns Rec is built from (records r), in its field order; ts_ms: the
-# timestamp in epoch milliseconds (views.TIMESTAMP_MS), NULL when not one.
+# timestamp in epoch milliseconds (definitions.TIMESTAMP_MS), NULL when not one.
 REC_COLUMNS = f"""r.id, r.file_id, r.line_no, r.uuid, r.parent_uuid, r.logical_parent_uuid,
        r.type, r.subtype, r.timestamp, r.is_sidechain, r.is_meta, r.team_name,
-       r.message_id, r.is_tool_result, {views.TIMESTAMP_MS.format(r="r")} AS ts_ms,
+       r.message_id, r.is_tool_result, {definitions.TIMESTAMP_MS.format(r="r")} AS ts_ms,
        r.is_unreadable"""
 REC_FIELDS = 16
 # Records with a uuid and last-prompt records, as read_rows() reads them:
 # the Rec columns, then the last-prompt fields read from the line itself.
 UUID_RECORDS_SELECT = f"""
 SELECT {REC_COLUMNS}, r.leaf_uuid,
-       CASE WHEN r.type = 'last-prompt' THEN {views.LAST_PROMPT_NULL_LEAF.format(r="r")} END,
-       CASE WHEN r.type = 'last-prompt' THEN {views.LAST_PROMPT_EXPLICIT.format(r="r")} END
+       CASE WHEN r.type = 'last-prompt' THEN {definitions.LAST_PROMPT_NULL_LEAF.format(r="r")} END,
+       CASE WHEN r.type = 'last-prompt' THEN {definitions.LAST_PROMPT_EXPLICIT.format(r="r")} END
 FROM records r
 """.strip()
 
@@ -151,11 +152,11 @@ def cause_of(o: Rec, parent: Rec | None, branch_point: str | None, origin: str |
     return "other"
 
 
-# The columns each cache table is written with (views.CACHE_COLUMNS where
+# The columns each cache table is written with (definitions.CACHE_COLUMNS where
 # they hold more than their view shows), and the tables.
 CACHE_COLUMNS = {
-    **{name: views.CACHE_COLUMNS.get(name) or getattr(views, f"{name.upper()}_COLUMNS")
-       for name in views.CACHED_VIEWS},
+    **{name: definitions.CACHE_COLUMNS.get(name) or getattr(definitions, f"{name.upper()}_COLUMNS")
+       for name in definitions.CACHED_VIEWS},
     "sdk_terminals": ("file_id, uuid, message_uuid, message_record_id, is_main, message_line, "
                       "terminal_line"),
 }
@@ -172,14 +173,14 @@ def insert_rows(conn, name: str, rows: list) -> None:
 
 def orphan_row(o: Rec, session_id, cause: str, branch_point: str | None,
                put_back_set: set[str]) -> tuple:
-    """An orphans_cache row (views.ORPHANS_COLUMNS order)."""
+    """An orphans_cache row (definitions.ORPHANS_COLUMNS order)."""
     restored = int(cause == "parallel_tool_branch" or o.uuid in put_back_set)
     return (o.file_id, session_id, o.uuid, o.type, o.subtype, o.timestamp, cause, branch_point,
             o.id, o.line_no, o.message_id, restored)
 
 
 def chain_break_row(r: Rec, session_id) -> tuple:
-    """A chain_breaks_cache row (views.CHAIN_BREAKS_COLUMNS order)."""
+    """A chain_breaks_cache row (definitions.CHAIN_BREAKS_COLUMNS order)."""
     return (r.file_id, session_id, r.id, r.line_no, r.uuid, r.type, r.subtype, r.timestamp,
             r.parent_uuid)
 
@@ -187,7 +188,6 @@ def chain_break_row(r: Rec, session_id) -> tuple:
 def read_rows(rows, file_ids=()) -> dict:
     """file_id -> (records with a uuid, last-prompt records) from rows of
     derive.UUID_RECORDS_SELECT, in file order."""
-    from indexer.chain.resume import Prompt
     out = {i: ([], []) for i in file_ids}
     for row in rows:
         recs, prompts = out.setdefault(row[1], ([], []))

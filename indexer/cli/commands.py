@@ -18,14 +18,18 @@ from __future__ import annotations
 import importlib
 import json
 import sys
+import time
 
 import click
 
+from indexer.cli.options import nats_auth_options, nats_options
 from indexer.index import db as dbmod
 from indexer.cli.options import (config_dir_option, db_option, from_options, generation_option,
-                                 json_option, nats_auth_options, now_option, output_options,
+                                 json_option, now_option,
+                                 output_options,
                                  since_option)
 from indexer.signals.classes import EXPIRING_WINDOW_DAYS, LISTED, listing_help
+from indexer.index.connection import IndexError_
 
 
 class _OnUse:
@@ -81,16 +85,10 @@ def _open(path: str, create: bool = False):
     """The index at ``path``; only ingest creates one (``create``)."""
     try:
         return dbmod.open_index(path, create=create)
-    except dbmod.IndexError_ as exc:
+    except IndexError_ as exc:
         raise Failure(str(exc)) from None
 
 
-def _nats_options(url: str, auth: dict):
-    from indexer.ingest import fleet_nats
-
-    return fleet_nats.ConnectOptions(url, token=auth.get("nats_token"),
-                                     creds=auth.get("nats_creds"),
-                                     tls_ca=auth.get("nats_tls_ca"))
 
 
 class _Commands(click.Group):
@@ -104,7 +102,7 @@ class _Commands(click.Group):
 
     def get_command(self, ctx, name):
         if name in self.LAZY and name not in self.commands:
-            from indexer.cli import serve as web
+            from indexer.cli import serve as web   # (serve and demo only: Datasette costs every other command start-up time)
             self.add_command(getattr(web, self.LAZY[name]), name)
         return super().get_command(ctx, name)
 
@@ -176,7 +174,7 @@ def ingest(sources, db_path, config_dir, silent, as_json, watch, from_url, consu
     if watch:
         if as_json:
             raise click.UsageError("--json does not apply to --watch (it logs on stderr)")
-        from indexer.ingest import watch as watchmod
+        from indexer.ingest import watch as watchmod   # (ingest --watch only: start-up time of every other run)
 
         try:
             watchmod.run_until_signal(db_path, list(sources), config_dir=config_dir)
@@ -199,12 +197,12 @@ def ingest(sources, db_path, config_dir, silent, as_json, watch, from_url, consu
         if bar is not None:
             bar.update(n)
 
-    from indexer.ingest import fresh_build
+    from indexer.ingest import fresh_build   # (a plain ingest only: start-up time)
 
     try:
         summary = fresh_build.ingest(db_path, lambda db: ingestmod.ingest(
             db, list(sources), progress=progress, plan=plan, config_dir=config_dir))
-    except dbmod.IndexError_ as exc:
+    except IndexError_ as exc:
         raise Failure(str(exc)) from None
     except ingestmod.SourceNotFound as exc:
         raise Failure(str(exc)) from None
@@ -218,12 +216,12 @@ def ingest(sources, db_path, config_dir, silent, as_json, watch, from_url, consu
 
 def _ingest_from(db_path, url, consumer, hosts, watch, as_json, auth):
     """ingest --from: drain (or follow) the fleet's stream into the index."""
-    from indexer.ingest import fleet_central as fleet_ingest, fleet_nats
+    from indexer.ingest import fleet_central as fleet_ingest, fleet_nats   # (ingest --from only: asyncio and the fleet's modules cost start-up time)
 
-    options = _nats_options(url, auth)
+    options = nats_options(url, auth)
     db = _open(db_path, create=True)
 
-    from indexer.cli.visible import stderr_line  # (a log that cannot be written never stops it)
+    from indexer.ingest.log import stderr_line  # (a log that cannot be written never stops it)
 
     def log(summary):
         if watch:
@@ -279,7 +277,7 @@ def ship(sources, to_url, host, ledger, once, config_dir, **auth):
         session-index ship --to nats://central:4222 --host build-7
         session-index ship ~/.claude/projects --to nats://127.0.0.1:4222 --once
     """
-    from indexer.ingest import fleet_nats, ship as shipmod
+    from indexer.ingest import fleet_nats, ship as shipmod   # (ship only: asyncio and the fleet's modules cost start-up time)
 
     try:
         sources = discover.default_sources(sources, config_dir)
@@ -287,14 +285,14 @@ def ship(sources, to_url, host, ledger, once, config_dir, **auth):
         raise Failure(str(exc)) from None
     host = host or shipmod.default_host()
 
-    from indexer.cli.visible import stderr_line  # (a log that cannot be written never stops it)
+    from indexer.ingest.log import stderr_line  # (a log that cannot be written never stops it)
 
     def log(line):
         stderr_line(f"ship {host}: {line}")
 
     try:
         shipper = fleet_nats.run(lambda stop: shipmod.ship(
-            _nats_options(to_url, auth), list(sources), host=host,
+            nats_options(to_url, auth), list(sources), host=host,
             ledger_path=ledger or shipmod.default_ledger(), once=once, log=log, stop=stop),
             follow=not once)
     except (fleet_nats.FleetError, shipmod.ShipError) as exc:
@@ -441,7 +439,7 @@ def check(session_id, db_path, config_dir, now, cwd, host, as_json):
 
 
 def _listing(name, db_path, now=None, fmt=None, **options):
-    from indexer.cli import output
+    from indexer.cli import output   # (csv and the formats: only for a command that prints a listing)
 
     db = _open(db_path, create=False)
     rows = signals.listing(db, name, now=now, **options)
@@ -494,7 +492,7 @@ def record_types(db_path, only_new, since, fmt):
         session-index record-types --new --table
         session-index record-types --since 2026-11-01 --json
     """
-    from indexer.cli import output
+    from indexer.cli import output   # (csv and the formats: only for a command that prints a listing)
 
     rows = record_kinds.listing(_open(db_path, create=False), new=only_new, since=since)
     output.write_rows(rows, fmt or "tsv", sys.stdout)
@@ -520,7 +518,7 @@ def sessions(db_path, project, since, limit, fmt):
     \b
         session-index sessions --since 2026-11-01 --table
     """
-    from indexer.cli import output
+    from indexer.cli import output   # (csv and the formats: only for a command that prints a listing)
 
     rows = signals.sessions(_open(db_path, create=False), project=project, since=since,
                             limit=limit)
@@ -553,7 +551,7 @@ def usage(db_path, by, since, fmt):
         session-index usage --by project --since 2026-11-24 --table
         session-index usage --by day --json
     """
-    from indexer.cli import output
+    from indexer.cli import output   # (csv and the formats: only for a command that prints a listing)
 
     db = _open(db_path, create=False)
     try:
@@ -590,7 +588,7 @@ def prices_list(db_path, fmt):
     \b
         session-index prices list --table
     """
-    from indexer.cli import output
+    from indexer.cli import output   # (csv and the formats: only for a command that prints a listing)
 
     db = _open(db_path, create=False)
     try:
@@ -874,7 +872,7 @@ def verify(session_id, db_path, claude, as_json):
     \b
         session-index verify 0b1fed78-ad30-4641-94b1-5f6931526c96 --json
     """
-    from indexer.repair import oracle, verify as verifymod
+    from indexer.repair import oracle, verify as verifymod   # (verify only: it runs the real Claude Code)
 
     db = _known(_open(db_path, create=False), session_id)
     try:
@@ -948,8 +946,8 @@ def search(query, db_path, session_id, project, since, limit, enable, disable, f
         session-index search "login redirect" --since 2026-11-01
         session-index search _recover_orphaned_parallel_tool_results --json
     """
-    from indexer.cli import output
-    from indexer.index import search as searchmod
+    from indexer.cli import output   # (csv and the formats: only for a command that prints a listing)
+    from indexer.index import search as searchmod   # (search only: start-up time)
 
     if enable and disable:
         raise click.UsageError("--enable and --disable cannot be given together")
@@ -969,8 +967,6 @@ def search(query, db_path, session_id, project, since, limit, enable, disable, f
                                             file=sys.stderr)
                     bar.__enter__()
                 bar.update(done - bar.pos)
-
-        import time
 
         t0 = time.monotonic()
         try:

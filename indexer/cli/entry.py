@@ -22,6 +22,8 @@ from __future__ import annotations
 import os
 import sys
 
+from indexer.cli import visible
+
 # Options as cli.py declares them: flag -> (keyword, what its value is).
 # "file": a path click refuses when it is a directory; "dir": one it refuses
 # when it is a file; "text": any value; None: a flag.
@@ -79,17 +81,18 @@ def parse_check(args: list[str]) -> dict | None:
 
 
 def _open(db_path: str, create: bool = False):
-    from indexer.index import db
+    from indexer.index import db   # (the fast path loads only what it runs: bench/startup_speed.py)
+    from indexer.index.connection import IndexError_   # (the fast path loads only what it runs)
 
     try:
         return db.open_index(db_path, create=create)
-    except db.IndexError_:
+    except IndexError_:
         return None  # click words the error (exit 3)
 
 
 def _db_path(options: dict) -> str:
     """--db, else the default (db.default_db_path), as click's default is."""
-    from indexer.index import db
+    from indexer.index import db   # (the fast path loads only what it runs: bench/startup_speed.py)
 
     return options.get("db_path") or db.default_db_path()
 
@@ -99,9 +102,9 @@ def fast_check(args: list[str]) -> int | None:
     options = parse_check(args)
     if options is None:
         return None
-    from indexer.repair import check
-    from indexer.chain import mainfile
-    from indexer.signals import listings as signals
+    from indexer.repair import check   # (a check only: start-up time of the fast path)
+    from indexer.chain import mainfile   # (a check only: start-up time of the fast path)
+    from indexer.signals import listings as signals   # (a check only: start-up time of the fast path)
 
     try:
         now = signals.iso_now(options.get("now"))
@@ -126,21 +129,21 @@ def fast_ingest(args: list[str]) -> int | None:
     if parsed is None or sys.stderr.isatty():
         return None
     sources, options = parsed
-    from indexer.transcripts import discover
-    from indexer.ingest import files as ingest
+    from indexer.transcripts import discover   # (a plain ingest only: start-up time of the fast path)
+    from indexer.ingest import files as ingest   # (a plain ingest only: start-up time of the fast path)
 
     try:
         sources = discover.default_sources(sources, options.get("config_dir"))
     except discover.NoProjectsFolder:
         return None
-    from indexer.index import db
-    from indexer.ingest import fresh_build
+    from indexer.index.connection import IndexError_   # (the fast path loads only what it runs)
+    from indexer.ingest import fresh_build   # (a plain ingest only: start-up time of the fast path)
 
     db_path = _db_path(options)
     try:
         summary = fresh_build.ingest(db_path, lambda index: ingest.ingest(
             index, sources, config_dir=options.get("config_dir")))
-    except db.IndexError_:
+    except IndexError_:
         return None  # click words the error (exit 3)
     except ingest.SourceNotFound:
         return None  # raised before anything is written: click says it
@@ -161,7 +164,7 @@ def failure_line(exc: BaseException) -> str:
         where = exc.filename if exc.filename is not None else ""
         return f"{exc.strerror}: {where}" if where else exc.strerror
     text = " ".join(str(exc).split()) or exc.__class__.__name__
-    import sqlite3
+    import sqlite3   # (only when something failed: start-up time)
 
     if isinstance(exc, (sqlite3.Error, OSError)):
         return text
@@ -180,7 +183,7 @@ def run() -> None:
             # What remains is the interpreter's teardown of every module it
             # loaded: 2-3 ms of a 35 ms no-op ingest or check, for nothing.
             os._exit(code)
-    from indexer.cli.commands import cli
+    from indexer.cli.commands import cli   # (click: only when the fast path leaves the command to it)
 
     cli()
 
@@ -191,8 +194,6 @@ def main() -> None:
     never a traceback (unless $SESSION_INDEX_DEBUG is set). What it prints
     goes through visible.Writer: no transcript's control characters reach
     the terminal."""
-    from indexer.cli import visible
-
     visible.install()
     try:
         run()

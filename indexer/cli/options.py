@@ -32,8 +32,7 @@ def iso_time(ctx, param, value):
     not given: None."""
     if value is None:
         return None
-    # only when a time is given: the listings module reads the views' SQL
-    from indexer.signals import listings
+    from indexer.signals import listings   # (only when a time is given: it loads the verdict's SQL)
 
     try:
         return listings.iso_now(value)
@@ -122,3 +121,12 @@ def from_options(help_text: str):
         return click.option("--from", "from_url", metavar="nats://HOST:PORT", default=None,
                             help=help_text)(fn)
     return decorate
+
+
+def nats_options(url: str, auth: dict):
+    """The fleet_nats.ConnectOptions of a NATS URL and the auth options."""
+    from indexer.ingest import fleet_nats   # (asyncio and the fleet's modules only for its commands: start-up time)
+
+    return fleet_nats.ConnectOptions(url, token=auth.get("nats_token"),
+                                     creds=auth.get("nats_creds"),
+                                     tls_ca=auth.get("nats_tls_ca"))

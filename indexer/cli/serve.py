@@ -10,116 +10,32 @@ The index is served as a live, mutable database: ingest keeps writing to it
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import shutil
-import socket
 import tempfile
 from pathlib import Path
 
 import click
 
+from indexer.cli import demo_data, service
+from indexer.cli.options import nats_options
+from indexer.cli.web import WebError, check_database_name, check_port, is_loopback, \
+    make_datasette, prepare_index
 from indexer.index import db as dbmod
-from indexer.cli import demo_data
 from indexer.cli.options import config_dir_option, db_option, from_options
-from session_index_web import metadata as web_metadata
-from indexer.cli.commands import _nats_options
+from indexer.index.connection import IndexError_
+from indexer.ingest import watch as watchmod
 
 EXIT_UNUSABLE = 3
 DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 8001
-# Facets over a million records take longer than Datasette's default 200 ms.
-# The *_definition views are the specification, not the fast path: a few
-# seconds to plan and run, so the SQL time limit allows for them.
-SETTINGS = {"facet_time_limit_ms": 1000, "sql_time_limit_ms": 5000}
-# The plugin module the datasette entry point registers (pyproject.toml).
-PLUGIN_MODULE = "session_index_web"
 
 
 class Failure(click.ClickException):
     exit_code = EXIT_UNUSABLE
 
 
-class WebError(Exception):
-    """The web UI cannot start (no plugins, no index, port taken)."""
-
-
-def check_plugin() -> None:
-    """WebError unless Datasette has loaded the plugin from its entry point
-    (the package is installed, not only checked out)."""
-    from datasette.plugins import pm
-
-    if not any(getattr(p, "__name__", None) == PLUGIN_MODULE for p in pm.get_plugins()):
-        raise WebError("the session-index Datasette plugin is not registered: install the "
-                       "package (pip install .) so its datasette entry point is there")
-
-
-def make_datasette(db_path, **kwargs):
-    """A Datasette on the index at ``db_path`` (mutable: not ``-i``) with
-    the plugin, as ``datasette FILE.db`` has it once the package is
-    installed, and the metadata (descriptions, facets) naming the database
-    as Datasette does (the file's stem)."""
-    from datasette.app import Datasette
-
-    check_plugin()
-    return Datasette([str(db_path)],
-                     metadata=web_metadata.metadata(Path(db_path).stem, queries=False),
-                     settings=dict(SETTINGS), **kwargs)
-
-
-# Characters Datasette 0.65 puts unescaped into the foreign-key links of a
-# table page (datasette/views/table.py, LINK_WITH_LABEL / LINK_WITH_VALUE
-# format the database name into an href as it is): a file named
-# x"><img src=x onerror=...>.db would run script there.
-MARKUP_CHARACTERS = set('<>"\'&`')
-
-
-def check_database_name(db_path) -> None:
-    """WebError when the database name Datasette derives from the file (its
-    stem) holds markup or control characters."""
-    name = Path(db_path).stem
-    if any(c in MARKUP_CHARACTERS or ord(c) < 32 for c in name):
-        raise WebError(
-            f"refusing to serve {str(db_path)!r}: its name holds markup characters, which "
-            "Datasette 0.65 puts unescaped into the foreign-key links of table pages; "
-            "rename the file (or serve a symlink with a plain name)")
-
-
-def prepare_index(db_path) -> None:
-    """Fail early on a missing or foreign file, or a name Datasette would
-    render unescaped; bring an older index's schema and views up to date,
-    as ``status`` does."""
-    check_database_name(db_path)
-    try:
-        db = dbmod.open_db(db_path, create=False)
-        dbmod.upgrade(db)
-        db.conn.close()
-    except dbmod.IndexError_ as exc:
-        raise WebError(str(exc)) from None
-    except Exception as exc:  # sqlite3.DatabaseError: not an index
-        raise WebError(f"{db_path} is not a usable session index: {exc}") from None
-
-
-def check_port(host: str, port: int) -> None:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError as exc:
-            raise WebError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def run_server(db_path, host: str, port: int) -> None:
     """Serve until interrupted."""
-    import uvicorn
+    import uvicorn   # (only to serve: demo --no-serve never starts a server)
 
     ds = make_datasette(db_path)
     asyncio.new_event_loop().run_until_complete(ds.invoke_startup())
@@ -195,20 +111,17 @@ def serve(sources, db_path, host, port, watch, config_dir, from_url, consumer, h
     try:
         check_database_name(db_path)   # before --watch makes the file
         if watch:
-            from indexer.cli import service
-            from indexer.ingest import watch as watchmod
-
             try:
                 if sources or not from_url:
                     sources = watchmod.default_sources(sources, config_dir)
                 dbmod.open_db(db_path).conn.close()   # create or upgrade it
-            except (watchmod.WatchError, dbmod.IndexError_) as exc:
+            except (watchmod.WatchError, IndexError_) as exc:
                 raise WebError(str(exc)) from None
             if from_url:
-                from indexer.ingest import fleet_central as fleet_ingest
+                from indexer.ingest import fleet_central as fleet_ingest   # (serve --watch --from only: the fleet's modules)
 
                 fleet = fleet_ingest.Follower(
-                    db_path, _nats_options(from_url, nats_auth), consumer=consumer, hosts=hosts,
+                    db_path, nats_options(from_url, nats_auth), consumer=consumer, hosts=hosts,
                     log=lambda line: watchmod.stderr_log(f"fleet: {line}"))
         prepare_index(db_path)
         check_port(host, port)

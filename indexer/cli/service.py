@@ -20,14 +20,15 @@ import threading
 
 from indexer.index import db as dbmod
 from indexer.ingest import watch as watchmod
-from indexer.cli.visible import stderr_line
+from indexer.cli import web
+from indexer.ingest.log import stderr_line
 
 EXIT_UNUSABLE = 3
 JOIN_STEP_SECONDS = 0.1
 
 
 def _server_class():
-    import uvicorn
+    import uvicorn   # (only once a server runs: its start-up time)
 
     class Server(uvicorn.Server):
         """uvicorn's server without its own signal handling (which re-raises
@@ -45,9 +46,7 @@ def serve_and_watch(db_path, host: str, port: int, sources, *, config_dir=None,
     """Serve ``db_path`` and keep it current with ``sources`` (if any) and
     ``fleet`` (a fleet_ingest.Follower: ``serve --watch --from``) until a
     signal; returns the exit code (0 on a signal, 3 when a follower failed)."""
-    import uvicorn
-
-    from indexer.cli import serve as web
+    import uvicorn   # (only once a server runs: its start-up time)
 
     ds = web.make_datasette(db_path)
     asyncio.new_event_loop().run_until_complete(ds.invoke_startup())

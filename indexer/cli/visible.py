@@ -17,15 +17,12 @@ reset, the foreground colours but black and white: they can neither move
 the cursor, hide text nor talk to the terminal), and on stderr the progress
 bar's carriage return and its cursor hide/show. Bytes written to
 ``.buffer`` (``export --out -``: the transcript byte for byte) pass
-untouched.
-
-``stderr_line`` is the long-running commands' log line (``ingest --watch``,
-``serve --watch``, ``ship``, ``ingest --from``): a log that cannot be
-written loses the line, never the service."""
+untouched."""
 
 from __future__ import annotations
 
 import re
+import sys
 
 _CONTROL = "[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]"
 # The styles the command prints: bold, reset and a foreground colour
@@ -73,22 +70,7 @@ class Writer:
 
 def install() -> None:
     """Put Writers in front of sys.stdout and sys.stderr (once)."""
-    import sys
-
     if not isinstance(sys.stdout, Writer) and sys.stdout is not None:
         sys.stdout = Writer(sys.stdout, STDOUT)
     if not isinstance(sys.stderr, Writer) and sys.stderr is not None:
         sys.stderr = Writer(sys.stderr, STDERR)
-
-
-def stderr_line(line: str) -> None:
-    """One line on stderr. A log that cannot be written (stderr closed, a
-    full disk under a redirect) loses the line, never the service: indexing
-    goes on."""
-    import sys
-
-    try:
-        sys.stderr.write(f"{line}\n")
-        sys.stderr.flush()
-    except (AttributeError, OSError, ValueError):   # None, ENOSPC/EPIPE, closed
-        pass

@@ -1,38 +1,33 @@
-"""Opening the index: pragmas for one writer beside Datasette readers,
-migrations, view definitions, and short ``BEGIN IMMEDIATE`` transactions.
+"""Opening the index: a new file made (from the schema snapshot, else by
+the migrations), an older one upgraded, anything else refused (``probe``).
 
 A command opens the index with ``open_index``: an index already at the
 schema this code states is opened with sqlite3 alone (sqlite-utils costs
 about 50 ms of imports, and checking migrations and views as many
-queries), any other through ``open_db`` and ``upgrade``."""
+queries), any other through ``open_db`` and ``migrations.upgrade``."""
 
 from __future__ import annotations
 
 import os
 import sqlite3
-import time
 
 from indexer.index import views
+from indexer.index.connection import (
+    APPLICATION_ID,
+    BUSY_TIMEOUT_MS,
+    LAST_MIGRATION,
+    MIGRATION_SET,
+    TABLES_SQL,
+    IndexError_,
+    connect,
+    unusable,
+)
+from indexer.transcripts.safefiles import NotRegular, open_regular
 
 TYPE_CHECKING = False  # typing costs a check process start-up time
 if TYPE_CHECKING:
     import sqlite_utils
 
-BUSY_TIMEOUT_MS = 30_000
-PAGE_SIZE = 16384
-# Keep the WAL file bounded even when a long-running reader holds it open.
-JOURNAL_SIZE_LIMIT = 64 * 1024 * 1024
-
-
-# The last migration of migrations.py, as sqlite-utils' Migrations records
-# it once applied (tests/test_cli.py holds these to migrations.py: a new
-# migration updates them). Migrations apply in order, so an index that has
-# it has them all.
-MIGRATION_SET, LAST_MIGRATION = "session-index", "m028_records_synthetic_by_model"
-# The header's application_id of a session index (migration m026): ``probe``
-# knows one from the file's first 100 bytes, without reading its schema
-# first (a schema read is about 6 ms of every command's start).
-APPLICATION_ID = 0x53494458   # "SIDX"
 # The connection's journal mode: 'wal', or 'memory' for a fresh_build.py build.
 JOURNAL_MODE_SQL = "PRAGMA journal_mode"
 # Into WAL (what a build is switched to before it is published).
@@ -42,10 +37,6 @@ LAST_MIGRATION_SQL = "SELECT 1 FROM _sqlite_migrations WHERE migration_set = ? A
 # Each view as stored: "CREATE VIEW <name> AS <its SELECT>" (sqlite-utils'
 # create_view writes it so, and rewrites it when the SELECT differs).
 STORED_VIEWS_SQL = "SELECT name, sql FROM sqlite_master WHERE type = 'view'"
-
-
-class IndexError_(Exception):
-    """The index file cannot be opened or is not a session index."""
 
 
 class IndexReplaced(IndexError_):
@@ -120,48 +111,11 @@ def make_default_folder(path: str) -> None:
         os.makedirs(data_dir(), exist_ok=True)
 
 
-def _unusable(path, exc: Exception) -> IndexError_:
-    """Why SQLite could not use ``path``: its folder missing (SQLite says
-    only "unable to open database file"), else SQLite's reason."""
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        return IndexError_(f"{path}: the folder {folder} does not exist")
-    return IndexError_(f"{path} is not a usable SQLite database: {exc}")
-
-
-def connect(path, bulk: bool = False) -> sqlite3.Connection:
-    """A connection to the index file with the pragmas every open uses
-    (``bulk``: a build no other process writes, fresh_build.py: a rollback
-    journal in memory and no fsync, in place of the WAL)."""
-    try:
-        conn = sqlite3.connect(str(path), isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
-        # Before anything is written (it only applies to a new file): 16 KiB
-        # pages hold a typical record's raw line without overflow pages;
-        # cold ingest of bench/ingest_speed.py's corpus took about 25% less
-        # time than with 4 KiB pages.
-        conn.execute(f"PRAGMA page_size = {PAGE_SIZE}")
-        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        conn.execute(f"PRAGMA journal_mode = {'MEMORY' if bulk else 'WAL'}")
-        conn.execute(f"PRAGMA synchronous = {'OFF' if bulk else 'NORMAL'}")
-        conn.execute(f"PRAGMA journal_size_limit = {JOURNAL_SIZE_LIMIT}")
-        conn.execute("PRAGMA foreign_keys = OFF")
-        # As sqlite_utils.Database sets it, so both opens behave alike.
-        conn.execute("PRAGMA recursive_triggers = on")
-        # 32 MB of page cache; checkpoint the WAL every 64 MB rather than 4 MB
-        # (bench/ingest_speed.py).
-        conn.execute("PRAGMA cache_size = -32768")
-        conn.execute("PRAGMA wal_autocheckpoint = 16384")
-    except sqlite3.DatabaseError as exc:
-        raise _unusable(path, exc) from None
-    return conn
-
-
 def _missing(path) -> IndexError_:
     return IndexError_(f"no index at {path}: run 'session-index ingest' first")
 
 
 SQLITE_HEADER = b"SQLite format 3\x00"
-TABLES_SQL = "SELECT name FROM sqlite_master WHERE type = 'table'"
 IS_INDEX_SQL = "SELECT 1 FROM _sqlite_migrations WHERE migration_set = ? LIMIT 1"
 NEW, INDEX = "new", "index"
 
@@ -181,8 +135,6 @@ def probe(path: str) -> str:
         raise IndexError_("the index path is empty: name the index file")
     if path == ":memory:":
         return NEW
-    from indexer.transcripts.safefiles import NotRegular, open_regular
-
     try:
         with open_regular(path) as f:
             head = f.read(100)
@@ -212,7 +164,7 @@ def probe(path: str) -> str:
         finally:
             conn.close()
     except sqlite3.DatabaseError as exc:
-        raise _unusable(path, exc) from None
+        raise unusable(path, exc) from None
     if not tables:
         return NEW
     names = ", ".join(sorted(tables)[:4]) + (", ..." if len(tables) > 4 else "")
@@ -224,7 +176,7 @@ def open_db(path, *, create: bool = True) -> sqlite_utils.Database:
     """The index at ``path`` as a sqlite_utils Database; with ``create``,
     made if the file is new or empty, and upgraded. Never anything else's
     database (``probe``)."""
-    import sqlite_utils
+    import sqlite_utils   # (what it returns; a check, which opens with open_index, never needs it)
 
     path = os.fspath(path)
     if probe(path) == NEW:
@@ -232,9 +184,20 @@ def open_db(path, *, create: bool = True) -> sqlite_utils.Database:
             raise _missing(path)
         made = _create(path)
         return made if isinstance(made, sqlite_utils.Database) else sqlite_utils.Database(made.conn)
-    db = sqlite_utils.Database(connect(path))
     if create:
-        upgrade(db)
+        return _upgraded(connect(path))
+    return sqlite_utils.Database(connect(path))
+
+
+def _upgraded(conn: sqlite3.Connection) -> sqlite_utils.Database:
+    """``conn`` as a sqlite_utils Database, brought up to date (the
+    migrations, then every view)."""
+    import sqlite_utils   # (only for an index to bring up to date: 50 ms of a check's start-up)
+
+    from indexer.index.migrations import upgrade   # (sqlite-utils' Migrations, as above)
+
+    db = sqlite_utils.Database(conn)
+    upgrade(db)
     return db
 
 
@@ -242,7 +205,7 @@ def _create(path: str, bulk: bool = False) -> Index | sqlite_utils.Database:
     """A new index at ``path``, which ``probe`` found NEW: made from the
     schema snapshot (new_index.py: no sqlite-utils, no migrations to run)
     when there is one of this code's schema, else by the migrations."""
-    from indexer.index import new_index
+    from indexer.index import new_index   # (only to make a new index: start-up time)
 
     make_default_folder(path)
     conn = connect(path, bulk)
@@ -253,11 +216,7 @@ def _create(path: str, bulk: bool = False) -> Index | sqlite_utils.Database:
         raise
     if made:
         return Index(conn)
-    import sqlite_utils
-
-    db = sqlite_utils.Database(conn)
-    upgrade(db)
-    return db
+    return _upgraded(conn)
 
 
 def open_index(path, *, create: bool = False,
@@ -278,14 +237,10 @@ def open_index(path, *, create: bool = False,
         current = is_current(conn)
     except sqlite3.DatabaseError as exc:
         conn.close()
-        raise _unusable(path, exc) from None
+        raise unusable(path, exc) from None
     if current:
         return Index(conn)
-    import sqlite_utils
-
-    db = sqlite_utils.Database(conn)
-    upgrade(db)
-    return db
+    return _upgraded(conn)
 
 
 def is_current(conn: sqlite3.Connection) -> bool:
@@ -300,60 +255,6 @@ def is_current(conn: sqlite3.Connection) -> bool:
     stored = dict(conn.execute(STORED_VIEWS_SQL).fetchall())
     return all((stored.get(name) or "").partition(" AS ")[2] == sql
                for name, sql in views.VIEWS.items())
-
-
-def upgrade(db: sqlite_utils.Database) -> None:
-    """Apply pending migrations, then (re)create every view."""
-    from indexer.index.migrations import migrations
-
-    # Under one IMMEDIATE lock, so two processes opening a new index at once
-    # do not both try to create it (migrations nest as savepoints).
-    with write_lock(db) as conn:
-        if migrations.pending(db):
-            migrations.apply(db)
-        views.create_views(db)
-        if conn.execute("SELECT 1 FROM files LIMIT 1").fetchone() is None:
-            views.stamp_current(conn)   # nothing indexed yet: nothing to recompute
-
-
-def retry_locked(fn, attempts: int = 50):
-    for i in range(attempts):
-        try:
-            return fn()
-        except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) or i == attempts - 1:
-                raise
-            time.sleep(0.05 * (i + 1))
-
-
-class write_lock:
-    """``with write_lock(db) as conn``: a ``BEGIN IMMEDIATE`` transaction,
-    committed on success and rolled back on error (when SQLite has not
-    already rolled it back itself, as it does on a full disk: the error
-    raised is then the real one).
-
-    sqlite-utils' ``db.atomic()`` is a deferred transaction, which fails at
-    once with "database is locked" when it reads and then tries to write
-    while another process writes; IMMEDIATE takes the write lock up front
-    and waits ``busy_timeout`` for it. (A class, not contextlib: a check
-    process imports neither.)
-    """
-
-    __slots__ = ("conn",)
-
-    def __init__(self, db: Index | sqlite_utils.Database):
-        self.conn = db.conn
-
-    def __enter__(self) -> sqlite3.Connection:
-        retry_locked(lambda: self.conn.execute("BEGIN IMMEDIATE"))
-        return self.conn
-
-    def __exit__(self, exc_type, exc, tb) -> bool:
-        if exc_type is None:
-            self.conn.execute("COMMIT")
-        elif self.conn.in_transaction:
-            self.conn.execute("ROLLBACK")
-        return False
 
 
 # A bulk write checkpoints the WAL from a thread (background_checkpoints).

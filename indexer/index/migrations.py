@@ -1,10 +1,38 @@
 """The schema, stated once. Migrations are never edited once applied: a change
-is a new function. Views are not here: views.py recreates them on every open.
+is a new function. Views are not here: views.py recreates them on every open
+(``upgrade``).
+
+A migration carries what it runs: a data migration holds its own copy of the
+code or SQL it needs, as it was when the migration was written, and imports
+nothing of the package that may change later.
 """
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from datetime import date, datetime, timezone
 
 from sqlite_utils import Migrations
 
+from indexer.index import views
+from indexer.sql import write_lock
+
 migrations = Migrations("session-index")
+
+
+def upgrade(db) -> None:
+    """Apply pending migrations to ``db`` (a sqlite_utils.Database), then
+    (re)create every view."""
+    # Under one IMMEDIATE lock, so two processes opening a new index at once
+    # do not both try to create it (migrations nest as savepoints).
+    with write_lock(db) as conn:
+        if migrations.pending(db):
+            migrations.apply(db)
+        views.create_views(db)
+        if conn.execute("SELECT 1 FROM files LIMIT 1").fetchone() is None:
+            views.stamp_current(conn)   # nothing indexed yet: nothing to recompute
 
 
 @migrations()
@@ -433,7 +461,7 @@ def m017_add_resume_rule_and_restored(db):
 
 @migrations()
 def m015_add_main_file_rule_to_sessions(db):
-    # Why sessions.main_file_id is the transcript it is (views.MAIN_FILE_RULES:
+    # Why sessions.main_file_id is the transcript it is (definitions.MAIN_FILE_RULES:
     # only_named, named_in_cwd_project, ...). derive.py fills it for every
     # session at the next ingest (index_meta.sessions_hash).
     db.execute("ALTER TABLE sessions ADD COLUMN main_file_rule TEXT")
@@ -443,21 +471,56 @@ def m015_add_main_file_rule_to_sessions(db):
 def m018_add_is_unreadable_to_records(db):
     # records.is_unreadable: a user/assistant record Claude Code's loader
     # drops as unreadable (lines._unreadable). Existing rows are read again
-    # from their raw text by the same function.
-    from indexer.transcripts.lines import BadLine, parse_line
-    from indexer.transcripts.records import RECORD_FIELDS
+    # from their raw text by the rule as lines.py had it then (_m018_unreadable).
     db.execute("ALTER TABLE records ADD COLUMN is_unreadable INTEGER NOT NULL DEFAULT 0")
-    at = RECORD_FIELDS.index("is_unreadable")
     rows = db.execute("SELECT id, raw FROM records WHERE type IN ('user', 'assistant')")
     flagged = []
     for record_id, raw in rows.fetchall():
-        try:
-            data = raw if isinstance(raw, bytes) else raw.encode("utf-8", "surrogatepass")
-            if parse_line(data)[1][at]:
-                flagged.append((record_id,))
-        except (BadLine, UnicodeError):
-            pass
+        record = _stored_record(raw)
+        if record is not None and _m018_unreadable(record):
+            flagged.append((record_id,))
     db.conn.executemany("UPDATE records SET is_unreadable = 1 WHERE id = ?", flagged)
+
+
+# What m018 and m022 read of a stored line, copied from lines.py as it was
+# when they were written (parse_line's general path, which its fast path
+# agrees with: tests/test_ingest.py), so that a later change to lines.py
+# does not change what they write.
+def _stored_record(raw) -> dict | None:
+    """The JSON object a records.raw holds; None where lines.parse_line
+    raised BadLine (not UTF-8, blank, a NUL, not JSON, not an object)."""
+    data = raw if isinstance(raw, bytes) else raw.encode("utf-8", "surrogatepass")
+    try:
+        text = str(data, "utf-8")
+    except UnicodeDecodeError:
+        return None
+    if not text.strip() or "\x00" in text:
+        return None
+    body = text[1:] if text.startswith("\ufeff") else text
+    try:
+        value = json.loads(body)
+    except (RecursionError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _m018_unreadable(d: dict) -> int:
+    """1 for a user or assistant record Claude Code's loader drops as
+    unreadable (2.1.332): its message is not an object, its content is
+    neither a string nor a list, an assistant's string content is blank, or
+    a non-empty list holds no block (an object with a string ``type``)."""
+    type_, msg = d.get("type"), d.get("message")
+    if type_ not in ("user", "assistant"):
+        return 0
+    if not isinstance(msg, dict):
+        return 1
+    content = msg.get("content")
+    if isinstance(content, str):
+        return int(type_ == "assistant" and not content.strip())
+    if not isinstance(content, list):
+        return 1
+    return int(bool(content) and not any(
+        isinstance(b, dict) and isinstance(b.get("type"), str) for b in content))
 
 
 @migrations()
@@ -643,8 +706,7 @@ def m022_prices(db):
     db.execute(
         "CREATE INDEX records_cost_state ON records(session_id, file_id, line_no) "
         "WHERE type = 'cost-state'")
-    from indexer.index.prices import PACKAGED, read, store
-    store(db.conn, read(PACKAGED))
+    _m022_load_packaged_prices(db.conn)
 
 
 def fill_usage_columns(db):
@@ -673,23 +735,103 @@ def fill_usage_columns(db):
                 AND json_type(raw, '$.message.usage') = 'object')
         WHERE id = usage_id
         """)
-    from indexer.transcripts.lines import NO_USAGE, BadLine, parse_line
-    from indexer.transcripts.records import RECORD_FIELDS
-    at = RECORD_FIELDS.index("has_usage")
-    columns = RECORD_FIELDS[at:]
     rows = db.execute(
         "SELECT id, raw FROM records WHERE type = 'assistant' AND NOT json_valid(raw)")
     found = []
     for record_id, raw in rows.fetchall():
-        try:
-            data = raw if isinstance(raw, bytes) else raw.encode("utf-8", "surrogatepass")
-            fields = parse_line(data)[1][at:]
-        except (BadLine, UnicodeError):
-            continue
-        if fields != NO_USAGE:
+        record = _stored_record(raw)
+        fields = _M022_NO_USAGE if record is None else _m022_usage(record)
+        if fields != _M022_NO_USAGE:
             found.append((*fields, record_id))
     db.conn.executemany(
-        f"UPDATE records SET {', '.join(c + ' = ?' for c in columns)} WHERE id = ?", found)
+        f"UPDATE records SET {', '.join(c + ' = ?' for c in _M022_USAGE_COLUMNS)} WHERE id = ?",
+        found)
+
+
+# m022's usage columns of a record, as lines.py read them then (_usage_dict).
+_M022_USAGE_COLUMNS = ("has_usage", "input_tokens", "output_tokens", "cache_read_tokens",
+                       "cache_creation_tokens", "cache_5m_tokens", "cache_1h_tokens", "speed",
+                       "service_tier")
+_M022_NO_USAGE = (0, None, None, None, None, None, None, None, None)
+_M022_INT_RANGE = 1 << 63
+
+
+def _m022_usage(d: dict) -> tuple:
+    msg = d.get("message")
+    if not isinstance(msg, dict) or not isinstance(msg.get("usage"), dict) \
+            or d.get("type") != "assistant":
+        return _M022_NO_USAGE
+    u = msg["usage"]
+    cc = u.get("cache_creation")
+    if not isinstance(cc, dict):
+        cc = {}
+
+    def count(value):
+        # a JSON number a SQLite integer holds, truncated toward zero; else NULL
+        if value.__class__ is int:
+            return value if -_M022_INT_RANGE <= value < _M022_INT_RANGE else None
+        if value.__class__ is float and -_M022_INT_RANGE < value < _M022_INT_RANGE:
+            return int(value)
+        return None
+
+    def string(value):
+        # a JSON string as SQLite stores it (a lone surrogate as its escape); else NULL
+        if value.__class__ is not str:
+            return None
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "backslashreplace").decode("ascii")
+        return value
+
+    return (1, count(u.get("input_tokens")), count(u.get("output_tokens")),
+            count(u.get("cache_read_input_tokens")), count(u.get("cache_creation_input_tokens")),
+            count(cc.get("ephemeral_5m_input_tokens")), count(cc.get("ephemeral_1h_input_tokens")),
+            string(u.get("speed")), string(u.get("service_tier")))
+
+
+def _m022_load_packaged_prices(conn) -> None:
+    """The packaged price file (prices.json beside this file) into the prices
+    table, as prices.py loaded it when m022 was written: the cache rates a
+    model leaves out default to multiples of its input rate."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "prices.json")
+    with open(path, "rb") as f:
+        data = json.loads(f.read().decode("utf-8"))
+    snapshot = date.fromisoformat(data["snapshot_date"]).isoformat()
+    loaded_at = datetime.now(timezone.utc).isoformat(timespec="milliseconds") \
+        .replace("+00:00", "Z")
+    defaults = {"cache_read": 0.1, "cache_write_5m": 1.25, "cache_write_1h": 2.0}
+
+    def rates(spec: dict) -> dict:
+        out = {"input": float(spec["input"]), "output": float(spec["output"])}
+        for key, times in defaults.items():
+            out[key] = (float(spec[key]) if spec.get(key) is not None
+                        else out["input"] * times)
+        return out
+
+    rows = []
+    for model, spec in data["models"].items():
+        row = {"model": model,
+               "name": spec.get("name") if isinstance(spec.get("name"), str) else None,
+               **rates(spec)}
+        long = spec.get("long_context")
+        row["long_context_above"] = None if long is None else long["above_input_tokens"]
+        long_rates = rates(long) if long is not None else dict.fromkeys(
+            ("input", "output", *defaults))
+        row.update({f"long_{k}": v for k, v in long_rates.items()})
+        fast = spec.get("fast")
+        row["fast_multiplier"] = None if fast is None else float(fast)
+        row.update(snapshot_date=snapshot, source="package", loaded_at=loaded_at)
+        rows.append(row)
+    conn.executemany("""
+        INSERT OR REPLACE INTO prices (
+          model, name, input, output, cache_read, cache_write_5m, cache_write_1h,
+          long_context_above, long_input, long_output, long_cache_read, long_cache_write_5m,
+          long_cache_write_1h, fast_multiplier, snapshot_date, source, loaded_at)
+        VALUES (:model, :name, :input, :output, :cache_read, :cache_write_5m, :cache_write_1h,
+          :long_context_above, :long_input, :long_output, :long_cache_read, :long_cache_write_5m,
+          :long_cache_write_1h, :fast_multiplier, :snapshot_date, :source, :loaded_at)
+        """, rows)
 
 
 @migrations()
@@ -752,8 +894,84 @@ def m023_record_kinds(db):
     # What after_ingest reads of every transcript file, without its wide rows.
     db.execute("CREATE INDEX files_record_kinds ON files(id, generation, ingested_offset) "
                "WHERE kind IN ('main', 'subagent')")
-    from indexer.index.record_kinds import backfill
-    backfill(db.conn)
+    _m023_count_kinds(db.conn)
+
+
+# m023's count of every transcript's records by kind, as record_kinds.py
+# counted an index's records then (record_kinds.count_file on every file,
+# none counted before: kinds already in the index, never new).
+_M023_FILES_SQL = """
+SELECT id, generation, ingested_offset FROM files WHERE kind IN ('main', 'subagent') ORDER BY id
+""".strip()
+_M023_RECORDS_SQL = """
+SELECT id, byte_offset, coalesce(type, ''),
+  CASE type WHEN 'system' THEN coalesce(subtype, '')
+    WHEN 'attachment' THEN coalesce(CASE WHEN json_valid(raw)
+                                    THEN CAST(raw ->> '$.attachment.type' AS TEXT) END, '')
+    ELSE '' END,
+  version, timestamp
+FROM records WHERE file_id = ? ORDER BY byte_offset
+""".strip()
+_M023_FACTS = ("records", "first_version_key", "last_version_key", "first_timestamp",
+               "last_timestamp", "last_ingested_at")
+_M023_MERGE = ",\n  ".join(
+    f"{c} = {c} + excluded.{c}" if c == "records" else
+    f"{c} = excluded.{c}" if c == "last_ingested_at" else
+    f"{c} = coalesce({'min' if c.startswith('first') else 'max'}({c}, excluded.{c}), "
+    f"{c}, excluded.{c})"
+    for c in _M023_FACTS)
+_M023_ADD_FILE_KIND_SQL = f"""
+INSERT INTO record_kind_files (file_id, type, subtype, {", ".join(_M023_FACTS)})
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+""".strip()
+_M023_ADD_KIND_SQL = f"""
+INSERT INTO record_kinds (type, subtype, first_run, first_ingested_at, files, {", ".join(_M023_FACTS)})
+VALUES (?, ?, NULL, NULL, 1, ?, ?, ?, ?, ?, NULL)
+ON CONFLICT (type, subtype) DO UPDATE SET
+  files = files + excluded.files,
+  {_M023_MERGE}
+""".strip()
+_M023_SAVE_SCAN_SQL = """
+INSERT OR REPLACE INTO record_kind_scans (file_id, generation, ingested_offset, last_offset,
+  last_record_id, version, timestamp) VALUES (?, ?, ?, ?, ?, ?, ?)
+""".strip()
+
+
+def _m023_version_key(version: str) -> str:
+    """A key that sorts Claude Code versions number by number, then a space,
+    then the version as written (record_kinds.version_key)."""
+    return re.sub(r"[0-9]+", lambda m: m.group().zfill(12), version).replace(" ", "_") \
+        + " " + version
+
+
+def _m023_count_kinds(conn) -> None:
+    for file_id, generation, ingested_offset in conn.execute(_M023_FILES_SQL).fetchall():
+        # per kind: [records, lowest version key, highest, first timestamp, last];
+        # a record without a version or timestamp counts the last one before it
+        kinds: dict[tuple[str, str], list] = {}
+        after, last_id, version, vkey, timestamp = -1, None, None, None, None
+        for rid, offset, type_, subtype, v, ts in conn.execute(_M023_RECORDS_SQL, [file_id]):
+            after, last_id = offset, rid
+            if v and v != version:
+                version, vkey = v, _m023_version_key(v)
+            if ts:
+                timestamp = ts
+            k = kinds.get((type_, subtype))
+            if k is None:
+                kinds[type_, subtype] = [1, vkey, vkey, timestamp, timestamp]
+                continue
+            k[0] += 1
+            if vkey is not None:
+                k[1] = vkey if k[1] is None or vkey < k[1] else k[1]
+                k[2] = vkey if k[2] is None or vkey > k[2] else k[2]
+            if timestamp is not None:
+                k[3] = timestamp if k[3] is None or timestamp < k[3] else k[3]
+                k[4] = timestamp if k[4] is None or timestamp > k[4] else k[4]
+        conn.executemany(_M023_ADD_FILE_KIND_SQL, [
+            (file_id, t, s, *facts, None) for (t, s), facts in kinds.items()])
+        conn.executemany(_M023_ADD_KIND_SQL, [(t, s, *facts) for (t, s), facts in kinds.items()])
+        conn.execute(_M023_SAVE_SCAN_SQL, [file_id, generation, ingested_offset, after, last_id,
+                                           version, timestamp])
 
 
 @migrations()
@@ -833,11 +1051,9 @@ def m025_session_hosts(db):
 
 @migrations()
 def m026_application_id(db):
-    # The file's header says it is a session index (db.APPLICATION_ID), so
-    # that opening it needs no read of its schema first (db.probe).
-    from indexer.index.db import APPLICATION_ID
-
-    db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+    # The file's header says it is a session index (connection.APPLICATION_ID,
+    # "SIDX"), so that opening it needs no read of its schema first (db.probe).
+    db.execute(f"PRAGMA application_id = {0x53494458}")
 
 
 @migrations()

@@ -9,10 +9,10 @@ FTS5 tables, views; not the tables SQLite makes itself), the header's
 application_id, the rows of its tables, and the names of the migrations,
 which are recorded as applied at the time the index is made, as
 sqlite-utils records them. The packaged prices are loaded and the caches
-stamped current as the migrations and ``db.upgrade`` do.
+stamped current as the migrations and ``migrations.upgrade`` do.
 
 A snapshot is used only when it names this code's last migration
-(``db.LAST_MIGRATION``) and its views (``views_digest``); otherwise, or
+(``connection.LAST_MIGRATION``) and its views (``views_digest``); otherwise, or
 without the file, the migrations run as before. ``python -m
 indexer.index.new_index`` writes it again from an index the migrations made;
 tests/test_new_index.py fails when the file is not what that would write,
@@ -22,10 +22,13 @@ FTS5's shadow tables included.
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 
-from indexer.index import views
+from indexer.index import prices, views
+from indexer.index.connection import LAST_MIGRATION, TABLES_SQL, connect
+from indexer.sql import retry_locked
 from indexer.transcripts.digests import sha256
 
 SNAPSHOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "new_index.json")
@@ -55,8 +58,6 @@ def views_digest() -> str:
 def snapshot(conn) -> dict:
     """The snapshot of the index ``conn`` holds (made by the migrations,
     nothing ingested)."""
-    from indexer.index.db import LAST_MIGRATION
-
     objects = conn.execute(OBJECTS_SQL).fetchall()
     virtual = {name for kind, name, sql in objects if sql.startswith("CREATE VIRTUAL TABLE")}
     shadow = {f"{name}_{suffix}" for name in virtual for suffix in FTS5_SHADOW_SUFFIXES}
@@ -85,8 +86,6 @@ def snapshot(conn) -> dict:
 def load(path: str | None = None) -> dict | None:
     """The snapshot at ``path`` if it is this code's (its last migration and
     views), else None."""
-    from indexer.index.db import LAST_MIGRATION
-
     try:
         with open(path or SNAPSHOT, encoding="utf-8") as f:
             snap = json.load(f)
@@ -107,11 +106,6 @@ def create(conn, path: str | None = None) -> bool:
     snap = load(path)
     if snap is None:
         return False
-    import datetime
-
-    from indexer.index import prices
-    from indexer.index.db import TABLES_SQL, retry_locked
-
     retry_locked(lambda: conn.execute("BEGIN IMMEDIATE"))
     try:
         if conn.execute(TABLES_SQL).fetchone() is not None:
@@ -134,9 +128,9 @@ def create(conn, path: str | None = None) -> bool:
 
 def migrated_snapshot() -> dict:
     """The snapshot of a new in-memory index brought up by the migrations."""
-    import sqlite_utils
+    import sqlite_utils   # (only to write the snapshot again: a new index made from it never needs sqlite-utils)
 
-    from indexer.index.db import connect, upgrade
+    from indexer.index.migrations import upgrade   # (sqlite-utils' Migrations, as above)
 
     db = sqlite_utils.Database(connect(":memory:"))
     upgrade(db)

@@ -21,6 +21,8 @@ import re
 from datetime import date, datetime, timezone
 from pathlib import Path
 
+from indexer.sql import dict_rows, write_lock
+
 PACKAGED = Path(__file__).with_name("prices.json")
 PACKAGE_SOURCE = "package"
 
@@ -135,7 +137,6 @@ def store(conn, rows: list[dict]) -> None:
 def load_file(db, path) -> dict:
     """Load the price file at ``path`` into the index: the models it names get
     its rates. Returns ``{"models", "added", "updated", "snapshot_date", "source"}``."""
-    from indexer.index.db import write_lock
 
     rows = read(path)
     with write_lock(db) as conn:
@@ -151,7 +152,6 @@ def refresh_packaged(db) -> int:
     snapshot (and add the models it prices that the table lacks); rows loaded
     from a file are left alone. Returns how many rows changed; writes only
     when some must."""
-    from indexer.index.db import write_lock
 
     rows = read(PACKAGED)
     def stale(conn):
@@ -169,6 +169,5 @@ def refresh_packaged(db) -> int:
 
 
 def listing(db) -> list[dict]:
-    from indexer.sql import dict_rows
 
     return dict_rows(db.conn, PRICES_SQL)

@@ -37,7 +37,9 @@ from __future__ import annotations
 import re
 
 from indexer.transcripts.records import RECORD_FIELDS
-from indexer.index.views import TRANSCRIPT_KINDS
+from indexer.chain.definitions import TRANSCRIPT_KINDS
+from indexer.index.clock import utcnow
+from indexer.sql import dict_rows, write_lock
 
 # Positions in a row as ingest inserts it (file_id, line_no, byte_offset,
 # then the RECORD_FIELDS, then raw).
@@ -318,7 +320,6 @@ def count_files(conn, file_ids, *, run: int | None = None, now: str | None = Non
     what a session-store append calls. A kind first seen here is new until
     the next ingest run ends (``run`` defaults to the current one)."""
     if now is None:
-        from indexer.ingest.files import utcnow
         now = utcnow()
     if run is None:
         run = current_run(conn)
@@ -332,9 +333,6 @@ def after_ingest(db, now: str | None = None, at_end=None) -> None:
     ``ingest_runs``; ``at_end(conn)``, if given, in the same transaction).
     Kinds first seen now are that run's, at ``now`` (the run's time:
     default, the clock)."""
-    from indexer.index.db import write_lock
-    from indexer.ingest.files import utcnow
-
     now = now or utcnow()
     pending = [file_id for (file_id,) in db.conn.execute(PENDING_FILES_SQL)][::-1]
     while True:
@@ -347,13 +345,6 @@ def after_ingest(db, now: str | None = None, at_end=None) -> None:
                 if at_end is not None:
                     at_end(conn)
                 return
-
-
-def backfill(conn) -> None:
-    """Count every transcript's records, as kinds already in the index
-    (never new): what migration m023 does to an existing index."""
-    for (file_id,) in conn.execute(PENDING_FILES_SQL).fetchall():
-        count_file(conn, file_id, run=None, now=None)
 
 
 def forget_file(conn, file_id: int) -> None:
@@ -377,6 +368,4 @@ def describe(kinds) -> str:
 
 def listing(db, *, new: bool = False, since: str | None = None) -> list[dict]:
     """The record_types rows, newest kinds first (session-index record-types)."""
-    from indexer.sql import dict_rows
-
     return dict_rows(db.conn, LIST_SQL, {"new": 1 if new else 0, "since": since or ""})

@@ -35,8 +35,8 @@ import json
 import re
 from datetime import datetime, timezone
 
-from indexer.index.db import write_lock
-from indexer.sql import dict_rows
+from indexer.index.clock import utcnow
+from indexer.sql import dict_rows, write_lock
 from indexer.index.search_state import behind, state
 
 # Bounds on the text indexed per record (characters).
@@ -130,7 +130,6 @@ def enable(db, progress=None) -> int:
     """Turn search on (the trigger, the mark) and index every stored record
     with text; the number of records indexed.
     ``progress(looked_at, total)`` after each batch."""
-    from indexer.ingest.files import utcnow
 
     with write_lock(db) as conn:
         for sql in ENABLE_SQL:
@@ -455,7 +454,7 @@ def marked(snippet: str, start: str = "[[", end: str = "]]", style=None) -> str:
 
 def html_snippet(snippet: str):
     """A snippet as HTML: its text escaped, each match in <mark>."""
-    from markupsafe import Markup, escape
+    from markupsafe import Markup, escape   # (markupsafe: only the web pages mark snippets up)
 
     return Markup(marked(str(escape(snippet or "")), "<mark>", "</mark>"))
 

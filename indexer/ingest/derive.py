@@ -19,9 +19,10 @@ from collections import Counter
 
 from indexer.chain import walk as chain, resume
 from indexer.ingest import derive_append
+from indexer.chain import definitions
 from indexer.index import views
 from indexer.chain.walk import UUID_RECORDS_SELECT, Rec
-from indexer.index.db import write_lock
+from indexer.sql import write_lock
 from indexer.chain.resume import CHAIN_TYPES
 from indexer.transcripts import records
 
@@ -42,7 +43,7 @@ ORDER BY r.file_id, r.line_no"""
 # The transcript files of a batch (execution logs have no chain to derive).
 FILES_SQL = f"""
 SELECT id, kind, session_id, line_count, ingested_offset FROM files
-WHERE id IN (SELECT value FROM json_each(:file_ids)) AND kind IN {views.TRANSCRIPT_KINDS}
+WHERE id IN (SELECT value FROM json_each(:file_ids)) AND kind IN {definitions.TRANSCRIPT_KINDS}
 """.strip()
 
 # The sessions a batch of files belongs to, and unmarking the files once
@@ -50,7 +51,7 @@ WHERE id IN (SELECT value FROM json_each(:file_ids)) AND kind IN {views.TRANSCRI
 SESSIONS_OF_FILES_SQL = f"""
 SELECT DISTINCT session_id FROM files
 WHERE id IN (SELECT value FROM json_each(?)) AND session_id IS NOT NULL
-  AND kind IN {views.TRANSCRIPT_KINDS}
+  AND kind IN {definitions.TRANSCRIPT_KINDS}
 ORDER BY session_id
 """.strip()
 UNMARK_FILES_SQL = "UPDATE files SET needs_derive = 0 WHERE id IN (SELECT value FROM json_each(?))"
@@ -283,7 +284,7 @@ def refresh_all_sessions(db) -> int:
     conn = db.conn
     ids = [r[0] for r in conn.execute(
         "SELECT DISTINCT session_id FROM files WHERE session_id IS NOT NULL "
-        f"AND kind IN {views.TRANSCRIPT_KINDS} ORDER BY session_id")]
+        f"AND kind IN {definitions.TRANSCRIPT_KINDS} ORDER BY session_id")]
     for i in range(0, len(ids), DERIVE_BATCH):
         with write_lock(db):
             for session_id in ids[i:i + DERIVE_BATCH]:

@@ -2,7 +2,7 @@
 
 A live session grows at the leaf of its chains, and then its caches change
 only there: the new records join the resume and sdk walks (stored by height,
-which the older records keep: views.LEAF_ANCESTRY_SQL), the new off-chain
+which the older records keep: definitions.LEAF_ANCESTRY_SQL), the new off-chain
 records become orphans, and the few older rows near the leaf whose class can
 change are classed again. ``extend`` does just that, reading the appended
 records and, by uuid, the older records it touches (each lookup an index

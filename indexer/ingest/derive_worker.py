@@ -21,9 +21,12 @@ ingest stored them), and starts only once one comes.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
+import sys
 
-from indexer.index.db import readonly_uri, write_lock
+from indexer.index.db import readonly_uri
+from indexer.sql import write_lock
 
 # chain and derive are imported where they are used: ingest imports this
 # module on every run, and a run with nothing new needs neither.
@@ -47,8 +50,8 @@ WHERE id IN (SELECT value FROM json_each(?))
 
 def compute(db_path: str, paths: list[str]) -> dict:
     """In the worker: {file_id: (position, rows by cache)} for these files."""
-    from indexer.chain import walk as chain
-    from indexer.ingest import derive
+    from indexer.chain import walk as chain   # (the worker's, or a big ingest's: a no-op ingest never loads the walk)
+    from indexer.ingest import derive   # (the worker's, or a big ingest's: a no-op ingest never loads it)
 
     conn = sqlite3.connect(readonly_uri(db_path), uri=True, isolation_level=None, timeout=30)
     try:
@@ -80,8 +83,7 @@ class Background:
 
     def _start(self) -> None:
         import subprocess  # only for a big ingest: it costs start-up time
-        import sys
-        import tempfile
+        import tempfile   # (only for a big ingest: start-up time)
 
         self.dir = tempfile.mkdtemp(prefix="session-index-derive-")
         self.proc = subprocess.Popen(
@@ -107,7 +109,7 @@ class Background:
 
     def results(self):
         """Each batch's {file_id: (position, rows)}, once the worker is done."""
-        import pickle
+        import pickle   # (only for a big ingest: start-up time)
 
         if self.proc is None:
             return
@@ -124,7 +126,7 @@ class Background:
                 continue
 
     def close(self) -> None:
-        import shutil
+        import shutil   # (only for a big ingest: start-up time)
 
         if self.proc is None:
             return
@@ -144,8 +146,8 @@ def start(db) -> Background | None:
 def apply(db, background: Background) -> int:
     """Write the worker's rows for the files still as it read them; the
     rest stays marked needs_derive. Returns the files written."""
-    from indexer.chain import walk as chain
-    from indexer.ingest import derive
+    from indexer.chain import walk as chain   # (the worker's, or a big ingest's: a no-op ingest never loads the walk)
+    from indexer.ingest import derive   # (the worker's, or a big ingest's: a no-op ingest never loads it)
 
     background.committed(final=True)
     derive.mark_all_if_definitions_changed(db)
@@ -176,9 +178,7 @@ def apply(db, background: Background) -> int:
 
 def main(argv: list[str]) -> int:
     """The worker: batches of paths on stdin, one pickle per batch in DIR."""
-    import os
-    import pickle
-    import sys
+    import pickle   # (only for a big ingest: start-up time)
 
     db_path, out = argv
     for n, line in enumerate(sys.stdin.buffer):
@@ -191,6 +191,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    import sys
-
     sys.exit(main(sys.argv[1:]))

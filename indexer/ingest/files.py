@@ -28,7 +28,6 @@ from __future__ import annotations
 import json
 import os
 import time
-from datetime import datetime, timezone
 
 TYPE_CHECKING = False  # typing costs start-up time
 if TYPE_CHECKING:
@@ -36,25 +35,32 @@ if TYPE_CHECKING:
 
 from indexer.ingest import derive_worker
 from indexer.transcripts import discover, retention
-from indexer.index import generations, views
-from indexer.index.db import JOURNAL_MODE_SQL, background_checkpoints, retry_locked, write_lock
+from indexer.index import generations, record_kinds, search_state, views
+from indexer.index.clock import iso, utcnow
+from indexer.index.db import JOURNAL_MODE_SQL, background_checkpoints
+from indexer.sql import retry_locked, write_lock
 from indexer.transcripts.digests import blake2b
 from indexer.transcripts.safefiles import NotRegular, open_regular, regular_stat
 from indexer.index.generations import stored_bytes
+from indexer.ingest.linerows import (
+    HEAD_BYTES,
+    INSERT_LARGE_BAD_LINE_SQL,
+    INSERT_LARGE_RECORD_SQL,
+    RUNNING_FACTS_SET,
+    TAIL_BYTES,
+    digest_of,
+    insert_lines,
+    running_facts,
+)
 from indexer.transcripts.records import RECORD_FIELDS
-from indexer.transcripts.rows import LARGE_LINE_BYTES, BadLine, NeedsText, bindable
+from indexer.transcripts.rows import LARGE_LINE_BYTES, BadLine, NeedsText
 
 READ_CHUNK = 1 << 20
 # Commit after this many bytes of new lines: long enough to amortize the
 # commit, short enough to hold the write lock well under a second.
 TXN_BYTES = 8 << 20
-HEAD_BYTES = 1024
-TAIL_BYTES = 4096
-
-# Field positions in a parsed record (records.RECORD_FIELDS).
-_SESSION, _TIMESTAMP = RECORD_FIELDS.index("session_id"), RECORD_FIELDS.index("timestamp")
-_CWD, _VERSION, _BRANCH = (RECORD_FIELDS.index(k) for k in ("cwd", "version", "git_branch"))
-
+# The session id's position in a parsed record (records.RECORD_FIELDS).
+_SESSION = RECORD_FIELDS.index("session_id")
 
 TRACKED_COLUMNS = ("path", "inode", "dev", "size", "mtime_ns", "deleted_at", "ingested_offset")
 TRACKED_FILES_SQL = f"SELECT {', '.join(TRACKED_COLUMNS)} FROM files"
@@ -90,43 +96,6 @@ class Summary:
         return d
 
 
-def utcnow() -> str:
-    return _iso(time.time())
-
-
-def _iso(ts: float) -> str:
-    return (datetime.fromtimestamp(ts, timezone.utc)
-            .isoformat(timespec="milliseconds").replace("+00:00", "Z"))
-
-
-def digest_of(data: bytes) -> str:
-    """The hash of a file's head or tail bytes, as files.head_hash keeps it."""
-    return blake2b(data, digest_size=16).hexdigest()
-
-
-_INSERT_RECORD_SQL = (
-    "INSERT INTO records (file_id, line_no, byte_offset, "
-    + ", ".join(RECORD_FIELDS)
-    + ", raw) VALUES (" + "?, " * (len(RECORD_FIELDS) + 3) + "{raw})"
-)
-# raw is text, or the line's UTF-8 bytes taken as text (lines.parse_line_bytes).
-INSERT_RECORD_SQL = _INSERT_RECORD_SQL.format(raw="CAST(? AS TEXT)")
-INSERT_BAD_LINE_SQL = (
-    "INSERT INTO bad_lines (file_id, line_no, byte_offset, error, raw) VALUES (?, ?, ?, ?, ?)"
-)
-# A large line's row, its raw value a placeholder of the right length that
-# _write_raw then fills from the read buffer (no copy of the line in Python).
-INSERT_LARGE_RECORD_SQL = _INSERT_RECORD_SQL.format(raw="CAST(zeroblob(?) AS TEXT)")
-INSERT_LARGE_BAD_LINE_SQL = INSERT_BAD_LINE_SQL[:-len("?)")] + "zeroblob(?))"
-
-
-def insert_lines(conn, records: list, bads: list) -> None:
-    """Store parsed lines: ``records`` and ``bads`` rows as lines.line_row
-    makes them (in file order, each list)."""
-    if records:
-        conn.executemany(INSERT_RECORD_SQL, bindable(records))
-    if bads:
-        conn.executemany(INSERT_BAD_LINE_SQL, bads)
 TRACK_FILE_SQL = """
 INSERT INTO files (path, kind, session_id, agent_id, project_dir, first_ingested_at)
 VALUES (:path, :kind, :session_id, :agent_id, :project_dir, :now)
@@ -160,14 +129,6 @@ RETRACT_UNTERMINATED_SQL = (
                      AND git_branch IS NOT NULL ORDER BY line_no DESC LIMIT 1)
        WHERE id = :id""",
 )
-# The SET clauses that fold a batch's running_facts() into a files row
-# (sessions are summed from these); shared with store.py.
-RUNNING_FACTS_SET = """
-  records = records + :new_records,
-  first_timestamp = coalesce(min(first_timestamp, :first_ts), first_timestamp, :first_ts),
-  last_timestamp = coalesce(max(last_timestamp, :last_ts), last_timestamp, :last_ts),
-  cwd = coalesce(cwd, :cwd), version = coalesce(:version, version),
-  git_branch = coalesce(:git_branch, git_branch)""".strip()
 # After each slice of lines: how far the file is ingested (and whether its
 # last line is a record still without its newline), what the bytes at its
 # start and just before the offset hash to (checked at the next run), and
@@ -183,20 +144,6 @@ WHERE id = :id
 """.strip()
 
 
-def running_facts(fields: list[tuple]) -> dict:
-    """RUNNING_FACTS_SET's parameters for a batch of records' fields
-    (records.RECORD_FIELDS order), in file order."""
-    stamps = [f[_TIMESTAMP] for f in fields if f[_TIMESTAMP]]
-
-    def first(i):
-        return next((f[i] for f in fields if f[i]), None)
-
-    def last(i):
-        return next((f[i] for f in reversed(fields) if f[i]), None)
-
-    return {"new_records": len(fields), "first_ts": min(stamps, default=None),
-            "last_ts": max(stamps, default=None), "cwd": first(_CWD),
-            "version": last(_VERSION), "git_branch": last(_BRANCH)}
 # A file's row, read again once the write lock is held (another process may
 # have tracked or moved it on since the run's first read).
 FILE_ROW_SQL = "SELECT * FROM files WHERE path = ?"
@@ -246,7 +193,7 @@ class _Writer:
         if self.open:
             derived = self.preload.copy_caches(self.conn) if self.preload is not None else []
             if derived:   # their sessions' rows again, the files unmarked
-                from indexer.ingest import derive
+                from indexer.ingest import derive   # (only when there is something to derive: a no-op run's start-up time)
 
                 derive.finish_files(self.conn, derived)
             if self.guard is not None:
@@ -291,8 +238,26 @@ def ingest(
     # (_unchanged); _ingest_file reads the whole row again under the lock.
     # (tuples: a dict is made only for a file that needs work)
     tracked = {row[0]: row for row in conn.execute(TRACKED_FILES_SQL)}
+    found, scanned_roots, missing_files = _under_sources(sources, tracked)
+    work = _needing_work(found, tracked, summary)
+    if plan:
+        plan(sum(max(st.st_size - (row["ingested_offset"] if row else 0), 0)
+                 for _, row, st in work))
+    writer = _Writer(conn, progress)
+    wal = _start_workers(db, writer, work)
+    with background_checkpoints(conn, enabled=wal):   # the WAL copied into the index on the other core meanwhile
+        _ingest_files(writer, work, summary)
+        _end_files(db, writer, summary, _gone(tracked, found, scanned_roots, missing_files))
+    _end_run(db, writer, summary, config_dir)
+    summary.seconds = time.monotonic() - started
+    return summary
 
-    found: list[str] = []   # paths under the sources, described only if they need work
+
+def _under_sources(sources: list[str], tracked: dict) -> tuple[list, list, list]:
+    """(the paths under the sources, described only if they need work; the
+    folders scanned; the tracked files given by name that are gone).
+    SourceNotFound for a source that does not exist and was never indexed."""
+    found: list[str] = []
     scanned_roots: list[str] = []
     missing_files: list[str] = []
     for source in sources:
@@ -308,11 +273,15 @@ def ingest(
             scanned_roots.append(path)
         else:
             raise SourceNotFound(f"{source}: no such file or folder")
-    found = list(dict.fromkeys(found))   # a file under two sources once
+    return list(dict.fromkeys(found)), scanned_roots, missing_files   # a file under two sources once
 
+
+def _needing_work(found: list[str], tracked: dict, summary: Summary) -> list[tuple]:
+    """(candidate, its tracked row or None, its stat) of each file that is
+    new or changed and is a transcript or an execution log; the others are
+    counted in ``summary``. Rows read here only decide what to look at:
+    _ingest_file reads each again under the write lock before it writes."""
     work = []
-    # Rows read here only decide what to look at: _ingest_file reads each
-    # again under the write lock before it writes.
     for path in found:
         # (a tracked path is UTF-8: it was stored; the no-op run spares the test)
         if path not in tracked and (shown := discover.not_utf8(path)) is not None:
@@ -344,11 +313,15 @@ def ingest(
                 cand = cand._replace(kind=discover.EXECUTION_LOG, session_id=None)
         summary.files += 1
         work.append((cand, row, st))
+    return work
 
-    if plan:
-        plan(sum(max(st.st_size - (row["ingested_offset"] if row else 0), 0)
-                 for _, row, st in work))
-    writer = _Writer(conn, progress)
+
+def _start_workers(db, writer: _Writer, work: list[tuple]) -> bool:
+    """For a big ingest of new files: their caches derived and their lines
+    parsed ahead on the other core (derive_worker.py, preload.py), told to
+    ``writer``. Returns whether the index is in WAL mode for it (then its
+    WAL is checkpointed from a thread meanwhile)."""
+    conn = writer.conn
     bulk = sum(st.st_size for _, row, st in work if row is None) >= derive_worker.MIN_BYTES
     # A fresh_build.py build has no WAL: no checkpoints, and no derive worker
     # (it reads the index as it is written; its read would hold up the commits).
@@ -357,63 +330,82 @@ def ingest(
         background = derive_worker.start(db)   # new files' caches on the other core
         writer.background = background if wal else None
         if background is not None:   # (not for an in-memory index either)
-            from indexer.ingest import preload
+            from indexer.ingest import preload   # (only for a big ingest of new files: start-up time)
 
             writer.preload = preload.start(conn, [   # and their lines parsed there, ahead
                 (cand.path, st.st_size, cand.kind, cand.session_id)
                 for cand, row, st in work if row is None])
-    with background_checkpoints(conn, enabled=wal):   # the WAL copied into the index on the other core meanwhile
-        try:
-            for cand, row, st in work:
-                try:
-                    if _ingest_file(writer, cand, row, st, summary):
-                        summary.changed_files += 1
-                except OSError as exc:
-                    summary.errors.append(f"{cand.path}: {exc.strerror or exc}")
-                except Overtaken:
-                    pass  # the other process stores what is left of it
-                finally:
-                    writer.guard = None
-            writer.commit()
-        except BaseException:
-            writer.rollback()
-            if writer.background is not None:
-                writer.background.close()
-            raise
-        finally:
-            if writer.preload is not None:
-                writer.preload.close()
+    return wal
 
-        seen = set(found)
-        gone = list(missing_files)
-        for root in scanned_roots:
-            prefix = root.rstrip(os.sep) + os.sep
-            gone += [p for p in tracked if p.startswith(prefix) and p not in seen]
-        try:
-            summary.deleted_files = _mark_deleted(db, gone)
-            if writer.background is not None:
-                derive_worker.apply(db, writer.background)
-        finally:
-            if writer.background is not None:
-                writer.background.close()   # never left running, whatever happened
+
+def _ingest_files(writer: _Writer, work: list[tuple], summary: Summary) -> None:
+    """Read what is new in each file of ``work``, and commit. On any error
+    the open transaction is rolled back and the derive worker stopped; the
+    preload workers are stopped whatever happens."""
+    try:
+        for cand, row, st in work:
+            try:
+                if _ingest_file(writer, cand, row, st, summary):
+                    summary.changed_files += 1
+            except OSError as exc:
+                summary.errors.append(f"{cand.path}: {exc.strerror or exc}")
+            except Overtaken:
+                pass  # the other process stores what is left of it
+            finally:
+                writer.guard = None
+        writer.commit()
+    except BaseException:
+        writer.rollback()
+        if writer.background is not None:
+            writer.background.close()
+        raise
+    finally:
+        if writer.preload is not None:
+            writer.preload.close()
+
+
+def _gone(tracked: dict, found: list[str], scanned_roots: list[str],
+          missing_files: list[str]) -> list[str]:
+    """The tracked files no longer there: given by name, or under a folder
+    scanned and not found in it."""
+    seen = set(found)
+    gone = list(missing_files)
+    for root in scanned_roots:
+        prefix = root.rstrip(os.sep) + os.sep
+        gone += [p for p in tracked if p.startswith(prefix) and p not in seen]
+    return gone
+
+
+def _end_files(db, writer: _Writer, summary: Summary, gone: list[str]) -> None:
+    """Mark ``gone`` deleted and take the derive worker's caches; the worker
+    is never left running, whatever happened."""
+    try:
+        summary.deleted_files = _mark_deleted(db, gone)
+        if writer.background is not None:
+            derive_worker.apply(db, writer.background)
+    finally:
+        if writer.background is not None:
+            writer.background.close()
+
+
+def _end_run(db, writer: _Writer, summary: Summary, config_dir) -> None:
+    """What follows the files: their caches derived, the retention in force
+    stored, search's text caught up, the kinds counted, and the run's end."""
+    conn = db.conn
     if not views.nothing_to_derive(conn):
-        from indexer.ingest import derive
+        from indexer.ingest import derive   # (only when there is something to derive: a no-op run's start-up time)
 
         derive.derive_pending(db)
     summary.warnings = retention.apply(
         db, config_dir or retention.default_config_dir())
-    from indexer.index import record_kinds, search_state
-
     if search_state.behind(search_state.state(conn)):   # search enabled (search.py)
-        from indexer.index import search
+        from indexer.index import search   # (only when search is enabled: start-up time)
 
         search.catch_up(db)   # the new records' text
     # The kinds not counted yet; the run ends, and when (one transaction: a
     # no-op run's only write).
     record_kinds.after_ingest(db, writer.run_at, at_end=lambda c: c.execute(
         LAST_INGEST_AT_SQL, [utcnow()]))
-    summary.seconds = time.monotonic() - started
-    return summary
 
 
 def report(summary: Summary, as_json: bool, out, err, style=lambda text: text,
@@ -510,7 +502,7 @@ def _ingest_file(writer: _Writer, cand, row: dict | None, st, summary: Summary) 
             summary.rewritten_files += 1
             now = utcnow()
             generations.supersede(conn, row["id"], rewrite, now)
-            from indexer.ingest import derive
+            from indexer.ingest import derive   # (only when there is something to derive: a no-op run's start-up time)
 
             derive.forget_file(conn, row["id"])
             for sql in FORGET_LINES_SQL:
@@ -527,7 +519,7 @@ def _ingest_file(writer: _Writer, cand, row: dict | None, st, summary: Summary) 
         elif writer.background is not None and whole:
             writer.background.finished(cand.path)   # read whole: the worker may derive it
         conn.execute(RECORD_STAT_SQL, {
-            "id": row["id"], "size": st.st_size, "mtime": _iso(st.st_mtime),
+            "id": row["id"], "size": st.st_size, "mtime": iso(st.st_mtime),
             "mtime_ns": st.st_mtime_ns, "dev": st.st_dev, "inode": st.st_ino,
             "returned": 1 if row["deleted_at"] is not None else 0,
             "pending_tail": pending_tail or None})
@@ -539,8 +531,6 @@ def _take_preloaded(writer: _Writer, row: dict, path: str, f, st, summary: Summa
     """A new file's lines as the preload worker parsed them, copied into the
     index with their offset (``row`` then stands where they end): the
     preload.Preloaded, or None if it has none for this file as it is now."""
-    from indexer.index import record_kinds
-
     p = writer.preload.take(writer.conn, row["id"], path, f, st)
     if p is None or p.end_offset == 0:
         return None
@@ -601,152 +591,90 @@ def _read_new_lines(writer: _Writer, row: dict, f, summary: Summary) -> tuple[bo
     TXN_BYTES at a time, each slice with the offset that covers it, then the
     bytes after the last newline if they are a whole record. Returns (stored
     or changed anything, the bytes after the last line: the pending tail)."""
-    from indexer.index import record_kinds
-    from indexer.transcripts.lines import line_row, parse_large_line, parse_line  # msgspec: when reading
+    from indexer.transcripts import lines   # (msgspec: only when there are lines to read)
 
-    conn = writer.conn
-    file_id, offset, line_no = row["id"], row["ingested_offset"], row["line_count"]
-    stored_offset = offset   # files.ingested_offset as the index has it now
-    head_len, head_hash = row["head_len"], row["head_hash"]
-    session_id = row["session_id"]
-    # The last line stored is a record that had no newline yet: the next byte
-    # either is its newline (skipped: not a line) or shows it went on (its
-    # row goes, and it is read again below as the line it is now).
-    unterminated = row.get("unterminated_tail") or 0
-    settled = False  # the offset moved without a new line: store it anyway
-    if unterminated:
-        f.seek(offset)
-        after = f.read(1)
-        if after == b"\n":
-            offset += 1
-            summary.bytes_read += 1
-        elif after:
-            offset -= unterminated
-            line_no -= 1
-            for sql in RETRACT_UNTERMINATED_SQL:
-                conn.execute(sql, {"id": file_id, "offset": offset})
-            if head_len > offset:
-                head_hash = None
-        if after:
-            unterminated, settled = 0, True
-    tail = b""
-    if offset:
-        f.seek(offset - min(offset, TAIL_BYTES))
-        tail = f.read(min(offset, TAIL_BYTES))
-    f.seek(offset)
-    records, bads = [], []
-    large_fields, large_bads = [], 0   # large lines already inserted in this slice
-    large_pending = []                 # parsed large lines, inserted once the buffer is freed
-    slice_bytes = 0
-    stored_any = False
-    buf = bytearray()
-    start = 0  # where the unconsumed bytes of buf begin
-
-    def current_tail() -> bytes:
-        """The TAIL_BYTES bytes just before ``offset``."""
-        return (tail + buf[max(0, start - TAIL_BYTES):start])[-TAIL_BYTES:]
-
-    def parse_large(line) -> bool:
-        """Parse a large line from the buffer; False to parse it as text."""
-        try:
-            fields = parse_large_line(line)
-        except NeedsText:
-            return False
-        except BadLine as exc:
-            large_pending.append((None, str(exc), line_no, offset, len(line)))
-        else:
-            large_pending.append((fields, None, line_no, offset, len(line)))
-        return True
-
-    def insert_large():
-        """Insert the parsed large lines, their bytes copied from the file into
-        SQLite piece by piece: at most one copy of a long line is in memory."""
-        nonlocal large_bads
-        writer.begin()
-        for fields, error, at_line, at, length in large_pending:
-            if fields is None:
-                cur = conn.execute(INSERT_LARGE_BAD_LINE_SQL, (file_id, at_line, at, error, length))
-                _write_raw(conn, "bad_lines", cur.lastrowid, f, at, length)
-                large_bads += 1
-            else:
-                cur = conn.execute(INSERT_LARGE_RECORD_SQL, (file_id, at_line, at, *fields, length))
-                _write_raw(conn, "records", cur.lastrowid, f, at, length)
-                large_fields.append(fields)
-        large_pending.clear()
-
-    def take_tail_record() -> bool:
-        """At the end of the file: are the bytes after the last newline a whole
-        record? Then queue them as the last line, unterminated."""
-        nonlocal tail, buf, line_no, offset, slice_bytes, unterminated
-        if not bytes(buf[-64:]).rstrip().endswith(b"}"):
-            return False  # cheap: a whole JSON object ends with its brace
-        with memoryview(buf) as view:
-            fields = None
-            if len(view) > LARGE_LINE_BYTES:
-                try:
-                    fields = parse_large_line(view)
-                except BadLine:
-                    return False
-                except NeedsText:
-                    pass
-            if fields is not None:
-                large_pending.append((fields, None, line_no + 1, offset, len(view)))
-            else:
-                try:
-                    raw, fields = parse_line(view)
-                except BadLine:
-                    return False
-                records.append((file_id, line_no + 1, offset, *fields, raw))
-        n = len(buf)
-        line_no += 1
-        offset += n
-        slice_bytes += n
-        unterminated = n
-        tail, buf = (tail + bytes(buf[-TAIL_BYTES:]))[-TAIL_BYTES:], bytearray()
-        if large_pending:
-            insert_large()
-        return True
-
-    def store():
-        nonlocal records, bads, slice_bytes, head_len, head_hash, session_id, stored_any
-        nonlocal large_fields, large_bads, settled, stored_offset
-        if not (records or bads or large_fields or large_bads or settled):
-            return
-        facts = [r[3:-1] for r in records] + large_fields
-        if session_id is None:
-            session_id = next((r[_SESSION] for r in facts if r[_SESSION]), None)
-        if head_hash is None:
-            pos = f.tell()
-            f.seek(0)
-            head = f.read(min(HEAD_BYTES, offset))
-            f.seek(pos)
-            head_len, head_hash = len(head), digest_of(head)
-        end = current_tail()
-        writer.begin()
-        insert_lines(conn, records, bads)
-        if records and not large_fields:   # their kinds, from what was parsed
-            record_kinds.count_stored(conn, file_id, stored_offset, offset, records,
-                                      writer.run_at)
-        conn.execute(ADVANCE_OFFSET_SQL, {
-            "id": file_id, "offset": offset, "line_count": line_no,
-            "unterminated": unterminated,
-            "head_len": head_len, "head_hash": head_hash,
-            "tail_len": len(end), "tail_hash": digest_of(end),
-            "session_id": session_id, "now": utcnow(), **running_facts(facts)})
-        stored_offset = offset
-        summary.new_records += len(facts)
-        summary.bad_lines += len(bads) + large_bads
-        summary.new_lines += len(facts) + len(bads) + large_bads
-        stored_any, settled = True, False
-        n, records, bads, slice_bytes = slice_bytes, [], [], 0
-        large_fields, large_bads = [], 0
-        writer.maybe_commit(n)
-
+    reader = _NewLines(writer, row, f, summary, lines)
+    reader.settle_unterminated()
+    reader.start_reading()
     while True:
         chunk = f.read(READ_CHUNK)
         if not chunk:
             break
-        summary.bytes_read += len(chunk)
+        reader.consume(chunk)
+    if reader.buf:
+        reader.take_tail_record()
+    reader.store()
+    return reader.stored_any, bytes(reader.buf)
+
+
+class _NewLines:
+    """One file's new lines on their way into the index (_read_new_lines):
+    where the file stands (offset, line_no, the hashes' bytes), the lines
+    parsed and not stored yet, and the read buffer."""
+
+    def __init__(self, writer: _Writer, row: dict, f, summary: Summary, lines):
+        self.writer, self.conn, self.f, self.summary, self.lines = (
+            writer, writer.conn, f, summary, lines)
+        self.file_id, self.offset, self.line_no = (
+            row["id"], row["ingested_offset"], row["line_count"])
+        self.stored_offset = self.offset   # files.ingested_offset as the index has it now
+        self.head_len, self.head_hash = row["head_len"], row["head_hash"]
+        self.session_id = row["session_id"]
+        # The last line stored is a record that had no newline yet: the next
+        # byte either is its newline (skipped: not a line) or shows it went on
+        # (its row goes, and it is read again as the line it is now).
+        self.unterminated = row.get("unterminated_tail") or 0
+        self.settled = False  # the offset moved without a new line: store it anyway
+        self.tail = b""
+        self.records, self.bads = [], []
+        self.large_fields, self.large_bads = [], 0   # large lines already inserted in this slice
+        self.large_pending = []                      # parsed large lines, inserted once the buffer is freed
+        self.slice_bytes = 0
+        self.stored_any = False
+        self.buf = bytearray()
+        self.start = 0  # where the unconsumed bytes of buf begin
+
+    def settle_unterminated(self) -> None:
+        """A last line stored without its newline: its newline is skipped now,
+        or, if it went on, its row goes and it is read again."""
+        if not self.unterminated:
+            return
+        self.f.seek(self.offset)
+        after = self.f.read(1)
+        if after == b"\n":
+            self.offset += 1
+            self.summary.bytes_read += 1
+        elif after:
+            self.offset -= self.unterminated
+            self.line_no -= 1
+            for sql in RETRACT_UNTERMINATED_SQL:
+                self.conn.execute(sql, {"id": self.file_id, "offset": self.offset})
+            if self.head_len > self.offset:
+                self.head_hash = None
+        if after:
+            self.unterminated, self.settled = 0, True
+
+    def start_reading(self) -> None:
+        """The TAIL_BYTES before the offset (hashed with each slice), and the
+        file positioned at the offset."""
+        if self.offset:
+            self.f.seek(self.offset - min(self.offset, TAIL_BYTES))
+            self.tail = self.f.read(min(self.offset, TAIL_BYTES))
+        self.f.seek(self.offset)
+
+    def current_tail(self) -> bytes:
+        """The TAIL_BYTES bytes just before ``offset``."""
+        return (self.tail + self.buf[max(0, self.start - TAIL_BYTES):self.start])[-TAIL_BYTES:]
+
+    def consume(self, chunk: bytes) -> None:
+        """Parse every line ``chunk`` completes; store a slice once it holds
+        TXN_BYTES. (The loop over lines keeps its state in locals: it runs
+        once per line of every file.)"""
+        self.summary.bytes_read += len(chunk)
+        buf, records, bads, file_id = self.buf, self.records, self.bads, self.file_id
+        line_row = self.lines.line_row
+        line_no, offset, slice_bytes, start = (
+            self.line_no, self.offset, self.slice_bytes, self.start)
         search_from = len(buf)
         buf += chunk
         nl = buf.find(b"\n", search_from)
@@ -754,7 +682,7 @@ def _read_new_lines(writer: _Writer, row: dict, f, summary: Summary) -> tuple[bo
             with memoryview(buf) as view:
                 line = view[start:nl]
                 line_no += 1
-                if not (len(line) > LARGE_LINE_BYTES and parse_large(line)):
+                if not (len(line) > LARGE_LINE_BYTES and self.parse_large(line, line_no, offset)):
                     line_row(line, file_id, line_no, offset, records, bads)
                 line.release()
             consumed = nl + 1 - start
@@ -762,23 +690,120 @@ def _read_new_lines(writer: _Writer, row: dict, f, summary: Summary) -> tuple[bo
             slice_bytes += consumed
             start = nl + 1
             nl = buf.find(b"\n", start)
+        self.line_no, self.offset, self.slice_bytes, self.start = (
+            line_no, offset, slice_bytes, start)
         if start:
             # Keep only the partial line; a fresh buffer frees a huge one
             # before its parsed copy is stored.
-            tail = current_tail()
+            self.tail = self.current_tail()
             if start > READ_CHUNK:
-                buf = bytearray(buf[start:])
+                self.buf = bytearray(buf[start:])
             else:
                 del buf[:start]
-            start = 0
-        if large_pending:
-            insert_large()
-        if slice_bytes >= TXN_BYTES:
-            store()
-    if buf:
-        take_tail_record()
-    store()
-    return stored_any, bytes(buf)
+            self.start = 0
+        if self.large_pending:
+            self.insert_large()
+        if self.slice_bytes >= TXN_BYTES:
+            self.store()
+
+    def parse_large(self, line, line_no: int, offset: int) -> bool:
+        """Parse a large line from the buffer; False to parse it as text."""
+        try:
+            fields = self.lines.parse_large_line(line)
+        except NeedsText:
+            return False
+        except BadLine as exc:
+            self.large_pending.append((None, str(exc), line_no, offset, len(line)))
+        else:
+            self.large_pending.append((fields, None, line_no, offset, len(line)))
+        return True
+
+    def insert_large(self) -> None:
+        """Insert the parsed large lines, their bytes copied from the file into
+        SQLite piece by piece: at most one copy of a long line is in memory."""
+        conn, f, file_id = self.conn, self.f, self.file_id
+        self.writer.begin()
+        for fields, error, at_line, at, length in self.large_pending:
+            if fields is None:
+                cur = conn.execute(INSERT_LARGE_BAD_LINE_SQL, (file_id, at_line, at, error, length))
+                _write_raw(conn, "bad_lines", cur.lastrowid, f, at, length)
+                self.large_bads += 1
+            else:
+                cur = conn.execute(INSERT_LARGE_RECORD_SQL, (file_id, at_line, at, *fields, length))
+                _write_raw(conn, "records", cur.lastrowid, f, at, length)
+                self.large_fields.append(fields)
+        self.large_pending.clear()
+
+    def take_tail_record(self) -> bool:
+        """At the end of the file: are the bytes after the last newline a whole
+        record? Then queue them as the last line, unterminated."""
+        buf = self.buf
+        if not bytes(buf[-64:]).rstrip().endswith(b"}"):
+            return False  # cheap: a whole JSON object ends with its brace
+        with memoryview(buf) as view:
+            fields = None
+            if len(view) > LARGE_LINE_BYTES:
+                try:
+                    fields = self.lines.parse_large_line(view)
+                except BadLine:
+                    return False
+                except NeedsText:
+                    pass
+            if fields is not None:
+                self.large_pending.append((fields, None, self.line_no + 1, self.offset, len(view)))
+            else:
+                try:
+                    raw, fields = self.lines.parse_line(view)
+                except BadLine:
+                    return False
+                self.records.append((self.file_id, self.line_no + 1, self.offset, *fields, raw))
+        n = len(buf)
+        self.line_no += 1
+        self.offset += n
+        self.slice_bytes += n
+        self.unterminated = n
+        self.tail, self.buf = (self.tail + bytes(buf[-TAIL_BYTES:]))[-TAIL_BYTES:], bytearray()
+        if self.large_pending:
+            self.insert_large()
+        return True
+
+    def store(self) -> None:
+        """Store the slice read so far with the offset that covers it (and
+        commit when TXN_BYTES are pending)."""
+        if not (self.records or self.bads or self.large_fields or self.large_bads
+                or self.settled):
+            return
+        conn, records, bads = self.conn, self.records, self.bads
+        facts = [r[3:-1] for r in records] + self.large_fields
+        if self.session_id is None:
+            self.session_id = next((r[_SESSION] for r in facts if r[_SESSION]), None)
+        if self.head_hash is None:
+            pos = self.f.tell()
+            self.f.seek(0)
+            head = self.f.read(min(HEAD_BYTES, self.offset))
+            self.f.seek(pos)
+            self.head_len, self.head_hash = len(head), digest_of(head)
+        end = self.current_tail()
+        self.writer.begin()
+        insert_lines(conn, records, bads)
+        if records and not self.large_fields:   # their kinds, from what was parsed
+            record_kinds.count_stored(conn, self.file_id, self.stored_offset, self.offset,
+                                      records, self.writer.run_at)
+        conn.execute(ADVANCE_OFFSET_SQL, {
+            "id": self.file_id, "offset": self.offset, "line_count": self.line_no,
+            "unterminated": self.unterminated,
+            "head_len": self.head_len, "head_hash": self.head_hash,
+            "tail_len": len(end), "tail_hash": digest_of(end),
+            "session_id": self.session_id, "now": utcnow(), **running_facts(facts)})
+        self.stored_offset = self.offset
+        bad_lines = len(bads) + self.large_bads
+        self.summary.new_records += len(facts)
+        self.summary.bad_lines += bad_lines
+        self.summary.new_lines += len(facts) + bad_lines
+        self.stored_any, self.settled = True, False
+        n, self.records, self.bads, self.slice_bytes = self.slice_bytes, [], [], 0
+        self.large_fields, self.large_bads = [], 0
+        self.writer.maybe_commit(n)
 
 
 def _mark_deleted(db, paths: list[str]) -> int:

@@ -19,12 +19,18 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from datetime import datetime, timezone
 
 from indexer.transcripts import discover
 from indexer.ingest import fleet_nats, fleet_wire
 from indexer.index import generations
-from indexer.index.db import OpenedFile, write_lock
-from indexer.ingest.files import FORGET_LINES_SQL, RUNNING_FACTS_SET, insert_lines, running_facts, utcnow
+from indexer.index.db import OpenedFile, open_db
+from indexer.ingest import derive
+from indexer.transcripts.lines import BadLine, parse_line_bytes
+from indexer.sql import write_lock
+from indexer.index.clock import utcnow
+from indexer.ingest.files import FORGET_LINES_SQL
+from indexer.ingest.linerows import RUNNING_FACTS_SET, insert_lines, running_facts
 
 PATH_PREFIX = "fleet://"
 # Messages per fetch, and how long a fetch waits for the first one: with
@@ -139,8 +145,6 @@ def _file(conn, header: dict, now: str, summary: Summary) -> dict | None:
     if generation < row["remote_generation"]:
         return None
     if generation > row["remote_generation"]:
-        from indexer.ingest import derive
-
         if row["ingested_offset"]:
             generations.supersede(conn, row["id"], "changed", now)
         derive.forget_file(conn, row["id"])
@@ -164,8 +168,6 @@ def _gap(conn, row: dict, summary: Summary) -> bool:
 def _store_lines(conn, row: dict, start: int, body: bytes, now: str, summary: Summary) -> bool:
     """Store the complete lines ``body`` (from byte ``start`` of the file)
     that are past what is stored; False if they do not meet what is stored."""
-    from indexer.transcripts.lines import BadLine, parse_line_bytes
-
     offset, end = row["ingested_offset"], start + len(body)
     if end <= offset:
         summary.duplicates += 1
@@ -276,14 +278,12 @@ def record_heartbeats(db, beats: list[tuple[str, float]]) -> None:
 
 
 def _iso(ts: float) -> str:
-    from datetime import datetime, timezone
-
     return datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="milliseconds") \
         .replace("+00:00", "Z")
 
 
 async def _read_heartbeats(kv) -> list[tuple[str, float]]:
-    from nats.js.errors import NoKeysError
+    from nats.js.errors import NoKeysError   # (nats-py: the optional fleet extra)
 
     try:
         keys = await kv.keys()
@@ -309,7 +309,7 @@ async def _reconcile(db, js, consumer: str) -> None:
     new index under an old consumer name, or one restored from a backup)
     starts again from the stream's first message: what the index has is
     skipped by offset, what it lost is stored again."""
-    from nats.js.errors import NotFoundError
+    from nats.js.errors import NotFoundError   # (nats-py: the optional fleet extra)
 
     row = db.conn.execute(CONSUMER_POSITION_SQL, [consumer]).fetchone()
     try:
@@ -322,7 +322,7 @@ async def _reconcile(db, js, consumer: str) -> None:
 
 async def _fetch(sub, wait: float):
     """A fetched batch, or [] when nothing came within ``wait``."""
-    from nats.errors import TimeoutError as FetchTimeout
+    from nats.errors import TimeoutError as FetchTimeout   # (nats-py: the optional fleet extra)
 
     try:
         return await sub.fetch(FETCH_BATCH, timeout=wait)
@@ -338,7 +338,7 @@ async def consume(db, options: fleet_nats.ConnectOptions, *, consumer: str | Non
     ``stop``); ``after_batch(summary)`` runs after each committed batch.
     With ``hosts``, only those hosts' messages (fleet_wire.consumers: a
     consumer per host, each with its own position)."""
-    from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+    from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy   # (nats-py: the optional fleet extra)
 
     started = time.monotonic()
     summary = Summary()
@@ -415,8 +415,6 @@ class Follower:
         self.stop = asyncio.Event()
 
     def run(self) -> Summary:
-        from indexer.index.db import open_db
-
         db = open_db(self.db_path)
         try:
             return self.loop.run_until_complete(consume(
@@ -428,8 +426,6 @@ class Follower:
             self.loop.close()
 
     def _batch(self, db, summary: Summary) -> None:
-        from indexer.ingest import derive
-
         derive.derive_pending(db)
         self.log(f"batch: {summary.messages} messages, {summary.new_lines} new lines so far")
 

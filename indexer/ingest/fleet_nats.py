@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 
 from indexer.ingest import fleet_wire
 
@@ -44,7 +45,7 @@ class ConnectOptions:
 
 def client():
     try:
-        import nats
+        import nats   # (nats-py: the optional fleet extra)
     except ImportError:
         raise FleetError("the NATS client is not installed: pip install 'session-index[fleet]'") \
             from None
@@ -59,7 +60,7 @@ CONNECT_WAIT_S = 5.0
 def _refusal(exc) -> bool:
     """The server said no to these credentials, or its certificate is not
     one the CA vouches for: no retry helps."""
-    import ssl
+    import ssl   # (only for a tls:// server or --tls-ca: ssl's start-up time)
 
     return isinstance(exc, ssl.SSLCertVerificationError) or any(
         word in str(exc).lower() for word in ("authorization", "authentication"))
@@ -99,7 +100,7 @@ async def connect(options: ConnectOptions, *, name: str, follow: bool = False,
     if options.tls_ca or options.url.startswith("tls://"):
         logging.getLogger("asyncio").addFilter(_QUIET_SSL_EOF)
     if options.tls_ca:
-        import ssl
+        import ssl   # (only for a tls:// server or --tls-ca: ssl's start-up time)
 
         try:
             kwargs["tls"] = ssl.create_default_context(cafile=options.tls_ca)
@@ -148,8 +149,8 @@ async def close(nc) -> None:
 
 async def ensure_stream(js) -> None:
     """The lines stream, made if missing (file storage, the duplicate window)."""
-    from nats.js.api import StorageType, StreamConfig
-    from nats.js.errors import NotFoundError
+    from nats.js.api import StorageType, StreamConfig   # (nats-py: the optional fleet extra)
+    from nats.js.errors import NotFoundError   # (nats-py: the optional fleet extra)
 
     try:
         await js.stream_info(fleet_wire.STREAM)
@@ -163,7 +164,7 @@ async def ensure_stream(js) -> None:
 
 async def heartbeats(js):
     """The key-value bucket of heartbeats, made if missing."""
-    from nats.js.errors import BucketNotFoundError
+    from nats.js.errors import BucketNotFoundError   # (nats-py: the optional fleet extra)
 
     try:
         return await js.key_value(HEARTBEAT_BUCKET)
@@ -174,9 +175,6 @@ async def heartbeats(js):
 def run(make, *, follow: bool):
     """``asyncio.run`` of ``make(stop)``; when following, SIGINT and SIGTERM
     set ``stop`` (the coroutine ends at its next step, nothing half-written)."""
-    import asyncio
-    import signal
-
     async def main():
         stop = asyncio.Event()
         if follow:

@@ -22,7 +22,11 @@ index in place (WAL from the start), as readers may come at once.
 
 from __future__ import annotations
 
+import gc
 import os
+
+from indexer.index import db as dbmod
+from indexer.index.connection import IndexError_
 
 MARK = ".building-"
 
@@ -67,9 +71,7 @@ def remove_strays(final: str) -> None:
 def _publish(conn, build: str, final: str) -> bool:
     """Switch the build to WAL, sync it and link it as ``final``: False if
     a file is there by now."""
-    from indexer.index.db import TO_WAL_SQL
-
-    mode = conn.execute(TO_WAL_SQL).fetchone()[0]
+    mode = conn.execute(dbmod.TO_WAL_SQL).fetchone()[0]
     conn.close()
     if mode != "wal":
         raise OSError(f"{build}: could not switch it to WAL (journal mode {mode})")
@@ -116,7 +118,7 @@ class Writeback:
         self.calls = 0   # sync_file_range calls made (tests)
 
     def __enter__(self):
-        import threading
+        import threading   # (only while a build is written: a no-op ingest's start-up time)
 
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, name="session-index-writeback",
@@ -126,7 +128,7 @@ class Writeback:
 
     def _run(self):
         try:
-            import ctypes
+            import ctypes   # (only while a build is written: ctypes' start-up time)
 
             sync_file_range = ctypes.CDLL(None, use_errno=True).sync_file_range
             sync_file_range.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64,
@@ -151,11 +153,9 @@ class Writeback:
 def ingest(final: str, run):
     """``run(db)`` (an ingest) on a new build of the index ``final``, then
     the build published as ``final``; on ``final`` opened as always
-    (``db.open_index``, which may raise db.IndexError_) when a file or a
+    (``db.open_index``, which may raise connection.IndexError_) when a file or a
     link is there already, or by the time the build is done, or its folder
     is missing. Returns run's result."""
-    from indexer.index import db as dbmod
-
     result = _build(final, run) if not os.path.lexists(final) else _NOT_BUILT
     if result is _NOT_BUILT:
         result = run(dbmod.open_index(final, create=True))
@@ -163,10 +163,6 @@ def ingest(final: str, run):
 
 
 def _build(final: str, run):
-    import gc
-
-    from indexer.index import db as dbmod
-
     dbmod.make_default_folder(final)
     if not os.path.isdir(os.path.dirname(os.path.abspath(final))):
         return _NOT_BUILT
@@ -175,7 +171,7 @@ def _build(final: str, run):
     _remove(build)   # (this process's own, from a build before)
     try:
         index = dbmod.open_index(build, create=True, bulk=True)
-    except dbmod.IndexError_:   # (a folder it may not write: opening the index says so)
+    except IndexError_:   # (a folder it may not write: opening the index says so)
         _remove(build)
         return _NOT_BUILT
     # What is loaded by now lives as long as the process: the cycle

@@ -31,15 +31,29 @@ batches ahead of what ingest has used (a line on its stdin per batch used).
 
 from __future__ import annotations
 
+import gc
 import json
 import operator
 import os
+import sqlite3
+import sys
 import zlib
 
-from indexer.index import views
+from indexer.chain import definitions, walk as chain
+from indexer.chain.definitions import TRANSCRIPT_KIND_NAMES
 from indexer.chain.walk import CACHE_COLUMNS, CACHE_TABLES
+from indexer.index import record_kinds
+from indexer.ingest import derive
+from indexer.ingest.linerows import (
+    HEAD_BYTES,
+    INSERT_BAD_LINE_SQL,
+    TAIL_BYTES,
+    digest_of,
+    running_facts,
+)
 from indexer.transcripts.records import RECORD_FIELDS
-from indexer.transcripts.rows import bindable
+from indexer.transcripts.rows import LARGE_LINE_BYTES, bindable
+from indexer.transcripts.safefiles import open_regular
 
 # Files bigger than this are read by ingest itself (the worker holds a
 # whole file in memory).
@@ -149,7 +163,6 @@ class _Worker:
     def __init__(self, folder: str, number: int, records_sql: str,
                  batches: list[tuple[int, list]]):
         import subprocess  # only for a big ingest: it costs start-up time
-        import sys
 
         self.ready = -1
         plan = os.path.join(folder, f"plan-{number}.json")   # (a pipe would make ingest wait)
@@ -191,7 +204,7 @@ class Preloader:
     batch attached now, and which batch holds which path."""
 
     def __init__(self, conn, batches: list[list[tuple]]):
-        import tempfile
+        import tempfile   # (only when the workers run: start-up time)
 
         # path -> (its batch, its key there: its place in the batch)
         self.batch_of = {f[0]: (n, key) for n, files in enumerate(batches)
@@ -299,7 +312,7 @@ class Preloader:
 
     def close(self) -> None:
         """Stop the worker and remove its folder (after a failure, too)."""
-        import shutil
+        import shutil   # (only when the workers run: start-up time)
 
         if self.attached is not None:
             try:
@@ -368,11 +381,7 @@ _file_start = FileStart()
 def _read_file(conn, path: str, key: int, out_records: list, out_bads: list):
     """One file's complete lines as ingest parses them, up to its last newline
     or its first large line: the files row values, or None if unreadable."""
-    from indexer.index import record_kinds
-    from indexer.ingest.files import HEAD_BYTES, TAIL_BYTES, digest_of, running_facts
-    from indexer.transcripts.lines import line_row
-    from indexer.transcripts.rows import LARGE_LINE_BYTES
-    from indexer.transcripts.safefiles import open_regular
+    from indexer.transcripts.lines import line_row   # (msgspec: the worker's, which parses; ingest's side does not)
 
     try:
         with open_regular(path) as f:
@@ -420,10 +429,10 @@ _UNREADABLE, _LEAF = (3 + RECORD_FIELDS.index(c) for c in ("is_unreadable", "lea
 
 # What UUID_RECORDS_SELECT computes in SQL, with its own expressions: each
 # timestamp (of a JSON array) in ms, and a last-prompt line's two fields.
-TIMESTAMPS_MS_SQL = (f"SELECT t.timestamp, {views.TIMESTAMP_MS.format(r='t')} "
+TIMESTAMPS_MS_SQL = (f"SELECT t.timestamp, {definitions.TIMESTAMP_MS.format(r='t')} "
                      "FROM (SELECT value AS timestamp FROM json_each(?)) t")
-PROMPT_FIELDS_SQL = (f"SELECT {views.LAST_PROMPT_NULL_LEAF.format(r='p')}, "
-                     f"{views.LAST_PROMPT_EXPLICIT.format(r='p')} "
+PROMPT_FIELDS_SQL = (f"SELECT {definitions.LAST_PROMPT_NULL_LEAF.format(r='p')}, "
+                     f"{definitions.LAST_PROMPT_EXPLICIT.format(r='p')} "
                      "FROM (SELECT CAST(? AS TEXT) AS raw) p")
 
 
@@ -459,9 +468,6 @@ def _derive(conn, files: dict[int, tuple], rows: list, prompts: list) -> None:
     """The caches of the batch's transcripts (key: (kind, session id, lines,
     bytes)), as derive.derive_files computes them from the index, from
     their _chain_rows."""
-    from indexer.chain import walk as chain
-    from indexer.ingest import derive
-
     _computed_in_sql(conn, rows, prompts)
     read = chain.read_rows(rows, list(files))
     out: dict[str, list] = {name: [] for name in chain.CACHE_COLUMNS}
@@ -489,11 +495,6 @@ def _batch_records(records: list):
 def write_batch(target: str, records_sql: str, files: list[list]) -> None:
     """Parse ``files`` ((path, kind, session id) each) into a new batch file
     at ``target``, with their caches (whole, then renamed)."""
-    import sqlite3
-
-    from indexer.ingest.files import INSERT_BAD_LINE_SQL
-    from indexer.index.views import TRANSCRIPT_KIND_NAMES
-
     tmp = target + ".tmp"
     conn = sqlite3.connect(tmp, isolation_level=None)
     try:
@@ -535,9 +536,7 @@ def write_batch(target: str, records_sql: str, files: list[list]) -> None:
 
 def main(argv: list[str]) -> int:
     """The worker: FOLDER PLAN (its JSON file); on stdin a line per batch used."""
-    import gc
-    import shutil
-    import sys
+    import shutil   # (only when the workers run: start-up time)
 
     folder, plan_file = argv
     # Ingest, which stores what the workers make, is the one to wait for:
@@ -569,6 +568,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    import sys
-
     sys.exit(main(sys.argv[1:]))

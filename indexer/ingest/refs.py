@@ -9,8 +9,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from indexer.index.db import write_lock
-from indexer.ingest.files import utcnow
+from indexer.sql import write_lock
+from indexer.index.clock import utcnow
 
 FIELDS = ("session_id", "source", "key", "cached_at")
 

@@ -18,11 +18,15 @@ puts a heartbeat in a key-value bucket every HEARTBEAT_S.
 from __future__ import annotations
 
 import asyncio
+import fcntl
+import json
 import os
 import socket
+import sqlite3
 import time
 
 from indexer.transcripts import discover
+from indexer.index.db import data_dir
 from indexer.ingest import fleet_nats, fleet_wire
 from indexer.transcripts.digests import blake2b
 from indexer.transcripts.safefiles import NotRegular, open_regular, regular_stat
@@ -69,8 +73,6 @@ def default_host() -> str:
 
 
 def default_ledger() -> str:
-    from indexer.index.db import data_dir
-
     return os.path.join(data_dir(), "ship.db")
 
 
@@ -79,9 +81,6 @@ class Ledger:
     one shipper at a time (a lock on LEDGER.lock)."""
 
     def __init__(self, path: str):
-        import fcntl
-        import sqlite3
-
         if os.path.dirname(path):
             os.makedirs(os.path.dirname(path), exist_ok=True)
         self.lock = open(path + ".lock", "a")
@@ -255,8 +254,6 @@ class Shipper:
         now = time.time()
         if not force and now - self.last_heartbeat < HEARTBEAT_S:
             return
-        import json
-
         value = json.dumps({"host": self.host, "at": now, "files": len(self.ledger.live()),
                             "lines": self.sent_lines}).encode()
         await self.kv.put(fleet_wire.host_token(self.host), value)
@@ -296,7 +293,7 @@ async def ship(options: fleet_nats.ConnectOptions, sources: list[str], *, host: 
 
 async def _follow(shipper: Shipper, stop: asyncio.Event) -> None:
     """A pass after every batch of file notifications, and every RESCAN_S."""
-    import watchfiles
+    import watchfiles   # (ship --watch only: the file notifications)
 
     roots = [s if os.path.isdir(s) else os.path.dirname(s) for s in shipper.sources]
     polling = None   # watchfiles' choice (inotify, unless WATCHFILES_FORCE_POLLING)

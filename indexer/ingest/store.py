@@ -57,8 +57,10 @@ import msgspec
 
 from indexer.ingest import derive
 from indexer.index import record_kinds, search, views
-from indexer.index.db import OpenedFile, open_db, retry_locked, write_lock
-from indexer.ingest.files import RUNNING_FACTS_SET, insert_lines, running_facts, utcnow
+from indexer.index.db import OpenedFile, open_db
+from indexer.sql import retry_locked, write_lock
+from indexer.index.clock import utcnow
+from indexer.ingest.linerows import RUNNING_FACTS_SET, insert_lines, running_facts
 from indexer.transcripts.lines import BadLine, parse_line
 from indexer.transcripts.records import RECORD_FIELDS
 
@@ -223,7 +225,7 @@ def _fold_summary():
     """The SDK's ``fold_session_summary``, or None without the SDK (imported
     once, when a store opens, so no append pays for the import)."""
     try:
-        from claude_agent_sdk import fold_session_summary
+        from claude_agent_sdk import fold_session_summary   # (the Agent SDK: the optional store extra)
     except ImportError:
         return None
     return fold_session_summary

@@ -45,9 +45,11 @@ import time
 from typing import Callable
 
 from indexer.index import db as dbmod
+from indexer.index.clock import utcnow
+from indexer.index.connection import IndexError_
 from indexer.transcripts import discover
 from indexer.ingest import files as ingestmod
-from indexer.cli.visible import stderr_line
+from indexer.ingest.log import stderr_line
 
 # Group notifications for at most this long, and yield once this long passes
 # without a new one: a write is seen after about STEP_MS, at most DEBOUNCE_MS.
@@ -97,8 +99,8 @@ def default_sources(sources, config_dir=None) -> list[str]:
 
 
 def stderr_log(line: str) -> None:
-    """One log line on stderr, after the time (``visible.stderr_line``)."""
-    stderr_line(f"{ingestmod.utcnow()} {line}")
+    """One log line on stderr, after the time (``log.stderr_line``)."""
+    stderr_line(f"{utcnow()} {line}")
 
 
 def signal_name(sig) -> str:
@@ -166,7 +168,7 @@ class Watcher:
         Raises WatchError when the index or a source cannot be used at start."""
         try:
             self.db = dbmod.open_db(self.db_path)
-        except dbmod.IndexError_ as exc:
+        except IndexError_ as exc:
             raise WatchError(str(exc)) from None
         self.opened = dbmod.OpenedFile(self.db.conn)
         try:
@@ -202,7 +204,7 @@ class Watcher:
     def _notifier(self):
         """A RustNotify on the watch roots (inotify, else polling), or None
         while one of them is missing."""
-        from watchfiles._rust_notify import RustNotify
+        from watchfiles._rust_notify import RustNotify   # (only once following: watchfiles' start-up time)
 
         roots = self._watch_roots()
         if not all(os.path.isdir(r) for r in roots):

@@ -191,7 +191,7 @@ def _freshen(db, session_id: str, config_dir: str, searched: list[str], host: st
         ingestmod.ingest(db, stale + found + gone, config_dir=config_dir)
         files = _rows(db, MAIN_FILES_SQL, [session_id, host])
     if not views.sessions_current(db.conn):  # an index upgraded since its last ingest
-        from indexer.ingest import derive
+        from indexer.ingest import derive   # (only for an index upgraded since its last ingest: a check's start-up time)
 
         derive.refresh_sessions_if_stale(db)
     return files, gone

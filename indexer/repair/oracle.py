@@ -47,7 +47,7 @@ def find_claude(explicit: str | None = None) -> str:
     if on_path:
         return on_path
     try:
-        import importlib.util
+        import importlib.util   # (only when claude is not on PATH)
         spec = importlib.util.find_spec("claude_agent_sdk")
     except (ImportError, ValueError):
         spec = None

@@ -18,12 +18,13 @@ import time
 from dataclasses import dataclass, field
 
 from indexer.transcripts.digests import sha256
-from indexer.index import views
+from indexer.chain import definitions
 from indexer.transcripts.safefiles import open_regular, temp_beside
 from indexer.transcripts import conversation
-from indexer.index.db import write_lock
+from indexer.sql import write_lock
 from indexer.sql import dict_rows
-from indexer.ingest.files import ingest, stored_bytes, utcnow
+from indexer.index.clock import utcnow
+from indexer.ingest.files import ingest, stored_bytes
 
 LIVE_SECONDS = 60
 # A repair writes this machine's transcripts only (host ''): another host's
@@ -250,7 +251,7 @@ class Result:
 
 STUCK_SQL = f"""
 SELECT 1 FROM poisoned_sessions p WHERE p.session_id = ? AND p.file_id = ? AND p.at_resume_tail
-  AND {views.NOTHING_TO_CUT_TEMPLATE.format(file="p.file_id")}
+  AND {definitions.NOTHING_TO_CUT_TEMPLATE.format(file="p.file_id")}
 """.strip()
 
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from collections import namedtuple
 
+from indexer.signals import verdict
 from indexer.transcripts.retention import DEFAULT_DAYS as DEFAULT_RETENTION_DAYS
 
 # --- Severities -----------------------------------------------------------
@@ -163,8 +164,30 @@ def _verdict_row(verdict: str, label: str, detail: str) -> HealthRow:
                      where=f"verdict = '{verdict}'", link=f"verdict={verdict}")
 
 
+SESSION_VERDICTS = SignalView(
+    "session_verdicts",
+    "The verdict of every session on every host: will a resume work, and if not, why and "
+    "what fixes it. The one definition check, sessions, show and these pages read.",
+    {"main_file_rule": "why file_id is the transcript a resume opens (sessions."
+                       "main_file_rule); empty when the session has no main transcript",
+     "path": "the path of file_id",
+     "verdict": "missing, poisoned, spliced or resumable (check's exit codes 4, 5, 6, 0)",
+     "cause": "why, in one word: never_seen, subagents_only, not_named, no_messages, "
+              "deleted; synthetic_tail, synthetic_tail_uncuttable; api_error_splice; "
+              "real_tail, store_copy",
+     "reason": "the sentence check prints",
+     "fix": "the command (or step) that fixes it; empty when resumable",
+     "tail_uuid": "the last assistant record on the resume chain",
+     "tail_message_id": "its message.id",
+     "splices": "api_error_splices of file_id",
+     "spliced_records": "records those splices leave off the resume chain",
+     "host": "the host the verdict is for ('' for this machine): each host's copy is "
+             "judged on its own"},
+    common=("file_id", "session_id"), sql=verdict.SESSION_VERDICTS_SQL,
+    facets=("verdict", "cause", "host"))
+
 VERDICTS = ProblemClass(
-    "verdicts", "session_verdicts", NOW,
+    "verdicts", SESSION_VERDICTS, NOW,
     "the verdict's fix column says it: session-index repair SESSION_ID --write for a "
     "poisoned or spliced session, session-index restore SESSION_ID for a deleted transcript, "
     "else start a new session (session-index check SESSION_ID explains)",

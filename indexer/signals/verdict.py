@@ -14,7 +14,7 @@ The first verdict that matches wins:
 | resumable | 0 | go ahead |
 
 Which transcript a resume opens is the chain's question (mainfile.py, the
-rules of views.MAIN_FILE_RULE_TEMPLATE): a verdict is given for a session on
+rules of definitions.MAIN_FILE_RULE_TEMPLATE): a verdict is given for a session on
 a host, the main transcript chosen there and the rule that chose it. The
 session's own choice is ``session_hosts``; ``check --cwd`` asks for the file
 a resume from another directory opens, through the same template with its
@@ -23,16 +23,16 @@ own subject row.
 
 from __future__ import annotations
 
-from indexer.index import views
+from indexer.chain import definitions
 from indexer.transcripts import records
 
 # The verdicts, in the order they are tried, and the exit code of each (check).
 EXIT_CODES = {"missing": 4, "poisoned": 5, "spliced": 6, "resumable": 0}
 
 # The main-file rules under which a resume loads the chosen file: a bare
-# `claude --resume` (views.OPENED_BY_RESUME, and check --cwd's worktree rule)
+# `claude --resume` (definitions.OPENED_BY_RESUME, and check --cwd's worktree rule)
 # or the Agent SDK from the session store.
-LOADED_RULES = (*views.OPENED_BY_RESUME, "named_in_worktree_project", "store_copy")
+LOADED_RULES = (*definitions.OPENED_BY_RESUME, "named_in_worktree_project", "store_copy")
 _LOADED = "(" + ", ".join(f"'{r}'" for r in LOADED_RULES) + ")"
 
 # The start of a poisoned verdict's reason: the placeholder at the tail.
@@ -145,7 +145,7 @@ FROM (
         WHEN t.id IS NOT NULL AND {records.SYNTHETIC_RECORD.format(r="t")} THEN 'poisoned'
         WHEN j.splices > 0 THEN 'spliced'
         ELSE 'resumable' END AS verdict,
-      {views.NOTHING_TO_CUT_TEMPLATE.format(file="j.file_id")} AS nothing_to_cut
+      {definitions.NOTHING_TO_CUT_TEMPLATE.format(file="j.file_id")} AS nothing_to_cut
     FROM (  -- DISTINCT (the rows are distinct anyway) keeps SQLite from flattening this
             -- layer, which would copy each subquery into every expression naming it
       SELECT DISTINCT a.session_id, a.host, a.file_id, a.rule, a.gone_now, a.cwd, a.candidates,

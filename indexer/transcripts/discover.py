@@ -7,6 +7,9 @@ import os
 import re
 from collections import namedtuple
 
+from indexer.transcripts.retention import config_dirs
+from indexer.transcripts.safefiles import open_regular
+
 UUID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", re.I)
 # Folders under a project that hold no transcripts: large tool outputs and
 # subagent workflow journals.
@@ -33,8 +36,6 @@ def default_sources(sources, config_dir=None) -> list[str]:
     default."""
     if sources:
         return [os.fspath(s) for s in sources]
-    from indexer.transcripts.retention import config_dirs
-
     candidates = [os.path.join(d, "projects") for d in ([config_dir] if config_dir
                                                         else config_dirs())]
     found = [p for p in candidates if os.path.isdir(p)]
@@ -169,8 +170,6 @@ def _told_by_a_line(head: bytes) -> str | None:
 def sniff(path: str) -> str | None:
     """What the first complete lines say the file is: TRANSCRIPT,
     EXECUTION_LOG, OTHER, or None (no complete line yet: decide later)."""
-    from indexer.transcripts.safefiles import open_regular
-
     try:
         with open_regular(path) as f:
             # (most files tell on their first line: a short read first)

@@ -16,6 +16,8 @@ import json
 import os
 import sys
 
+from indexer.sql import write_lock
+
 DEFAULT_DAYS = 30
 # Where managed (enterprise) settings live; SESSION_INDEX_MANAGED_SETTINGS
 # names another file (tests, unusual installs).
@@ -123,8 +125,6 @@ SET_RETENTION_SQL = "UPDATE files SET retention_days = ?, retention_source = ? W
 def apply(db, config_dir) -> list[str]:
     """Store the retention in force on every transcript file; return warnings
     (settings problems, and loudly, any cleanupPeriodDays of 0)."""
-    from indexer.index.db import write_lock
-
     resolved: dict = {}
     changes = []
     # The managed and the user settings are read once, not once per cwd.

@@ -64,7 +64,7 @@ def temp_beside(target: str, suffix: str):
     """(a binary file open for writing, its path): a new file in the
     target's folder, created O_EXCL|O_NOFOLLOW under a random name starting
     ``.<target name>.`` and ending ``suffix``."""
-    import tempfile
+    import tempfile   # (only to write a file: tempfile's start-up time costs every check)
 
     folder, name = os.path.split(os.path.abspath(target))
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=suffix)

@@ -1,0 +1,808 @@
+"""How a resume reads a transcript, in SQL: the chain's definitions.
+
+The three recursive definitions, ``leaves_definition``,
+``leaf_ancestry_definition`` and ``orphans_definition``, compute from
+``records`` on every query: they are the specification. Answering from them
+at a million records is too slow for a dashboard (seconds per query), so
+ingest materializes the same answers per changed file into
+``leaves_cache``, ``leaf_ancestry_cache`` and ``orphans_cache`` (derive.py,
+a direct walk in Python), and the contract views ``leaves``,
+``leaf_ancestry`` and ``orphans`` read those caches. Tests assert, on every
+fixture, the corpus and randomly generated trees, that each cache equals its
+``*_definition`` view row for row. The index's view registry
+(indexer/index/views.py) names them; which main transcript a resume opens
+(the main-file rules) is here too.
+
+Cycle safety: every recursive walk carries a step count bounded by the number
+of lines in its file (files.line_count). A walk that has not ended after
+visiting every record has repeated one, so the bound always stops it, and the
+repeated tail is cut off afterwards (``cycled``/``cut``). ``UNION`` alone is
+not enough: the step column makes every row distinct.
+
+Inside a recursive step only real tables are joined (``records``, ``files``):
+a CTE there is re-materialized and re-indexed at every step.
+"""
+
+from __future__ import annotations
+
+from indexer.transcripts.records import (
+    API_ERROR_RECORD,
+    CHAIN_TYPES_SQL,
+    COMPACT_BOUNDARY_RECORD,
+    EFFECTIVE_PARENT,
+    SYNTHETIC_RECORD,
+)
+
+# The CLI's parent fallback (resume.py): a record whose parent is not in the
+# file hangs under the latest message at or before it within this many ms.
+FALLBACK_MS = 5000
+
+# Files that are transcripts (the rest are `claude -p` execution logs).
+TRANSCRIPT_KIND_NAMES = ("main", "subagent")
+TRANSCRIPT_KINDS = "(" + ",".join(f"'{k}'" for k in TRANSCRIPT_KIND_NAMES) + ")"
+
+# Is record {n} a node (a chain record, the last line of its uuid)? Used
+# inside recursive steps, which must reach only real tables and their indexes:
+# a CTE there is re-materialized (and re-indexed) at every step.
+_IS_NODE = f"""{{n}}.uuid IS NOT NULL AND {{n}}.type IN {CHAIN_TYPES_SQL}
+    AND NOT EXISTS (SELECT 1 FROM records later
+      WHERE later.file_id = {{n}}.file_id AND later.uuid = {{n}}.uuid
+        AND later.line_no > {{n}}.line_no AND later.type IN {CHAIN_TYPES_SQL})"""
+
+# Common table expressions shared by the three definitions.
+# scope_files: the files computed (all of them). occ: every chain record line (a duplicated
+# uuid appears once per line). nodes: one row per uuid, the last line winning
+# as in the CLI and the SDK; eff_parent follows a compact_boundary's
+# logicalParentUuid (the cause walk's rule; the leaf walks use parent_uuid).
+NODES_CTES = f"""
+scope_files AS (
+  SELECT id AS file_id, kind, session_id FROM files WHERE kind IN {TRANSCRIPT_KINDS}
+),
+occ AS MATERIALIZED (
+  SELECT r.id, r.file_id, r.line_no, r.uuid, r.parent_uuid, r.type
+  FROM records r JOIN scope_files f ON f.file_id = r.file_id
+  WHERE r.uuid IS NOT NULL AND r.type IN {CHAIN_TYPES_SQL}
+),
+nodes AS MATERIALIZED (
+  SELECT r.id, r.file_id, r.line_no, r.uuid, r.parent_uuid, r.type, r.subtype,
+         r.timestamp, r.is_sidechain, r.message_id, r.is_tool_result, r.is_unreadable,
+         {EFFECTIVE_PARENT.format(r="r")} AS eff_parent
+  FROM records r JOIN scope_files f ON f.file_id = r.file_id
+  WHERE {_IS_NODE.format(n="r")}
+)
+""".strip()
+
+# Epoch milliseconds of a record's timestamp, NULL when it is not one.
+TIMESTAMP_MS = ("CAST(round((julianday({r}.timestamp) - 2440587.5) * 86400000.0) AS INTEGER)")
+# A last-prompt record's leafUuid is present and null / its explicit flag.
+LAST_PROMPT_NULL_LEAF = "(json_valid({r}.raw) AND json_type({r}.raw, '$.leafUuid') = 'null')"
+LAST_PROMPT_EXPLICIT = "(json_valid({r}.raw) AND json_type({r}.raw, '$.explicit') = 'true')"
+
+# The CLI's view of each file (resume.py states the rules): cli holds its
+# nodes (no progress records) with the bridged parent (read through progress
+# records written before the record; `bridge` climbs them, each step to an
+# earlier line, so it ends) and walk_parent (the bridged parent, else the
+# timestamp fallback when that parent is not a node).
+CLI_CTES = f"""
+bridge(file_id, uuid, up, up_line, steps) AS (
+  SELECT n.file_id, n.uuid, n.parent_uuid, n.line_no, 0 FROM nodes n
+  WHERE n.type <> 'progress' AND NOT n.is_unreadable AND EXISTS (
+    SELECT 1 FROM nodes p WHERE p.file_id = n.file_id AND p.uuid = n.parent_uuid
+      AND ((p.type = 'progress' AND p.line_no < n.line_no) OR p.is_unreadable))
+  UNION ALL
+  SELECT b.file_id, b.uuid, p.parent_uuid, p.line_no, b.steps + 1
+  FROM bridge b
+  JOIN records p ON p.file_id = b.file_id AND p.uuid = b.up
+  JOIN files f ON f.id = b.file_id
+  WHERE ((p.type = 'progress' AND p.line_no < b.up_line)
+         OR (p.is_unreadable AND p.type IN ('user','assistant')))
+    AND b.steps <= f.line_count AND {_IS_NODE.format(n="p")}
+),
+-- bridged: the end of each climb; NULL when it went round a cycle of
+-- unreadable records (the step bound).
+bridged AS MATERIALIZED (
+  SELECT b.file_id, b.uuid, CASE WHEN b.steps > f.line_count THEN NULL ELSE b.up END AS up
+  FROM (SELECT file_id, uuid, up, steps, row_number() OVER (
+               PARTITION BY file_id, uuid ORDER BY steps DESC) AS rn
+        FROM bridge) b JOIN files f ON f.id = b.file_id
+  WHERE b.rn = 1
+),
+cli_nodes AS MATERIALIZED (
+  SELECT n.id, n.file_id, n.line_no, n.uuid, n.type, n.subtype, n.is_sidechain,
+         r.parent_uuid, r.logical_parent_uuid, {TIMESTAMP_MS.format(r="r")} AS ts_ms,
+         CAST(CASE WHEN b.uuid IS NOT NULL THEN b.up ELSE n.parent_uuid END AS TEXT) AS parent
+  FROM nodes n JOIN records r ON r.id = n.id
+  LEFT JOIN bridged b ON b.file_id = n.file_id AND b.uuid = n.uuid
+  WHERE n.type <> 'progress' AND NOT n.is_unreadable
+),
+cli AS MATERIALIZED (
+  SELECT c.*, CAST(CASE
+    WHEN c.parent IS NULL THEN NULL
+    WHEN p.uuid IS NOT NULL THEN c.parent
+    ELSE (SELECT x.uuid FROM cli_nodes x
+          WHERE x.file_id = c.file_id AND x.uuid <> c.uuid AND x.is_sidechain = c.is_sidechain
+            AND NOT (x.type = 'system' AND x.subtype IS 'file_snapshot')
+            AND x.ts_ms <= c.ts_ms AND c.ts_ms - x.ts_ms <= {FALLBACK_MS}
+          ORDER BY x.ts_ms DESC, x.line_no LIMIT 1)
+  END AS TEXT) AS walk_parent
+  FROM cli_nodes c
+  LEFT JOIN cli_nodes p ON p.file_id = c.file_id AND p.uuid = c.parent
+)
+""".strip()
+
+# cli_definition: the CLI's nodes of every transcript file (CLI_CTES), with
+# the parent each is read under: to see why a resume walks where it does.
+CLI_DEFINITION_SQL = f"""
+WITH RECURSIVE {NODES_CTES},
+{CLI_CTES}
+SELECT id, file_id, line_no, uuid, type, subtype, is_sidechain, parent, walk_parent, ts_ms
+FROM cli
+""".strip()
+
+# leaves: one row per file.
+#   resume_leaf: main files: the record `claude --resume` starts from, by the
+#     rules of resume.py (resume_rule names the rule: checkpoint, last_row,
+#     leaf_scan, newest_record, rewound_to_empty, no_leaf); subagent files:
+#     the last user/assistant line (subagent_last_message).
+#   sdk_leaf: main files: the Agent SDK's _build_conversation_chain rule.
+#     terminals = lines no record names as parent; from each, walk up to the
+#     nearest user/assistant (to_message); prefer leaves
+#     that are not sidechain/team/meta; latest uuid in file order wins, and on
+#     a tie (one uuid on two terminal lines) the earlier terminal line, as the
+#     SDK's strict ">" keeps the first. Subagent files: as resume_leaf.
+#   branch_count: distinct non-sidechain user/assistant leaves the terminals
+#     reach (1 for a linear transcript).
+#   leaves_agree: both readers end the conversation at the same message: the
+#     first user/assistant record on the resume walk is the sdk leaf.
+# Every upward walk is bounded by the file's line count.
+# The CLI's "newest" record of a set (file_id, uuid, line_no, ts_ms) per file:
+# the first line with the greatest time; the last line when none has a time.
+NEWEST_OF = """
+  SELECT file_id, uuid FROM (
+    SELECT s.file_id, s.uuid, row_number() OVER (
+             PARTITION BY s.file_id
+             ORDER BY s.ts_ms IS NOT m.top,
+                      CASE WHEN m.top IS NULL THEN -s.line_no ELSE s.line_no END) AS rn
+    FROM {0} s JOIN (SELECT file_id, max(ts_ms) AS top FROM {0} GROUP BY file_id) m
+      ON m.file_id = s.file_id) WHERE rn = 1
+""".strip()
+NEWEST_OF_SCAN_SET = NEWEST_OF.format("scan_set")
+NEWEST_OF_ANY_SET = NEWEST_OF.format("any_set")
+
+LEAVES_CTES = f"""
+main_files AS (SELECT file_id FROM scope_files WHERE kind = 'main'),
+row_lines AS MATERIALIZED (
+  SELECT o.file_id, o.line_no, o.uuid FROM occ o JOIN records r ON r.id = o.id
+  JOIN main_files m ON m.file_id = o.file_id
+  WHERE o.type <> 'progress' AND NOT r.is_sidechain AND NOT r.is_unreadable
+    AND NOT (o.type = 'system' AND r.subtype IS 'file_snapshot')
+),
+last_rows AS MATERIALIZED (
+  SELECT file_id, uuid, line_no FROM (
+    SELECT file_id, uuid, line_no,
+           row_number() OVER (PARTITION BY file_id ORDER BY line_no DESC) AS rn
+    FROM row_lines) WHERE rn = 1
+),
+prompts AS MATERIALIZED (
+  SELECT r.file_id, r.line_no, nullif(r.leaf_uuid, '') AS leaf,
+         {LAST_PROMPT_NULL_LEAF.format(r="r")} AS null_leaf,
+         {LAST_PROMPT_EXPLICIT.format(r="r")} AS explicit
+  FROM records r JOIN main_files m ON m.file_id = r.file_id
+  WHERE r.type = 'last-prompt'
+),
+boundaries AS (
+  SELECT o.file_id, o.line_no FROM occ o JOIN records r ON r.id = o.id
+  WHERE {COMPACT_BOUNDARY_RECORD.format(r="r")}
+),
+latest_prompt AS (
+  SELECT file_id, line_no, leaf, explicit FROM (
+    SELECT p.*, row_number() OVER (PARTITION BY file_id ORDER BY line_no DESC) AS rn
+    FROM prompts p WHERE leaf IS NOT NULL) WHERE rn = 1
+),
+state AS MATERIALIZED (
+  SELECT m.file_id, lr.uuid AS last_row,
+    EXISTS (SELECT 1 FROM occ o JOIN records r ON r.id = o.id
+            WHERE o.file_id = m.file_id AND o.type = 'system' AND r.subtype = 'file_snapshot'
+              AND o.line_no > coalesce(lr.line_no, 0)) AS trailing,
+    CASE WHEN NOT EXISTS (SELECT 1 FROM boundaries b WHERE b.file_id = m.file_id
+                          AND b.line_no > lp.line_no)
+          AND NOT EXISTS (SELECT 1 FROM prompts q WHERE q.file_id = m.file_id
+                          AND q.line_no > lp.line_no AND q.null_leaf AND q.explicit)
+         THEN lp.leaf END AS checkpoint,
+    coalesce(lp.explicit AND NOT EXISTS (SELECT 1 FROM row_lines w WHERE w.file_id = m.file_id
+                                         AND w.line_no > lp.line_no), 0) AS explicit,
+    EXISTS (SELECT 1 FROM prompts q WHERE q.file_id = m.file_id AND q.null_leaf AND q.explicit
+              AND NOT EXISTS (SELECT 1 FROM row_lines w WHERE w.file_id = m.file_id
+                              AND w.line_no > q.line_no)
+              AND NOT EXISTS (SELECT 1 FROM prompts z WHERE z.file_id = m.file_id
+                              AND z.line_no > q.line_no AND z.leaf IS NOT NULL)) AS empty
+  FROM main_files m
+  LEFT JOIN last_rows lr ON lr.file_id = m.file_id
+  LEFT JOIN latest_prompt lp ON lp.file_id = m.file_id
+),
+-- above_last: the last row and its bridged ancestors.
+above_last(file_id, uuid, parent, steps) AS (
+  SELECT c.file_id, c.uuid, c.parent, 0 FROM state s
+  JOIN cli c ON c.file_id = s.file_id AND c.uuid = s.last_row
+  UNION ALL
+  SELECT a.file_id, c.uuid, c.parent, a.steps + 1 FROM above_last a
+  JOIN cli c ON c.file_id = a.file_id AND c.uuid = a.parent
+  JOIN files f ON f.id = a.file_id
+  WHERE a.steps <= f.line_count
+),
+judged AS MATERIALIZED (
+  SELECT s.*, (cp.uuid IS NOT NULL) AS checkpoint_is_node,
+    EXISTS (SELECT 1 FROM above_last a WHERE a.file_id = s.file_id
+            AND a.uuid = s.checkpoint) AS last_descends
+  FROM state s LEFT JOIN cli cp ON cp.file_id = s.file_id AND cp.uuid = s.checkpoint
+),
+first_pick AS MATERIALIZED (
+  SELECT file_id, last_row, trailing, checkpoint, explicit, last_descends,
+    CASE WHEN empty THEN NULL
+         WHEN checkpoint_is_node AND NOT explicit AND last_row IS NOT NULL
+              AND last_row <> checkpoint AND last_descends THEN last_row
+         WHEN checkpoint_is_node THEN checkpoint
+         WHEN NOT trailing THEN last_row END AS picked,
+    CASE WHEN empty THEN 'rewound_to_empty'
+         WHEN checkpoint_is_node AND NOT explicit AND last_row IS NOT NULL
+              AND last_row <> checkpoint AND last_descends THEN 'last_row'
+         WHEN checkpoint_is_node THEN 'checkpoint'
+         WHEN NOT trailing AND last_row IS NOT NULL THEN 'last_row' END AS rule,
+    empty
+  FROM judged
+),
+-- named: the uuids some node names as its (bridged) parent; by_message when
+-- a user/assistant node does.
+named AS MATERIALIZED (
+  SELECT file_id, parent AS uuid, max(type IN ('user','assistant')) AS by_message FROM cli
+  WHERE parent IS NOT NULL GROUP BY file_id, parent
+),
+-- to_msg: from a start record up bridged parents to the first user/assistant.
+starts AS MATERIALIZED (
+  SELECT file_id, 'picked' AS what, picked AS uuid FROM first_pick WHERE picked IS NOT NULL
+  UNION ALL
+  SELECT file_id, 'last', last_row FROM first_pick WHERE last_row IS NOT NULL
+  UNION ALL
+  SELECT c.file_id, 'terminal:' || c.uuid, c.uuid FROM cli c JOIN main_files m ON m.file_id = c.file_id
+  LEFT JOIN named k ON k.file_id = c.file_id AND k.uuid = c.uuid
+  WHERE k.uuid IS NULL
+),
+to_msg(file_id, what, uuid, type, parent, steps) AS (
+  SELECT s.file_id, s.what, c.uuid, c.type, c.parent, 0 FROM starts s
+  JOIN cli c ON c.file_id = s.file_id AND c.uuid = s.uuid
+  UNION ALL
+  SELECT t.file_id, t.what, c.uuid, c.type, c.parent, t.steps + 1 FROM to_msg t
+  JOIN cli c ON c.file_id = t.file_id AND c.uuid = t.parent
+  JOIN files f ON f.id = t.file_id
+  WHERE t.type NOT IN ('user','assistant') AND t.steps <= f.line_count
+),
+msg_of AS MATERIALIZED (
+  SELECT file_id, what, uuid FROM (
+    SELECT file_id, what, uuid, row_number() OVER (PARTITION BY file_id, what ORDER BY steps) AS rn
+    FROM to_msg WHERE type IN ('user','assistant')) WHERE rn = 1
+),
+scan_leaves AS MATERIALIZED (
+  SELECT DISTINCT m.file_id, m.uuid FROM msg_of m
+  LEFT JOIN named k ON k.file_id = m.file_id AND k.uuid = m.uuid AND k.by_message
+  WHERE m.what LIKE 'terminal:%' AND k.uuid IS NULL
+),
+scan AS MATERIALIZED (
+  SELECT p.file_id, (SELECT count(*) FROM scan_leaves l WHERE l.file_id = p.file_id) AS n,
+    EXISTS (SELECT 1 FROM scan_leaves l WHERE l.file_id = p.file_id AND l.uuid = p.checkpoint)
+      AS checkpoint_is_leaf
+  FROM first_pick p
+),
+-- The sets the CLI takes its "newest" of (NEWEST_OF).
+scan_set AS MATERIALIZED (
+  SELECT c.file_id, c.uuid, c.line_no, c.ts_ms FROM cli c
+  JOIN scan_leaves l ON l.file_id = c.file_id AND l.uuid = c.uuid
+  WHERE NOT c.is_sidechain
+),
+scan_newest AS (
+{NEWEST_OF_SCAN_SET}
+),
+any_set AS MATERIALIZED (
+  SELECT c.file_id, c.uuid, c.line_no, c.ts_ms FROM cli c
+  JOIN main_files m ON m.file_id = c.file_id
+  WHERE NOT c.is_sidechain
+    AND (NOT (c.type = 'system' AND c.subtype IS 'file_snapshot')
+         OR NOT EXISTS (SELECT 1 FROM cli o WHERE o.file_id = c.file_id AND NOT o.is_sidechain
+                        AND NOT (o.type = 'system' AND o.subtype IS 'file_snapshot')))
+),
+any_newest AS (
+{NEWEST_OF_ANY_SET}
+),
+resume_pick AS MATERIALIZED (
+  SELECT p.file_id,
+    CASE WHEN p.empty THEN NULL
+         WHEN pm.uuid IS NOT NULL THEN p.picked
+         WHEN s.n > 1 AND s.checkpoint_is_leaf
+              AND (p.explicit OR p.last_row IS NULL OR NOT p.last_descends) THEN p.checkpoint
+         WHEN s.n > 1 AND NOT p.trailing AND lm.uuid IS NOT NULL THEN lm.uuid
+         WHEN s.n > 0 THEN sn.uuid
+         ELSE an.uuid END AS uuid,
+    CASE WHEN p.empty THEN 'rewound_to_empty'
+         WHEN pm.uuid IS NOT NULL THEN p.rule
+         WHEN s.n > 1 AND s.checkpoint_is_leaf
+              AND (p.explicit OR p.last_row IS NULL OR NOT p.last_descends) THEN 'checkpoint'
+         WHEN s.n > 1 AND NOT p.trailing AND lm.uuid IS NOT NULL THEN 'last_row'
+         WHEN s.n > 0 AND sn.uuid IS NOT NULL THEN 'leaf_scan'
+         WHEN s.n > 0 THEN 'no_leaf'
+         WHEN an.uuid IS NOT NULL THEN 'newest_record'
+         ELSE 'no_leaf' END AS rule
+  FROM first_pick p
+  JOIN scan s ON s.file_id = p.file_id
+  LEFT JOIN msg_of pm ON pm.file_id = p.file_id AND pm.what = 'picked'
+  LEFT JOIN msg_of lm ON lm.file_id = p.file_id AND lm.what = 'last'
+  LEFT JOIN scan_newest sn ON sn.file_id = p.file_id
+  LEFT JOIN any_newest an ON an.file_id = p.file_id
+),
+last_message AS (
+  SELECT file_id, id FROM (
+    SELECT o.file_id, o.id, row_number() OVER (
+             PARTITION BY o.file_id ORDER BY o.line_no DESC) AS rn
+    FROM occ o JOIN scope_files f ON f.file_id = o.file_id
+    WHERE f.kind <> 'main' AND o.type IN ('user','assistant')
+  ) WHERE rn = 1
+),
+terminals AS (
+  SELECT o.file_id, o.id, o.line_no, o.type, o.parent_uuid FROM occ o
+  WHERE NOT EXISTS (SELECT 1 FROM records c
+                    WHERE c.file_id = o.file_id AND c.parent_uuid = o.uuid
+                      AND c.uuid IS NOT NULL AND c.type IN {CHAIN_TYPES_SQL})
+),
+to_message(file_id, terminal_line, id, type, parent_uuid, steps) AS (
+  SELECT file_id, line_no, id, type, parent_uuid, 0 FROM terminals
+  UNION ALL
+  SELECT t.file_id, t.terminal_line, n.id, n.type, n.parent_uuid, t.steps + 1
+  FROM to_message t
+  JOIN records n ON n.file_id = t.file_id AND n.uuid = t.parent_uuid
+  JOIN files b ON b.id = t.file_id
+  WHERE t.type NOT IN ('user','assistant') AND t.steps <= b.line_count
+    AND {_IS_NODE.format(n="n")}
+),
+sdk_candidates AS (
+  SELECT t.file_id, t.terminal_line, r.id, r.uuid,
+         (NOT r.is_sidechain AND r.team_name IS NULL AND NOT r.is_meta) AS is_main,
+         (SELECT n.line_no FROM nodes n
+          WHERE n.file_id = r.file_id AND n.uuid = r.uuid) AS uuid_line
+  FROM to_message t JOIN records r ON r.id = t.id
+  WHERE t.type IN ('user','assistant')
+),
+sdk_pick AS (
+  SELECT file_id, id FROM (
+    SELECT c.file_id, c.id, row_number() OVER (
+             PARTITION BY c.file_id
+             ORDER BY c.is_main DESC, c.uuid_line DESC, c.terminal_line ASC) AS rn
+    FROM sdk_candidates c JOIN scope_files f ON f.file_id = c.file_id
+    WHERE f.kind = 'main'
+  ) WHERE rn = 1
+),
+branches AS (
+  SELECT file_id, count(DISTINCT uuid) AS n FROM sdk_candidates
+  WHERE is_main GROUP BY file_id
+),
+picked AS MATERIALIZED (
+  SELECT f.file_id, f.session_id, f.kind,
+         coalesce(rc.id, lmr.id) AS resume_leaf_id,
+         sr.id AS sdk_leaf_id, sr.uuid AS sdk_leaf_uuid, coalesce(br.n, 0) AS branch_count,
+         CASE WHEN f.kind = 'main' THEN rp.rule
+              WHEN lm.id IS NOT NULL THEN 'subagent_last_message' ELSE 'no_leaf' END
+           AS resume_rule
+  FROM scope_files f
+  LEFT JOIN resume_pick rp ON rp.file_id = f.file_id
+  LEFT JOIN cli rc ON rc.file_id = f.file_id AND rc.uuid = rp.uuid
+  LEFT JOIN sdk_pick sp ON sp.file_id = f.file_id
+  LEFT JOIN last_message lm ON lm.file_id = f.file_id
+  LEFT JOIN records lmr ON lmr.id = lm.id
+  LEFT JOIN records sr ON sr.id = coalesce(sp.id, lm.id)
+  LEFT JOIN branches br ON br.file_id = f.file_id
+),
+resume_message(file_id, uuid, type, parent, steps) AS (
+  SELECT p.file_id, c.uuid, c.type, c.walk_parent, 0 FROM picked p
+  JOIN cli c ON c.id = p.resume_leaf_id WHERE p.kind = 'main'
+  UNION ALL
+  SELECT m.file_id, c.uuid, c.type, c.walk_parent, m.steps + 1 FROM resume_message m
+  JOIN cli c ON c.file_id = m.file_id AND c.uuid = m.parent
+  JOIN files b ON b.id = m.file_id
+  WHERE m.type NOT IN ('user','assistant') AND m.steps <= b.line_count
+)
+""".strip()
+LEAVES_SELECT = """
+SELECT p.file_id, p.session_id, p.kind, p.resume_leaf_id, r.uuid AS resume_leaf_uuid,
+       p.sdk_leaf_id, p.sdk_leaf_uuid,
+       coalesce(CASE WHEN p.kind = 'main'
+                     THEN (SELECT m.uuid FROM resume_message m WHERE m.file_id = p.file_id
+                           AND m.type IN ('user','assistant') ORDER BY m.steps LIMIT 1)
+                     ELSE r.uuid END IS p.sdk_leaf_uuid, 0) AS leaves_agree,
+       p.branch_count, p.resume_rule
+FROM picked p LEFT JOIN records r ON r.id = p.resume_leaf_id
+""".strip()
+LEAVES_DEFINITION_SQL = f"WITH RECURSIVE {NODES_CTES},\n{CLI_CTES},\n{LEAVES_CTES}\n{LEAVES_SELECT}"
+
+# leaf_ancestry: one row per record on the walk from each rule's leaf to the
+# root; depth 0 is the leaf. The 'resume' walk of a main file follows the
+# CLI's walk parents (cli: progress bridged, the timestamp fallback); every
+# other walk follows parent_uuid to the last line of that uuid. Each stops at
+# a missing parent. A walk that reaches the step bound went round a cycle:
+# `cut` drops it from the first revisited uuid on.
+ANCESTRY_CTES = f"""
+leaves_def AS MATERIALIZED (SELECT * FROM leaves_definition),
+walk_starts AS MATERIALIZED (  -- one reference to leaves_def: each one is planned anew
+  SELECT l.file_id, k.rule,
+         CASE k.rule WHEN 'resume' THEN l.resume_leaf_id ELSE l.sdk_leaf_id END AS id,
+         k.rule = 'resume' AND f.kind = 'main' AS by_cli
+  FROM leaves_def l JOIN scope_files f ON f.file_id = l.file_id
+  JOIN (SELECT 'resume' AS rule UNION ALL SELECT 'sdk') k
+  WHERE CASE k.rule WHEN 'resume' THEN l.resume_leaf_id ELSE l.sdk_leaf_id END IS NOT NULL
+),
+walk(file_id, rule, by_cli, id, uuid, next, raw_depth) AS (
+  SELECT s.file_id, s.rule, s.by_cli, r.id, r.uuid,
+         CASE WHEN s.by_cli THEN c.walk_parent ELSE r.parent_uuid END, 0
+  FROM walk_starts s JOIN records r ON r.id = s.id LEFT JOIN cli c ON c.id = r.id
+  UNION ALL
+  SELECT w.file_id, w.rule, 0, n.id, n.uuid, n.parent_uuid, w.raw_depth + 1
+  FROM walk w
+  JOIN records n ON n.file_id = w.file_id AND n.uuid = w.next
+  JOIN files b ON b.id = w.file_id
+  WHERE NOT w.by_cli AND w.raw_depth <= b.line_count AND {_IS_NODE.format(n="n")}
+  UNION ALL
+  SELECT w.file_id, w.rule, 1, c.id, c.uuid, c.walk_parent, w.raw_depth + 1
+  FROM walk w
+  JOIN cli c ON c.file_id = w.file_id AND c.uuid = w.next
+  JOIN files b ON b.id = w.file_id
+  WHERE w.by_cli AND w.raw_depth <= b.line_count
+),
+walked AS MATERIALIZED (SELECT * FROM walk),
+cycled AS (
+  SELECT DISTINCT w.file_id, w.rule FROM walked w JOIN files b ON b.id = w.file_id
+  WHERE w.raw_depth > b.line_count
+),
+cut AS (
+  SELECT file_id, rule, min(raw_depth) AS at FROM (
+    SELECT w.file_id, w.rule, w.raw_depth, row_number() OVER (
+             PARTITION BY w.file_id, w.rule, w.uuid ORDER BY w.raw_depth) AS visit
+    FROM walked w JOIN cycled c ON c.file_id = w.file_id AND c.rule = w.rule
+  ) WHERE visit > 1 GROUP BY file_id, rule
+)
+""".strip()
+ANCESTRY_SELECT = """
+SELECT w.file_id, f.session_id, w.rule, w.uuid, w.raw_depth AS depth, w.id AS record_id
+FROM walked w
+JOIN scope_files f ON f.file_id = w.file_id
+LEFT JOIN cut c ON c.file_id = w.file_id AND c.rule = w.rule
+WHERE c.at IS NULL OR w.raw_depth < c.at
+""".strip()
+LEAF_ANCESTRY_DEFINITION_SQL = (
+    f"WITH RECURSIVE {NODES_CTES},\n{CLI_CTES},\n{ANCESTRY_CTES}\n{ANCESTRY_SELECT}")
+
+# orphans: every non-sidechain chain record of a main file that is not on the
+# 'resume' ancestry, with the first matching cause. `down` walks top-down
+# from the ancestry, from other roots (unlinked) and from records whose
+# parent is missing (dangling_parent), following parent_uuid, or a
+# compact_boundary's logicalParentUuid when its parent is null; it carries
+# the branch point (the ancestry record its branch leaves from). A record
+# has one such parent, so it is reached at most once and a cycle is never
+# entered (its records are never reached: 'other'); the step bound is a
+# second guard. restored: the CLI puts the record back after its walk: a
+# parallel_tool_branch, or a non-message record that hangs from the leaf
+# message through non-message records (put_back; progress records are
+# passed through, as the CLI bridges them). It reads the resume ancestry from
+# leaf_ancestry, which the tests hold equal to leaf_ancestry_definition:
+# SQLite 3.40 loses the CTEs of leaf_ancestry_definition when a recursive
+# step here reads it ("no such table: main.scope_files").
+ORPHANS_DEFINITION_SQL = f"""
+WITH RECURSIVE {NODES_CTES},
+on_chain AS MATERIALIZED (
+  SELECT a.file_id, a.uuid, a.depth FROM leaf_ancestry a
+  JOIN scope_files f ON f.file_id = a.file_id
+  WHERE a.rule = 'resume' AND f.kind = 'main'
+),
+boundary AS (
+  SELECT file_id, line_no FROM (
+    SELECT a.file_id, n.line_no,
+           row_number() OVER (PARTITION BY a.file_id ORDER BY a.depth) AS rn
+    FROM on_chain a JOIN nodes n ON n.file_id = a.file_id AND n.uuid = a.uuid
+    WHERE {COMPACT_BOUNDARY_RECORD.format(r="n")}
+  ) WHERE rn = 1
+),
+chain_messages AS MATERIALIZED (
+  SELECT DISTINCT a.file_id, n.message_id FROM on_chain a
+  JOIN nodes n ON n.file_id = a.file_id AND n.uuid = a.uuid
+  WHERE n.type = 'assistant' AND n.message_id IS NOT NULL
+),
+splice_points AS MATERIALIZED (
+  SELECT b.file_id, b.uuid FROM on_chain b
+  JOIN leaf_ancestry c ON c.file_id = b.file_id AND c.rule = 'resume' AND c.depth = b.depth - 1
+  JOIN nodes n ON n.file_id = c.file_id AND n.uuid = c.uuid
+  WHERE {API_ERROR_RECORD.format(r="n")}
+),
+leaf_message AS MATERIALIZED (
+  SELECT file_id, uuid FROM (
+    SELECT a.file_id, a.uuid, row_number() OVER (PARTITION BY a.file_id ORDER BY a.depth) AS rn
+    FROM on_chain a JOIN nodes n ON n.file_id = a.file_id AND n.uuid = a.uuid
+    WHERE n.type IN ('user','assistant')) WHERE rn = 1
+),
+put_back(file_id, uuid, type, steps) AS (
+  SELECT file_id, uuid, 'message', 0 FROM leaf_message
+  UNION ALL
+  SELECT c.file_id, c.uuid, c.type, p.steps + 1 FROM put_back p
+  JOIN records c ON c.file_id = p.file_id AND c.parent_uuid = p.uuid
+  JOIN files b ON b.id = p.file_id
+  WHERE c.type IN ('system','attachment','progress') AND p.steps <= b.line_count
+    AND {_IS_NODE.format(n="c")}
+),
+off AS MATERIALIZED (
+  SELECT n.* FROM nodes n JOIN scope_files f ON f.file_id = n.file_id
+  WHERE f.kind = 'main'
+    AND NOT EXISTS (SELECT 1 FROM on_chain a WHERE a.file_id = n.file_id AND a.uuid = n.uuid)
+),
+down(file_id, uuid, branch_point, origin, steps) AS (
+  SELECT o.file_id, o.uuid, o.eff_parent, 'ancestry', 0
+  FROM off o
+  WHERE EXISTS (SELECT 1 FROM on_chain a WHERE a.file_id = o.file_id AND a.uuid = o.eff_parent)
+  UNION ALL
+  SELECT o.file_id, o.uuid, NULL, 'unlinked', 0
+  FROM off o WHERE o.eff_parent IS NULL
+  UNION ALL
+  SELECT o.file_id, o.uuid, NULL, 'dangling_parent', 0
+  FROM off o
+  WHERE o.eff_parent IS NOT NULL
+    AND NOT EXISTS (SELECT 1 FROM nodes p WHERE p.file_id = o.file_id AND p.uuid = o.eff_parent)
+  UNION ALL
+  SELECT c.file_id, c.uuid, d.branch_point, d.origin, d.steps + 1
+  FROM down d
+  JOIN records c ON c.file_id = d.file_id AND c.parent_uuid = d.uuid
+  JOIN files b ON b.id = d.file_id
+  WHERE d.steps <= b.line_count AND {_IS_NODE.format(n="c")}
+    AND NOT EXISTS (SELECT 1 FROM leaf_ancestry_cache a WHERE a.file_id = c.file_id
+                    AND a.rule = 'resume' AND a.uuid = c.uuid)
+  UNION ALL
+  SELECT c.file_id, c.uuid, d.branch_point, d.origin, d.steps + 1
+  FROM down d
+  JOIN records c ON c.file_id = d.file_id AND c.logical_parent_uuid = d.uuid
+  JOIN files b ON b.id = d.file_id
+  WHERE d.steps <= b.line_count AND c.parent_uuid IS NULL
+    AND {COMPACT_BOUNDARY_RECORD.format(r="c")}
+    AND {_IS_NODE.format(n="c")}
+    AND NOT EXISTS (SELECT 1 FROM leaf_ancestry_cache a WHERE a.file_id = c.file_id
+                    AND a.rule = 'resume' AND a.uuid = c.uuid)
+),
+reached AS MATERIALIZED (
+  SELECT file_id, uuid, branch_point, origin FROM down
+),
+classed AS (
+SELECT o.file_id, f.session_id, o.uuid, o.type, o.subtype, o.timestamp,
+  CASE
+    WHEN o.line_no < lb.line_no THEN 'compacted'
+    WHEN o.type = 'progress' THEN 'progress'
+    WHEN o.type = 'assistant' AND EXISTS (
+           SELECT 1 FROM chain_messages m
+           WHERE m.file_id = o.file_id AND m.message_id = o.message_id)
+      THEN 'parallel_tool_branch'
+    WHEN o.type = 'user' AND o.is_tool_result AND EXISTS (
+           SELECT 1 FROM nodes p JOIN chain_messages m
+             ON m.file_id = p.file_id AND m.message_id = p.message_id
+           WHERE p.file_id = o.file_id AND p.uuid = o.parent_uuid
+             AND p.type = 'assistant')
+      THEN 'parallel_tool_branch'
+    WHEN EXISTS (SELECT 1 FROM splice_points s
+                 WHERE s.file_id = o.file_id AND s.uuid = d.branch_point)
+      THEN 'api_error_splice'
+    WHEN {API_ERROR_RECORD.format(r="o")} THEN 'api_error_record'
+    WHEN d.origin = 'dangling_parent' THEN 'dangling_parent'
+    WHEN d.origin = 'unlinked' THEN 'unlinked'
+    WHEN d.origin = 'ancestry' THEN 'abandoned_branch'
+    ELSE 'other'
+  END AS cause,
+  d.branch_point AS branch_point_uuid,
+  o.id AS record_id, o.line_no, o.message_id
+FROM off o
+JOIN scope_files f ON f.file_id = o.file_id
+LEFT JOIN reached d ON d.file_id = o.file_id AND d.uuid = o.uuid
+LEFT JOIN boundary lb ON lb.file_id = o.file_id
+WHERE NOT o.is_sidechain
+)
+SELECT c.*,
+  (c.cause = 'parallel_tool_branch' OR (c.type IN ('system','attachment') AND EXISTS (
+     SELECT 1 FROM put_back p WHERE p.file_id = c.file_id AND p.uuid = c.uuid AND p.steps > 0)))
+    AS restored
+FROM classed c
+""".strip()
+
+LEAVES_COLUMNS = (
+    "file_id, session_id, kind, resume_leaf_id, resume_leaf_uuid, "
+    "sdk_leaf_id, sdk_leaf_uuid, leaves_agree, branch_count, resume_rule"
+)
+LEAF_ANCESTRY_COLUMNS = "file_id, session_id, rule, uuid, depth, record_id"
+# The caches' columns where they hold more than their view shows: a leaves
+# row also keeps the chain lengths and what derive_append.py carries on from
+# (derived_lines: the lines it covers; derive_state: JSON), an ancestry row
+# its height instead of its depth.
+CACHE_COLUMNS = {
+    "leaves": LEAVES_COLUMNS + ", resume_length, sdk_length, derived_lines, derive_state",
+    "leaf_ancestry": "file_id, session_id, rule, uuid, height, record_id",
+}
+ORPHANS_COLUMNS = (
+    "file_id, session_id, uuid, type, subtype, timestamp, cause, "
+    "branch_point_uuid, record_id, line_no, message_id, restored"
+)
+
+# host: every view with a file (or a session) per row has the host that
+# file is on: '' for this machine's files and session-store copies, else
+# the name a fleet host ships under (`session-index ship --host`), as
+# host_copies has it. A scalar subquery on files' primary key, not a join:
+# SQLite computes it only for a query that reads host (count(*) or a GROUP
+# BY of the view reads no files row; bench/query_speed.py).
+HOST_OF = "coalesce((SELECT hf.host FROM files hf WHERE hf.id = {file_id}), '')"
+
+
+def prefixed(columns: str, alias: str) -> str:
+    return ", ".join(f"{alias}.{c}" for c in columns.split(", "))
+
+
+def with_host(definition: str) -> str:
+    """A *_definition view (the specification: slow, rarely read) with host
+    added as its view is: DEFINITIONS_HASH is of the definitions without it,
+    which is what the caches are computed from."""
+    return f"SELECT d.*, {HOST_OF.format(file_id='d.file_id')} AS host FROM (\n{definition}\n) d"
+
+
+# The contract views, read from the caches (same columns as *_definition).
+LEAVES_SQL = (f"SELECT {prefixed(LEAVES_COLUMNS, 'c')}, "
+              f"{HOST_OF.format(file_id='c.file_id')} AS host FROM leaves_cache c")
+# leaf_ancestry_cache stores a record's height (its distance from the end
+# of the walk: 0 at the root), which stays put as the chain grows at its
+# leaf (derive_append.py); depth, the distance from the leaf, is the chain's
+# length less one less that.
+LEAF_ANCESTRY_SQL = f"""
+SELECT a.file_id, a.session_id, a.rule, a.uuid,
+  CASE a.rule WHEN 'resume' THEN l.resume_length ELSE l.sdk_length END - 1 - a.height AS depth,
+  a.record_id, {HOST_OF.format(file_id="a.file_id")} AS host
+FROM leaf_ancestry_cache a JOIN leaves_cache l ON l.file_id = a.file_id
+""".strip()
+ORPHANS_SQL = (f"SELECT {prefixed(ORPHANS_COLUMNS, 'c')}, "
+               f"{HOST_OF.format(file_id='c.file_id')} AS host FROM orphans_cache c")
+
+# chain_breaks: chain record lines whose parentUuid names no chain record in
+# the same file (the walk from them stops there).
+CHAIN_BREAKS_DEFINITION_SQL = f"""
+SELECT r.file_id, f.session_id, r.id AS record_id, r.line_no, r.uuid, r.type,
+       r.subtype, r.timestamp, r.parent_uuid AS missing_parent_uuid
+FROM records r JOIN files f ON f.id = r.file_id AND f.kind IN {TRANSCRIPT_KINDS}
+WHERE r.parent_uuid IS NOT NULL AND r.uuid IS NOT NULL
+  AND r.type IN {CHAIN_TYPES_SQL}
+  AND NOT EXISTS (
+    SELECT 1 FROM records p
+    WHERE p.file_id = r.file_id AND p.uuid = r.parent_uuid
+      AND p.type IN {CHAIN_TYPES_SQL})
+""".strip()
+
+# duplicate_uuids: a uuid (on a record of any type) on more than one line of
+# a file; line_nos in file order; the last line (kept_line_no) is the one
+# both readers use.
+DUPLICATE_UUIDS_DEFINITION_SQL = f"""
+SELECT d.file_id, f.session_id, d.uuid, count(*) AS copies,
+       group_concat(d.line_no, ',') AS line_nos, max(d.line_no) AS kept_line_no
+FROM (SELECT file_id, uuid, line_no FROM records WHERE uuid IS NOT NULL
+      ORDER BY file_id, uuid, line_no) d
+JOIN files f ON f.id = d.file_id AND f.kind IN {TRANSCRIPT_KINDS}
+GROUP BY d.file_id, d.uuid
+HAVING count(*) > 1
+""".strip()
+
+CHAIN_BREAKS_COLUMNS = (
+    "file_id, session_id, record_id, line_no, uuid, type, subtype, timestamp, "
+    "missing_parent_uuid"
+)
+DUPLICATE_UUIDS_COLUMNS = "file_id, session_id, uuid, copies, line_nos, kept_line_no"
+CHAIN_BREAKS_SQL = (f"SELECT {prefixed(CHAIN_BREAKS_COLUMNS, 'c')}, "
+                    f"{HOST_OF.format(file_id='c.file_id')} AS host FROM chain_breaks_cache c")
+DUPLICATE_UUIDS_SQL = (f"SELECT {prefixed(DUPLICATE_UUIDS_COLUMNS, 'c')}, "
+                       f"{HOST_OF.format(file_id='c.file_id')} AS host "
+                       "FROM duplicate_uuids_cache c")
+
+# Each cache-backed view, with its definition (tests hold them equal).
+CACHED_VIEWS = ("leaves", "leaf_ancestry", "orphans", "chain_breaks", "duplicate_uuids")
+
+# --- Which main transcript `claude --resume` opens ------------------------
+
+# Claude Code 2.1.332, `claude --resume <id>` (the experiment and the code it
+# rests on are in the README): (1) <config>/projects/<folder of the cwd>/<id>.jsonl,
+# when that file holds a user or assistant message; (2) the same name in the
+# project folders of the cwd's other git worktrees; (3) every
+# projects/*/<id>.jsonl with a line holding '"type":"user"' or
+# '"type":"assistant"': exactly one is loaded, several are "No conversation
+# found". A file not named <id>.jsonl is never opened for that id, whatever
+# sessionId its records carry.
+
+# The project folder Claude Code names for the working directory {cwd} (an
+# SQL expression): every character outside [A-Za-z0-9] becomes '-' (JavaScript
+# replaces UTF-16 code units, so a character beyond U+FFFF becomes '--'). A
+# name over 200 characters gets a hash suffix the index cannot compute:
+# IN_CWD_PROJECT compares the first 200 characters and the '-', as the CLI's
+# own fallback for such names does (it then checks the cwd the folder's
+# transcripts carry, which is {cwd} here). The recursion stops at the end of
+# the string.
+PROJECT_FOLDER_TEMPLATE = """(WITH RECURSIVE chars(i, folder) AS (
+    SELECT 1, ''
+    UNION ALL
+    SELECT i + 1, folder || CASE
+      WHEN substr({cwd}, i, 1) GLOB '[A-Za-z0-9]' THEN substr({cwd}, i, 1)
+      WHEN unicode(substr({cwd}, i, 1)) > 65535 THEN '--' ELSE '-' END
+    FROM chars WHERE i <= length({cwd}))
+  SELECT folder FROM chars ORDER BY i DESC LIMIT 1)"""
+IN_CWD_PROJECT_TEMPLATE = """(SELECT CASE WHEN length(folder) <= 200 THEN {project_dir} = folder
+    ELSE substr({project_dir}, 1, 201) = substr(folder, 1, 200) || '-' END
+  FROM (SELECT """ + PROJECT_FOLDER_TEMPLATE + """ AS folder))"""
+
+# One row per main transcript (of the sessions {where} selects) with what
+# decides whether `claude --resume <session_id>` opens it: named (a local file
+# named <session_id>.jsonl), on_disk (not deleted), has_messages (a user or
+# assistant record: the CLI loads nothing from a file without one),
+# scan_visible (a line holding the compact '"type":"user"' or
+# '"type":"assistant"' text the CLI's all-folders scan looks for),
+# in_cwd_project (its folder is the project folder of the cwd its records
+# carry: the file a resume from the session's own working directory opens).
+MAIN_FILE_FACTS_TEMPLATE = """
+SELECT f.id AS file_id, f.session_id, coalesce(f.host, '') AS host, f.path, f.project_dir,
+  f.cwd, f.origin, f.mtime, f.deleted_at, f.records,
+  coalesce(f.origin IN ('file', 'fleet') AND substr(f.path, -length(f.session_id) - 7)
+    = '/' || f.session_id || '.jsonl', 0) AS named,
+  f.deleted_at IS NULL AS on_disk,
+  EXISTS (SELECT 1 FROM records r WHERE r.file_id = f.id AND r.type IN ('user', 'assistant')
+          AND r.uuid IS NOT NULL) AS has_messages,
+  EXISTS (SELECT 1 FROM records r WHERE r.file_id = f.id
+          AND (instr(r.raw, '"type":"user"') OR instr(r.raw, '"type":"assistant"'))) AS scan_visible,
+  coalesce(f.cwd <> '' AND """ + IN_CWD_PROJECT_TEMPLATE.format(
+    project_dir="f.project_dir", cwd="f.cwd") + """, 0) AS in_cwd_project
+FROM files f
+WHERE f.kind = 'main' AND {where}
+""".strip()
+
+# The session's chosen main transcript (sessions.main_file_id) and why
+# (sessions.main_file_rule), from the facts above, the first that applies:
+#   only_named            the one file named <id>.jsonl on disk with messages:
+#                         the CLI opens it from any cwd (from another folder's
+#                         cwd through its scan of every project folder)
+#   named_in_cwd_project  several such files: the one in the project folder of
+#                         the cwd its records carry (the session's working
+#                         directory); from a cwd whose folder holds another,
+#                         the CLI opens that one, and from a cwd whose folder
+#                         holds none it finds several and fails
+#   named_newest          several, none in its own cwd's folder: the newest by
+#                         mtime (which one a resume opens depends on its cwd)
+#   store_copy            no local named file with messages: the session-store
+#                         copy (a resume must load it through the Agent SDK)
+#   named_no_messages     a named file without a user or assistant record: the
+#                         CLI finds no conversation in it
+#   not_named             only files not named <id>.jsonl (a fork or copy that
+#                         kept the id in its records): the CLI never opens them
+#   deleted               every main file is gone: the one to restore (named
+#                         first, then in its cwd's folder, then the newest)
+# Ties: named, in_cwd_project, the newest mtime, the highest files.id.
+MAIN_FILE_RULE_TEMPLATE = """CASE
+  WHEN {f}.named AND {f}.on_disk AND {f}.has_messages THEN CASE
+    WHEN {loadable} = 1 THEN 'only_named'
+    WHEN {f}.in_cwd_project THEN 'named_in_cwd_project'
+    ELSE 'named_newest' END
+  WHEN {f}.origin = 'store' THEN 'store_copy'
+  WHEN {f}.named AND {f}.on_disk THEN 'named_no_messages'
+  WHEN {f}.on_disk THEN 'not_named'
+  ELSE 'deleted' END"""
+MAIN_FILE_RULES = ("only_named", "named_in_cwd_project", "named_newest", "store_copy",
+                   "named_no_messages", "not_named", "deleted")
+MAIN_FILE_RANK_TEMPLATE = ("CASE {rule} " + " ".join(
+    f"WHEN '{r}' THEN {i}" for i, r in enumerate(MAIN_FILE_RULES)) + " END")
+# The rules under which a bare `claude --resume <id>` opens the chosen file
+# (from the right cwd).
+OPENED_BY_RESUME = ("only_named", "named_in_cwd_project", "named_newest")
+
+# 1 when file {file}'s resume chain holds no real assistant message (one that
+# is not a synthetic placeholder, records.SYNTHETIC_RECORD):
+# a poisoned tail then has nothing to be cut back to (repair cannot help; a
+# new session is the way on).
+NOTHING_TO_CUT_TEMPLATE = f"""NOT EXISTS (
+  SELECT 1 FROM leaf_ancestry_cache k JOIN records t ON t.id = k.record_id
+  WHERE k.file_id = {{file}} AND k.rule = 'resume' AND t.type = 'assistant'
+    AND NOT ({SYNTHETIC_RECORD.format(r="t")}))"""

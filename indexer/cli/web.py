@@ -1,0 +1,100 @@
+"""Datasette on the index: the plugin (``session_index_web``) and the
+metadata, the checks before serving (the index, its file name, the port),
+for ``serve``, ``demo`` and ``serve --watch`` (service.py)."""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from pathlib import Path
+
+from indexer.index import db as dbmod
+from indexer.index import migrations
+from indexer.index.connection import IndexError_
+from session_index_web import metadata as web_metadata
+
+# Facets over a million records take longer than Datasette's default 200 ms.
+# The *_definition views are the specification, not the fast path: a few
+# seconds to plan and run, so the SQL time limit allows for them.
+SETTINGS = {"facet_time_limit_ms": 1000, "sql_time_limit_ms": 5000}
+# The plugin module the datasette entry point registers (pyproject.toml).
+PLUGIN_MODULE = "session_index_web"
+
+
+class WebError(Exception):
+    """The web UI cannot start (no plugins, no index, port taken)."""
+
+
+def check_plugin() -> None:
+    """WebError unless Datasette has loaded the plugin from its entry point
+    (the package is installed, not only checked out)."""
+    from datasette.plugins import pm   # (Datasette: only to serve, not for the checks before it)
+
+    if not any(getattr(p, "__name__", None) == PLUGIN_MODULE for p in pm.get_plugins()):
+        raise WebError("the session-index Datasette plugin is not registered: install the "
+                       "package (pip install .) so its datasette entry point is there")
+
+
+def make_datasette(db_path, **kwargs):
+    """A Datasette on the index at ``db_path`` (mutable: not ``-i``) with
+    the plugin, as ``datasette FILE.db`` has it once the package is
+    installed, and the metadata (descriptions, facets) naming the database
+    as Datasette does (the file's stem)."""
+    from datasette.app import Datasette   # (Datasette: only to serve, not for the checks before it)
+
+    check_plugin()
+    return Datasette([str(db_path)],
+                     metadata=web_metadata.metadata(Path(db_path).stem, queries=False),
+                     settings=dict(SETTINGS), **kwargs)
+
+
+# Characters Datasette 0.65 puts unescaped into the foreign-key links of a
+# table page (datasette/views/table.py, LINK_WITH_LABEL / LINK_WITH_VALUE
+# format the database name into an href as it is): a file named
+# x"><img src=x onerror=...>.db would run script there.
+MARKUP_CHARACTERS = set('<>"\'&`')
+
+
+def check_database_name(db_path) -> None:
+    """WebError when the database name Datasette derives from the file (its
+    stem) holds markup or control characters."""
+    name = Path(db_path).stem
+    if any(c in MARKUP_CHARACTERS or ord(c) < 32 for c in name):
+        raise WebError(
+            f"refusing to serve {str(db_path)!r}: its name holds markup characters, which "
+            "Datasette 0.65 puts unescaped into the foreign-key links of table pages; "
+            "rename the file (or serve a symlink with a plain name)")
+
+
+def prepare_index(db_path) -> None:
+    """Fail early on a missing or foreign file, or a name Datasette would
+    render unescaped; bring an older index's schema and views up to date,
+    as ``status`` does."""
+    check_database_name(db_path)
+    try:
+        db = dbmod.open_db(db_path, create=False)
+        migrations.upgrade(db)
+        db.conn.close()
+    except IndexError_ as exc:
+        raise WebError(str(exc)) from None
+    except Exception as exc:  # sqlite3.DatabaseError: not an index
+        raise WebError(f"{db_path} is not a usable session index: {exc}") from None
+
+
+def check_port(host: str, port: int) -> None:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            raise WebError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
