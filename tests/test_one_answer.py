@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import sqlite3
 from pathlib import Path
 from urllib.parse import quote
 
@@ -27,6 +28,7 @@ from indexer.cli.commands import cli
 from indexer.cli.web import make_datasette
 from indexer.index.db import open_index
 from indexer.ingest.files import ingest
+from session_index_web import health
 
 pytestmark = pytest.mark.xdist_group("one-answer")
 FIXTURES = Path(__file__).parent / "fixtures" / "third_party"
@@ -191,6 +193,22 @@ def surfaces(db_path, config, sessions: list[str]) -> dict:
     return found
 
 
+def assert_health_rows_are_the_views_filter(db_path):
+    """Each verdict's health row (narrowed before the view is computed, for
+    speed) lists exactly the sessions the view's filter does."""
+    conn = sqlite3.connect(db_path)
+    try:
+        for check in health.CHECKS:
+            if check.name != "session_verdicts":
+                continue
+            verdict = check.link.split("=", 1)[1]
+            listed = sorted(r[0] for r in conn.execute(check.sql))
+            assert listed == sorted(r[0] for r in conn.execute(
+                "SELECT session_id FROM session_verdicts WHERE verdict = ?", [verdict])), verdict
+    finally:
+        conn.close()
+
+
 def assert_one_answer(found: dict):
     differ = {sid: s for sid, s in found.items()
               if len(set(s.values())) != 1 or len(s) != 5 or not set(s.values()) <= VERDICTS}
@@ -216,6 +234,7 @@ def test_every_surface_gives_the_same_verdict_for_every_session(tmp_path):
         assert len(sessions) > 60
     found = surfaces(db_path, config, sessions)
     assert_one_answer(found)
+    assert_health_rows_are_the_views_filter(db_path)
     # The shapes are what they are meant to be, in every surface (and the
     # verdict's cause says why).
     for sid, (verdict, cause) in expected.items():
@@ -243,5 +262,6 @@ def test_the_demo_gives_one_answer_everywhere(tmp_path):
     db.conn.close()
     found = surfaces(db_path, tmp_path, sessions)
     assert_one_answer(found)
+    assert_health_rows_are_the_views_filter(db_path)
     # Every verdict is in the demo.
     assert {next(iter(s.values())) for s in found.values()} == VERDICTS

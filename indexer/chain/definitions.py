@@ -806,3 +806,34 @@ NOTHING_TO_CUT_TEMPLATE = f"""NOT EXISTS (
   SELECT 1 FROM leaf_ancestry_cache k JOIN records t ON t.id = k.record_id
   WHERE k.file_id = {{file}} AND k.rule = 'resume' AND t.type = 'assistant'
     AND NOT ({SYNTHETIC_RECORD.format(r="t")}))"""
+
+
+# api_error_splices: one row per spliced episode (seed 000): a branch point on
+# the resume ancestry whose child on the ancestry is an api_error record and
+# whose other branches hold the orphaned output. api_error_uuid is that
+# child; the counts and times are over the episode's api_error_splice orphans
+# (records before the last compaction are 'compacted', so an episode that lies
+# wholly before it is history and has no row). {files} narrows it to some
+# files' orphans (" AND o.file_id = ..."; the view: all of them): a filter
+# SQLite cannot push into the grouped view from a correlated subquery.
+API_ERROR_SPLICES_TEMPLATE = """
+SELECT o.file_id, o.session_id, child.uuid AS api_error_uuid,
+       o.branch_point_uuid,
+       count(*) AS orphaned_records,
+       count(DISTINCT CASE WHEN o.type = 'assistant'
+                           THEN coalesce(o.message_id, o.uuid) END)
+         AS orphaned_assistant_messages,
+       min(o.timestamp) AS first_orphan_at,
+       max(o.timestamp) AS last_orphan_at,
+       round((julianday(max(o.timestamp)) - julianday(min(o.timestamp))) * 1440, 1)
+         AS minutes_spanned,
+       o.host
+FROM orphans o
+JOIN leaf_ancestry_cache bp ON bp.file_id = o.file_id AND bp.rule = 'resume'
+  AND bp.uuid = o.branch_point_uuid
+JOIN leaf_ancestry_cache child ON child.file_id = o.file_id AND child.rule = 'resume'
+  AND child.height = bp.height + 1
+WHERE o.cause = 'api_error_splice'{files}
+GROUP BY o.file_id, o.branch_point_uuid
+""".strip()
+API_ERROR_SPLICES_SQL = API_ERROR_SPLICES_TEMPLATE.format(files="")

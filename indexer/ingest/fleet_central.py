@@ -27,6 +27,7 @@ from indexer.index import generations
 from indexer.index.db import OpenedFile, open_db
 from indexer.ingest import derive
 from indexer.transcripts.lines import BadLine, parse_line_bytes
+from indexer.transcripts.records import RECORD_FIELDS
 from indexer.sql import write_lock
 from indexer.index.clock import utcnow
 from indexer.ingest.files import FORGET_LINES_SQL
@@ -102,7 +103,7 @@ ON CONFLICT (name) DO UPDATE SET stream_seq = max(stream_seq, excluded.stream_se
 
 CONSUMER_POSITION_SQL = "SELECT stream_seq FROM fleet_consumers WHERE name = ?"
 
-_SESSION = 0   # lines.RECORD_FIELDS.index("session_id")
+_SESSION = RECORD_FIELDS.index("session_id")   # a parsed record's session id
 
 
 def fleet_path(host: str, path: str) -> str:

@@ -32,7 +32,9 @@ from __future__ import annotations
 
 from collections import namedtuple
 
+from indexer.chain.definitions import API_ERROR_SPLICES_SQL
 from indexer.signals import verdict
+from indexer.transcripts.records import SYNTHETIC_RECORD
 from indexer.transcripts.retention import DEFAULT_DAYS as DEFAULT_RETENTION_DAYS
 
 # --- Severities -----------------------------------------------------------
@@ -159,9 +161,18 @@ _VERDICT_AT = ("coalesce((SELECT coalesce(f.deleted_at, f.mtime) FROM files f "
 _ON_HOST = "CASE WHEN host <> '' THEN 'host ' || host || ': ' ELSE '' END || "
 
 
-def _verdict_row(verdict: str, label: str, detail: str) -> HealthRow:
-    return HealthRow(label, at=_VERDICT_AT, detail=_ON_HOST + detail,
-                     where=f"verdict = '{verdict}'", link=f"verdict={verdict}")
+def _verdict_row(verdict_: str, label: str, detail: str, main_files: str = "",
+                 narrow: str = "") -> HealthRow:
+    """A health row of one verdict, narrowed before the view is computed for
+    every session: to the sessions whose main transcript can have it
+    (``main_files``, a query of files.id), or by a condition on the view's
+    columns that SQLite pushes into it (``narrow``); tests/test_one_answer.py
+    holds each row equal to the view's filter."""
+    source = (f"({verdict.verdicts_of_main_files(main_files)}) session_verdicts"
+              if main_files else "")
+    return HealthRow(label, at=_VERDICT_AT, detail=_ON_HOST + detail, source=source,
+                     where=f"verdict = '{verdict_}'" + (f" AND {narrow}" if narrow else ""),
+                     link=f"verdict={verdict_}")
 
 
 SESSION_VERDICTS = SignalView(
@@ -192,11 +203,14 @@ VERDICTS = ProblemClass(
     "poisoned or spliced session, session-index restore SESSION_ID for a deleted transcript, "
     "else start a new session (session-index check SESSION_ID explains)",
     health=(
-        _verdict_row("missing", "Missing: a resume opens no transcript", "cause"),
+        _verdict_row("missing", "Missing: a resume opens no transcript", "cause",
+                     narrow=verdict.NOT_LOADED_TEMPLATE.format(rule="main_file_rule")),
         _verdict_row("poisoned", "Poisoned: a synthetic placeholder ends the resume chain",
-                     "'placeholder ' || coalesce(tail_message_id, '?')"),
+                     "'placeholder ' || coalesce(tail_message_id, '?')",
+                     f"SELECT r.file_id FROM records r WHERE {SYNTHETIC_RECORD.format(r='r')}"),
         _verdict_row("spliced", "Spliced: late api_error records orphan recovered output",
-                     "spliced_records || ' records off the chain'"),
+                     "spliced_records || ' records off the chain'",
+                     "SELECT file_id FROM orphans_cache WHERE cause = 'api_error_splice'"),
     ))
 
 
@@ -317,32 +331,8 @@ POISONED = ProblemClass(
 
 # --- api_error splices: recovered output --resume drops ------------------------
 
-# api_error_splices: one row per spliced episode (seed 000): a branch point on
-# the resume ancestry whose child on the ancestry is an api_error record and
-# whose other branches hold the orphaned output. api_error_uuid is that
-# child; the counts and times are over the episode's api_error_splice orphans
-# (records before the last compaction are 'compacted', so an episode that lies
-# wholly before it is history and has no row).
-API_ERROR_SPLICES_SQL = """
-SELECT o.file_id, o.session_id, child.uuid AS api_error_uuid,
-       o.branch_point_uuid,
-       count(*) AS orphaned_records,
-       count(DISTINCT CASE WHEN o.type = 'assistant'
-                           THEN coalesce(o.message_id, o.uuid) END)
-         AS orphaned_assistant_messages,
-       min(o.timestamp) AS first_orphan_at,
-       max(o.timestamp) AS last_orphan_at,
-       round((julianday(max(o.timestamp)) - julianday(min(o.timestamp))) * 1440, 1)
-         AS minutes_spanned,
-       o.host
-FROM orphans o
-JOIN leaf_ancestry_cache bp ON bp.file_id = o.file_id AND bp.rule = 'resume'
-  AND bp.uuid = o.branch_point_uuid
-JOIN leaf_ancestry_cache child ON child.file_id = o.file_id AND child.rule = 'resume'
-  AND child.height = bp.height + 1
-WHERE o.cause = 'api_error_splice'
-GROUP BY o.file_id, o.branch_point_uuid
-""".strip()
+# api_error_splices: chain/definitions.py's API_ERROR_SPLICES_SQL (the verdict
+# reads the same episodes for one file).
 
 # splices: episodes where late-flushed api_error records took over
 # the chain and --resume drops the recovered output, newest first, with at

@@ -34,11 +34,16 @@ EXIT_CODES = {"missing": 4, "poisoned": 5, "spliced": 6, "resumable": 0}
 # or the Agent SDK from the session store.
 LOADED_RULES = (*definitions.OPENED_BY_RESUME, "named_in_worktree_project", "store_copy")
 _LOADED = "(" + ", ".join(f"'{r}'" for r in LOADED_RULES) + ")"
+# A main-file rule {rule} under which no transcript is loaded: missing.
+NOT_LOADED_TEMPLATE = "({rule} IS NULL OR {rule} NOT IN " + _LOADED + ")"
 
 # The start of a poisoned verdict's reason: the placeholder at the tail.
 _POISONED_REASON = """'the resume chain ends at a synthetic placeholder (message.id '
       || coalesce('''' || tail_message_id || '''', 'None') || ', uuid ' || tail_uuid
       || '): the next resume sends it as previous_message_id and gets a 400; '"""
+
+# The api_error_splices of the subject's file (the view's episodes, for one file).
+_FILE_SPLICES = definitions.API_ERROR_SPLICES_TEMPLATE.format(files=" AND o.file_id = a.file_id")
 
 # The verdict of each subject row. {subject} is a query (or a table) with the
 # columns session_id, host ('' is this machine), file_id (the main transcript
@@ -141,7 +146,7 @@ FROM (
   FROM (
     SELECT j.*, t.uuid AS tail_uuid, t.message_id AS tail_message_id,
       CASE
-        WHEN j.file_id IS NULL OR j.rule IS NULL OR j.rule NOT IN {_LOADED} THEN 'missing'
+        WHEN j.file_id IS NULL OR {NOT_LOADED_TEMPLATE.format(rule="j.rule")} THEN 'missing'
         WHEN t.id IS NOT NULL AND {records.SYNTHETIC_RECORD.format(r="t")} THEN 'poisoned'
         WHEN j.splices > 0 THEN 'spliced'
         ELSE 'resumable' END AS verdict,
@@ -155,9 +160,8 @@ FROM (
         (SELECT k.record_id FROM leaf_ancestry_cache k JOIN records r ON r.id = k.record_id
          WHERE k.file_id = a.file_id AND k.rule = 'resume' AND r.type = 'assistant'
          ORDER BY k.height DESC LIMIT 1) AS tail_id,
-        (SELECT count(*) FROM api_error_splices s WHERE s.file_id = a.file_id) AS splices,
-        (SELECT sum(s.orphaned_records) FROM api_error_splices s WHERE s.file_id = a.file_id)
-          AS spliced_records,
+        (SELECT count(*) FROM ({_FILE_SPLICES})) AS splices,
+        (SELECT sum(orphaned_records) FROM ({_FILE_SPLICES})) AS spliced_records,
         (SELECT count(*) FROM files x WHERE x.session_id = a.session_id
            AND x.kind = 'subagent' AND coalesce(x.host, '') = a.host) AS subagent_files,
         (SELECT coalesce(x.deleted_at, 'since the last ingest') FROM files x
@@ -186,6 +190,17 @@ SESSION_VERDICTS_SQL = VERDICT_TEMPLATE.format(subject=f"""(
   SELECT s.session_id, s.host, NULL, NULL, {_PLAIN} FROM sessions s
   WHERE NOT EXISTS (SELECT 1 FROM session_hosts h
                     WHERE h.session_id = s.session_id AND h.host = s.host))""")
+
+def verdicts_of_main_files(file_ids: str) -> str:
+    """session_verdicts' rows of the sessions whose main transcript (on a
+    host) is one of ``file_ids`` (a query of files.id): the view, narrowed
+    before it is computed, for a question only such files can answer yes to
+    (a poisoned verdict needs a synthetic record in the file, a spliced one
+    an api_error splice): SQLite cannot push such a filter into the view."""
+    return VERDICT_TEMPLATE.format(subject=f"""(
+  SELECT session_id, host, main_file_id AS file_id, main_file_rule AS rule, {_PLAIN}
+  FROM session_hosts WHERE main_file_id IN ({file_ids}))""")
+
 
 # The verdict of the sessions {sessions} (a query over the sessions table, its
 # rows aliased s) on their default host, as `sessions` and the pages list them.
