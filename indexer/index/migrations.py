@@ -1077,3 +1077,13 @@ def m028_records_synthetic_by_model(db):
     db.execute(
         "CREATE INDEX records_synthetic ON records(file_id, uuid) "
         "WHERE type = 'assistant' AND model = '<synthetic>'")
+
+
+@migrations()
+def m029_records_compact_boundaries(db):
+    # The compact_boundary records of each file, for session_compactions
+    # (signals/classes.py): the view read every record of every main
+    # transcript to find them (849 ms on the 1M-record bench index).
+    db.execute(
+        "CREATE INDEX records_compact_boundaries ON records(file_id, timestamp) "
+        "WHERE type = 'system' AND subtype = 'compact_boundary'")
