@@ -122,6 +122,20 @@ FROM dropped d JOIN files f ON f.id = d.file_id
 JOIN records r ON r.file_id = d.file_id AND r.uuid = d.uuid
 """.strip()
 
+# --- Copies of a transcript ----------------------------------------------
+
+# Distinct uuids file {a} holds and file {b} does not (one copy of a
+# transcript against another): how many, and the first 20 of them in file
+# order (a JSON array).
+ONLY_IN_COUNT = """(SELECT count(DISTINCT r.uuid) FROM records r
+          WHERE r.file_id = {a} AND r.uuid IS NOT NULL
+            AND NOT EXISTS (SELECT 1 FROM records x WHERE x.file_id = {b} AND x.uuid = r.uuid))"""
+ONLY_IN_FIRST = """(SELECT json_group_array(uuid) FROM (
+            SELECT r.uuid FROM records r
+            WHERE r.file_id = {a} AND r.uuid IS NOT NULL
+              AND NOT EXISTS (SELECT 1 FROM records x WHERE x.file_id = {b} AND x.uuid = r.uuid)
+            GROUP BY r.uuid ORDER BY min(r.line_no) LIMIT 20))"""
+
 # --- Store copies -------------------------------------------------------
 
 # session_copies: one row per transcript held both as an ingested local file
@@ -135,7 +149,7 @@ JOIN records r ON r.file_id = d.file_id AND r.uuid = d.uuid
 # repeat one) or the resume leaves differ, that is when a store-backed
 # resume would not read what the local file says. Correlated subqueries, so
 # `WHERE session_id = ?` looks at that session's records only.
-SESSION_COPIES_SQL = """
+SESSION_COPIES_SQL = f"""
 SELECT c.*,
        (c.local_only > 0 OR c.store_only > 0 OR c.local_records <> c.store_records
         OR c.local_resume_leaf_uuid IS NOT c.store_resume_leaf_uuid) AS diverged
@@ -144,24 +158,10 @@ FROM (
          l.id AS local_file_id, l.path AS local_path, l.deleted_at AS local_deleted_at,
          s.id AS store_file_id, s.path AS store_path,
          l.records AS local_records, s.records AS store_records,
-         (SELECT count(DISTINCT r.uuid) FROM records r
-          WHERE r.file_id = l.id AND r.uuid IS NOT NULL
-            AND NOT EXISTS (SELECT 1 FROM records x WHERE x.file_id = s.id AND x.uuid = r.uuid))
-           AS local_only,
-         (SELECT count(DISTINCT r.uuid) FROM records r
-          WHERE r.file_id = s.id AND r.uuid IS NOT NULL
-            AND NOT EXISTS (SELECT 1 FROM records x WHERE x.file_id = l.id AND x.uuid = r.uuid))
-           AS store_only,
-         (SELECT json_group_array(uuid) FROM (
-            SELECT r.uuid FROM records r
-            WHERE r.file_id = l.id AND r.uuid IS NOT NULL
-              AND NOT EXISTS (SELECT 1 FROM records x WHERE x.file_id = s.id AND x.uuid = r.uuid)
-            GROUP BY r.uuid ORDER BY min(r.line_no) LIMIT 20)) AS local_only_uuids,
-         (SELECT json_group_array(uuid) FROM (
-            SELECT r.uuid FROM records r
-            WHERE r.file_id = s.id AND r.uuid IS NOT NULL
-              AND NOT EXISTS (SELECT 1 FROM records x WHERE x.file_id = l.id AND x.uuid = r.uuid)
-            GROUP BY r.uuid ORDER BY min(r.line_no) LIMIT 20)) AS store_only_uuids,
+         {ONLY_IN_COUNT.format(a='l.id', b='s.id')} AS local_only,
+         {ONLY_IN_COUNT.format(a='s.id', b='l.id')} AS store_only,
+         {ONLY_IN_FIRST.format(a='l.id', b='s.id')} AS local_only_uuids,
+         {ONLY_IN_FIRST.format(a='s.id', b='l.id')} AS store_only_uuids,
          (SELECT resume_leaf_uuid FROM leaves WHERE file_id = l.id) AS local_resume_leaf_uuid,
          (SELECT resume_leaf_uuid FROM leaves WHERE file_id = s.id) AS store_resume_leaf_uuid,
          coalesce(l.host, '') AS host
@@ -187,7 +187,7 @@ STALE_HEARTBEAT_S = 60
 # counts, or the resume leaves. The copies are never merged: each stays a
 # file of its own in every view. Correlated subqueries, so `WHERE
 # session_id = ?` reads that session's records only.
-HOST_COPIES_SQL = """
+HOST_COPIES_SQL = f"""
 SELECT c.*,
        (c.a_only > 0 OR c.b_only > 0 OR c.a_records <> c.b_records
         OR c.a_resume_leaf_uuid IS NOT c.b_resume_leaf_uuid) AS diverged
@@ -197,14 +197,8 @@ FROM (
          a.records AS a_records, a.deleted_at AS a_deleted_at,
          coalesce(b.host, '') AS b_host, b.id AS b_file_id, b.path AS b_path,
          b.records AS b_records, b.deleted_at AS b_deleted_at,
-         (SELECT count(DISTINCT r.uuid) FROM records r
-          WHERE r.file_id = a.id AND r.uuid IS NOT NULL
-            AND NOT EXISTS (SELECT 1 FROM records x WHERE x.file_id = b.id AND x.uuid = r.uuid))
-           AS a_only,
-         (SELECT count(DISTINCT r.uuid) FROM records r
-          WHERE r.file_id = b.id AND r.uuid IS NOT NULL
-            AND NOT EXISTS (SELECT 1 FROM records x WHERE x.file_id = a.id AND x.uuid = r.uuid))
-           AS b_only,
+         {ONLY_IN_COUNT.format(a='a.id', b='b.id')} AS a_only,
+         {ONLY_IN_COUNT.format(a='b.id', b='a.id')} AS b_only,
          (SELECT resume_leaf_uuid FROM leaves WHERE file_id = a.id) AS a_resume_leaf_uuid,
          (SELECT resume_leaf_uuid FROM leaves WHERE file_id = b.id) AS b_resume_leaf_uuid
   FROM files a
@@ -260,24 +254,10 @@ WITH facts AS (
 ),
 compared AS MATERIALIZED (
   SELECT c.*, s.main_file_id, s.main_file_rule, m.records AS chosen_records,
-    (SELECT count(DISTINCT r.uuid) FROM records r
-     WHERE r.file_id = c.file_id AND r.uuid IS NOT NULL AND NOT EXISTS (
-       SELECT 1 FROM records x WHERE x.file_id = s.main_file_id AND x.uuid = r.uuid))
-      AS only_here,
-    (SELECT count(DISTINCT r.uuid) FROM records r
-     WHERE r.file_id = s.main_file_id AND r.uuid IS NOT NULL AND NOT EXISTS (
-       SELECT 1 FROM records x WHERE x.file_id = c.file_id AND x.uuid = r.uuid))
-      AS only_in_chosen,
-    (SELECT json_group_array(uuid) FROM (
-       SELECT r.uuid FROM records r
-       WHERE r.file_id = c.file_id AND r.uuid IS NOT NULL AND NOT EXISTS (
-         SELECT 1 FROM records x WHERE x.file_id = s.main_file_id AND x.uuid = r.uuid)
-       GROUP BY r.uuid ORDER BY min(r.line_no) LIMIT 20)) AS only_here_uuids,
-    (SELECT json_group_array(uuid) FROM (
-       SELECT r.uuid FROM records r
-       WHERE r.file_id = s.main_file_id AND r.uuid IS NOT NULL AND NOT EXISTS (
-         SELECT 1 FROM records x WHERE x.file_id = c.file_id AND x.uuid = r.uuid)
-       GROUP BY r.uuid ORDER BY min(r.line_no) LIMIT 20)) AS only_in_chosen_uuids,
+    """ + ONLY_IN_COUNT.format(a="c.file_id", b="s.main_file_id") + """ AS only_here,
+    """ + ONLY_IN_COUNT.format(a="s.main_file_id", b="c.file_id") + """ AS only_in_chosen,
+    """ + ONLY_IN_FIRST.format(a="c.file_id", b="s.main_file_id") + """ AS only_here_uuids,
+    """ + ONLY_IN_FIRST.format(a="s.main_file_id", b="c.file_id") + """ AS only_in_chosen_uuids,
     (SELECT resume_leaf_uuid FROM leaves WHERE file_id = c.file_id) AS resume_leaf_uuid,
     (SELECT resume_leaf_uuid FROM leaves WHERE file_id = s.main_file_id)
       AS chosen_resume_leaf_uuid
