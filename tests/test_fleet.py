@@ -232,6 +232,52 @@ def test_no_server_is_one_line_exit_3(tmp_path):
         assert len(p.stderr.decode().strip().splitlines()) == 1
 
 
+def test_a_central_waits_for_jetstream_then_consumes(tmp_path):
+    """A server that answers but has no JetStream yet (one still starting,
+    or restarted without it; the chaos test below met it as "nats: timeout"
+    at a restart): a drain says so in one line (exit 3); ingest --from --watch
+    keeps trying, consumes once JetStream is there, and SIGTERM stops it
+    (exit 0). It exited 3 at once."""
+    server = Server(tmp_path / "jetstream")
+    plain = subprocess.Popen([NATS_SERVER, "-a", "127.0.0.1", "-p", str(server.port)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    db = tmp_path / "central.db"
+    central = None
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", server.port), timeout=0.2).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "nats-server did not start"
+                time.sleep(0.05)
+        one_line_error(run("ingest", "--from", server.url, "--db", db, check=False),
+                       server.url)
+        central = subprocess.Popen([*CLI, "ingest", "--from", server.url, "--watch", "--db", db],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        time.sleep(3)
+        assert central.poll() is None, central.stderr.read().decode()
+        plain.send_signal(signal.SIGKILL)
+        plain.wait()
+        server.start()
+        t = Transcript(tmp_path / "host")
+        t.append(3)
+        ship_once(server, "h1", tmp_path / "host", tmp_path)
+        deadline = time.monotonic() + 60
+        while exported_or_none(db, t.session_id) != t.complete():
+            assert time.monotonic() < deadline and central.poll() is None
+            time.sleep(0.2)
+        central.send_signal(signal.SIGTERM)
+        err = central.stderr.read().decode() if central.wait(timeout=30) else ""
+        assert central.returncode == 0, err
+    finally:
+        for proc in (central, plain):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+        server.kill()
+
+
 @pytest.mark.slow
 def test_kills_of_shippers_central_and_server_lose_and_double_nothing(server, tmp_path):
     """3 shippers following their folders, a central `ingest --from --watch`,

@@ -331,6 +331,25 @@ async def _fetch(sub, wait: float):
         return []
 
 
+async def _subscribe(db, nc, consumer: str, hosts: list[str] | None):
+    """(jetstream, the heartbeat bucket, [(consumer name, pull subscription)]):
+    the stream made if missing, each consumer reconciled with the index."""
+    from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy   # (nats-py: the optional fleet extra)
+
+    js = nc.jetstream()
+    await fleet_nats.ensure_stream(js)
+    kv = await fleet_nats.heartbeats(js)
+    subs = []
+    for name, subject in fleet_wire.consumers(consumer, hosts):
+        await _reconcile(db, js, name)
+        subs.append((name, await js.pull_subscribe(
+            subject, durable=name, stream=fleet_wire.STREAM,
+            config=ConsumerConfig(ack_policy=AckPolicy.EXPLICIT,
+                                  deliver_policy=DeliverPolicy.ALL,
+                                  ack_wait=ACK_WAIT_S, max_ack_pending=FETCH_BATCH * 4))))
+    return js, kv, subs
+
+
 async def consume(db, options: fleet_nats.ConnectOptions, *, consumer: str | None = None,
                   hosts: list[str] | None = None, watch: bool = False,
                   stop: asyncio.Event | None = None, after_batch=None,
@@ -339,8 +358,6 @@ async def consume(db, options: fleet_nats.ConnectOptions, *, consumer: str | Non
     ``stop``); ``after_batch(summary)`` runs after each committed batch.
     With ``hosts``, only those hosts' messages (fleet_wire.consumers: a
     consumer per host, each with its own position)."""
-    from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy   # (nats-py: the optional fleet extra)
-
     started = time.monotonic()
     summary = Summary()
     opened = OpenedFile(db.conn)
@@ -353,17 +370,22 @@ async def consume(db, options: fleet_nats.ConnectOptions, *, consumer: str | Non
         summary.seconds = round(time.monotonic() - started, 3)
         return summary
     try:
-        js = nc.jetstream()
-        await fleet_nats.ensure_stream(js)
-        kv = await fleet_nats.heartbeats(js)
-        subs = []
-        for name, subject in fleet_wire.consumers(consumer, hosts):
-            await _reconcile(db, js, name)
-            subs.append((name, await js.pull_subscribe(
-                subject, durable=name, stream=fleet_wire.STREAM,
-                config=ConsumerConfig(ack_policy=AckPolicy.EXPLICIT,
-                                      deliver_policy=DeliverPolicy.ALL,
-                                      ack_wait=ACK_WAIT_S, max_ack_pending=FETCH_BATCH * 4))))
+        while True:   # the stream, the heartbeats and the consumers
+            try:
+                js, kv, subs = await _subscribe(db, nc, consumer, hosts)
+                break
+            except fleet_nats.TRANSIENT as exc:   # a server that is (re)starting
+                if not watch:
+                    raise fleet_nats.FleetError(f"{options.url}: {type(exc).__name__}: "
+                                                f"{str(exc) or 'no answer'}") from None
+                log(f"NATS: subscribing: {type(exc).__name__}: {str(exc) or 'no answer'}: "
+                    "retrying")
+                try:   # a signal meanwhile: stop
+                    await asyncio.wait_for(stop.wait(), RETRY_DELAY_S)
+                except asyncio.TimeoutError:
+                    continue
+                summary.seconds = round(time.monotonic() - started, 3)
+                return summary
         record_heartbeats(db, await _read_heartbeats(kv))
         last_beats = time.monotonic()
         while not stop.is_set():
