@@ -405,7 +405,7 @@ def test_an_api_error_record_is_synthetic_and_skipped_on_resume(tmp_path):
     assert first_party["diagnostics"] == {"previous_message_id": GLM_ID_HELLO}
 
 
-# --- The saved fixtures, through indexer/oracle.py ----------------------------
+# --- The saved fixtures, through indexer/repair/oracle.py ---------------------
 
 @pytest.mark.parametrize("name", ["glm5_session", "glm5_session_request_ids",
                                   "glm5_api_error_synthetic"])
