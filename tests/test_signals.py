@@ -176,7 +176,7 @@ def test_the_one_session_poisoned_query_equals_the_view(env):
     """check asks poisoned_sessions for one session through a query that reads
     only that session's records: the same row as the view, for a poisoned
     tail, a placeholder mid-chain, failed resumes, and a clean session."""
-    from indexer.index.views import POISONED_SESSION_SQL
+    from indexer.signals.classes import POISONED_SESSION_SQL
 
     sids = [f"{k}1111111-2222-3333-4444-555555555555" for k in range(4)]
     session(env, sids[0], tail_synthetic=True)

@@ -37,18 +37,6 @@ from indexer.transcripts.records import (
     SYNTHETIC_RECORD,
 )
 
-# The record model's rules a signal view's SQL names by slot
-# (signals.classes.RECORD_RULES), filled in here where they are defined.
-RECORD_RULES = {"synthetic_record": SYNTHETIC_RECORD.format(r="r"),
-                "transcript_kinds": TRANSCRIPT_KINDS}
-assert set(RECORD_RULES) == set(classes.RECORD_RULES)
-# poisoned_sessions (signals.classes) for one session (:session_id), reading
-# only its records: check's question (the view reads every placeholder in the
-# index first).
-POISONED_SESSION_SQL = classes.POISONED_SESSIONS_TEMPLATE.format(
-    **RECORD_RULES,
-    files="r.file_id IN (SELECT main_file_id FROM session_hosts WHERE session_id = :session_id)",
-    session_id="session_id = :session_id", init_session_id="init_session_id = :session_id")
 
 
 # --- Repair --------------------------------------------------------------
@@ -458,7 +446,7 @@ VIEWS = {
     "chain_breaks": CHAIN_BREAKS_SQL,
     "duplicate_uuids": DUPLICATE_UUIDS_SQL,
     # the signal views, as the problem classes declare them
-    **{view.name: view.definition(RECORD_RULES) for view in classes.SIGNAL_VIEWS},
+    **{view.name: view.definition() for view in classes.SIGNAL_VIEWS},
     "repair_plan": REPAIR_PLAN_SQL,
     "session_copies": SESSION_COPIES_SQL,
     "host_copies": HOST_COPIES_SQL,

@@ -60,10 +60,12 @@ DIVERGED_COPIES_SQL = """
 SELECT store_path, local_only, store_only FROM session_copies
 WHERE session_id = ? AND local_file_id = ? AND diverged
 """.strip()
-POISONED_SQL = views.POISONED_SESSION_SQL  # poisoned_sessions, for one session
+POISONED_SQL = classes.POISONED_SESSION_SQL  # poisoned_sessions, for one session
 SPLICES_SQL = "SELECT * FROM api_error_splices WHERE file_id = ? ORDER BY first_orphan_at"
 # Another host's last heartbeat (fleet_ingest.py records it).
 FLEET_HOST_SQL = "SELECT last_heartbeat_at, last_message_at FROM fleet_hosts WHERE host = ?"
+
+
 class Verdict:
     """A check's answer: the verdict, why, the transcript, warnings and details."""
 
@@ -94,7 +96,7 @@ def report(verdict: Verdict, as_json: bool, out, err) -> int:
     if as_json:
         out.write(json.dumps(verdict.as_dict(), indent=2) + "\n")
     else:
-        out.write(f"{verdict.verdict}: {verdict.reason}\n")
+        out.write(verdicts.headline(verdict.verdict, verdict.reason) + "\n")
         for warning in verdict.warnings:
             err.write(f"warning: {warning}\n")
     return verdict.exit_code

@@ -13,6 +13,7 @@ import json
 
 from indexer.transcripts import conversation, records
 from indexer.repair import repair
+from indexer.signals import verdict as verdicts
 
 
 def recovered_conversation(db, session_id: str) -> list[dict]:
@@ -78,7 +79,7 @@ def header(verdict: dict, fmt: str) -> str:
         fix = f"\n\nFix: `{verdict['fix']}`" if verdict["fix"] else ""
         return f"**{verdict['verdict']}**: {verdict['reason']}{fix}\n"
     fix = f"\nfix: {verdict['fix']}" if verdict["fix"] else ""
-    return f"{verdict['verdict']}: {verdict['reason']}{fix}\n"
+    return verdicts.headline(verdict["verdict"], verdict["reason"]) + fix + "\n"
 
 
 def render(messages: list[dict], fmt: str) -> str:

@@ -22,17 +22,15 @@ for a surface and missing from it.
 
 This module sits below the index (the view registry imports it): it imports
 nothing of ``indexer.index``, ``indexer.ingest``, ``indexer.repair`` or
-``indexer.cli``. Two rules of the record model are still defined in the
-index (views.SYNTHETIC_RECORD, views.TRANSCRIPT_KINDS): a declaration's SQL
-names them as the slots ``{synthetic_record}`` and ``{transcript_kinds}``
-(RECORD_RULES), which the index fills in.
+``indexer.cli``; the record model's rules and the chain's definitions it
+reads from below.
 """
 
 from __future__ import annotations
 
 from collections import namedtuple
 
-from indexer.chain.definitions import API_ERROR_SPLICES_SQL
+from indexer.chain.definitions import API_ERROR_SPLICES_SQL, TRANSCRIPT_KINDS
 from indexer.signals import verdict
 from indexer.transcripts.records import SYNTHETIC_RECORD
 from indexer.transcripts.retention import DEFAULT_DAYS as DEFAULT_RETENTION_DAYS
@@ -47,9 +45,6 @@ SEVERITIES = (
     (HISTORY, "History and information", "what the transcripts went through; no resume "
                                           "breaks because of it"),
 )
-# The slots of the record model's rules a declaration's SQL may name (the
-# index fills them: views.RECORD_RULES).
-RECORD_RULES = ("synthetic_record", "transcript_kinds")
 TS = "ISO-8601 UTC"
 
 
@@ -61,20 +56,19 @@ class SignalView(namedtuple("SignalView", "name description columns common sql t
                                           "view_args units facets",
                             defaults=((), "", "", {}, {}, ()))):
     """A view of the SQL contract that a class reads. ``sql`` is its
-    definition; or ``template`` is, with {slots} that ``view_args`` (and the
-    record model's RECORD_RULES) fill for the view and a listing's ``args``
-    fill for the listing. ``columns``: each column's meaning (units named in
+    definition; or ``template`` is, with {slots} that ``view_args`` fill for
+    the view and a listing's ``args`` fill for the listing. ``columns``: each column's meaning (units named in
     it), after the ``common`` ones whose meaning is shared across the index
     (file_id, session_id, host, ...: metadata.py's). ``units`` and
     ``facets`` are Datasette's."""
 
     __slots__ = ()
 
-    def definition(self, rules: dict | None = None) -> str:
-        """The view's SELECT (``rules``: the record model's, by slot)."""
+    def definition(self) -> str:
+        """The view's SELECT."""
         if not self.template:
             return self.sql
-        return self.template.format(**(rules or {}), **self.view_args)
+        return self.template.format(**self.view_args)
 
 
 class Param(namedtuple("Param", "name type default help metavar", defaults=(None,))):
@@ -227,12 +221,11 @@ VERDICTS = ProblemClass(
 # session (as its session_id or its init session id); last_seen: the newest
 # record timestamp of the session on that host.
 # Slots: {files}, {session_id}, {init_session_id} narrow it (POISONED_ARGS: the
-# whole index); {synthetic_record} and {transcript_kinds} are the record model's
-# rules (RECORD_RULES), filled in by the index.
-POISONED_SESSIONS_TEMPLATE = """
+# whole index).
+POISONED_SESSIONS_TEMPLATE = f"""
 WITH placeholders AS MATERIALIZED (
   SELECT r.file_id, r.id, r.uuid, r.message_id FROM records r
-  WHERE {files} AND {synthetic_record}
+  WHERE {{files}} AND {SYNTHETIC_RECORD.format(r='r')}
 ),
 synthetic AS (
   SELECT s.session_id, s.host, r.file_id, r.id, r.uuid, r.message_id, a.height
@@ -258,11 +251,11 @@ failed AS (
   SELECT session_id, host, count(*) AS failed_resumes FROM (
     SELECT id, session_id, host FROM executions
     WHERE error_class = 'poisoned_previous_message_id' AND session_id IS NOT NULL
-      AND {session_id}
+      AND {{session_id}}
     UNION
     SELECT id, init_session_id, host FROM executions
     WHERE error_class = 'poisoned_previous_message_id' AND init_session_id IS NOT NULL
-      AND {init_session_id})
+      AND {{init_session_id}})
   GROUP BY session_id, host
 ),
 ids AS (SELECT session_id, host FROM on_chain UNION SELECT session_id, host FROM failed)
@@ -272,7 +265,7 @@ SELECT i.session_id, coalesce(c.file_id, h.main_file_id) AS file_id, c.message_i
        coalesce(fl.failed_resumes, 0) AS failed_resumes,
        CASE WHEN s.host = i.host THEN s.last_timestamp ELSE (
          SELECT max(m.last_timestamp) FROM files m WHERE m.session_id = i.session_id
-           AND m.kind IN {transcript_kinds} AND coalesce(m.host, '') = i.host) END AS last_seen,
+           AND m.kind IN {TRANSCRIPT_KINDS} AND coalesce(m.host, '') = i.host) END AS last_seen,
        i.host
 FROM ids i
 LEFT JOIN on_chain c ON c.session_id = i.session_id AND c.host = i.host
@@ -281,6 +274,11 @@ LEFT JOIN session_hosts h ON h.session_id = i.session_id AND h.host = i.host
 LEFT JOIN sessions s ON s.session_id = i.session_id
 """.strip()
 POISONED_ARGS = {"files": "1", "session_id": "1", "init_session_id": "1"}
+# The same for one session (:session_id), reading only its records: check's
+# question (the view reads every placeholder in the index first).
+POISONED_SESSION_SQL = POISONED_SESSIONS_TEMPLATE.format(
+    files="r.file_id IN (SELECT main_file_id FROM session_hosts WHERE session_id = :session_id)",
+    session_id="session_id = :session_id", init_session_id="init_session_id = :session_id")
 
 # poisoned: sessions with a synthetic placeholder on the resume
 # chain or a resume that failed with the previous_message_id 400, the ones

@@ -24,6 +24,7 @@ own subject row.
 from __future__ import annotations
 
 from indexer.chain import definitions
+from indexer.sql import dict_rows
 from indexer.transcripts import records
 
 # The verdicts, in the order they are tried, and the exit code of each (check).
@@ -191,6 +192,7 @@ SESSION_VERDICTS_SQL = VERDICT_TEMPLATE.format(subject=f"""(
   WHERE NOT EXISTS (SELECT 1 FROM session_hosts h
                     WHERE h.session_id = s.session_id AND h.host = s.host))""")
 
+
 def verdicts_of_main_files(file_ids: str) -> str:
     """session_verdicts' rows of the sessions whose main transcript (on a
     host) is one of ``file_ids`` (a query of files.id): the view, narrowed
@@ -229,11 +231,10 @@ WHERE v.session_id = :session_id
 def of_session(conn, session_id: str) -> dict | None:
     """The session's verdict row (session_verdicts) on its default host;
     None when the index holds no transcript of it."""
-    cur = conn.execute(SESSION_VERDICT_SQL, {"session_id": session_id})
-    row = cur.fetchone()
-    return None if row is None else dict(zip([d[0] for d in cur.description], row))
+    rows = dict_rows(conn, SESSION_VERDICT_SQL, {"session_id": session_id})
+    return rows[0] if rows else None
 
 
-def headline(row: dict) -> str:
-    """The verdict as check prints it: 'VERDICT: REASON'."""
-    return f"{row['verdict']}: {row['reason']}"
+def headline(verdict: str, reason: str) -> str:
+    """A verdict as check prints it (and show begins): 'VERDICT: REASON'."""
+    return f"{verdict}: {reason}"
