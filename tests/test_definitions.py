@@ -58,6 +58,21 @@ def random_transcript(rng: random.Random, n: int, session_id: str):
             if sub == "compact_boundary" and rng.random() < 0.8:
                 r["parentUuid"] = None
                 r["logicalParentUuid"] = rng.choice(uuids[: i + 1])
+            if sub == "compact_boundary" and rng.random() < 0.6:
+                # what the compaction kept (resume.relink): a segment, a
+                # list, or both; the anchor a later record (the summary)
+                head, tail = sorted(rng.sample(range(i + 1), 2)) if i else (0, 0)
+                anchor = uuids[min(i + 1, n - 1)] if rng.random() < 0.8 else rng.choice(uuids)
+                kept = {"trigger": "manual"}
+                if rng.random() < 0.7:
+                    kept["preservedSegment"] = {"headUuid": uuids[head], "anchorUuid": anchor,
+                                                "tailUuid": uuids[tail]}
+                if rng.random() < 0.4:
+                    kept["preservedMessages"] = {
+                        "anchorUuid": anchor,
+                        "uuids": [uuids[j] for j in range(head, tail + 1)]
+                        if rng.random() < 0.7 else rng.sample(uuids, min(3, n))}
+                r["compactMetadata"] = kept
         for flag in ("isSidechain", "isMeta"):
             if rng.random() < 0.05:
                 r[flag] = True
@@ -75,10 +90,15 @@ def random_transcript(rng: random.Random, n: int, session_id: str):
         last = uuid
         if rng.random() < 0.05:
             records.append({"type": "file-history-snapshot", "messageId": uuid})
+        if rng.random() < 0.03:
+            # a last-prompt checkpoint: a record may name one, or none (null)
+            records.append({"type": "last-prompt", "sessionId": session_id,
+                            "leafUuid": rng.choice(uuids[: i + 1]) if rng.random() < 0.8
+                            else None, **({"explicit": True} if rng.random() < 0.3 else {})})
     return records
 
 
-@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("seed", range(6))
 def test_caches_equal_definitions_on_random_trees(index, seed):
     rng = random.Random(seed)
     files = []

@@ -213,17 +213,17 @@ def test_the_workers_chain_rows_are_what_derive_reads_from_the_index(tmp_path):
     conn.execute("UPDATE records SET raw = CAST(line(file_id, byte_offset, raw_len) AS TEXT)")
     keys = [k for (k,) in conn.execute("SELECT key FROM files ORDER BY key")]
     expected = conn.execute(derive.UUID_RECORDS_SQL, {"file_ids": json.dumps(keys)}).fetchall()
-    got, prompts = [], []
+    got, prompts, boundaries = [], [], []
     columns = ", ".join(preload.RECORD_COLUMNS + ("raw",))
     for key, first, last in conn.execute(
             "SELECT key, first_record, last_record FROM files WHERE first_record IS NOT NULL "
             "ORDER BY key").fetchall():
         rows = conn.execute(f"SELECT {columns} FROM records WHERE id BETWEEN ? AND ? "
                             "ORDER BY id", [first, last]).fetchall()
-        preload._chain_rows(rows, first, got, prompts)
-    preload._computed_in_sql(conn, got, prompts)
+        preload._chain_rows(rows, first, got, prompts, boundaries)
+    preload._computed_in_sql(conn, got, prompts, boundaries)
     assert prompts and any(row[14] is not None for row in got)   # (what the test holds)
-    assert any(row[15] for row in got) and any(row[17] and row[18] for row in got)
+    assert any(row[15] for row in got) and any(row[18] and row[19] for row in got)
     assert [tuple(row) for row in got] == expected
 
 

@@ -30,6 +30,7 @@ from indexer.transcripts.records import (
     CHAIN_TYPES_SQL,
     COMPACT_BOUNDARY_RECORD,
     EFFECTIVE_PARENT,
+    PRESERVED,
     SYNTHETIC_RECORD,
 )
 
@@ -78,6 +79,15 @@ TIMESTAMP_MS = ("CAST(round((julianday({r}.timestamp) - 2440587.5) * 86400000.0)
 LAST_PROMPT_NULL_LEAF = "(json_valid({r}.raw) AND json_type({r}.raw, '$.leafUuid') = 'null')"
 LAST_PROMPT_EXPLICIT = "(json_valid({r}.raw) AND json_type({r}.raw, '$.explicit') = 'true')"
 
+# Is uuid {uuid} a node of the CLI's view of file {file_id} (a user, assistant,
+# system or attachment record that is readable, the last chain line of its
+# uuid) whose line is before line {before}? Two references to records: for the relink, whose parts are copied
+# wherever cli is named (CLI_CTES).
+IS_CLI_NODE = f"""EXISTS (SELECT 1 FROM records x WHERE x.file_id = {{file_id}} AND x.uuid = {{uuid}}
+      AND x.type IN ('user','assistant','system','attachment') AND NOT x.is_unreadable
+      AND x.line_no < {{before}} AND NOT EXISTS (SELECT 1 FROM records y WHERE y.file_id = x.file_id AND y.uuid = x.uuid
+                      AND y.line_no > x.line_no AND y.type IN {CHAIN_TYPES_SQL}))"""
+
 # The CLI's view of each file (resume.py states the rules): cli holds its
 # nodes (no progress records) with the bridged parent (read through progress
 # records written before the record; `bridge` climbs them, each step to an
@@ -107,26 +117,121 @@ bridged AS MATERIALIZED (
         FROM bridge) b JOIN files f ON f.id = b.file_id
   WHERE b.rn = 1
 ),
-cli_nodes AS MATERIALIZED (
+cli_base AS MATERIALIZED (
   SELECT n.id, n.file_id, n.line_no, n.uuid, n.type, n.subtype, n.is_sidechain,
          r.parent_uuid, r.logical_parent_uuid, {TIMESTAMP_MS.format(r="r")} AS ts_ms,
-         CAST(CASE WHEN b.uuid IS NOT NULL THEN b.up ELSE n.parent_uuid END AS TEXT) AS parent
+         CAST(CASE WHEN b.uuid IS NOT NULL THEN b.up ELSE n.parent_uuid END AS TEXT) AS parent,
+         r.timestamp
   FROM nodes n JOIN records r ON r.id = n.id
   LEFT JOIN bridged b ON b.file_id = n.file_id AND b.uuid = n.uuid
   WHERE n.type <> 'progress' AND NOT n.is_unreadable
 ),
+-- The compaction relink (resume.relink). SQLite copies a CTE's tree at each
+-- place it is named and counts every table reference of the copies (at most
+-- 65535 per statement); cli is named many times, so what it rests on names
+-- records as few times as it can: the kept uuids travel as one JSON array
+-- per file. keep_meta: per file with a boundary that says what it kept
+-- (records.PRESERVED), the last such one, whether it is the last boundary,
+-- and its anchor.
+bounds AS MATERIALIZED (
+  SELECT n.file_id, n.line_no, {PRESERVED.format(r="r")} AS preserved
+  FROM nodes n JOIN records r ON r.id = n.id
+  WHERE {COMPACT_BOUNDARY_RECORD.format(r="n")}
+),
+keep_meta AS MATERIALIZED (
+  SELECT file_id, last_line, line_no = last_line AS is_last, preserved,
+         json_type(preserved, '$.m') = 'object' AS listed,
+         CASE WHEN json_type(preserved, '$.m') = 'object'
+              THEN json_extract(preserved, '$.m.anchorUuid')
+              ELSE json_extract(preserved, '$.s.anchorUuid') END AS anchor
+  FROM (SELECT b.*, max(b.line_no) OVER (PARTITION BY b.file_id) AS last_line,
+               row_number() OVER (PARTITION BY b.file_id
+                                  ORDER BY b.preserved IS NULL, b.line_no DESC) AS rn
+        FROM bounds b)
+  WHERE rn = 1 AND preserved IS NOT NULL
+),
+-- seg_walk: a preservedSegment walked from its tail up the bridged
+-- parents to its head (uuid: each node reached; next: its parent).
+seg_walk(file_id, uuid, next, head, steps) AS (
+  SELECT file_id, NULL, json_extract(preserved, '$.s.tailUuid'),
+         json_extract(preserved, '$.s.headUuid'), 0
+  FROM keep_meta WHERE is_last AND NOT listed
+  UNION ALL
+  SELECT w.file_id, c.uuid, c.parent, w.head, w.steps + 1 FROM seg_walk w
+  JOIN cli_base c ON c.file_id = w.file_id AND c.uuid = w.next
+  JOIN files f ON f.id = w.file_id
+  WHERE w.uuid IS NOT w.head AND w.steps <= f.line_count
+),
+-- relinking: the files the relink applies to, with kept (the kept uuids
+-- head first, a JSON array; '[]' when the last boundary keeps nothing and
+-- only drops); none when a listed uuid is not a node or the segment does
+-- not reach its head.
+relinking AS MATERIALIZED (
+  SELECT file_id, last_line, anchor, kept, kept ->> '$[0]' AS head,
+         kept ->> '$[#-1]' AS tail
+  FROM (
+    SELECT k.file_id, k.last_line, k.anchor, CASE
+      WHEN NOT k.is_last THEN '[]'
+      WHEN k.listed AND json_type(k.preserved, '$.m.uuids') IS NOT 'array' THEN '[]'
+      WHEN k.listed AND NOT EXISTS (
+             SELECT 1 FROM json_each(k.preserved, '$.m.uuids') j, files f
+             WHERE f.id = k.file_id AND j.type = 'text' AND NOT {IS_CLI_NODE.format(file_id="k.file_id", uuid="j.value", before="f.line_count + 1")})
+        THEN (SELECT json_group_array(j.value) FROM (
+                SELECT value FROM json_each(k.preserved, '$.m.uuids')
+                WHERE type = 'text' ORDER BY CAST(key AS INTEGER)) j)
+      WHEN NOT k.listed THEN (
+        SELECT json_group_array(uuid) FROM (
+          SELECT w.uuid FROM (SELECT w.*, min(CASE WHEN w.uuid = w.head THEN w.steps END)
+                                OVER () AS top
+                              FROM seg_walk w WHERE w.file_id = k.file_id) w
+          WHERE w.top IS NOT NULL AND w.steps BETWEEN 1 AND w.top ORDER BY w.steps DESC)
+        HAVING count(*) > 0)
+      END AS kept
+    FROM keep_meta k)
+  WHERE kept IS NOT NULL
+),
+-- relinked: each node with the parent the relink gives it (moved: kept
+-- records one after another from the anchor, the anchor's other children
+-- under the tail), the nodes it drops left out.
+relinked AS MATERIALIZED (
+  SELECT c.*, CAST(CASE
+    WHEN c.last_line IS NULL THEN c.parent
+    WHEN c.pos = 0 THEN c.anchor
+    WHEN c.pos > 0 THEN c.kept ->> ('$[' || (c.pos - 1) || ']')
+    WHEN c.tail IS NOT NULL AND c.parent = c.anchor AND c.uuid <> c.head THEN c.tail
+    ELSE c.parent END AS TEXT) AS moved
+  FROM (SELECT c.*, k.last_line, k.kept, k.anchor, k.head, k.tail,
+               (SELECT max(CAST(j.key AS INTEGER)) FROM json_each(k.kept) j
+                WHERE j.value = c.uuid) AS pos
+        FROM cli_base c LEFT JOIN relinking k ON k.file_id = c.file_id) c
+  WHERE c.last_line IS NULL OR c.line_no >= c.last_line OR c.pos IS NOT NULL
+),
+-- cli_nodes: a user/assistant record whose parent was dropped hangs from the tail.
+cli_nodes AS MATERIALIZED (
+  SELECT c.id, c.file_id, c.line_no, c.uuid, c.type, c.subtype, c.is_sidechain,
+         c.parent_uuid, c.logical_parent_uuid, c.ts_ms, CAST(CASE
+           WHEN c.tail IS NOT NULL AND c.type IN ('user','assistant')
+             AND {IS_CLI_NODE.format(file_id="c.file_id", uuid="c.moved", before="c.last_line")}
+             AND NOT EXISTS (SELECT 1 FROM json_each(c.kept) j WHERE j.value = c.moved)
+           THEN c.tail ELSE c.moved END AS TEXT) AS parent,
+         c.timestamp, c.last_line, c.kept
+  FROM relinked c
+),
 cli AS MATERIALIZED (
   SELECT c.*, CAST(CASE
     WHEN c.parent IS NULL THEN NULL
-    WHEN p.uuid IS NOT NULL THEN c.parent
+    WHEN {IS_CLI_NODE.format(file_id="c.file_id", uuid="c.parent", before="f.line_count + 1")}
+      AND NOT (c.last_line IS NOT NULL
+               AND {IS_CLI_NODE.format(file_id="c.file_id", uuid="c.parent", before="c.last_line")}
+               AND NOT EXISTS (SELECT 1 FROM json_each(c.kept) j WHERE j.value = c.parent))
+      THEN c.parent
     ELSE (SELECT x.uuid FROM cli_nodes x
           WHERE x.file_id = c.file_id AND x.uuid <> c.uuid AND x.is_sidechain = c.is_sidechain
             AND NOT (x.type = 'system' AND x.subtype IS 'file_snapshot')
             AND x.ts_ms <= c.ts_ms AND c.ts_ms - x.ts_ms <= {FALLBACK_MS}
           ORDER BY x.ts_ms DESC, x.line_no LIMIT 1)
   END AS TEXT) AS walk_parent
-  FROM cli_nodes c
-  LEFT JOIN cli_nodes p ON p.file_id = c.file_id AND p.uuid = c.parent
+  FROM cli_nodes c JOIN files f ON f.id = c.file_id
 )
 """.strip()
 
@@ -172,7 +277,7 @@ NEWEST_OF_ANY_SET = NEWEST_OF.format("any_set")
 LEAVES_CTES = f"""
 main_files AS (SELECT file_id FROM scope_files WHERE kind = 'main'),
 row_lines AS MATERIALIZED (
-  SELECT o.file_id, o.line_no, o.uuid FROM occ o JOIN records r ON r.id = o.id
+  SELECT o.file_id, o.line_no, o.uuid, r.timestamp FROM occ o JOIN records r ON r.id = o.id
   JOIN main_files m ON m.file_id = o.file_id
   WHERE o.type <> 'progress' AND NOT r.is_sidechain AND NOT r.is_unreadable
     AND NOT (o.type = 'system' AND r.subtype IS 'file_snapshot')
@@ -185,6 +290,7 @@ last_rows AS MATERIALIZED (
 ),
 prompts AS MATERIALIZED (
   SELECT r.file_id, r.line_no, nullif(r.leaf_uuid, '') AS leaf,
+         r.leaf_uuid IS NOT NULL OR {LAST_PROMPT_NULL_LEAF.format(r="r")} AS names_leaf,
          {LAST_PROMPT_NULL_LEAF.format(r="r")} AS null_leaf,
          {LAST_PROMPT_EXPLICIT.format(r="r")} AS explicit
   FROM records r JOIN main_files m ON m.file_id = r.file_id
@@ -230,23 +336,63 @@ above_last(file_id, uuid, parent, steps) AS (
   JOIN files f ON f.id = a.file_id
   WHERE a.steps <= f.line_count
 ),
+-- newest_descendant (resume._newest_descendant): when no last-prompt record
+-- names a leaf and the first row with the greatest timestamp text is not
+-- the last row, the newest non-sidechain node below the last row.
+newest_rows AS MATERIALIZED (
+  SELECT file_id, uuid FROM (
+    SELECT file_id, uuid, row_number() OVER (
+             PARTITION BY file_id ORDER BY timestamp DESC, line_no) AS rn
+    FROM row_lines WHERE typeof(timestamp) = 'text' AND timestamp > '') WHERE rn = 1
+),
+below_last(file_id, uuid, steps) AS (
+  SELECT s.file_id, s.last_row, 0 FROM state s
+  JOIN newest_rows n ON n.file_id = s.file_id AND n.uuid <> s.last_row
+  WHERE NOT EXISTS (SELECT 1 FROM prompts q WHERE q.file_id = s.file_id AND q.names_leaf)
+  UNION ALL
+  SELECT b.file_id, c.uuid, b.steps + 1 FROM below_last b
+  JOIN cli c ON c.file_id = b.file_id AND c.parent = b.uuid
+  JOIN files f ON f.id = b.file_id
+  WHERE b.steps <= f.line_count
+),
+newest_below AS MATERIALIZED (
+  SELECT file_id, uuid FROM (
+    SELECT c.file_id, c.uuid, row_number() OVER (
+             PARTITION BY c.file_id ORDER BY c.timestamp DESC, c.line_no DESC) AS rn
+    FROM (SELECT DISTINCT b.file_id, b.uuid FROM below_last b
+          JOIN state s ON s.file_id = b.file_id AND b.uuid <> s.last_row) b
+    JOIN cli c ON c.file_id = b.file_id AND c.uuid = b.uuid
+    WHERE NOT c.is_sidechain AND typeof(c.timestamp) = 'text') WHERE rn = 1
+),
 judged AS MATERIALIZED (
   SELECT s.*, (cp.uuid IS NOT NULL) AS checkpoint_is_node,
+    coalesce(cp.is_sidechain, 0) AS checkpoint_on_side,
+    EXISTS (SELECT 1 FROM relinking k WHERE k.file_id = s.file_id
+            AND k.tail IS NOT NULL) AS relinked,
+    nb.uuid AS newer,
     EXISTS (SELECT 1 FROM above_last a WHERE a.file_id = s.file_id
             AND a.uuid = s.checkpoint) AS last_descends
   FROM state s LEFT JOIN cli cp ON cp.file_id = s.file_id AND cp.uuid = s.checkpoint
+  LEFT JOIN newest_below nb ON nb.file_id = s.file_id
 ),
+-- After a relink (a compaction's kept tail put back) only an explicit
+-- checkpoint is picked before the leaf scan.
 first_pick AS MATERIALIZED (
   SELECT file_id, last_row, trailing, checkpoint, explicit, last_descends,
     CASE WHEN empty THEN NULL
+         WHEN relinked THEN CASE WHEN explicit AND checkpoint_is_node
+                                      AND NOT checkpoint_on_side THEN checkpoint END
          WHEN checkpoint_is_node AND NOT explicit AND last_row IS NOT NULL
               AND last_row <> checkpoint AND last_descends THEN last_row
          WHEN checkpoint_is_node THEN checkpoint
-         WHEN NOT trailing THEN last_row END AS picked,
+         WHEN NOT trailing THEN coalesce(newer, last_row) END AS picked,
     CASE WHEN empty THEN 'rewound_to_empty'
+         WHEN relinked THEN CASE WHEN explicit AND checkpoint_is_node
+                                      AND NOT checkpoint_on_side THEN 'checkpoint' END
          WHEN checkpoint_is_node AND NOT explicit AND last_row IS NOT NULL
               AND last_row <> checkpoint AND last_descends THEN 'last_row'
          WHEN checkpoint_is_node THEN 'checkpoint'
+         WHEN NOT trailing AND newer IS NOT NULL THEN 'newest_descendant'
          WHEN NOT trailing AND last_row IS NOT NULL THEN 'last_row' END AS rule,
     empty
   FROM judged
@@ -318,7 +464,7 @@ resume_pick AS MATERIALIZED (
          WHEN pm.uuid IS NOT NULL THEN p.picked
          WHEN s.n > 1 AND s.checkpoint_is_leaf
               AND (p.explicit OR p.last_row IS NULL OR NOT p.last_descends) THEN p.checkpoint
-         WHEN s.n > 1 AND NOT p.trailing AND lm.uuid IS NOT NULL THEN lm.uuid
+         WHEN s.n > 1 AND NOT p.trailing AND lm.uuid IS NOT NULL THEN p.last_row
          WHEN s.n > 0 THEN sn.uuid
          ELSE an.uuid END AS uuid,
     CASE WHEN p.empty THEN 'rewound_to_empty'

@@ -90,6 +90,10 @@ class CliView:
     explicit: bool
     rewound_to_empty: bool
     trailing_snapshots: bool
+    relinked: str | None = None   # the preserved tail a compaction put back (relink)
+    keeps: bool = False           # a compact boundary says what it kept (relink applies)
+    prompted: bool = False        # a last-prompt record names a leafUuid (even null)
+    newest_row: object = None     # the first row with the greatest timestamp (text)
 
 
 def _bridged(n, records: dict) -> str | None:
@@ -135,6 +139,67 @@ def _fallbacks(nodes: dict, parent: dict) -> dict:
     return out
 
 
+def _preserved_uuids(boundary, nodes: dict, parent: dict):
+    """(anchor, uuids) a boundary says its compaction kept, head first: the
+    preservedMessages list, else the preservedSegment walked from its tail
+    up the parents to its head; None when that walk does not reach the head
+    or a listed uuid is not a node (the CLI then relinks nothing)."""
+    anchor, listed, segment = records.preserved_of(boundary.preserved)
+    if listed is None:
+        walked, seen, u = [], set(), segment.get("tailUuid")
+        while isinstance(u, str) and u in nodes and u not in seen:
+            seen.add(u)
+            walked.append(u)
+            if u == segment.get("headUuid"):
+                return anchor, walked[::-1]
+            u = parent[u]
+        return None
+    if any(u not in nodes for u in listed):
+        return None
+    return anchor, listed
+
+
+def relink(nodes: dict, parent: dict):
+    """The CLI's compaction relink, before any leaf is picked: (nodes,
+    parent, tail). When the last compact boundary that says what it kept
+    (records.PRESERVED) is the last boundary, the kept records hang from its
+    anchor (the summary), one after another, and what hung from the anchor
+    hangs from the tail. When such a boundary exists, every node before the
+    last boundary but the kept ones is dropped, and a user/assistant record
+    whose parent was dropped hangs from the tail. ``tail``: the last kept
+    record, or None when nothing was put back."""
+    boundaries = [r for r in nodes.values() if records.is_compact_boundary(r.type, r.subtype)]
+    keeping = [b for b in boundaries if records.preserved_of(b.preserved) is not None]
+    if not keeping:
+        return nodes, parent, None
+    last, uuids, anchor = boundaries[-1], [], None
+    if keeping[-1] is last:
+        kept = _preserved_uuids(last, nodes, parent)
+        if kept is None:
+            return nodes, parent, None
+        anchor, uuids = kept
+    parent = dict(parent)
+    if uuids:
+        head, tail = uuids[0], uuids[-1]
+        above = anchor
+        for u in uuids:
+            parent[u] = above
+            above = u
+        if anchor is not None:
+            for u, p in parent.items():
+                if p == anchor and u != head:
+                    parent[u] = tail
+    keep = set(uuids)
+    dropped = {u for u, r in nodes.items() if r.line_no < last.line_no and u not in keep}
+    nodes = {u: r for u, r in nodes.items() if u not in dropped}
+    parent = {u: p for u, p in parent.items() if u not in dropped}
+    if uuids and dropped:
+        for u, r in nodes.items():
+            if r.type in MESSAGE_TYPES and parent[u] in dropped:
+                parent[u] = uuids[-1]
+    return nodes, parent, uuids[-1] if uuids else None
+
+
 def cli_view(occ: list, prompts: list[Prompt], nodes_all: dict) -> CliView:
     """The CLI's view of a main file from its chain record lines in file
     order (``occ``), its last-prompt records and the last line per uuid."""
@@ -142,12 +207,15 @@ def cli_view(occ: list, prompts: list[Prompt], nodes_all: dict) -> CliView:
                          if r.type in CLI_NODE_TYPES and not r.is_unreadable),
                         key=lambda item: item[1].line_no))
     parent = {u: _bridged(r, nodes_all) for u, r in nodes.items()}
+    keeps = any(r.preserved for r in nodes.values())
+    nodes, parent, tail = relink(nodes, parent)
     walk_parent = dict(parent)
     for u, p in _fallbacks(nodes, parent).items():
         walk_parent[u] = p
     seen = scan_events(occ, prompts, Scanned())
     return CliView(nodes, parent, walk_parent, seen.last_row, seen.checkpoint, seen.explicit,
-                   seen.rewound_to_empty, seen.trailing_snapshots)
+                   seen.rewound_to_empty, seen.trailing_snapshots, tail, keeps,
+                   seen.prompted, seen.newest_row)
 
 
 @dataclass(slots=True)
@@ -160,6 +228,8 @@ class Scanned:
     explicit: bool = False
     rewound_to_empty: bool = False
     trailing_snapshots: bool = False
+    prompted: bool = False
+    newest_row: object = None
 
 
 def scan_events(occ: list, prompts: list[Prompt], seen: Scanned) -> Scanned:
@@ -174,18 +244,24 @@ def scan_events(occ: list, prompts: list[Prompt], seen: Scanned) -> Scanned:
     events.sort(key=lambda e: (e[0], e[1] != "row"))
     last_row, checkpoint, explicit = seen.last_row, seen.checkpoint, seen.explicit
     empty, snapshots = seen.rewound_to_empty, seen.trailing_snapshots
+    prompted, newest = seen.prompted, seen.newest_row
     for _, kind, item in events:
         if kind == "row":
             last_row, explicit, empty, snapshots = item, False, False, False
+            if isinstance(item.timestamp, str) and item.timestamp > (
+                    newest.timestamp if newest is not None else ""):
+                newest = item
         elif kind == "boundary":
             checkpoint, explicit = None, False
         elif kind == "snapshot":
             snapshots = True
-        elif item.leaf_uuid:
-            checkpoint, explicit, empty = item.leaf_uuid, item.explicit, False
-        elif item.leaf_is_null and item.explicit:
-            checkpoint, explicit, empty = None, False, True
-    return Scanned(last_row, checkpoint, explicit, empty, snapshots)
+        else:
+            prompted = prompted or item.leaf_uuid is not None or item.leaf_is_null
+            if item.leaf_uuid:
+                checkpoint, explicit, empty = item.leaf_uuid, item.explicit, False
+            elif item.leaf_is_null and item.explicit:
+                checkpoint, explicit, empty = None, False, True
+    return Scanned(last_row, checkpoint, explicit, empty, snapshots, prompted, newest)
 
 
 def _descends(view: CliView, uuid: str, ancestor: str) -> bool:
@@ -220,19 +296,59 @@ def _newest(candidates):
     return best
 
 
+def _newest_descendant(view: CliView, last: str) -> str | None:
+    """When no last-prompt record names a leaf and the newest row (by its
+    timestamp text) is not the last row: the newest non-sidechain node that
+    descends from the last row (a record written before its parent, the
+    file's last row: a tool_result flushed before the tool_use it answers),
+    the later node on a tie; None when none does."""
+    newest = view.newest_row
+    if view.prompted or newest is None or newest.uuid == last or last not in view.nodes:
+        return None
+    below = {last: True}
+
+    def descends(u):
+        path = []
+        while u is not None and u not in below:
+            below[u] = False
+            path.append(u)
+            u = view.parent.get(u) if u in view.nodes else None
+        found = below.get(u, False) if u is not None else False
+        for x in path:
+            below[x] = found
+        return found
+
+    best, best_ts = None, ""
+    for u, r in view.nodes.items():
+        if (not r.is_sidechain and u != last and isinstance(r.timestamp, str)
+                and r.timestamp >= best_ts and descends(u)):
+            best, best_ts = u, r.timestamp
+    return best
+
+
 def resume_leaf(view: CliView):
     """(picked row, rule): the record the resume walk starts from."""
     if view.rewound_to_empty:
         return None, "rewound_to_empty"
     last = view.last_row.uuid if view.last_row is not None else None
     picked, rule = None, None
-    if view.checkpoint is not None and view.checkpoint in view.nodes:
+    if view.relinked is not None:
+        # A compaction's kept tail was put back: only an explicit checkpoint
+        # is taken before the leaf scan.
+        ko = view.checkpoint
+        if view.explicit and ko in view.nodes and not view.nodes[ko].is_sidechain:
+            picked, rule = ko, "checkpoint"
+    elif view.checkpoint is not None and view.checkpoint in view.nodes:
         picked, rule = view.checkpoint, "checkpoint"
         if (not view.explicit and last is not None and last != picked
                 and _descends(view, last, picked)):
             picked, rule = last, "last_row"
-    if picked is None and not view.trailing_snapshots and last is not None:
+    if picked is None and view.relinked is None and not view.trailing_snapshots \
+            and last is not None:
         picked, rule = last, "last_row"
+        newer = _newest_descendant(view, last)
+        if newer is not None:
+            picked, rule = newer, "newest_descendant"
     if picked is not None and _message_at_or_above(view, picked) is not None:
         return view.nodes[picked], rule
     # The leaf scan.

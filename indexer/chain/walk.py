@@ -13,12 +13,13 @@ from indexer.transcripts import records
 from indexer.transcripts.records import MESSAGE_TYPES
 
 # The columns Rec is built from (records r), in its field order; ts_ms: the
-# timestamp in epoch milliseconds (definitions.TIMESTAMP_MS), NULL when not one.
+# timestamp in epoch milliseconds (definitions.TIMESTAMP_MS), NULL when not one;
+# preserved: what a compact boundary says the compaction kept (records.PRESERVED).
 REC_COLUMNS = f"""r.id, r.file_id, r.line_no, r.uuid, r.parent_uuid, r.logical_parent_uuid,
        r.type, r.subtype, r.timestamp, r.is_sidechain, r.is_meta, r.team_name,
        r.message_id, r.is_tool_result, {definitions.TIMESTAMP_MS.format(r="r")} AS ts_ms,
-       r.is_unreadable"""
-REC_FIELDS = 16
+       r.is_unreadable, {records.PRESERVED.format(r="r")} AS preserved"""
+REC_FIELDS = 17
 # Records with a uuid and last-prompt records, as read_rows() reads them:
 # the Rec columns, then the last-prompt fields read from the line itself.
 UUID_RECORDS_SELECT = f"""
@@ -47,6 +48,7 @@ class Rec:
     is_tool_result: int
     ts_ms: int | None = None
     is_unreadable: int = 0
+    preserved: str | None = None   # a compact boundary's records.PRESERVED
 
     @property
     def eff_parent(self) -> str | None:

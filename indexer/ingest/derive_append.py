@@ -167,11 +167,14 @@ def main_state(view: resume.CliView, resume_chain, resume_message, boundary_line
         p = view.parent.get(top.uuid)
         if p is not None and p not in view.nodes and top.ts_ms is not None:
             top_open = [top.ts_ms, bool(top.is_sidechain)]
-    last = view.last_row
+    last, newest = view.last_row, view.newest_row
     return {"last_row": last.uuid if last is not None else None,
             "checkpoint": view.checkpoint, "explicit": view.explicit,
             "rewound_to_empty": view.rewound_to_empty,
             "trailing_snapshots": view.trailing_snapshots,
+            "prompted": view.prompted,
+            "newest_row": newest.uuid if newest is not None else None,
+            "relinks": view.keeps,
             "fallback": fallback, "top_open": top_open, "boundary_line": boundary_line,
             "resume_message": resume_message.uuid if resume_message is not None else None}
 
@@ -328,7 +331,8 @@ def _lazy_view(g: _Graph, scanned: resume.Scanned) -> resume.CliView:
 
     return resume.CliView(nodes, _Lazy(parent), _Lazy(walk_parent), scanned.last_row,
                           scanned.checkpoint, scanned.explicit, scanned.rewound_to_empty,
-                          scanned.trailing_snapshots)
+                          scanned.trailing_snapshots, None, False, scanned.prompted,
+                          scanned.newest_row)
 
 
 class _Walk:
@@ -472,13 +476,20 @@ class _Extension:
                 and r.ts_ms is not None and bool(r.is_sidechain) == top[1]
                 and top[0] - FALLBACK_MS <= r.ts_ms <= top[0] for r in new):
             raise Bail("an appended record may extend the chain's top")
+        if "relinks" not in state or state["relinks"] or any(r.preserved for r in new):
+            # A compaction's kept tail is put back (resume.relink): it moves
+            # records between branches, so the file is derived whole.
+            raise Bail("a compaction relinks what it kept")
         scanned = resume.scan_events(new, prompts, resume.Scanned(
             g.get(state["last_row"]), state["checkpoint"], state["explicit"],
-            state["rewound_to_empty"], state["trailing_snapshots"]))
+            state["rewound_to_empty"], state["trailing_snapshots"], state["prompted"],
+            g.get(state["newest_row"]) if state["newest_row"] is not None else None))
         state.update(last_row=scanned.last_row.uuid if scanned.last_row is not None else None,
                      checkpoint=scanned.checkpoint, explicit=scanned.explicit,
                      rewound_to_empty=scanned.rewound_to_empty,
-                     trailing_snapshots=scanned.trailing_snapshots)
+                     trailing_snapshots=scanned.trailing_snapshots, prompted=scanned.prompted,
+                     newest_row=(scanned.newest_row.uuid if scanned.newest_row is not None
+                                 else None))
         view = _lazy_view(g, scanned)
         leaf, rule = resume.resume_leaf(view)
         if leaf is None or rule not in EXTENDABLE_RULES:

@@ -51,7 +51,7 @@ from indexer.ingest.linerows import (
     digest_of,
     running_facts,
 )
-from indexer.transcripts.records import RECORD_FIELDS
+from indexer.transcripts.records import PRESERVED, RECORD_FIELDS, is_compact_boundary
 from indexer.transcripts.rows import LARGE_LINE_BYTES, bindable
 from indexer.transcripts.safefiles import open_regular
 
@@ -425,6 +425,7 @@ _REC_AT = [3 + RECORD_FIELDS.index(c) for c in (
 _UUID, _TYPE = _REC_AT[0], _REC_AT[3]
 _rec_fields = operator.itemgetter(*_REC_AT)
 _UNREADABLE, _LEAF = (3 + RECORD_FIELDS.index(c) for c in ("is_unreadable", "leaf_uuid"))
+_SUBTYPE = _REC_AT[4]
 
 
 # What UUID_RECORDS_SELECT computes in SQL, with its own expressions: each
@@ -434,41 +435,49 @@ TIMESTAMPS_MS_SQL = (f"SELECT t.timestamp, {definitions.TIMESTAMP_MS.format(r='t
 PROMPT_FIELDS_SQL = (f"SELECT {definitions.LAST_PROMPT_NULL_LEAF.format(r='p')}, "
                      f"{definitions.LAST_PROMPT_EXPLICIT.format(r='p')} "
                      "FROM (SELECT CAST(? AS TEXT) AS raw) p")
+PRESERVED_SQL = (f"SELECT {PRESERVED.format(r='p')} FROM (SELECT CAST(? AS TEXT) AS raw, "
+                 "'system' AS type, 'compact_boundary' AS subtype) p")
 
 
-def _chain_rows(records: list, first_id: int, out: list, prompts: list) -> None:
+def _chain_rows(rows: list, first_id: int, out: list, prompts: list,
+                boundaries: list) -> None:
     """A file's rows as derive.UUID_RECORDS_SQL reads them from the index
     (its records with a uuid and its last-prompt records, in file order),
     made from the rows just inserted: ``first_id`` the first one's id. The
     timestamp in ms and the last-prompt fields, which the query computes in
     SQL, are left for _computed_in_sql; ``prompts`` gets (row, raw) of the
     last-prompt records."""
-    for i, r in enumerate(records):
+    for i, r in enumerate(rows):
         if r[_UUID] is not None or r[_TYPE] == "last-prompt":
-            row = [first_id + i, r[0], r[1], *_rec_fields(r), None, r[_UNREADABLE],
+            row = [first_id + i, r[0], r[1], *_rec_fields(r), None, r[_UNREADABLE], None,
                    r[_LEAF], None, None]
             out.append(row)
             if r[_TYPE] == "last-prompt":
                 prompts.append((row, r[-1]))
+            elif is_compact_boundary(r[_TYPE], r[_SUBTYPE]):
+                boundaries.append((row, r[-1]))
 
 
-def _computed_in_sql(conn, rows: list, prompts: list) -> None:
+def _computed_in_sql(conn, rows: list, prompts: list, boundaries: list) -> None:
     """Fill in what UUID_RECORDS_SELECT computes in SQL, with its own
-    expressions: each row's timestamp in ms, and the last-prompt fields read
-    from the line."""
+    expressions: each row's timestamp in ms, the last-prompt fields and a
+    compact boundary's preserved fields, read from the line."""
     stamps = list({row[8] for row in rows if row[8] is not None})
     ms = dict(conn.execute(TIMESTAMPS_MS_SQL, [json.dumps(stamps)]))
     for row in rows:
         row[14] = ms.get(row[8])
     for row, raw in prompts:
-        row[17:19] = conn.execute(PROMPT_FIELDS_SQL, [raw]).fetchone()
+        row[18:20] = conn.execute(PROMPT_FIELDS_SQL, [raw]).fetchone()
+    for row, raw in boundaries:
+        row[16] = conn.execute(PRESERVED_SQL, [raw]).fetchone()[0]
 
 
-def _derive(conn, files: dict[int, tuple], rows: list, prompts: list) -> None:
+def _derive(conn, files: dict[int, tuple], rows: list, prompts: list,
+            boundaries: list) -> None:
     """The caches of the batch's transcripts (key: (kind, session id, lines,
     bytes)), as derive.derive_files computes them from the index, from
     their _chain_rows."""
-    _computed_in_sql(conn, rows, prompts)
+    _computed_in_sql(conn, rows, prompts, boundaries)
     read = chain.read_rows(rows, list(files))
     out: dict[str, list] = {name: [] for name in chain.CACHE_COLUMNS}
     for key, (kind, session_id, lines, offset) in files.items():
@@ -504,7 +513,7 @@ def write_batch(target: str, records_sql: str, files: list[list]) -> None:
         conn.execute("BEGIN")
         for sql in (records_sql, *CREATE_BATCH_SQL):
             conn.execute(sql)
-        to_derive, chain_rows, prompts = {}, [], []
+        to_derive, chain_rows, prompts, boundaries = {}, [], [], []
         for key, (path, kind, named_session) in enumerate(files):
             records, bads = [], []
             row = _read_file(conn, path, key, records, bads)
@@ -524,10 +533,10 @@ def write_batch(target: str, records_sql: str, files: list[list]) -> None:
                     row[last] = conn.execute(LAST_ROWID_SQL).fetchone()[0]
                     row[first] = row[last] - len(rows) + 1
             if key in to_derive:
-                _chain_rows(records, row["first_record"], chain_rows, prompts)
+                _chain_rows(records, row["first_record"], chain_rows, prompts, boundaries)
             conn.execute(INSERT_FILE_SQL, row)
         if to_derive:
-            _derive(conn, to_derive, chain_rows, prompts)
+            _derive(conn, to_derive, chain_rows, prompts, boundaries)
         conn.execute("COMMIT")
     finally:
         conn.close()

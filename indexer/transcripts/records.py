@@ -16,6 +16,8 @@ it must never change once applied.
 
 from __future__ import annotations
 
+import json
+
 # The columns of a parsed record, in the order the parser (lines.py) gives
 # them and ingest inserts them; each with the transcript field it holds.
 # records (migrations.m002 and later) has these columns, plus file_id,
@@ -125,6 +127,37 @@ def effective_parent(type_, subtype, parent_uuid, logical_parent_uuid):
 
 EFFECTIVE_PARENT = (f"CASE WHEN {COMPACT_BOUNDARY_RECORD} AND {{r}}.parent_uuid IS NULL "
                     "THEN {r}.logical_parent_uuid ELSE {r}.parent_uuid END")
+
+# What a compaction kept (manual /compact since about 2.1.170, and 2.1.332's
+# compactions that keep recent turns): a boundary's compactMetadata names a
+# preservedSegment {headUuid, anchorUuid, tailUuid} (a chain, head to tail)
+# and, since about 2.1.300, preservedMessages {anchorUuid, uuids}. The
+# loader puts that tail back after the summary (chain/resume.py, relink).
+# PRESERVED: a boundary's two fields as JSON {"m": ..., "s": ...}, NULL on
+# any other record or when neither is an object.
+PRESERVED = (f"CASE WHEN {COMPACT_BOUNDARY_RECORD} AND json_valid({{r}}.raw) AND ("
+             "json_type({r}.raw, '$.compactMetadata.preservedMessages') = 'object' OR "
+             "json_type({r}.raw, '$.compactMetadata.preservedSegment') = 'object') "
+             "THEN json_object("
+             "'m', json({r}.raw -> '$.compactMetadata.preservedMessages'), "
+             "'s', json({r}.raw -> '$.compactMetadata.preservedSegment')) END")
+
+
+def preserved_of(preserved: str | None):
+    """(anchor uuid, uuids listed | None, segment | None) of a PRESERVED
+    value, or None: the preservedMessages list when it is an object (its
+    uuids, strings only), else the preservedSegment's {headUuid, tailUuid}."""
+    if not preserved:
+        return None
+    meta = json.loads(preserved)
+    listed, segment = meta.get("m"), meta.get("s")
+    if isinstance(listed, dict):
+        uuids = listed.get("uuids")
+        uuids = [u for u in uuids if isinstance(u, str)] if isinstance(uuids, list) else []
+        return listed.get("anchorUuid"), uuids, None
+    if isinstance(segment, dict):
+        return segment.get("anchorUuid"), None, segment
+    return None
 
 # --- Meta -------------------------------------------------------------------
 
