@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 import sys
 import urllib.error
 import urllib.request
@@ -68,6 +69,14 @@ def test_every_scenario_of_the_script_has_its_fixture():
                    for p in (FIXTURES / name).rglob("*.jsonl")}
         assert files == on_disk and f"{m['session_id']}.jsonl" in files, name
 
+
+
+def test_the_script_without_a_binary_says_so_in_one_line(tmp_path):
+    done = subprocess.run([sys.executable, str(FIXTURES / "make_fixtures.py"), "--claude",
+                           str(tmp_path / "no-such-claude"), "--only", "one_tool"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 3 and done.stdout == ""
+    assert done.stderr == f"Error: not an executable file: {tmp_path / 'no-such-claude'}\n"
 
 @pytest.mark.parametrize("name", SCENARIOS)
 def test_every_line_is_stored_and_exported_byte_for_byte(fixtures_index, tmp_path, name):
@@ -175,6 +184,26 @@ def test_the_cli_resumes_each_fixture_as_the_index_says(index, api, name):
     counts, sent = agree(index, api, path)
     assert counts["kept"] > 0 and sent.messages
 
+
+
+@pytest.mark.oracle
+@pytest.mark.skipif(CLAUDE is None, reason="no Claude Code binary")
+@pytest.mark.parametrize("name", ["skill_alone", "skill_parallel", "skill_parallel_read_first"])
+def test_the_cli_sends_the_skill_body_and_the_index_keeps_it(index, api, name):
+    # verify.compare reads tool ids and assistant text only: the Skill's body
+    # (a user text record, anthropics/claude-code#81917) is checked here.
+    shutil.copytree(FIXTURES / name, index.projects / name)
+    path = index.projects / name / f"{manifest(name)['session_id']}.jsonl"
+    counts, sent = agree(index, api, path)
+    sent_user_text = [b.get("text", "") for m in sent.messages if m.get("role") == "user"
+                      for b in (m["content"] if isinstance(m["content"], list) else [])]
+    assert sum("Greet the user with the word Ahoy" in t for t in sent_user_text) == 1
+    body = index.rows(
+        "SELECT r.uuid, a.record_id IS NOT NULL AS on_chain, o.cause FROM records r "
+        "LEFT JOIN leaf_ancestry a ON a.record_id = r.id AND a.rule = 'resume' "
+        "LEFT JOIN orphans o ON o.record_id = r.id "
+        "WHERE r.type = 'user' AND r.is_meta AND r.raw LIKE '%Greet the user with the word Ahoy%'")
+    assert [(b["on_chain"], b["cause"]) for b in body] == [(1, None)]
 
 # --- The fake API's scripted answers -------------------------------------------
 
