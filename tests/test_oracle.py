@@ -14,12 +14,8 @@ from pathlib import Path
 import pytest
 
 from conftest import CORPUS, Transcript, write_jsonl
-from indexer.repair import oracle, verify
-
-try:
-    CLAUDE = oracle.find_claude()
-except oracle.NoClaudeBinary:
-    CLAUDE = None
+from indexer.repair import oracle
+from oracle_checks import CLAUDE, agree, check_folder
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -50,19 +46,6 @@ def tool_result(tid):
 def api():
     with oracle.FakeMessagesAPI() as server:
         yield server
-
-
-def agree(index, api, path):
-    """Ingest, resume with the real CLI, and compare: returns the counts."""
-    index.ingest()
-    fid = index.file_id(path)
-    sid = index.value("SELECT session_id FROM files WHERE id = ?", [fid]) or path.stem
-    data = path.read_bytes()
-    sent = oracle.resume_sent(data, path.stem if oracle.UUID_RE.match(path.stem) else sid,
-                              api, CLAUDE)
-    kept_not_sent, sent_but_dropped, counts = verify.compare(index.db.conn, fid, sent)
-    assert kept_not_sent == [] and sent_but_dropped == [], (path.name, counts)
-    return counts, sent
 
 
 # --- Generated shapes -------------------------------------------------------
@@ -233,37 +216,6 @@ def test_seed000_the_cli_drops_the_otter_reply_and_repair_brings_it_back(index, 
 
 # Known differences, each with its reason (README, "Resume rules"): none.
 KNOWN: frozenset = frozenset()
-
-
-def check_folder(index, api, folder, known=frozenset()):
-    """Every main transcript under folder: the CLI and the index agree, but
-    for the known differences (paths relative to folder)."""
-    index.ingest(folder)
-    files = index.rows("SELECT id, path, session_id FROM files WHERE kind = 'main' ORDER BY path")
-    assert files, f"no main transcripts under {folder}"
-    agreed, differed, loaded_nothing = [], [], []
-    for f in files:
-        data = open(f["path"], "rb").read()
-        stem = f["path"].rsplit("/", 1)[-1][:-len(".jsonl")]
-        sid = stem if oracle.UUID_RE.match(stem) else f["session_id"] or stem
-        try:
-            sent = oracle.resume_sent(data, sid, api, CLAUDE)
-        except oracle.OracleFailed as e:
-            # "No conversation found": the CLI loads nothing; so must the index.
-            assert "No conversation found" in str(e), (f["path"], str(e))
-            kept = index.value("SELECT count(*) FROM leaf_ancestry WHERE file_id = ? "
-                               "AND rule = 'resume' AND record_id IN (SELECT id FROM records "
-                               "WHERE type IN ('user', 'assistant'))", [f["id"]])
-            assert kept == 0, f["path"]
-            loaded_nothing.append(f["path"])
-            continue
-        a, b, _ = verify.compare(index.db.conn, f["id"], sent)
-        rel = f["path"][len(str(folder)) + 1:]
-        (agreed if not a and not b else differed).append(rel)
-    assert set(differed) == set(known), differed
-    print(f"\noracle: {len(files)} transcripts under {folder}, {len(agreed)} agree, "
-          f"{len(differed)} known differences, {len(loaded_nothing)} load nothing")
-    return files
 
 
 @pytest.mark.skipif(not CORPUS.is_dir(), reason="../shared/corpus is not here")

@@ -107,11 +107,59 @@ def one_word(body: dict) -> dict:
     return {"id": "msg_oracle", "blocks": [{"type": "text", "text": REPLY}]}
 
 
+# The words of Claude Code's compaction prompt (manual /compact and
+# auto-compaction alike, 2.1.332) that ask for a summary.
+SUMMARY_ASKED = "Please provide your summary based on the conversation so far"
+SUMMARY = "The user asked about notes.txt; it says the answer is 42."
+
+
+def asks_for_summary(body: dict) -> bool:
+    """Whether a request is the CLI's compaction request."""
+    for m in reversed(body.get("messages") or []):
+        if m.get("role") == "user":
+            return SUMMARY_ASKED in json.dumps(m.get("content"))
+    return False
+
+
+def summarising(reply=one_word, summary: str = SUMMARY, message_id: str = "msg_summary"):
+    """A reply function that answers a compaction request with ``summary``
+    (inside the ``<summary>`` tags the CLI looks for) and every other
+    request with ``reply(body)``."""
+    def answer(body: dict) -> dict:
+        if asks_for_summary(body):
+            return {"id": message_id, "blocks": [{"type": "text", "text": (
+                f"<analysis>Short conversation.</analysis>\n<summary>{summary}</summary>")}]}
+        return reply(body)
+    return answer
+
+
+def scripted(*answers, then=one_word):
+    """A reply function that answers the Nth ``POST /v1/messages`` with
+    ``answers[N]`` (an answer dict, or a function of the request body giving
+    one) and every request after them with ``then(body)``. ``calls`` counts
+    the requests answered."""
+    lock = threading.Lock()
+
+    def reply(body: dict) -> dict:
+        with lock:
+            n = reply.calls
+            reply.calls += 1
+        answer = answers[n] if n < len(answers) else then
+        return answer(body) if callable(answer) else answer
+
+    reply.calls = 0
+    return reply
+
+
 class FakeMessagesAPI:
     """A Messages API on 127.0.0.1 that records every request (path,
     headers, body) and answers each ``POST /v1/messages`` with
     ``reply(body)``: a dict of ``id`` and ``blocks`` (text, thinking,
-    tool_use), or of ``status`` and ``error`` for an error answer. ``model``
+    tool_use), or of ``status`` and ``error`` (and ``type``, the error's
+    type) for an error answer; either may carry ``headers`` to send with it
+    (``retry-after``, say) and a success ``usage`` (merged into the default
+    one token in, one out: a large ``input_tokens`` makes the CLI think its
+    context is full). ``model``
     names the model of every answer (default: the one asked for); with
     ``request_ids`` (True, or the ids' prefix) each answer carries a
     ``request-id`` header (the answer's ``request_id``, else the prefix and
@@ -150,33 +198,38 @@ class FakeMessagesAPI:
                     prefix = request_ids if isinstance(request_ids, str) else "req_oracle_"
                     rid = (answer.get("request_id") or f"{prefix}{api._count:04d}"
                            if request_ids else None)
+                extra = answer.get("headers") or {}
                 if answer.get("status", 200) != 200:
                     return self._json({"type": "error", "error": {
                         "type": answer.get("type", "invalid_request_error"),
-                        "message": answer["error"]}}, answer["status"], rid)
+                        "message": answer["error"]}}, answer["status"], rid, extra)
                 blocks = answer["blocks"]
                 message = {
                     "id": answer["id"], "type": "message", "role": "assistant",
                     "model": model or request.get("model") or "claude-oracle",
                     "content": blocks, "stop_sequence": None,
                     "stop_reason": "tool_use" if any(b["type"] == "tool_use" for b in blocks)
-                    else "end_turn", "usage": {"input_tokens": 1, "output_tokens": 1}}
+                    else "end_turn",
+                    "usage": {"input_tokens": 1, "output_tokens": 1, **answer.get("usage", {})}}
                 if not request.get("stream"):
-                    return self._json(message, 200, rid)
-                self._send(_reply_events(message), "text/event-stream", 200, rid)
+                    return self._json(message, 200, rid, extra)
+                self._send(_reply_events(message), "text/event-stream", 200, rid, extra)
 
             def do_GET(self):
                 self._json({"type": "error", "error": {"type": "not_found_error",
                                                       "message": "not here"}}, 404)
 
-            def _json(self, data, status=200, rid=None):
-                self._send(json.dumps(data).encode(), "application/json", status, rid)
+            def _json(self, data, status=200, rid=None, extra=None):
+                self._send(json.dumps(data).encode(), "application/json", status, rid, extra)
 
-            def _send(self, payload: bytes, content_type: str, status: int, rid):
+            def _send(self, payload: bytes, content_type: str, status: int, rid,
+                      extra=None):
                 self.send_response(status)
                 self.send_header("content-type", content_type)
                 if rid:
                     self.send_header("request-id", rid)
+                for name, value in (extra or {}).items():
+                    self.send_header(name, str(value))
                 self.send_header("content-length", str(len(payload)))
                 self.end_headers()
                 self.wfile.write(payload)
