@@ -19,6 +19,8 @@ placed once, so parent cycles end.
 
 from __future__ import annotations
 
+import json
+
 from dataclasses import dataclass, field
 
 from markupsafe import Markup, escape
@@ -28,9 +30,10 @@ from indexer.transcripts.records import CHAIN_TYPES_SQL, effective_parent
 from session_index_web.format import CAUSE_COLOURS, css_class
 
 # Columns of one chain record as the page draws it.
-_NODE_COLUMNS = """r.id, r.line_no, r.uuid, r.parent_uuid, r.logical_parent_uuid, r.type,
+_NODE_COLUMNS = f"""r.id, r.line_no, r.uuid, r.parent_uuid, r.logical_parent_uuid, r.type,
   r.subtype, r.timestamp, r.is_sidechain, r.model, r.message_id, r.is_api_error,
-  r.is_compact_summary, json_excerpt(r.raw, 160) AS excerpt"""
+  r.is_compact_summary, json_excerpt(r.raw, 160) AS excerpt,
+  CASE WHEN {records.SYNTHETIC_RECORD.format(r="r")} THEN r.raw END AS synthetic_raw"""
 
 # The chain records of one file, one per uuid (its last line, as both readers
 # resolve a duplicated uuid), in file order. json_excerpt() is the plugin's
@@ -165,6 +168,17 @@ def _subtree(root: Node, level: int, children, placed) -> list:
     return out
 
 
+def _synthetic_mark(raw) -> str:
+    """A placeholder's kind as Claude Code tells them (records.synthetic_kind)
+    and what a resume does with it."""
+    try:
+        entry = json.loads(raw)
+    except (TypeError, ValueError):
+        entry = None
+    kind = records.synthetic_kind(entry) if isinstance(entry, dict) else "placeholder"
+    return "synthetic placeholder, " + records.synthetic_label(kind)
+
+
 def _mark(by_uuid, spine_set, sdk, leaves):
     """What each record's row says besides its type: leaves, api_error,
     synthetic placeholder, compaction, missing parent, SDK-only chain."""
@@ -182,7 +196,7 @@ def _mark(by_uuid, spine_set, sdk, leaves):
         if records.is_api_error_record(r["type"], r["subtype"]):
             marks.append(("api-error", "api_error"))
         if records.is_synthetic(r["type"], r["model"]):
-            marks.append(("synthetic", "synthetic placeholder"))
+            marks.append(("synthetic", _synthetic_mark(r["synthetic_raw"])))
         elif r["is_api_error"]:
             marks.append(("api-error", "API error message"))
         if records.is_compact_boundary(r["type"], r["subtype"]):

@@ -158,12 +158,9 @@ def test_the_cli_wrote_the_shapes_the_scenarios_name():
 
 # --- The real CLI resumes them ------------------------------------------------
 
-# Where the index and the CLI differ today (indexer/chain is being changed to
-# follow the CLI; these flip to passing then, and strict xfail says so).
-PRESERVED_SEGMENT = ("the CLI puts the compaction's preservedSegment back after the summary "
-                     "and sends the last answer before it ('Goodbye!'); the index calls it "
-                     "compacted (README: compaction preservedSegment relinks, not modelled)")
-DIFFERS = {"manual_compact": PRESERVED_SEGMENT, "auto_compact": PRESERVED_SEGMENT}
+# Where the index and the CLI differ today: none (the compaction fixtures
+# differed until the relink of what a compaction keeps was modelled).
+DIFFERS: dict = {}
 
 
 @pytest.fixture(scope="module")

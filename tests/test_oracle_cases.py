@@ -418,11 +418,6 @@ DIFFERS = {
                                  "too; the index stops (u1, u2 called unlinked)",
     "fallback_skips_the_walk": "the CLI's fallback skips records already walked and lands on "
                                "the next latest; the index stops",
-    "newest_descendant_of_the_last_row": "with no last-prompt leafUuid, the CLI resumes from "
-                                         "the newest descendant of the last row",
-    "older_descendant_of_the_last_row": "with no last-prompt leafUuid and a newest row not "
-                                        "the last row, the CLI resumes from the last row's "
-                                        "latest descendant",
     "sent_as_uuid": "the CLI loads a user record under its sentAsUuid",
     "fork_briefing_not_a_row": "a fork_briefing attachment is not a row: the last row is "
                                "the record before it",

@@ -413,7 +413,8 @@ def test_session_page_counts_what_the_cli_puts_back(site):
 
 def test_session_page_poisoned_compaction_parallel(site):
     poisoned = nodes(site.get(session_url(sid("poisoned-tail"))).text)
-    assert poisoned[-1][2] == ["leaf (both readers)", "synthetic placeholder"]
+    assert poisoned[-1][2] == ["leaf (both readers)",
+                               "synthetic placeholder, API error: not sent on resume"]
     compaction = site.get(session_url(sid("compaction"))).text
     assert "Compacted history" in compaction
     assert {c for _, c, _ in nodes(compaction)} == {"compacted", "resume chain"}

@@ -200,6 +200,22 @@ def relink(nodes: dict, parent: dict):
     return nodes, parent, uuids[-1] if uuids else None
 
 
+def relinked_parents(occ: list) -> dict:
+    """uuid -> the parent the compaction relink gives it, for the nodes whose
+    parentUuid it changes (``occ``: a main file's chain record lines): what
+    a reader that does not relink (the Agent SDK's walk, ``show``) needs to
+    read the kept tail where the CLI puts it."""
+    nodes_all = {r.uuid: r for r in occ}
+    nodes = dict(sorted(((u, r) for u, r in nodes_all.items()
+                         if r.type in CLI_NODE_TYPES and not r.is_unreadable),
+                        key=lambda item: item[1].line_no))
+    raw = {u: r.parent_uuid for u, r in nodes.items()}
+    _, parent, tail = relink(nodes, raw)
+    if tail is None:
+        return {}
+    return {u: p for u, p in parent.items() if p != raw[u]}
+
+
 def cli_view(occ: list, prompts: list[Prompt], nodes_all: dict) -> CliView:
     """The CLI's view of a main file from its chain record lines in file
     order (``occ``), its last-prompt records and the last line per uuid."""

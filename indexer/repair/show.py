@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 
+from indexer.chain import resume, walk
+from indexer.ingest import derive
 from indexer.transcripts import conversation, records
 from indexer.repair import repair
 from indexer.signals import verdict as verdicts
@@ -24,7 +26,16 @@ def recovered_conversation(db, session_id: str) -> list[dict]:
         if line_no in p.reparent:
             raw = repair._reparent_line(raw, *p.reparent[line_no])
         lines.append(raw.decode("utf-8", "replace"))
-    chain = conversation.build_conversation_chain(conversation.parse_entries(lines))
+    entries = conversation.parse_entries(lines)
+    # What a compaction kept, read where the CLI puts it back (resume.relink).
+    recs, _ = walk.read_rows(db.conn.execute(
+        derive.UUID_RECORDS_SQL, {"file_ids": json.dumps([p.file_id])}).fetchall(),
+        [p.file_id])[p.file_id]
+    moved = resume.relinked_parents([r for r in recs if r.type in resume.CHAIN_TYPES])
+    for entry in entries:
+        if entry.get("uuid") in moved:
+            entry["parentUuid"] = moved[entry["uuid"]]
+    chain = conversation.build_conversation_chain(entries)
     out = []
     for entry in conversation.visible_messages(chain):
         cause = p.orphaned.get(entry["uuid"])
@@ -32,6 +43,7 @@ def recovered_conversation(db, session_id: str) -> list[dict]:
             "uuid": entry["uuid"], "type": entry["type"], "timestamp": entry.get("timestamp"),
             "recovered": cause,   # None: on the resume chain
             "synthetic": records.is_synthetic_entry(entry),
+            "synthetic_kind": records.synthetic_kind(entry),
             "message": entry.get("message"),
         })
     return out
@@ -68,7 +80,7 @@ def _mark(m: dict) -> str:
     if m["recovered"]:
         marks.append(f"recovered: {m['recovered']}")
     if m["synthetic"]:
-        marks.append("synthetic placeholder")
+        marks.append("synthetic placeholder, " + records.synthetic_label(m["synthetic_kind"]))
     return f" ({'; '.join(marks)})" if marks else ""
 
 

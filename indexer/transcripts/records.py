@@ -225,3 +225,51 @@ def is_synthetic_entry(entry: dict) -> bool:
     message = entry.get("message")
     return is_synthetic(entry.get("type"),
                         message.get("model") if isinstance(message, dict) else None)
+
+
+# What kind of placeholder a synthetic record is, told apart as Claude Code
+# tells them (by isApiErrorMessage and the fixed text), and what a resume by
+# 2.1.332 does with it (checked with the oracle: tests/test_oracle_cases.py):
+# (kind, label, what a resume does).
+SYNTHETIC_KINDS = (
+    ("api_error", "API error", "not sent on resume"),
+    ("no_response_requested", "No response requested.",
+     "Claude Code's placeholder for a turn that got no answer (after an interrupt or an "
+     "auto-resume prompt); sent on resume as written"),
+    ("no_content", "(no content)", "an empty reply; not sent on resume"),
+    ("placeholder", "synthetic placeholder", "sent on resume as written"),
+)
+NO_RESPONSE_REQUESTED = "No response requested."
+NO_CONTENT = "(no content)"
+
+
+def synthetic_text(message) -> str:
+    """The text of a placeholder's message (its text blocks joined)."""
+    content = message.get("content") if isinstance(message, dict) else None
+    if isinstance(content, str):
+        return content
+    return "".join(b.get("text", "") for b in content or []
+                   if isinstance(b, dict) and b.get("type") == "text"
+                   and isinstance(b.get("text"), str))
+
+
+def synthetic_kind(entry: dict) -> str | None:
+    """The SYNTHETIC_KINDS name of a synthetic record, None for any other."""
+    if not is_synthetic_entry(entry):
+        return None
+    if entry.get("isApiErrorMessage"):
+        return "api_error"
+    text = synthetic_text(entry.get("message")).strip()
+    if text == NO_RESPONSE_REQUESTED:
+        return "no_response_requested"
+    if text in ("", NO_CONTENT):
+        return "no_content"
+    return "placeholder"
+
+
+def synthetic_label(kind: str | None) -> str | None:
+    """'LABEL: what a resume does with it' for a SYNTHETIC_KINDS name."""
+    for name, label, resume in SYNTHETIC_KINDS:
+        if name == kind:
+            return f"{label}: {resume}"
+    return None
