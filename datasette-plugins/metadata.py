@@ -200,8 +200,8 @@ _LEAVES_COLS = _cols(
     sdk_leaf_uuid="uuid where the Agent SDK starts (_build_conversation_chain)",
     leaves_agree="1 when both readers end the conversation at the same message",
     branch_count="distinct conversation leaves (1 for a linear transcript)",
-    resume_rule="which rule picked the resume leaf: checkpoint, last_row, leaf_scan, "
-                "newest_record, rewound_to_empty, no_leaf, subagent_last_message",
+    resume_rule="which rule picked the resume leaf: checkpoint, last_row, newest_descendant, "
+                "leaf_scan, newest_record, rewound_to_empty, no_leaf, subagent_last_message",
 )
 _ANCESTRY_COLS = _cols(
     "file_id", "session_id", "uuid", "record_id",

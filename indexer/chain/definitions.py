@@ -247,7 +247,7 @@ FROM cli
 # leaves: one row per file.
 #   resume_leaf: main files: the record `claude --resume` starts from, by the
 #     rules of resume.py (resume_rule names the rule: checkpoint, last_row,
-#     leaf_scan, newest_record, rewound_to_empty, no_leaf); subagent files:
+#     newest_descendant, leaf_scan, newest_record, rewound_to_empty, no_leaf); subagent files:
 #     the last user/assistant line (subagent_last_message).
 #   sdk_leaf: main files: the Agent SDK's _build_conversation_chain rule.
 #     terminals = lines no record names as parent; from each, walk up to the

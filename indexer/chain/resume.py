@@ -44,12 +44,17 @@ tool calls and their results off the walked chain (``parallel_tool_branch``),
 and the non-message records (system, attachment) that hang from the leaf
 message through non-message records.
 
-Not modelled (rare; the README lists them): content the loader cleans
-rather than drops (blocks removed from a list), a newer row that descends from
-the last row, ``sentAsUuid``, ``fork_briefing`` attachments, compaction
-``preservedSegment`` relinks, the parallel-batch cases of "the last row
-descends from the checkpoint", and a fallback that skips records already on
-the walk (the index stops there).
+The compaction relink (``relink``) runs first: what a compact boundary says
+its compaction kept hangs from its anchor (the summary), and what came
+before the last boundary is dropped. ``newest_descendant``: with no
+last-prompt record naming a leaf and a newest row that is not the last row,
+the newest record below the last row is where the walk starts.
+
+Not modelled yet (the README lists them, tests/test_oracle_cases.py shows
+each with the real CLI): the fallback at a parent already visited and its
+skipping of records on the walk, ``sentAsUuid``, ``fork_briefing``
+attachments (not rows), the parallel-batch cases of "the last row descends
+from the checkpoint", and an isMeta chain put back with a parallel result.
 """
 
 from __future__ import annotations
