@@ -13,7 +13,7 @@ from indexer.ingest.files import stored_bytes
 pytestmark = [pytest.mark.skipif(not CORPUS.is_dir(), reason="../shared/corpus is not here"),
               pytest.mark.xdist_group("corpus")]
 
-CAUSES = {"compacted", "progress", "parallel_tool_branch", "api_error_splice",
+CAUSES = {"compacted", "progress", "parallel_tool_branch", "put_back_with_result", "api_error_splice",
           "api_error_record", "dangling_parent", "unlinked", "abandoned_branch", "other"}
 
 

@@ -16,6 +16,9 @@ TYPES = ["user", "assistant", "assistant", "progress", "system", "attachment"]
 
 
 def random_transcript(rng: random.Random, n: int, session_id: str):
+    # Tool calls and companion records come from a stream of their own, so
+    # that the trees of the other draws stay what they were.
+    extra = random.Random(f"{session_id}/{n}")
     uuids = [f"u{rng.randrange(10**6):06d}-{i}" for i in range(n)]
     records = []
     last = None
@@ -46,7 +49,9 @@ def random_transcript(rng: random.Random, n: int, session_id: str):
         if type_ == "assistant":
             if rng.random() < 0.5:
                 message_id = f"msg_{i}"
-            r["message"] = {"id": message_id, "role": "assistant", "content": [{"type": "text", "text": "x"}]}
+            block = ({"type": "tool_use", "id": f"t{i}", "name": "Bash", "input": {}}
+                     if extra.random() < 0.5 else {"type": "text", "text": "x"})
+            r["message"] = {"id": message_id, "role": "assistant", "content": [block]}
         elif type_ == "user":
             content = [{"type": "tool_result", "tool_use_id": "t"}] if rng.random() < 0.4 else "hi"
             if rng.random() < 0.06:
@@ -79,6 +84,29 @@ def random_transcript(rng: random.Random, n: int, session_id: str):
         if rng.random() < 0.03:
             r["teamName"] = "team"
         records.append(r)
+        if extra.random() < 0.15 and type_ in ("user", "assistant"):
+            # companion records beside the chain (a Skill body written as an
+            # isMeta user record, an attachment, a system record): a line of
+            # them, or a fork, or a line that runs into a prompt
+            above = uuid
+            for k in range(extra.choice([1, 1, 2, 3])):
+                kind = extra.choice(["meta", "meta", "attachment", "system", "prompt"])
+                side = {"type": "user" if kind in ("meta", "prompt") else kind,
+                        "uuid": f"c{i}-{k}", "parentUuid": above, "sessionId": session_id,
+                        "timestamp": r.get("timestamp", "2026-09-01T00:30:00.000Z")}
+                if kind in ("meta", "prompt"):
+                    side["message"] = {"role": "user", "content": [
+                        {"type": "text", "text": "Base directory for this skill: /s"}]}
+                    side["isMeta"] = kind == "meta"
+                elif kind == "system":
+                    side["subtype"] = "stop_hook_summary"
+                else:
+                    side["attachment"] = {"type": "hook_additional_context"}
+                if extra.random() < 0.05:
+                    side["isSidechain"] = True
+                records.append(side)
+                if extra.random() < 0.8:
+                    above = side["uuid"]
         if rng.random() < 0.08 and last is not None:
             # the seed-000 episode: a late api_error parented on the leaf
             # from before this record, and the chain continuing from it

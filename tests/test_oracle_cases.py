@@ -426,8 +426,6 @@ DIFFERS = {
     "checkpoint_on_a_result_of_one_record_batch": "the last row continues from another "
                                                   "result of the checkpoint's call record: "
                                                   "the last row wins",
-    "skill_in_parallel_meta": "an isMeta chain hanging from a put-back result is put back "
-                              "too (nMe); the index calls the Skill body abandoned_branch",
 }
 
 SHAPES = {name: globals()[f"shape_{name}"] for name in EXPECTED}

@@ -29,7 +29,9 @@ from indexer.transcripts.records import (
     API_ERROR_RECORD,
     CHAIN_TYPES_SQL,
     COMPACT_BOUNDARY_RECORD,
+    COMPANION_RECORD,
     EFFECTIVE_PARENT,
+    HAS_TOOL_USE,
     PRESERVED,
     SYNTHETIC_RECORD,
 )
@@ -67,7 +69,7 @@ occ AS MATERIALIZED (
 nodes AS MATERIALIZED (
   SELECT r.id, r.file_id, r.line_no, r.uuid, r.parent_uuid, r.type, r.subtype,
          r.timestamp, r.is_sidechain, r.message_id, r.is_tool_result, r.is_unreadable,
-         {EFFECTIVE_PARENT.format(r="r")} AS eff_parent
+         {EFFECTIVE_PARENT.format(r="r")} AS eff_parent, r.is_meta
   FROM records r JOIN scope_files f ON f.file_id = r.file_id
   WHERE {_IS_NODE.format(n="r")}
 )
@@ -630,10 +632,20 @@ LEAF_ANCESTRY_DEFINITION_SQL = (
 # the branch point (the ancestry record its branch leaves from). A record
 # has one such parent, so it is reached at most once and a cycle is never
 # entered (its records are never reached: 'other'); the step bound is a
-# second guard. restored: the CLI puts the record back after its walk: a
-# parallel_tool_branch, or a non-message record that hangs from the leaf
-# message through non-message records (put_back; progress records are
-# passed through, as the CLI bridges them). It reads the resume ancestry from
+# second guard. put_back_with_result: a line of companion records
+# (records.COMPANION_RECORD) the CLI puts back with a parallel tool call's
+# results (walk.put_back_with_results states the rule): `batches` are the
+# API responses on the chain with a tool_use block and their region on the
+# chain (depths between first_depth and end_depth, exclusive), `anchors`
+# their records, those records' tool results and the companion records in
+# the region, `line` walks down from each anchor's children through
+# unvisited companion records of the anchor's side (visited: on the chain
+# or parallel), and `lines_kept` are the lines that neither fork nor meet
+# another unvisited record. restored: the CLI puts the record back after
+# its walk: a parallel_tool_branch, a put_back_with_result, or a
+# non-message record that hangs from the leaf message through non-message
+# records (put_back; progress records are passed through, as the CLI
+# bridges them). It reads the resume ancestry from
 # leaf_ancestry, which the tests hold equal to leaf_ancestry_definition:
 # SQLite 3.40 loses the CTEs of leaf_ancestry_definition when a recursive
 # step here reads it ("no such table: main.scope_files").
@@ -677,6 +689,87 @@ put_back(file_id, uuid, type, steps) AS (
   JOIN files b ON b.id = p.file_id
   WHERE c.type IN ('system','attachment','progress') AND p.steps <= b.line_count
     AND {_IS_NODE.format(n="c")}
+),
+parallel AS MATERIALIZED (
+  SELECT n.file_id, n.uuid FROM nodes n JOIN chain_messages m
+    ON m.file_id = n.file_id AND m.message_id = n.message_id
+  WHERE n.type = 'assistant'
+  UNION
+  SELECT n.file_id, n.uuid FROM nodes n
+  JOIN nodes p ON p.file_id = n.file_id AND p.uuid = n.parent_uuid AND p.type = 'assistant'
+  JOIN chain_messages m ON m.file_id = p.file_id AND m.message_id = p.message_id
+  WHERE n.type = 'user' AND n.is_tool_result
+),
+batches AS MATERIALIZED (
+  SELECT b.*, coalesce((
+           SELECT max(a.depth) FROM on_chain a JOIN nodes n ON n.file_id = a.file_id
+             AND n.uuid = a.uuid
+           WHERE a.file_id = b.file_id AND a.depth < b.last_depth
+             AND NOT (n.type = 'assistant' AND n.message_id = b.message_id)
+             AND NOT (n.type = 'user' AND (n.is_meta OR n.is_tool_result))
+             AND NOT (n.type = 'attachment')
+             AND NOT (n.type = 'system' AND n.subtype IS NOT 'compact_boundary')), -1) AS end_depth
+  FROM (
+    SELECT a.file_id, n.message_id, max(a.depth) AS first_depth, min(a.depth) AS last_depth
+    FROM on_chain a JOIN nodes n ON n.file_id = a.file_id AND n.uuid = a.uuid
+    WHERE n.type = 'assistant' AND n.message_id IS NOT NULL
+    GROUP BY a.file_id, n.message_id) b
+  WHERE EXISTS (SELECT 1 FROM nodes n JOIN records r ON r.id = n.id
+                WHERE n.file_id = b.file_id AND n.message_id = b.message_id
+                  AND n.type = 'assistant' AND {HAS_TOOL_USE.format(r="r")})
+),
+anchors AS MATERIALIZED (
+  SELECT n.file_id, n.uuid, n.is_sidechain FROM batches b
+  JOIN nodes n ON n.file_id = b.file_id AND n.message_id = b.message_id AND n.type = 'assistant'
+  UNION
+  SELECT t.file_id, t.uuid, t.is_sidechain FROM batches b
+  JOIN nodes n ON n.file_id = b.file_id AND n.message_id = b.message_id AND n.type = 'assistant'
+  JOIN nodes t ON t.file_id = n.file_id AND t.parent_uuid = n.uuid
+  WHERE t.type = 'user' AND t.is_tool_result
+  UNION
+  SELECT n.file_id, n.uuid, n.is_sidechain FROM batches b
+  JOIN on_chain a ON a.file_id = b.file_id AND a.depth < b.first_depth AND a.depth > b.end_depth
+  JOIN nodes n ON n.file_id = a.file_id AND n.uuid = a.uuid
+  WHERE {COMPANION_RECORD.format(r="n")}
+),
+line(file_id, start, side, uuid, steps) AS (
+  SELECT c.file_id, c.uuid, p.is_sidechain, c.uuid, 0
+  FROM anchors p JOIN nodes c ON c.file_id = p.file_id AND c.parent_uuid = p.uuid
+  WHERE {COMPANION_RECORD.format(r="c")} AND c.is_sidechain = p.is_sidechain
+    AND NOT EXISTS (SELECT 1 FROM on_chain a WHERE a.file_id = c.file_id AND a.uuid = c.uuid)
+  UNION ALL
+  SELECT c.file_id, w.start, w.side, c.uuid, w.steps + 1
+  FROM line w
+  JOIN records c ON c.file_id = w.file_id AND c.parent_uuid = w.uuid
+  JOIN files b ON b.id = w.file_id
+  WHERE w.steps <= b.line_count AND {COMPANION_RECORD.format(r="c")}
+    AND c.is_sidechain = w.side AND {_IS_NODE.format(n="c")}
+    AND NOT EXISTS (SELECT 1 FROM leaf_ancestry_cache a WHERE a.file_id = c.file_id
+                    AND a.rule = 'resume' AND a.uuid = c.uuid)
+),
+lines AS MATERIALIZED (SELECT * FROM line),
+-- a line is left whole when a link has two unvisited children, or one
+-- that is not on the line (another type, the other side); companion
+-- records are never parallel, so the walk above needs only the chain.
+lines_kept AS MATERIALIZED (
+  SELECT w.file_id, w.uuid FROM lines w
+  WHERE NOT EXISTS (
+    SELECT 1 FROM lines x JOIN files b ON b.id = x.file_id
+    WHERE x.file_id = w.file_id AND x.start = w.start AND (
+      x.steps > b.line_count
+      OR (SELECT count(*) FROM nodes c
+          WHERE c.file_id = x.file_id AND c.parent_uuid = x.uuid
+            AND NOT EXISTS (SELECT 1 FROM on_chain a WHERE a.file_id = c.file_id
+                            AND a.uuid = c.uuid)
+            AND NOT EXISTS (SELECT 1 FROM parallel q WHERE q.file_id = c.file_id
+                            AND q.uuid = c.uuid)) > 1
+      OR EXISTS (SELECT 1 FROM nodes c
+                 WHERE c.file_id = x.file_id AND c.parent_uuid = x.uuid
+                   AND NOT EXISTS (SELECT 1 FROM on_chain a WHERE a.file_id = c.file_id
+                                   AND a.uuid = c.uuid)
+                   AND NOT EXISTS (SELECT 1 FROM parallel q WHERE q.file_id = c.file_id
+                                   AND q.uuid = c.uuid)
+                   AND NOT ({COMPANION_RECORD.format(r="c")} AND c.is_sidechain = x.side))))
 ),
 off AS MATERIALIZED (
   SELECT n.* FROM nodes n JOIN scope_files f ON f.file_id = n.file_id
@@ -732,6 +825,8 @@ SELECT o.file_id, f.session_id, o.uuid, o.type, o.subtype, o.timestamp,
            WHERE p.file_id = o.file_id AND p.uuid = o.parent_uuid
              AND p.type = 'assistant')
       THEN 'parallel_tool_branch'
+    WHEN EXISTS (SELECT 1 FROM lines_kept k WHERE k.file_id = o.file_id AND k.uuid = o.uuid)
+      THEN 'put_back_with_result'
     WHEN EXISTS (SELECT 1 FROM splice_points s
                  WHERE s.file_id = o.file_id AND s.uuid = d.branch_point)
       THEN 'api_error_splice'
@@ -750,7 +845,8 @@ LEFT JOIN boundary lb ON lb.file_id = o.file_id
 WHERE NOT o.is_sidechain
 )
 SELECT c.*,
-  (c.cause = 'parallel_tool_branch' OR (c.type IN ('system','attachment') AND EXISTS (
+  (c.cause IN ('parallel_tool_branch', 'put_back_with_result')
+   OR (c.type IN ('system','attachment') AND EXISTS (
      SELECT 1 FROM put_back p WHERE p.file_id = c.file_id AND p.uuid = c.uuid AND p.steps > 0)))
     AS restored
 FROM classed c

@@ -14,20 +14,26 @@ from indexer.transcripts.records import MESSAGE_TYPES
 
 # The columns Rec is built from (records r), in its field order; ts_ms: the
 # timestamp in epoch milliseconds (definitions.TIMESTAMP_MS), NULL when not one;
-# preserved: what a compact boundary says the compaction kept (records.PRESERVED).
-REC_COLUMNS = f"""r.id, r.file_id, r.line_no, r.uuid, r.parent_uuid, r.logical_parent_uuid,
+# preserved: what a compact boundary says the compaction kept (records.PRESERVED);
+# has_tool_use: an assistant record holds a tool_use block (records.HAS_TOOL_USE).
+_REC_HEAD = f"""r.id, r.file_id, r.line_no, r.uuid, r.parent_uuid, r.logical_parent_uuid,
        r.type, r.subtype, r.timestamp, r.is_sidechain, r.is_meta, r.team_name,
        r.message_id, r.is_tool_result, {definitions.TIMESTAMP_MS.format(r="r")} AS ts_ms,
        r.is_unreadable, {records.PRESERVED.format(r="r")} AS preserved"""
-REC_FIELDS = 17
+_HAS_TOOL_USE = f'{records.HAS_TOOL_USE.format(r="r")} AS has_tool_use'
+REC_COLUMNS = f"{_REC_HEAD}, {_HAS_TOOL_USE}"
+REC_FIELDS = 17   # the columns before the last-prompt fields (UUID_RECORDS_SELECT)
 # Records with a uuid and last-prompt records, as read_rows() reads them:
-# the Rec columns, then the last-prompt fields read from the line itself.
+# the Rec columns but the last, then the last-prompt fields read from the
+# line itself, then has_tool_use (at HAS_TOOL_USE_AT).
 UUID_RECORDS_SELECT = f"""
-SELECT {REC_COLUMNS}, r.leaf_uuid,
+SELECT {_REC_HEAD}, r.leaf_uuid,
        CASE WHEN r.type = 'last-prompt' THEN {definitions.LAST_PROMPT_NULL_LEAF.format(r="r")} END,
-       CASE WHEN r.type = 'last-prompt' THEN {definitions.LAST_PROMPT_EXPLICIT.format(r="r")} END
+       CASE WHEN r.type = 'last-prompt' THEN {definitions.LAST_PROMPT_EXPLICIT.format(r="r")} END,
+       {_HAS_TOOL_USE}
 FROM records r
 """.strip()
+HAS_TOOL_USE_AT = REC_FIELDS + 3
 
 
 @dataclass(slots=True)
@@ -49,6 +55,7 @@ class Rec:
     ts_ms: int | None = None
     is_unreadable: int = 0
     preserved: str | None = None   # a compact boundary's records.PRESERVED
+    has_tool_use: int = 0          # an assistant record with a tool_use block
 
     @property
     def eff_parent(self) -> str | None:
@@ -123,24 +130,121 @@ def put_back(children_of, message: Rec | None) -> set[str]:
     return out
 
 
+def is_parallel(o: Rec, parent: Rec | None, in_chain_messages) -> bool:
+    """Does the CLI put ``o`` back as part of a parallel tool call (its
+    recovery of the other records of an API response on the chain)? An
+    assistant record of a message on the chain (``in_chain_messages(id)``),
+    or a tool_result user record whose parent (``parent``) is one."""
+    return (o.type == "assistant" and o.message_id is not None
+            and in_chain_messages(o.message_id)) or (
+        o.type == "user" and bool(o.is_tool_result) and parent is not None
+        and parent.type == "assistant" and parent.message_id is not None
+        and in_chain_messages(parent.message_id))
+
+
+def is_companion(r: Rec) -> bool:
+    """records.is_companion over a Rec (the loader's XN())."""
+    return records.is_companion(r.type, r.subtype, r.is_meta, r.is_tool_result)
+
+
+def in_batch_region(r: Rec, message_id: str) -> bool:
+    """Does the region of an API response's records on the chain run on over
+    ``r`` (the loader's WMe()): another record of the response, a tool
+    result, an isMeta user record, an attachment, a system record other
+    than a compact boundary."""
+    if r.type == "assistant":
+        return r.message_id == message_id
+    if r.type == "user":
+        return bool(r.is_meta or r.is_tool_result)
+    return r.type == "attachment" or (r.type == "system"
+                                      and not records.is_compact_boundary(r.type, r.subtype))
+
+
+def put_back_with_results(resume_chain, nodes: dict, children_of, is_visited) -> set[str]:
+    """What Claude Code 2.1.332 puts back after a parallel tool call's results
+    (its RRr() and nMe()): for each API response on the resume chain
+    (``resume_chain``: (depth, record), leaf first) of which some record
+    holds a tool_use block, the anchors are its records (``nodes``: uuid ->
+    record, every one of that message id), their tool_result children, and
+    the companion records (records.is_companion) on the chain in the
+    response's region (from its first record on the chain past its last,
+    and on while in_batch_region). From each anchor, each child starts a
+    line followed down while it is one line of companion records on the
+    anchor's side (sidechain or not) that are not visited (``is_visited``:
+    on the chain, or put back as parallel_tool_branch); a line that
+    forks (a link with two unvisited children) or meets any other unvisited
+    record is left whole. ``children_of(uuid)``: the chain records whose
+    parent_uuid is uuid. Returns the uuids of the lines put back."""
+    order = [r for _, r in reversed(resume_chain)]
+    position = {r.uuid: i for i, r in enumerate(order)}
+    members: dict[str, list[Rec]] = {}
+    for n in nodes.values():
+        if n.type == "assistant" and n.message_id is not None:
+            members.setdefault(n.message_id, []).append(n)
+    anchors: dict[str, Rec] = {}
+    done = set()
+    for i, r in enumerate(order):
+        m = r.message_id
+        if r.type != "assistant" or m is None or m in done:
+            continue
+        done.add(m)
+        batch = members.get(m, [r])
+        if not any(a.has_tool_use for a in batch):
+            continue
+        end = max([i + 1] + [position[a.uuid] + 1 for a in batch if a.uuid in position])
+        while end < len(order) and in_batch_region(order[end], m):
+            end += 1
+        for a in batch:
+            anchors[a.uuid] = a
+            for t in children_of(a.uuid):
+                if t.type == "user" and t.is_tool_result:
+                    anchors[t.uuid] = t
+        for x in order[i + 1:end]:
+            if is_companion(x):
+                anchors[x.uuid] = x
+    out: set[str] = set()
+    for po in anchors.values():
+        for start in children_of(po.uuid):
+            out.update(companion_line(start, po, children_of, is_visited))
+    return out
+
+
+def companion_line(start: Rec, anchor: Rec, children_of, is_visited) -> list[str]:
+    """The loader's nMe(): the one line of unvisited companion records on the
+    anchor's side from ``start`` down, or [] when it forks or meets any
+    other unvisited record."""
+    line, cur, seen = [], start, set()
+    while cur is not None:
+        if (cur.uuid in seen or is_visited(cur.uuid) or not is_companion(cur)
+                or bool(cur.is_sidechain) != bool(anchor.is_sidechain)):
+            return []
+        seen.add(cur.uuid)
+        line.append(cur.uuid)
+        below = [c for c in children_of(cur.uuid) if not is_visited(c.uuid)]
+        if len(below) > 1:
+            return []
+        cur = below[0] if below else None
+    return line
+
+
 def cause_of(o: Rec, parent: Rec | None, branch_point: str | None, origin: str | None,
-             boundary_line: int | None, in_chain_messages, is_splice_point) -> str:
+             boundary_line: int | None, in_chain_messages, is_splice_point,
+             with_result: bool = False) -> str:
     """The first matching cause of an off-chain record (orphans.cause):
     ``origin`` is how the top-down walk reached it (ancestry, unlinked,
     dangling_parent; None: never, inside a cycle), ``in_chain_messages(id)``
     whether an assistant record of that message id is on the resume chain,
     ``is_splice_point(uuid)`` whether that chain record's child on the chain
-    is an api_error record."""
+    is an api_error record, ``with_result`` whether the CLI puts it back
+    with a parallel tool result (put_back_with_results)."""
     if boundary_line is not None and o.line_no < boundary_line:
         return "compacted"
     if o.type == "progress":
         return "progress"
-    if (o.type == "assistant" and o.message_id is not None
-            and in_chain_messages(o.message_id)) or (
-            o.type == "user" and o.is_tool_result and parent is not None
-            and parent.type == "assistant" and parent.message_id is not None
-            and in_chain_messages(parent.message_id)):
+    if is_parallel(o, parent, in_chain_messages):
         return "parallel_tool_branch"
+    if with_result:
+        return "put_back_with_result"
     if branch_point is not None and is_splice_point(branch_point):
         return "api_error_splice"
     if records.is_api_error_record(o.type, o.subtype):
@@ -173,10 +277,14 @@ def insert_rows(conn, name: str, rows: list) -> None:
     conn.executemany(f"INSERT INTO {CACHE_TABLES[name]} ({columns}) VALUES ({marks})", rows)
 
 
+# The causes of records the CLI puts back after its walk (orphans.restored).
+RESTORED_CAUSES = ("parallel_tool_branch", "put_back_with_result")
+
+
 def orphan_row(o: Rec, session_id, cause: str, branch_point: str | None,
                put_back_set: set[str]) -> tuple:
     """An orphans_cache row (definitions.ORPHANS_COLUMNS order)."""
-    restored = int(cause == "parallel_tool_branch" or o.uuid in put_back_set)
+    restored = int(cause in RESTORED_CAUSES or o.uuid in put_back_set)
     return (o.file_id, session_id, o.uuid, o.type, o.subtype, o.timestamp, cause, branch_point,
             o.id, o.line_no, o.message_id, restored)
 
@@ -197,5 +305,5 @@ def read_rows(rows, file_ids=()) -> dict:
             prompts.append(Prompt(row[2], row[REC_FIELDS], bool(row[REC_FIELDS + 1]),
                                   bool(row[REC_FIELDS + 2])))
         if row[3] is not None:
-            recs.append(Rec(*row[:REC_FIELDS]))
+            recs.append(Rec(*row[:REC_FIELDS], row[HAS_TOOL_USE_AT]))
     return out

@@ -164,9 +164,18 @@ def _orphans(session_id, nodes: dict[str, Rec], resume_chain, message, boundary_
         and records.is_api_error_record(by_depth[d - 1].type, by_depth[d - 1].subtype)}
     children_of: dict[str, list[Rec]] = {}
     for n in nodes.values():
-        if n.parent_uuid is not None and n.type not in MESSAGE_TYPES:
+        if n.parent_uuid is not None:
             children_of.setdefault(n.parent_uuid, []).append(n)
-    put_back = chain.put_back(lambda u: children_of.get(u, ()), message)
+    put_back = chain.put_back(
+        lambda u: [c for c in children_of.get(u, ()) if c.type not in MESSAGE_TYPES], message)
+
+    def is_visited(u):
+        n = nodes[u]
+        return u in on_chain or chain.is_parallel(
+            n, nodes.get(n.parent_uuid), chain_messages.__contains__)
+
+    with_result = chain.put_back_with_results(
+        resume_chain, nodes, lambda u: children_of.get(u, ()), is_visited)
 
     off = [n for n in nodes.values() if n.uuid not in on_chain]
     parents = {n.uuid: n.eff_parent for n in off}
@@ -200,7 +209,8 @@ def _orphans(session_id, nodes: dict[str, Rec], resume_chain, message, boundary_
         bp, origin = reached.get(o.uuid, (None, None))
         parent = nodes.get(o.parent_uuid) if o.parent_uuid is not None else None
         cause = chain.cause_of(o, parent, bp, origin, boundary_line,
-                               chain_messages.__contains__, splice_points.__contains__)
+                               chain_messages.__contains__, splice_points.__contains__,
+                               o.uuid in with_result)
         rows.append(chain.orphan_row(o, session_id, cause, bp, put_back))
     return rows
 

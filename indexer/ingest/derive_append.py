@@ -257,7 +257,9 @@ class _Graph:
     def _older(self, sql: str, *params) -> list[Rec]:
         out = []
         for row in self.query(sql, self.file_id, *params, self.lines):
-            r = self.known.setdefault(row[3], Rec(*row))
+            # Not into known: the line may be an earlier one of its uuid,
+            # and get() answers the last.
+            r = self.known.get(row[3]) or Rec(*row)
             out.append(r)
         return out
 
@@ -595,6 +597,9 @@ class _Extension:
             row = g.query(CHAIN_MESSAGE_SQL, self.file_id, m, one=True)
             return row[0] is not None and row[0] <= top
 
+        with_result = _WithResult(g, new, on_chain, in_chain_messages)
+        with_result.class_again(redo, new, joined, self.cut, added,
+                                added_messages | cut_messages, bottom and g.get(bottom))
         rows = []
         for o in sorted(redo.values(), key=lambda r: r.line_no):
             if o.is_sidechain or on_chain(o.uuid):
@@ -602,7 +607,7 @@ class _Extension:
             bp, origin = self.reach(o, on_chain)
             cause = chain.cause_of(o, g.get(o.parent_uuid), bp, origin,
                                    state.get("boundary_line"), in_chain_messages,
-                                   child_is_api_error)
+                                   child_is_api_error, with_result.put_back(o))
             rows.append(chain.orphan_row(o, self.session_id, cause, bp, put_back))
         gone = sorted(set(redo) | {r.uuid for r in joined})
         self.conn.execute(DROP_ORPHANS_SQL, [self.file_id, json.dumps(gone)])
@@ -639,3 +644,201 @@ class _Extension:
         chain.insert_rows(self.conn, "leaf_ancestry", [
             (self.file_id, self.session_id, rule, r.uuid, walk.length - 1 - i, r.id)
             for i, r in enumerate(walk.added)])
+
+
+# How far an extension follows a line of companion records, or the chain
+# up to another record of an API response, before it gives up.
+LINE_BOUND = 64
+
+
+class _WithResult:
+    """walk.put_back_with_results over the graph, for the records an append
+    can change, each computed when asked for: a record's line is walked up
+    to the record it hangs from (the anchor) and down to its end. A line
+    below a companion record on the chain (an anchor only inside an API
+    response's region), and appends that move a response's region, give
+    up (Bail)."""
+
+    def __init__(self, g: _Graph, new: list[Rec], on_chain, in_chain_messages):
+        self.g, self.on_chain, self.in_chain_messages = g, on_chain, in_chain_messages
+        self.new_of_message: dict[str, list[Rec]] = {}
+        for r in new:
+            if r.type == "assistant" and r.message_id is not None:
+                self.new_of_message.setdefault(r.message_id, []).append(r)
+        self.memo: dict[str, bool] = {}
+
+    def members(self, m: str) -> list[Rec]:
+        return self.g.of_message(m) + self.new_of_message.get(m, [])
+
+    def visited(self, r: Rec) -> bool:
+        return self.on_chain(r.uuid) or chain.is_parallel(
+            r, self.g.get(r.parent_uuid), self.in_chain_messages)
+
+    def children(self, uuid: str) -> list[Rec]:
+        """The nodes whose parent_uuid is uuid (the last line of each)."""
+        out = {}
+        for c in self.g.children(uuid):
+            n = self.g.get(c.uuid)
+            if n is not None and n.parent_uuid == uuid:
+                out[n.uuid] = n
+        return list(out.values())
+
+    def open_companion(self, r: Rec | None) -> bool:
+        return r is not None and chain.is_companion(r) and not self.on_chain(r.uuid)
+
+    def start_of(self, r: Rec) -> Rec:
+        """The top of the off-chain companion records r hangs below."""
+        for _ in range(LINE_BOUND):
+            p = self.g.get(r.parent_uuid)
+            if not self.open_companion(p) or p.uuid == r.uuid:
+                return r
+            r = p
+        raise Bail("a long line of companion records")
+
+    def below(self, r: Rec) -> list[Rec]:
+        """r and the off-chain companion records below it (the lines it
+        starts or belongs to)."""
+        out, todo = {r.uuid: r}, [r]
+        while todo:
+            for c in self.children(todo.pop().uuid):
+                if c.uuid not in out and self.open_companion(c):
+                    if len(out) >= LINE_BOUND:
+                        raise Bail("a long line of companion records")
+                    out[c.uuid] = c
+                    todo.append(c)
+        return list(out.values())
+
+    def chain_parent(self, r: Rec) -> Rec:
+        p = self.g.get(r.parent_uuid)
+        if p is None or not self.on_chain(p.uuid):
+            raise Bail("a response's region off the stored chain")
+        return p
+
+    def has_tool_use(self, m: str) -> bool:
+        return any(a.has_tool_use for a in self.members(m))
+
+    def is_anchor(self, p: Rec) -> bool:
+        if p.type == "assistant" and p.message_id is not None:
+            return self.in_chain_messages(p.message_id) and self.has_tool_use(p.message_id)
+        if p.type == "user" and p.is_tool_result:
+            q = self.g.get(p.parent_uuid)
+            return (q is not None and q.type == "assistant" and q.message_id is not None
+                    and self.in_chain_messages(q.message_id) and self.has_tool_use(q.message_id))
+        if self.on_chain(p.uuid) and chain.is_companion(p):
+            return self.in_region(p)
+        return False
+
+    def in_region(self, p: Rec) -> bool:
+        """Is the companion record p on the chain in the region of an API
+        response with a tool call? Yes when the records between p and the
+        nearest assistant record above it are of that response's region;
+        anything else (a region that may come back past p from a later
+        record of a response) gives up."""
+        x = p
+        for _ in range(LINE_BOUND):
+            q = self.chain_parent(x)
+            if q.type == "assistant" and q.message_id is not None:
+                if self.has_tool_use(q.message_id):
+                    return True
+                break
+            if q.type == "assistant" or not chain.in_batch_region(q, ""):
+                break
+            x = q
+        raise Bail("a line below a companion record on the chain")
+
+    def put_back(self, o: Rec) -> bool:
+        """Does the CLI put o back with a parallel tool result?"""
+        if o.uuid in self.memo:
+            return self.memo[o.uuid]
+        if not self.open_companion(o):
+            return False
+        start = self.start_of(o)
+        anchor = self.g.get(start.parent_uuid)
+        line = []
+        if anchor is not None and anchor.uuid != start.uuid:
+            line = chain.companion_line(start, anchor, self.children, lambda u: self.visited(self.g.get(u)))
+            if line and not self.is_anchor(anchor):
+                line = []
+        for u in line:
+            self.memo[u] = True
+        self.memo.setdefault(o.uuid, False)
+        return self.memo[o.uuid]
+
+    def class_again(self, redo: dict, new, joined, cut, added, messages, bottom) -> None:
+        """Add to ``redo`` the older records whose line or anchor the append
+        changes: the lines the appended, joined and cut records (and the
+        records of the API responses that join or leave the chain) hang
+        below or from, and the lines below those responses' records and
+        their tool results."""
+        g = self.g
+        changed = list(new) + list(joined) + list(cut) + [
+            r for r in redo.values() if r.type in MESSAGE_TYPES]
+        for r in added:
+            if r.type == "assistant" and r.message_id is not None and not g.is_old(r):
+                self.same_region(r, r.message_id)
+        if cut and bottom is not None:
+            for m in {r.message_id for r in cut if r.type == "assistant"
+                      and r.message_id is not None and self.in_chain_messages(r.message_id)}:
+                self.same_region(bottom, m, at=True)
+        for m, recs in self.new_of_message.items():
+            if self.in_chain_messages(m) and any(a.has_tool_use for a in recs) and not any(
+                    a.has_tool_use for a in g.of_message(m)) and g.of_message(m):
+                # The response's first tool call: its region's records on the
+                # chain become anchors of the lines below them.
+                for r in self.region_above(recs, m):
+                    changed += self.children(r.uuid)
+        for m in messages | set(self.new_of_message):
+            for a in self.members(m):
+                changed.append(a)
+                for t in self.children(a.uuid):
+                    changed.append(t)
+                    for c in self.children(t.uuid):
+                        changed.append(c)
+                for c in self.children(a.uuid):
+                    changed.append(c)
+        for z in changed:
+            for x in (z, g.get(z.parent_uuid)):
+                if self.open_companion(x) and g.is_old(x):
+                    for r in self.below(self.start_of(x)):
+                        if g.is_old(r):
+                            redo.setdefault(r.uuid, r)
+
+    def same_region(self, r: Rec, m: str, at: bool = False) -> None:
+        """A record of API response ``m`` on the chain (an appended one; with
+        ``at``, the stored record a new walk comes down to, when records of
+        m leave the chain below it) must reach m's older records on the
+        chain through records of m's region (else the region moves over
+        older records: Bail)."""
+        if not any(self.on_chain(a.uuid) for a in self.g.of_message(m)):
+            return
+        x = r
+        if at and r.type == "assistant" and r.message_id == m:
+            return
+        if at and not chain.in_batch_region(r, m):
+            raise Bail("a response's records apart on the chain")
+        for _ in range(LINE_BOUND):
+            p = self.g.get(x.parent_uuid)
+            if p is None or not self.on_chain(p.uuid):
+                break
+            if p.type == "assistant" and p.message_id == m:
+                return
+            if not chain.in_batch_region(p, m):
+                break
+            x = p
+        raise Bail("a response's records apart on the chain")
+
+    def region_above(self, recs: list[Rec], m: str) -> list[Rec]:
+        """The chain records from the appended records ``recs`` of response
+        m up to its first older record on the chain."""
+        older = {a.uuid for a in self.g.of_message(m) if self.on_chain(a.uuid)}
+        low = [r for r in recs if self.on_chain(r.uuid)]
+        if not low or not older:
+            raise Bail("an older response's first tool call off the chain")
+        out, x = [], low[-1]
+        for _ in range(LINE_BOUND):
+            out.append(x)
+            older.discard(x.uuid)
+            if not older:
+                return out
+            x = self.chain_parent(x)
+        raise Bail("an older response's first tool call far down the chain")

@@ -51,7 +51,13 @@ from indexer.ingest.linerows import (
     digest_of,
     running_facts,
 )
-from indexer.transcripts.records import PRESERVED, RECORD_FIELDS, is_compact_boundary
+from indexer.transcripts.records import (
+    HAS_TOOL_USE,
+    PRESERVED,
+    RECORD_FIELDS,
+    TOOL_USE_MARK,
+    is_compact_boundary,
+)
 from indexer.transcripts.rows import LARGE_LINE_BYTES, bindable
 from indexer.transcripts.safefiles import open_regular
 
@@ -437,6 +443,9 @@ PROMPT_FIELDS_SQL = (f"SELECT {definitions.LAST_PROMPT_NULL_LEAF.format(r='p')},
                      "FROM (SELECT CAST(? AS TEXT) AS raw) p")
 PRESERVED_SQL = (f"SELECT {PRESERVED.format(r='p')} FROM (SELECT CAST(? AS TEXT) AS raw, "
                  "'system' AS type, 'compact_boundary' AS subtype) p")
+HAS_TOOL_USE_SQL = (f"SELECT {HAS_TOOL_USE.format(r='p')} FROM (SELECT CAST(? AS TEXT) AS raw, "
+                    "'assistant' AS type) p")
+_MARKS = (TOOL_USE_MARK, TOOL_USE_MARK.encode())
 
 
 def _chain_rows(rows: list, first_id: int, out: list, prompts: list,
@@ -444,13 +453,18 @@ def _chain_rows(rows: list, first_id: int, out: list, prompts: list,
     """A file's rows as derive.UUID_RECORDS_SQL reads them from the index
     (its records with a uuid and its last-prompt records, in file order),
     made from the rows just inserted: ``first_id`` the first one's id. The
-    timestamp in ms and the last-prompt fields, which the query computes in
-    SQL, are left for _computed_in_sql; ``prompts`` gets (row, raw) of the
+    timestamp in ms, the last-prompt fields and has_tool_use, which the
+    query computes in SQL, are left for _computed_in_sql (has_tool_use holds
+    the line's text meanwhile, when the line is an assistant record that
+    names "tool_use", else 0); ``prompts`` gets (row, raw) of the
     last-prompt records."""
     for i, r in enumerate(rows):
         if r[_UUID] is not None or r[_TYPE] == "last-prompt":
+            raw = r[-1]
+            tool_use = raw if r[_TYPE] == "assistant" and _MARKS[
+                raw.__class__ is bytes] in raw else 0
             row = [first_id + i, r[0], r[1], *_rec_fields(r), None, r[_UNREADABLE], None,
-                   r[_LEAF], None, None]
+                   r[_LEAF], None, None, tool_use]
             out.append(row)
             if r[_TYPE] == "last-prompt":
                 prompts.append((row, r[-1]))
@@ -460,8 +474,9 @@ def _chain_rows(rows: list, first_id: int, out: list, prompts: list,
 
 def _computed_in_sql(conn, rows: list, prompts: list, boundaries: list) -> None:
     """Fill in what UUID_RECORDS_SELECT computes in SQL, with its own
-    expressions: each row's timestamp in ms, the last-prompt fields and a
-    compact boundary's preserved fields, read from the line."""
+    expressions: each row's timestamp in ms, the last-prompt fields, a
+    compact boundary's preserved fields and an assistant record's
+    has_tool_use, read from the line."""
     stamps = list({row[8] for row in rows if row[8] is not None})
     ms = dict(conn.execute(TIMESTAMPS_MS_SQL, [json.dumps(stamps)]))
     for row in rows:
@@ -470,6 +485,10 @@ def _computed_in_sql(conn, rows: list, prompts: list, boundaries: list) -> None:
         row[18:20] = conn.execute(PROMPT_FIELDS_SQL, [raw]).fetchone()
     for row, raw in boundaries:
         row[16] = conn.execute(PRESERVED_SQL, [raw]).fetchone()[0]
+    for row in rows:
+        if row[chain.HAS_TOOL_USE_AT] != 0:
+            row[chain.HAS_TOOL_USE_AT] = conn.execute(
+                HAS_TOOL_USE_SQL, [row[chain.HAS_TOOL_USE_AT]]).fetchone()[0]
 
 
 def _derive(conn, files: dict[int, tuple], rows: list, prompts: list,

@@ -159,6 +159,35 @@ def preserved_of(preserved: str | None):
         return segment.get("anchorUuid"), None, segment
     return None
 
+# --- What rides with a message ---------------------------------------------
+
+# A record Claude Code 2.1.332's loader treats as riding with the message
+# before it (its XN()): an attachment, a system record other than a compact
+# boundary, or a user record with isMeta that holds no tool_result (a Skill
+# body, a command's output). A single line of them hanging from a parallel
+# tool call or its result is put back with the result (chain/walk.py,
+# put_back_with_results). Over a record's columns; COMPANION_RECORD in SQL.
+COMPANION_RECORD = ("({r}.type = 'attachment' OR ({r}.type = 'system' AND {r}.subtype IS NOT '"
+                    + COMPACT_BOUNDARY + "') OR ({r}.type = 'user' AND {r}.is_meta "
+                    "AND NOT {r}.is_tool_result))")
+
+
+def is_companion(type_, subtype, is_meta, is_tool_result) -> bool:
+    return (type_ == "attachment" or (type_ == "system" and subtype != COMPACT_BOUNDARY)
+            or (type_ == "user" and bool(is_meta) and not is_tool_result))
+
+
+# An assistant record whose message.content holds a tool_use block (an
+# object whose type is "tool_use"), 1 or 0, read from the line: whether an
+# API response is a tool call (the loader's UMe()). The instr() test first
+# spares reading the JSON of every other assistant record.
+HAS_TOOL_USE = ("CASE WHEN {r}.type = 'assistant' AND instr({r}.raw, '\"tool_use\"') > 0 "
+                "AND json_valid({r}.raw) AND EXISTS (SELECT 1 FROM json_each({r}.raw, "
+                "'$.message.content') j WHERE j.type = 'object' "
+                "AND j.value ->> '$.type' = 'tool_use') THEN 1 ELSE 0 END")
+# The text HAS_TOOL_USE looks for before it reads the JSON.
+TOOL_USE_MARK = '"tool_use"'
+
 # --- Meta -------------------------------------------------------------------
 
 

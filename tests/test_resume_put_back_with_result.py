@@ -1,0 +1,240 @@
+"""Claude Code as it resumes today (issue 26): after a parallel tool call's
+results are put back, the loader (2.1.332's nMe()) puts back the one line of
+companion records hanging from the call's records, their results, or the
+companion records on the chain in the call's region: attachments, system
+records, isMeta user records (a Skill body). The real CLI sends the Skill
+body (tests/test_oracle_cases.py, skill_in_parallel_meta); these tests hold
+the index's rule (orphans cause put_back_with_result, restored 1) without a
+binary, through full derives and appends."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import Transcript, write_jsonl
+from indexer.ingest import derive, derive_append
+
+SID = "26262626-6666-3333-4444-555555555555"
+SKILL_BODY = "Base directory for this skill: /tmp/skills/otter"
+
+
+def u(n: int) -> str:
+    return f"cccccccc-0000-0000-0000-{n:012d}"
+
+
+def tool_use(mid, tid, name="Bash"):
+    return {"id": mid, "type": "message", "role": "assistant", "model": "claude-x",
+            "content": [{"type": "tool_use", "id": tid, "name": name, "input": {}}]}
+
+
+def tool_result(tid):
+    return {"role": "user", "content": [{"type": "tool_result", "tool_use_id": tid,
+                                         "content": f"out {tid}"}]}
+
+
+def body(words=SKILL_BODY):
+    return {"role": "user", "content": [{"type": "text", "text": words}]}
+
+
+def batch(t, first=tool_use):
+    """A prompt and one API response (msg_P) written as two assistant records
+    (a Skill call and a Bash call), a result each; the next answer continues
+    from the Bash result (u5), so the Skill result (u4) is put back as a
+    parallel_tool_branch."""
+    t.add(u(1), None, "user")
+    t.add(u(2), u(1), "assistant", message=first("msg_P", "toolu_s", "Skill"))
+    t.add(u(3), u(2), "assistant", message=tool_use("msg_P", "toolu_b"))
+    t.add(u(4), u(2), "user", message=tool_result("toolu_s"))
+    t.add(u(5), u(3), "user", message=tool_result("toolu_b"))
+    t.add(u(6), u(5), "assistant", message={
+        "id": "msg_Q", "type": "message", "role": "assistant", "model": "claude-x",
+        "content": [{"type": "text", "text": "after the skill and the command"}]})
+
+
+def orphans(index, path) -> dict:
+    fid = index.file_id(path)
+    return {r["uuid"]: (r["cause"], r["restored"]) for r in index.rows(
+        "SELECT uuid, cause, restored FROM orphans WHERE file_id = ?", [fid])}
+
+
+def derived(index, records, last=(u(5), u(6))):
+    """Ingest the records with ``last`` moved to the end (the conversation
+    goes on from the Bash result after what hangs from the Skill result)."""
+    records = [r for r in records if r["uuid"] not in last] + [
+        r for name in last for r in records if r["uuid"] == name]
+    path = write_jsonl(index.projects / "-tmp-demo" / f"{SID}.jsonl", records)
+    index.ingest()
+    index.assert_caches_match_definitions()
+    return path
+
+
+def test_a_skill_body_below_a_put_back_result_is_put_back(index):
+    t = Transcript(SID)
+    batch(t)
+    t.add(u(7), u(4), "user", isMeta=True, sourceToolUseID="toolu_s", message=body())
+    path = derived(index, t.records)
+    assert orphans(index, path) == {u(4): ("parallel_tool_branch", 1),
+                                    u(7): ("put_back_with_result", 1)}
+
+
+def test_the_same_text_without_is_meta_is_a_prompt_and_stays_dropped(index):
+    t = Transcript(SID)
+    batch(t)
+    t.add(u(7), u(4), "user", sourceToolUseID="toolu_s", message=body())
+    path = derived(index, t.records)
+    assert orphans(index, path)[u(7)] == ("abandoned_branch", 0)
+
+
+def test_a_line_is_put_back_whole_a_fork_or_a_prompt_leaves_it_whole(index):
+    # One line of three companions below the Skill result: all put back.
+    t = Transcript(SID)
+    batch(t)
+    t.add(u(7), u(4), "user", isMeta=True, message=body())
+    t.add(u(8), u(7), "attachment", attachment={"type": "hook_additional_context"})
+    t.add(u(9), u(8), "system", subtype="stop_hook_summary")
+    path = derived(index, t.records)
+    got = orphans(index, path)
+    assert [got[u(n)] for n in (7, 8, 9)] == [("put_back_with_result", 1)] * 3
+
+    # A link with two children: the line is left whole.
+    t.add(u(10), u(7), "system", subtype="stop_hook_summary")
+    path = derived(index, t.records)
+    got = orphans(index, path)
+    assert [got[u(n)] for n in (7, 8, 9, 10)] == [("abandoned_branch", 0)] * 4
+
+    # A line that runs into a prompt: left whole too.
+    t.records = [r for r in t.records if r["uuid"] != u(10)]
+    t.add(u(10), u(9), "user")
+    path = derived(index, t.records)
+    got = orphans(index, path)
+    assert [got[u(n)] for n in (7, 8, 9, 10)] == [("abandoned_branch", 0)] * 4
+
+
+def test_only_below_an_api_response_with_a_tool_call(index):
+    # The same tree where msg_P holds no tool_use block (two text parts):
+    # its records and their children are parallel, the line is not put back.
+    def text_part(mid, tid, name=None):
+        return {"id": mid, "type": "message", "role": "assistant", "model": "claude-x",
+                "content": [{"type": "text", "text": f"part {tid}"}]}
+
+    t = Transcript(SID)
+    t.add(u(1), None, "user")
+    t.add(u(2), u(1), "assistant", message=text_part("msg_P", "a"))
+    t.add(u(3), u(2), "assistant", message=text_part("msg_P", "b"))
+    t.add(u(7), u(2), "user", isMeta=True, message=body())
+    t.add(u(5), u(3), "user")
+    t.add(u(6), u(5), "assistant")
+    path = derived(index, t.records)
+    assert orphans(index, path)[u(7)] == ("abandoned_branch", 0)
+    # With a tool call in the response, the line below its first record is put back.
+    t.records[2]["message"] = tool_use("msg_P", "toolu_b")
+    path = derived(index, t.records)
+    assert orphans(index, path)[u(7)] == ("put_back_with_result", 1)
+
+
+def test_below_a_companion_on_the_chain_inside_the_calls_region(index):
+    # An attachment on the chain right after the Bash result is in msg_P's
+    # region: a system record hanging from it (off the chain) is put back;
+    # after the next prompt (outside the region) it is not.
+    t = Transcript(SID)
+    batch(t)
+    t.records.pop()   # the answer goes on from the attachment instead
+    t.add(u(7), u(5), "attachment", attachment={"type": "hook_additional_context"})
+    t.add(u(8), u(7), "system", subtype="stop_hook_summary")
+    t.add(u(9), u(7), "assistant", message=tool_use("msg_Q", "toolu_c"))
+    t.add(u(10), u(9), "user", message=tool_result("toolu_c"))
+    t.add(u(11), u(10), "user")
+    t.add(u(12), u(11), "attachment", attachment={"type": "hook_additional_context"})
+    t.add(u(13), u(12), "system", subtype="stop_hook_summary")
+    t.add(u(14), u(12), "assistant")
+    path = derived(index, t.records, last=())
+    got = orphans(index, path)
+    assert got[u(8)] == ("put_back_with_result", 1)
+    assert got[u(13)] == ("abandoned_branch", 0)
+
+
+def test_appends_class_the_line_again(index):
+    """A live session: the call is written, then the body, the Bash result
+    and the answer; then an attachment below the body and a new turn; then
+    a second record below the body and another turn. The caches are
+    extended (not recomputed) and equal the definitions after each append."""
+    t = Transcript(SID)
+    batch(t)
+    path = derived(index, [r for r in t.records if r["uuid"] not in (u(5), u(6))], last=())
+    answer = [r for r in t.records if r["uuid"] in (u(5), u(6))]
+    t.records = []
+    steps = [
+        ([t.add(u(7), u(4), "user", isMeta=True, message=body()),
+          *(t.add(r["uuid"], r["parentUuid"], r["type"], message=r["message"])
+            for r in answer)],
+         ("put_back_with_result", 1)),
+        ([t.add(u(8), u(7), "attachment", attachment={"type": "hook_additional_context"}),
+          t.add(u(9), u(6), "user"), t.add(u(10), u(9), "assistant")],
+         ("put_back_with_result", 1)),
+        ([t.add(u(11), u(7), "system", subtype="stop_hook_summary"),
+          t.add(u(12), u(10), "user"), t.add(u(13), u(12), "assistant")],
+         ("abandoned_branch", 0)),
+    ]
+    for appended, want in steps:
+        before = derive.STATS["appended"]
+        with open(path, "a") as f:
+            f.writelines(json.dumps(r) + "\n" for r in appended)
+        index.ingest()
+        index.assert_caches_match_definitions()
+        assert derive.STATS["appended"] == before + 1, derive_append.BAILS
+        assert orphans(index, path)[u(7)] == want
+
+
+def test_verify_counts_the_put_back_body_as_sent(index):
+    """What `session-index verify` holds the real CLI to: the body is a
+    record the resume sends (kept), not one it drops."""
+    from indexer.repair import verify
+
+    t = Transcript(SID)
+    batch(t)
+    t.add(u(7), u(4), "user", isMeta=True, message=body())
+    path = derived(index, t.records)
+    verdicts = {r["uuid"]: (r["verdict"], r["cause"]) for r in index.rows(
+        verify.RECORDS_BY_VERDICT_SQL, {"file_id": index.file_id(path)})}
+    assert verdicts[u(7)] == ("kept", "put_back_with_result")
+
+
+def test_the_companion_rule_in_python_is_the_sql_rule():
+    import itertools
+    import sqlite3
+
+    from indexer.transcripts import records
+
+    conn = sqlite3.connect(":memory:")
+    rows = list(itertools.product(("user", "assistant", "system", "attachment", "progress"),
+                                  (None, "compact_boundary", "api_error"), (0, 1), (0, 1)))
+    sql = (f"SELECT {records.COMPANION_RECORD.format(r='r')} FROM (SELECT ? AS type, "
+           "? AS subtype, ? AS is_meta, ? AS is_tool_result) r")
+    assert [bool(conn.execute(sql, row).fetchone()[0]) for row in rows] == [
+        records.is_companion(*row) for row in rows]
+    # what it is: attachments, system records but boundaries, isMeta prompts
+    assert {row for row in rows if records.is_companion(*row)} == {
+        row for row in rows if row[0] == "attachment"
+        or (row[0] == "system" and row[1] != "compact_boundary")
+        or (row[0] == "user" and row[2] and not row[3])}
+
+
+def test_has_tool_use_reads_the_blocks():
+    import sqlite3
+
+    from indexer.transcripts import records
+
+    conn = sqlite3.connect(":memory:")
+    sql = (f"SELECT {records.HAS_TOOL_USE.format(r='r')} FROM (SELECT ? AS type, "
+           "? AS raw) r")
+
+    def answer(type_, content):
+        raw = json.dumps({"type": type_, "message": {"content": content}})
+        return conn.execute(sql, [type_, raw]).fetchone()[0]
+
+    use = {"type": "tool_use", "id": "t", "name": "Bash", "input": {}}
+    assert answer("assistant", [{"type": "text", "text": "x"}, use]) == 1
+    assert answer("assistant", [{"type": "text", "text": '"tool_use"'}]) == 0
+    assert answer("assistant", '"tool_use"') == 0
+    assert answer("assistant", ['"tool_use"', "tool_use"]) == 0
+    assert answer("user", [use]) == 0
