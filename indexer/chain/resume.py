@@ -41,8 +41,12 @@ and at the first record it revisits.
 
 What is put back after the walk (``orphans.restored``, derive.py): parallel
 tool calls and their results off the walked chain (``parallel_tool_branch``),
-and the non-message records (system, attachment) that hang from the leaf
-message through non-message records.
+the non-message records (system, attachment) that hang from the leaf
+message through non-message records, and (``put_back_with_result``,
+walk.put_back_with_results) the single lines of companion records (an
+attachment, a system record, an isMeta user record such as a Skill body)
+that hang from a tool call's records, their results, or the companion
+records on the chain in the call's region.
 
 The compaction relink (``relink``) runs first: what a compact boundary says
 its compaction kept hangs from its anchor (the summary), and what came
@@ -53,8 +57,8 @@ the newest record below the last row is where the walk starts.
 Not modelled yet (the README lists them, tests/test_oracle_cases.py shows
 each with the real CLI): the fallback at a parent already visited and its
 skipping of records on the walk, ``sentAsUuid``, ``fork_briefing``
-attachments (not rows), the parallel-batch cases of "the last row descends
-from the checkpoint", and an isMeta chain put back with a parallel result.
+attachments (not rows), and the parallel-batch cases of "the last row
+descends from the checkpoint".
 """
 
 from __future__ import annotations

@@ -22,7 +22,11 @@ Where the older rows can change, and what is classed again:
   off-chain descendants get a new branch point;
 - older records of an API message that joins the chain may become
   parallel_tool_branch (and their tool results);
-- when the leaf message moves, what the CLI puts back moves with it.
+- when the leaf message moves, what the CLI puts back moves with it;
+- the lines of companion records put back with a parallel result
+  (walk.put_back_with_results) whose records, anchor or response change
+  (_WithResult: it gives up where a response's region on the chain could
+  move, or a line hangs below a companion record outside one).
 """
 
 from __future__ import annotations
