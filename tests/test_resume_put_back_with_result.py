@@ -5,11 +5,15 @@ companion records on the chain in the call's region: attachments, system
 records, isMeta user records (a Skill body). The real CLI sends the Skill
 body (tests/test_oracle_cases.py, skill_in_parallel_meta); these tests hold
 the index's rule (orphans cause put_back_with_result, restored 1) without a
-binary, through full derives and appends."""
+binary, through full derives and appends; the last test holds four more
+shapes (a line of two, a fork, a line into a prompt, a companion in a
+call's region) to the real CLI (marker oracle)."""
 
 from __future__ import annotations
 
 import json
+
+import pytest
 
 from conftest import Transcript, write_jsonl
 from indexer.ingest import derive, derive_append
@@ -238,3 +242,74 @@ def test_has_tool_use_reads_the_blocks():
     assert answer("assistant", '"tool_use"') == 0
     assert answer("assistant", ['"tool_use"', "tool_use"]) == 0
     assert answer("user", [use]) == 0
+
+
+# --- The same rule held to the real CLI (marker oracle) -----------------------
+
+def _shape(below, last=(u(5), u(6))):
+    t = Transcript(SID)
+    batch(t)
+    below(t)
+    return [r for r in t.records if r["uuid"] not in last] + [
+        r for name in last for r in t.records if r["uuid"] == name]
+
+
+def _line_of_two(t):
+    t.add(u(7), u(4), "user", isMeta=True, message=body("BODY-A"))
+    t.add(u(8), u(7), "user", isMeta=True, message=body("BODY-B"))
+
+
+def _fork(t):
+    _line_of_two(t)
+    t.add(u(9), u(7), "user", isMeta=True, message=body("BODY-C"))
+
+
+def _into_a_prompt(t):
+    t.add(u(7), u(4), "user", isMeta=True, message=body("BODY-A"))
+    t.add(u(8), u(7), "user", message=body("PROMPT-B"))
+
+
+def _in_the_region(t):
+    t.records.pop()
+    t.add(u(7), u(5), "attachment", attachment={"type": "hook_additional_context", "content": "x"})
+    t.add(u(8), u(7), "user", isMeta=True, message=body("BODY-R"))
+    t.add(u(9), u(7), "assistant", message=tool_use("msg_Q", "toolu_c"))
+    t.add(u(10), u(9), "user", message=tool_result("toolu_c"))
+    t.add(u(11), u(10), "user")
+    t.add(u(12), u(11), "attachment", attachment={"type": "hook_additional_context", "content": "y"})
+    t.add(u(13), u(12), "user", isMeta=True, message=body("BODY-OUT"))
+    t.add(u(14), u(12), "assistant")
+
+
+# shape -> (records, user texts the CLI sends, user texts it does not)
+ORACLE_SHAPES = {
+    "line_of_two": (lambda: _shape(_line_of_two), ["BODY-A", "BODY-B"], []),
+    "fork": (lambda: _shape(_fork), [], ["BODY-A", "BODY-B", "BODY-C"]),
+    "into_a_prompt": (lambda: _shape(_into_a_prompt), [], ["BODY-A", "PROMPT-B"]),
+    "in_the_region": (lambda: _shape(_in_the_region, last=()), ["BODY-R"], ["BODY-OUT"]),
+}
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize("name", sorted(ORACLE_SHAPES))
+def test_the_real_cli_sends_what_the_index_puts_back(index, name):
+    from indexer.repair import oracle, verify
+    from test_oracle import CLAUDE
+    from test_oracle_cases import user_record_verdicts, user_texts
+
+    if CLAUDE is None:
+        pytest.skip("no Claude Code binary")
+    make, sent_words, unsent_words = ORACLE_SHAPES[name]
+    records = [dict(r, sessionId=SID) for r in make()]
+    path = write_jsonl(index.projects / "-tmp-demo" / f"{SID}.jsonl", records)
+    index.ingest()
+    index.assert_caches_match_definitions()
+    fid = index.file_id(path)
+    with oracle.FakeMessagesAPI() as api:
+        sent = oracle.resume_sent(path.read_bytes(), SID, api, CLAUDE)
+    texts = "\n".join(user_texts(sent))
+    assert [w for w in sent_words + unsent_words if w in texts] == sent_words
+    assert verify.compare(index.db.conn, fid, sent)[:2] == ([], [])
+    differ = {uuid: kept for uuid, (kept, words) in user_record_verdicts(index, fid).items()
+              if kept != (words in texts)}
+    assert differ == {}
