@@ -170,3 +170,16 @@ def test_synthetic_kinds_are_told_apart_by_text_and_api_error_flag():
     real = entry("No response requested.")
     real["message"]["model"] = "glm-5"
     assert records.synthetic_kind(real) is None
+
+
+def test_a_fork_briefing_is_never_the_row_a_resume_starts_from(index):
+    t = Transcript(SID)
+    t.add(u(1), None, "user")
+    t.add(u(2), u(1), "assistant", message=text("msg_1", "the last real answer"))
+    t.add(u(3), u(1), "attachment", attachment={"type": "fork_briefing", "text": "briefing"})
+    path = write_jsonl(index.projects / "-tmp-demo" / f"{SID}.jsonl", t.records)
+    index.ingest()
+    leaf = index.rows("SELECT resume_leaf_uuid, resume_rule FROM leaves WHERE file_id = ?",
+                      [index.file_id(path)])
+    assert leaf == [{"resume_leaf_uuid": u(2), "resume_rule": "last_row"}]
+    index.assert_caches_match_definitions()

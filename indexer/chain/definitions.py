@@ -30,6 +30,7 @@ from indexer.transcripts.records import (
     CHAIN_TYPES_SQL,
     COMPACT_BOUNDARY_RECORD,
     EFFECTIVE_PARENT,
+    FORK_BRIEFING_RECORD,
     PRESERVED,
     SYNTHETIC_RECORD,
 )
@@ -281,6 +282,7 @@ row_lines AS MATERIALIZED (
   JOIN main_files m ON m.file_id = o.file_id
   WHERE o.type <> 'progress' AND NOT r.is_sidechain AND NOT r.is_unreadable
     AND NOT (o.type = 'system' AND r.subtype IS 'file_snapshot')
+    AND NOT {FORK_BRIEFING_RECORD.format(r="r")}
 ),
 last_rows AS MATERIALIZED (
   SELECT file_id, uuid, line_no FROM (

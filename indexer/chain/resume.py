@@ -52,8 +52,7 @@ the newest record below the last row is where the walk starts.
 
 Not modelled yet (the README lists them, tests/test_oracle_cases.py shows
 each with the real CLI): the fallback at a parent already visited and its
-skipping of records on the walk, ``sentAsUuid``, ``fork_briefing``
-attachments (not rows), the parallel-batch cases of "the last row descends
+skipping of records on the walk, ``sentAsUuid``, the parallel-batch cases of "the last row descends
 from the checkpoint", and an isMeta chain put back with a parallel result.
 """
 
@@ -257,7 +256,8 @@ def scan_events(occ: list, prompts: list[Prompt], seen: Scanned) -> Scanned:
     """Carry ``seen`` on over chain record lines ``occ`` and last-prompt
     records ``prompts`` that all come after the lines it has seen."""
     events = [(r.line_no, "row", r) for r in occ if r.type in CLI_NODE_TYPES
-              and not r.is_sidechain and not is_snapshot(r) and not r.is_unreadable]
+              and not r.is_sidechain and not is_snapshot(r) and not r.is_unreadable
+              and not r.fork_briefing]
     events += [(r.line_no, "boundary", r) for r in occ
                if records.is_compact_boundary(r.type, r.subtype)]
     events += [(r.line_no, "snapshot", r) for r in occ if is_snapshot(r)]

@@ -159,6 +159,23 @@ def preserved_of(preserved: str | None):
         return segment.get("anchorUuid"), None, segment
     return None
 
+# --- Fork briefings -----------------------------------------------------------
+
+# A background fork's briefing (Claude Code 2.1.3xx): an attachment record
+# of this attachment type. The loader reads it as a node but never as a row
+# (never the last row or the newest): a resume does not start from it.
+FORK_BRIEFING = "fork_briefing"
+FORK_BRIEFING_RECORD = ("coalesce({r}.type = 'attachment' AND instr({r}.raw, '" + FORK_BRIEFING
+                        + "') > 0 AND json_extract({r}.raw, '$.attachment.type') = '"
+                        + FORK_BRIEFING + "', 0)")
+
+
+def is_fork_briefing(entry: dict) -> bool:
+    attachment = entry.get("attachment")
+    return (entry.get("type") == "attachment" and isinstance(attachment, dict)
+            and attachment.get("type") == FORK_BRIEFING)
+
+
 # --- Meta -------------------------------------------------------------------
 
 
