@@ -412,12 +412,6 @@ EXPECTED = {
 
 # The shapes where the index (as of this commit) differs from the CLI: why.
 DIFFERS = {
-    "self_parent": "at a visited parent the CLI takes the timestamp fallback too; "
-                   "the index stops (u1, u2 called unlinked)",
-    "ring_with_an_earlier_root": "at a visited parent the CLI takes the timestamp fallback "
-                                 "too; the index stops (u1, u2 called unlinked)",
-    "fallback_skips_the_walk": "the CLI's fallback skips records already walked and lands on "
-                               "the next latest; the index stops",
     "sent_as_uuid": "the CLI loads a user record under its sentAsUuid",
     "checkpoint_on_a_sibling_result": "the last row reaches the checkpoint's call through "
                                       "the batch's other record: the last row wins",

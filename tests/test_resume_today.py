@@ -183,3 +183,18 @@ def test_a_fork_briefing_is_never_the_row_a_resume_starts_from(index):
                       [index.file_id(path)])
     assert leaf == [{"resume_leaf_uuid": u(2), "resume_rule": "last_row"}]
     index.assert_caches_match_definitions()
+
+
+def test_at_a_parent_already_walked_the_walk_falls_back_past_the_walk(index):
+    # u3 names itself: the CLI takes its timestamp fallback there, skipping
+    # what it has walked (u3), and reads on through u2 to u1 (the oracle
+    # case self_parent); u4 is newer than u3 and not a candidate.
+    t = Transcript(SID)
+    t.add(u(1), None, "user", ts="2026-09-01T00:00:00.100Z")
+    t.add(u(2), u(1), "assistant", message=text("msg_1", "reached by the fallback"),
+          ts="2026-09-01T00:00:00.200Z")
+    t.add(u(3), u(3), "user", ts="2026-09-01T00:00:00.500Z")
+    path = write_jsonl(index.projects / "-tmp-demo" / f"{SID}.jsonl", t.records)
+    index.ingest()
+    assert index.ancestry(index.file_id(path)) == [u(3), u(2), u(1)]
+    index.assert_caches_match_definitions()
