@@ -165,9 +165,10 @@ def preserved_of(preserved: str | None):
 # of this attachment type. The loader reads it as a node but never as a row
 # (never the last row or the newest): a resume does not start from it.
 FORK_BRIEFING = "fork_briefing"
-FORK_BRIEFING_RECORD = ("coalesce({r}.type = 'attachment' AND instr({r}.raw, '" + FORK_BRIEFING
-                        + "') > 0 AND json_extract({r}.raw, '$.attachment.type') = '"
-                        + FORK_BRIEFING + "', 0)")
+FORK_BRIEFING_RECORD = ("(CASE WHEN {r}.type = 'attachment' AND instr({r}.raw, '"
+                        + FORK_BRIEFING + "') > 0 AND json_valid({r}.raw) "
+                        "THEN coalesce(json_extract({r}.raw, '$.attachment.type') = '"
+                        + FORK_BRIEFING + "', 0) ELSE 0 END)")
 
 
 def is_fork_briefing(entry: dict) -> bool:
