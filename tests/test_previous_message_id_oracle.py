@@ -1,0 +1,103 @@
+"""When and what Claude Code sends as previous_message_id (seed 001's 400), asked of the binary.
+
+Claude Code 2.1.332 (read in its JavaScript, held here; README "Older Claude
+Code versions" for the others): the request body carries
+``diagnostics: {previous_message_id: ID}`` only when the CLI takes the API for
+Anthropic's own (provider firstParty and the base URL api.anthropic.com or
+unset, or ``_CLAUDE_CODE_ASSUME_FIRST_PARTY_BASE_URL``), experimental betas
+are not disabled, whatever the credentials (API key, ANTHROPIC_AUTH_TOKEN,
+OAuth token). Never on Bedrock, Vertex or Foundry, never behind another base
+URL. ID is the ``message.id`` of the last assistant record that is not an API
+error and has a ``requestId``, or else has a ``msg_`` id and a model other than
+``<synthetic>``; null when there is none. So a ``<synthetic>`` placeholder is
+named only when it carries a requestId and is not an API error, and the 400
+comes from that or from a provider's reply (an id not starting with msg_ that
+came with a requestId) resumed against Anthropic's API.
+
+First party without the network: indexer/repair/first_party.py (an HTTPS proxy
+on loopback that answers for api.anthropic.com with the fake API).
+"""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from indexer.repair import oracle
+from indexer.repair import previous_message_id as pmid
+from indexer.repair.first_party import FirstPartyProxy, NoOpenSSL
+
+try:
+    CLAUDE = oracle.find_claude()
+except oracle.NoClaudeBinary:
+    CLAUDE = None
+
+try:
+    with FirstPartyProxy(1):
+        OPENSSL = True
+except NoOpenSSL:
+    OPENSSL = False
+
+pytestmark = [pytest.mark.oracle,
+              pytest.mark.skipif(CLAUDE is None, reason="no Claude Code binary"),
+              pytest.mark.skipif(not OPENSSL, reason="no openssl command")]
+
+
+def sent(modes, kinds):
+    """{(mode, kind): previous_message_id sent, or NOT_SENT}; every resume
+    sent its request."""
+    rows = list(pmid.probe(CLAUDE, {k: pmid.KINDS[k] for k in kinds}, modes))
+    assert all(r.status in ("ok", "400") for r in rows), [r.status for r in rows]
+    return {(r.mode, r.kind): r.previous_message_id for r in rows}
+
+
+def test_as_first_party_with_an_api_key_the_last_real_reply_is_named():
+    got = sent(["api_key"], list(pmid.KINDS))
+    assert got == {
+        ("api_key", "msg_tail"): "msg_01Probe2",
+        ("api_key", "msg_tail_no_request_id"): "msg_01Probe2",
+        # A synthetic tail is skipped, an API error or not, requestId or not.
+        ("api_key", "api_error_tail"): "msg_01Probe1",
+        ("api_key", "api_error_tail_request_id"): "msg_01Probe1",
+        ("api_key", "no_response_tail"): "msg_01Probe1",
+        # ... but a requestId makes any record that is not an API error count.
+        ("api_key", "no_response_tail_request_id"): pmid.NO_RESPONSE_ID,
+        ("api_key", "only_synthetic"): None,
+        # A provider's ids count only with a requestId: then the API refuses it.
+        ("api_key", "third_party"): None,
+        ("api_key", "third_party_request_ids"): pmid.CHATCMPL_ID,
+    }
+
+
+@pytest.mark.parametrize("mode", ["auth_token", "oauth", "assume_first_party"])
+def test_every_first_party_credential_sends_it_alike(mode):
+    assert sent([mode], ["api_error_tail", "third_party_request_ids"]) == {
+        (mode, "api_error_tail"): "msg_01Probe1",
+        (mode, "third_party_request_ids"): pmid.CHATCMPL_ID}
+
+
+@pytest.mark.parametrize("mode", ["loopback_api_key", "no_experimental_betas", "bedrock",
+                                  "vertex", "foundry"])
+def test_elsewhere_no_previous_message_id_is_sent(mode):
+    assert sent([mode], ["msg_tail"]) == {(mode, "msg_tail"): pmid.NOT_SENT}
+
+
+def test_the_fake_answers_an_id_not_from_the_api_with_the_400():
+    rows = list(pmid.probe(CLAUDE, {"third_party_request_ids":
+                                    pmid.KINDS["third_party_request_ids"]}, ["api_key"]))
+    assert [(r.status, r.path) for r in rows] == [("400", "/v1/messages")]
+    assert pmid.rejected({"previous_message_id": pmid.API_ERROR_ID})
+    assert not pmid.rejected({"previous_message_id": None})
+    assert not pmid.rejected(pmid.NOT_SENT)
+
+
+def test_the_first_party_proxy_refuses_every_other_host():
+    with oracle.FakeMessagesAPI() as api, FirstPartyProxy(api.port) as proxy:
+        with socket.create_connection(("127.0.0.1", proxy.port), timeout=10) as s:
+            s.sendall(b"CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n")
+            assert s.recv(100).startswith(b"HTTP/1.1 403")
+        with socket.create_connection(("127.0.0.1", proxy.port), timeout=10) as s:
+            s.sendall(b"CONNECT api.anthropic.com:443 HTTP/1.1\r\n\r\n")
+            assert s.recv(100).startswith(b"HTTP/1.1 200")
+    assert proxy.connects == ["example.com", "api.anthropic.com"]
