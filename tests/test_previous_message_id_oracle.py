@@ -6,8 +6,9 @@ Code versions" for the others): the request body carries
 Anthropic's own (provider firstParty and the base URL api.anthropic.com or
 unset, or ``_CLAUDE_CODE_ASSUME_FIRST_PARTY_BASE_URL``), experimental betas
 are not disabled, whatever the credentials (API key, ANTHROPIC_AUTH_TOKEN,
-OAuth token). Never on Bedrock, Vertex or Foundry, never behind another base
-URL. ID is the ``message.id`` of the last assistant record that is not an API
+OAuth token), and on Claude Platform on Google Cloud at its default host. Never
+on Bedrock, Vertex, Foundry or Claude Platform on AWS, never behind another
+base URL. ID is the ``message.id`` of the last assistant record that is not an API
 error and has a ``requestId``, or else has a ``msg_`` id and a model other than
 ``<synthetic>``; null when there is none. So a ``<synthetic>`` placeholder is
 named only when it carries a requestId and is not an API error, and the 400
@@ -70,15 +71,16 @@ def test_as_first_party_with_an_api_key_the_last_real_reply_is_named():
     }
 
 
-@pytest.mark.parametrize("mode", ["auth_token", "oauth", "assume_first_party"])
+@pytest.mark.parametrize("mode", ["auth_token", "oauth", "assume_first_party", "google_cloud"])
 def test_every_first_party_credential_sends_it_alike(mode):
+    # Claude Platform on Google Cloud at its default host counts as first party.
     assert sent([mode], ["api_error_tail", "third_party_request_ids"]) == {
         (mode, "api_error_tail"): "msg_01Probe1",
         (mode, "third_party_request_ids"): pmid.CHATCMPL_ID}
 
 
 @pytest.mark.parametrize("mode", ["loopback_api_key", "no_experimental_betas", "bedrock",
-                                  "vertex", "foundry"])
+                                  "vertex", "foundry", "anthropic_aws"])
 def test_elsewhere_no_previous_message_id_is_sent(mode):
     assert sent([mode], ["msg_tail"]) == {(mode, "msg_tail"): pmid.NOT_SENT}
 

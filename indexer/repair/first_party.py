@@ -5,7 +5,8 @@ Anthropic's own (2.1.332: ``diagnostics.previous_message_id``, the
 cache-diagnosis beta), which it decides from the host of its base URL, not
 from anything a fake on loopback can answer. ``FirstPartyProxy`` is an HTTPS
 proxy on 127.0.0.1 for the CLI's ``HTTPS_PROXY``: a ``CONNECT`` to
-``api.anthropic.com:443`` is answered by TLS with a certificate for that host,
+``api.anthropic.com:443`` (or claude.googleapis.com, Claude Platform on
+Google Cloud) is answered by TLS with a certificate for that host,
 signed by a throwaway CA the CLI is told to trust (``NODE_EXTRA_CA_CERTS``),
 and the decrypted HTTP goes to the fake API's loopback port. Any other host is
 refused (403): nothing reaches the network. The CA and its key live in a
@@ -23,6 +24,9 @@ import threading
 from pathlib import Path
 
 FIRST_PARTY_HOST = "api.anthropic.com"
+# Claude Platform on Google Cloud's default host: 2.1.332 takes it for
+# Anthropic's own too when no ANTHROPIC_GOOGLE_CLOUD_BASE_URL is set.
+GOOGLE_CLOUD_HOST = "claude.googleapis.com"
 
 
 class NoOpenSSL(Exception):
@@ -33,8 +37,8 @@ def _openssl(*args: str, cwd: Path) -> None:
     subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
 
 
-def make_certificates(folder: Path, host: str = FIRST_PARTY_HOST) -> tuple[Path, Path, Path]:
-    """A CA and a certificate for ``host`` signed by it, in ``folder``:
+def make_certificates(folder: Path, hosts: tuple = (FIRST_PARTY_HOST,)) -> tuple[Path, Path, Path]:
+    """A CA and a certificate for ``hosts`` signed by it, in ``folder``:
     (ca.pem, host.pem, host.key)."""
     if shutil.which("openssl") is None:
         raise NoOpenSSL("no openssl command")
@@ -42,10 +46,10 @@ def make_certificates(folder: Path, host: str = FIRST_PARTY_HOST) -> tuple[Path,
              "-subj", "/CN=session-index oracle CA", "-keyout", "ca.key", "-out", "ca.pem",
              "-addext", "basicConstraints=critical,CA:TRUE",
              "-addext", "keyUsage=critical,keyCertSign,cRLSign", cwd=folder)
-    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={host}",
+    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={hosts[0]}",
              "-keyout", "host.key", "-out", "host.csr", cwd=folder)
     (folder / "host.ext").write_text(
-        f"subjectAltName=DNS:{host}\nbasicConstraints=CA:FALSE\n"
+        "subjectAltName=" + ",".join(f"DNS:{h}" for h in hosts) + "\nbasicConstraints=CA:FALSE\n"
         "keyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n")
     _openssl("x509", "-req", "-in", "host.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
              "-CAcreateserial", "-days", "2", "-extfile", "host.ext", "-out", "host.pem",
@@ -71,16 +75,18 @@ def _pipe(src: socket.socket, dst: socket.socket) -> None:
 
 
 class FirstPartyProxy:
-    """An HTTPS proxy on 127.0.0.1 that answers for api.anthropic.com with the
-    server on ``upstream_port`` (a FakeMessagesAPI) and refuses every other
-    host. ``env()``: what to give the CLI (HTTPS_PROXY, NODE_EXTRA_CA_CERTS;
-    leave ANTHROPIC_BASE_URL unset). ``connects`` lists the hosts asked for."""
+    """An HTTPS proxy on 127.0.0.1 that answers for ``hosts`` (api.anthropic.com
+    and claude.googleapis.com) with the server on ``upstream_port`` (a
+    FakeMessagesAPI) and refuses every other host. ``env()``: what to give the
+    CLI (HTTPS_PROXY, NODE_EXTRA_CA_CERTS; leave ANTHROPIC_BASE_URL unset).
+    ``connects`` lists the hosts asked for."""
 
-    def __init__(self, upstream_port: int):
+    def __init__(self, upstream_port: int, hosts: tuple = (FIRST_PARTY_HOST, GOOGLE_CLOUD_HOST)):
         self.upstream_port = upstream_port
+        self.hosts = hosts
         self.connects: list[str] = []
         self._tmp = tempfile.TemporaryDirectory(prefix="session-index-first-party-")
-        self.ca, cert, key = make_certificates(Path(self._tmp.name))
+        self.ca, cert, key = make_certificates(Path(self._tmp.name), hosts)
         self._tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         self._tls.load_cert_chain(cert, key)
         self._tls.set_alpn_protocols(["http/1.1"])
@@ -123,7 +129,7 @@ class FirstPartyProxy:
             method, target = (head.split(b"\r\n", 1)[0].split(b" ") + [b"", b""])[:2]
             host = target.decode("latin-1").rsplit(":", 1)[0]
             self.connects.append(host)
-            if method != b"CONNECT" or host != FIRST_PARTY_HOST:
+            if method != b"CONNECT" or host not in self.hosts:
                 client.sendall(b"HTTP/1.1 403 Forbidden\r\ncontent-length: 0\r\n\r\n")
                 client.close()
                 return
