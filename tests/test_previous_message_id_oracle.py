@@ -21,7 +21,9 @@ on loopback that answers for api.anthropic.com with the fake API).
 
 from __future__ import annotations
 
+import os
 import socket
+from pathlib import Path
 
 import pytest
 
@@ -103,3 +105,45 @@ def test_the_first_party_proxy_refuses_every_other_host():
             s.sendall(b"CONNECT api.anthropic.com:443 HTTP/1.1\r\n\r\n")
             assert s.recv(100).startswith(b"HTTP/1.1 200")
     assert proxy.connects == ["example.com", "api.anthropic.com"]
+
+
+# --- Older versions (opt-in) ----------------------------------------------------
+# SESSION_INDEX_OLD_CLAUDES: a folder of <version>/claude (the binaries the
+# claude-agent-sdk wheels bundle). Each is asked with the diagnostics flag of
+# 2.1.119-2.1.239 on; the expected answer by version range (records.py).
+
+OLD = Path(os.environ.get("SESSION_INDEX_OLD_CLAUDES", "/nonexistent"))
+
+
+def _v(version: str) -> tuple:
+    return tuple(int(p) for p in version.split("."))
+
+
+def expected_by_version(version: str):
+    """(API-error tail with a requestId, msg_ tail without requestIds), or
+    None for a version between two ranges (not tested)."""
+    v = _v(version)
+    if v <= (2, 1, 116):
+        return pmid.NOT_SENT, pmid.NOT_SENT
+    if v == (2, 1, 119):
+        return pmid.API_ERROR_ID, pmid.NOT_SENT     # no id: the key is left out
+    if (2, 1, 121) <= v <= (2, 1, 128):
+        return pmid.API_ERROR_ID, None
+    if (2, 1, 132) <= v <= (2, 1, 259):
+        return "msg_01Probe1", None
+    if v >= (2, 1, 273):
+        return "msg_01Probe1", "msg_01Probe2"
+    return None
+
+
+@pytest.mark.skipif(not OLD.is_dir(), reason="SESSION_INDEX_OLD_CLAUDES is not set")
+@pytest.mark.parametrize("version", sorted((p.parent.name for p in OLD.glob("*/claude")),
+                                           key=_v) if OLD.is_dir() else [])
+def test_older_versions_send_what_their_range_says(version):
+    expected = expected_by_version(version)
+    if expected is None:
+        pytest.skip(f"{version} lies between two tested ranges")
+    kinds = {k: pmid.KINDS[k] for k in ("api_error_tail_request_id", "msg_tail_no_request_id")}
+    rows = list(pmid.probe(str(OLD / version / "claude"), kinds, ["api_key_flag"]))
+    assert all(r.status in ("ok", "400") for r in rows), [r.status for r in rows]
+    assert tuple(r.previous_message_id for r in rows) == expected
