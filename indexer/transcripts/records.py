@@ -224,6 +224,31 @@ def is_api_error_message(entry: dict) -> bool:
 # "<synthetic>"; so a third-party provider's reply (a real model name, an id
 # like chatcmpl-... or 32 hex digits) is a real message, and its session
 # resumes. The rule here is therefore the model alone.
+#
+# When the id is sent at all (the real binaries, asked through a fake
+# api.anthropic.com: indexer/repair/previous_message_id.py, and
+# bench/previous_message_id.py for any version): in the request body as
+# `diagnostics: {previous_message_id: ID or null}`, and only to Anthropic's
+# own API: provider firstParty with the base URL unset or api.anthropic.com
+# (or _CLAUDE_CODE_ASSUME_FIRST_PARTY_BASE_URL), API key, ANTHROPIC_AUTH_TOKEN
+# and OAuth alike, and Claude Platform on Google Cloud at its default host;
+# never on Bedrock, Vertex, Foundry, Claude Platform on AWS, another base URL,
+# or with CLAUDE_CODE_DISABLE_EXPERIMENTAL_BETAS. The API refuses (the 400 of
+# seed 001) an ID that does not start with msg_. By version (the ranges are
+# between the versions tested):
+#   2.1.116 and older  never sent.
+#   2.1.119 - 2.1.128  only under the tengu_prompt_cache_diagnostics feature
+#                      flag (off unless served): the last assistant record
+#                      with a requestId, API errors included. They write no
+#                      requestId on their own API-error records; 2.1.132 and
+#                      newer do, and such a record resumed here is sent.
+#   2.1.132 - 2.1.239  the flag still; API errors skipped.
+#   2.1.247 - 2.1.259  always (no flag); a requestId and not an API error.
+#   2.1.273 - 2.1.332  always; the rule above (msg_ ids without a requestId
+#                      count too).
+# So no version names a placeholder without a requestId, and 2.1.132 and
+# newer name no API error: a <synthetic> API-error tail does not poison a
+# resume by today's CLI.
 SYNTHETIC_MODEL = "<synthetic>"
 # The same rule in SQL over a records alias {r}. The partial index
 # records_synthetic (migrations.m028_records_synthetic_by_model) is created
