@@ -198,3 +198,54 @@ def test_at_a_parent_already_walked_the_walk_falls_back_past_the_walk(index):
     index.ingest()
     assert index.ancestry(index.file_id(path)) == [u(3), u(2), u(1)]
     index.assert_caches_match_definitions()
+
+
+def check_json(index, tmp_path):
+    out = run("check", SID, "--db", str(index.path), "--json",
+              "--config-dir", str(tmp_path / "claude"))
+    return out.exit_code, json.loads(out.stdout)
+
+
+def test_an_api_error_placeholder_at_the_tail_does_not_poison_a_resume(index, tmp_path):
+    # Claude Code 2.1.132 and newer never name an API error as
+    # previous_message_id (tests/test_previous_message_id_oracle.py): the
+    # resume names the real reply before it, and goes on.
+    t = Transcript(SID)
+    t.add(u(1), None, "user")
+    t.add(u(2), u(1), "assistant", message=text("msg_1", "a real answer"), requestId="req_1")
+    t.add(u(3), u(2), "user")
+    t.add(u(4), u(3), "assistant", isApiErrorMessage=True, requestId="req_2", message={
+        "id": "7d9b4c2e-0000-4000-8000-000000000004", "type": "message", "role": "assistant",
+        "model": "<synthetic>", "content": [{"type": "text", "text": "API Error: 529"}]})
+    write_jsonl(index.projects / "-tmp-demo" / f"{SID}.jsonl", t.records)
+    index.ingest()
+    code, verdict = check_json(index, tmp_path)
+    assert (code, verdict["verdict"]) == (0, "resumable"), verdict
+
+
+def test_a_providers_reply_named_in_a_session_anthropic_answered_is_poisoned(index, tmp_path):
+    # Started on api.anthropic.com (msg_ ids), continued through another
+    # provider (its ids, with requestIds): a resume against Anthropic names
+    # the provider's id and gets the 400.
+    t = Transcript(SID)
+    t.add(u(1), None, "user")
+    t.add(u(2), u(1), "assistant", message=text("msg_01Anthropic", "first-party answer"),
+          requestId="req_011A")
+    t.add(u(3), u(2), "user")
+    t.add(u(4), u(3), "assistant", requestId="9f1c2d3e4b5a",
+          message=text("chatcmpl-9f1c2d3e4b5a", "the provider's answer", model="glm-5"))
+    write_jsonl(index.projects / "-tmp-demo" / f"{SID}.jsonl", t.records)
+    index.ingest()
+    code, verdict = check_json(index, tmp_path)
+    assert (code, verdict["verdict"]) == (5, "poisoned"), verdict
+    assert verdict["details"]["cause"] == "foreign_reply"
+    assert "chatcmpl-9f1c2d3e4b5a" in verdict["reason"]
+    assert "resume through the provider that wrote it" in verdict["reason"]
+    # The same replies with no first-party one before them: a third-party
+    # session, resumable (its provider is where it resumes).
+    t.records[1]["message"]["id"] = "chatcmpl-first"
+    t.records[1]["message"]["model"] = "glm-5"
+    write_jsonl(index.projects / "-tmp-demo" / f"{SID}.jsonl", t.records)
+    index.ingest()
+    code, verdict = check_json(index, tmp_path)
+    assert (code, verdict["verdict"]) == (0, "resumable"), verdict

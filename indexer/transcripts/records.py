@@ -257,6 +257,29 @@ SYNTHETIC_MODEL = "<synthetic>"
 SYNTHETIC_RECORD = "{r}.type = 'assistant' AND {r}.model = '" + SYNTHETIC_MODEL + "'"
 
 
+# The record Claude Code 2.1.332 names as previous_message_id (its $Vt,
+# read back from the end of the loaded conversation): an assistant record
+# that is not an API error and has a requestId, or else a msg_ id and a
+# model other than "<synthetic>". SQL over a records alias {r}.
+PREVIOUS_MESSAGE_ID_RECORD = (
+    "{r}.type = 'assistant' AND NOT coalesce({r}.is_api_error, 0) AND ("
+    "coalesce({r}.request_id, '') <> '' OR ({r}.message_id LIKE 'msg\\_%' ESCAPE '\\' AND "
+    "{r}.model IS NOT '" + SYNTHETIC_MODEL + "'))")
+# An id the API refuses as previous_message_id (the 400 of seed 001): one
+# that does not start with msg_ (a null id is sent as null and accepted).
+REFUSED_MESSAGE_ID = "({r}.message_id IS NOT NULL AND {r}.message_id NOT LIKE 'msg\\_%' ESCAPE '\\')"
+# The records such a refused id can come from: a requestId and an id that is
+# not msg_. The partial index records_foreign_replies
+# (migrations.m030_records_foreign_replies) is created with this WHERE
+# clause word for word (with no alias): change both together.
+FOREIGN_REPLY_RECORD = ("{r}.type = 'assistant' AND {r}.request_id <> '' "
+                        "AND {r}.message_id NOT LIKE 'msg\\_%' ESCAPE '\\'")
+# A reply of Anthropic's own API in a file {file}: a msg_ id on a real model.
+FIRST_PARTY_REPLY_IN = (
+    "EXISTS (SELECT 1 FROM records fp WHERE fp.file_id = {file} AND fp.type = 'assistant' "
+    "AND fp.message_id LIKE 'msg\\_%' ESCAPE '\\' AND fp.model IS NOT '" + SYNTHETIC_MODEL + "')")
+
+
 def is_synthetic(type_, model) -> bool:
     """An assistant record whose message.model is "<synthetic>" (from its
     columns: records.type, records.model)."""
