@@ -15,14 +15,16 @@ from indexer.transcripts.records import MESSAGE_TYPES
 # The columns Rec is built from (records r), in its field order; ts_ms: the
 # timestamp in epoch milliseconds (definitions.TIMESTAMP_MS), NULL when not one;
 # preserved: what a compact boundary says the compaction kept (records.PRESERVED);
+# fork_briefing: a background fork's briefing (records.FORK_BRIEFING_RECORD);
 # has_tool_use: an assistant record holds a tool_use block (records.HAS_TOOL_USE).
 _REC_HEAD = f"""r.id, r.file_id, r.line_no, r.uuid, r.parent_uuid, r.logical_parent_uuid,
        r.type, r.subtype, r.timestamp, r.is_sidechain, r.is_meta, r.team_name,
        r.message_id, r.is_tool_result, {definitions.TIMESTAMP_MS.format(r="r")} AS ts_ms,
-       r.is_unreadable, {records.PRESERVED.format(r="r")} AS preserved"""
+       r.is_unreadable, {records.PRESERVED.format(r="r")} AS preserved,
+       {records.FORK_BRIEFING_RECORD.format(r="r")} AS fork_briefing"""
 _HAS_TOOL_USE = f'{records.HAS_TOOL_USE.format(r="r")} AS has_tool_use'
 REC_COLUMNS = f"{_REC_HEAD}, {_HAS_TOOL_USE}"
-REC_FIELDS = 17   # the columns before the last-prompt fields (UUID_RECORDS_SELECT)
+REC_FIELDS = 18   # the columns before the last-prompt fields (UUID_RECORDS_SELECT)
 # Records with a uuid and last-prompt records, as read_rows() reads them:
 # the Rec columns but the last, then the last-prompt fields read from the
 # line itself, then has_tool_use (at HAS_TOOL_USE_AT).
@@ -55,6 +57,7 @@ class Rec:
     ts_ms: int | None = None
     is_unreadable: int = 0
     preserved: str | None = None   # a compact boundary's records.PRESERVED
+    fork_briefing: int = 0         # records.FORK_BRIEFING_RECORD: a node, never a row
     has_tool_use: int = 0          # an assistant record with a tool_use block
 
     @property

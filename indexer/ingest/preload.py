@@ -52,12 +52,8 @@ from indexer.ingest.linerows import (
     running_facts,
 )
 from indexer.transcripts.records import (
-    HAS_TOOL_USE,
-    PRESERVED,
-    RECORD_FIELDS,
-    TOOL_USE_MARK,
-    is_compact_boundary,
-)
+    FORK_BRIEFING, FORK_BRIEFING_RECORD, HAS_TOOL_USE, PRESERVED, RECORD_FIELDS, TOOL_USE_MARK,
+    is_compact_boundary)
 from indexer.transcripts.rows import LARGE_LINE_BYTES, bindable
 from indexer.transcripts.safefiles import open_regular
 
@@ -441,8 +437,11 @@ TIMESTAMPS_MS_SQL = (f"SELECT t.timestamp, {definitions.TIMESTAMP_MS.format(r='t
 PROMPT_FIELDS_SQL = (f"SELECT {definitions.LAST_PROMPT_NULL_LEAF.format(r='p')}, "
                      f"{definitions.LAST_PROMPT_EXPLICIT.format(r='p')} "
                      "FROM (SELECT CAST(? AS TEXT) AS raw) p")
-PRESERVED_SQL = (f"SELECT {PRESERVED.format(r='p')} FROM (SELECT CAST(? AS TEXT) AS raw, "
-                 "'system' AS type, 'compact_boundary' AS subtype) p")
+# A compact boundary's preserved fields and whether an attachment is a fork
+# briefing (raw, type), as UUID_RECORDS_SELECT reads them.
+SCANNED_FIELDS_SQL = (f"SELECT {PRESERVED.format(r='p')}, {FORK_BRIEFING_RECORD.format(r='p')} "
+                      "FROM (SELECT CAST(? AS TEXT) AS raw, ? AS type, "
+                      "'compact_boundary' AS subtype) p")
 HAS_TOOL_USE_SQL = (f"SELECT {HAS_TOOL_USE.format(r='p')} FROM (SELECT CAST(? AS TEXT) AS raw, "
                     "'assistant' AS type) p")
 _MARKS = (TOOL_USE_MARK, TOOL_USE_MARK.encode())
@@ -463,28 +462,30 @@ def _chain_rows(rows: list, first_id: int, out: list, prompts: list,
             raw = r[-1]
             tool_use = raw if r[_TYPE] == "assistant" and _MARKS[
                 raw.__class__ is bytes] in raw else 0
-            row = [first_id + i, r[0], r[1], *_rec_fields(r), None, r[_UNREADABLE], None,
+            row = [first_id + i, r[0], r[1], *_rec_fields(r), None, r[_UNREADABLE], None, 0,
                    r[_LEAF], None, None, tool_use]
             out.append(row)
             if r[_TYPE] == "last-prompt":
                 prompts.append((row, r[-1]))
-            elif is_compact_boundary(r[_TYPE], r[_SUBTYPE]):
+            elif is_compact_boundary(r[_TYPE], r[_SUBTYPE]) or (
+                    r[_TYPE] == "attachment" and FORK_BRIEFING in (
+                        r[-1] if r[-1].__class__ is str else r[-1].decode("utf-8", "replace"))):
                 boundaries.append((row, r[-1]))
 
 
 def _computed_in_sql(conn, rows: list, prompts: list, boundaries: list) -> None:
     """Fill in what UUID_RECORDS_SELECT computes in SQL, with its own
     expressions: each row's timestamp in ms, the last-prompt fields, a
-    compact boundary's preserved fields and an assistant record's
-    has_tool_use, read from the line."""
+    compact boundary's preserved fields, an attachment's fork briefing
+    flag and an assistant record's has_tool_use, read from the line."""
     stamps = list({row[8] for row in rows if row[8] is not None})
     ms = dict(conn.execute(TIMESTAMPS_MS_SQL, [json.dumps(stamps)]))
     for row in rows:
         row[14] = ms.get(row[8])
     for row, raw in prompts:
-        row[18:20] = conn.execute(PROMPT_FIELDS_SQL, [raw]).fetchone()
+        row[19:21] = conn.execute(PROMPT_FIELDS_SQL, [raw]).fetchone()
     for row, raw in boundaries:
-        row[16] = conn.execute(PRESERVED_SQL, [raw]).fetchone()[0]
+        row[16:18] = conn.execute(SCANNED_FIELDS_SQL, [raw, row[6]]).fetchone()
     for row in rows:
         if row[chain.HAS_TOOL_USE_AT] != 0:
             row[chain.HAS_TOOL_USE_AT] = conn.execute(
