@@ -22,7 +22,10 @@ The leaf (``resume_rule`` names which rule picked it):
 - ``rewound_to_empty``: a rewind to empty with no row or checkpoint after
   it: the resume loads nothing.
 - ``checkpoint``: the checkpoint, when it is a node, unless it is not
-  explicit and the last row descends from it (then ``last_row``).
+  explicit and the last row continues past it (``kin``: it descends from
+  it, or, unless a last-prompt record for it said explicit, it goes on
+  through the parallel batch of the call the checkpoint answers); then
+  ``last_row``.
 - ``last_row``: otherwise the last row, when no ``system``/``file_snapshot``
   rows trail it.
 - From the picked row the conversation starts at the first user or
@@ -30,7 +33,9 @@ The leaf (``resume_rule`` names which rule picked it):
 - ``leaf_scan``: when that finds no message, every terminal node (no node
   names it as parent) is walked up to its first user/assistant record; those
   without a user/assistant child are the leaves; with several, the
-  checkpoint's wins when it is one of them, else the newest by timestamp.
+  checkpoint's wins when it is one of them (unless it is not explicit and
+  ``kin``, without its descent rule, says the last row goes on through its
+  batch), else the last row's, else the newest by timestamp.
 - ``newest_record``: no leaf at all: the newest non-sidechain node.
 
 The walk from the leaf follows bridged parents; at a parent that is not a
@@ -53,8 +58,7 @@ the newest record below the last row is where the walk starts.
 Not modelled yet (the README lists them, tests/test_oracle_cases.py shows
 each with the real CLI): the fallback at a parent already visited and its
 skipping of records on the walk, ``sentAsUuid``, ``fork_briefing``
-attachments (not rows), the parallel-batch cases of "the last row descends
-from the checkpoint", and an isMeta chain put back with a parallel result.
+attachments (not rows), and an isMeta chain put back with a parallel result.
 """
 
 from __future__ import annotations
