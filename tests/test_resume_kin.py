@@ -148,3 +148,24 @@ def test_check_and_show_follow_the_last_row(index):
     shown = CliRunner().invoke(cli, ["show", SID, "--db", str(index.path)])
     assert shown.exit_code == 0, shown.output
     assert "after the batch" in shown.output
+
+
+def test_a_later_record_for_the_same_checkpoint_keeps_it_explicit(index):
+    # An explicit last-prompt record, then another for the same leaf that
+    # does not say so, no row between: the checkpoint is still explicit and
+    # wins, though the last row descends from it (the CLI's `No`). A row
+    # between ends that.
+    t = Transcript(SID)
+    t.add(u(1), None, "user")
+    t.add(u(2), u(1), "assistant", message={
+        "id": "msg_2", "type": "message", "role": "assistant", "model": "claude-x",
+        "content": [{"type": "text", "text": "the checkpoint's answer"}]})
+    t.add(u(3), u(2), "user")
+    t.add(u(4), u(3), "assistant")
+    last_prompt(t, u(2), explicit=True)
+    last_prompt(t, u(2))
+    leaf, chain, _ = resume_of(index, t.records)
+    assert (leaf, chain) == ((u(2), "checkpoint"), [u(1), u(2)])
+    t.records.insert(-1, t.records.pop(3))   # u4 written between the two records
+    leaf, _, _ = resume_of(index, t.records)
+    assert leaf == (u(4), "last_row")

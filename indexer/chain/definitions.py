@@ -317,7 +317,18 @@ latest_prompt AS (
     SELECT p.*, row_number() OVER (PARTITION BY file_id ORDER BY line_no DESC) AS rn
     FROM prompts p WHERE leaf IS NOT NULL) WHERE rn = 1
 ),
+-- state: per main file, the CLI's file-order facts (resume.scan_events).
+-- explicit_line: the latest last-prompt record for the checkpoint that said
+-- explicit, in the run of records naming it (no record naming another
+-- leaf, no boundary, no rewind to empty between): the checkpoint is
+-- explicit when no row follows that record, ever_explicit when there is one.
 state AS MATERIALIZED (
+  SELECT s.file_id, s.last_row, s.trailing, s.checkpoint, s.empty,
+    coalesce(s.explicit_line IS NOT NULL AND NOT EXISTS (
+      SELECT 1 FROM row_lines w WHERE w.file_id = s.file_id
+        AND w.line_no > s.explicit_line), 0) AS explicit,
+    s.explicit_line IS NOT NULL AS ever_explicit
+  FROM (
   SELECT m.file_id, lr.uuid AS last_row,
     EXISTS (SELECT 1 FROM occ o JOIN records r ON r.id = o.id
             WHERE o.file_id = m.file_id AND o.type = 'system' AND r.subtype = 'file_snapshot'
@@ -327,27 +338,22 @@ state AS MATERIALIZED (
           AND NOT EXISTS (SELECT 1 FROM prompts q WHERE q.file_id = m.file_id
                           AND q.line_no > lp.line_no AND q.null_leaf AND q.explicit)
          THEN lp.leaf END AS checkpoint,
-    coalesce(lp.explicit AND NOT EXISTS (SELECT 1 FROM row_lines w WHERE w.file_id = m.file_id
-                                         AND w.line_no > lp.line_no), 0) AS explicit,
     EXISTS (SELECT 1 FROM prompts q WHERE q.file_id = m.file_id AND q.null_leaf AND q.explicit
               AND NOT EXISTS (SELECT 1 FROM row_lines w WHERE w.file_id = m.file_id
                               AND w.line_no > q.line_no)
               AND NOT EXISTS (SELECT 1 FROM prompts z WHERE z.file_id = m.file_id
                               AND z.line_no > q.line_no AND z.leaf IS NOT NULL)) AS empty,
-    -- ever_explicit: a last-prompt record for this checkpoint said explicit
-    -- (the records since it name the same leaf; no boundary, no rewind to empty)
-    coalesce(EXISTS (SELECT 1 FROM prompts q WHERE q.file_id = m.file_id AND q.explicit
-              AND q.leaf = lp.leaf AND q.line_no <= lp.line_no
-              AND NOT EXISTS (SELECT 1 FROM prompts z WHERE z.file_id = m.file_id
-                              AND z.line_no > q.line_no AND z.line_no < lp.line_no
-                              AND ((z.leaf IS NOT NULL AND z.leaf <> lp.leaf)
-                                   OR (z.null_leaf AND z.explicit)))
-              AND NOT EXISTS (SELECT 1 FROM boundaries b WHERE b.file_id = m.file_id
-                              AND b.line_no > q.line_no AND b.line_no < lp.line_no)), 0)
-      AS ever_explicit
+    (SELECT max(q.line_no) FROM prompts q WHERE q.file_id = m.file_id AND q.explicit
+       AND q.leaf = lp.leaf AND q.line_no <= lp.line_no
+       AND NOT EXISTS (SELECT 1 FROM prompts z WHERE z.file_id = m.file_id
+                       AND z.line_no > q.line_no AND z.line_no < lp.line_no
+                       AND ((z.leaf IS NOT NULL AND z.leaf <> lp.leaf)
+                            OR (z.null_leaf AND z.explicit)))
+       AND NOT EXISTS (SELECT 1 FROM boundaries b WHERE b.file_id = m.file_id
+                       AND b.line_no > q.line_no AND b.line_no < lp.line_no)) AS explicit_line
   FROM main_files m
   LEFT JOIN last_rows lr ON lr.file_id = m.file_id
-  LEFT JOIN latest_prompt lp ON lp.file_id = m.file_id
+  LEFT JOIN latest_prompt lp ON lp.file_id = m.file_id) s
 ),
 -- above_last: the last row and its bridged ancestors.
 above_last(file_id, uuid, parent, steps) AS (

@@ -16,7 +16,9 @@ The CLI's view of a file (``CliView``):
 - The checkpoint: the ``leafUuid`` of the latest ``last-prompt`` record,
   unless a compact boundary or a ``last-prompt`` with ``explicit: true`` and
   ``leafUuid: null`` (a rewind to an empty conversation) follows it. It is
-  *explicit* when that record says ``explicit: true`` and no row follows it.
+  *explicit* when a record of the run naming that leaf (no record naming
+  another leaf, no boundary between) says ``explicit: true`` and no row
+  follows that record; *ever explicit* when one says so, rows or not.
 
 The leaf (``resume_rule`` names which rule picked it):
 - ``rewound_to_empty``: a rewind to empty with no row or checkpoint after
@@ -296,8 +298,11 @@ def scan_events(occ: list, prompts: list[Prompt], seen: Scanned) -> Scanned:
         else:
             prompted = prompted or item.leaf_uuid is not None or item.leaf_is_null
             if item.leaf_uuid:
-                ever = item.explicit or (ever and item.leaf_uuid == checkpoint)
-                checkpoint, explicit, empty = item.leaf_uuid, item.explicit, False
+                # a record for the same leaf keeps what an earlier one said
+                same = item.leaf_uuid == checkpoint
+                ever = item.explicit or (ever and same)
+                explicit = item.explicit or (explicit and same)
+                checkpoint, empty = item.leaf_uuid, False
             elif item.leaf_is_null and item.explicit:
                 checkpoint, explicit, empty, ever = None, False, True, False
     return Scanned(last_row, checkpoint, explicit, empty, snapshots, prompted, newest, ever)
