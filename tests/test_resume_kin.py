@@ -9,9 +9,11 @@ index's answer, and its SQL definition, without a binary."""
 
 from __future__ import annotations
 
+import pytest
 from click.testing import CliRunner
 
 from conftest import Transcript, write_jsonl
+from test_preload import private_tmp  # noqa: F401 (a fixture)
 from indexer.cli.commands import cli
 
 SID = "26262626-2222-3333-4444-5555555555f6"
@@ -169,3 +171,54 @@ def test_a_later_record_for_the_same_checkpoint_keeps_it_explicit(index):
     t.records.insert(-1, t.records.pop(3))   # u4 written between the two records
     leaf, _, _ = resume_of(index, t.records)
     assert leaf == (u(4), "last_row")
+
+
+def test_what_kin_reads_of_a_line():
+    """records.TOOL_IDS, HAS_TOOL_USE and VIRTUAL_CALL, as kin reads them."""
+    import json
+    import sqlite3
+
+    from indexer.chain import walk
+
+    def facts(type_, entry):
+        raw = entry if isinstance(entry, str) else json.dumps(entry)
+        row = sqlite3.connect(":memory:").execute(walk.CALLS_OF_LINE_SQL, [raw, type_]).fetchone()
+        return json.loads(row[0]), row[1], row[2]
+
+    use = {"message": {"content": [{"type": "tool_use", "id": "toolu_a"}, "a string",
+                                   {"type": "tool_use", "id": 7}, {"type": "text"},
+                                   {"type": "tool_use", "id": "toolu_b"}]}}
+    assert facts("assistant", use) == (["toolu_a", "toolu_b"], 1, 0)
+    assert facts("assistant", {**use, "isVirtual": True}) == (["toolu_a", "toolu_b"], 1, 1)
+    results = {"message": {"content": [{"type": "tool_result", "tool_use_id": "toolu_a"}]}}
+    assert facts("user", results) == (["toolu_a"], 0, 0)
+    assert facts("user", {**results, "isVirtual": True}) == (["toolu_a"], 0, 1)
+    assert facts("user", {"isVirtual": True, "message": {"content": "toolu_a"}}) == ([], 0, 0)
+    assert facts("attachment", {"attachment": {"toolUseID": "toolu_a"}}) == (["toolu_a"], 0, 0)
+    assert facts("attachment", {"attachment": {"toolUseID": 1}}) == ([], 0, 0)
+    assert facts("system", {"toolUseID": "toolu_a"}) == ([], 0, 0)
+    assert facts("assistant", "not json") == ([], 0, 0)
+
+
+@pytest.mark.usefixtures("private_tmp")
+def test_the_preload_workers_read_the_same_tool_calls(tmp_path, monkeypatch):
+    """A big ingest derives in worker processes from the lines they parsed
+    (preload.py): on random trees full of parallel batches and checkpoints
+    it stores what ingest alone stores."""
+    import random
+
+    from indexer.ingest import preload
+    from test_definitions import random_transcript
+    from test_preload import dump, ingest_into
+
+    projects = tmp_path / "src" / "projects"
+    rng = random.Random(5)
+    for k in range(60):
+        sid = f"00000005-0000-4000-8000-{k:012d}"
+        write_jsonl(projects / "p" / f"{sid}.jsonl",
+                    random_transcript(rng, rng.randrange(1, 60), sid))
+    monkeypatch.setattr(preload, "FIRST_BATCH_BYTES", 1 << 14)   # several batches
+    monkeypatch.setattr(preload, "BATCH_BYTES", 1 << 15)
+    alone, _ = ingest_into(tmp_path / "alone", projects, monkeypatch, with_workers=False)
+    ours, _ = ingest_into(tmp_path / "ours", projects, monkeypatch, with_workers=True)
+    assert dump(ours) == dump(alone)
