@@ -123,6 +123,8 @@ def random_transcript(rng: random.Random, n: int, session_id: str):
                         "uuids": [uuids[j] for j in range(head, tail + 1)]
                         if rng.random() < 0.7 else rng.sample(uuids, min(3, n))}
                 r["compactMetadata"] = kept
+        elif type_ == "attachment" and rng.random() < 0.3:
+            r["attachment"] = {"type": "fork_briefing", "text": "a fork's briefing"}
         elif type_ == "attachment" and rng.random() < 0.6:
             r["attachment"] = {"type": "hook_success", "toolUseID": rng.choice(CALL_IDS)}
         if type_ in ("user", "assistant") and rng.random() < 0.03:

@@ -50,7 +50,8 @@ def world(tmp_path):
     bad.add("a", None, "user")
     bad.add("b", "a", "assistant")
     bad.add("c", "b", "user")
-    bad.add("s", "c", "assistant", message=SYNTHETIC, isApiErrorMessage=True)
+    bad.add("s", "c", "assistant", requestId="req_s", message=dict(   # named: poisoned
+        SYNTHETIC, content=[{"type": "text", "text": "No response requested."}]))
     path = bad.write(projects)
     old = 1_700_000_000  # long expired under the default 30 days: a warning on stderr
     os.utime(path, (old, old))

@@ -59,11 +59,12 @@ def glm(uuid, text="reply"):
             "usage": {"input_tokens": 10, "output_tokens": 5}}
 
 
-def placeholder(uuid):
-    """What Claude Code writes when a request fails: a <synthetic> placeholder."""
+def placeholder(uuid, text="No response requested."):
+    """A <synthetic> placeholder Claude Code writes (an API error's text, or
+    one of its fixed texts)."""
     return {"id": f"{uuid}-5e0c-4b5e-9b1e-6a0f1d2c3b4a", "type": "message",
             "role": "assistant", "model": "<synthetic>",
-            "content": [{"type": "text", "text": "API Error: 500 Internal server error"}],
+            "content": [{"type": "text", "text": text}],
             "usage": {"input_tokens": 0, "output_tokens": 0}}
 
 
@@ -99,11 +100,12 @@ def generated(projects):
     tail.add("p1", None, "user")
     tail.add("p2", "p1", "assistant")
     tail.add("p3", "p2", "user")
-    tail.add("p4", "p3", "assistant", message=placeholder("p4"), isApiErrorMessage=True)
+    # named as previous_message_id (not an API error, a requestId): poisoned
+    tail.add("p4", "p3", "assistant", message=placeholder("p4"), requestId="req_p4")
     tail.write(folder)
     only = Transcript(ONLY_SYNTHETIC)
     only.add("q1", None, "user")
-    only.add("q2", "q1", "assistant", message=placeholder("q2"), isApiErrorMessage=True)
+    only.add("q2", "q1", "assistant", message=placeholder("q2"), requestId="req_q2")
     only.write(folder)
     splice = Transcript(SPLICED)   # seed 000: the reply is orphaned by late api_errors
     splice.add("e1", None, "user", ts="2026-09-01T00:00:00.000Z")
@@ -124,7 +126,9 @@ def generated(projects):
 # (tests/fixtures/third_party/README.md): their verdict.
 REAL_THIRD_PARTY = {"glm5_session.jsonl": ("resumable", "real_tail"),
                     "glm5_session_request_ids.jsonl": ("resumable", "real_tail"),
-                    "glm5_api_error_synthetic.jsonl": ("poisoned", "synthetic_tail")}
+                    # An API-error placeholder is never named as previous_message_id
+                    # (Claude Code 2.1.132 and newer): the resume goes on.
+                    "glm5_api_error_synthetic.jsonl": ("resumable", "real_tail")}
 
 
 def real_third_party(projects) -> dict:

@@ -253,22 +253,29 @@ def test_verify_agrees_on_seed000(index):
     assert (index.projects / "-tmp-demo" / f"{SID}.jsonl").read_bytes() == before
 
 
-def test_verify_differs_where_the_cli_falls_back_at_a_revisited_parent(index):
-    # A self-parented last record: the CLI tries its timestamp fallback at a
-    # parent it has already visited and reads on to u6 and u5; the index
-    # stops there (README: not modelled), so the two differ.
+def test_verify_exits_1_on_a_generated_disagreement(index):
+    # The index is made to call a reply the CLI sends dropped (its cache
+    # rows edited: the model agrees with the CLI on every shape it knows):
+    # verify lists it and exits 1.
     t = Transcript(SID)
-    t.add(u(5), u(6), "user", ts="2026-09-01T00:00:00.100Z")
-    t.add(u(6), u(5), "assistant", message=text("msg_6", "reached by the fallback"),
-          ts="2026-09-01T00:00:00.200Z")
-    t.add(u(7), u(7), "user", ts="2026-09-01T00:00:00.500Z")
+    t.add(u(1), None, "user")
+    t.add(u(2), u(1), "assistant", message=text("msg_1", "the reply the index drops"))
     write_jsonl(index.projects / "-tmp-demo" / f"{SID}.jsonl", t.records)
     index.ingest()
+    conn = index.db.conn
+    row = conn.execute("SELECT file_id, session_id, record_id FROM leaf_ancestry_cache "
+                       "WHERE uuid = ? AND rule = 'resume'", [u(2)]).fetchone()
+    with conn:
+        conn.execute("DELETE FROM leaf_ancestry_cache WHERE uuid = ? AND rule = 'resume'", [u(2)])
+        conn.execute(
+            "INSERT INTO orphans_cache (file_id, session_id, uuid, type, cause, record_id, "
+            "line_no, restored) VALUES (?, ?, ?, 'assistant', 'abandoned_branch', ?, 2, 0)",
+            [row[0], row[1], u(2), row[2]])
     result = run_verify(index)
     assert result.exit_code == 1, result.output
     assert result.output.startswith("DIFFER")
-    assert "sent, the index drops it (other)" in result.output
-    assert "reached by the fallback" in result.output
+    assert "sent, the index drops it (abandoned_branch)" in result.output
+    assert "the reply the index drops" in result.output
 
 
 def test_unreadable_records_are_dropped_as_the_cli_drops_them(index, api):

@@ -412,15 +412,7 @@ EXPECTED = {
 
 # The shapes where the index (as of this commit) differs from the CLI: why.
 DIFFERS = {
-    "self_parent": "at a visited parent the CLI takes the timestamp fallback too; "
-                   "the index stops (u1, u2 called unlinked)",
-    "ring_with_an_earlier_root": "at a visited parent the CLI takes the timestamp fallback "
-                                 "too; the index stops (u1, u2 called unlinked)",
-    "fallback_skips_the_walk": "the CLI's fallback skips records already walked and lands on "
-                               "the next latest; the index stops",
     "sent_as_uuid": "the CLI loads a user record under its sentAsUuid",
-    "fork_briefing_not_a_row": "a fork_briefing attachment is not a row: the last row is "
-                               "the record before it",
     "skill_in_parallel_meta": "an isMeta chain hanging from a put-back result is put back "
                               "too (nMe); the index calls the Skill body abandoned_branch",
 }

@@ -223,7 +223,7 @@ def test_the_workers_chain_rows_are_what_derive_reads_from_the_index(tmp_path):
         preload._chain_rows(rows, first, got, prompts, boundaries)
     preload._computed_in_sql(conn, got, prompts, boundaries)
     assert prompts and any(row[14] is not None for row in got)   # (what the test holds)
-    assert any(row[15] for row in got) and any(row[18] and row[19] for row in got)
+    assert any(row[15] for row in got) and any(row[19] and row[20] for row in got)
     assert [tuple(row) for row in got] == expected
 
 

@@ -159,9 +159,10 @@ def third_party_session(env):
 def synthetic_tail_session(env):
     t = third_party_session(env)
     t.add("u9", "a2", "user")
-    t.add("s9", "u9", "assistant", isApiErrorMessage=True, message={
+    # a placeholder a resume names as previous_message_id: no API error, a requestId
+    t.add("s9", "u9", "assistant", requestId="req_s9", message={
         "id": "6b0c5a52-0000-4000-8000-000000000009", "type": "message", "role": "assistant",
-        "model": "<synthetic>", "content": [{"type": "text", "text": "API Error: 529"}],
+        "model": "<synthetic>", "content": [{"type": "text", "text": "No response requested."}],
         "usage": {"input_tokens": 0, "output_tokens": 0}})
     return t
 

@@ -209,7 +209,9 @@ def test_poisoned_tail_is_cut_back_to_the_last_real_message(index):
     t.add("u1", None, "user")
     t.add("a1", "u1", "assistant")
     t.add("u2", "a1", "user")
-    t.add("s1", "u2", "assistant", message=SYNTHETIC, isApiErrorMessage=True)
+    # a placeholder a resume names as previous_message_id (no API error, a requestId)
+    t.add("s1", "u2", "assistant", requestId="req_s1", message=dict(
+        SYNTHETIC, content=[{"type": "text", "text": "No response requested."}]))
     t.add("pr", "s1", "progress", data={})
     t.add("h1", "s1", "system", subtype="stop_hook_summary")
     path = write_session(index, t)

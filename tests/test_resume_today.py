@@ -170,3 +170,82 @@ def test_synthetic_kinds_are_told_apart_by_text_and_api_error_flag():
     real = entry("No response requested.")
     real["message"]["model"] = "glm-5"
     assert records.synthetic_kind(real) is None
+
+
+def test_a_fork_briefing_is_never_the_row_a_resume_starts_from(index):
+    t = Transcript(SID)
+    t.add(u(1), None, "user")
+    t.add(u(2), u(1), "assistant", message=text("msg_1", "the last real answer"))
+    t.add(u(3), u(1), "attachment", attachment={"type": "fork_briefing", "text": "briefing"})
+    path = write_jsonl(index.projects / "-tmp-demo" / f"{SID}.jsonl", t.records)
+    index.ingest()
+    leaf = index.rows("SELECT resume_leaf_uuid, resume_rule FROM leaves WHERE file_id = ?",
+                      [index.file_id(path)])
+    assert leaf == [{"resume_leaf_uuid": u(2), "resume_rule": "last_row"}]
+    index.assert_caches_match_definitions()
+
+
+def test_at_a_parent_already_walked_the_walk_falls_back_past_the_walk(index):
+    # u3 names itself: the CLI takes its timestamp fallback there, skipping
+    # what it has walked (u3), and reads on through u2 to u1 (the oracle
+    # case self_parent); u4 is newer than u3 and not a candidate.
+    t = Transcript(SID)
+    t.add(u(1), None, "user", ts="2026-09-01T00:00:00.100Z")
+    t.add(u(2), u(1), "assistant", message=text("msg_1", "reached by the fallback"),
+          ts="2026-09-01T00:00:00.200Z")
+    t.add(u(3), u(3), "user", ts="2026-09-01T00:00:00.500Z")
+    path = write_jsonl(index.projects / "-tmp-demo" / f"{SID}.jsonl", t.records)
+    index.ingest()
+    assert index.ancestry(index.file_id(path)) == [u(3), u(2), u(1)]
+    index.assert_caches_match_definitions()
+
+
+def check_json(index, tmp_path):
+    out = run("check", SID, "--db", str(index.path), "--json",
+              "--config-dir", str(tmp_path / "claude"))
+    return out.exit_code, json.loads(out.stdout)
+
+
+def test_an_api_error_placeholder_at_the_tail_does_not_poison_a_resume(index, tmp_path):
+    # Claude Code 2.1.132 and newer never name an API error as
+    # previous_message_id (tests/test_previous_message_id_oracle.py): the
+    # resume names the real reply before it, and goes on.
+    t = Transcript(SID)
+    t.add(u(1), None, "user")
+    t.add(u(2), u(1), "assistant", message=text("msg_1", "a real answer"), requestId="req_1")
+    t.add(u(3), u(2), "user")
+    t.add(u(4), u(3), "assistant", isApiErrorMessage=True, requestId="req_2", message={
+        "id": "7d9b4c2e-0000-4000-8000-000000000004", "type": "message", "role": "assistant",
+        "model": "<synthetic>", "content": [{"type": "text", "text": "API Error: 529"}]})
+    write_jsonl(index.projects / "-tmp-demo" / f"{SID}.jsonl", t.records)
+    index.ingest()
+    code, verdict = check_json(index, tmp_path)
+    assert (code, verdict["verdict"]) == (0, "resumable"), verdict
+
+
+def test_a_providers_reply_named_in_a_session_anthropic_answered_is_poisoned(index, tmp_path):
+    # Started on api.anthropic.com (msg_ ids), continued through another
+    # provider (its ids, with requestIds): a resume against Anthropic names
+    # the provider's id and gets the 400.
+    t = Transcript(SID)
+    t.add(u(1), None, "user")
+    t.add(u(2), u(1), "assistant", message=text("msg_01Anthropic", "first-party answer"),
+          requestId="req_011A")
+    t.add(u(3), u(2), "user")
+    t.add(u(4), u(3), "assistant", requestId="9f1c2d3e4b5a",
+          message=text("chatcmpl-9f1c2d3e4b5a", "the provider's answer", model="glm-5"))
+    write_jsonl(index.projects / "-tmp-demo" / f"{SID}.jsonl", t.records)
+    index.ingest()
+    code, verdict = check_json(index, tmp_path)
+    assert (code, verdict["verdict"]) == (5, "poisoned"), verdict
+    assert verdict["details"]["cause"] == "foreign_reply"
+    assert "chatcmpl-9f1c2d3e4b5a" in verdict["reason"]
+    assert "resume through the provider that wrote it" in verdict["reason"]
+    # The same replies with no first-party one before them: a third-party
+    # session, resumable (its provider is where it resumes).
+    t.records[1]["message"]["id"] = "chatcmpl-first"
+    t.records[1]["message"]["model"] = "glm-5"
+    write_jsonl(index.projects / "-tmp-demo" / f"{SID}.jsonl", t.records)
+    index.ingest()
+    code, verdict = check_json(index, tmp_path)
+    assert (code, verdict["verdict"]) == (0, "resumable"), verdict

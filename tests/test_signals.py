@@ -27,6 +27,9 @@ SEED003_RESULT = {"type": "result", "subtype": "error_during_execution", "is_err
 SYNTHETIC = {"id": "5f0c1a52-3a49-4a4e-9f0e-2f1c6e3b7d11", "type": "message", "role": "assistant",
              "model": "<synthetic>", "content": [{"type": "text", "text": "API Error: 529"}],
              "usage": {"input_tokens": 0, "output_tokens": 0}}
+# A placeholder a resume names as previous_message_id (not an API error, with
+# the requestId of its call): its id, no msg_, gets the 400.
+NAMED = dict(SYNTHETIC, content=[{"type": "text", "text": "No response requested."}])
 
 
 def run(env, *args):
@@ -48,7 +51,7 @@ def session(env, sid=SID, *, tail_synthetic=False, mid_synthetic=False, cwd=None
         t.add("h1", "e1", "system", subtype="stop_hook_summary")
     if tail_synthetic:
         t.add("u3", t.records[-1]["uuid"], "user")
-        t.add("s2", "u3", "assistant", message=SYNTHETIC, isApiErrorMessage=True)
+        t.add("s2", "u3", "assistant", message=NAMED, requestId="req_s2")
     return t.write(env.projects / "-tmp-demo")
 
 
@@ -462,7 +465,7 @@ def test_poisoned_with_nothing_to_cut_back_to_says_start_a_new_session(env):
 
     t = Transcript(SID)
     t.add("u1", None, "user", cwd="/nonexistent/project")
-    t.add("s1", "u1", "assistant", message=SYNTHETIC, isApiErrorMessage=True)
+    t.add("s1", "u1", "assistant", message=NAMED, requestId="req_s1")
     path = t.write(env.projects / "-tmp-demo")
     old = time.time() - 600
     os.utime(path, (old, old))

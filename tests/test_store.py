@@ -401,9 +401,9 @@ def test_a_session_only_in_the_store_is_resumable_from_it(index, store, tmp_path
 def test_a_poisoned_store_copy_is_poisoned(index, store, tmp_path):
     t = Transcript(SID)
     t.add("u1", None, "user")
-    t.add("s1", "u1", "assistant", isApiErrorMessage=True, message={
+    t.add("s1", "u1", "assistant", requestId="req_s1", message={   # named: poisoned
         "id": "0c8f5a0e-1111-4444-8888-000000000001", "type": "message", "role": "assistant",
-        "model": "<synthetic>", "content": [{"type": "text", "text": "API Error: 529"}]})
+        "model": "<synthetic>", "content": [{"type": "text", "text": "No response requested."}]})
     run(store.append({"project_key": "p", "session_id": SID}, t.records))
     result = CliRunner().invoke(cli, ["check", SID, "--db", str(index.path), "--json",
                                       "--config-dir", str(tmp_path / "claude")])

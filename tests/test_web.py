@@ -322,7 +322,8 @@ def test_health_page(site):
         newest = re.findall(r'<td class="si-count">[1-9]\d*</td>\s*<td>([^<]+)</td>', group)
         assert newest == sorted(newest, reverse=True)
     now = table[table.index("si-sev-now"):].split("</section>")[0]
-    assert "Poisoned: a synthetic placeholder" in now and "Abandoned branches" not in now
+    assert "Poisoned: a resume names an id the API refuses" in now
+    assert "Abandoned branches" not in now
     # Recent sessions with their title and state, linking to their page.
     sessions = html[html.index("Recent sessions"):html.index("Newest problems")]
     assert session_url(sid("poisoned-tail")) in sessions and ">poisoned<" in sessions
@@ -414,7 +415,9 @@ def test_session_page_counts_what_the_cli_puts_back(site):
 def test_session_page_poisoned_compaction_parallel(site):
     poisoned = nodes(site.get(session_url(sid("poisoned-tail"))).text)
     assert poisoned[-1][2] == ["leaf (both readers)",
-                               "synthetic placeholder, API error: not sent on resume"]
+                               "synthetic placeholder, No response requested.: Claude Code's "
+                               "placeholder for a turn that got no answer (after an interrupt "
+                               "or an auto-resume prompt); sent on resume as written"]
     compaction = site.get(session_url(sid("compaction"))).text
     assert "Compacted history" in compaction
     assert {c for _, c, _ in nodes(compaction)} == {"compacted", "resume chain"}

@@ -16,7 +16,7 @@ fixture, the corpus and randomly generated trees, that each cache equals its
 Cycle safety: every recursive walk carries a step count bounded by the number
 of lines in its file (files.line_count). A walk that has not ended after
 visiting every record has repeated one, so the bound always stops it, and the
-repeated tail is cut off afterwards (``cycled``/``cut``). ``UNION`` alone is
+repeated tail is cut off afterwards (``marked``/``cut``). ``UNION`` alone is
 not enough: the step column makes every row distinct.
 
 Inside a recursive step only real tables are joined (``records``, ``files``):
@@ -30,6 +30,7 @@ from indexer.transcripts.records import (
     CHAIN_TYPES_SQL,
     COMPACT_BOUNDARY_RECORD,
     EFFECTIVE_PARENT,
+    FORK_BRIEFING_RECORD,
     HAS_TOOL_USE,
     PRESERVED,
     SYNTHETIC_RECORD,
@@ -90,6 +91,12 @@ IS_CLI_NODE = f"""EXISTS (SELECT 1 FROM records x WHERE x.file_id = {{file_id}} 
       AND x.type IN ('user','assistant','system','attachment') AND NOT x.is_unreadable
       AND x.line_no < {{before}} AND NOT EXISTS (SELECT 1 FROM records y WHERE y.file_id = x.file_id AND y.uuid = x.uuid
                       AND y.line_no > x.line_no AND y.type IN {CHAIN_TYPES_SQL}))"""
+
+# Is cli_base node {x} still a node after the relink of {c}'s file (c: a
+# cli_nodes row, which carries its file's last_line and kept)? Reading
+# cli_base with this, rather than cli_nodes, keeps the references down.
+NOT_DROPPED = ("({c}.last_line IS NULL OR {x}.line_no >= {c}.last_line OR EXISTS ("
+               "SELECT 1 FROM json_each({c}.kept) k WHERE k.value = {x}.uuid))")
 
 # The CLI's view of each file (resume.py states the rules): cli holds its
 # nodes (no progress records) with the bridged parent (read through progress
@@ -198,15 +205,16 @@ relinking AS MATERIALIZED (
 -- under the tail), the nodes it drops left out.
 relinked AS MATERIALIZED (
   SELECT c.*, CAST(CASE
-    WHEN c.last_line IS NULL THEN c.parent
-    WHEN c.pos = 0 THEN c.anchor
-    WHEN c.pos > 0 THEN c.kept ->> ('$[' || (c.pos - 1) || ']')
-    WHEN c.tail IS NOT NULL AND c.parent = c.anchor AND c.uuid <> c.head THEN c.tail
-    ELSE c.parent END AS TEXT) AS moved
-  FROM (SELECT c.*, k.last_line, k.kept, k.anchor, k.head, k.tail,
-               (SELECT max(CAST(j.key AS INTEGER)) FROM json_each(k.kept) j
-                WHERE j.value = c.uuid) AS pos
-        FROM cli_base c LEFT JOIN relinking k ON k.file_id = c.file_id) c
+    WHEN c.tail IS NOT NULL AND c.kept_parent = c.anchor AND c.uuid <> c.head THEN c.tail
+    ELSE c.kept_parent END AS TEXT) AS moved
+  FROM (SELECT c.*, CASE
+          WHEN c.pos = 0 THEN c.anchor
+          WHEN c.pos > 0 THEN c.kept ->> ('$[' || (c.pos - 1) || ']')
+          ELSE c.parent END AS kept_parent
+        FROM (SELECT c.*, k.last_line, k.kept, k.anchor, k.head, k.tail,
+                     (SELECT max(CAST(j.key AS INTEGER)) FROM json_each(k.kept) j
+                      WHERE j.value = c.uuid) AS pos
+              FROM cli_base c LEFT JOIN relinking k ON k.file_id = c.file_id) c) c
   WHERE c.last_line IS NULL OR c.line_no >= c.last_line OR c.pos IS NOT NULL
 ),
 -- cli_nodes: a user/assistant record whose parent was dropped hangs from the tail.
@@ -228,10 +236,11 @@ cli AS MATERIALIZED (
                AND {IS_CLI_NODE.format(file_id="c.file_id", uuid="c.parent", before="c.last_line")}
                AND NOT EXISTS (SELECT 1 FROM json_each(c.kept) j WHERE j.value = c.parent))
       THEN c.parent
-    ELSE (SELECT x.uuid FROM cli_nodes x
+    ELSE (SELECT x.uuid FROM cli_base x
           WHERE x.file_id = c.file_id AND x.uuid <> c.uuid AND x.is_sidechain = c.is_sidechain
             AND NOT (x.type = 'system' AND x.subtype IS 'file_snapshot')
             AND x.ts_ms <= c.ts_ms AND c.ts_ms - x.ts_ms <= {FALLBACK_MS}
+            AND {NOT_DROPPED.format(x="x", c="c")}
           ORDER BY x.ts_ms DESC, x.line_no LIMIT 1)
   END AS TEXT) AS walk_parent
   FROM cli_nodes c JOIN files f ON f.id = c.file_id
@@ -293,6 +302,7 @@ row_lines AS MATERIALIZED (
   JOIN main_files m ON m.file_id = o.file_id
   WHERE o.type <> 'progress' AND NOT r.is_sidechain AND NOT r.is_unreadable
     AND NOT (o.type = 'system' AND r.subtype IS 'file_snapshot')
+    AND NOT {FORK_BRIEFING_RECORD.format(r="r")}
 ),
 last_rows AS MATERIALIZED (
   SELECT file_id, uuid, line_no FROM (
@@ -738,6 +748,16 @@ LEAVES_DEFINITION_SQL = f"WITH RECURSIVE {NODES_CTES},\n{CLI_CTES},\n{LEAVES_CTE
 # other walk follows parent_uuid to the last line of that uuid. Each stops at
 # a missing parent. A walk that reaches the step bound went round a cycle:
 # `cut` drops it from the first revisited uuid on.
+# The CLI's fallback from cli record c past the uuids of {path} (a JSON
+# array): resume.revisited_fallback.
+REVISITED_FALLBACK = f"""(
+    SELECT CASE WHEN c.ts_ms - x.ts_ms <= {FALLBACK_MS} THEN x.uuid END FROM cli_base x
+    WHERE x.file_id = c.file_id AND x.is_sidechain = c.is_sidechain
+      AND NOT (x.type = 'system' AND x.subtype IS 'file_snapshot') AND x.ts_ms <= c.ts_ms
+      AND {NOT_DROPPED.format(x="x", c="c")}
+      AND NOT EXISTS (SELECT 1 FROM json_each({{path}}) v WHERE v.value = x.uuid)
+    ORDER BY x.ts_ms DESC, x.line_no LIMIT 1)"""
+
 ANCESTRY_CTES = f"""
 leaves_def AS MATERIALIZED (SELECT * FROM leaves_definition),
 walk_starts AS MATERIALIZED (  -- one reference to leaves_def: each one is planned anew
@@ -766,24 +786,53 @@ walk(file_id, rule, by_cli, id, uuid, next, raw_depth) AS (
   WHERE w.by_cli AND w.raw_depth <= b.line_count
 ),
 walked AS MATERIALIZED (SELECT * FROM walk),
-cycled AS (
-  SELECT DISTINCT w.file_id, w.rule FROM walked w JOIN files b ON b.id = w.file_id
-  WHERE w.raw_depth > b.line_count
+-- went_round: the walk reached the step bound (it went round a cycle); visit:
+-- the how-manyth time it meets this uuid. Every later part names marked once
+-- (SQLite copies a CTE wherever it is named: leaves_definition is under it).
+marked AS MATERIALIZED (
+  SELECT w.*, max(w.raw_depth) OVER (PARTITION BY w.file_id, w.rule) > b.line_count
+           AS went_round,
+         row_number() OVER (PARTITION BY w.file_id, w.rule, w.uuid ORDER BY w.raw_depth)
+           AS visit
+  FROM walked w JOIN files b ON b.id = w.file_id
 ),
-cut AS (
-  SELECT file_id, rule, min(raw_depth) AS at FROM (
-    SELECT w.file_id, w.rule, w.raw_depth, row_number() OVER (
-             PARTITION BY w.file_id, w.rule, w.uuid ORDER BY w.raw_depth) AS visit
-    FROM walked w JOIN cycled c ON c.file_id = w.file_id AND c.rule = w.rule
-  ) WHERE visit > 1 GROUP BY file_id, rule
+cut AS MATERIALIZED (
+  SELECT file_id, rule, min(raw_depth) AS at FROM marked
+  WHERE went_round AND visit > 1 GROUP BY file_id, rule
+),
+-- The CLI's walk at a parent it has already visited takes the timestamp
+-- fallback past every record on the walk (resume.revisited_fallback). The
+-- walk above revisits exactly there, so only a resume walk that went round
+-- is walked again, carrying the uuids it has visited (path, a JSON array):
+-- next is the walk parent, or when that is visited the latest record of
+-- the side at or before this one's time not on the path, within
+-- FALLBACK_MS (the earliest line on ties).
+rewalk(file_id, id, uuid, next, depth, path) AS (
+  SELECT file_id, NULL, NULL, uuid, -1, json_array() FROM marked
+  WHERE by_cli AND went_round AND raw_depth = 0
+  UNION ALL
+  SELECT w.file_id, c.id, c.uuid, CASE
+    WHEN c.walk_parent IS NULL THEN NULL
+    WHEN c.walk_parent <> c.uuid AND NOT EXISTS (
+           SELECT 1 FROM json_each(w.path) v WHERE v.value = c.walk_parent) THEN c.walk_parent
+    ELSE {REVISITED_FALLBACK.format(path="json_insert(w.path, '$[#]', c.uuid)")} END,
+    w.depth + 1, json_insert(w.path, '$[#]', c.uuid)
+  FROM rewalk w
+  JOIN cli c ON c.file_id = w.file_id AND c.uuid = w.next
+  JOIN files b ON b.id = w.file_id
+  WHERE w.depth <= b.line_count
 )
 """.strip()
 ANCESTRY_SELECT = """
 SELECT w.file_id, f.session_id, w.rule, w.uuid, w.raw_depth AS depth, w.id AS record_id
-FROM walked w
+FROM marked w
 JOIN scope_files f ON f.file_id = w.file_id
 LEFT JOIN cut c ON c.file_id = w.file_id AND c.rule = w.rule
-WHERE c.at IS NULL OR w.raw_depth < c.at
+WHERE (c.at IS NULL OR w.raw_depth < c.at) AND NOT (w.by_cli AND w.went_round)
+UNION ALL
+SELECT r.file_id, f.session_id, 'resume', r.uuid, r.depth, r.id
+FROM rewalk r JOIN scope_files f ON f.file_id = r.file_id
+WHERE r.depth >= 0
 """.strip()
 LEAF_ANCESTRY_DEFINITION_SQL = (
     f"WITH RECURSIVE {NODES_CTES},\n{CLI_CTES},\n{ANCESTRY_CTES}\n{ANCESTRY_SELECT}")

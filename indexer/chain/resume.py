@@ -41,10 +41,10 @@ The leaf (``resume_rule`` names which rule picked it):
 - ``newest_record``: no leaf at all: the newest non-sidechain node.
 
 The walk from the leaf follows bridged parents; at a parent that is not a
-node it falls back to the node of the same sidechain-ness with the latest
-timestamp at or before the record's own, within ``FALLBACK_MS`` (ties: the
-earliest line). It stops at a null parent, at a parent with no fallback,
-and at the first record it revisits.
+node, or that the walk has already visited, it falls back to the node of
+the same sidechain-ness with the latest timestamp at or before the record's
+own that is not on the walk, within ``FALLBACK_MS`` (ties: the earliest
+line). It stops at a null parent and where no fallback is left.
 
 What is put back after the walk (``orphans.restored``, derive.py): parallel
 tool calls and their results off the walked chain (``parallel_tool_branch``),
@@ -58,9 +58,8 @@ last-prompt record naming a leaf and a newest row that is not the last row,
 the newest record below the last row is where the walk starts.
 
 Not modelled yet (the README lists them, tests/test_oracle_cases.py shows
-each with the real CLI): the fallback at a parent already visited and its
-skipping of records on the walk, ``sentAsUuid``, ``fork_briefing``
-attachments (not rows), and an isMeta chain put back with a parallel result.
+each with the real CLI): ``sentAsUuid``, and an isMeta chain put back
+with a parallel result.
 """
 
 from __future__ import annotations
@@ -276,7 +275,8 @@ def scan_events(occ: list, prompts: list[Prompt], seen: Scanned) -> Scanned:
     """Carry ``seen`` on over chain record lines ``occ`` and last-prompt
     records ``prompts`` that all come after the lines it has seen."""
     events = [(r.line_no, "row", r) for r in occ if r.type in CLI_NODE_TYPES
-              and not r.is_sidechain and not is_snapshot(r) and not r.is_unreadable]
+              and not r.is_sidechain and not is_snapshot(r) and not r.is_unreadable
+              and not r.fork_briefing]
     events += [(r.line_no, "boundary", r) for r in occ
                if records.is_compact_boundary(r.type, r.subtype)]
     events += [(r.line_no, "snapshot", r) for r in occ if is_snapshot(r)]
@@ -518,13 +518,36 @@ def resume_leaf(view: CliView):
 
 
 def walk(view: CliView, start) -> list[tuple[int, object]]:
-    """(depth, record) from ``start`` up the walk parents, stopping at a
-    null or unresolved parent or the first revisited uuid."""
+    """(depth, record) from ``start`` up the walk parents. At a parent the
+    walk has already visited (a cycle, a self-parent) the CLI takes its
+    timestamp fallback too, skipping every record already on the walk
+    (revisited_fallback); it stops at a null parent, or where no fallback
+    is left."""
     out, seen, cur = [], {start.uuid}, start
     while True:
         out.append((len(out), cur))
         p = view.walk_parent.get(cur.uuid)
-        if p is None or p not in view.nodes or p in seen:
+        if p is not None and p in seen:
+            p = revisited_fallback(view, cur, seen)
+        if p is None or p not in view.nodes:
             return out
         seen.add(p)
         cur = view.nodes[p]
+
+
+def revisited_fallback(view: CliView, r, seen: set) -> str | None:
+    """The CLI's fallback from ``r`` past the records already walked
+    (``seen``): the node of r's side with the latest time at or before r's
+    (the earliest line on ties) that is not in ``seen``, when it is within
+    FALLBACK_MS of r; else None."""
+    if r.ts_ms is None:
+        return None
+    best = None
+    for c in view.nodes.values():
+        if (c.ts_ms is None or c.uuid in seen or is_snapshot(c)
+                or bool(c.is_sidechain) != bool(r.is_sidechain) or c.ts_ms > r.ts_ms):
+            continue
+        if best is None or c.ts_ms > best.ts_ms or (
+                c.ts_ms == best.ts_ms and c.line_no < best.line_no):
+            best = c
+    return best.uuid if best is not None and r.ts_ms - best.ts_ms <= FALLBACK_MS else None

@@ -15,12 +15,14 @@ from indexer.transcripts.records import MESSAGE_TYPES
 
 # The columns Rec is built from (records r), in its field order; ts_ms: the
 # timestamp in epoch milliseconds (definitions.TIMESTAMP_MS), NULL when not one;
-# preserved: what a compact boundary says the compaction kept (records.PRESERVED).
+# preserved: what a compact boundary says the compaction kept (records.PRESERVED);
+# fork_briefing: a background fork's briefing (records.FORK_BRIEFING_RECORD).
 REC_COLUMNS = f"""r.id, r.file_id, r.line_no, r.uuid, r.parent_uuid, r.logical_parent_uuid,
        r.type, r.subtype, r.timestamp, r.is_sidechain, r.is_meta, r.team_name,
        r.message_id, r.is_tool_result, {definitions.TIMESTAMP_MS.format(r="r")} AS ts_ms,
-       r.is_unreadable, {records.PRESERVED.format(r="r")} AS preserved"""
-REC_FIELDS = 17
+       r.is_unreadable, {records.PRESERVED.format(r="r")} AS preserved,
+       {records.FORK_BRIEFING_RECORD.format(r="r")} AS fork_briefing"""
+REC_FIELDS = 18
 # Records with a uuid and last-prompt records, as read_rows() reads them:
 # the Rec columns, then the last-prompt fields read from the line itself.
 UUID_RECORDS_SELECT = f"""
@@ -72,6 +74,7 @@ class Rec:
     ts_ms: int | None = None
     is_unreadable: int = 0
     preserved: str | None = None   # a compact boundary's records.PRESERVED
+    fork_briefing: int = 0         # records.FORK_BRIEFING_RECORD: a node, never a row
 
     @property
     def eff_parent(self) -> str | None:

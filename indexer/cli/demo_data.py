@@ -6,7 +6,8 @@ it. Nothing is read from ~/.claude.
 - parallel tool calls whose first result is off the chain (seed 002),
 - a compaction, a rewind (an edited prompt abandons two turns), a session
   compacted more times than the compactions class flags,
-- a poisoned tail (a ``<synthetic>`` placeholder ends the resume chain) and
+- a poisoned tail (a ``<synthetic>`` placeholder with a requestId ends the resume
+  chain: a resume names its id as previous_message_id) and
   the resume that failed on it,
 - a long session with hook progress and a subagent (the page folds it),
 - transcripts expired and expiring by mtime, one deleted after ingest,
@@ -231,11 +232,14 @@ def poisoned(start):
     q = s.user(None, "Summarize yesterday's failed deploys.")
     a = s.reply(q, "Three deploys failed, all on the migration step.")
     q2 = s.user(a, "Open an issue for each one.")
-    s.add("assistant", q2, isApiErrorMessage=True, message={
-        "id": str(uuid.uuid5(NAMESPACE, "placeholder")), "type": "message",
-        "role": "assistant", "model": "<synthetic>",
-        "content": [{"type": "text", "text": "API Error: 529 Overloaded"}],
-        "usage": {"input_tokens": 0, "output_tokens": 0}})
+    # Claude Code's placeholder with the requestId of the call it stands for:
+    # the record a resume names as previous_message_id (its id is no msg_).
+    s.add("assistant", q2, isApiErrorMessage=False, requestId="req_011CVdemoPlaceholder",
+          message={
+              "id": str(uuid.uuid5(NAMESPACE, "placeholder")), "type": "message",
+              "role": "assistant", "model": "<synthetic>",
+              "content": [{"type": "text", "text": "No response requested."}],
+              "usage": {"input_tokens": 0, "output_tokens": 0}})
     return [s]
 
 

@@ -1087,3 +1087,17 @@ def m029_records_compact_boundaries(db):
     db.execute(
         "CREATE INDEX records_compact_boundaries ON records(file_id, timestamp) "
         "WHERE type = 'system' AND subtype = 'compact_boundary'")
+
+
+@migrations()
+def m030_records_foreign_replies(db):
+    # The assistant records with a requestId and an id that is not msg_ (a
+    # provider's reply, or a placeholder Claude Code gave a requestId): the
+    # only records Claude Code 2.1.332 can name as previous_message_id and
+    # get the API's 400 for (records.PREVIOUS_MESSAGE_ID_RECORD), so that
+    # the poisoned verdict's health row reads them alone. The WHERE clause is
+    # records.FOREIGN_REPLY_RECORD word for word (with no alias).
+    db.execute(
+        "CREATE INDEX records_foreign_replies ON records(file_id) "
+        "WHERE type = 'assistant' AND request_id <> '' "
+        "AND message_id NOT LIKE 'msg\\_%' ESCAPE '\\'")

@@ -51,7 +51,8 @@ from indexer.ingest.linerows import (
     digest_of,
     running_facts,
 )
-from indexer.transcripts.records import PRESERVED, RECORD_FIELDS, is_compact_boundary
+from indexer.transcripts.records import (
+    FORK_BRIEFING, FORK_BRIEFING_RECORD, PRESERVED, RECORD_FIELDS, is_compact_boundary)
 from indexer.transcripts.rows import LARGE_LINE_BYTES, bindable
 from indexer.transcripts.safefiles import open_regular
 
@@ -435,8 +436,11 @@ TIMESTAMPS_MS_SQL = (f"SELECT t.timestamp, {definitions.TIMESTAMP_MS.format(r='t
 PROMPT_FIELDS_SQL = (f"SELECT {definitions.LAST_PROMPT_NULL_LEAF.format(r='p')}, "
                      f"{definitions.LAST_PROMPT_EXPLICIT.format(r='p')} "
                      "FROM (SELECT CAST(? AS TEXT) AS raw) p")
-PRESERVED_SQL = (f"SELECT {PRESERVED.format(r='p')} FROM (SELECT CAST(? AS TEXT) AS raw, "
-                 "'system' AS type, 'compact_boundary' AS subtype) p")
+# A compact boundary's preserved fields and whether an attachment is a fork
+# briefing (raw, type), as UUID_RECORDS_SELECT reads them.
+SCANNED_FIELDS_SQL = (f"SELECT {PRESERVED.format(r='p')}, {FORK_BRIEFING_RECORD.format(r='p')} "
+                      "FROM (SELECT CAST(? AS TEXT) AS raw, ? AS type, "
+                      "'compact_boundary' AS subtype) p")
 
 
 def _chain_rows(rows: list, first_id: int, out: list, prompts: list,
@@ -450,29 +454,32 @@ def _chain_rows(rows: list, first_id: int, out: list, prompts: list,
     tool calls resume.kin may read (chain.CALLS_OF_LINE_SQL)."""
     for i, r in enumerate(rows):
         if r[_UUID] is not None or r[_TYPE] == "last-prompt":
-            row = [first_id + i, r[0], r[1], *_rec_fields(r), None, r[_UNREADABLE], None,
+            row = [first_id + i, r[0], r[1], *_rec_fields(r), None, r[_UNREADABLE], None, 0,
                    r[_LEAF], None, None]
             out.append(row)
             if lines is not None and r[_TYPE] in ("assistant", "user", "attachment"):
                 lines[row[0]] = (r[-1], r[_TYPE])
             if r[_TYPE] == "last-prompt":
                 prompts.append((row, r[-1]))
-            elif is_compact_boundary(r[_TYPE], r[_SUBTYPE]):
+            elif is_compact_boundary(r[_TYPE], r[_SUBTYPE]) or (
+                    r[_TYPE] == "attachment" and FORK_BRIEFING in (
+                        r[-1] if r[-1].__class__ is str else r[-1].decode("utf-8", "replace"))):
                 boundaries.append((row, r[-1]))
 
 
 def _computed_in_sql(conn, rows: list, prompts: list, boundaries: list) -> None:
     """Fill in what UUID_RECORDS_SELECT computes in SQL, with its own
-    expressions: each row's timestamp in ms, the last-prompt fields and a
-    compact boundary's preserved fields, read from the line."""
+    expressions: each row's timestamp in ms, the last-prompt fields, a
+    compact boundary's preserved fields and an attachment's fork briefing
+    flag, read from the line."""
     stamps = list({row[8] for row in rows if row[8] is not None})
     ms = dict(conn.execute(TIMESTAMPS_MS_SQL, [json.dumps(stamps)]))
     for row in rows:
         row[14] = ms.get(row[8])
     for row, raw in prompts:
-        row[18:20] = conn.execute(PROMPT_FIELDS_SQL, [raw]).fetchone()
+        row[19:21] = conn.execute(PROMPT_FIELDS_SQL, [raw]).fetchone()
     for row, raw in boundaries:
-        row[16] = conn.execute(PRESERVED_SQL, [raw]).fetchone()[0]
+        row[16:18] = conn.execute(SCANNED_FIELDS_SQL, [raw, row[6]]).fetchone()
 
 
 def _derive(conn, files: dict[int, tuple], rows: list, prompts: list,

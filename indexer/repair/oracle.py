@@ -303,11 +303,36 @@ def resume_id(session_id: str | None) -> str:
     return str(uuid.uuid5(uuid.NAMESPACE_URL, f"session-index:{session_id}"))
 
 
-def resume_sent(transcript: bytes, session_id: str, api: FakeMessagesAPI, binary: str,
-                cwd: str | None = None) -> Sent:
-    """Resume a copy of ``transcript`` (bytes) as ``session_id`` and return
-    what the CLI sent. ``cwd``: the working directory to run from (a fresh
-    temporary one by default; the transcript is placed in its project folder)."""
+@dataclass
+class Resumed:
+    """One ``claude --resume`` run: every request the fake API got (path,
+    headers, body), the exit code (None: timed out) and stderr's tail."""
+    requests: list = field(default_factory=list)
+    exit_code: int | None = None
+    stderr: str = ""
+    stdout: str = ""
+
+    def pinged(self) -> list[dict]:
+        """The requests whose messages hold the prompt, in order."""
+        return [r for r in self.requests if _holds_ping(r["body"])]
+
+
+# The environment of every resume: the variables of these prefixes are not
+# inherited (a developer's own key or provider must not leak in).
+_OWN_ENV_PREFIXES = ("ANTHROPIC_", "CLAUDE_", "_CLAUDE_", "AWS_", "GOOGLE_", "CLOUD_ML_",
+                     "VERTEX_", "HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy",
+                     "NODE_EXTRA_CA_CERTS")
+
+
+def run_resume(transcript: bytes, session_id: str, api: FakeMessagesAPI, binary: str,
+               cwd: str | None = None, env: dict | None = None,
+               settings: dict | None = None) -> Resumed:
+    """Resume a copy of ``transcript`` (bytes) as ``session_id`` with the
+    ping prompt, against ``api``. ``env`` is laid over the default
+    environment (base URL on ``api``, a dummy API key); a None value removes
+    a variable (e.g. ANTHROPIC_BASE_URL, to look first-party through a
+    FirstPartyProxy). ``settings``: the CLI's global config (``.claude.json``
+    in the config dir and in HOME), e.g. cached feature flags."""
     session_id = resume_id(session_id)
     with tempfile.TemporaryDirectory(prefix="session-index-oracle-") as tmp:
         config = Path(tmp, "config")
@@ -317,9 +342,10 @@ def resume_sent(transcript: bytes, session_id: str, api: FakeMessagesAPI, binary
         folder = config / "projects" / project_folder(real_work)
         folder.mkdir(parents=True)
         (folder / f"{session_id}.jsonl").write_bytes(transcript)
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("ANTHROPIC_", "CLAUDE_", "AWS_", "GOOGLE_"))}
-        env.update({
+        for where in (config, Path(tmp)) if settings is not None else ():
+            (where / ".claude.json").write_text(json.dumps(settings))
+        environ = {k: v for k, v in os.environ.items() if not k.startswith(_OWN_ENV_PREFIXES)}
+        environ.update({
             "HOME": tmp,
             "CLAUDE_CONFIG_DIR": str(config),
             "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{api.port}",
@@ -328,17 +354,32 @@ def resume_sent(transcript: bytes, session_id: str, api: FakeMessagesAPI, binary
             "DISABLE_AUTOUPDATER": "1",
             "NO_PROXY": "127.0.0.1,localhost",
         })
+        for key, value in (env or {}).items():
+            if value is None:
+                environ.pop(key, None)
+            else:
+                environ[key] = value
         api.take()
         try:
             done = subprocess.run(
                 [binary, "--resume", session_id, "-p", PING, "--output-format", "json"],
-                cwd=real_work, env=env, capture_output=True, text=True,
+                cwd=real_work, env=environ, capture_output=True, text=True,
                 timeout=RUN_TIMEOUT, stdin=subprocess.DEVNULL)
-            code, stderr = done.returncode, done.stderr
+            code, stdout, stderr = done.returncode, done.stdout, done.stderr
         except subprocess.TimeoutExpired:
-            code, stderr = None, "timed out"
-        requests = [r for r in api.take() if r["path"].endswith("/v1/messages")]
-    sent = Sent(requests=len(requests), exit_code=code, stderr=stderr[-2000:])
+            code, stdout, stderr = None, "", "timed out"
+        return Resumed(api.take(), code, stderr[-2000:], stdout[-4000:])
+
+
+def resume_sent(transcript: bytes, session_id: str, api: FakeMessagesAPI, binary: str,
+                cwd: str | None = None) -> Sent:
+    """Resume a copy of ``transcript`` (bytes) as ``session_id`` and return
+    what the CLI sent. ``cwd``: the working directory to run from (a fresh
+    temporary one by default; the transcript is placed in its project folder)."""
+    run = run_resume(transcript, session_id, api, binary, cwd)
+    code, stderr = run.exit_code, run.stderr
+    requests = [r for r in run.requests if r["path"].endswith("/v1/messages")]
+    sent = Sent(requests=len(requests), exit_code=code, stderr=stderr)
     pinged = [i for i, r in enumerate(requests) if _holds_ping(r["body"])]
     if not pinged:
         raise OracleFailed(

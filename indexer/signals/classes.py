@@ -32,6 +32,7 @@ from collections import namedtuple
 
 from indexer.chain.definitions import API_ERROR_SPLICES_SQL, TRANSCRIPT_KINDS
 from indexer.signals import verdict
+from indexer.transcripts import records
 from indexer.transcripts.records import SYNTHETIC_RECORD
 from indexer.transcripts.retention import DEFAULT_DAYS as DEFAULT_RETENTION_DAYS
 
@@ -199,9 +200,10 @@ VERDICTS = ProblemClass(
     health=(
         _verdict_row("missing", "Missing: a resume opens no transcript", "cause",
                      narrow=verdict.NOT_LOADED_TEMPLATE.format(rule="main_file_rule")),
-        _verdict_row("poisoned", "Poisoned: a synthetic placeholder ends the resume chain",
-                     "'placeholder ' || coalesce(tail_message_id, '?')",
-                     f"SELECT r.file_id FROM records r WHERE {SYNTHETIC_RECORD.format(r='r')}"),
+        _verdict_row("poisoned", "Poisoned: a resume names an id the API refuses",
+                     "'previous_message_id ' || coalesce(tail_message_id, '?')",
+                     "SELECT r.file_id FROM records r WHERE "
+                     + records.FOREIGN_REPLY_RECORD.format(r="r")),
         _verdict_row("spliced", "Spliced: late api_error records orphan recovered output",
                      "spliced_records || ' records off the chain'",
                      "SELECT file_id FROM orphans_cache WHERE cause = 'api_error_splice'"),
@@ -215,8 +217,9 @@ VERDICTS = ProblemClass(
 # synthetic placeholder on its resume ancestry, or whose resumes failed with
 # the previous_message_id 400 (executions of that host's logs).
 # message_id/uuid: the synthetic record nearest the leaf; at_resume_tail: it
-# is the last assistant on the ancestry (the next resume sends its id and
-# fails); synthetic_on_chain: how many are on it;
+# is the record the next resume names as previous_message_id
+# (records.PREVIOUS_MESSAGE_ID_RECORD: not an API error, with a requestId)
+# and the API refuses its id: the session's verdict is poisoned; synthetic_on_chain: how many are on it;
 # failed_resumes: executions classed poisoned_previous_message_id naming the
 # session (as its session_id or its init session id); last_seen: the newest
 # record timestamp of the session on that host.
@@ -237,7 +240,8 @@ synthetic AS (
 tails AS (
   SELECT f.file_id, (
     SELECT a.record_id FROM leaf_ancestry_cache a JOIN records t ON t.id = a.record_id
-    WHERE a.file_id = f.file_id AND a.rule = 'resume' AND t.type = 'assistant'
+    WHERE a.file_id = f.file_id AND a.rule = 'resume'
+      AND {records.PREVIOUS_MESSAGE_ID_RECORD.format(r="t")}
     ORDER BY a.height DESC LIMIT 1) AS record_id
   FROM (SELECT DISTINCT file_id FROM synthetic) f
 ),
@@ -296,7 +300,7 @@ POISONED_SESSIONS = SignalView(
     "with the previous_message_id 400.",
     {"message_id": "message.id of the synthetic record nearest the leaf (a badge marks it)",
      "uuid": "uuid of that record",
-     "at_resume_tail": "1 when it is the last assistant on the chain: the next resume fails",
+     "at_resume_tail": "1 when the next resume names it as previous_message_id and fails",
      "synthetic_on_chain": "synthetic placeholders on the resume chain",
      "failed_resumes": "executions of this session classed poisoned_previous_message_id",
      "last_seen": f"the session's newest record, {TS}",

@@ -38,10 +38,22 @@ _LOADED = "(" + ", ".join(f"'{r}'" for r in LOADED_RULES) + ")"
 # A main-file rule {rule} under which no transcript is loaded: missing.
 NOT_LOADED_TEMPLATE = "({rule} IS NULL OR {rule} NOT IN " + _LOADED + ")"
 
-# The start of a poisoned verdict's reason: the placeholder at the tail.
-_POISONED_REASON = """'the resume chain ends at a synthetic placeholder (message.id '
+# The start of a poisoned verdict's reason: the record whose id the next
+# resume sends (records.PREVIOUS_MESSAGE_ID_RECORD), a synthetic placeholder.
+_POISONED_REASON = """'the last message a resume names as previous_message_id is a synthetic '
+      || 'placeholder with a requestId (message.id '
       || coalesce('''' || tail_message_id || '''', 'None') || ', uuid ' || tail_uuid
-      || '): the next resume sends it as previous_message_id and gets a 400; '"""
+      || '): Claude Code 2.1.247 and newer, resuming against api.anthropic.com, send its id '
+      || 'and get a 400 (2.1.119-2.1.128 with the tengu_prompt_cache_diagnostics flag named '
+      || 'API-error placeholders too; 2.1.116 and older send none); '"""
+# A provider's reply named as previous_message_id in a session Anthropic's
+# API answered too.
+_FOREIGN_REASON = """'the last message a resume names as previous_message_id is another '
+      || 'provider''s reply (message.id ' || coalesce('''' || tail_message_id || '''', 'None')
+      || ', uuid ' || tail_uuid || ', with a requestId) in a session api.anthropic.com also '
+      || 'answered: Claude Code 2.1.247 and newer, resuming against api.anthropic.com, send '
+      || 'its id and get a 400; resume through the provider that wrote it (its '
+      || 'ANTHROPIC_BASE_URL: no previous_message_id is sent there), or start a new session'"""
 
 # The api_error_splices of the subject's file (the view's episodes, for one file).
 _FILE_SPLICES = definitions.API_ERROR_SPLICES_TEMPLATE.format(files=" AND o.file_id = a.file_id")
@@ -57,12 +69,14 @@ _FILE_SPLICES = definitions.API_ERROR_SPLICES_TEMPLATE.format(files=" AND o.file
 #   verdict  missing, poisoned, spliced or resumable (EXIT_CODES)
 #   cause    why, one word: never_seen, subagents_only, ambiguous,
 #            not_in_cwd_folders, none_named, not_named, no_messages, deleted;
-#            synthetic_tail, synthetic_tail_uncuttable; api_error_splice;
+#            synthetic_tail, synthetic_tail_uncuttable, foreign_reply;
+#            api_error_splice;
 #            real_tail, store_copy
 #   reason   the sentence check prints; fix: the command (or the step) that
 #            fixes it, NULL for a resumable session
 #   tail_uuid, tail_message_id: the last assistant record on the resume
-#            chain; splices, spliced_records: api_error_splices of the file
+#            chain (poisoned: the one the next resume names as
+#            previous_message_id, records.PREVIOUS_MESSAGE_ID_RECORD); splices, spliced_records: api_error_splices of the file
 #            and the records they leave off the chain
 # Every subquery is correlated to one subject row, so a query that selects a
 # few sessions reads only their rows.
@@ -104,6 +118,7 @@ SELECT session_id, host, file_id, rule AS main_file_rule, path, verdict, cause,
     WHEN 'synthetic_tail_uncuttable' THEN {_POISONED_REASON}
       || 'no real assistant message comes before it, so there is nothing to cut back to and '
       || 'no repair can help: start a new session'
+    WHEN 'foreign_reply' THEN {_FOREIGN_REASON}
     WHEN 'api_error_splice' THEN splices || ' api_error splice(s) leave ' || spliced_records
       || ' record(s) of recovered output off the resume chain: a resume drops them; '
       || 're-parent the record after each error chain onto the last orphaned record '
@@ -138,17 +153,21 @@ FROM (
         WHEN file_id IS NOT NULL THEN 'deleted'
         WHEN subagent_files > 0 THEN 'subagents_only'
         ELSE 'never_seen' END
-      WHEN 'poisoned' THEN CASE WHEN nothing_to_cut THEN 'synthetic_tail_uncuttable'
+      WHEN 'poisoned' THEN CASE WHEN NOT named_synthetic THEN 'foreign_reply'
+                                WHEN nothing_to_cut THEN 'synthetic_tail_uncuttable'
                                 ELSE 'synthetic_tail' END
       WHEN 'spliced' THEN 'api_error_splice'
       WHEN 'resumable' THEN CASE WHEN rule = 'store_copy' THEN 'store_copy'
                                  ELSE 'real_tail' END
     END AS cause
   FROM (
-    SELECT j.*, t.uuid AS tail_uuid, t.message_id AS tail_message_id,
+    SELECT j.*,
+      CASE WHEN j.refused THEN n.uuid ELSE t.uuid END AS tail_uuid,
+      CASE WHEN j.refused THEN n.message_id ELSE t.message_id END AS tail_message_id,
+      coalesce({records.SYNTHETIC_RECORD.format(r="n")}, 0) AS named_synthetic,
       CASE
         WHEN j.file_id IS NULL OR {NOT_LOADED_TEMPLATE.format(rule="j.rule")} THEN 'missing'
-        WHEN t.id IS NOT NULL AND {records.SYNTHETIC_RECORD.format(r="t")} THEN 'poisoned'
+        WHEN j.refused THEN 'poisoned'
         WHEN j.splices > 0 THEN 'spliced'
         ELSE 'resumable' END AS verdict,
       {definitions.NOTHING_TO_CUT_TEMPLATE.format(file="j.file_id")} AS nothing_to_cut
@@ -161,6 +180,18 @@ FROM (
         (SELECT k.record_id FROM leaf_ancestry_cache k JOIN records r ON r.id = k.record_id
          WHERE k.file_id = a.file_id AND k.rule = 'resume' AND r.type = 'assistant'
          ORDER BY k.height DESC LIMIT 1) AS tail_id,
+        (SELECT k.record_id FROM leaf_ancestry_cache k JOIN records r ON r.id = k.record_id
+         WHERE k.file_id = a.file_id AND k.rule = 'resume'
+           AND {records.PREVIOUS_MESSAGE_ID_RECORD.format(r="r")}
+         ORDER BY k.height DESC LIMIT 1) AS named_id,
+        coalesce((
+          SELECT {records.REFUSED_MESSAGE_ID.format(r="r")} AND (
+                   {records.SYNTHETIC_RECORD.format(r="r")}
+                   OR {records.FIRST_PARTY_REPLY_IN.format(file="a.file_id")})
+          FROM leaf_ancestry_cache k JOIN records r ON r.id = k.record_id
+          WHERE k.file_id = a.file_id AND k.rule = 'resume'
+            AND {records.PREVIOUS_MESSAGE_ID_RECORD.format(r="r")}
+          ORDER BY k.height DESC LIMIT 1), 0) AS refused,
         (SELECT count(*) FROM ({_FILE_SPLICES})) AS splices,
         (SELECT sum(orphaned_records) FROM ({_FILE_SPLICES})) AS spliced_records,
         (SELECT count(*) FROM files x WHERE x.session_id = a.session_id
@@ -171,6 +202,7 @@ FROM (
          ORDER BY x.deleted_at IS NOT NULL, x.mtime DESC, x.id DESC LIMIT 1) AS local_deleted_at
       FROM {{subject}} a LEFT JOIN files f ON f.id = a.file_id
     ) j LEFT JOIN records t ON t.id = j.tail_id
+    LEFT JOIN records n ON n.id = j.named_id
   )
 )
 """.strip()

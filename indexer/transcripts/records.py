@@ -159,6 +159,24 @@ def preserved_of(preserved: str | None):
         return segment.get("anchorUuid"), None, segment
     return None
 
+# --- Fork briefings -----------------------------------------------------------
+
+# A background fork's briefing (Claude Code 2.1.3xx): an attachment record
+# of this attachment type. The loader reads it as a node but never as a row
+# (never the last row or the newest): a resume does not start from it.
+FORK_BRIEFING = "fork_briefing"
+FORK_BRIEFING_RECORD = ("(CASE WHEN {r}.type = 'attachment' AND instr({r}.raw, '"
+                        + FORK_BRIEFING + "') > 0 AND json_valid({r}.raw) "
+                        "THEN coalesce(json_extract({r}.raw, '$.attachment.type') = '"
+                        + FORK_BRIEFING + "', 0) ELSE 0 END)")
+
+
+def is_fork_briefing(entry: dict) -> bool:
+    attachment = entry.get("attachment")
+    return (entry.get("type") == "attachment" and isinstance(attachment, dict)
+            and attachment.get("type") == FORK_BRIEFING)
+
+
 # --- Tool calls -------------------------------------------------------------
 
 # What Claude Code 2.1.332's loader reads of a record's tool calls when it
@@ -190,6 +208,7 @@ VIRTUAL_CALL = ("coalesce({r}.type IN ('assistant', 'user') AND json_type(CASE W
                 "json_valid({r}.raw) THEN {r}.raw END, '$.isVirtual') = 'true' AND EXISTS (SELECT 1 FROM "
                 + _BLOCKS + " b WHERE b.type = 'object' AND b.value ->> '$.type' = "
                 "CASE {r}.type WHEN 'assistant' THEN 'tool_use' ELSE 'tool_result' END), 0)")
+
 
 # --- Meta -------------------------------------------------------------------
 
@@ -238,12 +257,60 @@ def is_api_error_message(entry: dict) -> bool:
 # "<synthetic>"; so a third-party provider's reply (a real model name, an id
 # like chatcmpl-... or 32 hex digits) is a real message, and its session
 # resumes. The rule here is therefore the model alone.
+#
+# When the id is sent at all (the real binaries, asked through a fake
+# api.anthropic.com: indexer/repair/previous_message_id.py, and
+# bench/previous_message_id.py for any version): in the request body as
+# `diagnostics: {previous_message_id: ID or null}`, and only to Anthropic's
+# own API: provider firstParty with the base URL unset or api.anthropic.com
+# (or _CLAUDE_CODE_ASSUME_FIRST_PARTY_BASE_URL), API key, ANTHROPIC_AUTH_TOKEN
+# and OAuth alike, and Claude Platform on Google Cloud at its default host;
+# never on Bedrock, Vertex, Foundry, Claude Platform on AWS, another base URL,
+# or with CLAUDE_CODE_DISABLE_EXPERIMENTAL_BETAS. The API refuses (the 400 of
+# seed 001) an ID that does not start with msg_. By version (the ranges are
+# between the versions tested):
+#   2.1.116 and older  never sent.
+#   2.1.119 - 2.1.128  only under the tengu_prompt_cache_diagnostics feature
+#                      flag (off unless served): the last assistant record
+#                      with a requestId, API errors included. They write no
+#                      requestId on their own API-error records; 2.1.132 and
+#                      newer do, and such a record resumed here is sent.
+#   2.1.132 - 2.1.239  the flag still; API errors skipped.
+#   2.1.247 - 2.1.259  always (no flag); a requestId and not an API error.
+#   2.1.273 - 2.1.332  always; the rule above (msg_ ids without a requestId
+#                      count too).
+# So no version names a placeholder without a requestId, and 2.1.132 and
+# newer name no API error: a <synthetic> API-error tail does not poison a
+# resume by today's CLI.
 SYNTHETIC_MODEL = "<synthetic>"
 # The same rule in SQL over a records alias {r}. The partial index
 # records_synthetic (migrations.m028_records_synthetic_by_model) is created
 # with this WHERE clause word for word (with no alias), so that SQLite uses
 # it: change both together, in a new migration.
 SYNTHETIC_RECORD = "{r}.type = 'assistant' AND {r}.model = '" + SYNTHETIC_MODEL + "'"
+
+
+# The record Claude Code 2.1.332 names as previous_message_id (its $Vt,
+# read back from the end of the loaded conversation): an assistant record
+# that is not an API error and has a requestId, or else a msg_ id and a
+# model other than "<synthetic>". SQL over a records alias {r}.
+PREVIOUS_MESSAGE_ID_RECORD = (
+    "{r}.type = 'assistant' AND NOT coalesce({r}.is_api_error, 0) AND ("
+    "coalesce({r}.request_id, '') <> '' OR ({r}.message_id LIKE 'msg\\_%' ESCAPE '\\' AND "
+    "{r}.model IS NOT '" + SYNTHETIC_MODEL + "'))")
+# An id the API refuses as previous_message_id (the 400 of seed 001): one
+# that does not start with msg_ (a null id is sent as null and accepted).
+REFUSED_MESSAGE_ID = "({r}.message_id IS NOT NULL AND {r}.message_id NOT LIKE 'msg\\_%' ESCAPE '\\')"
+# The records such a refused id can come from: a requestId and an id that is
+# not msg_. The partial index records_foreign_replies
+# (migrations.m030_records_foreign_replies) is created with this WHERE
+# clause word for word (with no alias): change both together.
+FOREIGN_REPLY_RECORD = ("{r}.type = 'assistant' AND {r}.request_id <> '' "
+                        "AND {r}.message_id NOT LIKE 'msg\\_%' ESCAPE '\\'")
+# A reply of Anthropic's own API in a file {file}: a msg_ id on a real model.
+FIRST_PARTY_REPLY_IN = (
+    "EXISTS (SELECT 1 FROM records fp WHERE fp.file_id = {file} AND fp.type = 'assistant' "
+    "AND fp.message_id LIKE 'msg\\_%' ESCAPE '\\' AND fp.model IS NOT '" + SYNTHETIC_MODEL + "')")
 
 
 def is_synthetic(type_, model) -> bool:
