@@ -200,7 +200,7 @@ def test_health_page_groups_by_severity_in_a_browser(server, page):
     groups = page.locator("section.si-severity h3")
     assert [t.split(" ")[0] for t in groups.all_inner_texts()] == ["Breaks", "Will", "History"]
     now = page.locator("section.si-sev-now")
-    assert "Poisoned: a synthetic placeholder ends the resume chain" in now.inner_text()
+    assert "Poisoned: a resume names an id the API refuses" in now.inner_text()
     assert "Abandoned branches" not in now.inner_text()
     # Only what breaks a resume now is red; history is grey.
     colour = lambda sel: page.locator(sel).evaluate(  # noqa: E731

@@ -13,6 +13,53 @@ import pytest
 from conftest import sdk_chain, write_jsonl
 
 TYPES = ["user", "assistant", "assistant", "progress", "system", "attachment"]
+# Tool call ids the parallel batches share (resume.kin): tool_use blocks,
+# tool_result blocks and attachments' toolUseID name them.
+CALL_IDS = ["toolu_a", "toolu_b", "toolu_c"]
+
+
+def tool_blocks(rng: random.Random, kind: str, key: str) -> list:
+    return [{"type": kind, key: rng.choice(CALL_IDS)} for _ in range(rng.choice([1, 1, 2]))]
+
+
+def batch_episode(rng: random.Random, records: list, parent: str, i: int, session_id: str):
+    """A parallel batch (resume.kin): one API message written as two
+    assistant records (or one with two tool_use blocks), a result for each
+    call (the second maybe under the first), maybe a hook attachment naming
+    a call, the conversation going on from one of them, and often a
+    last-prompt checkpoint on one of them. Returns the last record's uuid."""
+    def add(uuid, parent, type_, **fields):
+        records.append({"type": type_, "uuid": uuid, "parentUuid": parent,
+                        "sessionId": session_id, "timestamp":
+                        f"2026-09-01T00:{rng.randrange(60):02d}:{rng.randrange(60):02d}.000Z",
+                        **fields})
+        return uuid
+
+    def calls(*ids):
+        return {"id": f"msg_b{i}", "role": "assistant",
+                "content": [{"type": "tool_use", "id": c, "name": "Bash", "input": {}} for c in ids]}
+
+    def result(c):
+        return {"role": "user", "content": [{"type": "tool_result", "tool_use_id": c}]}
+
+    if rng.random() < 0.3:
+        first = second = add(f"b{i}-1", parent, "assistant", message=calls("toolu_a", "toolu_b"))
+    else:
+        first = add(f"b{i}-1", parent, "assistant", message=calls("toolu_a"))
+        second = add(f"b{i}-2", first, "assistant", message=calls("toolu_b"))
+    r1 = add(f"b{i}-3", first, "user", message=result("toolu_a"))
+    r2 = add(f"b{i}-4", second if rng.random() < 0.8 else r1, "user", message=result("toolu_b"))
+    tips = [r1, r2]
+    if rng.random() < 0.5:
+        tips.append(add(f"b{i}-5", rng.choice(tips), "attachment", attachment={
+            "type": "hook_success", "toolUseID": rng.choice(["toolu_a", "toolu_b"])}))
+    after = add(f"b{i}-6", rng.choice(tips), "assistant", message={
+        "id": f"msg_c{i}", "role": "assistant", "content": [{"type": "text", "text": "x"}]})
+    if rng.random() < 0.6:
+        records.append({"type": "last-prompt", "sessionId": session_id,
+                        "leafUuid": rng.choice(tips),
+                        **({"explicit": True} if rng.random() < 0.2 else {})})
+    return after
 
 
 def random_transcript(rng: random.Random, n: int, session_id: str):
@@ -49,11 +96,12 @@ def random_transcript(rng: random.Random, n: int, session_id: str):
         if type_ == "assistant":
             if rng.random() < 0.5:
                 message_id = f"msg_{i}"
-            block = ({"type": "tool_use", "id": f"t{i}", "name": "Bash", "input": {}}
-                     if extra.random() < 0.5 else {"type": "text", "text": "x"})
-            r["message"] = {"id": message_id, "role": "assistant", "content": [block]}
+            content = ([{"type": "text", "text": "x"}] if rng.random() < 0.5
+                       else tool_blocks(rng, "tool_use", "id"))
+            r["message"] = {"id": message_id, "role": "assistant", "content": content}
         elif type_ == "user":
-            content = [{"type": "tool_result", "tool_use_id": "t"}] if rng.random() < 0.4 else "hi"
+            content = (tool_blocks(rng, "tool_result", "tool_use_id") if rng.random() < 0.5
+                       else "hi")
             if rng.random() < 0.06:
                 content = ["an unreadable record: no block"]
             r["message"] = {"role": "user", "content": content}
@@ -80,6 +128,10 @@ def random_transcript(rng: random.Random, n: int, session_id: str):
                 r["compactMetadata"] = kept
         elif type_ == "attachment" and rng.random() < 0.3:
             r["attachment"] = {"type": "fork_briefing", "text": "a fork's briefing"}
+        elif type_ == "attachment" and rng.random() < 0.6:
+            r["attachment"] = {"type": "hook_success", "toolUseID": rng.choice(CALL_IDS)}
+        if type_ in ("user", "assistant") and rng.random() < 0.03:
+            r["isVirtual"] = True
         for flag in ("isSidechain", "isMeta"):
             if rng.random() < 0.05:
                 r[flag] = True
@@ -117,14 +169,21 @@ def random_transcript(rng: random.Random, n: int, session_id: str):
                             "parentUuid": last, "sessionId": session_id,
                             "timestamp": "2026-09-01T00:00:01.000Z"})
             uuid = err
+        if rng.random() < 0.06:
+            uuid = batch_episode(rng, records, uuid, i, session_id)
         last = uuid
         if rng.random() < 0.05:
             records.append({"type": "file-history-snapshot", "messageId": uuid})
-        if rng.random() < 0.03:
-            # a last-prompt checkpoint: a record may name one, or none (null)
-            records.append({"type": "last-prompt", "sessionId": session_id,
-                            "leafUuid": rng.choice(uuids[: i + 1]) if rng.random() < 0.8
-                            else None, **({"explicit": True} if rng.random() < 0.3 else {})})
+        if rng.random() < 0.06:
+            # a last-prompt checkpoint: a record may name one (often a recent
+            # one: a tool result of the batch), or none (null); sometimes twice
+            leaf = rng.choice(uuids[max(0, i - 4): i + 1] if rng.random() < 0.5
+                              else uuids[: i + 1]) if rng.random() < 0.8 else None
+            for _ in range(rng.choice([1, 1, 2])):
+                records.append({"type": "last-prompt", "sessionId": session_id, "leafUuid": leaf,
+                                **({"explicit": True} if rng.random() < 0.3 else {})})
+    if last is not None and rng.random() < 0.3:
+        batch_episode(rng, records, last, n, session_id)   # the file ends in a batch
     return records
 
 

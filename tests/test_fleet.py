@@ -799,9 +799,9 @@ def test_a_shipped_file_has_its_host_in_the_views(server, tmp_path):
         "id": "msg_01", "model": "claude-x", "role": "assistant",
         "content": [{"type": "text", "text": "hi"}],
         "usage": {"input_tokens": 10, "output_tokens": 5}})
-    t.append(1, type="assistant", message={"id": "synthetic-1", "model": "<synthetic>",
-                                           "role": "assistant",
-                                           "content": [{"type": "text", "text": "No response"}]})
+    t.append(1, type="assistant", requestId="req_2", message={   # named: poisoned
+        "id": "synthetic-1", "model": "<synthetic>", "role": "assistant",
+        "content": [{"type": "text", "text": "No response"}]})
     ship_once(server, hostile, tmp_path / "remote", tmp_path)
     drain(server, db)
     local = Transcript(tmp_path / "here")
@@ -869,9 +869,9 @@ def test_a_session_on_two_hosts_has_a_main_file_on_each(server, tmp_path):
     several hosts, not this machine: exit 10, one line)."""
     db = tmp_path / "central.db"
     a, b = copies_of_one_session(tmp_path, 3)
-    b.append(1, type="assistant", message={"id": "synthetic-1", "model": "<synthetic>",
-                                           "role": "assistant",
-                                           "content": [{"type": "text", "text": "No response"}]})
+    b.append(1, type="assistant", requestId="req_2", message={   # named: poisoned
+        "id": "synthetic-1", "model": "<synthetic>", "role": "assistant",
+        "content": [{"type": "text", "text": "No response"}]})
     for host in ("a", "b"):
         ship_once(server, host, tmp_path / host, tmp_path)
     drain(server, db)

@@ -413,11 +413,6 @@ EXPECTED = {
 # The shapes where the index (as of this commit) differs from the CLI: why.
 DIFFERS = {
     "sent_as_uuid": "the CLI loads a user record under its sentAsUuid",
-    "checkpoint_on_a_sibling_result": "the last row reaches the checkpoint's call through "
-                                      "the batch's other record: the last row wins",
-    "checkpoint_on_a_result_of_one_record_batch": "the last row continues from another "
-                                                  "result of the checkpoint's call record: "
-                                                  "the last row wins",
 }
 
 SHAPES = {name: globals()[f"shape_{name}"] for name in EXPECTED}

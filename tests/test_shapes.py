@@ -266,16 +266,19 @@ def test_self_parent_and_cycles_terminate(index):
     path = t.write(index.projects / "p")
     index.ingest()
     fid = check_against_sdk(index, path)
-    # The last row is the self-parented record: the walk stops at once (the
-    # CLI would try its timestamp fallback there; README, not modelled).
-    assert index.ancestry(fid) == [u(7)]
-    assert index.causes(fid) == {u(n): "other" for n in range(1, 7)}
+    # The last row is the self-parented record: at a parent already walked
+    # the CLI takes its timestamp fallback past the walk: u6 (0.3 s before),
+    # its parent u5, whose parent u6 is walked and no other record is older.
+    assert index.ancestry(fid) == [u(7), u(6), u(5)]
+    assert index.causes(fid) == {u(n): "other" for n in range(1, 5)}
     assert index.value("SELECT resume_rule FROM leaves") == "last_row"
-    # The leaf hanging off the cycle, when it is the last row.
+    # The leaf hanging off the cycle, when it is the last row: round the
+    # cycle to u3, whose parent u1 is walked; the fallback from u3 (at 3 s)
+    # takes the latest record not walked, u7 (at 0.5 s), and on as above.
     t.records.append(dict(t.records[3], timestamp="2026-09-01T00:00:00.050Z"))
     t.write(index.projects / "p")
     index.ingest()
-    assert index.ancestry(fid) == [u(4), u(1), u(2), u(3)]
+    assert index.ancestry(fid) == [u(4), u(1), u(2), u(3), u(7), u(6), u(5)]
 
 
 def test_self_parent_leaf(index):
@@ -285,7 +288,8 @@ def test_self_parent_leaf(index):
     path = t.write(index.projects / "p")
     index.ingest()
     fid = check_against_sdk(index, path)
-    assert index.ancestry(fid) == [u(2)]
+    # the fallback from a parent already walked (itself): u1, 1 s before
+    assert index.ancestry(fid) == [u(2), u(1)]
 
 
 def test_deep_chain_and_long_cycle_terminate(index):

@@ -35,6 +35,8 @@ from indexer.transcripts.records import (
     HAS_TOOL_USE,
     PRESERVED,
     SYNTHETIC_RECORD,
+    TOOL_IDS,
+    VIRTUAL_CALL,
 )
 
 # The CLI's parent fallback (resume.py): a record whose parent is not in the
@@ -283,6 +285,15 @@ NEWEST_OF = """
       ON m.file_id = s.file_id) WHERE rn = 1
 """.strip()
 NEWEST_OF_SCAN_SET = NEWEST_OF.format("scan_set")
+
+# Can kin_nodes row {n} stand inside the batch of API message {mid} (resume._of_batch)?
+OF_BATCH = """coalesce(CASE {n}.type WHEN 'assistant' THEN {mid} IS NOT NULL AND {n}.message_id = {mid}
+    WHEN 'user' THEN {n}.is_meta OR {n}.is_tool_result WHEN 'attachment' THEN 1
+    WHEN 'system' THEN {n}.subtype IS NOT 'compact_boundary' ELSE 0 END, 0)"""
+# kin_nodes row {n}'s uuid is not on an earlier step of walk {walk} (a
+# walk goes round a cycle at its first repeat, and repeats from there on).
+FIRST_VISIT = ("NOT EXISTS (SELECT 1 FROM {walk} e WHERE e.file_id = {n}.file_id "
+               "AND e.uuid = {n}.uuid AND e.steps < {n}.steps)")
 NEWEST_OF_ANY_SET = NEWEST_OF.format("any_set")
 
 LEAVES_CTES = f"""
@@ -317,7 +328,18 @@ latest_prompt AS (
     SELECT p.*, row_number() OVER (PARTITION BY file_id ORDER BY line_no DESC) AS rn
     FROM prompts p WHERE leaf IS NOT NULL) WHERE rn = 1
 ),
+-- state: per main file, the CLI's file-order facts (resume.scan_events).
+-- explicit_line: the latest last-prompt record for the checkpoint that said
+-- explicit, in the run of records naming it (no record naming another
+-- leaf, no boundary, no rewind to empty between): the checkpoint is
+-- explicit when no row follows that record, ever_explicit when there is one.
 state AS MATERIALIZED (
+  SELECT s.file_id, s.last_row, s.trailing, s.checkpoint, s.empty,
+    coalesce(s.explicit_line IS NOT NULL AND NOT EXISTS (
+      SELECT 1 FROM row_lines w WHERE w.file_id = s.file_id
+        AND w.line_no > s.explicit_line), 0) AS explicit,
+    s.explicit_line IS NOT NULL AS ever_explicit
+  FROM (
   SELECT m.file_id, lr.uuid AS last_row,
     EXISTS (SELECT 1 FROM occ o JOIN records r ON r.id = o.id
             WHERE o.file_id = m.file_id AND o.type = 'system' AND r.subtype = 'file_snapshot'
@@ -327,16 +349,22 @@ state AS MATERIALIZED (
           AND NOT EXISTS (SELECT 1 FROM prompts q WHERE q.file_id = m.file_id
                           AND q.line_no > lp.line_no AND q.null_leaf AND q.explicit)
          THEN lp.leaf END AS checkpoint,
-    coalesce(lp.explicit AND NOT EXISTS (SELECT 1 FROM row_lines w WHERE w.file_id = m.file_id
-                                         AND w.line_no > lp.line_no), 0) AS explicit,
     EXISTS (SELECT 1 FROM prompts q WHERE q.file_id = m.file_id AND q.null_leaf AND q.explicit
               AND NOT EXISTS (SELECT 1 FROM row_lines w WHERE w.file_id = m.file_id
                               AND w.line_no > q.line_no)
               AND NOT EXISTS (SELECT 1 FROM prompts z WHERE z.file_id = m.file_id
-                              AND z.line_no > q.line_no AND z.leaf IS NOT NULL)) AS empty
+                              AND z.line_no > q.line_no AND z.leaf IS NOT NULL)) AS empty,
+    (SELECT max(q.line_no) FROM prompts q WHERE q.file_id = m.file_id AND q.explicit
+       AND q.leaf = lp.leaf AND q.line_no <= lp.line_no
+       AND NOT EXISTS (SELECT 1 FROM prompts z WHERE z.file_id = m.file_id
+                       AND z.line_no > q.line_no AND z.line_no < lp.line_no
+                       AND ((z.leaf IS NOT NULL AND z.leaf <> lp.leaf)
+                            OR (z.null_leaf AND z.explicit)))
+       AND NOT EXISTS (SELECT 1 FROM boundaries b WHERE b.file_id = m.file_id
+                       AND b.line_no > q.line_no AND b.line_no < lp.line_no)) AS explicit_line
   FROM main_files m
   LEFT JOIN last_rows lr ON lr.file_id = m.file_id
-  LEFT JOIN latest_prompt lp ON lp.file_id = m.file_id
+  LEFT JOIN latest_prompt lp ON lp.file_id = m.file_id) s
 ),
 -- above_last: the last row and its bridged ancestors.
 above_last(file_id, uuid, parent, steps) AS (
@@ -347,6 +375,134 @@ above_last(file_id, uuid, parent, steps) AS (
   JOIN cli c ON c.file_id = a.file_id AND c.uuid = a.parent
   JOIN files f ON f.id = a.file_id
   WHERE a.steps <= f.line_count
+),
+-- Kin (resume.kin): does the last row continue past a checkpoint that no
+-- last-prompt record said explicit through the batch of the call the
+-- checkpoint answers? Asked in resume_pick only: what is named under
+-- first_pick is copied at each of its many uses (see bounds). kin_nodes:
+-- the CLI's nodes of the files where it is asked, with what kin reads of
+-- them (side: resume._is_side_record; on: an attachment, system or meta
+-- record or a virtual call, which the walk from the checkpoint goes up).
+kin_nodes AS MATERIALIZED (
+  SELECT c.file_id, c.uuid, c.parent, c.type, c.subtype, r.message_id, r.is_meta,
+    r.is_tool_result, {TOOL_IDS.format(r="r")} AS ids, {HAS_TOOL_USE.format(r="r")} AS has_tool_use,
+    (c.type = 'attachment' OR (c.type = 'system' AND c.subtype IS NOT 'compact_boundary')
+     OR (c.type = 'user' AND r.is_meta AND NOT r.is_tool_result)
+     OR {VIRTUAL_CALL.format(r="r")}) AS on_,
+    s.checkpoint, s.last_row
+  FROM state s JOIN cli c ON c.file_id = s.file_id JOIN records r ON r.id = c.id
+  WHERE s.checkpoint IS NOT NULL AND NOT s.explicit AND NOT s.ever_explicit
+    AND s.last_row IS NOT NULL
+),
+-- cp_up: the nodes from the checkpoint up while they are side records or
+-- virtual calls; the first that is not, or is a repeat, is the loader's Ge
+-- (resume._call_of's x), the one before it He (top).
+cp_up(file_id, steps, uuid, parent, type, ids, message_id, result, on_) AS (
+  SELECT file_id, 0, uuid, parent, type, ids, message_id, type = 'user' AND is_tool_result, on_
+  FROM kin_nodes WHERE uuid = checkpoint
+  UNION ALL
+  SELECT u.file_id, u.steps + 1, n.uuid, n.parent, n.type, n.ids, n.message_id,
+         n.type = 'user' AND n.is_tool_result, n.on_
+  FROM cp_up u JOIN kin_nodes n ON n.file_id = u.file_id AND n.uuid = u.parent
+  JOIN files f ON f.id = u.file_id
+  WHERE u.on_ AND u.steps <= f.line_count
+),
+-- cp_stop: Ge with He's type and ids (NULL at the checkpoint itself).
+cp_stop AS MATERIALIZED (
+  SELECT * FROM (
+    SELECT c.*, row_number() OVER (PARTITION BY c.file_id ORDER BY c.steps) AS nth
+    FROM (SELECT u.*, lag(u.type) OVER w AS top_type, lag(u.ids) OVER w AS top_ids,
+                 row_number() OVER (PARTITION BY u.file_id, u.uuid ORDER BY u.steps) AS visit
+          FROM cp_up u WINDOW w AS (PARTITION BY u.file_id ORDER BY u.steps)) c
+    WHERE NOT c.on_ OR c.visit > 1)
+  WHERE nth = 1
+),
+-- batch_up: from each assistant node with a message id, the nodes above it
+-- while they stand inside the batch of its message (resume._batch_above);
+-- batch_rows: their first visits (a walk repeats from its first repeat on).
+batch_up(file_id, start, mid, steps, uuid, parent, type, ids) AS (
+  SELECT file_id, uuid, message_id, 0, uuid, parent, type, ids FROM kin_nodes
+  WHERE type = 'assistant' AND message_id <> ''
+  UNION ALL
+  SELECT b.file_id, b.start, b.mid, b.steps + 1, n.uuid, n.parent, n.type, n.ids
+  FROM batch_up b JOIN kin_nodes n ON n.file_id = b.file_id AND n.uuid = b.parent
+  JOIN files f ON f.id = b.file_id
+  WHERE b.steps <= f.line_count AND {OF_BATCH.format(n="n", mid="b.mid")}
+),
+batch_rows AS MATERIALIZED (
+  SELECT * FROM (SELECT b.*, row_number() OVER (
+                   PARTITION BY b.file_id, b.start, b.uuid ORDER BY b.steps) AS visit
+                 FROM batch_up b) WHERE visit = 1
+),
+-- kin_call: the call record the checkpoint answers (resume._call_of): at a
+-- tool_result Ge its parent, with Ge's result ids; at a side record He
+-- naming a toolUseID, the first record of Ge's batch holding that tool_use
+-- (by_id); else the checkpoint itself. calls: its tool_use ids; mid: its
+-- message id when it is an assistant record with a tool_use.
+kin_call AS MATERIALIZED (
+  SELECT k.file_id, k.call, k.results, k.by_id,
+    CASE WHEN y.type = 'assistant' THEN y.ids ELSE '[]' END AS calls,
+    CASE WHEN y.type = 'assistant' AND y.ids <> '[]' AND y.message_id <> ''
+         THEN y.message_id END AS mid
+  FROM (
+    SELECT e.file_id,
+      CASE WHEN e.result THEN e.parent WHEN e.steps = 0 THEN e.uuid ELSE f.uuid END AS call,
+      CASE WHEN e.result THEN e.ids WHEN f.uuid IS NOT NULL
+           THEN json_array(e.top_ids ->> '$[0]') ELSE '[]' END AS results,
+      (NOT e.result AND f.uuid IS NOT NULL) AS by_id
+    FROM cp_stop e
+    LEFT JOIN (SELECT b.file_id, b.start, b.uuid, b.ids, row_number() OVER (
+                 PARTITION BY b.file_id, b.start ORDER BY b.steps) AS nth, b.steps, b.type
+               FROM batch_rows b JOIN cp_stop g ON g.file_id = b.file_id AND g.uuid = b.start
+               WHERE NOT g.result AND g.steps > 0 AND g.top_type = 'attachment'
+                 AND g.top_ids <> '[]' AND b.type = 'assistant'
+                 AND EXISTS (SELECT 1 FROM json_each(b.ids) j
+                             WHERE j.value = g.top_ids ->> '$[0]')) f
+      ON f.file_id = e.file_id AND f.start = e.uuid AND f.nth = 1) k
+  JOIN kin_nodes y ON y.file_id = k.file_id AND y.uuid = k.call
+),
+-- kin_steps: the walk up from the last row to its first repeat, each
+-- record with: sibling (another assistant record of the call's batch with
+-- a tool_use), above (one of them above the call), and, before it on the
+-- walk, the latest sibling and the latest record outside the batch, and the
+-- record just below it.
+kin_steps AS MATERIALIZED (
+  SELECT w.*,
+    max(CASE WHEN w.sibling THEN w.steps END) OVER before AS last_sibling,
+    max(CASE WHEN NOT w.of_batch THEN w.steps END) OVER before AS last_break,
+    lag(w.type) OVER ordered AS below_type, lag(w.ids) OVER ordered AS below_ids
+  FROM (
+    SELECT a.file_id, a.steps, a.uuid, n.type, n.ids, k.call, k.calls, k.results, k.by_id,
+      coalesce(n.type = 'assistant' AND n.uuid <> k.call AND n.message_id = k.mid
+               AND n.has_tool_use, 0) AS sibling,
+      {OF_BATCH.format(n="n", mid="k.mid")} AS of_batch,
+      EXISTS (SELECT 1 FROM batch_rows b WHERE b.file_id = a.file_id AND b.start = k.call
+              AND b.mid = k.mid AND b.steps > 0 AND b.uuid = a.uuid) AS above,
+      row_number() OVER (PARTITION BY a.file_id, a.uuid ORDER BY a.steps) AS visit
+    FROM above_last a JOIN kin_call k ON k.file_id = a.file_id
+    JOIN kin_nodes n ON n.file_id = a.file_id AND n.uuid = a.uuid) w
+  WHERE w.visit = 1
+  WINDOW ordered AS (PARTITION BY w.file_id ORDER BY w.steps),
+         before AS (PARTITION BY w.file_id ORDER BY w.steps
+                    ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+),
+-- kin: 1 where that walk passes a sibling above the call, or comes to the
+-- call after a sibling with only batch records between, or from a result
+-- of another of its calls (resume.kin).
+kin AS MATERIALIZED (
+  SELECT file_id, max(
+    (sibling AND above)
+    OR (uuid = call AND last_sibling IS NOT NULL
+        AND (last_break IS NULL OR last_break < last_sibling))
+    OR (uuid = call AND below_type = 'user'
+        AND EXISTS (SELECT 1 FROM json_each(results) x
+                    WHERE x.value IN (SELECT value FROM json_each(calls)))
+        AND EXISTS (SELECT 1 FROM json_each(below_ids) x
+                    WHERE x.value IN (SELECT value FROM json_each(calls))
+                      AND CASE WHEN by_id THEN json_array_length(calls) > 1
+                          ELSE x.value NOT IN (SELECT value FROM json_each(results)) END))
+  ) AS batch
+  FROM kin_steps GROUP BY file_id
 ),
 -- newest_descendant (resume._newest_descendant): when no last-prompt record
 -- names a leaf and the first row with the greatest timestamp text is not
@@ -388,9 +544,13 @@ judged AS MATERIALIZED (
   LEFT JOIN newest_below nb ON nb.file_id = s.file_id
 ),
 -- After a relink (a compaction's kept tail put back) only an explicit
--- checkpoint is picked before the leaf scan.
+-- checkpoint is picked before the leaf scan. kin_asks: the checkpoint was
+-- picked, not explicit, and the last row (another node) does not descend
+-- from it: kin may still pick the last row (resume_pick).
 first_pick AS MATERIALIZED (
-  SELECT file_id, last_row, trailing, checkpoint, explicit, last_descends,
+  SELECT file_id, last_row, trailing, checkpoint, explicit,
+    NOT empty AND NOT relinked AND checkpoint_is_node AND NOT explicit
+      AND last_row IS NOT NULL AND last_row <> checkpoint AND NOT last_descends AS kin_asks,
     CASE WHEN empty THEN NULL
          WHEN relinked THEN CASE WHEN explicit AND checkpoint_is_node
                                       AND NOT checkpoint_on_side THEN checkpoint END
@@ -475,22 +635,27 @@ resume_pick AS MATERIALIZED (
     CASE WHEN p.empty THEN NULL
          WHEN pm.uuid IS NOT NULL THEN p.picked
          WHEN s.n > 1 AND s.checkpoint_is_leaf
-              AND (p.explicit OR p.last_row IS NULL OR NOT p.last_descends) THEN p.checkpoint
+              AND (p.explicit OR p.last_row IS NULL OR NOT p.kin_batch) THEN p.checkpoint
          WHEN s.n > 1 AND NOT p.trailing AND lm.uuid IS NOT NULL THEN p.last_row
          WHEN s.n > 0 THEN sn.uuid
          ELSE an.uuid END AS uuid,
     CASE WHEN p.empty THEN 'rewound_to_empty'
          WHEN pm.uuid IS NOT NULL THEN p.rule
          WHEN s.n > 1 AND s.checkpoint_is_leaf
-              AND (p.explicit OR p.last_row IS NULL OR NOT p.last_descends) THEN 'checkpoint'
+              AND (p.explicit OR p.last_row IS NULL OR NOT p.kin_batch) THEN 'checkpoint'
          WHEN s.n > 1 AND NOT p.trailing AND lm.uuid IS NOT NULL THEN 'last_row'
          WHEN s.n > 0 AND sn.uuid IS NOT NULL THEN 'leaf_scan'
          WHEN s.n > 0 THEN 'no_leaf'
          WHEN an.uuid IS NOT NULL THEN 'newest_record'
          ELSE 'no_leaf' END AS rule
-  FROM first_pick p
+  FROM (SELECT f.file_id, f.last_row, f.trailing, f.checkpoint, f.explicit, f.empty,
+               coalesce(k.batch, 0) AS kin_batch,
+               CASE WHEN f.kin_asks AND k.batch THEN f.last_row ELSE f.picked END AS picked,
+               CASE WHEN f.kin_asks AND k.batch THEN 'last_row' ELSE f.rule END AS rule,
+               CASE WHEN f.kin_asks AND k.batch THEN 'last' ELSE 'picked' END AS picked_as
+        FROM first_pick f LEFT JOIN kin k ON k.file_id = f.file_id) p
   JOIN scan s ON s.file_id = p.file_id
-  LEFT JOIN msg_of pm ON pm.file_id = p.file_id AND pm.what = 'picked'
+  LEFT JOIN msg_of pm ON pm.file_id = p.file_id AND pm.what = p.picked_as
   LEFT JOIN msg_of lm ON lm.file_id = p.file_id AND lm.what = 'last'
   LEFT JOIN scan_newest sn ON sn.file_id = p.file_id
   LEFT JOIN any_newest an ON an.file_id = p.file_id

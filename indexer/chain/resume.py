@@ -16,13 +16,18 @@ The CLI's view of a file (``CliView``):
 - The checkpoint: the ``leafUuid`` of the latest ``last-prompt`` record,
   unless a compact boundary or a ``last-prompt`` with ``explicit: true`` and
   ``leafUuid: null`` (a rewind to an empty conversation) follows it. It is
-  *explicit* when that record says ``explicit: true`` and no row follows it.
+  *explicit* when a record of the run naming that leaf (no record naming
+  another leaf, no boundary between) says ``explicit: true`` and no row
+  follows that record; *ever explicit* when one says so, rows or not.
 
 The leaf (``resume_rule`` names which rule picked it):
 - ``rewound_to_empty``: a rewind to empty with no row or checkpoint after
   it: the resume loads nothing.
 - ``checkpoint``: the checkpoint, when it is a node, unless it is not
-  explicit and the last row descends from it (then ``last_row``).
+  explicit and the last row continues past it (``kin``: it descends from
+  it, or, unless a last-prompt record for it said explicit, it goes on
+  through the parallel batch of the call the checkpoint answers); then
+  ``last_row``.
 - ``last_row``: otherwise the last row, when no ``system``/``file_snapshot``
   rows trail it.
 - From the picked row the conversation starts at the first user or
@@ -30,7 +35,9 @@ The leaf (``resume_rule`` names which rule picked it):
 - ``leaf_scan``: when that finds no message, every terminal node (no node
   names it as parent) is walked up to its first user/assistant record; those
   without a user/assistant child are the leaves; with several, the
-  checkpoint's wins when it is one of them, else the newest by timestamp.
+  checkpoint's wins when it is one of them (unless it is not explicit and
+  ``kin``, without its descent rule, says the last row goes on through its
+  batch), else the last row's, else the newest by timestamp.
 - ``newest_record``: no leaf at all: the newest non-sidechain node.
 
 The walk from the leaf follows bridged parents; at a parent that is not a
@@ -55,8 +62,7 @@ last-prompt record naming a leaf and a newest row that is not the last row,
 the newest record below the last row is where the walk starts.
 
 Not modelled yet (the README lists them, tests/test_oracle_cases.py shows
-each with the real CLI): ``sentAsUuid`` and the parallel-batch cases of "the
-last row descends from the checkpoint".
+each with the real CLI): ``sentAsUuid``.
 """
 
 from __future__ import annotations
@@ -76,6 +82,15 @@ CLI_NODE_TYPES = ("user", "assistant", "system", "attachment")
 
 def is_snapshot(r) -> bool:
     return r.type == "system" and r.subtype == "file_snapshot"
+
+
+@dataclass(frozen=True, slots=True)
+class Calls:
+    """What the loader reads of a record's tool calls (records.TOOL_IDS,
+    HAS_TOOL_USE, VIRTUAL_CALL), asked for by ``kin`` record by record."""
+    ids: tuple = ()          # tool_use ids / tool_result ids / the attachment's toolUseID
+    has_tool_use: bool = False
+    virtual: bool = False
 
 
 @dataclass(slots=True)
@@ -101,6 +116,8 @@ class CliView:
     keeps: bool = False           # a compact boundary says what it kept (relink applies)
     prompted: bool = False        # a last-prompt record names a leafUuid (even null)
     newest_row: object = None     # the first row with the greatest timestamp (text)
+    ever_explicit: bool = False   # a last-prompt record for this checkpoint said explicit
+    calls: object = None          # Rec -> Calls (kin's tool facts, read when needed)
 
 
 def _bridged(n, records: dict) -> str | None:
@@ -223,9 +240,10 @@ def relinked_parents(occ: list) -> dict:
     return {u: p for u, p in parent.items() if p != raw[u]}
 
 
-def cli_view(occ: list, prompts: list[Prompt], nodes_all: dict) -> CliView:
+def cli_view(occ: list, prompts: list[Prompt], nodes_all: dict, calls=None) -> CliView:
     """The CLI's view of a main file from its chain record lines in file
-    order (``occ``), its last-prompt records and the last line per uuid."""
+    order (``occ``), its last-prompt records and the last line per uuid;
+    ``calls``: Rec -> Calls, for kin."""
     nodes = dict(sorted(((u, r) for u, r in nodes_all.items()
                          if r.type in CLI_NODE_TYPES and not r.is_unreadable),
                         key=lambda item: item[1].line_no))
@@ -238,7 +256,7 @@ def cli_view(occ: list, prompts: list[Prompt], nodes_all: dict) -> CliView:
     seen = scan_events(occ, prompts, Scanned())
     return CliView(nodes, parent, walk_parent, seen.last_row, seen.checkpoint, seen.explicit,
                    seen.rewound_to_empty, seen.trailing_snapshots, tail, keeps,
-                   seen.prompted, seen.newest_row)
+                   seen.prompted, seen.newest_row, seen.ever_explicit, calls)
 
 
 @dataclass(slots=True)
@@ -253,6 +271,7 @@ class Scanned:
     trailing_snapshots: bool = False
     prompted: bool = False
     newest_row: object = None
+    ever_explicit: bool = False
 
 
 def scan_events(occ: list, prompts: list[Prompt], seen: Scanned) -> Scanned:
@@ -268,7 +287,7 @@ def scan_events(occ: list, prompts: list[Prompt], seen: Scanned) -> Scanned:
     events.sort(key=lambda e: (e[0], e[1] != "row"))
     last_row, checkpoint, explicit = seen.last_row, seen.checkpoint, seen.explicit
     empty, snapshots = seen.rewound_to_empty, seen.trailing_snapshots
-    prompted, newest = seen.prompted, seen.newest_row
+    prompted, newest, ever = seen.prompted, seen.newest_row, seen.ever_explicit
     for _, kind, item in events:
         if kind == "row":
             last_row, explicit, empty, snapshots = item, False, False, False
@@ -276,25 +295,121 @@ def scan_events(occ: list, prompts: list[Prompt], seen: Scanned) -> Scanned:
                     newest.timestamp if newest is not None else ""):
                 newest = item
         elif kind == "boundary":
-            checkpoint, explicit = None, False
+            checkpoint, explicit, ever = None, False, False
         elif kind == "snapshot":
             snapshots = True
         else:
             prompted = prompted or item.leaf_uuid is not None or item.leaf_is_null
             if item.leaf_uuid:
-                checkpoint, explicit, empty = item.leaf_uuid, item.explicit, False
+                # a record for the same leaf keeps what an earlier one said
+                same = item.leaf_uuid == checkpoint
+                ever = item.explicit or (ever and same)
+                explicit = item.explicit or (explicit and same)
+                checkpoint, empty = item.leaf_uuid, False
             elif item.leaf_is_null and item.explicit:
-                checkpoint, explicit, empty = None, False, True
-    return Scanned(last_row, checkpoint, explicit, empty, snapshots, prompted, newest)
+                checkpoint, explicit, empty, ever = None, False, True, False
+    return Scanned(last_row, checkpoint, explicit, empty, snapshots, prompted, newest, ever)
 
 
-def _descends(view: CliView, uuid: str, ancestor: str) -> bool:
-    seen = set()
-    while uuid is not None and uuid not in seen:
-        if uuid == ancestor:
+def _node_above(view: CliView, r):
+    p = view.parent.get(r.uuid)
+    return view.nodes.get(p) if p is not None else None
+
+
+def _is_side_record(r) -> bool:
+    """An attachment, a system record other than a compact boundary, or a
+    meta user record that holds no tool result (the loader's XN)."""
+    return (r.type == "attachment" or (r.type == "system" and r.subtype != "compact_boundary")
+            or (r.type == "user" and bool(r.is_meta) and not r.is_tool_result))
+
+
+def _of_batch(r, message_id) -> bool:
+    """Can r stand inside the batch of API message ``message_id`` (the
+    loader's WMe): an assistant record of that message, a tool result or
+    meta user record, an attachment, a system record but a boundary."""
+    if r.type == "assistant":
+        return message_id is not None and r.message_id == message_id
+    if r.type == "user":
+        return bool(r.is_meta) or bool(r.is_tool_result)
+    return r.type == "attachment" or (r.type == "system" and r.subtype != "compact_boundary")
+
+
+def _batch_above(view: CliView, r, message_id) -> list:
+    """The records above r, nearest first, while they stand inside the
+    batch of ``message_id`` (the loader's Yst)."""
+    out, seen, x = [], {r.uuid}, _node_above(view, r)
+    while x is not None and x.uuid not in seen and _of_batch(x, message_id):
+        seen.add(x.uuid)
+        out.append(x)
+        x = _node_above(view, x)
+    return out
+
+
+def _call_of(view: CliView, checkpoint: str):
+    """(call, results, by_tool_use_id): the record that made the call the
+    checkpoint answers. From the checkpoint up its attachment, system and
+    meta records (and virtual calls): at a tool_result user record, its
+    parent, with that record's result ids; else, from an attachment naming
+    a toolUseID, the record of the batch above that holds that tool_use
+    (by_tool_use_id); else the checkpoint itself."""
+    calls = view.calls
+    seen, top, x = set(), None, view.nodes.get(checkpoint)
+    while (x is not None and (_is_side_record(x) or calls(x).virtual)
+           and x.uuid not in seen):
+        seen.add(x.uuid)
+        top, x = x, _node_above(view, x)
+    if x is not None and x.type == "user" and x.is_tool_result:
+        return _node_above(view, x), calls(x).ids, False
+    if top is None:
+        return x, (), False
+    tool_use_id = calls(top).ids[0] if top.type == "attachment" and calls(top).ids else None
+    if x is None or x.type != "assistant" or not x.message_id or tool_use_id is None:
+        return None, (), False
+    call = next((c for c in [x, *_batch_above(view, x, x.message_id)]
+                 if c.type == "assistant" and tool_use_id in calls(c).ids), None)
+    return (call, (tool_use_id,), True) if call is not None else (None, (), False)
+
+
+def kin(view: CliView, last: str, checkpoint: str, direct: bool) -> bool:
+    """Does the last row continue the conversation past the checkpoint, so
+    that the resume starts from it (the loader's Kin)? ``direct``: it
+    descends from the checkpoint. Unless a last-prompt record for this
+    checkpoint said explicit (``ever_explicit``), also when, walking up
+    from the last row, it comes to the call record the checkpoint answers
+    (``_call_of``) through another record of the same parallel batch (an
+    assistant record of its API message with a tool_use), or passes such a
+    record above the call, or comes to it from a result of another of its
+    calls (a call record with several tool_use blocks)."""
+    call, results, by_id = (None, (), False) if view.ever_explicit else _call_of(view, checkpoint)
+    calls = view.calls
+    ids = calls(call).ids if call is not None and call.type == "assistant" else ()
+    batch = call.message_id if call is not None and call.type == "assistant" and ids \
+        and call.message_id else None
+    above = {r.uuid for r in _batch_above(view, call, batch)} if batch else set()
+    seen, below, sibling_passed, u = set(), None, False, last
+    while u is not None and u not in seen:
+        if direct and u == checkpoint:
             return True
-        seen.add(uuid)
-        uuid = view.parent.get(uuid)
+        seen.add(u)
+        r = view.nodes.get(u)
+        if r is None:
+            return False
+        if batch:
+            if sibling_passed and r.uuid == call.uuid:
+                return True
+            if (r.type == "assistant" and r.uuid != call.uuid and r.message_id == batch
+                    and calls(r).has_tool_use):
+                if r.uuid in above:
+                    return True
+                sibling_passed = True
+            elif not _of_batch(r, batch):
+                sibling_passed = False
+        if (call is not None and r.uuid == call.uuid and below is not None
+                and any(i in ids for i in results)
+                and any(i in ids and (len(ids) > 1 if by_id else i not in results)
+                        for i in (calls(below).ids if below.type == "user" else ()))):
+            return True
+        below, u = r, view.parent.get(u)
     return False
 
 
@@ -364,8 +479,8 @@ def resume_leaf(view: CliView):
             picked, rule = ko, "checkpoint"
     elif view.checkpoint is not None and view.checkpoint in view.nodes:
         picked, rule = view.checkpoint, "checkpoint"
-        if (not view.explicit and last is not None and last != picked
-                and _descends(view, last, picked)):
+        if (not view.explicit and last is not None and last in view.nodes and last != picked
+                and kin(view, last, picked, direct=True)):
             picked, rule = last, "last_row"
     if picked is None and view.relinked is None and not view.trailing_snapshots \
             and last is not None:
@@ -388,7 +503,8 @@ def resume_leaf(view: CliView):
             leaves[m.uuid] = m
     if len(leaves) > 1:
         ko = view.checkpoint
-        if ko in leaves and (view.explicit or last is None or not _descends(view, last, ko)):
+        if ko in leaves and (view.explicit or last is None
+                             or not kin(view, last, ko, direct=False)):
             return leaves[ko], "checkpoint"
         if not view.trailing_snapshots and last is not None:
             if _message_at_or_above(view, last) is not None:

@@ -5,10 +5,11 @@ the index is the callers' part."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from indexer.chain import definitions
-from indexer.chain.resume import Prompt
+from indexer.chain.resume import Calls, Prompt
 from indexer.transcripts import records
 from indexer.transcripts.records import MESSAGE_TYPES
 
@@ -36,6 +37,28 @@ SELECT {_REC_HEAD}, r.leaf_uuid,
 FROM records r
 """.strip()
 HAS_TOOL_USE_AT = REC_FIELDS + 3
+
+# What resume.kin reads of one record's tool calls (records.TOOL_IDS,
+# HAS_TOOL_USE, VIRTUAL_CALL), by record id (CALLS_SQL), or from a line's
+# text and type (CALLS_OF_LINE_SQL: a preload batch keeps no raw).
+_CALLS = ", ".join(x.format(r="r") for x in (
+    records.TOOL_IDS, records.HAS_TOOL_USE, records.VIRTUAL_CALL))
+CALLS_SQL = f"SELECT {_CALLS} FROM records r WHERE r.id = ?"
+CALLS_OF_LINE_SQL = f"SELECT {_CALLS} FROM (SELECT CAST(? AS TEXT) AS raw, ? AS type) r"
+
+
+def calls_reader(row_of):
+    """Rec -> resume.Calls, each record read once; ``row_of(rec)`` gives
+    its CALLS_SQL row (None: not in the index)."""
+    memo: dict = {}
+
+    def calls(r) -> Calls:
+        if r.id not in memo:
+            row = row_of(r)
+            memo[r.id] = Calls(tuple(json.loads(row[0])), bool(row[1]), bool(row[2])) \
+                if row else Calls()
+        return memo[r.id]
+    return calls
 
 
 @dataclass(slots=True)

@@ -95,10 +95,12 @@ def _sdk_leaf(occ: list[Rec], nodes: dict[str, Rec]):
 
 
 def compute_file(file_id: int, kind: str, session_id, with_uuid: list[Rec],
-                 prompts: list[resume.Prompt] = (), covers: tuple = (None, None)) -> dict:
+                 prompts: list[resume.Prompt] = (), covers: tuple = (None, None),
+                 calls=None) -> dict:
     """Every cache's rows for one file, from its records that have a uuid
     and its last-prompt records; ``covers``: (lines, bytes) of the file
-    they are read from, where derive_append.py carries on."""
+    they are read from, where derive_append.py carries on; ``calls``: Rec
+    -> resume.Calls (chain.calls_reader), what resume.kin reads."""
     occ = [r for r in with_uuid if r.type in CHAIN_TYPES]
     nodes: dict[str, Rec] = {}
     for r in occ:
@@ -106,7 +108,7 @@ def compute_file(file_id: int, kind: str, session_id, with_uuid: list[Rec],
     sdk_leaf, branch_count, terminals = _sdk_leaf(occ, nodes)
     state = {"lines": covers[0], "offset": covers[1]}
     if kind == "main":
-        view = resume.cli_view(occ, list(prompts), nodes)
+        view = resume.cli_view(occ, list(prompts), nodes, calls)
         resume_leaf, rule = resume.resume_leaf(view)
         resume_chain = resume.walk(view, resume_leaf) if resume_leaf is not None else []
     else:
@@ -149,6 +151,11 @@ def compute_file(file_id: int, kind: str, session_id, with_uuid: list[Rec],
                   for uuid, lines in lines_of.items() if len(lines) > 1]
     return {"leaves": [leaves_row], "leaf_ancestry": ancestry_rows, "orphans": orphan_rows,
             "chain_breaks": breaks, "duplicate_uuids": duplicates, "sdk_terminals": terminals}
+
+
+def calls_in(conn):
+    """resume.Calls of the index's records, read by id (for resume.kin)."""
+    return chain.calls_reader(lambda r: conn.execute(chain.CALLS_SQL, [r.id]).fetchone())
 
 
 def _orphans(session_id, nodes: dict[str, Rec], resume_chain, message, boundary_line):
@@ -235,7 +242,8 @@ def derive_files(conn, file_ids: list[int]) -> None:
             continue
         STATS["recomputed"] += 1
         recs, prompts = read[file_id]
-        computed = compute_file(file_id, kind, session_id, recs, prompts, covers)
+        computed = compute_file(file_id, kind, session_id, recs, prompts, covers,
+                                calls_in(conn))
         for name, file_rows in computed.items():
             rows[name] += file_rows
     for name, table_rows in rows.items():

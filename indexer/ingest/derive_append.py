@@ -174,6 +174,7 @@ def main_state(view: resume.CliView, resume_chain, resume_message, boundary_line
     last, newest = view.last_row, view.newest_row
     return {"last_row": last.uuid if last is not None else None,
             "checkpoint": view.checkpoint, "explicit": view.explicit,
+            "ever_explicit": view.ever_explicit,
             "rewound_to_empty": view.rewound_to_empty,
             "trailing_snapshots": view.trailing_snapshots,
             "prompted": view.prompted,
@@ -335,10 +336,11 @@ def _lazy_view(g: _Graph, scanned: resume.Scanned) -> resume.CliView:
             raise Bail("the timestamp fallback")
         return p
 
+    calls = chain.calls_reader(lambda r: g.query(chain.CALLS_SQL, r.id, one=True))
     return resume.CliView(nodes, _Lazy(parent), _Lazy(walk_parent), scanned.last_row,
                           scanned.checkpoint, scanned.explicit, scanned.rewound_to_empty,
                           scanned.trailing_snapshots, None, False, scanned.prompted,
-                          scanned.newest_row)
+                          scanned.newest_row, scanned.ever_explicit, calls)
 
 
 class _Walk:
@@ -482,6 +484,8 @@ class _Extension:
                 and r.ts_ms is not None and bool(r.is_sidechain) == top[1]
                 and top[0] - FALLBACK_MS <= r.ts_ms <= top[0] for r in new):
             raise Bail("an appended record may extend the chain's top")
+        if "ever_explicit" not in state:
+            raise Bail("a state from before ever_explicit")
         if "relinks" not in state or state["relinks"] or any(r.preserved for r in new):
             # A compaction's kept tail is put back (resume.relink): it moves
             # records between branches, so the file is derived whole.
@@ -489,11 +493,13 @@ class _Extension:
         scanned = resume.scan_events(new, prompts, resume.Scanned(
             g.get(state["last_row"]), state["checkpoint"], state["explicit"],
             state["rewound_to_empty"], state["trailing_snapshots"], state["prompted"],
-            g.get(state["newest_row"]) if state["newest_row"] is not None else None))
+            g.get(state["newest_row"]) if state["newest_row"] is not None else None,
+            state["ever_explicit"]))
         state.update(last_row=scanned.last_row.uuid if scanned.last_row is not None else None,
                      checkpoint=scanned.checkpoint, explicit=scanned.explicit,
                      rewound_to_empty=scanned.rewound_to_empty,
                      trailing_snapshots=scanned.trailing_snapshots, prompted=scanned.prompted,
+                     ever_explicit=scanned.ever_explicit,
                      newest_row=(scanned.newest_row.uuid if scanned.newest_row is not None
                                  else None))
         view = _lazy_view(g, scanned)

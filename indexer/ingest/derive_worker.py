@@ -64,7 +64,7 @@ def compute(db_path: str, paths: list[str]) -> dict:
         for file_id, kind, session_id, *covers in conn.execute(derive.FILES_SQL, params):
             recs, prompts = read[file_id]
             out[file_id] = (positions[file_id], derive.compute_file(
-                file_id, kind, session_id, recs, prompts, covers))
+                file_id, kind, session_id, recs, prompts, covers, derive.calls_in(conn)))
         conn.execute("COMMIT")
         return out
     finally:

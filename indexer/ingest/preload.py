@@ -448,7 +448,7 @@ _MARKS = (TOOL_USE_MARK, TOOL_USE_MARK.encode())
 
 
 def _chain_rows(rows: list, first_id: int, out: list, prompts: list,
-                boundaries: list) -> None:
+                boundaries: list, lines: dict | None = None) -> None:
     """A file's rows as derive.UUID_RECORDS_SQL reads them from the index
     (its records with a uuid and its last-prompt records, in file order),
     made from the rows just inserted: ``first_id`` the first one's id. The
@@ -456,7 +456,8 @@ def _chain_rows(rows: list, first_id: int, out: list, prompts: list,
     query computes in SQL, are left for _computed_in_sql (has_tool_use holds
     the line's text meanwhile, when the line is an assistant record that
     names "tool_use", else 0); ``prompts`` gets (row, raw) of the
-    last-prompt records."""
+    last-prompt records, ``lines`` id -> (text, type) of the records whose
+    tool calls resume.kin may read (chain.CALLS_OF_LINE_SQL)."""
     for i, r in enumerate(rows):
         if r[_UUID] is not None or r[_TYPE] == "last-prompt":
             raw = r[-1]
@@ -465,6 +466,8 @@ def _chain_rows(rows: list, first_id: int, out: list, prompts: list,
             row = [first_id + i, r[0], r[1], *_rec_fields(r), None, r[_UNREADABLE], None, 0,
                    r[_LEAF], None, None, tool_use]
             out.append(row)
+            if lines is not None and r[_TYPE] in ("assistant", "user", "attachment"):
+                lines[row[0]] = (r[-1], r[_TYPE])
             if r[_TYPE] == "last-prompt":
                 prompts.append((row, r[-1]))
             elif is_compact_boundary(r[_TYPE], r[_SUBTYPE]) or (
@@ -493,17 +496,19 @@ def _computed_in_sql(conn, rows: list, prompts: list, boundaries: list) -> None:
 
 
 def _derive(conn, files: dict[int, tuple], rows: list, prompts: list,
-            boundaries: list) -> None:
+            boundaries: list, lines: dict) -> None:
     """The caches of the batch's transcripts (key: (kind, session id, lines,
     bytes)), as derive.derive_files computes them from the index, from
     their _chain_rows."""
     _computed_in_sql(conn, rows, prompts, boundaries)
     read = chain.read_rows(rows, list(files))
+    calls = chain.calls_reader(lambda r: conn.execute(chain.CALLS_OF_LINE_SQL, lines[r.id])
+                               .fetchone() if r.id in lines else None)
     out: dict[str, list] = {name: [] for name in chain.CACHE_COLUMNS}
-    for key, (kind, session_id, lines, offset) in files.items():
+    for key, (kind, session_id, n_lines, offset) in files.items():
         recs, file_prompts = read[key]
         for name, file_rows in derive.compute_file(key, kind, session_id, recs, file_prompts,
-                                                   (lines, offset)).items():
+                                                   (n_lines, offset), calls).items():
             out[name] += file_rows
     for name, table_rows in out.items():
         create_table, create_index = CREATE_CACHE_SQL[name]
@@ -533,7 +538,7 @@ def write_batch(target: str, records_sql: str, files: list[list]) -> None:
         conn.execute("BEGIN")
         for sql in (records_sql, *CREATE_BATCH_SQL):
             conn.execute(sql)
-        to_derive, chain_rows, prompts, boundaries = {}, [], [], []
+        to_derive, chain_rows, prompts, boundaries, lines = {}, [], [], [], {}
         for key, (path, kind, named_session) in enumerate(files):
             records, bads = [], []
             row = _read_file(conn, path, key, records, bads)
@@ -553,10 +558,10 @@ def write_batch(target: str, records_sql: str, files: list[list]) -> None:
                     row[last] = conn.execute(LAST_ROWID_SQL).fetchone()[0]
                     row[first] = row[last] - len(rows) + 1
             if key in to_derive:
-                _chain_rows(records, row["first_record"], chain_rows, prompts, boundaries)
+                _chain_rows(records, row["first_record"], chain_rows, prompts, boundaries, lines)
             conn.execute(INSERT_FILE_SQL, row)
         if to_derive:
-            _derive(conn, to_derive, chain_rows, prompts, boundaries)
+            _derive(conn, to_derive, chain_rows, prompts, boundaries, lines)
         conn.execute("COMMIT")
     finally:
         conn.close()

@@ -206,6 +206,40 @@ HAS_TOOL_USE = ("CASE WHEN {r}.type = 'assistant' AND instr({r}.raw, '\"tool_use
 # The text HAS_TOOL_USE looks for before it reads the JSON.
 TOOL_USE_MARK = '"tool_use"'
 
+
+# --- Tool calls -------------------------------------------------------------
+
+# What Claude Code 2.1.332's loader reads of a record's tool calls when it
+# asks whether the last row continues a parallel batch past the checkpoint
+# (chain/resume.py, kin), read from the line itself (one definition: the
+# Python side asks SQLite for it, for the few records that rule looks at).
+# {r}'s content blocks: the objects of message.content when it is an array.
+_BLOCKS = ("json_each(CASE WHEN json_type(CASE WHEN json_valid({r}.raw) THEN {r}.raw END, "
+           "'$.message.content') = 'array' THEN {r}.raw -> '$.message.content' END)")
+# TOOL_IDS: a JSON array: an assistant's tool_use block ids, a user's
+# tool_result tool_use_ids, an attachment's attachment.toolUseID (strings
+# only); '[]' for any other record.
+TOOL_IDS = (
+    "CASE WHEN {r}.type = 'attachment' THEN coalesce(CASE WHEN json_type(CASE WHEN "
+    "json_valid({r}.raw) THEN {r}.raw END, '$.attachment.toolUseID') = 'text' "
+    "THEN json_array({r}.raw ->> '$.attachment.toolUseID') END, '[]') "
+    "WHEN {r}.type IN ('assistant', 'user') THEN (SELECT json_group_array(b.value ->> k.key) "
+    "FROM (SELECT CASE {r}.type WHEN 'assistant' THEN '$.id' ELSE '$.tool_use_id' END AS key, "
+    "CASE {r}.type WHEN 'assistant' THEN 'tool_use' ELSE 'tool_result' END AS kind) k, "
+    + _BLOCKS + " b WHERE b.type = 'object' AND b.value ->> '$.type' = k.kind "
+    "AND json_type(b.value, k.key) = 'text') ELSE '[]' END")
+# HAS_TOOL_USE: an assistant record whose content holds a tool_use block
+# (the loader's UMe; a block without a string id counts too).
+HAS_TOOL_USE = ("({r}.type = 'assistant' AND EXISTS (SELECT 1 FROM " + _BLOCKS
+                + " b WHERE b.type = 'object' AND b.value ->> '$.type' = 'tool_use'))")
+# VIRTUAL_CALL: a user or assistant record with isVirtual: true holding a
+# tool_use (assistant) or tool_result (user) block (the loader's z8).
+VIRTUAL_CALL = ("coalesce({r}.type IN ('assistant', 'user') AND json_type(CASE WHEN "
+                "json_valid({r}.raw) THEN {r}.raw END, '$.isVirtual') = 'true' AND EXISTS (SELECT 1 FROM "
+                + _BLOCKS + " b WHERE b.type = 'object' AND b.value ->> '$.type' = "
+                "CASE {r}.type WHEN 'assistant' THEN 'tool_use' ELSE 'tool_result' END), 0)")
+
+
 # --- Meta -------------------------------------------------------------------
 
 
