@@ -962,6 +962,14 @@ line(file_id, start, side, uuid, steps) AS (
                     AND a.rule = 'resume' AND a.uuid = c.uuid)
 ),
 lines AS MATERIALIZED (SELECT * FROM line),
+-- loose: the records neither on the chain nor parallel (what a line meets
+-- below a link), with whether each could go on a line.
+loose AS MATERIALIZED (
+  SELECT c.file_id, c.parent_uuid, c.is_sidechain, {COMPANION_RECORD.format(r="c")} AS companion
+  FROM nodes c
+  WHERE NOT EXISTS (SELECT 1 FROM on_chain a WHERE a.file_id = c.file_id AND a.uuid = c.uuid)
+    AND NOT EXISTS (SELECT 1 FROM parallel q WHERE q.file_id = c.file_id AND q.uuid = c.uuid)
+),
 -- a line is left whole when a link has two unvisited children, or one
 -- that is not on the line (another type, the other side); companion
 -- records are never parallel, so the walk above needs only the chain.
@@ -971,19 +979,11 @@ lines_kept AS MATERIALIZED (
     SELECT 1 FROM lines x JOIN files b ON b.id = x.file_id
     WHERE x.file_id = w.file_id AND x.start = w.start AND (
       x.steps > b.line_count
-      OR (SELECT count(*) FROM nodes c
-          WHERE c.file_id = x.file_id AND c.parent_uuid = x.uuid
-            AND NOT EXISTS (SELECT 1 FROM on_chain a WHERE a.file_id = c.file_id
-                            AND a.uuid = c.uuid)
-            AND NOT EXISTS (SELECT 1 FROM parallel q WHERE q.file_id = c.file_id
-                            AND q.uuid = c.uuid)) > 1
-      OR EXISTS (SELECT 1 FROM nodes c
+      OR (SELECT count(*) FROM loose c
+          WHERE c.file_id = x.file_id AND c.parent_uuid = x.uuid) > 1
+      OR EXISTS (SELECT 1 FROM loose c
                  WHERE c.file_id = x.file_id AND c.parent_uuid = x.uuid
-                   AND NOT EXISTS (SELECT 1 FROM on_chain a WHERE a.file_id = c.file_id
-                                   AND a.uuid = c.uuid)
-                   AND NOT EXISTS (SELECT 1 FROM parallel q WHERE q.file_id = c.file_id
-                                   AND q.uuid = c.uuid)
-                   AND NOT ({COMPANION_RECORD.format(r="c")} AND c.is_sidechain = x.side))))
+                   AND NOT (c.companion AND c.is_sidechain = x.side))))
 ),
 off AS MATERIALIZED (
   SELECT n.* FROM nodes n JOIN scope_files f ON f.file_id = n.file_id
