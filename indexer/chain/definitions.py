@@ -43,6 +43,11 @@ from indexer.transcripts.records import (
 # file hangs under the latest message at or before it within this many ms.
 FALLBACK_MS = 5000
 
+# The records the CLI's loader keeps as messages of the conversation (its
+# nodes; resume.py): the others are progress or not chain records.
+CLI_NODE_TYPES = ("user", "assistant", "system", "attachment")
+CLI_NODE_TYPES_SQL = "(" + ",".join(f"'{t}'" for t in CLI_NODE_TYPES) + ")"
+
 # Files that are transcripts (the rest are `claude -p` execution logs).
 TRANSCRIPT_KIND_NAMES = ("main", "subagent")
 TRANSCRIPT_KINDS = "(" + ",".join(f"'{k}'" for k in TRANSCRIPT_KIND_NAMES) + ")"
@@ -105,6 +110,26 @@ NOT_DROPPED = ("({c}.last_line IS NULL OR {x}.line_no >= {c}.last_line OR EXISTS
 # earlier line, so it ends) and walk_parent (the bridged parent, else the
 # timestamp fallback when that parent is not a node).
 CLI_CTES = f"""
+-- sent_as (resume.sent_as_renames): the prompts stored anew that the loader
+-- loads under their sentAsUuid (as_uuid): a user record whose sentAsUuid is
+-- no earlier node line's uuid and no earlier user record's sentAsUuid. A
+-- parent (or checkpoint) naming as_uuid is read as the record's own uuid;
+-- replaced: a later node line has that uuid and takes its place, so the
+-- record is no node and nothing is renamed.
+sent_as AS MATERIALIZED (
+  SELECT r.id, r.file_id, r.uuid, r.sent_as_uuid AS as_uuid,
+         EXISTS (SELECT 1 FROM records l WHERE l.file_id = r.file_id
+                   AND l.uuid = r.sent_as_uuid AND l.line_no > r.line_no
+                   AND l.type IN {CLI_NODE_TYPES_SQL}) AS replaced
+  FROM records r
+  WHERE r.sent_as_uuid IS NOT NULL AND r.type = 'user' AND r.uuid IS NOT NULL
+    AND NOT EXISTS (SELECT 1 FROM records e WHERE e.file_id = r.file_id
+                      AND e.uuid = r.sent_as_uuid AND e.line_no < r.line_no
+                      AND e.type IN {CLI_NODE_TYPES_SQL})
+    AND NOT EXISTS (SELECT 1 FROM records e WHERE e.file_id = r.file_id
+                      AND e.sent_as_uuid = r.sent_as_uuid AND e.line_no < r.line_no
+                      AND e.type = 'user' AND e.uuid IS NOT NULL)
+),
 bridge(file_id, uuid, up, up_line, steps) AS (
   SELECT n.file_id, n.uuid, n.parent_uuid, n.line_no, 0 FROM nodes n
   WHERE n.type <> 'progress' AND NOT n.is_unreadable AND EXISTS (
@@ -129,13 +154,19 @@ bridged AS MATERIALIZED (
   WHERE b.rn = 1
 ),
 cli_base AS MATERIALIZED (
-  SELECT n.id, n.file_id, n.line_no, n.uuid, n.type, n.subtype, n.is_sidechain,
-         r.parent_uuid, r.logical_parent_uuid, {TIMESTAMP_MS.format(r="r")} AS ts_ms,
-         CAST(CASE WHEN b.uuid IS NOT NULL THEN b.up ELSE n.parent_uuid END AS TEXT) AS parent,
-         r.timestamp
-  FROM nodes n JOIN records r ON r.id = n.id
-  LEFT JOIN bridged b ON b.file_id = n.file_id AND b.uuid = n.uuid
-  WHERE n.type <> 'progress' AND NOT n.is_unreadable
+  SELECT c.id, c.file_id, c.line_no, c.uuid, c.type, c.subtype, c.is_sidechain,
+         c.parent_uuid, c.logical_parent_uuid, c.ts_ms,
+         CAST(coalesce((SELECT s.uuid FROM sent_as s WHERE s.file_id = c.file_id
+                          AND s.as_uuid = c.up AND NOT s.replaced), c.up) AS TEXT) AS parent,
+         c.timestamp
+  FROM (SELECT n.id, n.file_id, n.line_no, n.uuid, n.type, n.subtype, n.is_sidechain,
+               r.parent_uuid, r.logical_parent_uuid, {TIMESTAMP_MS.format(r="r")} AS ts_ms,
+               CASE WHEN b.uuid IS NOT NULL THEN b.up ELSE n.parent_uuid END AS up,
+               r.timestamp
+        FROM nodes n JOIN records r ON r.id = n.id
+        LEFT JOIN bridged b ON b.file_id = n.file_id AND b.uuid = n.uuid
+        WHERE n.type <> 'progress' AND NOT n.is_unreadable
+          AND NOT EXISTS (SELECT 1 FROM sent_as s WHERE s.id = n.id AND s.replaced)) c
 ),
 -- The compaction relink (resume.relink). SQLite copies a CTE's tree at each
 -- place it is named and counts every table reference of the copies (at most
@@ -348,7 +379,9 @@ state AS MATERIALIZED (
                           AND b.line_no > lp.line_no)
           AND NOT EXISTS (SELECT 1 FROM prompts q WHERE q.file_id = m.file_id
                           AND q.line_no > lp.line_no AND q.null_leaf AND q.explicit)
-         THEN lp.leaf END AS checkpoint,
+         THEN coalesce((SELECT sa.uuid FROM sent_as sa WHERE sa.file_id = m.file_id
+                          AND sa.as_uuid = lp.leaf AND NOT sa.replaced), lp.leaf)
+         END AS checkpoint,
     EXISTS (SELECT 1 FROM prompts q WHERE q.file_id = m.file_id AND q.null_leaf AND q.explicit
               AND NOT EXISTS (SELECT 1 FROM row_lines w WHERE w.file_id = m.file_id
                               AND w.line_no > q.line_no)

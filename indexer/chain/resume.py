@@ -61,8 +61,8 @@ before the last boundary is dropped. ``newest_descendant``: with no
 last-prompt record naming a leaf and a newest row that is not the last row,
 the newest record below the last row is where the walk starts.
 
-Not modelled yet (the README lists them, tests/test_oracle_cases.py shows
-each with the real CLI): ``sentAsUuid``.
+``sent_as_renames``: a prompt stored anew is loaded under its sentAsUuid
+when no earlier record has that uuid.
 """
 
 from __future__ import annotations
@@ -70,14 +70,13 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 
-from indexer.chain.definitions import FALLBACK_MS
+from indexer.chain.definitions import CLI_NODE_TYPES, FALLBACK_MS
 from indexer.transcripts import records
 from indexer.transcripts.records import MESSAGE_TYPES
 
 CLI_VERSION = "2.1.332"
 # Types whose records carry uuid/parentUuid links (records.CHAIN_TYPES), as a set.
 CHAIN_TYPES = frozenset(records.CHAIN_TYPES)
-CLI_NODE_TYPES = ("user", "assistant", "system", "attachment")
 
 
 def is_snapshot(r) -> bool:
@@ -240,21 +239,55 @@ def relinked_parents(occ: list) -> dict:
     return {u: p for u, p in parent.items() if p != raw[u]}
 
 
+def sent_as_renames(occ: list) -> tuple[dict, set]:
+    """sentAsUuid: Claude Code stores a prompt anew under a new uuid and
+    keeps the uuid it was sent under as ``sentAsUuid``; its loader (trn())
+    loads such a user record under its sentAsUuid when no record loaded
+    before has that uuid. Here the record keeps its own uuid and what names
+    the sentAsUuid (a parent, the checkpoint) is read as naming it.
+
+    Returns ({sentAsUuid: the record's uuid}, {ids of the records a later
+    node line of their sentAsUuid replaces: no nodes, nothing renamed}).
+    A record is renamed when no earlier node line has its sentAsUuid as
+    uuid and no earlier user record as sentAsUuid (definitions: sent_as)."""
+    renames, replaced = {}, set()
+    seen_uuids, seen_as, first = set(), set(), {}
+    for r in occ:
+        if r.type not in CLI_NODE_TYPES:
+            continue
+        if r.uuid in first:
+            replaced.add(first.pop(r.uuid).id)
+        y = r.sent_as_uuid if r.type == "user" else None
+        if y and y not in seen_uuids and y not in seen_as:
+            first[y] = r
+        seen_uuids.add(r.uuid)
+        if r.type == "user" and y:
+            seen_as.add(y)
+    for y, r in first.items():
+        renames[y] = r.uuid
+    return renames, replaced
+
+
 def cli_view(occ: list, prompts: list[Prompt], nodes_all: dict, calls=None) -> CliView:
     """The CLI's view of a main file from its chain record lines in file
     order (``occ``), its last-prompt records and the last line per uuid;
     ``calls``: Rec -> Calls, for kin."""
+    renames, replaced = sent_as_renames(occ)
     nodes = dict(sorted(((u, r) for u, r in nodes_all.items()
-                         if r.type in CLI_NODE_TYPES and not r.is_unreadable),
+                         if r.type in CLI_NODE_TYPES and not r.is_unreadable
+                         and r.id not in replaced),
                         key=lambda item: item[1].line_no))
     parent = {u: _bridged(r, nodes_all) for u, r in nodes.items()}
+    if renames:
+        parent = {u: renames.get(p, p) for u, p in parent.items()}
     keeps = any(r.preserved for r in nodes.values())
     nodes, parent, tail = relink(nodes, parent)
     walk_parent = dict(parent)
     for u, p in _fallbacks(nodes, parent).items():
         walk_parent[u] = p
     seen = scan_events(occ, prompts, Scanned())
-    return CliView(nodes, parent, walk_parent, seen.last_row, seen.checkpoint, seen.explicit,
+    checkpoint = renames.get(seen.checkpoint, seen.checkpoint)
+    return CliView(nodes, parent, walk_parent, seen.last_row, checkpoint, seen.explicit,
                    seen.rewound_to_empty, seen.trailing_snapshots, tail, keeps,
                    seen.prompted, seen.newest_row, seen.ever_explicit, calls)
 

@@ -1101,3 +1101,18 @@ def m030_records_foreign_replies(db):
         "CREATE INDEX records_foreign_replies ON records(file_id) "
         "WHERE type = 'assistant' AND request_id <> '' "
         "AND message_id NOT LIKE 'msg\\_%' ESCAPE '\\'")
+
+
+@migrations()
+def m050_records_sent_as_uuid(db):
+    # sentAsUuid: a prompt Claude Code stored anew (a new uuid, the one it
+    # was sent under kept here) is loaded under that uuid when no earlier
+    # line has it (resume.sent_as_renames). Read from the line for the rows
+    # already in the index; the partial index serves the few that carry it.
+    db.execute("ALTER TABLE records ADD COLUMN sent_as_uuid TEXT")
+    db.execute(
+        "UPDATE records SET sent_as_uuid = json_extract(raw, '$.sentAsUuid') "
+        "WHERE instr(raw, '\"sentAsUuid\"') > 0 AND json_valid(raw) "
+        "AND json_type(raw, '$.sentAsUuid') = 'text' AND json_extract(raw, '$.sentAsUuid') <> ''")
+    db.execute("CREATE INDEX records_sent_as ON records(file_id, sent_as_uuid, line_no) "
+               "WHERE sent_as_uuid IS NOT NULL")

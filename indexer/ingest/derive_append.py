@@ -79,6 +79,9 @@ WHERE r.file_id = ? AND r.uuid = ? AND r.type IN {CHAIN_TYPES_SQL} AND r.line_no
 ORDER BY r.line_no DESC LIMIT 1
 """.strip()
 LINE_SQL = f"SELECT {REC_COLUMNS} FROM records r WHERE r.id = ?"
+# Does the file hold a record with a sentAsUuid (the partial index
+# records_sent_as)? Its renames are recomputed with the whole file.
+SENT_AS_SQL = "SELECT 1 FROM records WHERE file_id = ? AND sent_as_uuid IS NOT NULL LIMIT 1"
 OLDER_CHILDREN_SQL = f"""
 SELECT {REC_COLUMNS} FROM records r
 WHERE r.file_id = ? AND r.parent_uuid = ? AND r.type IN {CHAIN_TYPES_SQL} AND r.line_no <= ?
@@ -383,6 +386,8 @@ class _Extension:
             raise Bail("an appended uuid an older record knows")
         if self.rule not in EXTENDABLE_RULES:
             raise Bail(f"rule {self.rule}")
+        if self.kind == "main" and conn.execute(SENT_AS_SQL, [file_id]).fetchone():
+            raise Bail("a prompt stored anew (resume.sent_as_renames)")
         g = self.g = _Graph(conn, file_id, self.state["lines"], new)
         sdk_leaf, branch_count = self.sdk_terminals(new)
         if self.kind == "main":
