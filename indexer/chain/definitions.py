@@ -91,17 +91,24 @@ LAST_PROMPT_EXPLICIT = "(json_valid({r}.raw) AND json_type({r}.raw, '$.explicit'
 
 # Is uuid {uuid} a node of the CLI's view of file {file_id} (a user, assistant,
 # system or attachment record that is readable, the last chain line of its
-# uuid) whose line is before line {before}? Two references to records: for the relink, whose parts are copied
+# uuid)? Two references to records: for the relink, whose parts are copied
 # wherever cli is named (CLI_CTES).
 IS_CLI_NODE = f"""EXISTS (SELECT 1 FROM records x WHERE x.file_id = {{file_id}} AND x.uuid = {{uuid}}
-      AND x.type IN ('user','assistant','system','attachment') AND NOT x.is_unreadable
-      AND x.line_no < {{before}} AND NOT EXISTS (SELECT 1 FROM records y WHERE y.file_id = x.file_id AND y.uuid = x.uuid
+      AND x.type IN {CLI_NODE_TYPES_SQL} AND NOT x.is_unreadable
+      AND NOT EXISTS (SELECT 1 FROM records y WHERE y.file_id = x.file_id AND y.uuid = x.uuid
                       AND y.line_no > x.line_no AND y.type IN {CHAIN_TYPES_SQL}))"""
+# The first line of {n}'s uuid the loader loads (a user, assistant, system
+# or attachment line): where the CLI's Map holds the uuid, whose order the
+# relink reads (resume.relink's ``first``), though the last line's record
+# is its value.
+FIRST_LOADED = (f"(SELECT min(z.line_no) FROM records z WHERE z.file_id = {{n}}.file_id "
+                f"AND z.uuid = {{n}}.uuid AND z.type IN {CLI_NODE_TYPES_SQL})")
+# Is uuid {uuid} a node (IS_CLI_NODE) first loaded before line {before} (a
+# node the relink drops)?
+IS_CLI_NODE_LOADED_BEFORE = IS_CLI_NODE[:-1] + (
+    f"\n      AND {FIRST_LOADED.format(n='x')} < {{before}})")
 
-# Is cli_base node {x} still a node after the relink of {c}'s file (c: a
-# cli_nodes row, which carries its file's last_line and kept)? Reading
-# cli_base with this, rather than cli_nodes, keeps the references down.
-NOT_DROPPED = ("({c}.last_line IS NULL OR {x}.line_no >= {c}.last_line OR EXISTS ("
+NOT_DROPPED = ("({c}.last_line IS NULL OR {x}.first_line >= {c}.last_line OR EXISTS ("
                "SELECT 1 FROM json_each({c}.kept) k WHERE k.value = {x}.uuid))")
 
 # The CLI's view of each file (resume.py states the rules): cli holds its
@@ -155,7 +162,7 @@ bridged AS MATERIALIZED (
 ),
 cli_base AS MATERIALIZED (
   SELECT c.id, c.file_id, c.line_no, c.uuid, c.type, c.subtype, c.is_sidechain,
-         c.parent_uuid, c.logical_parent_uuid, c.ts_ms,
+         c.parent_uuid, c.logical_parent_uuid, c.ts_ms, {FIRST_LOADED.format(n="c")} AS first_line,
          CAST(coalesce((SELECT s.uuid FROM sent_as s WHERE s.file_id = c.file_id
                           AND s.as_uuid = c.up AND NOT s.replaced), c.up) AS TEXT) AS parent,
          c.timestamp
@@ -176,7 +183,7 @@ cli_base AS MATERIALIZED (
 -- (records.PRESERVED), the last such one, whether it is the last boundary,
 -- and its anchor.
 bounds AS MATERIALIZED (
-  SELECT n.file_id, n.line_no, {PRESERVED.format(r="r")} AS preserved
+  SELECT n.file_id, {FIRST_LOADED.format(n="n")} AS line_no, {PRESERVED.format(r="r")} AS preserved
   FROM nodes n JOIN records r ON r.id = n.id
   WHERE {COMPACT_BOUNDARY_RECORD.format(r="n")}
 ),
@@ -217,7 +224,7 @@ relinking AS MATERIALIZED (
       WHEN k.listed AND json_type(k.preserved, '$.m.uuids') IS NOT 'array' THEN '[]'
       WHEN k.listed AND NOT EXISTS (
              SELECT 1 FROM json_each(k.preserved, '$.m.uuids') j, files f
-             WHERE f.id = k.file_id AND j.type = 'text' AND NOT {IS_CLI_NODE.format(file_id="k.file_id", uuid="j.value", before="f.line_count + 1")})
+             WHERE f.id = k.file_id AND j.type = 'text' AND NOT {IS_CLI_NODE.format(file_id="k.file_id", uuid="j.value")})
         THEN (SELECT json_group_array(j.value) FROM (
                 SELECT value FROM json_each(k.preserved, '$.m.uuids')
                 WHERE type = 'text' ORDER BY CAST(key AS INTEGER)) j)
@@ -247,14 +254,14 @@ relinked AS MATERIALIZED (
                      (SELECT max(CAST(j.key AS INTEGER)) FROM json_each(k.kept) j
                       WHERE j.value = c.uuid) AS pos
               FROM cli_base c LEFT JOIN relinking k ON k.file_id = c.file_id) c) c
-  WHERE c.last_line IS NULL OR c.line_no >= c.last_line OR c.pos IS NOT NULL
+  WHERE c.last_line IS NULL OR c.first_line >= c.last_line OR c.pos IS NOT NULL
 ),
 -- cli_nodes: a user/assistant record whose parent was dropped hangs from the tail.
 cli_nodes AS MATERIALIZED (
   SELECT c.id, c.file_id, c.line_no, c.uuid, c.type, c.subtype, c.is_sidechain,
          c.parent_uuid, c.logical_parent_uuid, c.ts_ms, CAST(CASE
            WHEN c.tail IS NOT NULL AND c.type IN ('user','assistant')
-             AND {IS_CLI_NODE.format(file_id="c.file_id", uuid="c.moved", before="c.last_line")}
+             AND {IS_CLI_NODE_LOADED_BEFORE.format(file_id="c.file_id", uuid="c.moved", before="c.last_line")}
              AND NOT EXISTS (SELECT 1 FROM json_each(c.kept) j WHERE j.value = c.moved)
            THEN c.tail ELSE c.moved END AS TEXT) AS parent,
          c.timestamp, c.last_line, c.kept
@@ -263,9 +270,9 @@ cli_nodes AS MATERIALIZED (
 cli AS MATERIALIZED (
   SELECT c.*, CAST(CASE
     WHEN c.parent IS NULL THEN NULL
-    WHEN {IS_CLI_NODE.format(file_id="c.file_id", uuid="c.parent", before="f.line_count + 1")}
+    WHEN {IS_CLI_NODE.format(file_id="c.file_id", uuid="c.parent")}
       AND NOT (c.last_line IS NOT NULL
-               AND {IS_CLI_NODE.format(file_id="c.file_id", uuid="c.parent", before="c.last_line")}
+               AND {IS_CLI_NODE_LOADED_BEFORE.format(file_id="c.file_id", uuid="c.parent", before="c.last_line")}
                AND NOT EXISTS (SELECT 1 FROM json_each(c.kept) j WHERE j.value = c.parent))
       THEN c.parent
     ELSE (SELECT x.uuid FROM cli_base x

@@ -182,7 +182,18 @@ def _preserved_uuids(boundary, nodes: dict, parent: dict):
     return anchor, listed
 
 
-def relink(nodes: dict, parent: dict):
+def first_loaded(occ: list) -> dict:
+    """uuid -> the first line of it the loader loads (a user, assistant,
+    system or attachment line): where the CLI's Map holds the uuid though
+    the last line's record is its value, the order the relink reads."""
+    first: dict = {}
+    for r in occ:
+        if r.type in CLI_NODE_TYPES:
+            first.setdefault(r.uuid, r.line_no)
+    return first
+
+
+def relink(nodes: dict, parent: dict, first: dict):
     """The CLI's compaction relink, before any leaf is picked: (nodes,
     parent, tail). When the last compact boundary that says what it kept
     (records.PRESERVED) is the last boundary, the kept records hang from its
@@ -190,8 +201,13 @@ def relink(nodes: dict, parent: dict):
     hangs from the tail. When such a boundary exists, every node before the
     last boundary but the kept ones is dropped, and a user/assistant record
     whose parent was dropped hangs from the tail. ``tail``: the last kept
-    record, or None when nothing was put back."""
-    boundaries = [r for r in nodes.values() if records.is_compact_boundary(r.type, r.subtype)]
+    record, or None when nothing was put back. "Before" is in the order the
+    uuids were first loaded (``first``: first_loaded), as the CLI numbers
+    them: a copy of an earlier record written after the boundary (#92089)
+    is dropped with it."""
+    boundaries = sorted((r for r in nodes.values()
+                         if records.is_compact_boundary(r.type, r.subtype)),
+                        key=lambda r: first[r.uuid])
     keeping = [b for b in boundaries if records.preserved_of(b.preserved) is not None]
     if not keeping:
         return nodes, parent, None
@@ -213,7 +229,7 @@ def relink(nodes: dict, parent: dict):
                 if p == anchor and u != head:
                     parent[u] = tail
     keep = set(uuids)
-    dropped = {u for u, r in nodes.items() if r.line_no < last.line_no and u not in keep}
+    dropped = {u for u in nodes if first[u] < first[last.uuid] and u not in keep}
     nodes = {u: r for u, r in nodes.items() if u not in dropped}
     parent = {u: p for u, p in parent.items() if u not in dropped}
     if uuids and dropped:
@@ -233,7 +249,7 @@ def relinked_parents(occ: list) -> dict:
                          if r.type in CLI_NODE_TYPES and not r.is_unreadable),
                         key=lambda item: item[1].line_no))
     raw = {u: r.parent_uuid for u, r in nodes.items()}
-    _, parent, tail = relink(nodes, raw)
+    _, parent, tail = relink(nodes, raw, first_loaded(occ))
     if tail is None:
         return {}
     return {u: p for u, p in parent.items() if p != raw[u]}
@@ -281,7 +297,7 @@ def cli_view(occ: list, prompts: list[Prompt], nodes_all: dict, calls=None) -> C
     if renames:
         parent = {u: renames.get(p, p) for u, p in parent.items()}
     keeps = any(r.preserved for r in nodes.values())
-    nodes, parent, tail = relink(nodes, parent)
+    nodes, parent, tail = relink(nodes, parent, first_loaded(occ))
     walk_parent = dict(parent)
     for u, p in _fallbacks(nodes, parent).items():
         walk_parent[u] = p
