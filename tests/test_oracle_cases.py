@@ -297,6 +297,21 @@ def shape_skill_in_parallel(is_meta=True):
     return t.records
 
 
+def shape_skill_body_under_a_progress_record():
+    """The Skill body hangs from a progress record (written before it) that
+    hangs from the Skill's result: the loader reads the body's parent
+    through the progress record, and puts the body back with the result as
+    if it hung from it."""
+    records = shape_skill_in_parallel(is_meta=True)
+    body = next(r for r in records if r.get("sourceToolUseID") == "toolu_s")
+    progress = {"type": "progress", "uuid": u(8), "parentUuid": u(4), "isSidechain": False,
+                "sessionId": SID, "timestamp": body["timestamp"],
+                "data": {"type": "hook_progress", "hookName": "PostToolUse:Skill"}}
+    records.insert(records.index(body), progress)
+    body["parentUuid"] = u(8)
+    return records
+
+
 def shape_skill_in_parallel_meta():
     return shape_skill_in_parallel(is_meta=True)
 
@@ -439,6 +454,8 @@ EXPECTED = {
     "checkpoint_on_a_result_of_one_record_batch": (["after the results"], [], []),
     "skill_in_parallel_meta": (["after the skill and the command"], [SKILL_BODY], []),
     "skill_in_parallel_not_meta": (["after the skill and the command"], [], [SKILL_BODY]),
+    "skill_body_under_a_progress_record": (["after the skill and the command"], [SKILL_BODY],
+                                           []),
     "no_response_requested_mid": (["a real answer", "No response requested.",
                                    "the last answer"], [], []),
     "no_response_requested_tail": (["a real answer", "No response requested."], [], []),

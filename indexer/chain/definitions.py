@@ -111,6 +111,37 @@ IS_CLI_NODE_LOADED_BEFORE = IS_CLI_NODE[:-1] + (
 NOT_DROPPED = ("({c}.last_line IS NULL OR {x}.first_line >= {c}.last_line OR EXISTS ("
                "SELECT 1 FROM json_each({c}.kept) k WHERE k.value = {x}.uuid))")
 
+# bridge / bridged: the parent the loader reads a node under, climbing
+# through progress records written before it and unreadable records, which
+# it does not load (resume.bridged); each step is to an earlier line or an
+# unreadable record, and the step bound ends a cycle. In CLI_CTES and in the
+# put-back lines of ORPHANS_DEFINITION_SQL.
+BRIDGE_CTES = f"""
+bridge(file_id, uuid, up, up_line, steps) AS (
+  SELECT n.file_id, n.uuid, n.parent_uuid, n.line_no, 0 FROM nodes n
+  WHERE n.type <> 'progress' AND NOT n.is_unreadable AND EXISTS (
+    SELECT 1 FROM nodes p WHERE p.file_id = n.file_id AND p.uuid = n.parent_uuid
+      AND ((p.type = 'progress' AND p.line_no < n.line_no) OR p.is_unreadable))
+  UNION ALL
+  SELECT b.file_id, b.uuid, p.parent_uuid, p.line_no, b.steps + 1
+  FROM bridge b
+  JOIN records p ON p.file_id = b.file_id AND p.uuid = b.up
+  JOIN files f ON f.id = b.file_id
+  WHERE ((p.type = 'progress' AND p.line_no < b.up_line)
+         OR (p.is_unreadable AND p.type IN ('user','assistant')))
+    AND b.steps <= f.line_count AND {_IS_NODE.format(n="p")}
+),
+-- bridged: the end of each climb; NULL when it went round a cycle of
+-- unreadable records (the step bound).
+bridged AS MATERIALIZED (
+  SELECT b.file_id, b.uuid, CASE WHEN b.steps > f.line_count THEN NULL ELSE b.up END AS up
+  FROM (SELECT file_id, uuid, up, steps, row_number() OVER (
+               PARTITION BY file_id, uuid ORDER BY steps DESC) AS rn
+        FROM bridge) b JOIN files f ON f.id = b.file_id
+  WHERE b.rn = 1
+)
+""".strip()
+
 # The CLI's view of each file (resume.py states the rules): cli holds its
 # nodes (no progress records) with the bridged parent (read through progress
 # records written before the record; `bridge` climbs them, each step to an
@@ -137,29 +168,7 @@ sent_as AS MATERIALIZED (
                       AND e.sent_as_uuid = r.sent_as_uuid AND e.line_no < r.line_no
                       AND e.type = 'user' AND e.uuid IS NOT NULL)
 ),
-bridge(file_id, uuid, up, up_line, steps) AS (
-  SELECT n.file_id, n.uuid, n.parent_uuid, n.line_no, 0 FROM nodes n
-  WHERE n.type <> 'progress' AND NOT n.is_unreadable AND EXISTS (
-    SELECT 1 FROM nodes p WHERE p.file_id = n.file_id AND p.uuid = n.parent_uuid
-      AND ((p.type = 'progress' AND p.line_no < n.line_no) OR p.is_unreadable))
-  UNION ALL
-  SELECT b.file_id, b.uuid, p.parent_uuid, p.line_no, b.steps + 1
-  FROM bridge b
-  JOIN records p ON p.file_id = b.file_id AND p.uuid = b.up
-  JOIN files f ON f.id = b.file_id
-  WHERE ((p.type = 'progress' AND p.line_no < b.up_line)
-         OR (p.is_unreadable AND p.type IN ('user','assistant')))
-    AND b.steps <= f.line_count AND {_IS_NODE.format(n="p")}
-),
--- bridged: the end of each climb; NULL when it went round a cycle of
--- unreadable records (the step bound).
-bridged AS MATERIALIZED (
-  SELECT b.file_id, b.uuid, CASE WHEN b.steps > f.line_count THEN NULL ELSE b.up END AS up
-  FROM (SELECT file_id, uuid, up, steps, row_number() OVER (
-               PARTITION BY file_id, uuid ORDER BY steps DESC) AS rn
-        FROM bridge) b JOIN files f ON f.id = b.file_id
-  WHERE b.rn = 1
-),
+{BRIDGE_CTES},
 cli_base AS MATERIALIZED (
   SELECT c.id, c.file_id, c.line_no, c.uuid, c.type, c.subtype, c.is_sidechain,
          c.parent_uuid, c.logical_parent_uuid, c.ts_ms, {FIRST_LOADED.format(n="c")} AS first_line,
@@ -905,6 +914,16 @@ LEAF_ANCESTRY_DEFINITION_SQL = (
 # step here reads it ("no such table: main.scope_files").
 ORPHANS_DEFINITION_SQL = f"""
 WITH RECURSIVE {NODES_CTES},
+{BRIDGE_CTES},
+-- loaded: the nodes the loader loads (no progress, no unreadable records),
+-- each with the parent it reads it under (bridged): what the put-back
+-- lines follow (derive._orphans, walk.put_back_with_results).
+loaded AS MATERIALIZED (
+  SELECT n.file_id, n.uuid, n.type, n.subtype, n.is_meta, n.is_tool_result, n.is_sidechain,
+         CAST(CASE WHEN b.uuid IS NOT NULL THEN b.up ELSE n.parent_uuid END AS TEXT) AS parent
+  FROM nodes n LEFT JOIN bridged b ON b.file_id = n.file_id AND b.uuid = n.uuid
+  WHERE n.type <> 'progress' AND NOT n.is_unreadable
+),
 on_chain AS MATERIALIZED (
   SELECT a.file_id, a.uuid, a.depth FROM leaf_ancestry a
   JOIN scope_files f ON f.file_id = a.file_id
@@ -978,7 +997,7 @@ anchors AS MATERIALIZED (
   UNION
   SELECT t.file_id, t.uuid, t.is_sidechain FROM batches b
   JOIN nodes n ON n.file_id = b.file_id AND n.message_id = b.message_id AND n.type = 'assistant'
-  JOIN nodes t ON t.file_id = n.file_id AND t.parent_uuid = n.uuid
+  JOIN loaded t ON t.file_id = n.file_id AND t.parent = n.uuid
   WHERE t.type = 'user' AND t.is_tool_result
   UNION
   SELECT n.file_id, n.uuid, n.is_sidechain FROM batches b
@@ -986,27 +1005,36 @@ anchors AS MATERIALIZED (
   JOIN nodes n ON n.file_id = a.file_id AND n.uuid = a.uuid
   WHERE {COMPANION_RECORD.format(r="n")}
 ),
-line(file_id, start, side, uuid, steps) AS (
-  SELECT c.file_id, c.uuid, p.is_sidechain, c.uuid, 0
-  FROM anchors p JOIN nodes c ON c.file_id = p.file_id AND c.parent_uuid = p.uuid
+-- line: from each anchor down its loaded children while they are companion
+-- records of its side off the chain. A progress record, or an unreadable
+-- record, is passed through (through = 1: not loaded, no link of the line)
+-- to what hangs from it, from a progress record only to the lines written
+-- after it (line_no), as resume.bridged reads parents.
+line(file_id, start, side, uuid, steps, through, line_no) AS (
+  SELECT c.file_id, c.uuid, p.is_sidechain, c.uuid, 0, 0, NULL
+  FROM anchors p JOIN loaded c ON c.file_id = p.file_id AND c.parent = p.uuid
   WHERE {COMPANION_RECORD.format(r="c")} AND c.is_sidechain = p.is_sidechain
     AND NOT EXISTS (SELECT 1 FROM on_chain a WHERE a.file_id = c.file_id AND a.uuid = c.uuid)
   UNION ALL
-  SELECT c.file_id, w.start, w.side, c.uuid, w.steps + 1
+  SELECT c.file_id, w.start, w.side, c.uuid, w.steps + 1,
+         c.type = 'progress' OR c.is_unreadable, CASE WHEN c.type = 'progress' THEN c.line_no END
   FROM line w
   JOIN records c ON c.file_id = w.file_id AND c.parent_uuid = w.uuid
   JOIN files b ON b.id = w.file_id
-  WHERE w.steps <= b.line_count AND {COMPANION_RECORD.format(r="c")}
-    AND c.is_sidechain = w.side AND {_IS_NODE.format(n="c")}
-    AND NOT EXISTS (SELECT 1 FROM leaf_ancestry_cache a WHERE a.file_id = c.file_id
-                    AND a.rule = 'resume' AND a.uuid = c.uuid)
+  WHERE w.steps <= b.line_count AND {_IS_NODE.format(n="c")}
+    AND (w.line_no IS NULL OR c.line_no > w.line_no)
+    AND (c.type = 'progress' OR (c.is_unreadable AND c.type IN ('user','assistant'))
+         OR ({COMPANION_RECORD.format(r="c")} AND c.is_sidechain = w.side
+             AND NOT EXISTS (SELECT 1 FROM leaf_ancestry_cache a WHERE a.file_id = c.file_id
+                             AND a.rule = 'resume' AND a.uuid = c.uuid)))
 ),
-lines AS MATERIALIZED (SELECT * FROM line),
+lines AS MATERIALIZED (SELECT * FROM line WHERE NOT through),
 -- loose: the records neither on the chain nor parallel (what a line meets
 -- below a link), with whether each could go on a line.
 loose AS MATERIALIZED (
-  SELECT c.file_id, c.parent_uuid, c.is_sidechain, {COMPANION_RECORD.format(r="c")} AS companion
-  FROM nodes c
+  SELECT c.file_id, c.parent AS parent_uuid, c.is_sidechain,
+         {COMPANION_RECORD.format(r="c")} AS companion
+  FROM loaded c
   WHERE NOT EXISTS (SELECT 1 FROM on_chain a WHERE a.file_id = c.file_id AND a.uuid = c.uuid)
     AND NOT EXISTS (SELECT 1 FROM parallel q WHERE q.file_id = c.file_id AND q.uuid = c.uuid)
 ),

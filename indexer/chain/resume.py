@@ -119,7 +119,7 @@ class CliView:
     calls: object = None          # Rec -> Calls (kin's tool facts, read when needed)
 
 
-def _bridged(n, records: dict) -> str | None:
+def bridged(n, records: dict) -> str | None:
     """n's parent, read through progress records written before it and
     through unreadable records; None when those go round a cycle."""
     p, line, seen = n.parent_uuid, n.line_no, set()
@@ -293,7 +293,7 @@ def cli_view(occ: list, prompts: list[Prompt], nodes_all: dict, calls=None) -> C
                          if r.type in CLI_NODE_TYPES and not r.is_unreadable
                          and r.id not in replaced),
                         key=lambda item: item[1].line_no))
-    parent = {u: _bridged(r, nodes_all) for u, r in nodes.items()}
+    parent = {u: bridged(r, nodes_all) for u, r in nodes.items()}
     if renames:
         parent = {u: renames.get(p, p) for u, p in parent.items()}
     keeps = any(r.preserved for r in nodes.values())

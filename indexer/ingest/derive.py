@@ -181,8 +181,16 @@ def _orphans(session_id, nodes: dict[str, Rec], resume_chain, message, boundary_
         return u in on_chain or chain.is_parallel(
             n, nodes.get(n.parent_uuid), chain_messages.__contains__)
 
+    # The put-back lines follow the parents the loader loads: through
+    # progress and unreadable records (resume.bridged), which it does not load.
+    loaded_children: dict[str, list[Rec]] = {}
+    for n in nodes.values():
+        if n.type != "progress" and not n.is_unreadable:
+            p = resume.bridged(n, nodes)
+            if p is not None:
+                loaded_children.setdefault(p, []).append(n)
     with_result = chain.put_back_with_results(
-        resume_chain, nodes, lambda u: children_of.get(u, ()), is_visited)
+        resume_chain, nodes, lambda u: loaded_children.get(u, ()), is_visited)
 
     off = [n for n in nodes.values() if n.uuid not in on_chain]
     parents = {n.uuid: n.eff_parent for n in off}

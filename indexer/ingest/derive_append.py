@@ -331,7 +331,7 @@ def _lazy_view(g: _Graph, scanned: resume.Scanned) -> resume.CliView:
 
     def parent(u):
         r = node(u)
-        return _ABSENT if r is _ABSENT else resume._bridged(r, g)
+        return _ABSENT if r is _ABSENT else resume.bridged(r, g)
 
     def walk_parent(u):
         p = parent(u)
@@ -690,13 +690,30 @@ class _WithResult:
             r, self.g.get(r.parent_uuid), self.in_chain_messages)
 
     def children(self, uuid: str) -> list[Rec]:
-        """The nodes whose parent_uuid is uuid (the last line of each)."""
-        out = {}
-        for c in self.g.children(uuid):
-            n = self.g.get(c.uuid)
-            if n is not None and n.parent_uuid == uuid:
-                out[n.uuid] = n
+        """The nodes the loader loads under uuid (the last line of each):
+        those whose parent_uuid is uuid, and through the progress records
+        (to the lines written after each) and unreadable records that hang
+        from it, which it does not load (resume.bridged)."""
+        out, todo, seen = {}, [(uuid, None)], {uuid}
+        while todo:
+            p, after = todo.pop()
+            for c in self.g.children(p):
+                n = self.g.get(c.uuid)
+                if n is None or n.parent_uuid != p or (after is not None and n.line_no <= after):
+                    continue
+                if n.type == "progress" or n.is_unreadable:
+                    if n.uuid not in seen:
+                        if len(seen) > LINE_BOUND:
+                            raise Bail("many progress records below a record")
+                        seen.add(n.uuid)
+                        todo.append((n.uuid, n.line_no if n.type == "progress" else None))
+                else:
+                    out[n.uuid] = n
         return list(out.values())
+
+    def loaded_parent(self, r: Rec) -> Rec | None:
+        """The record the loader reads r under (resume.bridged)."""
+        return self.g.get(resume.bridged(r, self.g))
 
     def open_companion(self, r: Rec | None) -> bool:
         return r is not None and chain.is_companion(r) and not self.on_chain(r.uuid)
@@ -704,7 +721,7 @@ class _WithResult:
     def start_of(self, r: Rec) -> Rec:
         """The top of the off-chain companion records r hangs below."""
         for _ in range(LINE_BOUND):
-            p = self.g.get(r.parent_uuid)
+            p = self.loaded_parent(r)
             if not self.open_companion(p) or p.uuid == r.uuid:
                 return r
             r = p
@@ -768,7 +785,7 @@ class _WithResult:
         if not self.open_companion(o):
             return False
         start = self.start_of(o)
-        anchor = self.g.get(start.parent_uuid)
+        anchor = self.loaded_parent(start)
         line = []
         if anchor is not None and anchor.uuid != start.uuid:
             line = chain.companion_line(start, anchor, self.children, lambda u: self.visited(self.g.get(u)))
@@ -812,7 +829,7 @@ class _WithResult:
                 for c in self.children(a.uuid):
                     changed.append(c)
         for z in changed:
-            for x in (z, g.get(z.parent_uuid)):
+            for x in (z, self.loaded_parent(z)):
                 if self.open_companion(x) and g.is_old(x):
                     for r in self.below(self.start_of(x)):
                         if g.is_old(r):
