@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections import namedtuple
 
 from indexer.chain.definitions import API_ERROR_SPLICES_SQL, TRANSCRIPT_KINDS
-from indexer.signals import verdict
+from indexer.signals import unwritten, verdict
 from indexer.transcripts import records
 from indexer.transcripts.records import SYNTHETIC_RECORD
 from indexer.transcripts.retention import DEFAULT_DAYS as DEFAULT_RETENTION_DAYS
@@ -170,6 +170,12 @@ def _verdict_row(verdict_: str, label: str, detail: str, main_files: str = "",
                      link=f"verdict={verdict_}")
 
 
+# The sessions with evidence outside their transcript (history.jsonl, a
+# session folder): the only ones a loaded transcript can be missing for
+# (stopped_writing).
+_WITH_EVIDENCE = ("SELECT session_id FROM history_prompts UNION "
+                  "SELECT session_id FROM session_folders")
+
 SESSION_VERDICTS = SignalView(
     "session_verdicts",
     "The verdict of every session on every host: will a resume work, and if not, why and "
@@ -178,9 +184,9 @@ SESSION_VERDICTS = SignalView(
                        "main_file_rule); empty when the session has no main transcript",
      "path": "the path of file_id",
      "verdict": "missing, poisoned, spliced or resumable (check's exit codes 4, 5, 6, 0)",
-     "cause": "why, in one word: never_seen, subagents_only, not_named, no_messages, "
-              "deleted; synthetic_tail, synthetic_tail_uncuttable; api_error_splice; "
-              "real_tail, store_copy",
+     "cause": "why, in one word: never_seen, never_written, subagents_only, not_named, "
+              "no_messages, husk, stopped_writing, deleted; synthetic_tail, "
+              "synthetic_tail_uncuttable; api_error_splice; real_tail, store_copy",
      "reason": "the sentence check prints",
      "fix": "the command (or step) that fixes it; empty when resumable",
      "tail_uuid": "the last assistant record on the resume chain",
@@ -199,7 +205,8 @@ VERDICTS = ProblemClass(
     "else start a new session (session-index check SESSION_ID explains)",
     health=(
         _verdict_row("missing", "Missing: a resume opens no transcript", "cause",
-                     narrow=verdict.NOT_LOADED_TEMPLATE.format(rule="main_file_rule")),
+                     narrow="(" + verdict.NOT_LOADED_TEMPLATE.format(rule="main_file_rule")
+                     + f" OR session_id IN ({_WITH_EVIDENCE}))"),
         _verdict_row("poisoned", "Poisoned: a resume names an id the API refuses",
                      "'previous_message_id ' || coalesce(tail_message_id, '?')",
                      "SELECT r.file_id FROM records r WHERE "
@@ -849,9 +856,79 @@ COMPACTIONS = ProblemClass(
                       link=f"compactions__gt={COMPACTIONS_MORE_THAN}"),))
 
 
+# --- unwritten: transcripts never written, stopped, or deleted with their folder left ----
+
+# unwritten_transcripts: signals/unwritten.py's definition (the verdict reads
+# the same causes for one session), at the clock.
+
+# unwritten: sessions whose transcript was never written, stopped being
+# written or was deleted while its folder lived on; :cause narrows to one
+# cause (blank: all); the newest evidence first.
+UNWRITTEN_QUERY_SQL = """
+SELECT * FROM unwritten_transcripts
+WHERE cause = coalesce(nullif(:cause, ''), cause)
+ORDER BY evidence_at DESC, session_id
+""".strip()
+
+UNWRITTEN_TRANSCRIPTS = SignalView(
+    "unwritten_transcripts",
+    "Sessions that ran while their transcript was not written: never written, stopped "
+    "(prompts in history.jsonl or tool results after its newest record), or deleted while "
+    "its session folder's tool results survive (anthropics/claude-code #91284, #76829, "
+    "#79369, #70219, #53417, #95403).",
+    {"cause": "never_written (no transcript ever indexed, yet prompts within the cleanup "
+              "period or tool results say the session ran), husk (the transcript deleted, "
+              "its folder's tool results left: not the cleanup) or stopped_writing (prompts "
+              "or tool results more than "
+              f"{unwritten.STOPPED_AFTER_MINUTES} minutes after the transcript's newest record)",
+     "project": "the working directory of its last prompt in history.jsonl",
+     "path": "its main transcript, when the index holds one",
+     "last_message_at": f"that transcript's newest record, {TS}",
+     "prompts": "its prompts in history.jsonl (slash commands, ! and # lines left out)",
+     "first_prompt_at": f"the first of them, {TS}",
+     "last_prompt_at": f"the last of them, {TS}",
+     "folder": "its session folder (<project>/<session id>/) on disk",
+     "tool_results": "files in the folder's tool-results/",
+     "subagent_files": "files in the folder's subagents/",
+     "workflow_files": "files in the folder's workflows/",
+     "last_sidecar_at": f"the newest file's mtime in tool-results/ and workflows/, {TS}",
+     "evidence_at": f"the newest of last_prompt_at and last_sidecar_at, {TS}",
+     "reason": "the sentence check prints",
+     "host": "'' (this machine: history.jsonl and the folders are read where ingest runs)"},
+    common=("session_id",), template=unwritten.UNWRITTEN_TRANSCRIPTS_TEMPLATE,
+    view_args={"now": CLOCK}, facets=("cause",))
+
+UNWRITTEN = ProblemClass(
+    "unwritten", UNWRITTEN_TRANSCRIPTS, NOW,
+    "the transcript holds nothing after the time it names: start a new session (its prompts "
+    "are in history.jsonl: the prompts and project columns); a husk: session-index restore "
+    "SESSION_ID; to keep the next ones, set CLAUDE_CODE_FORCE_SESSION_PERSISTENCE=1 where "
+    "Claude Code runs in tmux or another multiplexer, and watch for its \"Transcript saving "
+    "is off\" warning (2.1.217 and newer)",
+    listing=Listing(
+        "unwritten",
+        "Sessions that ran while their transcript was not written: never written (prompts "
+        "in history.jsonl within the cleanup period, or tool results, but no transcript), "
+        "stopped (prompts or tool results after its newest record), or a husk (deleted "
+        "while its folder's tool results survive).",
+        "session-index unwritten --json",
+        order_by="evidence_at DESC, session_id", now=True, args={"now": ":now"}),
+    query=CannedQuery("unwritten", "Transcripts never written or stopped",
+                      "Sessions that ran while Claude Code wrote no transcript of them.",
+                      UNWRITTEN_QUERY_SQL),
+    health=(
+        HealthRow("Transcripts never written (history.jsonl, session folders)",
+                  at="evidence_at", detail="cause || ': ' || coalesce(project, folder, '')",
+                  where="cause IN ('never_written', 'husk')", link="cause__in=never_written,husk"),
+        HealthRow("Transcripts that stopped while the session went on",
+                  at="evidence_at", detail="'stopped at ' || last_message_at",
+                  where="cause = 'stopped_writing'", link="cause=stopped_writing"),
+    ))
+
+
 # --- Every class, in the health page's order -----------------------------------
 
-CLASSES = (VERDICTS, POISONED, SPLICED, FAILED, STALE, EXPIRING, LEAVES_DISAGREE, *ORPHANS, CHAIN_BREAKS,
+CLASSES = (VERDICTS, POISONED, SPLICED, UNWRITTEN, FAILED, STALE, EXPIRING, LEAVES_DISAGREE, *ORPHANS, CHAIN_BREAKS,
            DUPLICATE_UUIDS, BAD_LINES, DIVERGED_COPIES, DELETED_TRANSCRIPTS, COMPACTIONS)
 # Every view declared here, in the order they are created: executions (no
 # class's own: the classes read it), then each class's own.
