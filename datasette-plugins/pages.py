@@ -77,6 +77,12 @@ SESSION_PROMPTS_SQL = """
 SELECT timestamp, project, display FROM history_prompts
 WHERE session_id = :session_id AND error IS NULL ORDER BY timestamp, id
 """.strip()
+# Its forks and what it was forked from (session_forks), the parent first.
+SESSION_FORKS_SQL = """
+SELECT session_id, kind, parent_session_id, link, copied_records, foreign_records, forked_at
+FROM session_forks WHERE session_id = :session_id OR parent_session_id = :session_id
+ORDER BY session_id <> :session_id, forked_at, session_id
+""".strip()
 # Its row of unwritten_transcripts, when it has one.
 SESSION_UNWRITTEN_SQL = "SELECT * FROM unwritten_transcripts WHERE session_id = :session_id"
 DOWNLOAD_FILE_SQL = """
@@ -269,6 +275,10 @@ async def session_page(datasette, request):
         "prompts": prompts,
         "unwritten": unwritten,
         "unwritten_url": datasette.urls.table(name, "unwritten_transcripts"),
+        "forks": [dict(r, url=datasette.urls.path(session_path(
+            r["parent_session_id"] if r["session_id"] == session_id else r["session_id"])))
+            for r in await db.execute(SESSION_FORKS_SQL, params)],
+        "forks_url": datasette.urls.table(name, "session_forks"),
     })
 
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections import namedtuple
 
 from indexer.chain.definitions import API_ERROR_SPLICES_SQL, TRANSCRIPT_KINDS
-from indexer.signals import unwritten, verdict
+from indexer.signals import forks, unwritten, verdict
 from indexer.transcripts import records
 from indexer.transcripts.records import SYNTHETIC_RECORD
 from indexer.transcripts.retention import DEFAULT_DAYS as DEFAULT_RETENTION_DAYS
@@ -926,10 +926,74 @@ UNWRITTEN = ProblemClass(
     ))
 
 
+# --- forks: transcripts copied from another session, and empty forks -------------
+
+# session_forks: signals/forks.py's definition.
+
+# forks: forks and empty forks, with their parent; :session_id narrows to the
+# forks of that session and the session itself (blank: all).
+FORKS_QUERY_SQL = """
+SELECT * FROM session_forks
+WHERE coalesce(nullif(:session_id, ''), session_id) IN (session_id, parent_session_id)
+ORDER BY kind = 'empty' DESC, forked_at DESC, session_id
+""".strip()
+
+SESSION_FORKS = SignalView(
+    "session_forks",
+    "Main transcripts that begin with records copied from another session (a fork: "
+    "/branch, --fork-session, a desktop fork), with the session they came from, and empty "
+    "forks holding only title rows (anthropics/claude-code #95234, #85875).",
+    {"path": "the fork's transcript",
+     "kind": "fork (records copied from another session) or empty (only ai-title, "
+             "custom-title and agent-name rows: a fork that copied nothing, #85875)",
+     "parent_session_id": "the session it was copied from (links to the session page)",
+     "link": "what says so: forked_from (the records' forkedFrom.sessionId: /branch), "
+             "copied_session_id (the copies keep the parent's sessionId: a desktop fork, "
+             "#95234), request_session_id (the copied replies' requestSessionId: "
+             "--fork-session)",
+     "parent_file_id": "the parent's main transcript (sessions.main_file_id), when indexed",
+     "copied_records": "its records whose uuid is in a main transcript of the parent",
+     "foreign_records": "its records whose sessionId is not the file's: a viewer or export "
+                        "filtering by sessionId puts them under the parent (#95234); the "
+                        "index keeps them with this session",
+     "forked_at": f"its first message not copied from the parent, {TS}",
+     "records": "records in the fork's transcript",
+     "host": "the host of file_id ('' for this machine)"},
+    common=("file_id", "session_id"), sql=forks.SESSION_FORKS_SQL,
+    facets=("kind", "link"))
+
+FORKS = ProblemClass(
+    "forks", SESSION_FORKS, HISTORY,
+    "a fork is read whole here whatever sessionId its records carry (session page, export, "
+    "search); an empty fork holds no conversation: resume the parent (parent_session_id, "
+    "when known) or fork it again from the CLI (claude --resume PARENT --fork-session)",
+    listing=Listing(
+        "forks",
+        "Main transcripts copied from another session (forks: /branch, --fork-session, "
+        "desktop forks whose copies keep the parent's sessionId) with their parent, and empty "
+        "forks holding only title rows.",
+        "session-index forks --json",
+        order_by="kind = 'empty' DESC, forked_at DESC, session_id"),
+    query=CannedQuery("forks", "Forks and their parents",
+                      "Transcripts copied from another session, and empty forks; "
+                      ":session_id narrows to one session's forks.",
+                      FORKS_QUERY_SQL),
+    health=(
+        HealthRow("Empty forks: only title rows, no conversation",
+                  at="(SELECT f.mtime FROM files f WHERE f.id = session_forks.file_id)",
+                  detail="path", where="kind = 'empty'", link="kind=empty", severity=NOW),
+        HealthRow("Forks: records copied from another session",
+                  at="forked_at",
+                  detail="'from ' || parent_session_id || ' (' || link || '), ' || "
+                         "foreign_records || ' records under its id'",
+                  where="kind = 'fork'", link="kind=fork"),
+    ))
+
+
 # --- Every class, in the health page's order -----------------------------------
 
 CLASSES = (VERDICTS, POISONED, SPLICED, UNWRITTEN, FAILED, STALE, EXPIRING, LEAVES_DISAGREE, *ORPHANS, CHAIN_BREAKS,
-           DUPLICATE_UUIDS, BAD_LINES, DIVERGED_COPIES, DELETED_TRANSCRIPTS, COMPACTIONS)
+           DUPLICATE_UUIDS, BAD_LINES, DIVERGED_COPIES, DELETED_TRANSCRIPTS, COMPACTIONS, FORKS)
 # Every view declared here, in the order they are created: executions (no
 # class's own: the classes read it), then each class's own.
 SIGNAL_VIEWS = (EXECUTIONS, *(c.view for c in CLASSES if not isinstance(c.view, str)))
