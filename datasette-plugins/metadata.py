@@ -792,6 +792,20 @@ TABLES = {
             scanned_at="when it was last scanned, ISO-8601 UTC",
             deleted_at="when it was found gone, ISO-8601 UTC"),
     },
+    "session_links": {
+        "description": "What Claude Code's background jobs' state says of a session's parent: "
+                       "<config dir>/jobs/<id>/state.json (forkParentSessionId), one row per "
+                       "state file as last read (ingest/sidecars.py).",
+        "columns": dict(
+            id="session_links.id", path="the state file's path",
+            session_id="the fork (forkSessionId, else sessionId; links to the session page)",
+            parent_session_id="the session it was forked from (forkParentSessionId)",
+            boundary_at="forkBoundaryAt: the parent's last record the fork was to copy, "
+                        "ISO-8601 UTC",
+            mtime="the state file's mtime, ISO-8601 UTC",
+            scanned_at="when it was last read, ISO-8601 UTC",
+            deleted_at="when it was found gone, ISO-8601 UTC"),
+    },
     "store_keys": {
         "description": "Per SessionStore copy: its last append time and the SDK's session "
                        "summary.",

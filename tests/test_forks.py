@@ -45,7 +45,7 @@ EXPECTED = {  # session: (kind, parent, link)
     FORK_OF_FORK: ("fork", FORK1, "request_session_id"),
     BRANCH: ("fork", BRANCHED, "forked_from"),
     DESKTOP: ("fork", PARENT, "copied_session_id"),
-    EMPTY: ("empty", None, None),
+    EMPTY: ("empty", BRANCH, "job_state"),   # the job's state.json names its parent
 }
 
 
@@ -84,6 +84,13 @@ def world(tmp_path, monkeypatch):
     (proj / f"{DESKTOP}.jsonl").write_text(desktop_fork(
         (proj / f"{PARENT}.jsonl").read_text(), (proj / f"{FORK1}.jsonl").read_text()))
     (proj / f"{EMPTY}.jsonl").write_text(empty_fork((proj / f"{BRANCH}.jsonl").read_text()))
+    job = config / "jobs" / EMPTY[:8]   # #85875: "state.json still records forkParentSessionId"
+    job.mkdir(parents=True)
+    (job / "state.json").write_text(json.dumps({   # the fields 2.1.332's job state carries
+        "state": "working", "sessionId": EMPTY, "resumeSessionId": EMPTY,
+        "daemonShort": EMPTY[:8], "cwd": "/tmp/work", "forkSourceAlive": True,
+        "forkBoundaryAt": "2026-12-03T18:36:32.869Z", "forkSessionId": EMPTY,
+        "forkParentSessionId": BRANCH, "createdAt": "2026-12-03T18:40:00.000Z"}))
     monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(config))
     monkeypatch.setenv("SESSION_INDEX_MANAGED_SETTINGS", str(tmp_path / "managed.json"))
     db = open_db(tmp_path / "index.db")

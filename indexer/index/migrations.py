@@ -1149,3 +1149,20 @@ def m035_history_and_session_folders(db):
           first_mtime TEXT, last_sidecar_at TEXT, last_mtime TEXT, scanned_at TEXT,
           deleted_at TEXT)""")
     db.execute("CREATE INDEX session_folders_session ON session_folders(session_id)")
+
+
+@migrations()
+def m036_session_links(db):
+    # What Claude Code's session state says of a session's parent: the
+    # background jobs' <config dir>/jobs/<id>/state.json (forkParentSessionId,
+    # forkBoundaryAt: anthropics/claude-code#85875, where the fork's
+    # transcript holds no copy to say so). One row per state file, as last
+    # read: session_id (forkSessionId, else sessionId), parent_session_id,
+    # boundary_at, mtime (ISO-8601 UTC), scanned_at; deleted_at when gone.
+    db.execute("""
+        CREATE TABLE session_links (
+          id INTEGER PRIMARY KEY, path TEXT NOT NULL UNIQUE, session_id TEXT NOT NULL,
+          parent_session_id TEXT NOT NULL, boundary_at TEXT, mtime TEXT, scanned_at TEXT,
+          deleted_at TEXT)""")
+    db.execute("CREATE INDEX session_links_session ON session_links(session_id)")
+    db.execute("CREATE INDEX session_links_parent ON session_links(parent_session_id)")

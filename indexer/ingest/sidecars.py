@@ -290,14 +290,77 @@ def scan_folders(db, roots: list[str]) -> list[str]:
     return new
 
 
+# --- the background jobs' state: a fork's parent -----------------------------
+
+JOBS_DIR = "jobs"
+LINKS_UNDER_SQL = """
+SELECT path, deleted_at FROM session_links WHERE path >= :prefix AND path < :prefix || x'ff'
+""".strip()
+UPSERT_LINK_SQL = """
+INSERT INTO session_links (path, session_id, parent_session_id, boundary_at, mtime, scanned_at,
+  deleted_at)
+VALUES (:path, :session_id, :parent_session_id, :boundary_at, :mtime, :scanned_at, NULL)
+ON CONFLICT(path) DO UPDATE SET session_id = excluded.session_id,
+  parent_session_id = excluded.parent_session_id, boundary_at = excluded.boundary_at,
+  mtime = excluded.mtime, scanned_at = excluded.scanned_at, deleted_at = NULL
+""".strip()
+LINK_GONE_SQL = "UPDATE session_links SET deleted_at = ? WHERE path = ? AND deleted_at IS NULL"
+
+
+def job_link(path: str) -> dict | None:
+    """A session_links row from a job's state.json (2.1.332: ``sessionId``,
+    ``forkSessionId`` the fork, ``forkParentSessionId`` the session it was
+    forked from, ``forkBoundaryAt``), or None when it names no parent."""
+    try:
+        with open_regular(path) as f:
+            state = json.loads(f.read(1 << 20).decode("utf-8"))
+            mtime = iso(os.fstat(f.fileno()).st_mtime)
+    except (OSError, NotRegular, ValueError, UnicodeDecodeError, RecursionError):
+        return None
+    if not isinstance(state, dict):
+        return None
+    child = state.get("forkSessionId") or state.get("sessionId")
+    parent = state.get("forkParentSessionId")
+    if not (isinstance(child, str) and isinstance(parent, str) and child and parent
+            and child != parent):
+        return None
+    at = state.get("forkBoundaryAt")
+    return {"path": path, "session_id": child, "parent_session_id": parent,
+            "boundary_at": at if isinstance(at, str) else None, "mtime": mtime,
+            "scanned_at": utcnow()}
+
+
+def scan_jobs(db, config_dir: str) -> None:
+    """Bring session_links up to date with ``<config_dir>/jobs/*/state.json``."""
+    conn = db.conn
+    jobs = os.path.join(config_dir, JOBS_DIR)
+    try:
+        names = sorted(os.listdir(jobs))
+    except OSError:
+        names = []
+    links = [r for r in (job_link(os.path.join(jobs, n, "state.json")) for n in names) if r]
+    prefix = jobs + os.sep
+    known = dict_rows(conn, LINKS_UNDER_SQL, {"prefix": prefix})
+    if not links and not known:
+        return
+    with write_lock(db):
+        for r in links:
+            conn.execute(UPSERT_LINK_SQL, r)
+        seen = {r["path"] for r in links}
+        for r in known:
+            if r["path"] not in seen and r["deleted_at"] is None:
+                conn.execute(LINK_GONE_SQL, [utcnow(), r["path"]])
+
+
 def refresh(db, scanned_roots: list[str], config_dir=None) -> list[str]:
-    """After an ingest of ``scanned_roots``: their history files read and
-    their session folders scanned; the session ids seen for the first time
-    (a new folder, or a first prompt)."""
+    """After an ingest of ``scanned_roots``: their history files read, their
+    session folders and their config dir's job states scanned; the session
+    ids seen for the first time (a new folder, or a first prompt)."""
     before = _prompted(db)
     new = scan_folders(db, scanned_roots)
     for path in history_paths(scanned_roots, config_dir):
         ingest_history(db, path, os.path.dirname(path))
+        scan_jobs(db, os.path.dirname(path))
     new += sorted(_prompted(db) - before)
     return list(dict.fromkeys(new))
 

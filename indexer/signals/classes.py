@@ -950,7 +950,8 @@ SESSION_FORKS = SignalView(
      "link": "what says so: forked_from (the records' forkedFrom.sessionId: /branch), "
              "copied_session_id (the copies keep the parent's sessionId: a desktop fork, "
              "#95234), request_session_id (the copied replies' requestSessionId: "
-             "--fork-session)",
+             "--fork-session), job_state (the background job's state.json: "
+             "forkParentSessionId, session_links)",
      "parent_file_id": "the parent's main transcript (sessions.main_file_id), when indexed",
      "copied_records": "its records whose uuid is in a main transcript of the parent",
      "foreign_records": "its records whose sessionId is not the file's: a viewer or export "

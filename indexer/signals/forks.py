@@ -26,7 +26,10 @@ carries. What the records say of the parent, as Claude Code writes it:
   holding only ``ai-title`` / ``custom-title`` / ``agent-name`` rows, no
   conversation (``kind`` ``empty``; a resume of it starts cold: the verdict's
   ``no_messages``). 2.1.169 wrote the same stub for sessions it never wrote
-  (#66486): the rows cannot tell the two apart, and no parent is named.
+  (#66486): the rows cannot tell the two apart and name no parent; the
+  background job's ``state.json`` does (``forkParentSessionId``: the
+  session_links table, ingest/sidecars.py; ``link`` ``job_state``), for any
+  fork whose records do not.
 
 The parent is read from the file's first user and first assistant record
 (copies come first), so the view reads a few records a transcript.
@@ -48,8 +51,9 @@ def _text(raw: str, path: str) -> str:
 # session_forks: one row per main transcript that is a fork or an empty fork:
 #   file_id, session_id, path: the fork's transcript and its session
 #   kind: fork (records copied from another session) or empty (title rows only)
-#   parent_session_id, link: the session it was copied from and the field that
-#     says so (forked_from, copied_session_id, request_session_id; NULL for empty)
+#   parent_session_id, link: the session it was copied from and what says so
+#     (forked_from, copied_session_id, request_session_id: its records;
+#     job_state: the background job's state.json, session_links; else NULL)
 #   parent_file_id: the parent's main transcript (sessions.main_file_id), when indexed
 #   copied_records: its records whose uuid is in a main transcript of the parent
 #   foreign_records: its records whose sessionId is not the file's (a filter
@@ -85,12 +89,17 @@ judged AS (
       WHEN user_session_id <> session_id THEN user_session_id
       WHEN assistant_session_id <> session_id THEN assistant_session_id
       WHEN request_session_id <> session_id THEN request_session_id
+      ELSE (SELECT l.parent_session_id FROM session_links l
+            WHERE l.session_id = linked.session_id AND l.deleted_at IS NULL
+            ORDER BY l.mtime DESC, l.id DESC LIMIT 1)
     END AS parent_session_id,
     CASE
       WHEN coalesce(forked_from, assistant_forked_from) <> session_id THEN 'forked_from'
       WHEN user_session_id <> session_id OR assistant_session_id <> session_id
         THEN 'copied_session_id'
       WHEN request_session_id <> session_id THEN 'request_session_id'
+      WHEN EXISTS (SELECT 1 FROM session_links l WHERE l.session_id = linked.session_id
+                   AND l.deleted_at IS NULL) THEN 'job_state'
     END AS link,
     first_user IS NULL AND first_assistant IS NULL AND EXISTS (
       SELECT 1 FROM records t WHERE t.file_id = linked.file_id AND t.type IN {_TITLES}) AS empty
