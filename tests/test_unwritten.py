@@ -280,3 +280,31 @@ def test_no_finding_on_real_transcripts(tmp_path):
     assert rows(db, "SELECT count(*) AS n FROM session_verdicts WHERE cause IN "
                     "('never_written', 'husk', 'stopped_writing')")[0]["n"] == 0
     assert unwritten.STOPPED_AFTER_MINUTES == 5
+
+
+def test_session_folders_are_kept_current_without_writing_when_unchanged(world):
+    db, proj = world["db"], world["proj"]
+    before = rows(db, "SELECT * FROM session_folders ORDER BY path")
+    changes = db.conn.total_changes
+    ingest(db, [str(world["projects"])])
+    assert rows(db, "SELECT * FROM session_folders ORDER BY path") == before
+    assert db.conn.total_changes - changes <= 2   # the run's end (record_kinds), no folder
+    (proj / NEVER_FOLDER / "tool-results" / "toolu_02XYZ.txt").write_text("z")
+    shutil.rmtree(proj / HUSK)
+    ingest(db, [str(world["projects"])])
+    after = {r["session_id"]: r for r in rows(db, "SELECT * FROM session_folders")}
+    assert after[NEVER_FOLDER]["tool_results"] == 2
+    assert after[HUSK]["deleted_at"] is not None   # kept, marked gone
+    husk = check(db, HUSK, config_dir=world["config"])
+    assert husk.details["cause"] == "deleted"   # no tool results left: as before
+
+
+def test_history_is_read_only_beside_a_projects_folder_ingested(world, tmp_path):
+    """A prompt of a config dir whose transcripts were not all read would look
+    unwritten: ingesting one project folder reads no history."""
+    db = open_db(tmp_path / "one.db")
+    ingest(db, [str(world["proj"])], config_dir=world["config"])
+    assert rows(db, "SELECT count(*) AS n FROM history_prompts")[0]["n"] == 0
+    assert {r["session_id"]: r["cause"] for r in rows(
+        db, "SELECT * FROM unwritten_transcripts")} == {   # their folders say so by themselves
+        NEVER_FOLDER: "never_written", HUSK: "never_written"}   # (never indexed here: #95403)

@@ -248,7 +248,7 @@ def ingest(
     with background_checkpoints(conn, enabled=wal):   # the WAL copied into the index on the other core meanwhile
         _ingest_files(writer, work, summary)
         _end_files(db, writer, summary, _gone(tracked, found, scanned_roots, missing_files))
-    sidecars.refresh(db, scanned_roots, config_dir)   # history.jsonl, the session folders
+    sidecars.refresh(db, scanned_roots)   # history.jsonl, the session folders, job states
     _end_run(db, writer, summary, config_dir)
     summary.seconds = time.monotonic() - started
     return summary

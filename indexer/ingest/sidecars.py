@@ -64,9 +64,12 @@ UPDATE history_files SET deleted_at = ? WHERE path = ? AND deleted_at IS NULL
 """.strip()
 
 FOLDERS_UNDER_SQL = """
-SELECT path, session_id, deleted_at FROM session_folders
-WHERE path >= :prefix AND path < :prefix || x'ff'
+SELECT * FROM session_folders WHERE path >= :prefix AND path < :prefix || x'ff'
 """.strip()
+# What a scan compares to know a folder unchanged (no write: a no-op ingest
+# writes nothing for the folders).
+FOLDER_FACTS = ("project_dir", "session_id", "tool_results", "subagent_files", "workflow_files",
+                "other_files", "bytes", "first_mtime", "last_sidecar_at", "last_mtime")
 UPSERT_FOLDER_SQL = """
 INSERT INTO session_folders (path, project_dir, session_id, tool_results, subagent_files,
   workflow_files, other_files, bytes, first_mtime, last_sidecar_at, last_mtime, scanned_at,
@@ -90,14 +93,14 @@ def _digest(data: bytes) -> str:
 
 # --- history.jsonl ----------------------------------------------------------
 
-def history_paths(scanned_roots: list[str], config_dir=None) -> list[str]:
+def history_paths(scanned_roots: list[str]) -> list[str]:
     """The history files of an ingest: ``<dir>/history.jsonl`` beside each
     scanned folder named ``projects`` (the config dirs ingest reads by
-    default), and in ``config_dir`` when one is given."""
+    default). Only there: a prompt of a config dir whose transcripts were
+    not all read would look like a session whose transcript was never
+    written."""
     dirs = [os.path.dirname(r.rstrip(os.sep)) for r in scanned_roots
             if os.path.basename(r.rstrip(os.sep)) == "projects"]
-    if config_dir is not None:
-        dirs.append(os.path.abspath(os.fspath(config_dir)))
     return list(dict.fromkeys(os.path.join(d, HISTORY_NAME) for d in dirs))
 
 
@@ -139,7 +142,7 @@ def ingest_history(db, path: str, config_dir: str | None = None) -> int:
     try:
         f = open_regular(path)
     except FileNotFoundError:
-        if row is not None:
+        if row is not None and row["deleted_at"] is None:
             with write_lock(db):
                 conn.execute(HISTORY_GONE_SQL, [utcnow(), path])
         return 0
@@ -267,35 +270,36 @@ def session_folders(root: str):
     return found
 
 
-def scan_folders(db, roots: list[str]) -> list[str]:
-    """Bring session_folders up to date for the folders ``roots``; the
-    session ids whose folder is new to the index."""
+def scan_folders(db, roots: list[str]) -> None:
+    """Bring session_folders up to date for the folders ``roots``."""
     conn = db.conn
-    new: list[str] = []
     for root in roots:
         root = os.path.abspath(root)
         prefix = root.rstrip(os.sep) + os.sep
         known = {r["path"]: r for r in dict_rows(conn, FOLDERS_UNDER_SQL, {"prefix": prefix})}
         rows = [folder_row(path, project, sid) for path, project, sid in session_folders(root)]
         seen = {r["path"] for r in rows}
+        changed = [r for r in rows if r["path"] not in known
+                   or known[r["path"]]["deleted_at"] is not None
+                   or any(known[r["path"]][k] != r[k] for k in FOLDER_FACTS)]
+        gone = [p for p, r in known.items() if p not in seen and r["deleted_at"] is None]
+        if not changed and not gone:
+            continue
         with write_lock(db):
-            for r in rows:
-                if r["path"] not in known:
-                    new.append(r["session_id"])
+            for r in changed:
                 conn.execute(UPSERT_FOLDER_SQL, r)
             now = utcnow()
-            for path, r in known.items():
-                if path not in seen and r["deleted_at"] is None:
-                    conn.execute(FOLDER_GONE_SQL, [now, path])
-    return new
+            for path in gone:
+                conn.execute(FOLDER_GONE_SQL, [now, path])
 
 
 # --- the background jobs' state: a fork's parent -----------------------------
 
 JOBS_DIR = "jobs"
 LINKS_UNDER_SQL = """
-SELECT path, deleted_at FROM session_links WHERE path >= :prefix AND path < :prefix || x'ff'
+SELECT * FROM session_links WHERE path >= :prefix AND path < :prefix || x'ff'
 """.strip()
+LINK_FACTS = ("session_id", "parent_session_id", "boundary_at", "mtime")
 UPSERT_LINK_SQL = """
 INSERT INTO session_links (path, session_id, parent_session_id, boundary_at, mtime, scanned_at,
   deleted_at)
@@ -339,37 +343,29 @@ def scan_jobs(db, config_dir: str) -> None:
     except OSError:
         names = []
     links = [r for r in (job_link(os.path.join(jobs, n, "state.json")) for n in names) if r]
-    prefix = jobs + os.sep
-    known = dict_rows(conn, LINKS_UNDER_SQL, {"prefix": prefix})
-    if not links and not known:
+    known = {r["path"]: r for r in dict_rows(conn, LINKS_UNDER_SQL, {"prefix": jobs + os.sep})}
+    changed = [r for r in links if r["path"] not in known
+               or known[r["path"]]["deleted_at"] is not None
+               or any(known[r["path"]][k] != r[k] for k in LINK_FACTS)]
+    seen = {r["path"] for r in links}
+    gone = [p for p, r in known.items() if p not in seen and r["deleted_at"] is None]
+    if not changed and not gone:
         return
     with write_lock(db):
-        for r in links:
+        for r in changed:
             conn.execute(UPSERT_LINK_SQL, r)
-        seen = {r["path"] for r in links}
-        for r in known:
-            if r["path"] not in seen and r["deleted_at"] is None:
-                conn.execute(LINK_GONE_SQL, [utcnow(), r["path"]])
+        for path in gone:
+            conn.execute(LINK_GONE_SQL, [utcnow(), path])
 
 
-def refresh(db, scanned_roots: list[str], config_dir=None) -> list[str]:
-    """After an ingest of ``scanned_roots``: their history files read, their
-    session folders and their config dir's job states scanned; the session
-    ids seen for the first time (a new folder, or a first prompt)."""
-    before = _prompted(db)
-    new = scan_folders(db, scanned_roots)
-    for path in history_paths(scanned_roots, config_dir):
+def refresh(db, scanned_roots: list[str]) -> None:
+    """After an ingest of ``scanned_roots``: their session folders scanned,
+    and beside each ``projects`` folder its history read and its job states
+    scanned."""
+    scan_folders(db, scanned_roots)
+    for path in history_paths(scanned_roots):
         ingest_history(db, path, os.path.dirname(path))
         scan_jobs(db, os.path.dirname(path))
-    new += sorted(_prompted(db) - before)
-    return list(dict.fromkeys(new))
-
-
-PROMPTED_SQL = "SELECT DISTINCT session_id FROM history_prompts WHERE session_id IS NOT NULL"
-
-
-def _prompted(db) -> set:
-    return {r[0] for r in db.conn.execute(PROMPTED_SQL)}
 
 
 def refresh_session(db, session_id: str, config_dirs: list[str]) -> None:

@@ -369,10 +369,10 @@ class Watcher:
         self._log_unwritten()
 
     def _log_unwritten(self) -> None:
-        """history.jsonl read (beside the projects folders watched, and in
-        --config-dir: a batch of changed files does not name it); then each session whose transcript was not written (unwritten_transcripts),
+        """history.jsonl read (beside the projects folders watched: a batch of
+        changed files does not name it); then each session whose transcript was not written (unwritten_transcripts),
         logged the first time the watcher sees it with that cause."""
-        for path in sidecars.history_paths(self.dir_roots, self.config_dir):
+        for path in sidecars.history_paths(self.dir_roots):
             sidecars.ingest_history(self.db, path, os.path.dirname(path))
         for session_id, cause, reason in self.db.conn.execute(UNWRITTEN_SQL):
             if (session_id, cause) not in self.unwritten_logged:
