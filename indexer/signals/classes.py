@@ -170,11 +170,9 @@ def _verdict_row(verdict_: str, label: str, detail: str, main_files: str = "",
                      link=f"verdict={verdict_}")
 
 
-# The sessions with evidence outside their transcript (history.jsonl, a
-# session folder): the only ones a loaded transcript can be missing for
-# (stopped_writing).
-_WITH_EVIDENCE = ("SELECT session_id FROM history_prompts UNION "
-                  "SELECT session_id FROM session_folders")
+# The sessions a loaded transcript can be missing for (stopped_writing):
+# a prompt or a tool result came after its newest record.
+_WITH_EVIDENCE = unwritten.STOPPED_CANDIDATES_SQL
 
 SESSION_VERDICTS = SignalView(
     "session_verdicts",

@@ -94,6 +94,20 @@ CASE
 END
 """.strip()
 
+# The sessions whose main transcript (on this machine) a prompt or a tool
+# result came after: the only ones with a transcript that can be
+# stopped_writing (a superset: no 5-minute margin, any prompt), found with two
+# index probes a session, for narrowing a query before the verdict of every
+# session is computed.
+STOPPED_CANDIDATES_SQL = """
+SELECT h.session_id FROM session_hosts h JOIN files f ON f.id = h.main_file_id
+WHERE h.host = '' AND f.last_timestamp IS NOT NULL AND (
+  EXISTS (SELECT 1 FROM history_prompts p WHERE p.session_id = h.session_id
+          AND p.timestamp > f.last_timestamp)
+  OR EXISTS (SELECT 1 FROM session_folders d WHERE d.session_id = h.session_id
+             AND d.last_sidecar_at > f.last_timestamp))
+""".strip()
+
 # The time after which the session went on unwritten (stopped_writing: the
 # transcript's newest record; never_written: its first trace), and the
 # newest trace of it, over the same columns.
