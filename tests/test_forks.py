@@ -22,6 +22,7 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import CORPUS
+from oracle_checks import CLAUDE, resume_in
 from indexer.cli import web
 from indexer.cli.commands import cli
 from indexer.index import search
@@ -203,3 +204,27 @@ def test_no_fork_in_the_corpus_that_is_not_one(tmp_path):
             assert rows(db, "SELECT count(*) AS n FROM records WHERE file_id = ? AND "
                             "instr(raw, ?) > 0", [row["file_id"], row["parent_session_id"]]
                         )[0]["n"] > 0
+
+
+@pytest.mark.oracle
+@pytest.mark.skipif(CLAUDE is None, reason="no Claude Code binary")
+def test_the_real_cli_reads_a_fork_whole_and_an_empty_one_not_at_all(world, tmp_path):
+    """Claude Code 2.1.332 resumes the desktop fork from its own file, copies
+    (under the parent's sessionId) and new records alike, as the index keeps
+    them; the empty fork loads nothing ("No conversation found", check's
+    missing)."""
+    config = tmp_path / "cli" / "config"
+    shutil.copytree(world["config"], config)
+    cwd = tmp_path / "cli" / "work"
+    cwd.mkdir()
+    code, out, sent = resume_in(config, DESKTOP, cwd)
+    assert code == 0 and sent, out
+    said = json.dumps(sent[-1]["messages"])
+    own = [json.loads(line) for line in (world["proj"] / f"{DESKTOP}.jsonl").read_text()
+           .splitlines()]
+    prompts = [r["message"]["content"] for r in own if r.get("type") == "user"
+               and isinstance(r.get("message", {}).get("content"), str)]
+    assert prompts and all(p in said for p in prompts)   # the copied and the fork's own
+    assert {r["sessionId"] for r in own if r.get("type") == "user"} == {PARENT, DESKTOP}
+    code, out, sent = resume_in(config, EMPTY, cwd)
+    assert code != 0 and "No conversation found" in out and not sent, out

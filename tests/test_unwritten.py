@@ -25,6 +25,7 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import CORPUS
+from oracle_checks import CLAUDE, resume_in
 from indexer.cli import web
 from indexer.cli.commands import cli
 from indexer.index.db import open_db
@@ -94,6 +95,10 @@ def world(tmp_path, monkeypatch):
     (folder / "workflows" / "scripts" / "build-wf_1.js").write_text("// workflow")
     (proj / HUSK / "tool-results").mkdir(parents=True)
     (proj / HUSK / "tool-results" / "toolu_01DEF.txt").write_text("y" * 4000)
+    ran = max(r["timestamp"] for r in map(json.loads, husk_text.splitlines())
+              if isinstance(r.get("timestamp"), str))   # its tool ran while the session did
+    at = datetime.fromisoformat(ran.replace("Z", "+00:00")).timestamp() - 1
+    os.utime(proj / HUSK / "tool-results" / "toolu_01DEF.txt", (at, at))
     (proj / SUBAGENTS_ONLY / "subagents").mkdir(parents=True)   # a subagent transcript alone
     (proj / SUBAGENTS_ONLY / "subagents" / "agent-z9.jsonl").write_text(json.dumps(
         {"type": "user", "uuid": "u1", "parentUuid": None, "isSidechain": True,
@@ -308,3 +313,36 @@ def test_history_is_read_only_beside_a_projects_folder_ingested(world, tmp_path)
     assert {r["session_id"]: r["cause"] for r in rows(
         db, "SELECT * FROM unwritten_transcripts")} == {   # their folders say so by themselves
         NEVER_FOLDER: "never_written", HUSK: "never_written"}   # (never indexed here: #95403)
+
+
+def test_the_husks_fix_restores_it(world):
+    verdict = check(world["db"], HUSK, config_dir=world["config"])
+    assert verdict.details["fix"] == f"session-index restore {HUSK}"
+    result = CliRunner().invoke(cli, ["restore", HUSK, "--db", str(world["path"])])
+    assert result.exit_code == 0, result.output
+    verdict = check(world["db"], HUSK, config_dir=world["config"])
+    assert (verdict.verdict, verdict.details["cause"]) == ("resumable", "real_tail")
+    assert HUSK not in {r["session_id"] for r in rows(world["db"],
+                                                       "SELECT * FROM unwritten_transcripts")}
+
+
+# --- what the real Claude Code does with each (marker oracle) -----------------
+
+@pytest.mark.oracle
+@pytest.mark.skipif(CLAUDE is None, reason="no Claude Code binary")
+def test_the_real_cli_fails_or_loses_what_check_says(world, tmp_path):
+    """Claude Code 2.1.332 on the same disk: the never-written and husk
+    sessions are "No conversation found"; the stopped one loads only what
+    was written before it stopped (its second prompt is not sent)."""
+    config = tmp_path / "cli" / "config"
+    shutil.copytree(world["config"], config)
+    cwd = tmp_path / "cli" / "work"
+    cwd.mkdir()
+    # the CLI opens <projects>/<folder of the cwd>/<id>.jsonl, else scans every folder
+    for session_id in (NEVER_PROMPTED, NEVER_FOLDER, HUSK):
+        code, out, sent = resume_in(config, session_id, cwd)
+        assert code != 0 and "No conversation found" in out and not sent, (session_id, out)
+    code, out, sent = resume_in(config, STOPPED, cwd)
+    assert code == 0 and sent, out
+    said = json.dumps(sent[-1]["messages"])
+    assert "run bigtool please" in said and "second prompt here" not in said
