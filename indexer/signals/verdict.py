@@ -8,7 +8,7 @@ The first verdict that matches wins:
 
 | verdict | exit | meaning |
 |---|---|---|
-| missing | 4 | a resume opens no transcript: it fails with "No conversation found" |
+| missing | 4 | a resume opens no transcript: it fails with "No conversation found"; or the one it opens stopped being written while the session went on (signals/unwritten.py) |
 | poisoned | 5 | the resume chain ends at a synthetic placeholder: the resume gets a 400 |
 | spliced | 6 | late api_error records orphan recovered output: the resume drops it |
 | resumable | 0 | go ahead |
