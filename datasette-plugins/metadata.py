@@ -790,7 +790,9 @@ TABLES = {
                             "ISO-8601 UTC",
             last_mtime="the newest file's mtime, ISO-8601 UTC",
             scanned_at="when it was last scanned, ISO-8601 UTC",
-            deleted_at="when it was found gone, ISO-8601 UTC"),
+            deleted_at="when it was found gone, ISO-8601 UTC",
+            signature="a digest of the mtimes of the folder and the folders in it: "
+                      "unchanged, its files are not looked at again"),
     },
     "session_links": {
         "description": "What Claude Code's background jobs' state says of a session's parent: "

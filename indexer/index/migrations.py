@@ -1139,7 +1139,9 @@ def m035_history_and_session_folders(db):
     # subagents/ and workflows/ hold (and any others), their bytes, the
     # newest file's mtime in tool-results/ and workflows/ (last_sidecar_at)
     # and in the whole folder (last_mtime), ISO-8601 UTC; deleted_at when the
-    # folder was found gone.
+    # folder was found gone; signature: a digest of the mtimes of the folder
+    # and every folder in it (the same: nothing was added or removed, and its
+    # files need no stat).
     db.execute("""
         CREATE TABLE session_folders (
           id INTEGER PRIMARY KEY, path TEXT NOT NULL UNIQUE, project_dir TEXT,
@@ -1147,7 +1149,7 @@ def m035_history_and_session_folders(db):
           subagent_files INTEGER NOT NULL DEFAULT 0, workflow_files INTEGER NOT NULL DEFAULT 0,
           other_files INTEGER NOT NULL DEFAULT 0, bytes INTEGER NOT NULL DEFAULT 0,
           first_mtime TEXT, last_sidecar_at TEXT, last_mtime TEXT, scanned_at TEXT,
-          deleted_at TEXT)""")
+          deleted_at TEXT, signature TEXT)""")
     db.execute("CREATE INDEX session_folders_session ON session_folders(session_id)")
 
 

@@ -69,18 +69,21 @@ SELECT * FROM session_folders WHERE path >= :prefix AND path < :prefix || x'ff'
 # What a scan compares to know a folder unchanged (no write: a no-op ingest
 # writes nothing for the folders).
 FOLDER_FACTS = ("project_dir", "session_id", "tool_results", "subagent_files", "workflow_files",
-                "other_files", "bytes", "first_mtime", "last_sidecar_at", "last_mtime")
+                "other_files", "bytes", "first_mtime", "last_sidecar_at", "last_mtime",
+                "signature")
 UPSERT_FOLDER_SQL = """
 INSERT INTO session_folders (path, project_dir, session_id, tool_results, subagent_files,
   workflow_files, other_files, bytes, first_mtime, last_sidecar_at, last_mtime, scanned_at,
-  deleted_at)
+  deleted_at, signature)
 VALUES (:path, :project_dir, :session_id, :tool_results, :subagent_files, :workflow_files,
-  :other_files, :bytes, :first_mtime, :last_sidecar_at, :last_mtime, :scanned_at, NULL)
+  :other_files, :bytes, :first_mtime, :last_sidecar_at, :last_mtime, :scanned_at, NULL,
+  :signature)
 ON CONFLICT(path) DO UPDATE SET tool_results = excluded.tool_results,
   subagent_files = excluded.subagent_files, workflow_files = excluded.workflow_files,
   other_files = excluded.other_files, bytes = excluded.bytes,
   first_mtime = excluded.first_mtime, last_sidecar_at = excluded.last_sidecar_at,
-  last_mtime = excluded.last_mtime, scanned_at = excluded.scanned_at, deleted_at = NULL
+  last_mtime = excluded.last_mtime, scanned_at = excluded.scanned_at, deleted_at = NULL,
+  signature = excluded.signature
 """.strip()
 # The folders of one session the index holds as on disk.
 SESSION_FOLDERS_SQL = "SELECT path FROM session_folders WHERE session_id = ? AND deleted_at IS NULL"
@@ -208,12 +211,39 @@ def _files_under(folder: str):
             continue
 
 
+def signature(path: str) -> str | None:
+    """A digest of the mtimes of ``path`` and of every folder under it (links
+    not followed): files are added to and removed from a session folder,
+    never rewritten (a tool result is written once), so an equal signature
+    means its files need no stat. None when it cannot be read."""
+    stamps = []
+
+    def walk(folder, st):
+        stamps.append(f"{folder}\0{st.st_mtime_ns}")
+        try:
+            with os.scandir(folder) as entries:
+                dirs = [e for e in entries if e.is_dir(follow_symlinks=False)]
+        except OSError:
+            return
+        for e in sorted(dirs, key=lambda e: e.name):
+            try:
+                walk(e.path, e.stat(follow_symlinks=False))
+            except OSError:
+                continue
+
+    try:
+        walk(path, os.stat(path))
+    except OSError:
+        return None
+    return _digest("\n".join(stamps).encode("utf-8", "surrogateescape"))
+
+
 def folder_row(path: str, project_dir: str, session_id: str) -> dict:
     """What a session folder holds now (a session_folders row)."""
     row = {"path": path, "project_dir": project_dir, "session_id": session_id,
            "tool_results": 0, "subagent_files": 0, "workflow_files": 0, "other_files": 0,
            "bytes": 0, "first_mtime": None, "last_sidecar_at": None, "last_mtime": None,
-           "scanned_at": utcnow()}
+           "scanned_at": utcnow(), "signature": signature(path)}
     first = last = live = None
     try:
         with os.scandir(path) as entries:
@@ -277,8 +307,12 @@ def scan_folders(db, roots: list[str]) -> None:
         root = os.path.abspath(root)
         prefix = root.rstrip(os.sep) + os.sep
         known = {r["path"]: r for r in dict_rows(conn, FOLDERS_UNDER_SQL, {"prefix": prefix})}
-        rows = [folder_row(path, project, sid) for path, project, sid in session_folders(root)]
-        seen = {r["path"] for r in rows}
+        found = session_folders(root)
+        seen = {path for path, _, _ in found}
+        rows = [folder_row(path, project, sid) for path, project, sid in found
+                if path not in known or known[path]["deleted_at"] is not None
+                or known[path]["signature"] is None
+                or signature(path) != known[path]["signature"]]
         changed = [r for r in rows if r["path"] not in known
                    or known[r["path"]]["deleted_at"] is not None
                    or any(known[r["path"]][k] != r[k] for k in FOLDER_FACTS)]
