@@ -743,6 +743,71 @@ TABLES = {
             loaded_at=f"when it was loaded, {_TS}",
         ),
     },
+    "history_files": {
+        "description": "Claude Code's prompt history files (<config dir>/history.jsonl) read, "
+                       "as transcripts are: incrementally, a rewrite read again as a new "
+                       "generation (ingest/sidecars.py).",
+        "columns": dict(
+            id="history_files.id", path="the file's path",
+            config_dir="the config dir it belongs to",
+            inode="inode at the last read", dev="device at the last read",
+            size="size at the last read, bytes", mtime_ns="mtime at the last read, ns",
+            ingested_offset="bytes read (never past a partial last line)",
+            generation="its current generation: 1, then one more at each rewrite",
+            head_digest="digest of its first ingested bytes (up to 1 KB): a change is a rewrite",
+            lines="lines read in the current generation",
+            retention_days="cleanupPeriodDays of its config dir when last read, days",
+            first_ingested_at="when it was first read, ISO-8601 UTC",
+            last_ingested_at="when it was last read, ISO-8601 UTC",
+            deleted_at="when it was found gone, ISO-8601 UTC"),
+    },
+    "history_prompts": {
+        "description": "One row per line of a history.jsonl: a prompt typed in an interactive "
+                       "session (every line kept; one that is not a JSON object has error set).",
+        "columns": dict(
+            id="history_prompts.id", history_file_id="history_files.id",
+            generation="the history file's generation the line is of",
+            line_no="line number, 1-based", byte_offset="the line's offset in the file, bytes",
+            session_id="the prompt's sessionId (links to the session page)",
+            project="the prompt's project: the working directory it was typed in",
+            timestamp="when it was typed (the line's epoch milliseconds), ISO-8601 UTC",
+            display="the prompt as typed", error="why the line is not a prompt: not UTF-8, "
+            "not JSON, not a JSON object; NULL for a prompt",
+            raw="the line as written"),
+    },
+    "session_folders": {
+        "description": "The session folders (<project>/<session id>/) beside the transcripts, "
+                       "as last scanned: what their tool-results/, subagents/ and workflows/ "
+                       "hold.",
+        "columns": dict(
+            id="session_folders.id", path="the folder's path",
+            project_dir="the project folder's name",
+            session_id="the session the folder is named for (links to the session page)",
+            tool_results="files in tool-results/", subagent_files="files in subagents/",
+            workflow_files="files in workflows/", other_files="any other files",
+            bytes="their size, bytes", first_mtime="the oldest file's mtime, ISO-8601 UTC",
+            last_sidecar_at="the newest file's mtime in tool-results/ and workflows/, "
+                            "ISO-8601 UTC",
+            last_mtime="the newest file's mtime, ISO-8601 UTC",
+            scanned_at="when it was last scanned, ISO-8601 UTC",
+            deleted_at="when it was found gone, ISO-8601 UTC",
+            signature="a digest of the mtimes of the folder and the folders in it: "
+                      "unchanged, its files are not looked at again"),
+    },
+    "session_links": {
+        "description": "What Claude Code's background jobs' state says of a session's parent: "
+                       "<config dir>/jobs/<id>/state.json (forkParentSessionId), one row per "
+                       "state file as last read (ingest/sidecars.py).",
+        "columns": dict(
+            id="session_links.id", path="the state file's path",
+            session_id="the fork (forkSessionId, else sessionId; links to the session page)",
+            parent_session_id="the session it was forked from (forkParentSessionId)",
+            boundary_at="forkBoundaryAt: the parent's last record the fork was to copy, "
+                        "ISO-8601 UTC",
+            mtime="the state file's mtime, ISO-8601 UTC",
+            scanned_at="when it was last read, ISO-8601 UTC",
+            deleted_at="when it was found gone, ISO-8601 UTC"),
+    },
     "store_keys": {
         "description": "Per SessionStore copy: its last append time and the SDK's session "
                        "summary.",

@@ -71,6 +71,20 @@ RECORD_SQL = "SELECT raw, session_id, line_no FROM records WHERE id = :id"
 POISONED_TAIL_SQL = """
 SELECT count(*) FROM poisoned_sessions WHERE file_id = :file_id AND at_resume_tail
 """.strip()
+# The session's prompts in history.jsonl (the unwritten_transcripts evidence:
+# the only record of a session whose transcript was never written), oldest first.
+SESSION_PROMPTS_SQL = """
+SELECT timestamp, project, display FROM history_prompts
+WHERE session_id = :session_id AND error IS NULL ORDER BY timestamp, id
+""".strip()
+# Its forks and what it was forked from (session_forks), the parent first.
+SESSION_FORKS_SQL = """
+SELECT session_id, kind, parent_session_id, link, copied_records, foreign_records, forked_at
+FROM session_forks WHERE session_id = :session_id OR parent_session_id = :session_id
+ORDER BY session_id <> :session_id, forked_at, session_id
+""".strip()
+# Its row of unwritten_transcripts, when it has one.
+SESSION_UNWRITTEN_SQL = "SELECT * FROM unwritten_transcripts WHERE session_id = :session_id"
 DOWNLOAD_FILE_SQL = """
 SELECT f.id, f.path, f.session_id, s.main_file_id = f.id AS is_main FROM files f
 LEFT JOIN sessions s ON s.session_id = f.session_id
@@ -181,10 +195,17 @@ async def session_page(datasette, request):
     files = [dict(r) for r in await db.execute(SESSION_FILES_SQL, params)]
     copies = {r["file_id"]: dict(r) for r in await db.execute(SESSION_MAIN_COPIES_SQL, params)}
     host_copies = [dict(r) for r in await db.execute(SESSION_HOST_COPIES_SQL, params)]
+    prompts = [dict(r) for r in await db.execute(SESSION_PROMPTS_SQL, params)]
+    unwritten = (await db.execute(SESSION_UNWRITTEN_SQL, params)).first()
+    unwritten = dict(unwritten) if unwritten else None
     if session is None and not files:
+        verdict = (await db.execute(verdicts.SESSION_VERDICT_SQL, params)).first()
         return await render(datasette, request, "session_tree.html", {
-            "session_id": session_id, "missing": True,
-            "sessions_url": datasette.urls.table(name, "sessions")}, status=404)
+            "session_id": session_id, "missing": True, "prompts": prompts,
+            "unwritten": unwritten, "verdict": dict(verdict) if verdict else None,
+            "unwritten_url": datasette.urls.table(name, "unwritten_transcripts"),
+            "sessions_url": datasette.urls.table(name, "sessions")},
+            status=200 if verdict else 404)
     file = _chosen_file(request, session, files)
     fid = {"file_id": file["id"]}
     limit = PAGE_TIME_LIMIT_MS
@@ -251,6 +272,13 @@ async def session_page(datasette, request):
         "verdict": verdict,
         "repair_plan_url": datasette.urls.table(name, "repair_plan") + "?" + urlencode(
             {"file_id": file["id"]}),
+        "prompts": prompts,
+        "unwritten": unwritten,
+        "unwritten_url": datasette.urls.table(name, "unwritten_transcripts"),
+        "forks": [dict(r, url=datasette.urls.path(session_path(
+            r["parent_session_id"] if r["session_id"] == session_id else r["session_id"])))
+            for r in await db.execute(SESSION_FORKS_SQL, params)],
+        "forks_url": datasette.urls.table(name, "session_forks"),
     })
 
 

@@ -6,6 +6,10 @@ and drops (indexer/repair/verify.py)."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+
 from indexer.repair import oracle, verify
 
 try:
@@ -56,3 +60,25 @@ def check_folder(index, api, folder, known=frozenset()):
     print(f"\noracle: {len(files)} transcripts under {folder}, {len(agreed)} agree, "
           f"{len(differed)} known differences, {len(loaded_nothing)} load nothing")
     return files
+
+
+def resume_in(config, session_id: str, cwd):
+    """``claude --resume SESSION -p PING`` with ``config`` (a copy: the CLI
+    appends to what it resumes) as CLAUDE_CONFIG_DIR, from ``cwd``, against
+    a fake Messages API: (exit code, stdout and stderr, the request bodies
+    holding the prompt)."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("ANTHROPIC_", "CLAUDE_", "_CLAUDE_"))}
+    with oracle.FakeMessagesAPI() as api:
+        env.update({"HOME": str(os.path.dirname(config)), "CLAUDE_CONFIG_DIR": str(config),
+                    "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{api.port}",
+                    "ANTHROPIC_API_KEY": "sk-ant-oracle-not-a-key",
+                    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1",
+                    "NO_PROXY": "127.0.0.1,localhost"})
+        done = subprocess.run([CLAUDE, "--resume", session_id, "-p", oracle.PING,
+                               "--output-format", "json"], cwd=cwd, env=env, text=True,
+                              capture_output=True, timeout=oracle.RUN_TIMEOUT,
+                              stdin=subprocess.DEVNULL)
+        sent = [r["body"] for r in api.take() if r["path"].endswith("/v1/messages")
+                and oracle.PING in json.dumps(r["body"].get("messages"))]
+    return done.returncode, done.stdout + done.stderr, sent

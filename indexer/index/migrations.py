@@ -1104,6 +1104,73 @@ def m030_records_foreign_replies(db):
 
 
 @migrations()
+def m035_history_and_session_folders(db):
+    # Evidence of sessions outside their transcripts (anthropics/claude-code
+    # #91284, #76829, #79369, #70219, #53417, #95403): Claude Code's prompt
+    # history and the session folders beside the transcripts.
+    # history_files: one row per <config dir>/history.jsonl read, as files
+    # does for transcripts: ingested_offset never passes a partial last line;
+    # head_digest is of its first HEAD bytes (a changed head, or a shorter
+    # file, is a rewrite: generation goes up and the file is read again, the
+    # earlier generation's rows kept); retention_days: the config dir's
+    # cleanupPeriodDays when it was last read.
+    db.execute("""
+        CREATE TABLE history_files (
+          id INTEGER PRIMARY KEY, path TEXT NOT NULL UNIQUE, config_dir TEXT,
+          inode INTEGER, dev INTEGER, size INTEGER, mtime_ns INTEGER,
+          ingested_offset INTEGER NOT NULL DEFAULT 0, generation INTEGER NOT NULL DEFAULT 1,
+          head_digest TEXT, lines INTEGER NOT NULL DEFAULT 0, retention_days INTEGER,
+          first_ingested_at TEXT, last_ingested_at TEXT, deleted_at TEXT)""")
+    # history_prompts: one row per line of a history file (every line kept:
+    # one that is not a JSON object has error set and raw its text): the
+    # prompt's session_id, project (its cwd), timestamp (ISO-8601 UTC, from
+    # the line's epoch milliseconds) and display text.
+    db.execute("""
+        CREATE TABLE history_prompts (
+          id INTEGER PRIMARY KEY, history_file_id INTEGER NOT NULL REFERENCES history_files(id),
+          generation INTEGER NOT NULL, line_no INTEGER NOT NULL, byte_offset INTEGER NOT NULL,
+          session_id TEXT, project TEXT, timestamp TEXT, display TEXT, error TEXT,
+          raw TEXT NOT NULL)""")
+    db.execute("CREATE UNIQUE INDEX history_prompts_offset "
+               "ON history_prompts(history_file_id, generation, byte_offset)")
+    db.execute("CREATE INDEX history_prompts_session ON history_prompts(session_id, timestamp)")
+    # session_folders: one row per <project>/<session id>/ folder found beside
+    # the transcripts, as last scanned: how many files its tool-results/,
+    # subagents/ and workflows/ hold (and any others), their bytes, the
+    # newest file's mtime in tool-results/ and workflows/ (last_sidecar_at)
+    # and in the whole folder (last_mtime), ISO-8601 UTC; deleted_at when the
+    # folder was found gone; signature: a digest of the mtimes of the folder
+    # and every folder in it (the same: nothing was added or removed, and its
+    # files need no stat).
+    db.execute("""
+        CREATE TABLE session_folders (
+          id INTEGER PRIMARY KEY, path TEXT NOT NULL UNIQUE, project_dir TEXT,
+          session_id TEXT NOT NULL, tool_results INTEGER NOT NULL DEFAULT 0,
+          subagent_files INTEGER NOT NULL DEFAULT 0, workflow_files INTEGER NOT NULL DEFAULT 0,
+          other_files INTEGER NOT NULL DEFAULT 0, bytes INTEGER NOT NULL DEFAULT 0,
+          first_mtime TEXT, last_sidecar_at TEXT, last_mtime TEXT, scanned_at TEXT,
+          deleted_at TEXT, signature TEXT)""")
+    db.execute("CREATE INDEX session_folders_session ON session_folders(session_id)")
+
+
+@migrations()
+def m036_session_links(db):
+    # What Claude Code's session state says of a session's parent: the
+    # background jobs' <config dir>/jobs/<id>/state.json (forkParentSessionId,
+    # forkBoundaryAt: anthropics/claude-code#85875, where the fork's
+    # transcript holds no copy to say so). One row per state file, as last
+    # read: session_id (forkSessionId, else sessionId), parent_session_id,
+    # boundary_at, mtime (ISO-8601 UTC), scanned_at; deleted_at when gone.
+    db.execute("""
+        CREATE TABLE session_links (
+          id INTEGER PRIMARY KEY, path TEXT NOT NULL UNIQUE, session_id TEXT NOT NULL,
+          parent_session_id TEXT NOT NULL, boundary_at TEXT, mtime TEXT, scanned_at TEXT,
+          deleted_at TEXT)""")
+    db.execute("CREATE INDEX session_links_session ON session_links(session_id)")
+    db.execute("CREATE INDEX session_links_parent ON session_links(parent_session_id)")
+
+
+@migrations()
 def m050_records_sent_as_uuid(db):
     # sentAsUuid: a prompt Claude Code stored anew (a new uuid, the one it
     # was sent under kept here) is loaded under that uuid when no earlier

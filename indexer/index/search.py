@@ -98,9 +98,13 @@ DISABLE_SQL = (
 # --- catching up ----------------------------------------------------------------
 
 # The next records above the mark that carry text and are not indexed yet
-# (one below the mark again after a delete may be).
+# (one below the mark again after a delete may be), each under the session
+# of the file it is in: a fork's copied records keep their parent's
+# sessionId (anthropics/claude-code#95234) and are found with the fork.
 PENDING_SQL = f"""
-SELECT r.id, r.file_id, r.session_id, r.type, r.timestamp, r.raw FROM records r
+SELECT r.id, r.file_id,
+  coalesce((SELECT f.session_id FROM files f WHERE f.id = r.file_id), r.session_id),
+  r.type, r.timestamp, r.raw FROM records r
 WHERE r.id > :high_water
   AND r.type IN ({", ".join(f"'{t}'" for t in TEXT_TYPES)})
   AND NOT EXISTS (SELECT 1 FROM search_text s WHERE s.record_id = r.id)

@@ -33,7 +33,7 @@ TYPE_CHECKING = False  # typing costs start-up time
 if TYPE_CHECKING:
     from typing import Callable
 
-from indexer.ingest import derive_worker
+from indexer.ingest import derive_worker, sidecars
 from indexer.transcripts import discover, retention
 from indexer.index import generations, record_kinds, search_state, views
 from indexer.index.clock import iso, utcnow
@@ -248,6 +248,7 @@ def ingest(
     with background_checkpoints(conn, enabled=wal):   # the WAL copied into the index on the other core meanwhile
         _ingest_files(writer, work, summary)
         _end_files(db, writer, summary, _gone(tracked, found, scanned_roots, missing_files))
+    sidecars.refresh(db, scanned_roots)   # history.jsonl, the session folders, job states
     _end_run(db, writer, summary, config_dir)
     summary.seconds = time.monotonic() - started
     return summary

@@ -48,7 +48,7 @@ from indexer.index import db as dbmod
 from indexer.index.clock import utcnow
 from indexer.index.connection import IndexError_
 from indexer.transcripts import discover
-from indexer.ingest import files as ingestmod
+from indexer.ingest import files as ingestmod, sidecars
 from indexer.ingest.log import stderr_line
 
 # Group notifications for at most this long, and yield once this long passes
@@ -73,6 +73,7 @@ LOG_FORMATS = {
               "rewritten), {new_lines} new lines, {seconds:.3f}s"),
     "error": "error: {message}",
     "warning": "warning: {message}",
+    "unwritten": "warning: unwritten transcript {session_id} ({cause}): {reason}",
     "stopped": "stopped on {signal}",
 }
 
@@ -80,6 +81,10 @@ LOG_FORMATS = {
 # and indexed; the range is every path starting with the folder and a '/'.)
 TRACKED_PATH_SQL = "SELECT 1 FROM files WHERE path = ? LIMIT 1"
 TRACKED_UNDER_SQL = "SELECT 1 FROM files WHERE path > ? AND path < ? LIMIT 1"
+# The sessions whose transcript was never written, stopped, or is a husk
+# (signals/unwritten.py, the unwritten_transcripts view): each is logged once,
+# when the watcher first sees it.
+UNWRITTEN_SQL = "SELECT session_id, cause, reason FROM unwritten_transcripts ORDER BY evidence_at"
 
 
 class WatchError(Exception):
@@ -142,6 +147,7 @@ class Watcher:
         self.retry_delay = RETRY_SECONDS
         self.last_errors: dict[str, str] = {}   # path -> the error last logged for it
         self.last_warnings: set[str] = set()
+        self.unwritten_logged: set[tuple] = set()   # (session id, cause) logged
         self.recheck: dict[str, float] = {}     # polling: path -> when to ingest it again
         self.dir_roots = [s for s in self.sources if os.path.isdir(s)]
         self.file_roots = {s for s in self.sources if s not in self.dir_roots}
@@ -360,6 +366,18 @@ class Watcher:
             if warning not in self.last_warnings:
                 self._say("warning", message=warning)
         self.last_warnings = set(summary.warnings)
+        self._log_unwritten()
+
+    def _log_unwritten(self) -> None:
+        """history.jsonl read (beside the projects folders watched: a batch of
+        changed files does not name it); then each session whose transcript was not written (unwritten_transcripts),
+        logged the first time the watcher sees it with that cause."""
+        for path in sidecars.history_paths(self.dir_roots):
+            sidecars.ingest_history(self.db, path, os.path.dirname(path))
+        for session_id, cause, reason in self.db.conn.execute(UNWRITTEN_SQL):
+            if (session_id, cause) not in self.unwritten_logged:
+                self.unwritten_logged.add((session_id, cause))
+                self._say("unwritten", session_id=session_id, cause=cause, reason=reason)
 
     def _error(self, message: str) -> None:
         self._say("error", message=message)

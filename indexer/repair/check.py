@@ -4,7 +4,7 @@ The first verdict that matches wins:
 
 | verdict | exit | meaning |
 |---|---|---|
-| missing | 4 | no main transcript on disk: the resume fails with "No conversation found" |
+| missing | 4 | no main transcript on disk: the resume fails with "No conversation found"; or the transcript stopped being written while the session went on (history.jsonl, tool results): the resume loses what came after |
 | poisoned | 5 | the resume chain ends at a synthetic placeholder: the resume gets a 400 |
 | spliced | 6 | late api_error records orphan output: the resume drops it |
 | resumable | 0 | go ahead (warnings when the transcript expires soon or has expired) |
@@ -37,6 +37,7 @@ from datetime import datetime, timedelta
 
 from indexer.sql import dict_rows
 from indexer.chain import mainfile
+from indexer.ingest import sidecars
 from indexer.signals import verdict as verdicts
 from indexer.transcripts import retention
 from indexer.signals import classes, listings as signals
@@ -187,6 +188,8 @@ def _freshen(db, session_id: str, config_dir: str, searched: list[str], host: st
             stale.append(f["path"])
     found = [p for d in (searched if host == "" else []) for p in _on_disk(d, session_id)
              if p not in {f["path"] for f in files}]
+    if host == "":   # its prompts in history.jsonl and its session folders, afresh
+        sidecars.refresh_session(db, session_id, searched)
     if stale or found or gone:  # bring the index up to date for this session first
         from indexer.ingest import files as ingestmod  # the parser: only when there is something to read
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections import namedtuple
 
 from indexer.chain.definitions import API_ERROR_SPLICES_SQL, TRANSCRIPT_KINDS
-from indexer.signals import verdict
+from indexer.signals import forks, unwritten, verdict
 from indexer.transcripts import records
 from indexer.transcripts.records import SYNTHETIC_RECORD
 from indexer.transcripts.retention import DEFAULT_DAYS as DEFAULT_RETENTION_DAYS
@@ -170,6 +170,10 @@ def _verdict_row(verdict_: str, label: str, detail: str, main_files: str = "",
                      link=f"verdict={verdict_}")
 
 
+# The sessions a loaded transcript can be missing for (stopped_writing):
+# a prompt or a tool result came after its newest record.
+_WITH_EVIDENCE = unwritten.STOPPED_CANDIDATES_SQL
+
 SESSION_VERDICTS = SignalView(
     "session_verdicts",
     "The verdict of every session on every host: will a resume work, and if not, why and "
@@ -178,9 +182,9 @@ SESSION_VERDICTS = SignalView(
                        "main_file_rule); empty when the session has no main transcript",
      "path": "the path of file_id",
      "verdict": "missing, poisoned, spliced or resumable (check's exit codes 4, 5, 6, 0)",
-     "cause": "why, in one word: never_seen, subagents_only, not_named, no_messages, "
-              "deleted; synthetic_tail, synthetic_tail_uncuttable; api_error_splice; "
-              "real_tail, store_copy",
+     "cause": "why, in one word: never_seen, never_written, subagents_only, not_named, "
+              "no_messages, husk, stopped_writing, deleted; synthetic_tail, "
+              "synthetic_tail_uncuttable; api_error_splice; real_tail, store_copy",
      "reason": "the sentence check prints",
      "fix": "the command (or step) that fixes it; empty when resumable",
      "tail_uuid": "the last assistant record on the resume chain",
@@ -199,7 +203,8 @@ VERDICTS = ProblemClass(
     "else start a new session (session-index check SESSION_ID explains)",
     health=(
         _verdict_row("missing", "Missing: a resume opens no transcript", "cause",
-                     narrow=verdict.NOT_LOADED_TEMPLATE.format(rule="main_file_rule")),
+                     narrow="(" + verdict.NOT_LOADED_TEMPLATE.format(rule="main_file_rule")
+                     + f" OR session_id IN ({_WITH_EVIDENCE}))"),
         _verdict_row("poisoned", "Poisoned: a resume names an id the API refuses",
                      "'previous_message_id ' || coalesce(tail_message_id, '?')",
                      "SELECT r.file_id FROM records r WHERE "
@@ -849,10 +854,145 @@ COMPACTIONS = ProblemClass(
                       link=f"compactions__gt={COMPACTIONS_MORE_THAN}"),))
 
 
+# --- unwritten: transcripts never written, stopped, or deleted with their folder left ----
+
+# unwritten_transcripts: signals/unwritten.py's definition (the verdict reads
+# the same causes for one session), at the clock.
+
+# unwritten: sessions whose transcript was never written, stopped being
+# written or was deleted while its folder lived on; :cause narrows to one
+# cause (blank: all); the newest evidence first.
+UNWRITTEN_QUERY_SQL = """
+SELECT * FROM unwritten_transcripts
+WHERE cause = coalesce(nullif(:cause, ''), cause)
+ORDER BY evidence_at DESC, session_id
+""".strip()
+
+UNWRITTEN_TRANSCRIPTS = SignalView(
+    "unwritten_transcripts",
+    "Sessions that ran while their transcript was not written: never written, stopped "
+    "(prompts in history.jsonl or tool results after its newest record), or deleted while "
+    "its session folder's tool results survive (anthropics/claude-code #91284, #76829, "
+    "#79369, #70219, #53417, #95403).",
+    {"cause": "never_written (no transcript ever indexed, yet prompts within the cleanup "
+              "period or tool results say the session ran), husk (the transcript deleted, "
+              "its folder's tool results left: not the cleanup) or stopped_writing (prompts "
+              "or tool results more than "
+              f"{unwritten.STOPPED_AFTER_MINUTES} minutes after the transcript's newest record)",
+     "project": "the working directory of its last prompt in history.jsonl",
+     "path": "its main transcript, when the index holds one",
+     "last_message_at": f"that transcript's newest record, {TS}",
+     "prompts": "its prompts in history.jsonl (slash commands, ! and # lines left out)",
+     "first_prompt_at": f"the first of them, {TS}",
+     "last_prompt_at": f"the last of them, {TS}",
+     "folder": "its session folder (<project>/<session id>/) on disk",
+     "tool_results": "files in the folder's tool-results/",
+     "subagent_files": "files in the folder's subagents/",
+     "workflow_files": "files in the folder's workflows/",
+     "last_sidecar_at": f"the newest file's mtime in tool-results/ and workflows/, {TS}",
+     "evidence_at": f"the newest of last_prompt_at and last_sidecar_at, {TS}",
+     "reason": "the sentence check prints",
+     "host": "'' (this machine: history.jsonl and the folders are read where ingest runs)"},
+    common=("session_id",), template=unwritten.UNWRITTEN_TRANSCRIPTS_TEMPLATE,
+    view_args={"now": CLOCK}, facets=("cause",))
+
+UNWRITTEN = ProblemClass(
+    "unwritten", UNWRITTEN_TRANSCRIPTS, NOW,
+    "the transcript holds nothing after the time it names: start a new session (its prompts "
+    "are in history.jsonl: the prompts and project columns); a husk: session-index restore "
+    "SESSION_ID; to keep the next ones, set CLAUDE_CODE_FORCE_SESSION_PERSISTENCE=1 where "
+    "Claude Code runs in tmux or another multiplexer, and watch for its \"Transcript saving "
+    "is off\" warning (2.1.217 and newer)",
+    listing=Listing(
+        "unwritten",
+        "Sessions that ran while their transcript was not written: never written (prompts "
+        "in history.jsonl within the cleanup period, or tool results, but no transcript), "
+        "stopped (prompts or tool results after its newest record), or a husk (deleted "
+        "while its folder's tool results survive).",
+        "session-index unwritten --json",
+        order_by="evidence_at DESC, session_id", now=True, args={"now": ":now"}),
+    query=CannedQuery("unwritten", "Transcripts never written or stopped",
+                      "Sessions that ran while Claude Code wrote no transcript of them.",
+                      UNWRITTEN_QUERY_SQL),
+    health=(
+        HealthRow("Transcripts never written (history.jsonl, session folders)",
+                  at="evidence_at", detail="cause || ': ' || coalesce(project, folder, '')",
+                  where="cause IN ('never_written', 'husk')", link="cause__in=never_written,husk"),
+        HealthRow("Transcripts that stopped while the session went on",
+                  at="evidence_at", detail="'stopped at ' || last_message_at",
+                  where="cause = 'stopped_writing'", link="cause=stopped_writing"),
+    ))
+
+
+# --- forks: transcripts copied from another session, and empty forks -------------
+
+# session_forks: signals/forks.py's definition.
+
+# forks: forks and empty forks, with their parent; :session_id narrows to the
+# forks of that session and the session itself (blank: all).
+FORKS_QUERY_SQL = """
+SELECT * FROM session_forks
+WHERE coalesce(nullif(:session_id, ''), session_id) IN (session_id, parent_session_id)
+ORDER BY kind = 'empty' DESC, forked_at DESC, session_id
+""".strip()
+
+SESSION_FORKS = SignalView(
+    "session_forks",
+    "Main transcripts that begin with records copied from another session (a fork: "
+    "/branch, --fork-session, a desktop fork), with the session they came from, and empty "
+    "forks holding only title rows (anthropics/claude-code #95234, #85875).",
+    {"path": "the fork's transcript",
+     "kind": "fork (records copied from another session) or empty (only ai-title, "
+             "custom-title and agent-name rows: a fork that copied nothing, #85875)",
+     "parent_session_id": "the session it was copied from (links to the session page)",
+     "link": "what says so: forked_from (the records' forkedFrom.sessionId: /branch), "
+             "copied_session_id (the copies keep the parent's sessionId: a desktop fork, "
+             "#95234), request_session_id (the copied replies' requestSessionId: "
+             "--fork-session), job_state (the background job's state.json: "
+             "forkParentSessionId, session_links)",
+     "parent_file_id": "the parent's main transcript (sessions.main_file_id), when indexed",
+     "copied_records": "its records whose uuid is in a main transcript of the parent",
+     "foreign_records": "its records whose sessionId is not the file's: a viewer or export "
+                        "filtering by sessionId puts them under the parent (#95234); the "
+                        "index keeps them with this session",
+     "forked_at": f"its first message not copied from the parent, {TS}",
+     "records": "records in the fork's transcript",
+     "host": "the host of file_id ('' for this machine)"},
+    common=("file_id", "session_id"), sql=forks.SESSION_FORKS_SQL,
+    facets=("kind", "link"))
+
+FORKS = ProblemClass(
+    "forks", SESSION_FORKS, HISTORY,
+    "a fork is read whole here whatever sessionId its records carry (session page, export, "
+    "search); an empty fork holds no conversation: resume the parent (parent_session_id, "
+    "when known) or fork it again from the CLI (claude --resume PARENT --fork-session)",
+    listing=Listing(
+        "forks",
+        "Main transcripts copied from another session (forks: /branch, --fork-session, "
+        "desktop forks whose copies keep the parent's sessionId) with their parent, and empty "
+        "forks holding only title rows.",
+        "session-index forks --json",
+        order_by="kind = 'empty' DESC, forked_at DESC, session_id"),
+    query=CannedQuery("forks", "Forks and their parents",
+                      "Transcripts copied from another session, and empty forks; "
+                      ":session_id narrows to one session's forks.",
+                      FORKS_QUERY_SQL),
+    health=(
+        HealthRow("Empty forks: only title rows, no conversation",
+                  at="(SELECT f.mtime FROM files f WHERE f.id = session_forks.file_id)",
+                  detail="path", where="kind = 'empty'", link="kind=empty", severity=NOW),
+        HealthRow("Forks: records copied from another session",
+                  at="forked_at",
+                  detail="'from ' || parent_session_id || ' (' || link || '), ' || "
+                         "foreign_records || ' records under its id'",
+                  where="kind = 'fork'", link="kind=fork"),
+    ))
+
+
 # --- Every class, in the health page's order -----------------------------------
 
-CLASSES = (VERDICTS, POISONED, SPLICED, FAILED, STALE, EXPIRING, LEAVES_DISAGREE, *ORPHANS, CHAIN_BREAKS,
-           DUPLICATE_UUIDS, BAD_LINES, DIVERGED_COPIES, DELETED_TRANSCRIPTS, COMPACTIONS)
+CLASSES = (VERDICTS, POISONED, SPLICED, UNWRITTEN, FAILED, STALE, EXPIRING, LEAVES_DISAGREE, *ORPHANS, CHAIN_BREAKS,
+           DUPLICATE_UUIDS, BAD_LINES, DIVERGED_COPIES, DELETED_TRANSCRIPTS, COMPACTIONS, FORKS)
 # Every view declared here, in the order they are created: executions (no
 # class's own: the classes read it), then each class's own.
 SIGNAL_VIEWS = (EXECUTIONS, *(c.view for c in CLASSES if not isinstance(c.view, str)))

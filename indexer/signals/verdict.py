@@ -8,7 +8,7 @@ The first verdict that matches wins:
 
 | verdict | exit | meaning |
 |---|---|---|
-| missing | 4 | a resume opens no transcript: it fails with "No conversation found" |
+| missing | 4 | a resume opens no transcript: it fails with "No conversation found"; or the one it opens stopped being written while the session went on (signals/unwritten.py) |
 | poisoned | 5 | the resume chain ends at a synthetic placeholder: the resume gets a 400 |
 | spliced | 6 | late api_error records orphan recovered output: the resume drops it |
 | resumable | 0 | go ahead |
@@ -24,6 +24,7 @@ own subject row.
 from __future__ import annotations
 
 from indexer.chain import definitions
+from indexer.signals import unwritten as unwritten_
 from indexer.sql import dict_rows
 from indexer.transcripts import records
 
@@ -55,6 +56,13 @@ _FOREIGN_REASON = """'the last message a resume names as previous_message_id is 
       || 'its id and get a 400; resume through the provider that wrote it (its '
       || 'ANTHROPIC_BASE_URL: no previous_message_id is sent there), or start a new session'"""
 
+# The time a verdict is given at (the never_written cause reads prompts within
+# the cleanup period): the clock.
+CLOCK = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
+# The causes signals/unwritten.py gives, with its sentence as the reason.
+UNWRITTEN_CAUSES = ("never_written", "husk", "stopped_writing")
+_UNWRITTEN_IN = "(" + ", ".join(f"'{c}'" for c in UNWRITTEN_CAUSES) + ")"
+
 # The api_error_splices of the subject's file (the view's episodes, for one file).
 _FILE_SPLICES = definitions.API_ERROR_SPLICES_TEMPLATE.format(files=" AND o.file_id = a.file_id")
 
@@ -67,8 +75,10 @@ _FILE_SPLICES = definitions.API_ERROR_SPLICES_TEMPLATE.format(files=" AND o.file
 # and unscanned (check --cwd: named copies with messages elsewhere that the
 # CLI's scan of every folder does not count). Columns out:
 #   verdict  missing, poisoned, spliced or resumable (EXIT_CODES)
-#   cause    why, one word: never_seen, subagents_only, ambiguous,
-#            not_in_cwd_folders, none_named, not_named, no_messages, deleted;
+#   cause    why, one word: never_seen, never_written, subagents_only, ambiguous,
+#            not_in_cwd_folders, none_named, not_named, no_messages, husk,
+#            stopped_writing, deleted (never_written, husk, stopped_writing:
+#            signals/unwritten.py, from history.jsonl and the session folder);
 #            synthetic_tail, synthetic_tail_uncuttable, foreign_reply;
 #            api_error_splice;
 #            real_tail, store_copy
@@ -83,7 +93,10 @@ _FILE_SPLICES = definitions.API_ERROR_SPLICES_TEMPLATE.format(files=" AND o.file
 VERDICT_TEMPLATE = f"""
 SELECT session_id, host, file_id, rule AS main_file_rule, path, verdict, cause,
   CASE WHEN verdict = 'missing' AND host <> '' THEN 'on host ' || host || ': ' ELSE '' END ||
-  CASE cause
+  CASE WHEN cause IN {_UNWRITTEN_IN} THEN {unwritten_.REASON_TEMPLATE.format(
+      cause="cause", sid="session_id", deleted_at="unwritten_deleted_at", path="path",
+      last_timestamp="last_message_at")}
+  ELSE CASE cause
     WHEN 'never_seen' THEN 'no transcript with this id was ever seen; ' || fails || ': '
       || 'start a new session (or restore the transcript)'
     WHEN 'subagents_only' THEN 'only subagent transcripts of this session are in the index ('
@@ -130,9 +143,12 @@ SELECT session_id, host, file_id, rule AS main_file_rule, path, verdict, cause,
       || '): resumable from the store; the resume must load it from the store (the Agent '
       || 'SDK with ClaudeAgentOptions(session_store=IndexSessionStore(<this index>), '
       || 'resume=<id>)); a bare `claude --resume` fails with "No conversation found"'
-    ELSE 'the resume chain ends at a real message' END AS reason,
+    ELSE 'the resume chain ends at a real message' END END AS reason,
   CASE cause
     WHEN 'deleted' THEN 'session-index restore ' || session_id
+    WHEN 'husk' THEN 'session-index restore ' || session_id
+    WHEN 'stopped_writing' THEN 'start a new session (the prompts after ' || last_message_at
+      || ' are in history.jsonl), or resume knowing that what came after is lost'
     WHEN 'not_named' THEN 'cp ' || path || ' <project folder of the cwd>/' || session_id
       || '.jsonl'
     WHEN 'ambiguous' THEN 'session-index check ' || session_id || ' --cwd DIR'
@@ -150,7 +166,10 @@ FROM (
         WHEN rule = 'none_named' THEN 'none_named'
         WHEN rule = 'not_named' THEN 'not_named'
         WHEN rule = 'named_no_messages' THEN 'no_messages'
+        WHEN unwritten = 'stopped_writing' THEN 'stopped_writing'
+        WHEN file_id IS NOT NULL AND unwritten = 'husk' THEN 'husk'
         WHEN file_id IS NOT NULL THEN 'deleted'
+        WHEN unwritten = 'never_written' THEN 'never_written'
         WHEN subagent_files > 0 THEN 'subagents_only'
         ELSE 'never_seen' END
       WHEN 'poisoned' THEN CASE WHEN NOT named_synthetic THEN 'foreign_reply'
@@ -167,14 +186,21 @@ FROM (
       coalesce({records.SYNTHETIC_RECORD.format(r="n")}, 0) AS named_synthetic,
       CASE
         WHEN j.file_id IS NULL OR {NOT_LOADED_TEMPLATE.format(rule="j.rule")} THEN 'missing'
+        WHEN j.unwritten = 'stopped_writing' THEN 'missing'
         WHEN j.refused THEN 'poisoned'
         WHEN j.splices > 0 THEN 'spliced'
         ELSE 'resumable' END AS verdict,
       {definitions.NOTHING_TO_CUT_TEMPLATE.format(file="j.file_id")} AS nothing_to_cut
-    FROM (  -- DISTINCT (the rows are distinct anyway) keeps SQLite from flattening this
+    FROM (SELECT *, CASE WHEN host = '' THEN {unwritten_.CAUSE_TEMPLATE.format(
+        deleted_at="unwritten_deleted_at", last_timestamp="last_message_at", now=CLOCK)}
+      END AS unwritten FROM (  -- DISTINCT (the rows are distinct anyway) keeps SQLite from flattening this
             -- layer, which would copy each subquery into every expression naming it
       SELECT DISTINCT a.session_id, a.host, a.file_id, a.rule, a.gone_now, a.cwd, a.candidates,
         a.unscanned, f.path, f.deleted_at, f.records AS file_records,
+        f.last_timestamp AS last_message_at,
+        coalesce(f.deleted_at, CASE WHEN a.gone_now THEN 'since the last ingest' END)
+          AS unwritten_deleted_at,
+        {unwritten_.EVIDENCE_TEMPLATE.format(sid="a.session_id")},
         '`claude --resume` fails with "No conversation found with session ID: '
           || a.session_id || '"' AS fails,
         (SELECT k.record_id FROM leaf_ancestry_cache k JOIN records r ON r.id = k.record_id
@@ -201,7 +227,7 @@ FROM (
            AND coalesce(x.host, '') = a.host
          ORDER BY x.deleted_at IS NOT NULL, x.mtime DESC, x.id DESC LIMIT 1) AS local_deleted_at
       FROM {{subject}} a LEFT JOIN files f ON f.id = a.file_id
-    ) j LEFT JOIN records t ON t.id = j.tail_id
+    )) j LEFT JOIN records t ON t.id = j.tail_id
     LEFT JOIN records n ON n.id = j.named_id
   )
 )
@@ -211,6 +237,20 @@ FROM (
 # The subject columns VERDICT_TEMPLATE reads, for rows that carry only a
 # session, its host and its main file (no check --cwd facts).
 _PLAIN = "0 AS gone_now, NULL AS cwd, NULL AS candidates, 0 AS unscanned"
+
+# The sessions known only from history.jsonl and their session folders (no
+# transcript of them in the index) whose transcript was never written
+# (signals/unwritten.py): a verdict is given for them too.
+NEVER_WRITTEN_SQL = f"""
+SELECT session_id FROM (
+  SELECT i.session_id, NULL AS deleted_at, NULL AS last_message_at,
+    {unwritten_.EVIDENCE_TEMPLATE.format(sid="i.session_id")}
+  FROM (SELECT session_id FROM history_prompts WHERE session_id IS NOT NULL
+        UNION SELECT session_id FROM session_folders WHERE deleted_at IS NULL) i
+  WHERE NOT EXISTS (SELECT 1 FROM sessions s WHERE s.session_id = i.session_id))
+WHERE {unwritten_.CAUSE_TEMPLATE.format(deleted_at="deleted_at", last_timestamp="last_message_at",
+                                        now=CLOCK)} = 'never_written'
+""".strip()
 
 # session_verdicts: the verdict of every session on every host that holds a
 # transcript of it (session_hosts: host '' is this machine), and of a
@@ -222,7 +262,9 @@ SESSION_VERDICTS_SQL = VERDICT_TEMPLATE.format(subject=f"""(
   UNION ALL
   SELECT s.session_id, s.host, NULL, NULL, {_PLAIN} FROM sessions s
   WHERE NOT EXISTS (SELECT 1 FROM session_hosts h
-                    WHERE h.session_id = s.session_id AND h.host = s.host))""")
+                    WHERE h.session_id = s.session_id AND h.host = s.host)
+  UNION ALL
+  SELECT session_id, '', NULL, NULL, {_PLAIN} FROM ({NEVER_WRITTEN_SQL}))""")
 
 
 def verdicts_of_main_files(file_ids: str) -> str:
@@ -251,12 +293,13 @@ CHECK_VERDICT_SQL = VERDICT_TEMPLATE.format(subject="""(
          :gone_now AS gone_now, :cwd AS cwd, :candidates AS candidates,
          :unscanned AS unscanned)""")
 
-# One session's verdict on its default host (sessions.host), as the session
+# One session's verdict on its default host (sessions.host; this machine for
+# a session known only from history.jsonl and its folder), as the session
 # page and `show` state it.
 SESSION_VERDICT_SQL = """
-SELECT v.* FROM session_verdicts v JOIN sessions s ON s.session_id = v.session_id
-  AND s.host = v.host
-WHERE v.session_id = :session_id
+SELECT v.* FROM session_verdicts v
+WHERE v.session_id = :session_id AND v.host = coalesce(
+  (SELECT s.host FROM sessions s WHERE s.session_id = :session_id), '')
 """.strip()
 
 

@@ -1,0 +1,230 @@
+"""Forks (anthropics/claude-code #95234, #85875): a transcript copied from
+another session is linked to its parent by what its records say, read whole
+with its own session whatever sessionId its copies carry, and an empty fork
+(title rows only) is listed; every surface names them (the session_forks
+view, the forks listing, the health page, the session page, check).
+
+tests/fixtures/forks holds what the real Claude Code 2.1.332 wrote against
+the fake Messages API: fork_session/ (``claude -p``, ``--resume``, then
+``--resume PARENT --fork-session`` twice, and a fork of the first fork) and
+branch/ (an interactive session and its ``/branch``). The desktop fork of
+#95234 and the empty fork of #85875 are made from them as the threads
+describe (the CLI of today writes neither)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from conftest import CORPUS
+from oracle_checks import CLAUDE, resume_in
+from indexer.cli import web
+from indexer.cli.commands import cli
+from indexer.index import search
+from indexer.index.db import open_db
+from indexer.ingest.files import ingest
+from indexer.repair.check import check
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "forks"
+PARENT = "10035187-9754-48eb-920d-d2d1c0c9c5d0"
+FORK1 = "7352505c-b744-4fe4-b9cb-0c23b2f52607"      # --fork-session of PARENT
+FORK2 = "5649b2d1-c2be-494c-97f3-7d957ab50a7e"      # a second --fork-session of PARENT
+FORK_OF_FORK = "b820e73c-88f7-4e58-974f-e31ea4da01e9"   # --fork-session of FORK1
+BRANCHED = "4352fdca-f12b-432d-9c89-dc365315861e"   # an interactive session ...
+BRANCH = "01c6b9a4-2bcd-46f1-bb3d-31f8d82b300d"     # ... and its /branch
+DESKTOP = "d0d0d0d0-1111-4222-8333-444444444444"    # #95234: copies keep the parent's id
+EMPTY = "e0e0e0e0-1111-4222-8333-444444444444"      # #85875: title rows only
+
+EXPECTED = {  # session: (kind, parent, link)
+    FORK1: ("fork", PARENT, "request_session_id"),
+    FORK2: ("fork", PARENT, "request_session_id"),
+    FORK_OF_FORK: ("fork", FORK1, "request_session_id"),
+    BRANCH: ("fork", BRANCHED, "forked_from"),
+    DESKTOP: ("fork", PARENT, "copied_session_id"),
+    EMPTY: ("empty", BRANCH, "job_state"),   # the job's state.json names its parent
+}
+
+
+def desktop_fork(parent_text: str, fork_text: str) -> str:
+    """FORK1 as the desktop app writes a fork (#95234): the records copied
+    from the parent keep the parent's sessionId, the new ones carry the
+    fork's."""
+    parent_uuids = {json.loads(line).get("uuid") for line in parent_text.splitlines()} - {None}
+    out = []
+    for line in fork_text.splitlines():
+        record = json.loads(line)
+        record.pop("requestSessionId", None)
+        record["sessionId"] = PARENT if record.get("uuid") in parent_uuids else DESKTOP
+        out.append(json.dumps(record, separators=(",", ":")))
+    return "\n".join(out) + "\n"
+
+
+def empty_fork(branch_text: str) -> str:
+    """A fork holding only ai-title and agent-name rows (#85875), with the
+    title the real /branch gave its fork."""
+    name = next(json.loads(line)["agentName"] for line in branch_text.splitlines()
+                if json.loads(line).get("type") == "agent-name")
+    rows = [{"type": "ai-title", "aiTitle": name, "sessionId": EMPTY},
+            {"type": "agent-name", "agentName": name, "sessionId": EMPTY}]
+    return "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in rows)
+
+
+@pytest.fixture
+def world(tmp_path, monkeypatch):
+    config = tmp_path / "config"
+    projects = config / "projects"
+    proj = projects / "-tmp-work"
+    proj.mkdir(parents=True)
+    for src in sorted(FIXTURES.glob("*/*.jsonl")):
+        shutil.copy(src, proj)
+    (proj / f"{DESKTOP}.jsonl").write_text(desktop_fork(
+        (proj / f"{PARENT}.jsonl").read_text(), (proj / f"{FORK1}.jsonl").read_text()))
+    (proj / f"{EMPTY}.jsonl").write_text(empty_fork((proj / f"{BRANCH}.jsonl").read_text()))
+    job = config / "jobs" / EMPTY[:8]   # #85875: "state.json still records forkParentSessionId"
+    job.mkdir(parents=True)
+    (job / "state.json").write_text(json.dumps({   # the fields 2.1.332's job state carries
+        "state": "working", "sessionId": EMPTY, "resumeSessionId": EMPTY,
+        "daemonShort": EMPTY[:8], "cwd": "/tmp/work", "forkSourceAlive": True,
+        "forkBoundaryAt": "2026-12-03T18:36:32.869Z", "forkSessionId": EMPTY,
+        "forkParentSessionId": BRANCH, "createdAt": "2026-12-03T18:40:00.000Z"}))
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(config))
+    monkeypatch.setenv("SESSION_INDEX_MANAGED_SETTINGS", str(tmp_path / "managed.json"))
+    db = open_db(tmp_path / "index.db")
+    ingest(db, [str(projects)])
+    return {"db": db, "path": tmp_path / "index.db", "proj": proj, "config": config}
+
+
+def rows(db, sql, params=()):
+    cur = db.conn.execute(sql, params)
+    names = [d[0] for d in cur.description]
+    return [dict(zip(names, r)) for r in cur.fetchall()]
+
+
+def test_the_view_links_each_fork_to_its_parent(world):
+    found = {r["session_id"]: r for r in rows(world["db"], "SELECT * FROM session_forks")}
+    assert {s: (r["kind"], r["parent_session_id"], r["link"]) for s, r in found.items()} \
+        == EXPECTED
+    files = {r["session_id"]: r["id"] for r in rows(
+        world["db"], "SELECT id, session_id FROM files WHERE kind = 'main'")}
+    for session_id, (kind, parent, _) in EXPECTED.items():
+        row = found[session_id]
+        assert row["parent_file_id"] == (files[parent] if parent else None)
+        if kind == "fork":   # the copies came first; its own conversation after them
+            assert row["copied_records"] > 0 and row["forked_at"] is not None
+    assert found[DESKTOP]["foreign_records"] == found[DESKTOP]["copied_records"] > 0
+    assert {found[s]["foreign_records"] for s in (FORK1, FORK2, FORK_OF_FORK, BRANCH)} == {0}
+    # a fork of a fork copied its parent's records, its parent's copies included
+    assert found[FORK_OF_FORK]["copied_records"] > found[FORK1]["copied_records"]
+
+
+def test_the_listing(world):
+    result = CliRunner().invoke(cli, ["forks", "--db", str(world["path"]), "--json"])
+    assert result.exit_code == 1
+    listed = json.loads(result.output)
+    assert {r["session_id"]: (r["kind"], r["parent_session_id"], r["link"]) for r in listed} \
+        == EXPECTED
+    assert listed[0]["session_id"] == EMPTY   # the empty fork first
+    result = CliRunner().invoke(cli, ["forks", "--help"])
+    assert "session-index forks --json" in result.output
+
+
+def test_check_answers_for_each(world):
+    empty = check(world["db"], EMPTY, config_dir=world["config"])
+    assert (empty.verdict, empty.exit_code, empty.details["cause"]) == ("missing", 4,
+                                                                         "no_messages")
+    for session_id in (FORK1, FORK2, FORK_OF_FORK, BRANCH, DESKTOP, PARENT, BRANCHED):
+        assert check(world["db"], session_id, config_dir=world["config"]).verdict == "resumable"
+
+
+def test_records_belong_to_the_file_they_are_in(world):
+    """#95234: the desktop fork's copies carry the parent's sessionId; the
+    index keeps them with the fork: export, the session page and search."""
+    db = world["db"]
+    assert rows(db, "SELECT count(DISTINCT r.session_id) AS n FROM records r JOIN files f "
+                    "ON f.id = r.file_id WHERE f.session_id = ?", [DESKTOP])[0]["n"] == 2
+    result = CliRunner().invoke(cli, ["export", DESKTOP, "--db", str(world["path"]),
+                                      "--out", "-"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout_bytes == (world["proj"] / f"{DESKTOP}.jsonl").read_bytes()
+    search.enable(db)
+    copied_prompt = "first prompt"   # the parent's prompt, copied into every fork
+    hits = search.search(db, f'"{copied_prompt}"', session=DESKTOP)
+    assert hits and {h["session_id"] for h in hits} == {DESKTOP}
+    parent_hits = search.search(db, f'"{copied_prompt}"', session=PARENT)
+    assert {h["record_id"] for h in parent_hits}.isdisjoint({h["record_id"] for h in hits})
+
+
+def site_get(db_path: Path, path: str, status: int = 200):
+    ds = web.make_datasette(str(db_path))
+    asyncio.run(ds.invoke_startup())
+    response = asyncio.run(ds.client.get(path))
+    assert response.status_code == status, (path, response.text[:1000])
+    return response.text
+
+
+def test_the_health_page_counts_them(world):
+    import re
+
+    html = site_get(world["path"], "/-/session-health")
+    counts = {}
+    for label in ("Empty forks: only title rows, no conversation",
+                  "Forks: records copied from another session"):
+        m = re.search(re.escape(label) + r'</a><div class="si-fix">[^<]+</div></td>\s*'
+                      r'<td class="si-count">(\d+)</td>', html)
+        assert m, label
+        counts[label] = int(m.group(1))
+    assert list(counts.values()) == [1, len(EXPECTED) - 1]
+
+
+@pytest.mark.parametrize("session_id", sorted(EXPECTED))
+def test_the_session_page_names_it(world, session_id):
+    kind, parent, link = EXPECTED[session_id]
+    html = site_get(world["path"], f"/-/sessions/{session_id}")
+    assert f'data-fork="{kind}" data-link="{link or ""}"' in html
+    if parent:
+        assert f'href="/-/sessions/{parent}"' in html
+        assert f'data-child="{session_id}"' in site_get(world["path"], f"/-/sessions/{parent}")
+
+
+def test_no_fork_in_the_corpus_that_is_not_one(tmp_path):
+    """The corpus's transcripts: any fork listed names a parent its records
+    carry, and no stub without title rows is an empty fork."""
+    db = open_db(tmp_path / "i.db")
+    ingest(db, [str(CORPUS)])
+    for row in rows(db, "SELECT * FROM session_forks"):
+        if row["kind"] == "empty":
+            assert rows(db, "SELECT count(*) AS n FROM records WHERE file_id = ? AND type IN "
+                            "('user', 'assistant')", [row["file_id"]])[0]["n"] == 0
+        else:
+            assert rows(db, "SELECT count(*) AS n FROM records WHERE file_id = ? AND "
+                            "instr(raw, ?) > 0", [row["file_id"], row["parent_session_id"]]
+                        )[0]["n"] > 0
+
+
+@pytest.mark.oracle
+@pytest.mark.skipif(CLAUDE is None, reason="no Claude Code binary")
+def test_the_real_cli_reads_a_fork_whole_and_an_empty_one_not_at_all(world, tmp_path):
+    """Claude Code 2.1.332 resumes the desktop fork from its own file, copies
+    (under the parent's sessionId) and new records alike, as the index keeps
+    them; the empty fork loads nothing ("No conversation found", check's
+    missing)."""
+    config = tmp_path / "cli" / "config"
+    shutil.copytree(world["config"], config)
+    cwd = tmp_path / "cli" / "work"
+    cwd.mkdir()
+    code, out, sent = resume_in(config, DESKTOP, cwd)
+    assert code == 0 and sent, out
+    said = json.dumps(sent[-1]["messages"])
+    own = [json.loads(line) for line in (world["proj"] / f"{DESKTOP}.jsonl").read_text()
+           .splitlines()]
+    prompts = [r["message"]["content"] for r in own if r.get("type") == "user"
+               and isinstance(r.get("message", {}).get("content"), str)]
+    assert prompts and all(p in said for p in prompts)   # the copied and the fork's own
+    assert {r["sessionId"] for r in own if r.get("type") == "user"} == {PARENT, DESKTOP}
+    code, out, sent = resume_in(config, EMPTY, cwd)
+    assert code != 0 and "No conversation found" in out and not sent, out
