@@ -114,6 +114,15 @@ class Session:
         return path
 
 
+# A thinking block's signature as the API gives one (base64, the length of a
+# short thought's): a block without one is thinking the API refuses
+# (transcripts/thinking.py).
+DEMO_SIGNATURE = ("2kSOOBWV5pt93FZslCQFRTTv+urYSSEv5S0xzh6pmHSpl2SCi3R5XoWvCWujuIZMNFxPctr+Qcvb"
+                  "A5VJZCObNPLU/Mz0mIVksmUoyCeQ360cp6kR4LxRuK5TO3vf0N+V8jVZPnt23Iyg6YitzhHmYPFo"
+                  "wuMfFK7zBFdKqiByUXc9MosRhieVHw3Uy+WD3AlcwR5YiqvMxNkhEtRUhHZRJANq8UJZZwO04xe7"
+                  "5RobXNExrEgRVv3a52iic/m6oSL9xyOgT1j4MdrbFFpFhA23Rke4Ou5HnRGQ")
+
+
 def _assistant(msg_id, content, model="claude-sonnet-4-5"):
     return {"id": msg_id, "type": "message", "role": "assistant", "model": model,
             "content": content, "stop_reason": "end_turn",
@@ -157,7 +166,7 @@ def parallel(start):
     the second result, so the first result is off the chain."""
     s = Session("parallel-tools", start)
     p = s.user(None, "Write README.md and CHANGELOG.md in parallel.")
-    thinking = [{"type": "thinking", "thinking": "Two writes."}]
+    thinking = [{"type": "thinking", "thinking": "Two writes.", "signature": DEMO_SIGNATURE}]
     t = s.add("assistant", p, message=_assistant("msg_P01", thinking))
     a, ta = s.tool_call(t, "Write", {"file_path": "README.md"}, msg="msg_P01", tool_id="toolu_a")
     b, tb = s.tool_call(a, "Write", {"file_path": "CHANGELOG.md"}, msg="msg_P01", tool_id="toolu_b")

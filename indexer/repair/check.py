@@ -39,7 +39,7 @@ from datetime import datetime, timedelta
 from indexer.sql import dict_rows
 from indexer.chain import mainfile
 from indexer.signals import verdict as verdicts
-from indexer.transcripts import retention
+from indexer.transcripts import retention, thinking
 from indexer.signals import classes, listings as signals
 from indexer.index import views
 
@@ -255,15 +255,21 @@ def _wedged(verdict: Verdict, row: dict, session_id: str) -> None:
     verdict.details["thinking"]["claude_version"] = row["resumer_version"]
     if verdict.verdict == "wedged":
         return
-    version = row["resumer_version"] or "of today"
+    version = row["resumer_version"]
+    key = thinking.version_key(version)
+    does = ("sends no thinking block of a resumed message, so there is no 400, and the "
+            "resume goes on without that thinking"
+            if key is not None and key < thinking.version_key(thinking.STUCK_FROM) else
+            "answers the 400 by sending the request again without any thinking block, so "
+            "the resume works but the conversation's thinking is lost (and its prompt cache "
+            "with it)")
     verdict.warnings.append(
         f"the latest assistant message (message.id {row['thinking_message_id']}, uuid "
         f"{row['thinking_uuid']}) holds a thinking block the API refuses ("
         f"{row['thinking_fault']}, content block {row['thinking_block']}): Claude Code "
-        f"{version} answers the 400 by sending the request again without any thinking "
-        "block, so the resume works but the conversation's thinking is lost (and its prompt "
-        f"cache with it); session-index repair {session_id} --write cuts back to the last "
-        "message the API accepts instead")
+        f"{version or 'of today'} {does}; session-index repair {session_id} --write cuts "
+        "back to the last message the API accepts instead (a Claude Code from "
+        f"{thinking.STUCK_FROM} up to {thinking.RECOVERS_FROM} stays stuck on it)")
 
 
 def _spliced(db, verdict: Verdict, main: dict) -> None:

@@ -114,9 +114,9 @@ _WEDGED_REASON = ("""'the latest assistant message on the resume chain (message.
       || json_extract(wedge, '$.block') || ') holds a thinking block the API refuses: '
       || """ + FAULT_TEXT.format(fault="json_extract(wedge, '$.fault')") + """
       || '; Claude Code ' || resumer_version || ' sends it on every resume, gets the 400 and '
-      || 'stays stuck (""" + thinking.STUCK_FROM + " up to " + thinking.RECOVERS_FROM
-      + " do; " + thinking.RECOVERS_FROM + " and newer strip every thinking block and send "
-      "again, losing the thinking); '")
+      || 'stays stuck (versions from """ + thinking.STUCK_FROM + " up to, not including, "
+      + thinking.RECOVERS_FROM + " do; " + thinking.RECOVERS_FROM + " and newer strip every "
+      "thinking block and send again, losing the thinking); '")
 
 # The api_error_splices of the subject's file (the view's episodes, for one file).
 _FILE_SPLICES = definitions.API_ERROR_SPLICES_TEMPLATE.format(files=" AND o.file_id = a.file_id")
