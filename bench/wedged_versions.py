@@ -10,9 +10,9 @@ Messages API that refuses, as the real one does, a request whose latest
 assistant message carries a thinking block changed from what it returned
 (indexer/repair/oracle.refusing_changed_thinking), twice. Prints one row per
 resume: version, fixture, requests, refused, thinking blocks in the last
-request, exit code, and what that is: stuck (every request refused, the CLI
-gives up), recovers (refused, then sent again without thinking, accepted) or
-no_400 (the thinking was not sent). indexer/transcripts/thinking.py holds the
+request, exit code, and what that is: stuck (refused, and the CLI gives up),
+recovers (refused, then sent again without thinking, accepted) or no_400 (no
+request refused). indexer/transcripts/thinking.py holds the
 ranges. Nothing leaves 127.0.0.1.
 """
 import argparse
@@ -42,7 +42,7 @@ def probe(binary: str, name: str) -> dict:
         run = oracle.run_resume(path.read_bytes(), session_id, api, binary)
     calls = [r["body"] for r in run.requests if r["path"].endswith("/v1/messages")]
     refused = len(reply.refused)
-    what = ("no_400" if not refused else "stuck" if refused == len(calls) else "recovers")
+    what = "no_400" if not refused else "recovers" if run.exit_code == 0 else "stuck"
     return {"version": oracle.claude_version(binary), "fixture": name, "requests": len(calls),
             "refused": refused, "thinking_in_last": thinking_sent(calls[-1]) if calls else None,
             "exit_code": run.exit_code, "what": what}

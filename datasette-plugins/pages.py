@@ -16,7 +16,7 @@ from datasette.utils.asgi import NotFound, Response
 from indexer.chain import resume
 from indexer.index import search
 from indexer.signals import listings as signals, verdict as verdicts
-from indexer.signals.classes import SEVERITIES
+from indexer.signals.classes import SEVERITIES, thinking_faults_where
 from session_index_web import health as web_health, tree as web_tree
 from session_index_web.format import CAUSE_COLOURS, pretty_json, session_path
 from session_index_web.metadata import QUERIES
@@ -73,10 +73,10 @@ SELECT count(*) FROM poisoned_sessions WHERE file_id = :file_id AND at_resume_ta
 """.strip()
 # The thinking blocks the API refuses on the file's resume chain
 # (thinking_faults: the wedge in the latest message first).
-FILE_THINKING_SQL = """
-SELECT uuid, line_no, block, fault, latest, stuck, resumer_version FROM thinking_faults
-WHERE file_id = :file_id ORDER BY latest DESC, line_no, block
-""".strip()
+FILE_THINKING_SQL = (
+    "SELECT uuid, line_no, block, fault, latest, stuck, resumer_version FROM ("
+    + thinking_faults_where("h.main_file_id = :file_id")
+    + ") WHERE file_id = :file_id ORDER BY latest DESC, line_no, block")
 DOWNLOAD_FILE_SQL = """
 SELECT f.id, f.path, f.session_id, s.main_file_id = f.id AS is_main FROM files f
 LEFT JOIN sessions s ON s.session_id = f.session_id

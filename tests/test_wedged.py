@@ -125,18 +125,22 @@ def test_the_rule_agrees_on_every_fixture_and_corpus_file(tmp_path):
         assert python == sql, path
 
 
-@pytest.mark.parametrize("version, key, stuck", [
-    ("2.1.97", 2001097, False), ("2.1.112", 2001112, True), ("2.1.154", 2001154, True),
-    ("2.1.160", 2001160, True), ("2.1.161", 2001161, False), ("2.1.332", 2001332, False),
-    ("10.2.3-beta", 10002003, False), (None, None, False), ("2.1", None, False),
-    ("x.1.2", None, False)])
-def test_which_versions_stay_stuck_in_python_and_sql(index, version, key, stuck):
-    assert (thinking.version_key(version), thinking.stays_stuck(version)) == (key, stuck)
+@pytest.mark.parametrize("version, key, fault, stuck", [
+    ("2.1.1", 2001001, "blanked", True), ("2.1.97", 2001097, "blanked", True),
+    ("2.1.154", 2001154, "blanked", True), ("2.1.160", 2001160, "blanked", True),
+    ("2.1.161", 2001161, "blanked", False), ("2.1.167", 2001167, "truncated", True),
+    ("2.1.169", 2001169, "truncated", False), ("2.1.170", 2001170, "unsigned", True),
+    ("2.1.183", 2001183, "unsigned", False), ("2.1.332", 2001332, "unsigned", False),
+    ("10.2.3-beta", 10002003, "blanked", False), (None, None, "blanked", False),
+    ("2.1", None, "unsigned", False), ("x.1.2", None, "unsigned", False),
+    ("2.1.154", 2001154, "no such fault", False)])
+def test_which_versions_stay_stuck_in_python_and_sql(index, version, key, fault, stuck):
+    assert (thinking.version_key(version), thinking.stays_stuck(version, fault)) == (key, stuck)
     conn = index.db.conn
     assert conn.execute("SELECT " + thinking.VERSION_KEY.format(v=":v"),
                         {"v": version}).fetchone()[0] == key
-    assert conn.execute("SELECT " + thinking.STAYS_STUCK.format(v=":v"),
-                        {"v": version}).fetchone()[0] == int(stuck)
+    assert conn.execute("SELECT " + thinking.STAYS_STUCK.format(v=":v", fault=":f"),
+                        {"v": version, "f": fault}).fetchone()[0] == int(stuck)
 
 
 # --- The surfaces ---------------------------------------------------------------
@@ -200,8 +204,13 @@ def test_check_asks_the_version_that_will_resume(fixtures_index):
     assert (code, answer["verdict"]) == (0, "resumable")
     assert [w for w in answer["warnings"] if "thinking is lost" in w]
     code, answer = check(fixtures_index, "blanked_latest", "--claude-version", OLDEST)
+    assert (code, answer["verdict"]) == (11, "wedged")
+    # 2.1.169 recovers from a cut signature's 400, not yet from a missing one's
+    code, answer = check(fixtures_index, "unsigned_latest", "--claude-version", "2.1.169")
+    assert (code, answer["verdict"]) == (11, "wedged")
+    assert "2.1.183 and newer strip" in answer["reason"]
+    code, answer = check(fixtures_index, "unsigned_latest", "--claude-version", "2.1.183")
     assert (code, answer["verdict"]) == (0, "resumable")
-    assert [w for w in answer["warnings"] if "sends no thinking block" in w]
     code, answer = check(fixtures_index, "omitted_display", "--claude-version", STUCK)
     assert (code, answer["verdict"], answer["warnings"]) == (0, "resumable", [])
     out = invoke(fixtures_index, "check", session_id("unsigned_latest"), "--config-dir",

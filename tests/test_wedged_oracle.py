@@ -4,7 +4,7 @@ The fake Messages API here refuses, as the real one does, a request whose
 latest assistant message carries a thinking block changed from what the API
 returned (oracle.refusing_changed_thinking: the 400 texts of #63147, #68768,
 #21726). What each Claude Code does with that 400 decides the verdict
-(thinking.STAYS_STUCK): the bundled 2.1.332 sends the request again with
+(thinking.RECOVERS_FROM): the bundled 2.1.332 sends the request again with
 every thinking block stripped (it recovers, losing the thinking); 2.1.150,
 as the reports' versions, exits on the 400 and does the same on every
 resume. After ``repair --write`` both resume and the first request is
@@ -79,7 +79,8 @@ def test_today_recovers_from_the_400_by_dropping_every_thinking_block(name):
     assert reply.refused and thinking_sent(calls[0]) > 0          # sent as written: refused
     assert oracle.PING in json.dumps(calls[-1]) and thinking_sent(calls[-1]) == 0
     assert oracle.thinking_refusal(calls[-1], reply.returned) is None
-    assert thinking.stays_stuck(oracle.claude_version(CLAUDE)) is False
+    fault = {"blanked_latest": "blanked", "unsigned_latest": "unsigned"}[name]
+    assert thinking.stays_stuck(oracle.claude_version(CLAUDE), fault) is False
 
 
 @needs_stuck
@@ -91,7 +92,8 @@ def test_the_reports_versions_stay_stuck(name):
         calls = messages_calls(run)
         assert run.exit_code != 0
         assert calls and len(reply.refused) == len(calls)
-    assert thinking.stays_stuck(oracle.claude_version(STUCK_CLAUDE)) is True
+    fault = {"blanked_latest": "blanked", "unsigned_latest": "unsigned"}[name]
+    assert thinking.stays_stuck(oracle.claude_version(STUCK_CLAUDE), fault) is True
 
 
 def _index_with(tmp_path: Path, name: str) -> tuple[Index, Path]:
@@ -181,3 +183,23 @@ def test_a_session_the_real_binary_writes_with_omitted_display_has_no_fault(tmp_
     assert index.value("SELECT count(*) FROM thinking_faults") == 0
     run, again = resume(main.read_bytes(), s.session_id, CLAUDE, reply.returned)
     assert run.exit_code == 0 and again.refused == []
+
+
+OLD = Path(os.environ.get("SESSION_INDEX_OLD_CLAUDES", "/nonexistent"))
+OLD_BINARIES = sorted((p for p in OLD.glob("*/claude") if os.access(p, os.X_OK)),
+                      key=lambda p: thinking.version_key(p.parent.name) or 0)
+
+
+@pytest.mark.skipif(not OLD_BINARIES, reason="SESSION_INDEX_OLD_CLAUDES is not set")
+@pytest.mark.parametrize("binary", OLD_BINARIES, ids=[p.parent.name for p in OLD_BINARIES])
+def test_each_version_does_what_the_rule_says(binary):
+    """SESSION_INDEX_OLD_CLAUDES=DIR (DIR/<version>/claude, as bench/ unpacks
+    them from claude-agent-sdk wheels): each stays stuck on a fixture's
+    refused block exactly when thinking.stays_stuck says so."""
+    version = oracle.claude_version(str(binary))
+    for name, fault in (("blanked_latest", "blanked"), ("unsigned_latest", "unsigned")):
+        run, reply = resume((FIXTURES / f"{name}.jsonl").read_bytes(), session_id(name),
+                            str(binary))
+        stuck = bool(reply.refused) and run.exit_code != 0
+        assert stuck == thinking.stays_stuck(version, fault), (version, name, run.exit_code,
+                                                               reply.refused)

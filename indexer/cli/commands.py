@@ -414,8 +414,9 @@ def check(session_id, db_path, config_dir, now, cwd, host, claude_version, as_js
     resume gets a 400; wedged (11): the latest assistant message holds a
     thinking block the API refuses (blanked, unsigned or cut), and the Claude
     Code that resumes (--claude-version, else the one that last wrote the
-    session) resends it on every resume (2.1.112 up to 2.1.161; newer ones
-    drop every thinking block and resume, with a warning); spliced (6): late
+    session) resends it on every resume (before 2.1.161, 2.1.169 or 2.1.183,
+    by the API's answer; newer ones drop every thinking block and resume, with
+    a warning); spliced (6): late
     api_error records orphan output, the resume drops it; resumable (0), with warnings when the transcript expires
     within 7 days, has expired, or cleanupPeriodDays is 0. The transcript is
     stat'ed afresh: a file deleted since the last ingest is missing.

@@ -61,7 +61,9 @@ from indexer.transcripts.records import (
 #   strip removes those blocks from the line (blocks: their indexes in
 #   message.content); a line holding nothing else is dropped instead, and
 #   its children re-parented onto its nearest ancestor that stays.
-REPAIR_PLAN_SQL = f"""
+# {thinking_faults}: the thinking_faults rows it reads (the view, or
+# repair_plan_of's narrowed to one session).
+REPAIR_PLAN_TEMPLATE = f"""
 WITH RECURSIVE episodes AS (
   SELECT s.file_id, s.session_id, s.api_error_uuid, s.branch_point_uuid,
     (SELECT a.record_id FROM leaf_ancestry_cache a JOIN records r ON r.id = a.record_id
@@ -90,7 +92,7 @@ poisoned AS (  -- with the last real assistant message on the chain
 ),
 wedged AS (  -- with the last real assistant message before the latest one
   SELECT t.session_id, t.file_id, a.height, r.line_no, r.timestamp
-  FROM (SELECT DISTINCT session_id, file_id, message_id FROM thinking_faults
+  FROM (SELECT DISTINCT session_id, file_id, message_id FROM {{thinking_faults}}
         WHERE latest AND host = '') t
   JOIN leaf_ancestry_cache a ON a.file_id = t.file_id AND a.rule = 'resume' AND a.record_id = (
     SELECT k.record_id FROM leaf_ancestry_cache k JOIN records x ON x.id = k.record_id
@@ -125,7 +127,7 @@ refused AS MATERIALIZED (  -- earlier thinking the API refuses, on lines that st
   SELECT t.session_id, t.file_id, t.uuid, r.id AS record_id, r.line_no, r.parent_uuid,
     json_group_array(t.block) AS blocks, count(*) AS faults,
     json_array_length(r.raw, '$.message.content') AS content_blocks
-  FROM thinking_faults t JOIN records r ON r.file_id = t.file_id AND r.line_no = t.line_no
+  FROM {{thinking_faults}} t JOIN records r ON r.file_id = t.file_id AND r.line_no = t.line_no
   WHERE t.host = '' AND NOT EXISTS (SELECT 1 FROM dropped d WHERE d.file_id = t.file_id
                                     AND d.uuid = t.uuid)
     AND (NOT t.latest OR EXISTS (SELECT 1 FROM wedged w WHERE w.file_id = t.file_id))
@@ -167,6 +169,16 @@ FROM emptied e JOIN records c ON c.file_id = e.file_id AND c.parent_uuid = e.uui
 WHERE NOT EXISTS (SELECT 1 FROM emptied x WHERE x.file_id = c.file_id AND x.uuid = c.uuid)
   AND NOT EXISTS (SELECT 1 FROM dropped d WHERE d.file_id = c.file_id AND d.uuid = c.uuid)
 """.strip()
+REPAIR_PLAN_SQL = REPAIR_PLAN_TEMPLATE.format(thinking_faults="thinking_faults")
+
+
+def repair_plan_of(session: str) -> str:
+    """repair_plan's rows for the sessions ``session`` picks (a condition on
+    session_hosts h), with the thinking faults computed for them only; the
+    caller filters the rows by session too."""
+    return REPAIR_PLAN_TEMPLATE.format(thinking_faults="({})".format(
+        classes.thinking_faults_where(session)))
+
 
 # --- Copies of a transcript ----------------------------------------------
 

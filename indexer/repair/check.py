@@ -255,21 +255,16 @@ def _wedged(verdict: Verdict, row: dict, session_id: str) -> None:
     verdict.details["thinking"]["claude_version"] = row["resumer_version"]
     if verdict.verdict == "wedged":
         return
-    version = row["resumer_version"]
-    key = thinking.version_key(version)
-    does = ("sends no thinking block of a resumed message, so there is no 400, and the "
-            "resume goes on without that thinking"
-            if key is not None and key < thinking.version_key(thinking.STUCK_FROM) else
-            "answers the 400 by sending the request again without any thinking block, so "
-            "the resume works but the conversation's thinking is lost (and its prompt cache "
-            "with it)")
+    version, fault = row["resumer_version"], row["thinking_fault"]
     verdict.warnings.append(
         f"the latest assistant message (message.id {row['thinking_message_id']}, uuid "
         f"{row['thinking_uuid']}) holds a thinking block the API refuses ("
         f"{row['thinking_fault']}, content block {row['thinking_block']}): Claude Code "
-        f"{version or 'of today'} {does}; session-index repair {session_id} --write cuts "
-        "back to the last message the API accepts instead (a Claude Code from "
-        f"{thinking.STUCK_FROM} up to {thinking.RECOVERS_FROM} stays stuck on it)")
+        f"{version or 'of today'} answers the 400 by sending the request again without any "
+        "thinking block, so the resume works but the conversation's thinking is lost (and "
+        f"its prompt cache with it); session-index repair {session_id} --write cuts back to "
+        "the last message the API accepts instead (a Claude Code before "
+        f"{thinking.RECOVERS_FROM[fault]} stays stuck on it)")
 
 
 def _spliced(db, verdict: Verdict, main: dict) -> None:

@@ -27,12 +27,15 @@ from indexer.transcripts import conversation
 from indexer.sql import write_lock
 from indexer.sql import dict_rows
 from indexer.index.clock import utcnow
+from indexer.index import views
 from indexer.ingest.files import ingest, stored_bytes
+from indexer.signals import classes
 
 LIVE_SECONDS = 60
 # A repair writes this machine's transcripts only (host ''): another host's
 # copy is repaired there.
-PLAN_SQL = "SELECT * FROM repair_plan WHERE session_id = ? AND host = '' ORDER BY line_no"
+PLAN_SQL = (f"SELECT * FROM ({views.repair_plan_of('h.session_id = :session_id')}) "
+            "WHERE session_id = :session_id AND host = '' ORDER BY line_no")
 MAIN_FILE_SQL = """
 SELECT f.id, f.path, f.size, f.mtime_ns, f.inode, f.deleted_at
 FROM session_hosts s JOIN files f ON f.id = s.main_file_id
@@ -97,7 +100,7 @@ def plan(db, session_id: str) -> Plan:
     if main is None:
         raise RepairError(f"session {session_id} has no main transcript in the index")
     p = Plan(session_id, main[0], main[1])
-    p.rows = dict_rows(db.conn, PLAN_SQL, [session_id])
+    p.rows = dict_rows(db.conn, PLAN_SQL, {"session_id": session_id})
     for row in p.rows:
         if row["action"] == "reparent":
             p.reparent[row["line_no"]] = (row["old_parent_uuid"], row["new_parent_uuid"])
@@ -276,8 +279,8 @@ class Result:
 # refuses still on the resume chain after a repair (earlier messages'
 # blocks removed, the latest message's cut off).
 THINKING_REASONS = ("wedged_tail", "refused_thinking")
-REFUSED_LEFT_SQL = ("SELECT count(*) FROM thinking_faults WHERE file_id = :file_id "
-                    "AND (NOT latest OR :cut)")
+REFUSED_LEFT_SQL = (f"SELECT count(*) FROM ({classes.thinking_faults_where('h.main_file_id = :file_id')}) "
+                    "WHERE file_id = :file_id AND (NOT latest OR :cut)")
 
 STUCK_SQL = f"""
 SELECT 1 FROM poisoned_sessions p WHERE p.session_id = ? AND p.file_id = ? AND p.at_resume_tail

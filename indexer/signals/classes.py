@@ -354,13 +354,16 @@ POISONED = ProblemClass(
 # Code that last wrote the file; stuck: 1 when the block is in the latest
 # message and that version resends it on every resume (thinking.STAYS_STUCK;
 # the session's verdict is wedged), 0 when it recovers by dropping every
-# thinking block. last_seen: the file's newest record.
-THINKING_FAULTS_SQL = f"""
+# thinking block. last_seen: the file's newest record. {hosts}: a condition on
+# session_hosts h that narrows it before it is computed (THINKING_FAULTS_ARGS:
+# all; thinking_faults_where: some sessions or files, for a session's page or
+# repair, which the view's materialized steps would not let SQLite narrow).
+THINKING_FAULTS_TEMPLATE = f"""
 WITH mains AS MATERIALIZED (
   SELECT h.session_id, h.host, h.main_file_id AS file_id,
     {verdict.LATEST_MESSAGE_ID_TEMPLATE.format(file="h.main_file_id")} AS latest_message_id,
     {verdict.WRITER_VERSION_TEMPLATE.format(file="h.main_file_id")} AS resumer_version
-  FROM session_hosts h WHERE h.main_file_id IS NOT NULL
+  FROM session_hosts h WHERE h.main_file_id IS NOT NULL AND {{hosts}}
 ),
 faults AS MATERIALIZED (
 {thinking.thinking_faults_sql("{a}.file_id IN (SELECT file_id FROM mains)")}
@@ -368,13 +371,22 @@ faults AS MATERIALIZED (
 SELECT m.session_id, t.file_id, t.uuid, t.line_no, t.message_id, t.model, t.version,
   t.block, t.fault, t.message_id IS m.latest_message_id AS latest, m.resumer_version,
   (t.message_id IS m.latest_message_id)
-    AND {thinking.STAYS_STUCK.format(v="m.resumer_version")} AS stuck,
+    AND {thinking.STAYS_STUCK.format(v="m.resumer_version", fault="t.fault")} AS stuck,
   f.last_timestamp AS last_seen, m.host
 FROM faults t JOIN mains m ON m.file_id = t.file_id
 JOIN leaf_ancestry_cache k ON k.file_id = t.file_id AND k.rule = 'resume'
   AND k.record_id = t.record_id
 JOIN files f ON f.id = t.file_id
 """.strip()
+
+THINKING_FAULTS_ARGS = {"hosts": "1"}
+
+
+def thinking_faults_where(hosts: str) -> str:
+    """The thinking_faults rows of the session_hosts rows (alias h) that
+    ``hosts`` picks, computed for them only."""
+    return THINKING_FAULTS_TEMPLATE.format(hosts=hosts)
+
 
 THINKING_FAULTS = SignalView(
     "thinking_faults",
@@ -392,12 +404,14 @@ THINKING_FAULTS = SignalView(
      "latest": "1 when the block is in the latest assistant message a resume sends",
      "resumer_version": "the Claude Code that last wrote the file, taken to resume it",
      "stuck": "1 when that version resends the block on every resume (the verdict is "
-              f"wedged: {thinking.STUCK_FROM} up to {thinking.RECOVERS_FROM}); 0 when it "
+              "wedged: versions before " + ", ".join(
+                  f"{v} ({f})" for f, v in thinking.RECOVERS_FROM.items()) + "); 0 when it "
               "recovers by dropping every thinking block, or the block is in an earlier "
               "message",
      "last_seen": f"the file's newest record, {TS}",
      "host": "the host of file_id ('' for this machine)"},
-    common=("file_id", "session_id"), sql=THINKING_FAULTS_SQL,
+    common=("file_id", "session_id"), template=THINKING_FAULTS_TEMPLATE,
+    view_args=THINKING_FAULTS_ARGS,
     facets=("fault", "latest", "stuck"))
 
 WEDGED = ProblemClass(
@@ -405,7 +419,8 @@ WEDGED = ProblemClass(
     "session-index repair SESSION_ID --write cuts the chain back to the last assistant "
     "message before the refused one and removes refused thinking from earlier messages (the "
     "file is backed up first); or resume with Claude Code "
-    f"{thinking.RECOVERS_FROM} or newer, which drops every thinking block",
+    f"{max(thinking.RECOVERS_FROM.values(), key=thinking.version_key)} or newer, which drops "
+    "every thinking block",
     listing=Listing(
         "wedged",
         "Thinking blocks the API refuses in the latest assistant message of a session's "

@@ -75,14 +75,16 @@ LATEST_MESSAGE_ID_TEMPLATE = f"""(SELECT CASE WHEN r.type = 'assistant'
 WRITER_VERSION_TEMPLATE = """(SELECT v.version FROM records v
   WHERE v.file_id = {file} AND v.version IS NOT NULL ORDER BY v.line_no DESC LIMIT 1)"""
 # The thinking blocks the API refuses (thinking.py) in the latest assistant
-# message on file {file}'s resume chain, the first first: record_id, uuid,
+# message on file {file}'s resume chain, the one the fewest versions recover
+# from first (thinking.RECOVERS_FROM), then in chain order: record_id, uuid,
 # message_id, block, fault. Only that message's records are read (and, for
 # an empty signed block, the file's shown thinking of its model and
 # version, as far as the first).
 LATEST_FAULTS_TEMPLATE = """(SELECT lf.* FROM ({faults}) lf
   JOIN leaf_ancestry_cache lk ON lk.file_id = lf.file_id AND lk.rule = 'resume'
     AND lk.record_id = lf.record_id
-  ORDER BY lk.height, lf.block)"""
+  ORDER BY """ + thinking.RECOVERS_FROM_KEY.format(fault="lf.fault") + """ DESC, lk.height,
+    lf.block)"""
 
 
 # A real assistant message on file {file}'s resume chain before the latest one
@@ -107,6 +109,8 @@ FAULT_TEXT = ("CASE {fault} " + " ".join(
     "WHEN '%s' THEN '%s (the API answers: %s)'" % (
         name, meaning.replace("'", "''"), answer.replace("`", "").replace("'", "''"))
     for name, answer, meaning in thinking.FAULTS) + " END")
+# The version that recovers from the wedge's fault (thinking.RECOVERS_FROM).
+_RECOVERS = thinking.RECOVERS_FROM_VERSION.format(fault="json_extract(wedge, '$.fault')")
 # The start of a wedged verdict's reason (its row's wedge, resumer_version).
 _WEDGED_REASON = ("""'the latest assistant message on the resume chain (message.id '
       || coalesce(json_extract(wedge, '$.message_id'), 'None') || ', uuid '
@@ -114,9 +118,9 @@ _WEDGED_REASON = ("""'the latest assistant message on the resume chain (message.
       || json_extract(wedge, '$.block') || ') holds a thinking block the API refuses: '
       || """ + FAULT_TEXT.format(fault="json_extract(wedge, '$.fault')") + """
       || '; Claude Code ' || resumer_version || ' sends it on every resume, gets the 400 and '
-      || 'stays stuck (versions from """ + thinking.STUCK_FROM + " up to, not including, "
-      + thinking.RECOVERS_FROM + " do; " + thinking.RECOVERS_FROM + " and newer strip every "
-      "thinking block and send again, losing the thinking); '")
+      || 'stays stuck (every version before ' || """ + _RECOVERS + """ || ' does on this '
+      || 'answer; ' || """ + _RECOVERS + """ || ' and newer strip every thinking block and '
+      || 'send again, losing the thinking); '""")
 
 # The api_error_splices of the subject's file (the view's episodes, for one file).
 _FILE_SPLICES = definitions.API_ERROR_SPLICES_TEMPLATE.format(files=" AND o.file_id = a.file_id")
@@ -191,10 +195,10 @@ SELECT session_id, host, file_id, rule AS main_file_rule, path, verdict, cause,
     WHEN 'foreign_reply' THEN {_FOREIGN_REASON}
     WHEN 'thinking_uncuttable' THEN {_WEDGED_REASON}
       || 'there is no earlier assistant message to cut back to: resume with Claude Code '
-      || '{thinking.RECOVERS_FROM} or newer (it drops the thinking), or start a new session'
+      || {_RECOVERS} || ' or newer (it drops the thinking), or start a new session'
     WHEN 'thinking_refused' THEN {_WEDGED_REASON}
       || 'cut the chain back to the last message the API accepts (session-index repair '
-      || session_id || ' --write), or resume with Claude Code {thinking.RECOVERS_FROM} or newer'
+      || session_id || ' --write), or resume with Claude Code ' || {_RECOVERS} || ' or newer'
     WHEN 'api_error_splice' THEN splices || ' api_error splice(s) leave ' || spliced_records
       || ' record(s) of recovered output off the resume chain: a resume drops them; '
       || 're-parent the record after each error chain onto the last orphaned record '
@@ -251,7 +255,8 @@ FROM (
       CASE
         WHEN j.file_id IS NULL OR {NOT_LOADED_TEMPLATE.format(rule="j.rule")} THEN 'missing'
         WHEN j.refused THEN 'poisoned'
-        WHEN j.wedge IS NOT NULL AND {thinking.STAYS_STUCK.format(v="j.resumer_version")}
+        WHEN j.wedge IS NOT NULL AND {thinking.STAYS_STUCK.format(
+            v="j.resumer_version", fault="json_extract(j.wedge, '$.fault')")}
           THEN 'wedged'
         WHEN j.splices > 0 THEN 'spliced'
         ELSE 'resumable' END AS verdict,

@@ -190,21 +190,24 @@ def thinking_faults_sql(files: str, displayed: str | None = None, once: bool = T
 
 # What a Claude Code version does when the API refuses the latest assistant
 # message's thinking (the 400s above), asked with the oracle: the real
-# binaries resuming a transcript whose latest message holds a blanked,
+# binaries resuming transcripts whose latest message holds a blanked,
 # unsigned or cut block, against a fake API that refuses it as the real one
 # does (tests/test_wedged_oracle.py; bench/wedged_versions.py for any
-# binaries). The ranges are between the versions tested:
-#   2.1.97 and older   (2.1.71, 2.1.81, 2.1.97) send no thinking block of a
-#                      resumed message: no 400.
-#   2.1.112 - 2.1.150  (2.1.112, 2.1.121, 2.1.132, 2.1.142, 2.1.150) send it,
-#                      get the 400 and exit: every resume does the same, for
-#                      good (the reports, #63147 and its duplicates, are of
-#                      2.1.150 - 2.1.156, which no SDK wheel bundles).
-#   2.1.161 and newer  (2.1.161, 2.1.165, 2.1.167, 2.1.169, 2.1.170, 2.1.332)
-#                      answer the 400 by sending the request again with every
-#                      thinking block stripped: the resume works, the
-#                      conversation's thinking is lost.
-STUCK_FROM, RECOVERS_FROM = "2.1.112", "2.1.161"
+# binaries). Before the version below for its answer, a resume sends the
+# block, gets the 400 and exits, and every resume does the same, for good
+# (tested: 2.1.1, 2.1.44, 2.1.59, 2.1.71, 2.1.97, 2.1.112, 2.1.150, 2.1.161,
+# 2.1.165, 2.1.167, 2.1.169, 2.1.170; the reports, #63147 and its duplicates,
+# are of 2.1.150 - 2.1.156, which no SDK wheel bundles). From it on, the CLI
+# answers the 400 by sending the request again with every thinking block
+# stripped: the resume works and the conversation's thinking is lost
+# (tested: up to 2.1.332). The change lies between the last version of one
+# range and the first of the next:
+#   "cannot be modified" (blanked)             2.1.150 stuck, 2.1.161 recovers
+#   "Invalid `signature`" (truncated; an empty
+#    signature on Anthropic's API)             2.1.167 stuck, 2.1.169 recovers
+#   "thinking.signature: Field required" (no
+#    signature; an empty one on Bedrock)       2.1.170 stuck, 2.1.183 recovers
+RECOVERS_FROM = {"blanked": "2.1.161", "truncated": "2.1.169", "unsigned": "2.1.183"}
 
 
 def version_key(version) -> int | None:
@@ -228,12 +231,12 @@ def version_key(version) -> int | None:
     return digits[0] * 10**6 + digits[1] * 10**3 + digits[2]
 
 
-def stays_stuck(version) -> bool:
-    """Does this Claude Code version resend a refused thinking block on every
-    resume? A version that is not one (None: none recorded) is taken for
-    today's, which recovers."""
+def stays_stuck(version, fault: str) -> bool:
+    """Does this Claude Code version resend a refused thinking block of this
+    fault on every resume? A version that is not one (None: none recorded)
+    is taken for today's, which recovers."""
     key = version_key(version)
-    return key is not None and version_key(STUCK_FROM) <= key < version_key(RECOVERS_FROM)
+    return key is not None and fault in RECOVERS_FROM and key < version_key(RECOVERS_FROM[fault])
 
 
 # VERSION_KEY over a text expression {v}: version_key in SQL (NULL when {v}
@@ -247,6 +250,12 @@ VERSION_KEY = (
     "THEN CAST(substr({v}, 1, instr({v}, '.') - 1) AS INTEGER) * 1000000 "
     "+ CAST(substr(" + _REST + ", 1, instr(" + _REST + ", '.') - 1) AS INTEGER) * 1000 "
     "+ CAST(" + _PATCH + " AS INTEGER) END")
-# STAYS_STUCK over {v}: stays_stuck in SQL, 0 or 1.
-STAYS_STUCK = ("coalesce((" + VERSION_KEY + f") BETWEEN {version_key(STUCK_FROM)} AND "
-               f"{version_key(RECOVERS_FROM) - 1}, 0)")
+# RECOVERS_FROM_KEY over a fault {fault}: the version_key of RECOVERS_FROM.
+RECOVERS_FROM_KEY = ("CASE {fault} " + " ".join(
+    f"WHEN '{fault}' THEN {version_key(version)}" for fault, version in RECOVERS_FROM.items())
+    + " END")
+# STAYS_STUCK over a version {v} and a fault {fault}: stays_stuck in SQL, 0 or 1.
+STAYS_STUCK = "coalesce((" + VERSION_KEY + ") < (" + RECOVERS_FROM_KEY + "), 0)"
+# RECOVERS_FROM_VERSION over a fault {fault}: RECOVERS_FROM's version, text.
+RECOVERS_FROM_VERSION = ("CASE {fault} " + " ".join(
+    f"WHEN '{fault}' THEN '{version}'" for fault, version in RECOVERS_FROM.items()) + " END")
