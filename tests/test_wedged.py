@@ -325,3 +325,21 @@ def test_no_wedge_in_transcripts_not_seen(tmp_path):
     found = index.rows("SELECT session_id, uuid, fault, latest, version FROM thinking_faults")
     print(f"\n{index.value('SELECT count(*) FROM files')} transcripts, thinking faults: {found}")
     assert found == []
+
+
+def test_the_demo_has_a_wedged_session_every_surface_names(tmp_path):
+    from indexer.cli import demo_data
+
+    db_path = demo_data.build_demo(tmp_path)
+    sid = demo_data.session_id("wedged-thinking")
+    out = CliRunner().invoke(cli, ["check", sid, "--db", str(db_path), "--config-dir",
+                                   str(tmp_path)])
+    assert out.exit_code == 11 and out.output.startswith("wedged:")
+    out = CliRunner().invoke(cli, ["wedged", "--db", str(db_path), "--json"])
+    assert [(r["session_id"], r["fault"], r["stuck"]) for r in json.loads(out.output)] == [
+        (sid, "blanked", 1)]
+    index = Index.__new__(Index)
+    index.path = db_path
+    get = _web(index)
+    assert 'data-verdict="wedged"' in get(web_format.session_path(sid))
+    assert "Wedged: the latest message" in get("/-/session-health")
