@@ -306,6 +306,9 @@ TABLES = {
                           "or a list with no block",
             cwd="cwd", version="Claude Code version", git_branch="gitBranch",
             leaf_uuid="leafUuid of summary records",
+            sent_as_uuid="sentAsUuid of a prompt Claude Code stored anew: the uuid it was "
+                         "sent under, which its loader loads it under when no earlier line "
+                         "has it",
             raw="the exact text of the line (pretty-printed here)",
             has_usage="1 for an assistant record whose message.usage is an object (the "
                       "usage view reads these lines; the counts below are NULL on others)",
@@ -411,15 +414,18 @@ TABLES = {
     },
     "repair_plan": {
         "description": "What session-index repair changes in each session's main transcript, "
-                       "one row per line: splices re-parented, poisoned tails dropped.",
+                       "one row per line: splices re-parented, poisoned and wedged tails "
+                       "dropped, thinking the API refuses removed from earlier messages.",
         "facets": ["action", "reason"],
         "columns": _cols(
             "session_id", "file_id", "record_id", "line_no", "uuid",
-            action="reparent or drop",
-            reason="api_error_splice or poisoned_tail",
+            action="reparent, drop or strip (remove some content blocks from the line)",
+            reason="api_error_splice, poisoned_tail, wedged_tail or refused_thinking",
             old_parent_uuid="the line's parentUuid now",
             new_parent_uuid="its parentUuid after the repair (reparent)",
             episode="the api_error episode it belongs to",
+            blocks="strip: the indexes in message.content of the thinking blocks removed "
+                   "(JSON array)",
         ),
     },
     "repairs": {

@@ -6,11 +6,11 @@ cannot be used (a file that is not an index, a full disk, a read-only file
 system, a corrupt page: one line, never a traceback; for export/restore also:
 the session, or the generation asked for, is not in the index; a target
 outside the folder, a symlink or a different file: refused; for search: search
-is not enabled on the index); 4/5/6 the check verdicts
-missing/poisoned/spliced; 7 a repair refused (the file is live); 8 a repair
+is not enabled on the index); 4/5/6/11 the check verdicts
+missing/poisoned/spliced/wedged; 7 a repair refused (the file is live); 8 a repair
 rolled back; 9 show/export/restore/repair/verify: no such session in the index;
 10 check: the session is on several hosts of a fleet, none of them this machine, and
---host names none.
+--host names none; 11 check: wedged.
 """
 
 from __future__ import annotations
@@ -115,8 +115,8 @@ def cli():
     and why; poisoned, stale and expiring sessions; failed `claude -p` runs.
 
     Exit codes: 0 ok; 1 a finding; 2 usage; 3 the index or a source cannot
-    be used; 4/5/6 check: missing/poisoned/spliced; 7/8 repair: refused/rolled back;
-    9 the session id is not in the index.
+    be used; 4/5/6/11 check: missing/poisoned/spliced/wedged; 7/8 repair: refused/rolled
+    back; 9 the session id is not in the index.
     """
 
 
@@ -400,15 +400,24 @@ def refs_import(file, db_path, as_json):
               help="A central index of a fleet: the host whose copy to check ('' for this "
                    "machine) [default: this machine when it holds the session, else the one "
                    "host that does; several: exit 10].")
+@click.option("--claude-version", default=None, metavar="V",
+              help="The Claude Code version that will resume (e.g. 2.1.154): what it does "
+                   "with thinking the API refuses decides wedged [default: the version that "
+                   "last wrote the transcript].")
 @json_option
-def check(session_id, db_path, config_dir, now, cwd, host, as_json):
+def check(session_id, db_path, config_dir, now, cwd, host, claude_version, as_json):
     """May SESSION_ID be resumed? For an agent server to call before `--resume`.
 
     Verdicts, the first that matches, and exit codes: missing (4): no
     transcript on disk, the resume fails with "No conversation found";
     poisoned (5): the resume chain ends at a synthetic placeholder, the
-    resume gets a 400; spliced (6): late api_error records orphan output, the
-    resume drops it; resumable (0), with warnings when the transcript expires
+    resume gets a 400; wedged (11): the latest assistant message holds a
+    thinking block the API refuses (blanked, unsigned or cut), and the Claude
+    Code that resumes (--claude-version, else the one that last wrote the
+    session) resends it on every resume (before 2.1.161, 2.1.169 or 2.1.183,
+    by the API's answer; newer ones drop every thinking block and resume, with
+    a warning); spliced (6): late
+    api_error records orphan output, the resume drops it; resumable (0), with warnings when the transcript expires
     within 7 days, has expired, or cleanupPeriodDays is 0. The transcript is
     stat'ed afresh: a file deleted since the last ingest is missing.
 
@@ -429,10 +438,12 @@ def check(session_id, db_path, config_dir, now, cwd, host, as_json):
         session-index check 0b1fed78-ad30-4641-94b1-5f6931526c96 --json
         session-index check 0b1fed78-ad30-4641-94b1-5f6931526c96 --cwd ~/src/app
         session-index check 0b1fed78-ad30-4641-94b1-5f6931526c96 --host build-7
+        session-index check 0b1fed78-ad30-4641-94b1-5f6931526c96 --claude-version 2.1.154
     """
     try:
         verdict = checkmod.check(_open(db_path), session_id, now=signals.iso_now(now),
-                                 config_dir=config_dir, cwd=cwd, host=host)
+                                 config_dir=config_dir, cwd=cwd, host=host,
+                                 claude_version=claude_version)
     except mainfile.AmbiguousHost as exc:
         raise AmbiguousHost(str(exc)) from None
     sys.exit(checkmod.report(verdict, as_json, sys.stdout, sys.stderr))
@@ -834,6 +845,9 @@ def repair(session_id, db_path, write, force, as_json):
         if row["action"] == "reparent":
             click.echo(f"re-parent line {row['line_no']} ({row['uuid']}): "
                        f"{row['old_parent_uuid']} -> {row['new_parent_uuid']}  [{row['reason']}]")
+        elif row["action"] == "strip":
+            click.echo(f"remove thinking block(s) {row['blocks']} from line {row['line_no']} "
+                       f"({row['uuid']})  [{row['reason']}]")
         else:
             click.echo(f"drop line {row['line_no']} ({row['uuid']})  [{row['reason']}]")
     orphans = sum(1 for c in plan.orphaned.values() if c == "api_error_splice")
