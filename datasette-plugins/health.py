@@ -132,20 +132,25 @@ SELECT h.host, h.last_heartbeat_at, h.last_message_at,
 FROM fleet_hosts h ORDER BY h.host
 """.strip()
 FLEET_DIVERGED_SQL = "SELECT count(DISTINCT session_id) FROM host_copies WHERE diverged"
+# What the central quarantined (status.QUARANTINED_SQL lists them).
+FLEET_QUARANTINED_SQL = "SELECT count(*) FROM fleet_quarantine"
 
 
 async def fleet_panel(db, now: str) -> dict | None:
-    """{hosts: [...], diverged: N} when hosts ship to this index, else None
-    (and None for an index without the fleet tables)."""
-    if "fleet_hosts" not in {r[0] for r in await db.execute(NAMES_SQL)}:
+    """{hosts: [...], diverged: N, quarantined: N} when hosts ship to this
+    index or messages were quarantined, else None (and None for an index
+    without the fleet tables)."""
+    if "fleet_quarantine" not in {r[0] for r in await db.execute(NAMES_SQL)}:
         return None
     hosts = [dict(r) for r in await db.execute(FLEET_HOSTS_SQL, {"now": now})]
-    if not hosts:
+    quarantined = (await db.execute(FLEET_QUARANTINED_SQL)).first()[0]
+    if not hosts and not quarantined:
         return None
     for h in hosts:
         age = h["heartbeat_age_s"]
         h["stale"] = age is None or age > views.STALE_HEARTBEAT_S
-    return {"hosts": hosts, "diverged": (await db.execute(FLEET_DIVERGED_SQL)).first()[0]}
+    return {"hosts": hosts, "diverged": (await db.execute(FLEET_DIVERGED_SQL)).first()[0],
+            "quarantined": quarantined}
 
 
 # The usage panel: the API calls of the last USAGE_WINDOW_DAYS (at or after

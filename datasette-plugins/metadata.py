@@ -600,6 +600,22 @@ TABLES = {
             updated_at=f"its last commit, {_TS}",
         ),
     },
+    "fleet_quarantine": {
+        "description": "What a fleet's central could not use (session-index quarantined): a "
+                       "message that is not a shipper's (damaged, forged, on another host's "
+                       "subject) or a heartbeat whose value is not one, acknowledged and kept "
+                       "with why, so that the stream went on.",
+        "columns": _cols(
+            id="its number here",
+            received_at=f"when the central took it, {_TS}",
+            subject="its NATS subject",
+            stream_seq="its stream sequence (a heartbeat: its key's revision)",
+            host="the host its subject names (as a subject token)",
+            reason="why it was not used",
+            headers="its NATS headers, a JSON object",
+            data="its payload, byte for byte",
+        ),
+    },
     "record_types": {
         "description": "Every record type, system subtype and attachment type in the "
                        "transcripts: how many, the Claude Code versions and times it was "

@@ -161,6 +161,7 @@ async def health_page(datasette, request):
         "record_types_url": kinds_url,
         "fleet": fleet,
         "fleet_hosts_url": datasette.urls.table(name, "fleet_hosts"),
+        "fleet_quarantine_url": datasette.urls.table(name, "fleet_quarantine"),
         "host_copies_url": datasette.urls.table(name, "host_copies") + "?diverged=1",
     })
 

@@ -341,13 +341,37 @@ def status(db_path, as_json):
     for cause, n in s["orphans_by_cause"].items():
         click.echo(f"  {cause:22} {n}")
     click.echo(f"last ingest: {s['last_ingest_at'] or 'never'}")
-    if s["fleet_hosts"]:
+    if s["fleet_hosts"] or s["fleet_quarantined"]:
         click.echo(f"fleet: {s['fleet_hosts']} hosts, {s['fleet_files']} files shipped; oldest "
                    f"last heartbeat {s['oldest_heartbeat_at'] or 'none'}; sessions on several "
                    f"hosts: {s['sessions_on_several_hosts']} "
-                   f"({s['sessions_diverged_across_hosts']} diverged, see host_copies)")
+                   f"({s['sessions_diverged_across_hosts']} diverged, see host_copies); "
+                   f"quarantined messages: {s['fleet_quarantined']} (see quarantined)")
     click.echo("new record types in the last ingest: "
                + record_kinds.describe(s["new_record_types"].items()))
+
+
+@cli.command()
+@db_option
+@output_options
+def quarantined(db_path, fmt):
+    """The messages and heartbeats a fleet's central could not use (`ingest
+    --from`): acknowledged and kept with why (a damaged or forged message,
+    a host on another host's subject, a heartbeat time that is not one),
+    so that the stream went on. Their bytes are in the fleet_quarantine
+    table. Exit 1 when there are any.
+
+    Example:
+
+    \b
+        session-index quarantined --db central.db --table
+    """
+    from indexer.cli import output   # (csv and the formats: only for a command that prints a listing)
+
+    rows = statusmod.quarantined(_open(db_path, create=False))
+    output.write_rows(rows, fmt or "tsv", sys.stdout)
+    if rows:
+        sys.exit(EXIT_FINDING)
 
 
 @cli.group()

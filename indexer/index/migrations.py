@@ -1101,3 +1101,28 @@ def m030_records_foreign_replies(db):
         "CREATE INDEX records_foreign_replies ON records(file_id) "
         "WHERE type = 'assistant' AND request_id <> '' "
         "AND message_id NOT LIKE 'msg\\_%' ESCAPE '\\'")
+
+
+@migrations()
+def m040_fleet_quarantine(db):
+    # What a fleet's central could not use (fleet_central.quarantine): a
+    # message on the stream that is not a shipper's (damaged, forged: its
+    # subject names another host, from a newer shipper), or a heartbeat
+    # whose value is not one. Acknowledged and kept here with its reason
+    # and raw bytes, so that the stream goes on; once per (subject,
+    # stream_seq): a message delivered again is not kept twice.
+    db.execute(
+        """
+        CREATE TABLE fleet_quarantine (
+            id INTEGER PRIMARY KEY,
+            received_at TEXT NOT NULL,  -- when the central took it (ISO UTC)
+            subject TEXT NOT NULL,      -- its NATS subject
+            stream_seq INTEGER,         -- its stream sequence (a heartbeat: the key's revision)
+            host TEXT,                  -- the host token its subject names
+            reason TEXT NOT NULL,       -- why it was not used, one line
+            headers TEXT,               -- its NATS headers, a JSON object
+            data BLOB NOT NULL,         -- its payload, byte for byte
+            UNIQUE (subject, stream_seq)
+        )
+        """
+    )

@@ -10,7 +10,9 @@ from indexer.index.record_kinds import NEW_KINDS_SQL
 # and superseded_lines: the earlier generations the index keeps, and their
 # lines; fleet_*: the hosts that ship here (ingest --from), their files, the
 # oldest of their last heartbeats, and the sessions with copies on several
-# hosts (host_copies), and of those the ones whose copies differ.
+# hosts (host_copies), and of those the ones whose copies differ;
+# fleet_quarantined: the messages and heartbeats the central could not use
+# (fleet_quarantine, listed by QUARANTINED_SQL).
 STATUS_COUNTS_SQL = """
 SELECT
   (SELECT count(*) FROM files WHERE deleted_at IS NULL) AS live_files,
@@ -36,7 +38,17 @@ SELECT
   (SELECT min(last_heartbeat_at) FROM fleet_hosts) AS oldest_heartbeat_at,
   (SELECT count(DISTINCT session_id) FROM host_copies) AS sessions_on_several_hosts,
   (SELECT count(DISTINCT session_id) FROM host_copies WHERE diverged)
-    AS sessions_diverged_across_hosts
+    AS sessions_diverged_across_hosts,
+  (SELECT count(*) FROM fleet_quarantine) AS fleet_quarantined
+""".strip()
+
+# What a fleet's central quarantined (`session-index quarantined`), oldest
+# first: when, its subject and stream sequence (a heartbeat: the key's
+# revision), the host token of its subject, why, and its size (the bytes:
+# the fleet_quarantine table).
+QUARANTINED_SQL = """
+SELECT id, received_at, subject, stream_seq, host, reason, length(data) AS bytes
+FROM fleet_quarantine ORDER BY id
 """.strip()
 
 # Orphans per cause, most first.
@@ -51,3 +63,7 @@ def status(db) -> dict:
     # Record kinds the most recent ingest run brought: {kind: records}.
     row["new_record_types"] = {k: n for k, n in db.conn.execute(NEW_KINDS_SQL)}
     return row
+
+
+def quarantined(db) -> list[dict]:
+    return dict_rows(db.conn, QUARANTINED_SQL)

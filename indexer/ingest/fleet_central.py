@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 import time
 from datetime import datetime, timezone
 
@@ -102,6 +103,12 @@ ON CONFLICT (name) DO UPDATE SET stream_seq = max(stream_seq, excluded.stream_se
 """.strip()
 
 CONSUMER_POSITION_SQL = "SELECT stream_seq FROM fleet_consumers WHERE name = ?"
+# A message or heartbeat the central cannot use: kept, once per (subject, seq).
+QUARANTINE_SQL = """
+INSERT OR IGNORE INTO fleet_quarantine (received_at, subject, stream_seq, host, reason,
+                                        headers, data)
+VALUES (:now, :subject, :seq, :host, :reason, :headers, :data)
+""".strip()
 
 _SESSION = RECORD_FIELDS.index("session_id")   # a parsed record's session id
 
@@ -114,12 +121,22 @@ class Summary:
     """What a drain did (``as_dict`` for --json)."""
 
     FIELDS = ("messages", "new_lines", "new_records", "bad_lines", "duplicates", "gaps",
-              "deleted_files", "new_generations", "bad_messages", "hosts", "seconds")
+              "deleted_files", "new_generations", "bad_messages", "bad_heartbeats", "hosts",
+              "seconds")
 
     def __init__(self):
         for name in self.FIELDS:
             setattr(self, name, 0)
         self.hosts = set()
+
+    def counts(self) -> dict:
+        """The counters as they are (to put back: ``restore``)."""
+        return {n: getattr(self, n) for n in self.FIELDS if n != "hosts"} | {
+            "hosts": set(self.hosts)}
+
+    def restore(self, counts: dict) -> None:
+        for name, value in counts.items():
+            setattr(self, name, value)
 
     def as_dict(self) -> dict:
         return {n: (sorted(self.hosts) if n == "hosts" else getattr(self, n))
@@ -224,14 +241,82 @@ def _part(conn, row: dict, header: dict, body: bytes) -> bytes | None:
     return b"".join(pieces)
 
 
-def apply_message(conn, payload: bytes, now: str, summary: Summary) -> bool:
+class Incoming:
+    """One message as fetched: its payload, stream sequence, subject and NATS
+    headers (a dict, or None)."""
+
+    __slots__ = ("data", "seq", "subject", "headers")
+
+    def __init__(self, data: bytes, seq: int, subject: str, headers=None):
+        self.data, self.seq, self.subject, self.headers = data, seq, subject, headers
+
+
+def quarantine(conn, message: Incoming, reason: str, now: str) -> int:
+    """Keep a message the central cannot use, with why (once per subject
+    and sequence: 0 when it was kept already)."""
+    return conn.execute(QUARANTINE_SQL, {
+        "now": now, "subject": message.subject, "seq": message.seq,
+        "host": fleet_wire.subject_host(message.subject), "reason": reason[:500],
+        "headers": json.dumps(dict(message.headers or {}), sort_keys=True),
+        "data": bytes(message.data)}).rowcount
+
+
+def _usable(message: Incoming, hosts: set[str] | None) -> tuple[dict, bytes]:
+    """The message's (header, body) when the central may store it; BadMessage
+    (the reason) when not: not a shipper's message, a subject that is not its
+    host's (a host's credentials allow it its own subject only: README), a
+    message id that is not its own, a host this central does not take."""
+    header, body = fleet_wire.decode(message.data)
+    expected = fleet_wire.subject(header["host"], header["kind"])
+    if message.subject != expected:
+        raise fleet_wire.BadMessage(f"host {header['host'][:80]!r} on subject "
+                                    f"{message.subject[:120]!r}, not its own ({expected})")
+    msg_id = (message.headers or {}).get("Nats-Msg-Id")
+    if msg_id is None:
+        raise fleet_wire.BadMessage("no Nats-Msg-Id header")
+    if msg_id != fleet_wire.message_id(header):
+        raise fleet_wire.BadMessage(f"Nats-Msg-Id {str(msg_id)[:120]!r} is not this "
+                                    "message's")
+    if hosts is not None and header["host"] not in hosts:
+        raise fleet_wire.BadMessage(f"host {header['host'][:80]!r} is not one this central "
+                                    "takes (--hosts)")
+    return header, body
+
+
+# What storing a message that passed _usable can still meet in its values
+# (a host and a path that make another file's fleet:// path, numbers past
+# SQLite's): the message is quarantined, the rest of the batch goes on.
+UNSTORABLE = (ValueError, TypeError, KeyError, OverflowError, UnicodeError,
+              sqlite3.IntegrityError)
+
+
+def apply_message(conn, message: Incoming, now: str, summary: Summary,
+                  hosts: set[str] | None = None) -> bool:
     """One message, inside the caller's transaction. False: take it again
-    later (its file's earlier lines are not stored yet)."""
+    later (its file's earlier lines are not stored yet). A message the
+    central cannot use is quarantined (and acknowledged)."""
     try:
-        header, body = fleet_wire.decode(payload)
-    except fleet_wire.BadMessage:
+        header, body = _usable(message, hosts)
+    except fleet_wire.BadMessage as exc:
         summary.bad_messages += 1
+        quarantine(conn, message, str(exc), now)
         return True
+    conn.execute("SAVEPOINT message")
+    before = summary.counts()
+    try:
+        done = _apply(conn, header, body, now, summary)
+    except UNSTORABLE as exc:
+        conn.execute("ROLLBACK TO message")
+        conn.execute("RELEASE message")
+        summary.restore(before)
+        summary.bad_messages += 1
+        quarantine(conn, message, f"cannot be stored: {type(exc).__name__}: {exc}", now)
+        return True
+    conn.execute("RELEASE message")
+    return done
+
+
+def _apply(conn, header: dict, body: bytes, now: str, summary: Summary) -> bool:
     summary.messages += 1
     summary.hosts.add(header["host"])
     conn.execute(SEEN_HOST_SQL, {"host": header["host"], "now": now, "n": 1})
@@ -243,7 +328,7 @@ def apply_message(conn, payload: bytes, now: str, summary: Summary) -> bool:
         summary.deleted_files += conn.execute(MARK_DELETED_SQL, {"id": row["id"],
                                                                  "now": now}).rowcount
         return True
-    start = int(header["offset"])
+    start = header["offset"]
     if header["kind"] == "part":
         try:
             body = _part(conn, row, header, body)
@@ -254,28 +339,32 @@ def apply_message(conn, payload: bytes, now: str, summary: Summary) -> bool:
     return _store_lines(conn, row, start, body, now, summary)
 
 
-def apply_batch(db, messages: list[tuple[bytes, int]], consumer: str,
-                summary: Summary) -> list[int]:
-    """Write a fetched batch ((payload, stream sequence) pairs) in one
-    transaction, with the stream position it reaches. Returns the indexes
-    of the messages to take again later."""
+def apply_batch(db, messages: list[Incoming], consumer: str, summary: Summary,
+                hosts: set[str] | None = None) -> list[int]:
+    """Write a fetched batch in one transaction, with the stream position it
+    reaches. Returns the indexes of the messages to take again later."""
     now = utcnow()
     later = []
     with write_lock(db) as conn:
-        for i, (payload, _seq) in enumerate(messages):
-            if not apply_message(conn, payload, now, summary):
+        for i, message in enumerate(messages):
+            if not apply_message(conn, message, now, summary, hosts):
                 later.append(i)
         conn.execute(POSITION_SQL, {"name": consumer, "now": now,
-                                    "seq": max(seq for _, seq in messages)})
+                                    "seq": max(m.seq for m in messages)})
     return later
 
 
-def record_heartbeats(db, beats: list[tuple[str, float]]) -> None:
-    if not beats:
-        return
+def record_heartbeats(db, beats: list[tuple[str, float]], bad: list[tuple] = ()) -> int:
+    """Store each host's last heartbeat; quarantine the values that are not
+    heartbeats (``bad``: (Incoming, reason) pairs). Returns how many of
+    those were new."""
+    if not beats and not bad:
+        return 0
+    now = utcnow()
     with write_lock(db) as conn:
         for host, at in beats:
             conn.execute(HEARTBEAT_SQL, {"host": host, "at": _iso(at)})
+        return sum(quarantine(conn, message, reason, now) for message, reason in bad)
 
 
 def _iso(ts: float) -> str:
@@ -283,26 +372,39 @@ def _iso(ts: float) -> str:
         .replace("+00:00", "Z")
 
 
-async def _read_heartbeats(kv) -> list[tuple[str, float]]:
-    from nats.js.errors import NoKeysError   # (nats-py: the optional fleet extra)
+async def _read_heartbeats(kv, hosts: set[str] | None = None
+                           ) -> tuple[list[tuple[str, float]], list[tuple]]:
+    """([(host, at)], [(Incoming, reason)]): each host's last heartbeat (of
+    ``hosts`` only, when given), and the bucket's values that are not
+    heartbeats (fleet_wire.heartbeat)."""
+    from nats.js.errors import KeyDeletedError, KeyNotFoundError, NoKeysError   # (nats-py: the optional fleet extra)
 
     try:
         keys = await kv.keys()
     except NoKeysError:
-        return []
+        return [], []
     except fleet_nats.TRANSIENT:   # the server is away: next time
-        return []
-    beats = []
+        return [], []
+    beats, bad = [], []
+    tokens = {fleet_wire.host_token(h) for h in hosts} if hosts else None
     for key in keys:
+        if tokens is not None and key not in tokens:
+            continue
         try:
             entry = await kv.get(key)
-            value = json.loads(entry.value)
-            beats.append((str(value["host"]), float(value["at"])))
-        except fleet_nats.TRANSIENT:
-            return beats
-        except (ValueError, TypeError, KeyError):   # not a heartbeat of ours
+        except (KeyNotFoundError, KeyDeletedError):   # deleted meanwhile
             continue
-    return beats
+        except fleet_nats.TRANSIENT:
+            break
+        try:
+            host, at = fleet_wire.heartbeat(key, entry.value or b"", time.time())
+            if hosts is None or host in hosts:
+                beats.append((host, at))
+        except fleet_wire.BadMessage as exc:
+            bad.append((Incoming(entry.value or b"",
+                                 entry.revision, f"$KV.{fleet_nats.HEARTBEAT_BUCKET}.{key}"),
+                        str(exc)))
+    return beats, bad
 
 
 async def _reconcile(db, js, consumer: str) -> None:
@@ -363,6 +465,7 @@ async def consume(db, options: fleet_nats.ConnectOptions, *, consumer: str | Non
     opened = OpenedFile(db.conn)
     consumer = consumer or fleet_wire.DEFAULT_CONSUMER
     stop = stop or asyncio.Event()
+    taken = set(hosts) if hosts else None
     try:
         nc = await fleet_nats.connect(options, name="session-index central", follow=watch,
                                       stop=stop)
@@ -386,7 +489,7 @@ async def consume(db, options: fleet_nats.ConnectOptions, *, consumer: str | Non
                     continue
                 summary.seconds = round(time.monotonic() - started, 3)
                 return summary
-        record_heartbeats(db, await _read_heartbeats(kv))
+        summary.bad_heartbeats += record_heartbeats(db, *await _read_heartbeats(kv, taken))
         last_beats = time.monotonic()
         while not stop.is_set():
             try:   # every consumer's next batch at once; each is written on its own
@@ -401,8 +504,9 @@ async def consume(db, options: fleet_nats.ConnectOptions, *, consumer: str | Non
             for (name, _), msgs in zip(subs, fetched):
                 if not msgs:
                     continue
-                later = set(apply_batch(db, [(m.data, m.metadata.sequence.stream)
-                                             for m in msgs], name, summary))
+                later = set(apply_batch(db, [Incoming(m.data, m.metadata.sequence.stream,
+                                                      m.subject, m.headers) for m in msgs],
+                                        name, summary, taken))
                 opened.verify()   # committed into a file still the index, or none acked
                 try:
                     for i, m in enumerate(msgs):   # after the commit, never before
@@ -415,10 +519,10 @@ async def consume(db, options: fleet_nats.ConnectOptions, *, consumer: str | Non
             if not watch and not any(fetched):
                 break
             if time.monotonic() - last_beats >= HEARTBEAT_READ_S:
-                record_heartbeats(db, await _read_heartbeats(kv))
+                summary.bad_heartbeats += record_heartbeats(db, *await _read_heartbeats(kv, taken))
                 last_beats = time.monotonic()
         if not watch:
-            record_heartbeats(db, await _read_heartbeats(kv))
+            summary.bad_heartbeats += record_heartbeats(db, *await _read_heartbeats(kv, taken))
     finally:
         await fleet_nats.close(nc)
     summary.seconds = round(time.monotonic() - started, 3)

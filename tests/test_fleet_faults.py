@@ -1,0 +1,223 @@
+"""A fleet's central against bad input, forged messages and losses on the
+stream, through a real nats-server (as tests/test_fleet.py): the central
+never stops, stores every good line of every host once, and keeps and
+reports what it could not use."""
+
+import asyncio
+import json
+import signal
+import sqlite3
+import subprocess
+import time
+
+import pytest
+
+from test_fleet import CLI, Server, Transcript, drain, exported_or_none, run, ship_once
+
+pytest.importorskip("nats", reason="the fleet extra (nats-py) is not installed")
+from indexer.ingest import fleet_nats, fleet_wire   # noqa: E402  (after the skip)
+from test_fleet import pytestmark   # noqa: E402,F401  (nats-server, the timing group)
+
+
+@pytest.fixture
+def server(tmp_path):
+    s = Server(tmp_path / "jetstream")
+    s.start()
+    yield s
+    s.kill()
+
+
+def publish_raw(url, messages=(), heartbeats=()):
+    """Publish ``messages`` ((subject, payload, NATS headers or None)) on the
+    stream and put ``heartbeats`` ((key, value)) in the heartbeat bucket, as
+    anyone with the server's credentials could."""
+    import nats
+
+    async def main():
+        nc = await nats.connect(url)
+        js = nc.jetstream()
+        await fleet_nats.ensure_stream(js)
+        for subject, payload, headers in messages:
+            ack = await js.publish(subject, payload, headers=headers, stream=fleet_wire.STREAM)
+            assert not ack.duplicate, (subject, payload[:80])
+        kv = await fleet_nats.heartbeats(js)
+        for key, value in heartbeats:
+            await kv.put(key, value)
+        await nc.close()
+
+    asyncio.run(main())
+
+
+def good(host_, path_, offset_, body, **fields):
+    """(header, body) of a shipper's lines message, with ``fields`` changed
+    (a field set to ... is left out)."""
+    header = {"kind": "lines", "host": host_, "path": str(path_), "generation": 1,
+              "offset": offset_, "end": offset_ + len(body), "line": 1, "sent_at": 1.0}
+    header.update(fields)
+    return {k: v for k, v in header.items() if v is not ...}, body
+
+
+def as_sent(header, body, subject=None, msg_id=None):
+    """(subject, payload, headers) as a shipper would send the message
+    (its own subject and message id unless given)."""
+    if subject is None:
+        subject = fleet_wire.subject(str(header.get("host", "x")), str(header.get("kind", "x")))
+    if msg_id is None:
+        try:
+            msg_id = fleet_wire.message_id(header)
+        except (KeyError, TypeError):
+            msg_id = None
+    payload = header if isinstance(header, bytes) else fleet_wire.encode(header, body)
+    return subject, payload, ({"Nats-Msg-Id": msg_id} if msg_id else None)
+
+
+def malformed(path):
+    """The 24 kinds of message a central cannot use, each (name, (subject,
+    payload, headers), a word of its quarantine reason): after the header
+    field named, by what is wrong."""
+    line = b'{"type":"user","uuid":"u-forged"}\n'
+    subj = fleet_wire.subject("h1", "lines")
+
+    def raw(payload, n):
+        return subj, payload, {"Nats-Msg-Id": f"raw-{n}"}
+
+    def bad(n, **fields):
+        header, body = good("h1", path, 0, line, **fields)
+        subject, payload, _ = as_sent(header, body, subject=subj)
+        return subject, payload, {"Nats-Msg-Id": f"bad-{n}"}
+
+    big = b"x" * (fleet_wire.MESSAGE_BYTES + 10) + b"\n"
+    return [
+        ("no header line", raw(b"just bytes", 1), "no header line"),
+        ("header not JSON", raw(b"{not json\n" + line, 2), "not JSON"),
+        ("header not UTF-8", raw(b'{"kind":"lines","host":"h1\xff"}\n' + line, 3), "not UTF-8"),
+        ("header a list", raw(b"[1,2]\n" + line, 4), "not a JSON object"),
+        ("no kind", bad(5, kind=...), "unknown kind"),
+        ("unknown kind", bad(6, kind="rename"), "unknown kind"),
+        ("no host", bad(7, host=...), "host is missing"),
+        ("host a number", bad(8, host=7), "host is not a name"),
+        ("host with a NUL", bad(9, host="h1\x00"), "control characters"),
+        ("no path", bad(10, path=...), "path is missing"),
+        ("path a list", bad(11, path=["/a"]), "path is not a name"),
+        ("path relative", bad(12, path="relative/x.jsonl"), "not absolute"),
+        ("no generation", bad(13, generation=...), "generation is missing"),
+        ("generation a string", bad(14, generation="1"), "generation is str"),
+        ("generation 0", bad(15, generation=0), "generation 0 is below 1"),
+        ("generation true", bad(16, generation=True), "generation is bool"),
+        ("offset negative", bad(17, offset=-5), "offset -5 is below 0"),
+        ("offset a float", bad(18, offset=1.5), "offset is float"),
+        ("end before offset", bad(19, offset=40, end=40), "not past offset"),
+        ("no line number", bad(20, line=...), "line is missing"),
+        ("body shorter than its range", bad(21, end=len(line) + 9), "bytes for offsets"),
+        ("lines without a newline", raw(fleet_wire.encode(
+            good("h1", path, 0, line[:-1])[0], line[:-1]), 22), "do not end with a newline"),
+        ("a piece outside its line", raw(fleet_wire.encode(
+            {"kind": "part", "host": "h1", "path": str(path), "generation": 1, "offset": 0,
+             "end": 100, "line": 1, "at": 120}, b"abc"), 23), "outside its line"),
+        ("oversize", raw(fleet_wire.encode(good("h1", path, 0, big)[0], big), 24),
+         "a body of"),
+    ]
+
+
+def test_the_central_quarantines_every_malformed_message_and_goes_on(server, tmp_path):
+    """24 kinds of malformed message, forged ones a decode cannot see (no
+    message id, another's, a generation past SQLite's integers, a host and
+    path that name another file) and hostile heartbeats (4e12, 1e300,
+    -1e12, NaN, another host's key) among two hosts' lines: a following
+    central never stops, stores every good line once, keeps each bad one
+    once with why, and a drain into a new index does the same."""
+    db = tmp_path / "central.db"
+    hosts = {h: Transcript(tmp_path / h) for h in ("h1", "h2")}
+    for h, t in hosts.items():
+        t.append(3)
+        ship_once(server, h, tmp_path / h, tmp_path)
+    central = subprocess.Popen([*CLI, "ingest", "--from", server.url, "--watch", "--db", db],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        t1 = hosts["h1"]
+        cases = malformed(t1.path)
+        line = b'{"type":"user","uuid":"u-late"}\n'
+        end = len(t1.complete())
+        huge, body = good("h1", t1.path, end, line, generation=2 ** 70)
+        forged = [
+            ("no message id", as_sent(*good("h1", t1.path, end, line))[:2] + (None,),
+             "no Nats-Msg-Id"),
+            ("another message's id", as_sent(*good("h1", t1.path, end, line),
+                                             msg_id="h1-something-else"), "is not this"),
+            ("a generation past SQLite's", as_sent(huge, body), "cannot be stored"),
+        ]
+        # Two hosts whose host and path make the same fleet:// path: the
+        # second cannot be stored (both on their own subjects).
+        first = good("a/b", "/c.jsonl", 0, line)
+        clash = good("a", "/b/c.jsonl", 0, line)
+        forged.append(("another file's fleet:// path", as_sent(*clash), "cannot be stored"))
+        beats = [("bad1", {"host": "bad1", "at": 4e12}), ("bad2", {"host": "bad2", "at": 1e300}),
+                 ("bad3", {"host": "bad3", "at": -1e12}), ("bad4", {"host": "bad4", "at": "NaN"}),
+                 ("bad5", {"host": "bad5", "at": "2026"})]
+        hostile = [(k, json.dumps(v).replace('"NaN"', "NaN").encode()) for k, v in beats]
+        hostile.append(("h3", json.dumps({"host": "h1", "at": time.time()}).encode()))
+        publish_raw(server.url, [m for _, m, _ in cases] + [as_sent(*first)]
+                    + [m for _, m, _ in forged], hostile)
+        for t in hosts.values():   # the hosts go on writing
+            t.append(2)
+        for h in hosts:
+            ship_once(server, h, tmp_path / h, tmp_path)
+        deadline = time.monotonic() + 60
+        while any(exported_or_none(db, t.session_id) != t.complete() for t in hosts.values()):
+            assert central.poll() is None, central.stderr.read().decode()
+            assert time.monotonic() < deadline, "the hosts' lines"
+            time.sleep(0.3)
+        while sqlite3.connect(db).execute("SELECT count(*) FROM fleet_quarantine").fetchone()[
+                0] < len(cases) + len(forged) + len(hostile):
+            assert central.poll() is None and time.monotonic() < deadline, "the heartbeats"
+            time.sleep(0.3)
+        time.sleep(2.5)   # heartbeats read again: each kept once
+        assert central.poll() is None
+        central.send_signal(signal.SIGTERM)
+        assert central.wait(timeout=30) == 0
+        err = central.stderr.read().decode()
+        assert "Traceback" not in err and "Error" not in err, err
+    finally:
+        if central.poll() is None:
+            central.kill()
+    conn = sqlite3.connect(db)
+    kept = conn.execute("SELECT subject, reason, data, headers FROM fleet_quarantine "
+                        "WHERE subject NOT LIKE '$KV.%' ORDER BY stream_seq").fetchall()
+    messages = [(n, m, word) for n, m, word in cases + forged]
+    assert len(kept) == len(messages)
+    for (name, (subject, payload, headers), word), row in zip(messages, kept):
+        assert (row[0], row[2]) == (subject, payload), name
+        assert json.loads(row[3]) == dict(headers or {}, **{
+            "Nats-Expected-Stream": fleet_wire.STREAM}), name
+        assert word in row[1], (name, row[1])
+    beat_rows = dict(conn.execute("SELECT subject, reason FROM fleet_quarantine "
+                                  "WHERE subject LIKE '$KV.%'"))
+    kept = conn.execute("SELECT reason FROM fleet_quarantine ORDER BY id").fetchall()
+    assert set(beat_rows) == {f"$KV.{fleet_nats.HEARTBEAT_BUCKET}.{k}" for k, _ in hostile}
+    assert "under another host's key" in beat_rows[f"$KV.{fleet_nats.HEARTBEAT_BUCKET}.h3"]
+    assert all("out of range" in beat_rows[f"$KV.{fleet_nats.HEARTBEAT_BUCKET}.bad{i}"]
+               for i in (1, 2, 3))
+    assert all("not a finite number" in beat_rows[f"$KV.{fleet_nats.HEARTBEAT_BUCKET}.bad{i}"]
+               for i in (4, 5))
+    # Every good line once: the hosts' and the one first of the clashing pair.
+    lines = sum(t.complete().count(b"\n") for t in hosts.values())
+    assert conn.execute("SELECT count(*) FROM records").fetchone() == (lines + 1,)
+    assert conn.execute("SELECT host FROM fleet_hosts ORDER BY host").fetchall() == [
+        ("a/b",), ("h1",), ("h2",)]
+    assert conn.execute("SELECT count(*) FROM fleet_hosts WHERE last_heartbeat_at "
+                        "IS NOT NULL").fetchone() == (2,)
+    # Shown: the listing (exit 1), status, the health page.
+    p = run("quarantined", "--db", db, "--json", check=False)
+    assert p.returncode == 1
+    assert [r["reason"] for r in json.loads(p.stdout)] == [r for (r,) in kept]
+    assert (f"quarantined messages: {len(kept)} (see quarantined)"
+            in run("status", "--db", db).stdout.decode())
+    from indexer.cli import web
+
+    page = asyncio.run(web.make_datasette(db).client.get("/-/session-health")).text
+    assert f'class="si-fleet-quarantined">{len(kept)}</a>' in page
+    # A drain into a new index meets them all again: exit 0, the same.
+    summary = drain(server, tmp_path / "second.db")
+    assert summary["bad_messages"] == len(messages)
+    assert summary["bad_heartbeats"] == len(hostile)
+    assert summary["new_lines"] == lines + 1
