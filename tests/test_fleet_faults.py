@@ -12,7 +12,8 @@ import time
 
 import pytest
 
-from test_fleet import CLI, Server, Transcript, drain, exported_or_none, run, ship_once
+from test_fleet import (CLI, Server, Transcript, drain, exported, exported_or_none, run,
+                        ship_once)
 
 pytest.importorskip("nats", reason="the fleet extra (nats-py) is not installed")
 from indexer.ingest import fleet_nats, fleet_wire   # noqa: E402  (after the skip)
@@ -221,3 +222,103 @@ def test_the_central_quarantines_every_malformed_message_and_goes_on(server, tmp
     assert summary["bad_messages"] == len(messages)
     assert summary["bad_heartbeats"] == len(hostile)
     assert summary["new_lines"] == lines + 1
+
+
+def host_permissions(token: str) -> str:
+    """A host's NATS permissions as README's fleet section gives them: its
+    own subject, its own heartbeat key, the two stream look-ups and its
+    replies; nothing else."""
+    return (f'{{ publish: {{ allow: ["session-index.{token}.>", '
+            f'"$KV.session_index_hosts.{token}", "$JS.API.STREAM.INFO.SESSION_INDEX", '
+            f'"$JS.API.STREAM.INFO.KV_session_index_hosts"] }}, '
+            f'subscribe: {{ allow: ["_INBOX.>", "session-index-resend.{token}"] }} }}')
+
+
+def publish_as(url, subject, payload, headers=None) -> str:
+    """Publish once with ``url``'s user; what came of it: 'stored', or the
+    server's refusal."""
+    import nats
+
+    async def main():
+        refused = []
+
+        async def on_error(exc):
+            refused.append(str(exc))
+
+        nc = await nats.connect(url, error_cb=on_error)
+        try:
+            await nc.jetstream().publish(subject, payload, headers=headers, timeout=2)
+            return "stored"
+        except Exception as exc:   # noqa: BLE001  (nats-py: a timeout after the refusal)
+            await asyncio.sleep(0.2)
+            return refused[0] if refused else f"{type(exc).__name__}: {exc}"
+        finally:
+            await nc.close()
+
+    return asyncio.run(main())
+
+
+def test_a_host_writes_only_its_own_data(tmp_path):
+    """Each host's NATS user may publish only on its own subject (README):
+    the server refuses h1 publishing on h2's subject or h2's heartbeat key;
+    what a host sends on its own subject under another host's name, or what
+    anyone sends on a host's subject with another host's header, the
+    central refuses (quarantined), also a central that takes only h2
+    (--hosts)."""
+    users = "\n".join(f"      {{ user: {h}, password: pw-{h}, permissions: "
+                      f"{host_permissions(h)} }}" for h in ("h1", "h2"))
+    conf = tmp_path / "fleet.conf"
+    conf.write_text("accounts: {\n  FLEET: {\n    jetstream: enabled\n    users: [\n"
+                    f"{users}\n      {{ user: central, password: pw-central }}\n    ]\n  }}\n}}\n")
+    s = Server(tmp_path / "jetstream")
+    s.start("-c", conf)
+    as_user = {u: s.url.replace("nats://", f"nats://{u}:pw-{u}@") for u in ("h1", "h2",
+                                                                             "central")}
+    try:
+        db, h2_only = tmp_path / "central.db", tmp_path / "h2.db"
+        assert drain_as(as_user["central"], db)["messages"] == 0   # makes the stream
+        hosts = {h: Transcript(tmp_path / h) for h in ("h1", "h2")}
+        for h, t in hosts.items():
+            t.append(2)
+            run("ship", tmp_path / h, "--to", as_user[h], "--host", h,
+                "--ledger", tmp_path / f"ledger-{h}.db", "--once")
+        line = b'{"type":"user","uuid":"u-forged"}\n'
+        t2 = hosts["h2"]
+        onto_h2 = as_sent(*good("h2", t2.path, len(t2.complete()), line, line=3))
+        # The server refuses h1 on h2's subject, and h1's heartbeat under h2's key.
+        assert 'permissions violation for publish to "session-index.h2.lines"' in publish_as(
+            as_user["h1"], *onto_h2).lower()
+        assert 'permissions violation for publish to "$kv.session_index_hosts.h2"' in \
+            publish_as(as_user["h1"], "$KV.session_index_hosts.h2",
+                       json.dumps({"host": "h2", "at": time.time()}).encode()).lower()
+        # What reaches the stream the central refuses: h1 naming h2 on its
+        # own subject; a user allowed every subject writing h2's with h1's
+        # name.
+        as_h1 = good("h2", t2.path, len(t2.complete()), line, line=3)
+        assert publish_as(as_user["h1"], *as_sent(*as_h1, subject="session-index.h1.lines")) \
+            == "stored"
+        h1_on_h2 = good("h1", hosts["h1"].path, len(hosts["h1"].complete()), line, line=3)
+        assert publish_as(as_user["central"], *as_sent(*h1_on_h2,
+                                                       subject="session-index.h2.lines")) \
+            == "stored"
+        for target, only in ((db, None), (h2_only, "h2")):
+            summary = drain_as(as_user["central"], target, *(["--hosts", only] if only else []))
+            assert summary["bad_messages"] == (2 if only is None else 1), summary
+            conn = sqlite3.connect(target)
+            assert [r for (r,) in conn.execute("SELECT reason FROM fleet_quarantine "
+                                               "ORDER BY stream_seq")] == (
+                ["host 'h2' on subject 'session-index.h1.lines', not its own "
+                 "(session-index.h2.lines)"] if only is None else []) + [
+                "host 'h1' on subject 'session-index.h2.lines', not its own "
+                "(session-index.h1.lines)"]
+            for h, t in hosts.items():
+                if only in (None, h):
+                    assert exported(target, t.session_id) == t.complete(), (target, h)
+            assert [h for (h,) in conn.execute("SELECT host FROM files ORDER BY host")] == (
+                ["h1", "h2"] if only is None else ["h2"])
+    finally:
+        s.kill()
+
+
+def drain_as(url, db, *args):
+    return json.loads(run("ingest", "--from", url, "--db", db, "--json", *args).stdout)
