@@ -162,6 +162,7 @@ async def health_page(datasette, request):
         "fleet": fleet,
         "fleet_hosts_url": datasette.urls.table(name, "fleet_hosts"),
         "fleet_quarantine_url": datasette.urls.table(name, "fleet_quarantine"),
+        "fleet_gaps_url": datasette.urls.table(name, "fleet_gaps"),
         "host_copies_url": datasette.urls.table(name, "host_copies") + "?diverged=1",
     })
 

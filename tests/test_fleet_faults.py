@@ -322,3 +322,155 @@ def test_a_host_writes_only_its_own_data(tmp_path):
 
 def drain_as(url, db, *args):
     return json.loads(run("ingest", "--from", url, "--db", db, "--json", *args).stdout)
+
+
+def make_stream(url, **limits):
+    """The lines stream made before any shipper or central, with ``limits``
+    (an operator's; ensure_stream leaves a stream that is there as it is)."""
+    import nats
+    from nats.js.api import StorageType, StreamConfig
+
+    async def main():
+        nc = await nats.connect(url)
+        await nc.jetstream().add_stream(StreamConfig(
+            name=fleet_wire.STREAM, subjects=fleet_wire.STREAM_SUBJECTS,
+            storage=StorageType.FILE, duplicate_window=fleet_wire.DUPLICATE_WINDOW_S, **limits))
+        await nc.close()
+
+    asyncio.run(main())
+
+
+def wait_for(what, deadline, *procs):
+    while not what():
+        for p in procs:
+            assert p.poll() is None, p.stderr.read().decode()
+        assert time.monotonic() < deadline, what
+        time.sleep(0.2)
+
+
+def test_a_loss_in_the_stream_is_a_recorded_gap_or_sent_again(server, tmp_path):
+    """A stream that keeps 3 messages a subject (discard old) drops the
+    first messages of two hosts before a central reads them. The host whose
+    shipper follows sends the bytes again when the central asks: its file is
+    whole, no gap. The host that ships no more gets a recorded gap after
+    --gap-wait, and its file goes on after it. A host that lost nothing is
+    in the index within seconds, not after the wait. The central never
+    stops; status, fleet-gaps, the health page and the log say so."""
+    make_stream(server.url, max_msgs_per_subject=3)
+    db = tmp_path / "central.db"
+    hosts = {h: Transcript(tmp_path / h) for h in ("keeper", "gone", "calm")}
+    for _ in range(6):   # 6 messages each: the stream keeps the last 3
+        for h in ("keeper", "gone"):
+            hosts[h].append(1)
+            ship_once(server, h, tmp_path / h, tmp_path)
+    lost = sum(len(x) + 1 for x in hosts["gone"].complete().split(b"\n")[:3])   # 3 lines
+    hosts["calm"].append(2)
+    ship_once(server, "calm", tmp_path / "calm", tmp_path)
+    keeper = subprocess.Popen([*CLI, "ship", tmp_path / "keeper", "--to", server.url,
+                               "--host", "keeper", "--ledger", tmp_path / "ledger-keeper.db"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    started = time.monotonic()
+    central = subprocess.Popen([*CLI, "ingest", "--from", server.url, "--watch", "--db", db,
+                                "--gap-wait", "12"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        calm = hosts["calm"]
+        wait_for(lambda: exported_or_none(db, calm.session_id) == calm.complete(),
+                 started + 8, central)   # not held back by the others' trouble
+        keep = hosts["keeper"]
+        wait_for(lambda: exported_or_none(db, keep.session_id) == keep.complete(),
+                 started + 40, central, keeper)
+        gone = hosts["gone"]
+        wait_for(lambda: exported_or_none(db, gone.session_id) == gone.complete()[lost:],
+                 started + 60, central, keeper)
+        gone.append(2)   # it goes on after the gap
+        ship_once(server, "gone", tmp_path / "gone", tmp_path)
+        keep.append(1)
+        wait_for(lambda: exported_or_none(db, gone.session_id) == gone.complete()[lost:]
+                 and exported_or_none(db, keep.session_id) == keep.complete(),
+                 time.monotonic() + 30, central, keeper)
+    finally:
+        for p in (central, keeper):
+            p.send_signal(signal.SIGTERM)
+        codes = [p.wait(timeout=30) for p in (central, keeper)]
+    central_log, keeper_log = (p.stderr.read().decode() for p in (central, keeper))
+    assert codes == [0, 0], (central_log, keeper_log)
+    assert "Traceback" not in central_log + keeper_log
+    assert "the central asked for bytes 0-" in keeper_log, keeper_log
+    conn = sqlite3.connect(db)
+    gaps = conn.execute("SELECT host, remote_path, generation, start, end, reason "
+                        "FROM fleet_gaps").fetchall()
+    assert [g[:5] for g in gaps] == [("gone", str(gone.path), 1, 0, lost)]
+    assert "not in the stream (it holds #" in gaps[0][5], gaps[0][5]
+    assert f"gap: host gone {gone.path} generation 1: bytes 0-{lost} never came" in central_log
+    assert conn.execute("SELECT count(*) FROM fleet_held").fetchone() == (0,)
+    assert conn.execute("SELECT count(*) FROM fleet_quarantine").fetchone() == (0,)
+    p = run("fleet-gaps", "--db", db, "--json", check=False)
+    assert p.returncode == 1
+    assert [(r["host"], r["start"], r["end"], r["bytes"]) for r in json.loads(p.stdout)] == [
+        ("gone", 0, lost, lost)]
+    assert "gaps: 1 (see fleet-gaps); files waiting for earlier bytes: 0" in run(
+        "status", "--db", db).stdout.decode()
+    from indexer.cli import web
+
+    page = asyncio.run(web.make_datasette(db).client.get("/-/session-health")).text
+    assert f'class="si-fleet-gaps">1</a> ({lost} bytes)' in page
+
+
+def stream_op(url, op):
+    """Run ``op(jetstream)`` against the server (an operator's action)."""
+    import nats
+
+    async def main():
+        nc = await nats.connect(url)
+        try:
+            return await op(nc.jetstream())
+        finally:
+            await nc.close()
+
+    return asyncio.run(main())
+
+
+def test_a_lost_message_and_a_purged_stream(server, tmp_path):
+    """A message the server lost (deleted from the middle of the stream): a
+    drain with --gap-wait 0 records the gap at once and stores the lines
+    after it. The stream purged, then the host moved to a new central: the
+    new central asks the host (its shipper following) for what it lacks,
+    and gets the whole file again, no gap."""
+    t = Transcript(tmp_path / "h")
+    for _ in range(3):
+        t.append(1)
+        ship_once(server, "h", tmp_path / "h", tmp_path)
+    second = stream_op(server.url, lambda js: js.get_msg(fleet_wire.STREAM, 2))
+    assert json.loads(second.data.split(b"\n", 1)[0])["offset"] > 0
+    assert stream_op(server.url, lambda js: js.delete_msg(fleet_wire.STREAM, 2))
+    db = tmp_path / "first.db"
+    summary = json.loads(run("ingest", "--from", server.url, "--db", db, "--json",
+                             "--gap-wait", "0").stdout)
+    assert (summary["recorded_gaps"], summary["new_lines"]) == (1, 2)
+    lines = t.complete().split(b"\n")
+    start = len(lines[0]) + 1
+    assert sqlite3.connect(db).execute("SELECT start, end, reason FROM fleet_gaps").fetchone() \
+        == (start, start + len(lines[1]) + 1,
+            "not in the stream (it holds #1-#3, 1 deleted: trimmed by its limits, purged, or "
+            "lost by the server); not sent again by the host within 0 s")
+    assert exported(db, t.session_id) == lines[0] + b"\n" + lines[2] + b"\n"
+
+    assert stream_op(server.url, lambda js: js.purge_stream(fleet_wire.STREAM))
+    t.append(2)
+    ship_once(server, "h", tmp_path / "h", tmp_path)
+    moved = tmp_path / "moved.db"
+    shipper = subprocess.Popen([*CLI, "ship", tmp_path / "h", "--to", server.url, "--host", "h",
+                                "--ledger", tmp_path / "ledger-h.db"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    central = subprocess.Popen([*CLI, "ingest", "--from", server.url, "--watch", "--db", moved,
+                                "--consumer", "another-central", "--gap-wait", "30"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        wait_for(lambda: exported_or_none(moved, t.session_id) == t.complete(),
+                 time.monotonic() + 40, central, shipper)
+    finally:
+        for p in (central, shipper):
+            p.send_signal(signal.SIGTERM)
+        assert [p.wait(timeout=30) for p in (central, shipper)] == [0, 0]
+    assert sqlite3.connect(moved).execute("SELECT count(*) FROM fleet_gaps").fetchone() == (0,)

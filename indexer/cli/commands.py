@@ -134,6 +134,7 @@ def cli():
               "JetStream server (every host's), drained, then exit; with --watch, keep "
               "consuming until SIGINT or SIGTERM.")
 def ingest(sources, db_path, config_dir, silent, as_json, watch, from_url, consumer, hosts,
+           gap_wait,
            **nats_auth):
     """Index new lines of the transcripts under SOURCES.
 
@@ -163,7 +164,7 @@ def ingest(sources, db_path, config_dir, silent, as_json, watch, from_url, consu
     if from_url is not None:
         if sources:
             raise click.UsageError("--from reads NATS, not SOURCES: give one or the other")
-        _ingest_from(db_path, from_url, consumer, hosts, watch, as_json, nats_auth)
+        _ingest_from(db_path, from_url, consumer, hosts, watch, as_json, nats_auth, gap_wait)
         return
     if hosts is not None:
         raise click.UsageError("--hosts applies to --from")
@@ -214,7 +215,7 @@ def ingest(sources, db_path, config_dir, silent, as_json, watch, from_url, consu
                      if sys.stderr.isatty() else text, db_path=db_path)
 
 
-def _ingest_from(db_path, url, consumer, hosts, watch, as_json, auth):
+def _ingest_from(db_path, url, consumer, hosts, watch, as_json, auth, gap_wait):
     """ingest --from: drain (or follow) the fleet's stream into the index."""
     from indexer.ingest import fleet_central as fleet_ingest, fleet_nats   # (ingest --from only: asyncio and the fleet's modules cost start-up time)
 
@@ -231,7 +232,7 @@ def _ingest_from(db_path, url, consumer, hosts, watch, as_json, auth):
 
     try:
         summary = fleet_nats.run(lambda stop: fleet_ingest.consume(
-            db, options, consumer=consumer, hosts=hosts, watch=watch,
+            db, options, consumer=consumer, hosts=hosts, watch=watch, gap_wait=gap_wait,
             stop=stop, after_batch=log,
             log=lambda line: stderr_line(f"ingest --from: {line}")), follow=watch)
     except (fleet_nats.FleetError, dbmod.IndexReplaced) as exc:
@@ -341,12 +342,14 @@ def status(db_path, as_json):
     for cause, n in s["orphans_by_cause"].items():
         click.echo(f"  {cause:22} {n}")
     click.echo(f"last ingest: {s['last_ingest_at'] or 'never'}")
-    if s["fleet_hosts"] or s["fleet_quarantined"]:
+    if s["fleet_hosts"] or s["fleet_quarantined"] or s["fleet_gaps"]:
         click.echo(f"fleet: {s['fleet_hosts']} hosts, {s['fleet_files']} files shipped; oldest "
                    f"last heartbeat {s['oldest_heartbeat_at'] or 'none'}; sessions on several "
                    f"hosts: {s['sessions_on_several_hosts']} "
                    f"({s['sessions_diverged_across_hosts']} diverged, see host_copies); "
-                   f"quarantined messages: {s['fleet_quarantined']} (see quarantined)")
+                   f"quarantined messages: {s['fleet_quarantined']} (see quarantined); "
+                   f"gaps: {s['fleet_gaps']} (see fleet-gaps); files waiting for earlier "
+                   f"bytes: {s['fleet_files_waiting']}")
     click.echo("new record types in the last ingest: "
                + record_kinds.describe(s["new_record_types"].items()))
 
@@ -369,6 +372,30 @@ def quarantined(db_path, fmt):
     from indexer.cli import output   # (csv and the formats: only for a command that prints a listing)
 
     rows = statusmod.quarantined(_open(db_path, create=False))
+    output.write_rows(rows, fmt or "tsv", sys.stdout)
+    if rows:
+        sys.exit(EXIT_FINDING)
+
+
+@cli.command("fleet-gaps")
+@db_option
+@output_options
+def fleet_gaps(db_path, fmt):
+    """The bytes of hosts' files a fleet's central never got (`ingest
+    --from`): the stream no longer held them (its limits, a purge, a server
+    that lost them) and the host did not send them again within --gap-wait;
+    the central recorded the gap and went on. Per gap: the file, its host
+    and path there, the generation, the byte range, since when a later
+    message waited, when recorded, why. Exit 1 when there are any.
+
+    Example:
+
+    \b
+        session-index fleet-gaps --db central.db --table
+    """
+    from indexer.cli import output   # (csv and the formats: only for a command that prints a listing)
+
+    rows = statusmod.gaps(_open(db_path, create=False))
     output.write_rows(rows, fmt or "tsv", sys.stdout)
     if rows:
         sys.exit(EXIT_FINDING)

@@ -113,11 +113,18 @@ hosts_option = click.option(
          "central indexes); a durable consumer per host, NAME-HOST [default: every host's].")
 
 
+gap_wait_option = click.option(
+    "--gap-wait", type=click.FloatRange(min=0), default=60.0, show_default=True,
+    metavar="SECONDS",
+    help="With --from: how long a file waits for bytes the stream no longer holds (its host "
+         "is asked to send them again) before the central records them as a gap and goes on.")
+
+
 def from_options(help_text: str):
     """--from nats://HOST:PORT (``help_text`` says what it does) and what goes
-    with it: --consumer, --hosts, the auth and TLS options."""
+    with it: --consumer, --hosts, --gap-wait, the auth and TLS options."""
     def decorate(fn):
-        fn = consumer_option(hosts_option(nats_auth_options(fn)))
+        fn = consumer_option(hosts_option(gap_wait_option(nats_auth_options(fn))))
         return click.option("--from", "from_url", metavar="nats://HOST:PORT", default=None,
                             help=help_text)(fn)
     return decorate

@@ -80,7 +80,7 @@ port_option = click.option("--port", default=DEFAULT_PORT, show_default=True, ty
 @from_options("With --watch: also consume what `session-index ship` sends to this NATS "
               "JetStream server, as `ingest --from --watch` does (without SOURCES, only "
               "that: a fleet's central index).")
-def serve(sources, db_path, host, port, watch, config_dir, from_url, consumer, hosts,
+def serve(sources, db_path, host, port, watch, config_dir, from_url, consumer, hosts, gap_wait,
           **nats_auth):
     """Browse the index in Datasette, with the session pages.
 
@@ -122,7 +122,7 @@ def serve(sources, db_path, host, port, watch, config_dir, from_url, consumer, h
 
                 fleet = fleet_ingest.Follower(
                     db_path, nats_options(from_url, nats_auth), consumer=consumer, hosts=hosts,
-                    log=lambda line: watchmod.stderr_log(f"fleet: {line}"))
+                    gap_wait=gap_wait, log=lambda line: watchmod.stderr_log(f"fleet: {line}"))
         prepare_index(db_path)
         check_port(host, port)
         if watch:

@@ -29,7 +29,7 @@ from indexer.index.db import OpenedFile, open_db
 from indexer.ingest import derive
 from indexer.transcripts.lines import BadLine, parse_line_bytes
 from indexer.transcripts.records import RECORD_FIELDS
-from indexer.sql import write_lock
+from indexer.sql import dict_rows, write_lock
 from indexer.index.clock import utcnow
 from indexer.ingest.files import FORGET_LINES_SQL
 from indexer.ingest.linerows import RUNNING_FACTS_SET, insert_lines, running_facts
@@ -40,15 +40,20 @@ PATH_PREFIX = "fleet://"
 FETCH_BATCH = 256
 FETCH_WAIT_S = 1.0
 # A fetched message not acknowledged this long (the consumer died before its
-# commit) is delivered again; one whose file's earlier lines are not stored
-# yet is taken again after RETRY_DELAY_S.
+# commit) is delivered again. One whose file's earlier lines are not stored
+# yet is held (fleet_held) and acknowledged: after ASK_AFTER_S the central
+# asks the host to send the missing bytes again (every ASK_EVERY_S), and
+# after GAP_WAIT_S (--gap-wait) records them as a gap and goes on.
 ACK_WAIT_S = 10
 RETRY_DELAY_S = 1.0
+ASK_AFTER_S = ACK_WAIT_S + 2.0
+ASK_EVERY_S = 5.0
+GAP_WAIT_S = 60.0
 # How often a watching consumer reads the hosts' heartbeats.
 HEARTBEAT_READ_S = 2.0
 
 FLEET_FILE_SQL = """
-SELECT f.id, f.ingested_offset, f.line_count, f.session_id, ff.remote_generation
+SELECT f.id, f.ingested_offset, f.line_count, f.session_id, ff.remote_generation, ff.host
 FROM fleet_files ff JOIN files f ON f.id = ff.file_id
 WHERE ff.host = :host AND ff.remote_path = :path
 """.strip()
@@ -80,6 +85,55 @@ MARK_DELETED_SQL = """
 UPDATE files SET deleted_at = :now, needs_derive = 1 WHERE id = :id AND deleted_at IS NULL
 """.strip()
 COUNT_GAP_SQL = "UPDATE fleet_files SET gaps = gaps + 1 WHERE file_id = :id"
+# A message past what is stored of its file, held until the bytes before it
+# come (once per range: one delivered again is not held twice); those of an
+# older generation are dropped when a newer one starts.
+HOLD_SQL = """
+INSERT OR IGNORE INTO fleet_held (file_id, generation, offset, at, line, held_at, payload)
+VALUES (:id, :generation, :offset, :at, :line, :now, :payload)
+""".strip()
+DROP_OLD_HELD_SQL = "DELETE FROM fleet_held WHERE file_id = :file_id AND generation < :generation"
+# The file's first held message, when it now meets what is stored.
+NEXT_HELD_SQL = """
+SELECT generation, offset, at, payload FROM fleet_held
+WHERE file_id = :id ORDER BY generation, offset, at LIMIT 1
+""".strip()
+DROP_HELD_SQL = """
+DELETE FROM fleet_held WHERE file_id = :id AND generation = :generation AND offset = :offset
+  AND at = :at
+""".strip()
+FLEET_FILE_BY_ID_SQL = """
+SELECT f.id, f.ingested_offset, f.line_count, f.session_id, ff.remote_generation, ff.host,
+  ff.remote_path
+FROM fleet_files ff JOIN files f ON f.id = ff.file_id
+WHERE f.id = :id
+""".strip()
+# Per file with held messages: its host, path and generation, what is
+# stored of it, the first held message's offset and line number, and since
+# when the oldest has been held (the central waits GAP_WAIT_S from then).
+WAITING_FILES_SQL = """
+SELECT h.file_id, ff.host, ff.remote_path, ff.remote_generation AS generation,
+  f.ingested_offset, min(h.held_at) AS since,
+  (SELECT offset FROM fleet_held n WHERE n.file_id = h.file_id
+   ORDER BY n.generation, n.offset, n.at LIMIT 1) AS next_offset,
+  (SELECT line FROM fleet_held n WHERE n.file_id = h.file_id
+   ORDER BY n.generation, n.offset, n.at LIMIT 1) AS next_line
+FROM fleet_held h JOIN fleet_files ff ON ff.file_id = h.file_id JOIN files f ON f.id = h.file_id
+GROUP BY h.file_id ORDER BY h.file_id
+""".strip()
+# The bytes that never came, recorded; the file goes on from the first held
+# message (its lines numbered as the host numbers them; the pieces of a
+# long line before it are dropped).
+RECORD_GAP_SQL = """
+INSERT INTO fleet_gaps (file_id, host, remote_path, generation, start, end, waited_since,
+                        recorded_at, reason)
+VALUES (:file_id, :host, :remote_path, :generation, :start, :end, :since, :now, :reason)
+""".strip()
+SKIP_GAP_SQL = (
+    """UPDATE files SET ingested_offset = :end, size = :end, line_count = :line - 1,
+       needs_derive = 1 WHERE id = :file_id""",
+    "DELETE FROM fleet_parts WHERE file_id = :file_id AND line_offset < :end",
+)
 # Pieces of a line too long for one message, until its last one arrives.
 KEEP_PART_SQL = """
 INSERT OR IGNORE INTO fleet_parts (file_id, line_offset, at, data)
@@ -121,8 +175,8 @@ class Summary:
     """What a drain did (``as_dict`` for --json)."""
 
     FIELDS = ("messages", "new_lines", "new_records", "bad_lines", "duplicates", "gaps",
-              "deleted_files", "new_generations", "bad_messages", "bad_heartbeats", "hosts",
-              "seconds")
+              "recorded_gaps", "deleted_files", "new_generations", "bad_messages",
+              "bad_heartbeats", "hosts", "seconds")
 
     def __init__(self):
         for name in self.FIELDS:
@@ -158,7 +212,7 @@ def _file(conn, header: dict, now: str, summary: Summary) -> dict | None:
         conn.execute(TRACK_FLEET_FILE_SQL, {"file_id": file_id, "host": host, "path": path,
                                             "generation": generation})
         return {"id": file_id, "ingested_offset": 0, "line_count": 0,
-                "session_id": cand.session_id}
+                "session_id": cand.session_id, "remote_generation": generation, "host": host}
     row = dict(zip([d[0] for d in cur.description], found))
     if generation < row["remote_generation"]:
         return None
@@ -168,19 +222,27 @@ def _file(conn, header: dict, now: str, summary: Summary) -> dict | None:
         derive.forget_file(conn, row["id"])
         for sql in FORGET_LINES_SQL:
             conn.execute(sql, {"id": row["id"], "now": now})
-        for sql in RESTART_FLEET_FILE_SQL:
+        for sql in (*RESTART_FLEET_FILE_SQL, DROP_OLD_HELD_SQL):
             conn.execute(sql, {"file_id": row["id"], "generation": generation})
         summary.new_generations += 1
-        row.update(ingested_offset=0, line_count=0)
+        row.update(ingested_offset=0, line_count=0, remote_generation=generation)
     return row
 
 
-def _gap(conn, row: dict, summary: Summary) -> bool:
-    """An earlier message of the file is not stored yet (it comes again: it
-    was fetched but not committed, or the host re-sends it): not now."""
+def _hold(conn, row: dict, header: dict, payload: bytes, now: str, summary: Summary) -> None:
+    """An earlier message of the file is not stored yet: keep this one until
+    it comes (a batch delivered again, the host's re-send) or the central
+    records the gap (resolve_gaps)."""
     summary.gaps += 1
     conn.execute(COUNT_GAP_SQL, {"id": row["id"]})
-    return False
+    conn.execute(HOLD_SQL, {"id": row["id"], "generation": header["generation"],
+                            "offset": header["offset"], "at": header.get("at", header["offset"]),
+                            "line": header["line"], "now": now, "payload": bytes(payload)})
+
+
+class Misaligned(Exception):
+    """Lines that begin before what is stored of their file but not at a
+    line of theirs: not the bytes stored (quarantined)."""
 
 
 def _store_lines(conn, row: dict, start: int, body: bytes, now: str, summary: Summary) -> bool:
@@ -191,8 +253,11 @@ def _store_lines(conn, row: dict, start: int, body: bytes, now: str, summary: Su
         summary.duplicates += 1
         return True
     skip = offset - start
-    if skip < 0 or (skip and body[skip - 1:skip] != b"\n"):
-        return _gap(conn, row, summary)
+    if skip < 0:
+        return False
+    if skip and body[skip - 1:skip] != b"\n":
+        raise Misaligned(f"lines from byte {start} that do not meet the {offset} bytes stored "
+                         "at a line")
     file_id, line_no, at = row["id"], row["line_count"], offset
     records, bads = [], []
     for line in body[skip:].split(b"\n")[:-1]:
@@ -217,17 +282,20 @@ def _store_lines(conn, row: dict, start: int, body: bytes, now: str, summary: Su
 
 
 class _Later(Exception):
-    """A message to take again later (_gap)."""
+    """A piece of a line after the next one (held)."""
 
 
 def _part(conn, row: dict, header: dict, body: bytes) -> bytes | None:
     """Keep one piece of a long line; the whole line once all are here."""
-    offset, end = int(header["offset"]), int(header["end"])
+    offset, end = header["offset"], header["end"]
     if end <= row["ingested_offset"]:
         return None
+    if offset < row["ingested_offset"]:
+        raise Misaligned(f"a piece of a line at {offset}-{end} across the {row['ingested_offset']} "
+                         "bytes stored")
     if offset != row["ingested_offset"]:
         raise _Later()   # pieces are kept only of the line that comes next
-    conn.execute(KEEP_PART_SQL, {"id": row["id"], "offset": offset, "at": int(header["at"]),
+    conn.execute(KEEP_PART_SQL, {"id": row["id"], "offset": offset, "at": header["at"],
                                  "data": body})
     pieces, expected = [], offset
     for at, data in conn.execute(PARTS_SQL, {"id": row["id"], "offset": offset}):
@@ -287,71 +355,143 @@ def _usable(message: Incoming, hosts: set[str] | None) -> tuple[dict, bytes]:
 # (a host and a path that make another file's fleet:// path, numbers past
 # SQLite's): the message is quarantined, the rest of the batch goes on.
 UNSTORABLE = (ValueError, TypeError, KeyError, OverflowError, UnicodeError,
-              sqlite3.IntegrityError)
+              sqlite3.IntegrityError, Misaligned)
 
 
 def apply_message(conn, message: Incoming, now: str, summary: Summary,
-                  hosts: set[str] | None = None) -> bool:
-    """One message, inside the caller's transaction. False: take it again
-    later (its file's earlier lines are not stored yet). A message the
-    central cannot use is quarantined (and acknowledged)."""
+                  hosts: set[str] | None = None) -> None:
+    """One message, inside the caller's transaction: stored, held until the
+    bytes before it come, or (one the central cannot use) quarantined."""
     try:
         header, body = _usable(message, hosts)
     except fleet_wire.BadMessage as exc:
         summary.bad_messages += 1
         quarantine(conn, message, str(exc), now)
-        return True
+        return
     conn.execute("SAVEPOINT message")
     before = summary.counts()
     try:
-        done = _apply(conn, header, body, now, summary)
+        _apply(conn, header, body, bytes(message.data), now, summary)
     except UNSTORABLE as exc:
         conn.execute("ROLLBACK TO message")
         conn.execute("RELEASE message")
         summary.restore(before)
         summary.bad_messages += 1
         quarantine(conn, message, f"cannot be stored: {type(exc).__name__}: {exc}", now)
-        return True
+        return
     conn.execute("RELEASE message")
-    return done
 
 
-def _apply(conn, header: dict, body: bytes, now: str, summary: Summary) -> bool:
+def _apply(conn, header: dict, body: bytes, payload: bytes, now: str, summary: Summary) -> None:
     summary.messages += 1
     summary.hosts.add(header["host"])
     conn.execute(SEEN_HOST_SQL, {"host": header["host"], "now": now, "n": 1})
     row = _file(conn, header, now, summary)
     if row is None:
         summary.duplicates += 1
-        return True
+        return
+    if _take(conn, row, header, body, payload, now, summary):
+        _release(conn, row, now, summary)
+
+
+def _take(conn, row: dict, header: dict, body: bytes, payload: bytes, now: str,
+          summary: Summary) -> bool:
+    """Store a message of the row's file at its generation, or hold it;
+    True when what is stored moved on."""
     if header["kind"] == "deleted":
         summary.deleted_files += conn.execute(MARK_DELETED_SQL, {"id": row["id"],
                                                                  "now": now}).rowcount
-        return True
+        return False
     start = header["offset"]
     if header["kind"] == "part":
         try:
             body = _part(conn, row, header, body)
         except _Later:
-            return _gap(conn, row, summary)
+            _hold(conn, row, header, payload, now, summary)
+            return False
         if body is None:
-            return True
-    return _store_lines(conn, row, start, body, now, summary)
+            return False
+    if not _store_lines(conn, row, start, body, now, summary):
+        _hold(conn, row, header, payload, now, summary)
+        return False
+    return True
+
+
+def _release(conn, row: dict, now: str, summary: Summary) -> None:
+    """Store the held messages of the file that now meet what is stored,
+    in order (each taken once: it leaves fleet_held first)."""
+    while True:
+        found = conn.execute(NEXT_HELD_SQL, {"id": row["id"]}).fetchone()
+        if found is None:
+            return
+        generation, offset, at, payload = found
+        if generation == row["remote_generation"] and offset > row["ingested_offset"]:
+            return   # still to come
+        conn.execute(DROP_HELD_SQL, {"id": row["id"], "generation": generation,
+                                     "offset": offset, "at": at})
+        if generation != row["remote_generation"]:
+            continue
+        header, body = fleet_wire.decode(payload)
+        conn.execute("SAVEPOINT held")
+        try:
+            _take(conn, row, header, body, payload, now, summary)
+        except Misaligned as exc:   # (held before what was stored since met it)
+            conn.execute("ROLLBACK TO held")
+            summary.bad_messages += 1
+            quarantine(conn, Incoming(payload, None, fleet_wire.subject(row["host"],
+                                                                        header["kind"])),
+                       f"cannot be stored: {exc}", now)
+        conn.execute("RELEASE held")
 
 
 def apply_batch(db, messages: list[Incoming], consumer: str, summary: Summary,
-                hosts: set[str] | None = None) -> list[int]:
+                hosts: set[str] | None = None) -> None:
     """Write a fetched batch in one transaction, with the stream position it
-    reaches. Returns the indexes of the messages to take again later."""
+    reaches: every message is then acknowledged."""
     now = utcnow()
-    later = []
     with write_lock(db) as conn:
-        for i, message in enumerate(messages):
-            if not apply_message(conn, message, now, summary, hosts):
-                later.append(i)
+        for message in messages:
+            apply_message(conn, message, now, summary, hosts)
         conn.execute(POSITION_SQL, {"name": consumer, "now": now,
                                     "seq": max(m.seq for m in messages)})
-    return later
+
+
+class Waiting:
+    """A file with held messages: its host, path, generation, what is stored
+    (``stored``), the first held message's offset and line, since when."""
+
+    __slots__ = ("file_id", "host", "remote_path", "generation", "ingested_offset", "since",
+                 "next_offset", "next_line")
+
+    def __init__(self, **row):
+        for name, value in row.items():
+            setattr(self, name, value)
+
+
+def waiting_files(db) -> list[Waiting]:
+    return [Waiting(**row) for row in dict_rows(db.conn, WAITING_FILES_SQL)]
+
+
+def record_gaps(db, files: list[Waiting], reason: str, summary: Summary) -> list[dict]:
+    """Record the bytes each file waited for in vain as a gap, and go on
+    with its held messages from the first one. Returns the gaps."""
+    now = utcnow()
+    gaps = []
+    with write_lock(db) as conn:
+        for w in files:
+            gap = {"file_id": w.file_id, "host": w.host, "remote_path": w.remote_path,
+                   "generation": w.generation, "start": w.ingested_offset,
+                   "end": w.next_offset, "since": w.since, "now": now, "reason": reason}
+            conn.execute(RECORD_GAP_SQL, gap)
+            for sql in SKIP_GAP_SQL:
+                conn.execute(sql, {"file_id": w.file_id, "end": w.next_offset,
+                                   "line": w.next_line})
+            summary.recorded_gaps += 1
+            cur = conn.execute(FLEET_FILE_BY_ID_SQL, {"id": w.file_id})
+            row = dict(zip([d[0] for d in cur.description], cur.fetchone()))
+            _release(conn, row, now, summary)
+            gaps.append(gap)
+    return gaps
 
 
 def record_heartbeats(db, beats: list[tuple[str, float]], bad: list[tuple] = ()) -> int:
@@ -423,6 +563,60 @@ async def _reconcile(db, js, consumer: str) -> None:
         await js.delete_consumer(fleet_wire.STREAM, consumer)
 
 
+def _epoch(iso_time: str) -> float:
+    return datetime.fromisoformat(iso_time.replace("Z", "+00:00")).timestamp()
+
+
+async def _mind_gaps(db, nc, js, gap_wait: float, asked: dict, summary: Summary, log) -> bool:
+    """The files that wait for bytes before their held messages: after
+    ASK_AFTER_S (or half of ``gap_wait``) ask each one's host to send them
+    again (a core NATS message on fleet_wire.resend_subject, every
+    ASK_EVERY_S; a host that still has them does); after ``gap_wait``,
+    record them as a gap, say so in the log, and go on. True when gaps were
+    recorded (the caches are to be derived)."""
+    waiting = waiting_files(db)
+    if not waiting:
+        asked.clear()
+        return False
+    now = time.time()
+    due = []
+    for w in waiting:
+        held_for = now - _epoch(w.since)
+        if held_for >= gap_wait:
+            due.append(w)
+        elif held_for >= min(ASK_AFTER_S, gap_wait / 2) and \
+                now - asked.get(w.file_id, 0.0) >= ASK_EVERY_S:
+            asked[w.file_id] = now
+            try:
+                await nc.publish(fleet_wire.resend_subject(w.host), fleet_wire.resend_request(
+                    w.host, w.remote_path, w.generation, w.ingested_offset))
+            except fleet_nats.TRANSIENT:   # the server is away: asked again later
+                pass
+    if not due:
+        return False
+    reason = await _why_missing(js, gap_wait)
+    for gap in record_gaps(db, due, reason, summary):
+        asked.pop(gap["file_id"], None)
+        log(f"gap: host {gap['host']} {gap['remote_path']} generation {gap['generation']}: "
+            f"bytes {gap['start']}-{gap['end']} never came ({reason}); going on from byte "
+            f"{gap['end']}")
+    return True
+
+
+async def _why_missing(js, gap_wait: float) -> str:
+    """Why bytes a file waited for are not coming, as far as the stream says."""
+    why = f"not sent again by the host within {gap_wait:g} s"
+    try:
+        state = (await js.stream_info(fleet_wire.STREAM)).state
+    except fleet_nats.TRANSIENT:
+        return "not in the stream; " + why
+    if (state.first_seq or 0) > 1 or state.num_deleted:
+        deleted = f", {state.num_deleted} deleted" if state.num_deleted else ""
+        return (f"not in the stream (it holds #{state.first_seq}-#{state.last_seq}{deleted}: "
+                f"trimmed by its limits, purged, or lost by the server); {why}")
+    return f"not in the stream (lost by the server, or sent to another stream); {why}"
+
+
 async def _fetch(sub, wait: float):
     """A fetched batch, or [] when nothing came within ``wait``."""
     from nats.errors import TimeoutError as FetchTimeout   # (nats-py: the optional fleet extra)
@@ -455,12 +649,15 @@ async def _subscribe(db, nc, consumer: str, hosts: list[str] | None):
 async def consume(db, options: fleet_nats.ConnectOptions, *, consumer: str | None = None,
                   hosts: list[str] | None = None, watch: bool = False,
                   stop: asyncio.Event | None = None, after_batch=None,
-                  log=lambda line: None) -> Summary:
+                  log=lambda line: None, gap_wait: float = GAP_WAIT_S) -> Summary:
     """Drain what is waiting (or with ``watch``, keep consuming until
     ``stop``); ``after_batch(summary)`` runs after each committed batch.
     With ``hosts``, only those hosts' messages (fleet_wire.consumers: a
-    consumer per host, each with its own position)."""
+    consumer per host, each with its own position). A file that waits
+    ``gap_wait`` seconds for bytes the stream no longer holds gets a gap
+    (_mind_gaps)."""
     started = time.monotonic()
+    asked: dict[int, float] = {}   # file id: when its host was last asked to re-send
     summary = Summary()
     opened = OpenedFile(db.conn)
     consumer = consumer or fleet_wire.DEFAULT_CONSUMER
@@ -504,18 +701,20 @@ async def consume(db, options: fleet_nats.ConnectOptions, *, consumer: str | Non
             for (name, _), msgs in zip(subs, fetched):
                 if not msgs:
                     continue
-                later = set(apply_batch(db, [Incoming(m.data, m.metadata.sequence.stream,
-                                                      m.subject, m.headers) for m in msgs],
-                                        name, summary, taken))
+                apply_batch(db, [Incoming(m.data, m.metadata.sequence.stream, m.subject,
+                                          m.headers) for m in msgs], name, summary, taken)
                 opened.verify()   # committed into a file still the index, or none acked
                 try:
-                    for i, m in enumerate(msgs):   # after the commit, never before
-                        await (m.nak(delay=RETRY_DELAY_S) if i in later else m.ack())
+                    for m in msgs:   # after the commit, never before
+                        await m.ack()
                     await nc.flush()
                 except fleet_nats.TRANSIENT as exc:   # they come again: skipped by offset
                     log(f"NATS: acknowledging: {type(exc).__name__}: {str(exc) or 'no answer'}")
                 if after_batch is not None:
                     after_batch(summary)
+            if await _mind_gaps(db, nc, js, gap_wait, asked, summary, log) and \
+                    after_batch is not None:
+                after_batch(summary)
             if not watch and not any(fetched):
                 break
             if time.monotonic() - last_beats >= HEARTBEAT_READ_S:
@@ -535,9 +734,10 @@ class Follower:
     from any thread ends it after its current batch."""
 
     def __init__(self, db_path: str, options: fleet_nats.ConnectOptions, *,
-                 consumer: str | None, log, hosts: list[str] | None = None):
+                 consumer: str | None, log, hosts: list[str] | None = None,
+                 gap_wait: float = GAP_WAIT_S):
         self.db_path, self.options, self.consumer, self.log = db_path, options, consumer, log
-        self.hosts = hosts
+        self.hosts, self.gap_wait = hosts, gap_wait
         self.loop = asyncio.new_event_loop()
         self.stop = asyncio.Event()
 
@@ -546,7 +746,7 @@ class Follower:
         try:
             return self.loop.run_until_complete(consume(
                 db, self.options, consumer=self.consumer, hosts=self.hosts, watch=True,
-                stop=self.stop,
+                stop=self.stop, gap_wait=self.gap_wait,
                 after_batch=lambda summary: self._batch(db, summary), log=self.log))
         finally:
             db.conn.close()

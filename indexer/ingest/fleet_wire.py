@@ -32,10 +32,16 @@ import re
 STREAM = "SESSION_INDEX"
 SUBJECT_PREFIX = "session-index"
 STREAM_SUBJECTS = [SUBJECT_PREFIX + ".>"]
+# How long the stream keeps a message (a stream made by ship or ingest
+# --from; README: durability): a week, then the oldest go first.
+STREAM_MAX_AGE_S = 7 * 86400
 # How long JetStream remembers a message id to drop its re-send.
 DUPLICATE_WINDOW_S = 600
 # The most bytes of lines in one message (NATS' default max_payload is 1 MB).
 MESSAGE_BYTES = 512 << 10
+# The central asks a host to send a file's bytes again (the stream lost
+# them) on RESEND_PREFIX.HOST: a core NATS message, not kept (it asks again).
+RESEND_PREFIX = "session-index-resend"
 # The durable consumer the central index reads with, unless told another.
 DEFAULT_CONSUMER = "session-index-central"
 
@@ -54,6 +60,33 @@ def host_token(host: str) -> str:
 
 def subject(host: str, kind: str) -> str:
     return f"{SUBJECT_PREFIX}.{host_token(host)}.{kind}"
+
+
+def resend_subject(host: str) -> str:
+    return f"{RESEND_PREFIX}.{host_token(host)}"
+
+
+def resend_request(host: str, path: str, generation: int, offset: int) -> bytes:
+    """Ask ``host`` for its file ``path``'s bytes of ``generation`` from
+    ``offset`` again."""
+    return json.dumps({"host": host, "path": path, "generation": generation,
+                       "offset": offset}, separators=(",", ":")).encode()
+
+
+def read_resend(host: str, payload: bytes) -> tuple[str, int, int] | None:
+    """(path, generation, offset) of a resend request for ``host``; None for
+    anything else."""
+    try:
+        asked = json.loads(bytes(payload).decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return None
+    if not isinstance(asked, dict) or asked.get("host") != host:
+        return None
+    path, generation, offset = asked.get("path"), asked.get("generation"), asked.get("offset")
+    if not isinstance(path, str) or type(generation) is not int or type(offset) is not int \
+            or generation < 1 or offset < 0:
+        return None
+    return path, generation, offset
 
 
 def consumers(name: str, hosts: list[str] | None) -> list[tuple[str, str]]:

@@ -50,17 +50,21 @@ CREATE TABLE IF NOT EXISTS shipped (
     head_len INTEGER,              -- its first bytes hashed (HEAD_BYTES, or all it had)
     head_hash TEXT,                -- of those head_len bytes
     tail_hash TEXT,                -- of the TAIL_BYTES before offset
-    deleted INTEGER NOT NULL DEFAULT 0
+    deleted INTEGER NOT NULL DEFAULT 0,
+    resend INTEGER NOT NULL DEFAULT 0  -- times the central asked for its bytes again
 )
 """.strip()
+# A ledger from before the central could ask for bytes again.
+LEDGER_COLUMNS_SQL = "SELECT name FROM pragma_table_info('shipped')"
+LEDGER_ADD_RESEND_SQL = "ALTER TABLE shipped ADD COLUMN resend INTEGER NOT NULL DEFAULT 0"
 LEDGER_ROW_SQL = "SELECT * FROM shipped WHERE path = ?"
 LEDGER_LIVE_SQL = "SELECT path FROM shipped WHERE deleted = 0"
 LEDGER_SAVE_SQL = """
 INSERT OR REPLACE INTO shipped
   (path, generation, offset, line, dev, ino, size, mtime_ns, head_len, head_hash, tail_hash,
-   deleted)
+   deleted, resend)
 VALUES (:path, :generation, :offset, :line, :dev, :ino, :size, :mtime_ns, :head_len,
-        :head_hash, :tail_hash, :deleted)
+        :head_hash, :tail_hash, :deleted, :resend)
 """.strip()
 
 
@@ -99,6 +103,8 @@ class Ledger:
                                 "--ledger")
             self.conn.execute("PRAGMA journal_mode = WAL")
             self.conn.execute(LEDGER_SCHEMA_SQL)
+            if "resend" not in {n for (n,) in self.conn.execute(LEDGER_COLUMNS_SQL)}:
+                self.conn.execute(LEDGER_ADD_RESEND_SQL)
         except sqlite3.DatabaseError as exc:
             self.close()
             raise ShipError(f"{path}: not a usable ledger: {exc}") from None
@@ -115,7 +121,7 @@ class Ledger:
         return [p for (p,) in self.conn.execute(LEDGER_LIVE_SQL)]
 
     def save(self, row: dict) -> None:
-        self.conn.execute(LEDGER_SAVE_SQL, row)
+        self.conn.execute(LEDGER_SAVE_SQL, {"resend": 0, **row})
 
     def close(self) -> None:
         if getattr(self, "conn", None) is not None:
@@ -138,6 +144,7 @@ class Shipper:
         self.sent_lines = self.sent_bytes = self.messages = 0
         self.last_heartbeat = 0.0
         self.said: set[str] = set()   # files not_utf8, logged once
+        self.asked: dict[str, tuple[int, int]] = {}   # path: (generation, offset) to send again
 
     def transcripts(self) -> list[str]:
         found = []
@@ -148,7 +155,48 @@ class Shipper:
                 found.append(source)
         return list(dict.fromkeys(found))
 
+    def ask(self, payload: bytes) -> None:
+        """The central asks for a file's bytes again (fleet_wire.read_resend):
+        done at the next pass."""
+        asked = fleet_wire.read_resend(self.host, payload)
+        if asked is not None:
+            path, generation, offset = asked
+            before = self.asked.get(path)
+            if before is None or (generation, offset) < before:
+                self.asked[path] = (generation, offset)
+
+    def rewind(self, path: str, generation: int, offset: int) -> None:
+        """Send the file's bytes from ``offset`` again when the ledger says
+        they were sent (acknowledged) and the file still holds them: the same
+        generation, not rewritten, a line starting there. Its messages get
+        ids of their own (``resend``): JetStream may still remember the lost
+        ones' within its duplicate window."""
+        row = self.ledger.get(path)
+        if row is None or row["deleted"] or row["generation"] != generation or \
+                row["offset"] <= offset:
+            return   # another generation (sent anew), or not sent yet: it comes anyway
+        try:
+            with open_regular(path) as f:
+                st = os.fstat(f.fileno())
+                if self._rewritten(row, f, st):
+                    return   # the next pass sends a new generation
+                f.seek(0)
+                before = f.read(offset)
+        except (OSError, NotRegular):
+            return
+        if len(before) != offset or (offset and not before.endswith(b"\n")):
+            return
+        tail = min(TAIL_BYTES, offset)
+        self.ledger.save(dict(row, offset=offset, line=before.count(b"\n") + 1,
+                              tail_hash=blake2b(before[offset - tail:], digest_size=16)
+                              .hexdigest(), size=None, mtime_ns=None,
+                              resend=row["resend"] + 1))
+        self.log(f"{path}: the central asked for bytes {offset}-{row['offset']} again: sending")
+
     async def pass_(self) -> None:
+        asked, self.asked = self.asked, {}
+        for path, (generation, offset) in asked.items():
+            self.rewind(path, generation, offset)
         found = self.transcripts()
         for path in found:
             if (shown := discover.not_utf8(path)) is not None:
@@ -187,10 +235,10 @@ class Shipper:
             st = os.fstat(f.fileno())
             if row is None:
                 row = {"path": path, "generation": 1, "offset": 0, "line": 1,
-                       "head_len": 0, "head_hash": None, "tail_hash": None}
+                       "head_len": 0, "head_hash": None, "tail_hash": None, "resend": 0}
             elif self._rewritten(row, f, st):
                 row = dict(row, generation=row["generation"] + 1, offset=0, line=1,
-                           head_len=0, head_hash=None, tail_hash=None)
+                           head_len=0, head_hash=None, tail_hash=None, resend=0)
                 self.log(f"{path}: rewritten: generation {row['generation']} from its start")
             row.update(dev=st.st_dev, ino=st.st_ino, deleted=0)
             f.seek(row["offset"])
@@ -212,8 +260,10 @@ class Shipper:
 
     async def _send(self, row: dict, f, complete: bytes) -> None:
         generation = row["generation"]
+        again = {"resend": row["resend"]} if row.get("resend") else {}
         for header, body in fleet_wire.cut(complete, row["offset"], row["line"]):
-            await self.publish(dict(header, path=row["path"], generation=generation), body)
+            await self.publish(dict(header, path=row["path"], generation=generation, **again),
+                               body)
             if header["kind"] == "part" and header["at"] + len(body) < header["end"]:
                 continue   # the line's last piece moves the ledger
             lines = body.count(b"\n")
@@ -279,6 +329,11 @@ async def ship(options: fleet_nats.ConnectOptions, sources: list[str], *, host: 
         await fleet_nats.ensure_stream(js)
         kv = await fleet_nats.heartbeats(js)
         shipper = Shipper(js, kv, ledger, sources, host, log)
+        if not once:   # the central's requests to send bytes again
+            async def asked(msg):
+                shipper.ask(msg.data)
+
+            await nc.subscribe(fleet_wire.resend_subject(host), cb=asked)
         if once:
             await shipper.pass_()
             await shipper.heartbeat(force=True)
