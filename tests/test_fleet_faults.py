@@ -474,3 +474,86 @@ def test_a_lost_message_and_a_purged_stream(server, tmp_path):
             p.send_signal(signal.SIGTERM)
         assert [p.wait(timeout=30) for p in (central, shipper)] == [0, 0]
     assert sqlite3.connect(moved).execute("SELECT count(*) FROM fleet_gaps").fetchone() == (0,)
+
+
+def test_the_central_answers_as_a_local_index_for_every_corpus_session(server, tmp_path):
+    """Every transcript of ../shared/corpus shipped (its last lines without a
+    newline, its `claude -p` logs) and drained into a central index, and
+    ingested locally: per session the same check verdict and reason, the
+    same conversation from show, the same leaves, orphans and failed runs;
+    show, status and the health page's last ingest work on the central."""
+    from conftest import CORPUS
+
+    if not CORPUS.is_dir():
+        pytest.skip("../shared/corpus is not here")
+    from indexer.index.db import open_db
+    from indexer.repair import check as checkmod, show as showmod
+    from indexer.sql import dict_rows
+
+    central, local = tmp_path / "central.db", tmp_path / "local.db"
+    ship_once(server, "hx", CORPUS, tmp_path)
+    drain(server, central)
+    run("ingest", CORPUS, "--db", local)
+    c, here = open_db(str(central)), open_db(str(local))
+    sessions = [s for (s,) in here.conn.execute("SELECT session_id FROM sessions ORDER BY 1")]
+    assert len(sessions) > 40
+    assert [s for (s,) in c.conn.execute("SELECT session_id FROM sessions ORDER BY 1")] == \
+        sessions
+    for sql in ("SELECT kind, count(*), sum(records), sum(line_count), sum(ingested_offset), "
+                "sum(unterminated_tail) FROM files GROUP BY kind ORDER BY kind",
+                "SELECT count(*) FROM bad_lines",
+                "SELECT session_id, kind, resume_leaf_uuid, sdk_leaf_uuid, resume_rule FROM leaves "
+                "ORDER BY 1, 2, 3, 4",
+                "SELECT session_id, uuid, cause FROM orphans ORDER BY 1, 2, 3",
+                "SELECT session_id, line_no, subtype, error_class FROM failed_executions "
+                "ORDER BY 1, 2"):
+        assert c.conn.execute(sql).fetchall() == here.conn.execute(sql).fetchall(), sql
+    for sid in sessions:
+        mine, theirs = (checkmod.check(db, sid, config_dir=tmp_path / "no-config", host=h)
+                        for db, h in ((here, ""), (c, "hx")))
+        assert (theirs.verdict, theirs.reason.removeprefix("on host hx: ").replace(
+            "fleet://hx/", "/")) == (mine.verdict, mine.reason), sid
+        if here.conn.execute("SELECT 1 FROM session_hosts WHERE session_id = ? AND "
+                             "main_file_id IS NOT NULL", [sid]).fetchone():
+            assert showmod.recovered_conversation(c, sid, "hx") == \
+                showmod.recovered_conversation(here, sid), sid
+    sid = sessions[0]
+    assert run("show", sid, "--db", central).stdout == run("show", sid, "--db", local).stdout
+    status = run("status", "--db", central).stdout.decode()
+    assert "last ingest: never" not in status and "fleet: 1 hosts" in status
+    assert dict_rows(c.conn, "SELECT value FROM index_meta WHERE key = 'last_ingest_at'")
+
+
+def test_a_last_line_without_its_newline_is_stored_as_locally_then_settled(server, tmp_path):
+    """A whole record without its newline is stored (as local ingest stores
+    it); once its newline comes the line is not stored twice; one that then
+    went on (more bytes, no newline first) is taken back and read again as
+    the line it became. At each step the central holds what a local index
+    of the same file holds."""
+    t = Transcript(tmp_path / "h")
+    t.append(2)
+    t.append(1, newline=False)
+    db, local = tmp_path / "central.db", tmp_path / "local.db"
+
+    def same():
+        ship_once(server, "h", tmp_path / "h", tmp_path)
+        drain(server, db)
+        run("ingest", t.path, "--db", local)
+        rows = "SELECT line_no, byte_offset, uuid FROM records ORDER BY line_no"
+        bad = "SELECT line_no, byte_offset, CAST(raw AS BLOB) FROM bad_lines ORDER BY line_no"
+        files = "SELECT line_count, ingested_offset, unterminated_tail, records FROM files"
+        for sql in (rows, bad, files):
+            assert sqlite3.connect(db).execute(sql).fetchall() == \
+                sqlite3.connect(local).execute(sql).fetchall(), sql
+        assert exported(db, t.session_id) == exported(local, t.session_id)
+        return sqlite3.connect(db).execute(files).fetchone()
+
+    assert same()[:3] == (3, len(t.path.read_bytes()), len(t.path.read_bytes()) -
+                          len(t.complete()))
+    t.append_bytes(b"\n")
+    t.append(1, newline=False)
+    assert same()[2] > 0
+    t.append_bytes(b' "went on"\n')   # the stored last record went on: a bad line now
+    t.append(1)
+    assert same()[2] == 0
+    assert exported(db, t.session_id) == t.path.read_bytes()

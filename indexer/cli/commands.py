@@ -752,26 +752,27 @@ def restore(session_id, generation, db_path, config_dir):
                err=True)
 
 
-def _fresh(db, session_id, required: bool = True) -> bool:
+def _fresh(db, session_id, required: bool = True, host: str = "") -> bool:
     """Ingest the session's main transcripts first if they changed on disk (or
     went away: which one a resume opens may change with them). Whether the
-    index holds a main transcript of it (exit 3 without one, if required)."""
+    index holds a main transcript of it on ``host`` (exit 3 without one, if
+    required)."""
     paths = [r[0] for r in db.conn.execute(
         "SELECT path FROM files WHERE session_id = ? AND kind = 'main' AND origin = 'file'",
         [session_id])]
     if paths:
         ingestmod.ingest(db, paths)
     derive.refresh_sessions_if_stale(db)
-    if db.conn.execute(repairmod.MAIN_FILE_SQL, [session_id]).fetchone() is None:
+    if db.conn.execute(repairmod.MAIN_FILE_SQL, [session_id, host]).fetchone() is None:
         if required:
             raise Failure(f"session {session_id} has no main transcript in the index")
         return False
     return True
 
 
-def _say_copies(db, session_id):
+def _say_copies(db, session_id, host: str = ""):
     """On stderr: which main transcript this is, and the session's other ones."""
-    rows = mainfile.copies(db, session_id)
+    rows = mainfile.copies(db, session_id, host=host)
     for row in rows:
         if row["chosen"]:
             click.echo(f"transcript: {row['path']} ({row['why']})", err=True)
@@ -789,7 +790,10 @@ def _say_copies(db, session_id):
 @click.option("--format", "fmt", type=click.Choice(["text", "markdown", "json"]),
               default="text", show_default=True)
 @click.option("--json", "fmt", flag_value="json", help="The same as --format json.")
-def show(session_id, db_path, fmt):
+@click.option("--host", default=None, metavar="NAME",
+              help="A central index of a fleet: the host whose copy to show ('' for this "
+                   "machine) [default: as for check; several: exit 10].")
+def show(session_id, db_path, fmt, host):
     """The conversation SESSION_ID really holds: the resume chain, with the
     parallel tool calls and results put back where the Agent SDK puts them and
     the output orphaned by an api_error splice put back in place; each
@@ -805,8 +809,13 @@ def show(session_id, db_path, fmt):
         session-index show 0b1fed78-ad30-4641-94b1-5f6931526c96 --format markdown
     """
     db = _known(_open(db_path, create=False), session_id)
-    has_main = _fresh(db, session_id, required=False)
-    verdict = verdicts.of_session(db.conn, session_id)
+    if host is None:
+        try:
+            host = mainfile.default_host(db, session_id)
+        except mainfile.AmbiguousHost as exc:
+            raise AmbiguousHost(str(exc)) from None
+    has_main = _fresh(db, session_id, required=False, host=host)
+    verdict = showmod.verdict_on(db.conn, session_id, host)
     if verdict is not None and fmt != "json":  # JSON stays the list of messages
         click.echo(showmod.header(verdict, fmt))
     if not has_main:  # only subagent transcripts: the verdict says why
@@ -814,9 +823,9 @@ def show(session_id, db_path, fmt):
                    "(no main transcript of this session is in the index: no conversation "
                    "to show)")
         return
-    _say_copies(db, session_id)
+    _say_copies(db, session_id, host)
     try:
-        messages = showmod.recovered_conversation(db, session_id)
+        messages = showmod.recovered_conversation(db, session_id, host)
     except repairmod.RepairError as exc:
         raise Failure(str(exc)) from None
     click.echo(showmod.render(messages, fmt))
@@ -931,7 +940,7 @@ def verify(session_id, db_path, claude, as_json):
     except oracle.NoClaudeBinary as exc:
         raise Failure(str(exc)) from None
     _fresh(db, session_id)
-    file_id, path = db.conn.execute(repairmod.MAIN_FILE_SQL, [session_id]).fetchone()[:2]
+    file_id, path = db.conn.execute(repairmod.MAIN_FILE_SQL, [session_id, ""]).fetchone()[:2]
     try:
         verdict = verifymod.verify_file(db.conn, file_id, session_id, path, binary)
     except oracle.OracleFailed as exc:

@@ -31,7 +31,7 @@ from indexer.transcripts.lines import BadLine, parse_line_bytes
 from indexer.transcripts.records import RECORD_FIELDS
 from indexer.sql import dict_rows, write_lock
 from indexer.index.clock import utcnow
-from indexer.ingest.files import FORGET_LINES_SQL
+from indexer.ingest.files import FORGET_LINES_SQL, LAST_INGEST_AT_SQL, RETRACT_UNTERMINATED_SQL
 from indexer.ingest.linerows import RUNNING_FACTS_SET, insert_lines, running_facts
 
 PATH_PREFIX = "fleet://"
@@ -53,7 +53,8 @@ GAP_WAIT_S = 60.0
 HEARTBEAT_READ_S = 2.0
 
 FLEET_FILE_SQL = """
-SELECT f.id, f.ingested_offset, f.line_count, f.session_id, ff.remote_generation, ff.host
+SELECT f.id, f.ingested_offset, f.line_count, f.session_id, f.unterminated_tail,
+  ff.remote_generation, ff.host
 FROM fleet_files ff JOIN files f ON f.id = ff.file_id
 WHERE ff.host = :host AND ff.remote_path = :path
 """.strip()
@@ -76,10 +77,24 @@ RESTART_FLEET_FILE_SQL = (
 )
 ADVANCE_FLEET_FILE_SQL = f"""
 UPDATE files SET ingested_offset = :offset, size = :offset, line_count = :line_count,
+  unterminated_tail = :unterminated,
   session_id = coalesce(session_id, :session_id), deleted_at = NULL,
   {RUNNING_FACTS_SET},
   last_ingested_at = :now, needs_derive = 1
 WHERE id = :id
+""".strip()
+# A last line stored without its newline (a ``tail`` message): its bytes,
+# to compare with the line when it comes again; then its newline is taken
+# (SETTLE) or, the line having gone on, it is taken back (files.py's
+# RETRACT_UNTERMINATED_SQL) and read again whole.
+TAIL_RAW_SQL = "SELECT CAST(raw AS BLOB) FROM records WHERE file_id = :id AND byte_offset = :at"
+SETTLE_TAIL_SQL = """
+UPDATE files SET ingested_offset = :offset, size = :offset, unterminated_tail = 0,
+  needs_derive = 1 WHERE id = :id
+""".strip()
+UNDO_TAIL_SQL = """
+UPDATE files SET ingested_offset = :offset, size = :offset, line_count = line_count - 1,
+  needs_derive = 1 WHERE id = :id
 """.strip()
 MARK_DELETED_SQL = """
 UPDATE files SET deleted_at = :now, needs_derive = 1 WHERE id = :id AND deleted_at IS NULL
@@ -103,8 +118,8 @@ DELETE FROM fleet_held WHERE file_id = :id AND generation = :generation AND offs
   AND at = :at
 """.strip()
 FLEET_FILE_BY_ID_SQL = """
-SELECT f.id, f.ingested_offset, f.line_count, f.session_id, ff.remote_generation, ff.host,
-  ff.remote_path
+SELECT f.id, f.ingested_offset, f.line_count, f.session_id, f.unterminated_tail,
+  ff.remote_generation, ff.host, ff.remote_path
 FROM fleet_files ff JOIN files f ON f.id = ff.file_id
 WHERE f.id = :id
 """.strip()
@@ -197,21 +212,26 @@ class Summary:
                 for n in self.FIELDS}
 
 
-def _file(conn, header: dict, now: str, summary: Summary) -> dict | None:
+def _file(conn, header: dict, body: bytes, now: str, summary: Summary) -> dict | None:
     """The files row for the message's file at its generation (made, or
-    restarted for a newer generation); None for an older generation."""
+    restarted for a newer generation); None for an older generation. A new
+    file is described by its path, and by its first lines as local ingest
+    sniffs them (a `claude -p` log is an execution log, not a transcript)."""
     host, path, generation = header["host"], header["path"], int(header["generation"])
     cur = conn.execute(FLEET_FILE_SQL, {"host": host, "path": path})
     found = cur.fetchone()
     if found is None:
         cand = discover.describe(path)
+        if header["kind"] == "lines" and header["offset"] == 0 and \
+                discover.sniff_lines(body) == discover.EXECUTION_LOG:
+            cand = cand._replace(kind=discover.EXECUTION_LOG, session_id=None)
         file_id = conn.execute(CREATE_FLEET_FILE_SQL, {
             "path": fleet_path(host, path), "kind": cand.kind, "host": host,
             "session_id": cand.session_id, "agent_id": cand.agent_id,
             "project_dir": cand.project_dir, "now": now}).lastrowid
         conn.execute(TRACK_FLEET_FILE_SQL, {"file_id": file_id, "host": host, "path": path,
                                             "generation": generation})
-        return {"id": file_id, "ingested_offset": 0, "line_count": 0,
+        return {"id": file_id, "ingested_offset": 0, "line_count": 0, "unterminated_tail": 0,
                 "session_id": cand.session_id, "remote_generation": generation, "host": host}
     row = dict(zip([d[0] for d in cur.description], found))
     if generation < row["remote_generation"]:
@@ -225,7 +245,8 @@ def _file(conn, header: dict, now: str, summary: Summary) -> dict | None:
         for sql in (*RESTART_FLEET_FILE_SQL, DROP_OLD_HELD_SQL):
             conn.execute(sql, {"file_id": row["id"], "generation": generation})
         summary.new_generations += 1
-        row.update(ingested_offset=0, line_count=0, remote_generation=generation)
+        row.update(ingested_offset=0, line_count=0, unterminated_tail=0,
+                   remote_generation=generation)
     return row
 
 
@@ -245,9 +266,35 @@ class Misaligned(Exception):
     line of theirs: not the bytes stored (quarantined)."""
 
 
-def _store_lines(conn, row: dict, start: int, body: bytes, now: str, summary: Summary) -> bool:
+def _settle_tail(conn, row: dict, start: int, body: bytes) -> None:
+    """The file's last line was stored without its newline (a ``tail``) and
+    a message holds that line again (from ``start``): with its newline now,
+    the newline is taken; gone on, the stored line is taken back to be read
+    again whole (as local ingest does)."""
+    n = row.get("unterminated_tail") or 0
+    at = row["ingested_offset"] - n
+    if not n or not start <= at < start + max(len(body), 1):
+        return   # (an empty body: a line that went on; it is taken back)
+    i = at - start
+    found = conn.execute(TAIL_RAW_SQL, {"id": row["id"], "at": at}).fetchone()
+    if found is not None and body[i:i + n] == bytes(found[0]) and body[i + n:i + n + 1] == b"\n":
+        offset = row["ingested_offset"] + 1
+        conn.execute(SETTLE_TAIL_SQL, {"id": row["id"], "offset": offset})
+        row.update(ingested_offset=offset, unterminated_tail=0)
+        return
+    for sql in RETRACT_UNTERMINATED_SQL:
+        conn.execute(sql, {"id": row["id"], "offset": at})
+    conn.execute(UNDO_TAIL_SQL, {"id": row["id"], "offset": at})
+    row.update(ingested_offset=at, line_count=row["line_count"] - 1, unterminated_tail=0)
+
+
+def _store_lines(conn, row: dict, start: int, body: bytes, now: str, summary: Summary,
+                 tail: bool = False) -> bool:
     """Store the complete lines ``body`` (from byte ``start`` of the file)
-    that are past what is stored; False if they do not meet what is stored."""
+    that are past what is stored, or with ``tail`` the file's last line
+    without its newline; False if they do not meet what is stored."""
+    if not tail:
+        _settle_tail(conn, row, start, body)
     offset, end = row["ingested_offset"], start + len(body)
     if end <= offset:
         summary.duplicates += 1
@@ -258,23 +305,30 @@ def _store_lines(conn, row: dict, start: int, body: bytes, now: str, summary: Su
     if skip and body[skip - 1:skip] != b"\n":
         raise Misaligned(f"lines from byte {start} that do not meet the {offset} bytes stored "
                          "at a line")
+    if tail and (skip or row.get("unterminated_tail")):
+        summary.duplicates += 1   # (a tail stored already, or lines past it)
+        return True
     file_id, line_no, at = row["id"], row["line_count"], offset
     records, bads = [], []
-    for line in body[skip:].split(b"\n")[:-1]:
+    for line in ([body] if tail else body[skip:].split(b"\n")[:-1]):
         line_no += 1
         try:
             raw, fields = parse_line_bytes(line)
             records.append((file_id, line_no, at, *fields, raw))
         except BadLine as exc:
+            if tail:   # (not a record: it waits for its newline, as local ingest has it)
+                return True
             bads.append((file_id, line_no, at, str(exc), line))
         at += len(line) + 1
     insert_lines(conn, records, bads)
     facts = [r[3:-1] for r in records]
     session_id = row["session_id"] or next((f[_SESSION] for f in facts if f[_SESSION]), None)
+    unterminated = len(body) if tail else 0
     conn.execute(ADVANCE_FLEET_FILE_SQL, {
         "id": file_id, "offset": end, "line_count": line_no, "session_id": session_id,
-        "now": now, **running_facts(facts)})
-    row.update(ingested_offset=end, line_count=line_no, session_id=session_id)
+        "unterminated": unterminated, "now": now, **running_facts(facts)})
+    row.update(ingested_offset=end, line_count=line_no, session_id=session_id,
+               unterminated_tail=unterminated)
     summary.new_lines += len(records) + len(bads)
     summary.new_records += len(records)
     summary.bad_lines += len(bads)
@@ -386,7 +440,7 @@ def _apply(conn, header: dict, body: bytes, payload: bytes, now: str, summary: S
     summary.messages += 1
     summary.hosts.add(header["host"])
     conn.execute(SEEN_HOST_SQL, {"host": header["host"], "now": now, "n": 1})
-    row = _file(conn, header, now, summary)
+    row = _file(conn, header, body, now, summary)
     if row is None:
         summary.duplicates += 1
         return
@@ -403,7 +457,15 @@ def _take(conn, row: dict, header: dict, body: bytes, payload: bytes, now: str,
                                                                  "now": now}).rowcount
         return False
     start = header["offset"]
+    if header["kind"] == "tail":
+        if not _store_lines(conn, row, start, body, now, summary, tail=True):
+            _hold(conn, row, header, payload, now, summary)
+            return False
+        return True
     if header["kind"] == "part":
+        if row.get("unterminated_tail") and start == row["ingested_offset"] - \
+                row["unterminated_tail"]:
+            _settle_tail(conn, row, start, b"")   # (a line that went on past a message)
         try:
             body = _part(conn, row, header, body)
         except _Later:
@@ -454,6 +516,7 @@ def apply_batch(db, messages: list[Incoming], consumer: str, summary: Summary,
             apply_message(conn, message, now, summary, hosts)
         conn.execute(POSITION_SQL, {"name": consumer, "now": now,
                                     "seq": max(m.seq for m in messages)})
+        conn.execute(LAST_INGEST_AT_SQL, [now])   # (status, the health page: a central ingests)
 
 
 class Waiting:

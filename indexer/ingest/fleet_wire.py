@@ -8,6 +8,11 @@ Every message is one JSON header line, a newline, then a body of raw bytes:
 - ``part``: a piece of one line too long for a message: the line is at
   ``offset``..``end``, this piece starts at ``at``. The central keeps the
   pieces until the last one arrives, then stores the line.
+- ``tail``: the bytes after the file's last newline, ``offset``..``end``,
+  when they are a whole record (Claude Code writes a record, then the
+  newline before its next one): the central stores it as local ingest does
+  (files.unterminated_tail), and the line comes again in a ``lines``
+  message once its newline is written (or it went on: it is read again).
 - ``deleted``: the file is gone from the host (its lines stay indexed).
 
 (A host's heartbeat is not a message: the shipper puts it in a key-value
@@ -45,7 +50,7 @@ RESEND_PREFIX = "session-index-resend"
 # The durable consumer the central index reads with, unless told another.
 DEFAULT_CONSUMER = "session-index-central"
 
-KINDS = ("lines", "part", "deleted")
+KINDS = ("lines", "part", "tail", "deleted")
 _TOKEN = re.compile(r"[^A-Za-z0-9_-]")
 
 
@@ -120,6 +125,9 @@ def message_id(header: dict) -> str | None:
     if kind == "part":
         return (f"{file_key(header['host'], header['path'])}:{header['generation']}:"
                 f"{header['offset']}-{header['end']}@{header['at']}{again}")
+    if kind == "tail":
+        return (f"{file_key(header['host'], header['path'])}:{header['generation']}:"
+                f"{header['offset']}-{header['end']}:tail{again}")
     if kind == "deleted":
         return f"{file_key(header['host'], header['path'])}:{header['generation']}:deleted"
     return None
@@ -184,10 +192,12 @@ def decode(payload: bytes) -> tuple[dict, bytes]:
         raise BadMessage(f"end {end} is not past offset {offset}")
     if not body or len(body) > MESSAGE_BYTES:
         raise BadMessage(f"a body of {len(body)} bytes (from 1 to {MESSAGE_BYTES})")
-    if kind == "lines":
+    if kind in ("lines", "tail"):
         if len(body) != end - offset:
             raise BadMessage(f"a body of {len(body)} bytes for offsets {offset}-{end}")
-        if not body.endswith(b"\n"):
+        if kind == "tail" and b"\n" in body:
+            raise BadMessage("a last line with a newline")
+        if kind == "lines" and not body.endswith(b"\n"):
             raise BadMessage("lines that do not end with a newline")
         return header, body
     at = _count(header, "at", 0)

@@ -129,6 +129,20 @@ class Ledger:
         self.lock.close()
 
 
+def whole_record(data: bytes) -> bool:
+    """Are the bytes after a file's last newline a whole record, which local
+    ingest stores as its last line (files.py: take_tail_record)?"""
+    from indexer.transcripts.lines import BadLine, parse_line_bytes   # (msgspec: only for a last line without its newline)
+
+    if not data[-64:].rstrip().endswith(b"}"):
+        return False
+    try:
+        parse_line_bytes(data)
+    except BadLine:
+        return False
+    return True
+
+
 def _hash(f, start: int, length: int) -> str:
     f.seek(start)
     return blake2b(f.read(length), digest_size=16).hexdigest()
@@ -145,6 +159,7 @@ class Shipper:
         self.last_heartbeat = 0.0
         self.said: set[str] = set()   # files not_utf8, logged once
         self.asked: dict[str, tuple[int, int]] = {}   # path: (generation, offset) to send again
+        self.others: dict[str, int] = {}   # path: size, of files that are not transcripts
 
     def transcripts(self) -> list[str]:
         found = []
@@ -154,6 +169,23 @@ class Shipper:
             elif os.path.exists(source):
                 found.append(source)
         return list(dict.fromkeys(found))
+
+    def transcript(self, path: str) -> bool:
+        """Is a file the ledger does not know yet one to ship? As ingest
+        decides: a transcript's name, else its first complete lines say it
+        is a transcript or an execution log (none yet: not now)."""
+        if discover.describe(path).named or self.ledger.get(path) is not None:
+            return True
+        try:
+            size = os.stat(path).st_size
+        except OSError:
+            return False
+        if self.others.get(path) == size:
+            return False
+        if discover.sniff(path) in (discover.TRANSCRIPT, discover.EXECUTION_LOG):
+            return True
+        self.others[path] = size   # looked at again when it grows
+        return False
 
     def ask(self, payload: bytes) -> None:
         """The central asks for a file's bytes again (fleet_wire.read_resend):
@@ -203,6 +235,8 @@ class Shipper:
                 if path not in self.said:      # once a run
                     self.log(f"{shown}: {discover.NOT_UTF8}")
                     self.said.add(path)
+                continue
+            if not self.transcript(path):
                 continue
             try:
                 await self.ship_file(path)
@@ -254,6 +288,13 @@ class Shipper:
                     continue
                 complete, carry = data[:last + 1], data[last + 1:]
                 await self._send(row, f, complete)
+            if carry and len(carry) <= fleet_wire.MESSAGE_BYTES and whole_record(carry):
+                # (the ledger stays at the newline: the line is sent again with it)
+                await self.publish({"kind": "tail", "path": path, "generation": row["generation"],
+                                    "offset": row["offset"], "end": row["offset"] + len(carry),
+                                    "line": row["line"],
+                                    **({"resend": row["resend"]} if row.get("resend") else {})},
+                                   carry)
             # Seen as far as it was when opened: unchanged since, nothing to read.
             row.update(size=st.st_size, mtime_ns=st.st_mtime_ns)
             self.ledger.save(row)
