@@ -26,7 +26,7 @@ from indexer.cli.options import nats_auth_options, nats_options
 from indexer.index import db as dbmod
 from indexer.cli.options import (config_dir_option, db_option, from_options, generation_option,
                                  json_option, now_option,
-                                 output_options,
+                                 metrics_option, output_options,
                                  since_option)
 from indexer.signals.classes import EXPIRING_WINDOW_DAYS, LISTED, listing_help
 from indexer.index.connection import IndexError_
@@ -133,9 +133,9 @@ def cli():
 @from_options("Instead of SOURCES: the lines `session-index ship` sent to this NATS "
               "JetStream server (every host's), drained, then exit; with --watch, keep "
               "consuming until SIGINT or SIGTERM.")
+@metrics_option
 def ingest(sources, db_path, config_dir, silent, as_json, watch, from_url, consumer, hosts,
-           gap_wait,
-           **nats_auth):
+           gap_wait, metrics, **nats_auth):
     """Index new lines of the transcripts under SOURCES.
 
     SOURCES are folders and/or .jsonl files; the default is the projects/
@@ -164,10 +164,13 @@ def ingest(sources, db_path, config_dir, silent, as_json, watch, from_url, consu
     if from_url is not None:
         if sources:
             raise click.UsageError("--from reads NATS, not SOURCES: give one or the other")
-        _ingest_from(db_path, from_url, consumer, hosts, watch, as_json, nats_auth, gap_wait)
+        _ingest_from(db_path, from_url, consumer, hosts, watch, as_json, nats_auth, gap_wait,
+                     metrics)
         return
     if hosts is not None:
         raise click.UsageError("--hosts applies to --from")
+    if metrics is not None:
+        raise click.UsageError("--metrics applies to --from")
     try:
         sources = discover.default_sources(sources, config_dir)
     except discover.NoProjectsFolder as exc:
@@ -215,12 +218,30 @@ def ingest(sources, db_path, config_dir, silent, as_json, watch, from_url, consu
                      if sys.stderr.isatty() else text, db_path=db_path)
 
 
-def _ingest_from(db_path, url, consumer, hosts, watch, as_json, auth, gap_wait):
+def _endpoint(address, **kwargs):
+    """The --metrics endpoint (fleet_metrics.Endpoint), or None without it."""
+    if address is None:
+        return None
+    from indexer.ingest import fleet_metrics   # (--metrics only: prometheus-client)
+
+    try:
+        return fleet_metrics.Endpoint(address, **kwargs)
+    except fleet_metrics.MetricsError as exc:
+        raise Failure(str(exc)) from None
+
+
+def _ingest_from(db_path, url, consumer, hosts, watch, as_json, auth, gap_wait, metrics):
     """ingest --from: drain (or follow) the fleet's stream into the index."""
     from indexer.ingest import fleet_central as fleet_ingest, fleet_nats   # (ingest --from only: asyncio and the fleet's modules cost start-up time)
 
     options = nats_options(url, auth)
     db = _open(db_path, create=True)
+    live = None
+    if metrics is not None:
+        from indexer.ingest import fleet_metrics   # (--metrics only: prometheus-client)
+
+        live = fleet_metrics.Live("central")
+    endpoint = _endpoint(metrics, db_path=db_path, live=live)
 
     from indexer.ingest.log import stderr_line  # (a log that cannot be written never stops it)
 
@@ -233,10 +254,13 @@ def _ingest_from(db_path, url, consumer, hosts, watch, as_json, auth, gap_wait):
     try:
         summary = fleet_nats.run(lambda stop: fleet_ingest.consume(
             db, options, consumer=consumer, hosts=hosts, watch=watch, gap_wait=gap_wait,
-            stop=stop, after_batch=log,
+            stop=stop, after_batch=log, live=live,
             log=lambda line: stderr_line(f"ingest --from: {line}")), follow=watch)
     except (fleet_nats.FleetError, dbmod.IndexReplaced) as exc:
         raise Failure(str(exc)) from None
+    finally:
+        if endpoint is not None:
+            endpoint.close()
     derive.derive_pending(db)
     if as_json:
         click.echo(json.dumps(dict(summary.as_dict(), db=db_path)))
@@ -259,7 +283,8 @@ def _ingest_from(db_path, url, consumer, hosts, watch, as_json, auth, gap_wait):
                                            "(default: follow SOURCES until SIGINT/SIGTERM).")
 @config_dir_option()
 @nats_auth_options
-def ship(sources, to_url, host, ledger, once, config_dir, **auth):
+@metrics_option
+def ship(sources, to_url, host, ledger, once, config_dir, metrics, **auth):
     """Send every new complete line of the transcripts under SOURCES to NATS
     JetStream, for a central `session-index ingest --from` (a fleet of hosts
     in one index).
@@ -291,16 +316,25 @@ def ship(sources, to_url, host, ledger, once, config_dir, **auth):
     def log(line):
         stderr_line(f"ship {host}: {line}")
 
+    live = None
+    if metrics is not None:
+        from indexer.ingest import fleet_metrics   # (--metrics only: prometheus-client)
+
+        live = fleet_metrics.Live("ship")
+    endpoint = _endpoint(metrics, live=live)
     try:
         shipper = fleet_nats.run(lambda stop: shipmod.ship(
             nats_options(to_url, auth), list(sources), host=host,
-            ledger_path=ledger or shipmod.default_ledger(), once=once, log=log, stop=stop),
-            follow=not once)
+            ledger_path=ledger or shipmod.default_ledger(), once=once, log=log, stop=stop,
+            live=live), follow=not once)
     except (fleet_nats.FleetError, shipmod.ShipError) as exc:
         raise Failure(str(exc)) from None
     except fleet_nats.Stopped:
         log("stopped before the server answered: nothing sent")
         return
+    finally:
+        if endpoint is not None:
+            endpoint.close()
     log(f"{shipper.messages} messages, {shipper.sent_lines} lines, "
         f"{shipper.sent_bytes} bytes sent")
 

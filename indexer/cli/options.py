@@ -137,3 +137,21 @@ def nats_options(url: str, auth: dict):
     return fleet_nats.ConnectOptions(url, token=auth.get("nats_token"),
                                      creds=auth.get("nats_creds"),
                                      tls_ca=auth.get("nats_tls_ca"))
+
+
+def _metrics_address(ctx, param, value):
+    """--metrics PORT or ADDRESS:PORT: (address, port), loopback by default."""
+    if value is None:
+        return None
+    from indexer.ingest import fleet_metrics   # (--metrics only: http.server's start-up time)
+
+    try:
+        return fleet_metrics.parse_address(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+metrics_option = click.option(
+    "--metrics", "metrics", default=None, metavar="[ADDRESS:]PORT", callback=_metrics_address,
+    help="Serve Prometheus metrics at /metrics and a health probe at /healthz on this port "
+         "(127.0.0.1 unless ADDRESS says otherwise; prometheus-client: the fleet extra).")

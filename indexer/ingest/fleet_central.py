@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import sqlite3
 import time
 from datetime import datetime, timezone
@@ -197,6 +198,7 @@ class Summary:
         for name in self.FIELDS:
             setattr(self, name, 0)
         self.hosts = set()
+        self.sent_at: dict[str, float] = {}   # per host, its newest message's sent_at (lag)
 
     def counts(self) -> dict:
         """The counters as they are (to put back: ``restore``)."""
@@ -439,6 +441,10 @@ def apply_message(conn, message: Incoming, now: str, summary: Summary,
 def _apply(conn, header: dict, body: bytes, payload: bytes, now: str, summary: Summary) -> None:
     summary.messages += 1
     summary.hosts.add(header["host"])
+    sent = header.get("sent_at")
+    if type(sent) is float and math.isfinite(sent) and \
+            sent > summary.sent_at.get(header["host"], 0.0):
+        summary.sent_at[header["host"]] = sent
     conn.execute(SEEN_HOST_SQL, {"host": header["host"], "now": now, "n": 1})
     row = _file(conn, header, body, now, summary)
     if row is None:
@@ -626,11 +632,26 @@ async def _reconcile(db, js, consumer: str) -> None:
         await js.delete_consumer(fleet_wire.STREAM, consumer)
 
 
+def _tell(live, summary: Summary, before: dict) -> None:
+    """What a batch (or a round of gap minding) did, to the process's
+    metrics: messages, lines, quarantined, gaps, each host's lag."""
+    if live is None:
+        return
+    for name, field in (("messages", "messages"), ("lines", "new_lines"),
+                        ("quarantined", "bad_messages"), ("gaps", "recorded_gaps")):
+        live.add(f"session_index_fleet_{name}_total", getattr(summary, field) - before[field])
+    now = time.time()
+    for host, sent in summary.sent_at.items():   # (of the hosts in this batch)
+        live.set("session_index_fleet_lag_seconds", host, max(0.0, now - sent))
+    summary.sent_at.clear()
+
+
 def _epoch(iso_time: str) -> float:
     return datetime.fromisoformat(iso_time.replace("Z", "+00:00")).timestamp()
 
 
-async def _mind_gaps(db, nc, js, gap_wait: float, asked: dict, summary: Summary, log) -> bool:
+async def _mind_gaps(db, nc, js, gap_wait: float, asked: dict, summary: Summary, log,
+                     live=None) -> bool:
     """The files that wait for bytes before their held messages: after
     ASK_AFTER_S (or half of ``gap_wait``) ask each one's host to send them
     again (a core NATS message on fleet_wire.resend_subject, every
@@ -650,6 +671,8 @@ async def _mind_gaps(db, nc, js, gap_wait: float, asked: dict, summary: Summary,
         elif held_for >= min(ASK_AFTER_S, gap_wait / 2) and \
                 now - asked.get(w.file_id, 0.0) >= ASK_EVERY_S:
             asked[w.file_id] = now
+            if live is not None:
+                live.add("session_index_fleet_resends_total")
             try:
                 await nc.publish(fleet_wire.resend_subject(w.host), fleet_wire.resend_request(
                     w.host, w.remote_path, w.generation, w.ingested_offset))
@@ -712,13 +735,15 @@ async def _subscribe(db, nc, consumer: str, hosts: list[str] | None):
 async def consume(db, options: fleet_nats.ConnectOptions, *, consumer: str | None = None,
                   hosts: list[str] | None = None, watch: bool = False,
                   stop: asyncio.Event | None = None, after_batch=None,
-                  log=lambda line: None, gap_wait: float = GAP_WAIT_S) -> Summary:
+                  log=lambda line: None, gap_wait: float = GAP_WAIT_S,
+                  live=None) -> Summary:
     """Drain what is waiting (or with ``watch``, keep consuming until
     ``stop``); ``after_batch(summary)`` runs after each committed batch.
     With ``hosts``, only those hosts' messages (fleet_wire.consumers: a
     consumer per host, each with its own position). A file that waits
     ``gap_wait`` seconds for bytes the stream no longer holds gets a gap
-    (_mind_gaps)."""
+    (_mind_gaps). ``live`` (a fleet_metrics.Live) is told each batch and each
+    round of the loop (the metrics endpoint and /healthz)."""
     started = time.monotonic()
     asked: dict[int, float] = {}   # file id: when its host was last asked to re-send
     summary = Summary()
@@ -752,6 +777,8 @@ async def consume(db, options: fleet_nats.ConnectOptions, *, consumer: str | Non
         summary.bad_heartbeats += record_heartbeats(db, *await _read_heartbeats(kv, taken))
         last_beats = time.monotonic()
         while not stop.is_set():
+            if live is not None:
+                live.beat()
             try:   # every consumer's next batch at once; each is written on its own
                 fetched = await asyncio.gather(*(_fetch(sub, FETCH_WAIT_S) for _, sub in subs))
             except fleet_nats.TRANSIENT as exc:
@@ -764,8 +791,10 @@ async def consume(db, options: fleet_nats.ConnectOptions, *, consumer: str | Non
             for (name, _), msgs in zip(subs, fetched):
                 if not msgs:
                     continue
+                before = summary.counts()
                 apply_batch(db, [Incoming(m.data, m.metadata.sequence.stream, m.subject,
                                           m.headers) for m in msgs], name, summary, taken)
+                _tell(live, summary, before)
                 opened.verify()   # committed into a file still the index, or none acked
                 try:
                     for m in msgs:   # after the commit, never before
@@ -775,9 +804,11 @@ async def consume(db, options: fleet_nats.ConnectOptions, *, consumer: str | Non
                     log(f"NATS: acknowledging: {type(exc).__name__}: {str(exc) or 'no answer'}")
                 if after_batch is not None:
                     after_batch(summary)
-            if await _mind_gaps(db, nc, js, gap_wait, asked, summary, log) and \
+            before = summary.counts()
+            if await _mind_gaps(db, nc, js, gap_wait, asked, summary, log, live) and \
                     after_batch is not None:
                 after_batch(summary)
+            _tell(live, summary, before)
             if not watch and not any(fetched):
                 break
             if time.monotonic() - last_beats >= HEARTBEAT_READ_S:
@@ -798,9 +829,9 @@ class Follower:
 
     def __init__(self, db_path: str, options: fleet_nats.ConnectOptions, *,
                  consumer: str | None, log, hosts: list[str] | None = None,
-                 gap_wait: float = GAP_WAIT_S):
+                 gap_wait: float = GAP_WAIT_S, live=None):
         self.db_path, self.options, self.consumer, self.log = db_path, options, consumer, log
-        self.hosts, self.gap_wait = hosts, gap_wait
+        self.hosts, self.gap_wait, self.live = hosts, gap_wait, live
         self.loop = asyncio.new_event_loop()
         self.stop = asyncio.Event()
 
@@ -809,7 +840,7 @@ class Follower:
         try:
             return self.loop.run_until_complete(consume(
                 db, self.options, consumer=self.consumer, hosts=self.hosts, watch=True,
-                stop=self.stop, gap_wait=self.gap_wait,
+                stop=self.stop, gap_wait=self.gap_wait, live=self.live,
                 after_batch=lambda summary: self._batch(db, summary), log=self.log))
         finally:
             db.conn.close()

@@ -160,6 +160,7 @@ class Shipper:
         self.said: set[str] = set()   # files not_utf8, logged once
         self.asked: dict[str, tuple[int, int]] = {}   # path: (generation, offset) to send again
         self.others: dict[str, int] = {}   # path: size, of files that are not transcripts
+        self.live = None   # a fleet_metrics.Live: told what is sent, and each pass
 
     def transcripts(self) -> list[str]:
         found = []
@@ -224,8 +225,12 @@ class Shipper:
                               .hexdigest(), size=None, mtime_ns=None,
                               resend=row["resend"] + 1))
         self.log(f"{path}: the central asked for bytes {offset}-{row['offset']} again: sending")
+        if self.live is not None:
+            self.live.add("session_index_fleet_resends_total")
 
     async def pass_(self) -> None:
+        if self.live is not None:
+            self.live.beat()
         asked, self.asked = self.asked, {}
         for path, (generation, offset) in asked.items():
             self.rewind(path, generation, offset)
@@ -257,6 +262,8 @@ class Shipper:
             timeout=PUBLISH_TIMEOUT_S, stream=fleet_wire.STREAM,
             headers={"Nats-Msg-Id": msg_id} if msg_id else None)
         self.messages += 1
+        if self.live is not None:
+            self.live.add("session_index_fleet_messages_total")
 
     async def ship_file(self, path: str) -> None:
         st = regular_stat(path)
@@ -319,8 +326,11 @@ class Shipper:
             row["size"] = row["mtime_ns"] = None   # not all read yet
             self.ledger.save(row)   # after the acknowledgement, never before
             self.sent_lines += lines
-            self.sent_bytes += len(body) if header["kind"] == "lines" else header["end"] - \
-                header["offset"]
+            sent = len(body) if header["kind"] == "lines" else header["end"] - header["offset"]
+            self.sent_bytes += sent
+            if self.live is not None:
+                self.live.add("session_index_fleet_lines_total", lines)
+                self.live.add("session_index_fleet_bytes_total", sent)
 
     @staticmethod
     def _rewritten(row: dict, f, st) -> bool:
@@ -352,13 +362,16 @@ class Shipper:
 
 
 async def ship(options: fleet_nats.ConnectOptions, sources: list[str], *, host: str,
-               ledger_path: str, once: bool, log, stop: asyncio.Event | None = None) -> Shipper:
+               ledger_path: str, once: bool, log, stop: asyncio.Event | None = None,
+               live=None) -> Shipper:
     """Ship the sources' new lines; with ``once``, what is there now, else
-    follow them until ``stop`` is set."""
+    follow them until ``stop`` is set. ``live`` (a fleet_metrics.Live) is
+    told what is sent and each pass."""
     for source in sources:
         if not os.path.exists(source):
             raise ShipError(f"{source}: no such file or folder")
     ledger = Ledger(ledger_path)
+    stop = stop or asyncio.Event()
     try:
         nc = await fleet_nats.connect(options, name=f"session-index ship {host}",
                                       follow=not once, stop=stop)
@@ -366,15 +379,9 @@ async def ship(options: fleet_nats.ConnectOptions, sources: list[str], *, host: 
         ledger.close()
         raise
     try:
-        js = nc.jetstream()
-        await fleet_nats.ensure_stream(js)
-        kv = await fleet_nats.heartbeats(js)
-        shipper = Shipper(js, kv, ledger, sources, host, log)
-        if not once:   # the central's requests to send bytes again
-            async def asked(msg):
-                shipper.ask(msg.data)
-
-            await nc.subscribe(fleet_wire.resend_subject(host), cb=asked)
+        shipper = await _start(nc, ledger, sources, host, log, once=once, stop=stop,
+                               url=options.url)
+        shipper.live = live
         if once:
             await shipper.pass_()
             await shipper.heartbeat(force=True)
@@ -385,6 +392,36 @@ async def ship(options: fleet_nats.ConnectOptions, sources: list[str], *, host: 
     finally:
         ledger.close()
         await fleet_nats.close(nc)
+
+
+async def _start(nc, ledger: Ledger, sources: list[str], host: str, log, *, once: bool,
+                 stop: asyncio.Event, url: str) -> Shipper:
+    """The stream, the heartbeat bucket and (following) the subscription to
+    the central's requests to send bytes again, tried until they answer (a
+    server still starting, or restarted: logged) unless ``once`` (FleetError);
+    Stopped if ``stop`` is set meanwhile."""
+    while True:
+        try:
+            js = nc.jetstream()
+            await fleet_nats.ensure_stream(js)
+            kv = await fleet_nats.heartbeats(js)
+            shipper = Shipper(js, kv, ledger, sources, host, log)
+            if not once:
+                async def asked(msg):
+                    shipper.ask(msg.data)
+
+                await nc.subscribe(fleet_wire.resend_subject(host), cb=asked)
+            return shipper
+        except fleet_nats.TRANSIENT as exc:
+            said = f"{type(exc).__name__}: {str(exc) or 'no answer'}"
+            if once:
+                raise fleet_nats.FleetError(f"{url}: {said}") from None
+            log(f"NATS: starting: {said}: retrying")
+            try:   # a signal meanwhile: stop
+                await asyncio.wait_for(stop.wait(), RETRY_S)
+            except asyncio.TimeoutError:
+                continue
+            raise fleet_nats.Stopped() from None
 
 
 async def _follow(shipper: Shipper, stop: asyncio.Event) -> None:
@@ -402,14 +439,33 @@ async def _follow(shipper: Shipper, stop: asyncio.Event) -> None:
                     return
                 await _retrying(shipper.pass_, shipper.log)
             return
-        except (RuntimeError, ExceptionGroup) as exc:   # (awatch's task group wraps it)
-            undecodable = _undecodable(exc)
-            if undecodable is None:
+        except (RuntimeError, OSError, ExceptionGroup) as exc:   # (awatch's task group wraps it)
+            cause = _undecodable(exc) or _no_notifications(exc)
+            if cause is None:
                 raise
             if not polling:
-                shipper.log(f"file notifications unavailable ({undecodable}); polling")
+                shipper.log(f"file notifications unavailable ({cause}); polling")
                 polling = True
             await _retrying(shipper.pass_, shipper.log)
+
+
+# What watchfiles raises when the kernel gives no more file notifications:
+# inotify instances used up (fs.inotify.max_user_instances: EMFILE, as a
+# process out of descriptors) or watches (max_user_watches: ENOSPC).
+NO_NOTIFICATIONS = ("Error creating recommended watcher", "os error 24", "os error 28",
+                    "Too many open files", "inotify")
+
+
+def _no_notifications(exc: BaseException) -> BaseException | None:
+    """watchfiles' error for notifications the kernel will not give, in
+    ``exc`` or an exception group around it; None if it is something else."""
+    if isinstance(exc, BaseExceptionGroup):
+        return next((found for sub in exc.exceptions if (found := _no_notifications(sub))),
+                    None)
+    if isinstance(exc, (RuntimeError, OSError)) and any(
+            word in str(exc) for word in NO_NOTIFICATIONS):
+        return exc
+    return None
 
 
 def _undecodable(exc: BaseException) -> BaseException | None:
