@@ -574,7 +574,7 @@ TABLES = {
             host="the host it was shipped from (the shipper's --host)",
             remote_path="the file's path on its host",
             remote_generation="the host's count of the file's rewrites (1, then one more each)",
-            gaps="messages that came before an earlier one of the file (taken again later)",
+            gaps="messages that came before an earlier one of the file (held until it came)",
         ),
     },
     "fleet_parts": {
@@ -604,6 +604,52 @@ TABLES = {
             name="the consumer's durable name",
             stream_seq="the highest stream sequence committed",
             updated_at=f"its last commit, {_TS}",
+        ),
+    },
+    "fleet_quarantine": {
+        "description": "What a fleet's central could not use (session-index quarantined): a "
+                       "message that is not a shipper's (damaged, forged, on another host's "
+                       "subject) or a heartbeat whose value is not one, acknowledged and kept "
+                       "with why, so that the stream went on.",
+        "columns": _cols(
+            id="its number here",
+            received_at=f"when the central took it, {_TS}",
+            subject="its NATS subject",
+            stream_seq="its stream sequence (a heartbeat: its key's revision)",
+            host="the host its subject names (as a subject token)",
+            reason="why it was not used",
+            headers="its NATS headers, a JSON object",
+            data="its payload, byte for byte",
+        ),
+    },
+    "fleet_held": {
+        "description": "Messages of a host's file that came before an earlier one, held "
+                       "(acknowledged) until it comes or the central records a gap.",
+        "columns": _cols(
+            "file_id",
+            generation="the host's generation of the file",
+            offset="where its lines (a piece: its line) start, bytes",
+            at="a piece of a long line: where it starts; lines: offset",
+            line="the host's number of its first line",
+            held_at=f"when the central first held it, {_TS}",
+            payload="the message as it came",
+        ),
+    },
+    "fleet_gaps": {
+        "description": "Bytes of a host's file that never came (session-index fleet-gaps): "
+                       "the stream no longer held them and the host did not send them again "
+                       "within --gap-wait; the central went on after them.",
+        "columns": _cols(
+            "file_id",
+            id="the gap's number here",
+            host="the file's host",
+            remote_path="the file's path on its host",
+            generation="the host's generation of the file",
+            start="the first byte that never came",
+            end="the byte the file went on from",
+            waited_since=f"when a later message was first held, {_TS}",
+            recorded_at=f"when the central gave up waiting, {_TS}",
+            reason="why the bytes are not in the stream",
         ),
     },
     "record_types": {

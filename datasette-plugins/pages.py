@@ -181,6 +181,8 @@ async def health_page(datasette, request):
         "record_types_url": kinds_url,
         "fleet": fleet,
         "fleet_hosts_url": datasette.urls.table(name, "fleet_hosts"),
+        "fleet_quarantine_url": datasette.urls.table(name, "fleet_quarantine"),
+        "fleet_gaps_url": datasette.urls.table(name, "fleet_gaps"),
         "host_copies_url": datasette.urls.table(name, "host_copies") + "?diverged=1",
     })
 

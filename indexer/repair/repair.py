@@ -35,11 +35,11 @@ LIVE_SECONDS = 60
 # A repair writes this machine's transcripts only (host ''): another host's
 # copy is repaired there.
 PLAN_SQL = (f"SELECT * FROM ({views.repair_plan_of('h.session_id = :session_id')}) "
-            "WHERE session_id = :session_id AND host = '' ORDER BY line_no")
+            "WHERE session_id = :session_id AND host = :host ORDER BY line_no")
 MAIN_FILE_SQL = """
 SELECT f.id, f.path, f.size, f.mtime_ns, f.inode, f.deleted_at
 FROM session_hosts s JOIN files f ON f.id = s.main_file_id
-WHERE s.session_id = ? AND s.host = ''
+WHERE s.session_id = ? AND s.host = ?
 """.strip()
 CHAIN_LENGTH_SQL = "SELECT count(*) FROM leaf_ancestry WHERE file_id = ? AND rule = 'resume'"
 ORPHAN_CAUSES_SQL = "SELECT uuid, cause FROM orphans WHERE file_id = ?"
@@ -95,12 +95,14 @@ class Plan:
                 "chain_before": self.chain_before, "changes": self.rows}
 
 
-def plan(db, session_id: str) -> Plan:
-    main = db.conn.execute(MAIN_FILE_SQL, [session_id]).fetchone()
+def plan(db, session_id: str, host: str = "") -> Plan:
+    """The repair plan of the session's main transcript on ``host`` (''
+    this machine: the one ``repair`` writes; another, a fleet's, for show)."""
+    main = db.conn.execute(MAIN_FILE_SQL, [session_id, host]).fetchone()
     if main is None:
         raise RepairError(f"session {session_id} has no main transcript in the index")
     p = Plan(session_id, main[0], main[1])
-    p.rows = dict_rows(db.conn, PLAN_SQL, {"session_id": session_id})
+    p.rows = dict_rows(db.conn, PLAN_SQL, {"session_id": session_id, "host": host})
     for row in p.rows:
         if row["action"] == "reparent":
             p.reparent[row["line_no"]] = (row["old_parent_uuid"], row["new_parent_uuid"])
