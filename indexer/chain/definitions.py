@@ -1058,20 +1058,20 @@ off AS MATERIALIZED (
   WHERE f.kind = 'main'
     AND NOT EXISTS (SELECT 1 FROM on_chain a WHERE a.file_id = n.file_id AND a.uuid = n.uuid)
 ),
-down(file_id, uuid, branch_point, origin, steps) AS (
-  SELECT o.file_id, o.uuid, o.eff_parent, 'ancestry', 0
+down(file_id, uuid, branch_point, origin, steps, root) AS (
+  SELECT o.file_id, o.uuid, o.eff_parent, 'ancestry', 0, o.uuid
   FROM off o
   WHERE EXISTS (SELECT 1 FROM on_chain a WHERE a.file_id = o.file_id AND a.uuid = o.eff_parent)
   UNION ALL
-  SELECT o.file_id, o.uuid, NULL, 'unlinked', 0
+  SELECT o.file_id, o.uuid, NULL, 'unlinked', 0, o.uuid
   FROM off o WHERE o.eff_parent IS NULL
   UNION ALL
-  SELECT o.file_id, o.uuid, NULL, 'dangling_parent', 0
+  SELECT o.file_id, o.uuid, NULL, 'dangling_parent', 0, o.uuid
   FROM off o
   WHERE o.eff_parent IS NOT NULL
     AND NOT EXISTS (SELECT 1 FROM nodes p WHERE p.file_id = o.file_id AND p.uuid = o.eff_parent)
   UNION ALL
-  SELECT c.file_id, c.uuid, d.branch_point, d.origin, d.steps + 1
+  SELECT c.file_id, c.uuid, d.branch_point, d.origin, d.steps + 1, d.root
   FROM down d
   JOIN records c ON c.file_id = d.file_id AND c.parent_uuid = d.uuid
   JOIN files b ON b.id = d.file_id
@@ -1079,7 +1079,7 @@ down(file_id, uuid, branch_point, origin, steps) AS (
     AND NOT EXISTS (SELECT 1 FROM leaf_ancestry_cache a WHERE a.file_id = c.file_id
                     AND a.rule = 'resume' AND a.uuid = c.uuid)
   UNION ALL
-  SELECT c.file_id, c.uuid, d.branch_point, d.origin, d.steps + 1
+  SELECT c.file_id, c.uuid, d.branch_point, d.origin, d.steps + 1, d.root
   FROM down d
   JOIN records c ON c.file_id = d.file_id AND c.logical_parent_uuid = d.uuid
   JOIN files b ON b.id = d.file_id
@@ -1090,7 +1090,24 @@ down(file_id, uuid, branch_point, origin, steps) AS (
                     AND a.rule = 'resume' AND a.uuid = c.uuid)
 ),
 reached AS MATERIALIZED (
-  SELECT file_id, uuid, branch_point, origin FROM down
+  SELECT file_id, uuid, branch_point, origin, root FROM down
+),
+-- grafted: the branches (by their first record, root) a late graft cuts
+-- off (walk.is_late_graft): the chain's record below the branch point is a
+-- tool result written after root, an earlier result of the same call.
+grafted AS MATERIALIZED (
+  SELECT DISTINCT d.file_id, d.root FROM (SELECT DISTINCT file_id, root, branch_point
+                                          FROM reached WHERE origin = 'ancestry') d
+  JOIN on_chain b ON b.file_id = d.file_id AND b.uuid = d.branch_point
+  JOIN on_chain x ON x.file_id = b.file_id AND x.depth = b.depth - 1
+  JOIN nodes xn ON xn.file_id = x.file_id AND xn.uuid = x.uuid
+  JOIN nodes rn ON rn.file_id = d.file_id AND rn.uuid = d.root
+  JOIN records xr ON xr.id = xn.id
+  JOIN records rr ON rr.id = rn.id
+  WHERE xn.uuid <> rn.uuid AND xn.type = 'user' AND xn.is_tool_result
+    AND rn.type = 'user' AND rn.is_tool_result AND rn.line_no < xn.line_no
+    AND EXISTS (SELECT 1 FROM json_each({TOOL_IDS.format(r="xr")}) a
+                JOIN json_each({TOOL_IDS.format(r="rr")}) z ON z.value = a.value)
 ),
 classed AS (
 SELECT o.file_id, f.session_id, o.uuid, o.type, o.subtype, o.timestamp,
@@ -1113,6 +1130,9 @@ SELECT o.file_id, f.session_id, o.uuid, o.type, o.subtype, o.timestamp,
                  WHERE s.file_id = o.file_id AND s.uuid = d.branch_point)
       THEN 'api_error_splice'
     WHEN {API_ERROR_RECORD.format(r="o")} THEN 'api_error_record'
+    WHEN d.origin = 'ancestry' AND EXISTS (SELECT 1 FROM grafted g
+                                           WHERE g.file_id = o.file_id AND g.root = d.root)
+      THEN 'late_graft'
     WHEN d.origin = 'dangling_parent' THEN 'dangling_parent'
     WHEN d.origin = 'unlinked' THEN 'unlinked'
     WHEN d.origin = 'ancestry' THEN 'abandoned_branch'

@@ -256,16 +256,34 @@ def companion_line(start: Rec, anchor: Rec, children_of, is_visited) -> list[str
     return line
 
 
+def is_late_graft(root: Rec, below: Rec | None, calls) -> bool:
+    """Is the off-chain branch that starts at ``root`` (a child of a record
+    on the resume chain) cut off by a late graft: a tool result written
+    after it onto the same call (``below``: the chain's record below the
+    branch point), answering a tool_use that ``root``, an earlier result,
+    answered already? A permission response drained days later at start-up
+    (anthropics/claude-code#62301), or a second process resuming the
+    session, grafts it; being the last row, it takes the resume, and the
+    conversation that went on from the first answer is dropped.
+    ``calls``: Rec -> resume.Calls (their tool ids)."""
+    return (below is not None and calls is not None and root.uuid != below.uuid
+            and root.type == "user" and bool(root.is_tool_result)
+            and below.type == "user" and bool(below.is_tool_result)
+            and root.line_no < below.line_no
+            and bool(set(calls(root).ids) & set(calls(below).ids)))
+
+
 def cause_of(o: Rec, parent: Rec | None, branch_point: str | None, origin: str | None,
              boundary_line: int | None, in_chain_messages, is_splice_point,
-             with_result: bool = False) -> str:
+             with_result: bool = False, late_graft: bool = False) -> str:
     """The first matching cause of an off-chain record (orphans.cause):
     ``origin`` is how the top-down walk reached it (ancestry, unlinked,
     dangling_parent; None: never, inside a cycle), ``in_chain_messages(id)``
     whether an assistant record of that message id is on the resume chain,
     ``is_splice_point(uuid)`` whether that chain record's child on the chain
     is an api_error record, ``with_result`` whether the CLI puts it back
-    with a parallel tool result (put_back_with_results)."""
+    with a parallel tool result (put_back_with_results), ``late_graft``
+    whether its branch is cut off by a late graft (is_late_graft)."""
     if boundary_line is not None and o.line_no < boundary_line:
         return "compacted"
     if o.type == "progress":
@@ -278,6 +296,8 @@ def cause_of(o: Rec, parent: Rec | None, branch_point: str | None, origin: str |
         return "api_error_splice"
     if records.is_api_error_record(o.type, o.subtype):
         return "api_error_record"
+    if late_graft:
+        return "late_graft"
     if origin == "dangling_parent":
         return "dangling_parent"
     if origin == "unlinked":

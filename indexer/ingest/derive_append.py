@@ -615,14 +615,28 @@ class _Extension:
         with_result = _WithResult(g, new, on_chain, in_chain_messages)
         with_result.class_again(redo, new, joined, self.cut, added,
                                 added_messages | cut_messages, bottom and g.get(bottom))
+        calls = chain.calls_reader(lambda r: g.query(chain.CALLS_SQL, r.id, one=True))
+
+        def chain_below(u):
+            """The record below u on the new resume chain (toward the leaf)."""
+            if u in walk.uuids:
+                i = next(i for i, r in enumerate(added) if r.uuid == u)
+                return added[i - 1] if i > 0 else None
+            h = g.old_height("resume", u)
+            if h < top:
+                row = g.query(CHAIN_AT_SQL, self.file_id, "resume", h + 1, one=True)
+                return g.get(row[0]) if row else None
+            return added[-1] if added else None
+
         rows = []
         for o in sorted(redo.values(), key=lambda r: r.line_no):
             if o.is_sidechain or on_chain(o.uuid):
                 continue
-            bp, origin = self.reach(o, on_chain)
+            bp, origin, root = self.reach(o, on_chain)
+            graft = origin == "ancestry" and chain.is_late_graft(root, chain_below(bp), calls)
             cause = chain.cause_of(o, g.get(o.parent_uuid), bp, origin,
                                    state.get("boundary_line"), in_chain_messages,
-                                   child_is_api_error, with_result.put_back(o))
+                                   child_is_api_error, with_result.put_back(o), graft)
             rows.append(chain.orphan_row(o, self.session_id, cause, bp, put_back))
         gone = sorted(set(redo) | {r.uuid for r in joined})
         self.conn.execute(DROP_ORPHANS_SQL, [self.file_id, json.dumps(gone)])
@@ -636,20 +650,21 @@ class _Extension:
         return row[0] if row else None
 
     def reach(self, o: Rec, on_chain) -> tuple:
-        """(branch point, origin) of an off-chain record: where the walk up
-        its eff_parent leaves the chain (derive._orphans' top-down walk)."""
+        """(branch point, origin, root) of an off-chain record: where the
+        walk up its eff_parent leaves the chain, and the first record of its
+        branch (derive._orphans' top-down walk)."""
         x, seen = o, {o.uuid}
         while True:
             p = x.eff_parent
             if p is None:
-                return None, "unlinked"
+                return None, "unlinked", x
             if on_chain(p):
-                return p, "ancestry"
+                return p, "ancestry", x
             q = self.g.get(p)
             if q is None:
-                return None, "dangling_parent"
+                return None, "dangling_parent", x
             if q.uuid in seen:
-                return None, None
+                return None, None, None
             seen.add(q.uuid)
             x = q
 

@@ -867,6 +867,11 @@ ORPHANS = (
     _orphans("parallel_tool_branch", "Parallel tool branches dropped",
              "most are put back by the CLI on load (orphans.restored); read the rest on the "
              "session page"),
+    _orphans("late_graft", "Conversation cut off by a late graft",
+             "a tool result written long after onto a call answered already (a permission "
+             "response drained at start-up, anthropics/claude-code#62301) is the last row: a "
+             "resume continues from it, and what came after the first answer is not sent; "
+             "read it on the session page"),
     _orphans("abandoned_branch", "Abandoned branches (rewinds, edits)",
              "none: a rewind or an edited prompt left them; they stay readable here"),
     _orphans("dangling_parent", "Records after a missing parent",
