@@ -9,10 +9,14 @@ definitions alike, also when the graft is appended to an indexed file."""
 from __future__ import annotations
 
 import json
+import os
+import time
 
 import pytest
+from click.testing import CliRunner
 
 from conftest import Transcript, write_jsonl
+from indexer.cli.commands import cli
 from indexer.ingest import derive, derive_append
 from test_oracle import CLAUDE
 from test_web import Web, session_url
@@ -138,3 +142,66 @@ def test_the_real_cli_drops_what_the_index_names(index):
     assert "the newer conversation" not in sent.assistant_texts()
     kept_not_sent, sent_but_dropped, _ = verify.compare(index.db.conn, index.file_id(path), sent)
     assert (kept_not_sent, sent_but_dropped) == ([], [])
+
+
+def check(index, tmp_path):
+    out = CliRunner().invoke(cli, ["check", SID, "--db", str(index.path), "--json",
+                                   "--config-dir", str(tmp_path / "claude")])
+    return out.exit_code, json.loads(out.stdout)
+
+
+def grafted_file(index):
+    t = Transcript(SID)
+    conversation(t)
+    graft(t)
+    path = write_jsonl(index.projects / "-tmp-demo" / f"{SID}.jsonl", t.records)
+    then = time.time() - 600   # repair refuses a file written in the last minutes
+    os.utime(path, (then, then))
+    index.ingest()
+    return path
+
+
+def test_check_says_spliced_and_repair_drops_the_graft(index, tmp_path):
+    path = grafted_file(index)
+    code, verdict = check(index, tmp_path)
+    assert (code, verdict["verdict"], verdict["details"]["cause"]) == (6, "spliced", "late_graft")
+    assert "#62301" in verdict["reason"] and verdict["details"]["grafted_records"] == 2
+    before = path.read_bytes()
+    out = CliRunner().invoke(cli, ["repair", SID, "--db", str(index.path), "--write"])
+    assert out.exit_code == 0, out.output
+    fid = index.file_id(path)
+    # The resume continues the newer conversation; the graft is in the backup.
+    assert index.ancestry(fid)[::-1] == [u(1), u(2), u(3), u(4), u(5)]
+    backups = list(path.parent.glob(f"{SID}.jsonl.session-index-backup-*"))
+    assert [b.read_bytes() for b in backups] == [before]
+    assert b"drained output" not in path.read_bytes()
+    code, verdict = check(index, tmp_path)
+    assert (code, verdict["verdict"]) == (0, "resumable")
+    index.assert_caches_match_definitions()
+
+
+def test_no_repair_once_a_prompt_was_typed_on_the_graft(index, tmp_path):
+    # The user went on from the graft: that is the conversation now.
+    t = Transcript(SID)
+    conversation(t)
+    graft(t)
+    t.add(u(7), u(6), "assistant", message=text("msg_7", "on the graft"),
+          ts="2026-11-05T08:00:09.000Z")
+    t.add(u(8), u(7), "user", ts="2026-11-05T08:01:00.000Z")
+    write_jsonl(index.projects / "-tmp-demo" / f"{SID}.jsonl", t.records)
+    index.ingest()
+    code, verdict = check(index, tmp_path)
+    assert (code, verdict["verdict"]) == (0, "resumable")
+
+
+@pytest.mark.oracle
+@pytest.mark.skipif(CLAUDE is None, reason="no Claude Code binary")
+def test_after_the_repair_the_real_cli_sends_the_newer_conversation(index):
+    from indexer.repair import oracle
+
+    path = grafted_file(index)
+    out = CliRunner().invoke(cli, ["repair", SID, "--db", str(index.path), "--write"])
+    assert out.exit_code == 0, out.output
+    with oracle.FakeMessagesAPI() as api:
+        sent = oracle.resume_sent(path.read_bytes(), SID, api, CLAUDE)
+    assert "the newer conversation" in sent.assistant_texts()

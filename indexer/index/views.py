@@ -27,7 +27,7 @@ from indexer.chain.definitions import (
     TRANSCRIPT_KINDS,
     with_host,
 )
-from indexer.signals import classes
+from indexer.signals import classes, verdict
 from indexer.transcripts.digests import sha256
 from indexer.transcripts.records import (
     API_ERROR_RECORD,
@@ -106,10 +106,24 @@ wedged AS (  -- with the last real assistant message before the latest one
   JOIN records r ON r.id = a.record_id
 ),
 cuts AS (SELECT * FROM poisoned UNION ALL SELECT * FROM wedged),
+-- late grafts: the chain below the record a graft hangs from (verdict.GRAFT_CUT_TEMPLATE)
+grafts AS (
+  SELECT g.file_id, g.height FROM (
+    SELECT m.main_file_id AS file_id,
+           {verdict.GRAFT_CUT_TEMPLATE.format(file="m.main_file_id")} AS height
+    FROM session_hosts m
+    WHERE EXISTS (SELECT 1 FROM orphans_cache o WHERE o.file_id = m.main_file_id
+                  AND o.cause = 'late_graft')) g
+  WHERE g.height IS NOT NULL
+),
 dropped(file_id, uuid) AS (
   SELECT a.file_id, a.uuid FROM cuts p
   JOIN leaf_ancestry_cache a ON a.file_id = p.file_id AND a.rule = 'resume'
     AND a.height > p.height
+  UNION
+  SELECT a.file_id, a.uuid FROM grafts g
+  JOIN leaf_ancestry_cache a ON a.file_id = g.file_id AND a.rule = 'resume'
+    AND a.height > g.height
   UNION
   SELECT r.file_id, r.uuid FROM cuts p
   JOIN records r ON r.file_id = p.file_id
@@ -150,7 +164,9 @@ WHERE e.new_parent_uuid IS NOT NULL
 UNION ALL
 SELECT f.session_id, d.file_id, 'drop',
        CASE WHEN EXISTS (SELECT 1 FROM poisoned p WHERE p.file_id = d.file_id)
-            THEN 'poisoned_tail' ELSE 'wedged_tail' END, r.id, r.line_no, r.uuid,
+            THEN 'poisoned_tail'
+            WHEN EXISTS (SELECT 1 FROM grafts g WHERE g.file_id = d.file_id)
+            THEN 'late_graft' ELSE 'wedged_tail' END, r.id, r.line_no, r.uuid,
        r.parent_uuid, NULL, NULL, coalesce(f.host, ''), NULL
 FROM dropped d JOIN files f ON f.id = d.file_id
 JOIN records r ON r.file_id = d.file_id AND r.uuid = d.uuid

@@ -150,7 +150,7 @@ def check(db, session_id: str, *, now: str | None = None, config_dir=None,
     verdict = _opened(db, session_id, row, main, choice, copies, files)
     _poisoned(db, verdict, row, session_id, main, host)
     _wedged(verdict, row, session_id)
-    _spliced(db, verdict, main)
+    _spliced(db, verdict, main, row)
     _retention(verdict, main, config_dir, now_iso)
     if main["origin"] == "fleet":
         _shipped(db, verdict, main, now_iso)
@@ -270,10 +270,12 @@ def _wedged(verdict: Verdict, row: dict, session_id: str) -> None:
         f"{thinking.RECOVERS_FROM[fault]} stays stuck on it)")
 
 
-def _spliced(db, verdict: Verdict, main: dict) -> None:
-    """The api_error splices that leave recovered output off the chain."""
+def _spliced(db, verdict: Verdict, main: dict, row: dict) -> None:
+    """The api_error splices that leave recovered output off the chain, or
+    the records a late graft leaves off it."""
     if verdict.verdict == "spliced":
         verdict.details["api_error_splices"] = _rows(db, SPLICES_SQL, [main["id"]])
+        verdict.details["grafted_records"] = row["grafted_records"]
 
 
 def _retention(verdict: Verdict, main: dict, config_dir: str, now_iso: str) -> None:

@@ -352,7 +352,7 @@ def _verify(db, p: Plan, result: Result) -> None:
     ingest(db, [p.path])
     result.chain_after = db.conn.execute(CHAIN_LENGTH_SQL, [p.file_id]).fetchone()[0]
     after = dict(db.conn.execute(ORPHAN_CAUSES_SQL, [p.file_id]).fetchall())
-    lost = [u for u, cause in p.orphaned.items() if cause == "api_error_splice"]
+    lost = [u for u, cause in p.orphaned.items() if cause in ("api_error_splice", "late_graft")]
     # Back on the resume chain, or a branch every reader puts back.
     still_off = [u for u in lost if after.get(u, "parallel_tool_branch") not in
                  ("parallel_tool_branch", "progress")]

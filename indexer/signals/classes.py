@@ -186,13 +186,15 @@ SESSION_VERDICTS = SignalView(
      "cause": "why, in one word: never_seen, never_written, subagents_only, not_named, "
               "no_messages, husk, stopped_writing, deleted; synthetic_tail, "
               "synthetic_tail_uncuttable; thinking_refused, thinking_uncuttable; "
-              "api_error_splice; real_tail, store_copy",
+              "api_error_splice, late_graft; real_tail, store_copy",
      "reason": "the sentence check prints",
      "fix": "the command (or step) that fixes it; empty when resumable",
      "tail_uuid": "the last assistant record on the resume chain",
      "tail_message_id": "its message.id",
      "splices": "api_error_splices of file_id",
      "spliced_records": "records those splices leave off the resume chain",
+     "grafted_records": "records late grafts leave off the resume chain (orphans named "
+                        "late_graft)",
      "resumer_version": "the Claude Code version taken to resume: the one that last wrote "
                         "file_id",
      "thinking_fault": "unsigned, truncated or blanked: the first thinking block the API "
@@ -222,9 +224,11 @@ VERDICTS = ProblemClass(
                                "Claude Code that resumes resends it",
                      "thinking_fault || ' thinking, Claude Code ' || resumer_version",
                      "SELECT file_id FROM thinking_faults WHERE latest"),
-        _verdict_row("spliced", "Spliced: late api_error records orphan recovered output",
-                     "spliced_records || ' records off the chain'",
-                     "SELECT file_id FROM orphans_cache WHERE cause = 'api_error_splice'"),
+        _verdict_row("spliced", "Spliced: late records orphan later conversation (api_error "
+                                "splices, late grafts)",
+                     "coalesce(spliced_records, grafted_records) || ' records off the chain'",
+                     "SELECT file_id FROM orphans_cache WHERE cause IN "
+                     "('api_error_splice', 'late_graft')"),
     ))
 
 

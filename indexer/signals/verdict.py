@@ -11,7 +11,7 @@ The first verdict that matches wins:
 | missing | 4 | a resume opens no transcript: it fails with "No conversation found"; or the one it opens stopped being written while the session went on (signals/unwritten.py) |
 | poisoned | 5 | the resume chain ends at a synthetic placeholder: the resume gets a 400 |
 | wedged | 11 | the latest assistant message holds a thinking block the API refuses, and the Claude Code that resumes (the one that last wrote the session, or check --claude-version) resends it on every resume |
-| spliced | 6 | late api_error records orphan recovered output: the resume drops it |
+| spliced | 6 | late records orphan later conversation: api_error records flushed late orphan recovered output, or a tool result grafted late onto an answered call (late_graft) takes the resume from the conversation that went on: the resume drops it |
 | resumable | 0 | go ahead |
 
 Which transcript a resume opens is the chain's question (mainfile.py, the
@@ -94,6 +94,20 @@ LATEST_FAULTS_TEMPLATE = """(SELECT lf.* FROM ({faults}) lf
     lf.block)"""
 
 
+# The late grafts of file {file} a repair drops (orphans named late_graft,
+# walk.is_late_graft, whose graft branch holds no prompt typed after it):
+# the height of the chain record the graft hangs from, which the repair
+# cuts the chain back to (views.REPAIR_PLAN_TEMPLATE); NULL when none.
+GRAFT_CUT_TEMPLATE = """(SELECT min(ga.height) FROM orphans_cache go
+  JOIN leaf_ancestry_cache ga ON ga.file_id = go.file_id AND ga.rule = 'resume'
+    AND ga.uuid = go.branch_point_uuid
+  WHERE go.file_id = {file} AND go.cause = 'late_graft'
+    AND NOT EXISTS (SELECT 1 FROM leaf_ancestry_cache gk JOIN records gr ON gr.id = gk.record_id
+                    WHERE gk.file_id = go.file_id AND gk.rule = 'resume'
+                      AND gk.height > ga.height AND gr.type = 'user'
+                      AND NOT gr.is_meta AND NOT gr.is_tool_result))"""
+
+
 # A real assistant message on file {file}'s resume chain before the latest one
 # ({message}, its message.id): what a repair of a wedged session cuts back to.
 WEDGE_CUT_TEMPLATE = f"""EXISTS (
@@ -148,14 +162,15 @@ _FILE_SPLICES = definitions.API_ERROR_SPLICES_TEMPLATE.format(files=" AND o.file
 #            stopped_writing, deleted (never_written, husk, stopped_writing:
 #            signals/unwritten.py, from history.jsonl and the session folder);
 #            synthetic_tail, synthetic_tail_uncuttable, foreign_reply;
-#            thinking_refused, thinking_uncuttable; api_error_splice;
+#            thinking_refused, thinking_uncuttable; api_error_splice, late_graft;
 #            real_tail, store_copy
 #   reason   the sentence check prints; fix: the command (or the step) that
 #            fixes it, NULL for a resumable session
 #   tail_uuid, tail_message_id: the last assistant record on the resume
 #            chain (poisoned: the one the next resume names as
 #            previous_message_id, records.PREVIOUS_MESSAGE_ID_RECORD); splices, spliced_records: api_error_splices of the file
-#            and the records they leave off the chain
+#            and the records they leave off the chain; grafted_records: the
+#            records late grafts leave off it (orphans named late_graft)
 #   resumer_version: the Claude Code taken to resume (claude_version, else
 #            the file's writer); thinking_fault, thinking_uuid,
 #            thinking_block, thinking_message_id: the first thinking block
@@ -215,6 +230,12 @@ SELECT session_id, host, file_id, rule AS main_file_rule, path, verdict, cause,
       || ' record(s) of recovered output off the resume chain: a resume drops them; '
       || 're-parent the record after each error chain onto the last orphaned record '
       || '(session-index repair ' || session_id || ' --write; see api_error_splices)'
+    WHEN 'late_graft' THEN grafted_records || ' record(s) of the conversation that went on '
+      || 'from an earlier answer to a tool call are off the resume chain: the last row is a '
+      || 'result of that call written after them (a permission response drained at '
+      || 'start-up, anthropics/claude-code#62301), so a resume continues the old branch and '
+      || 'drops them; drop the graft so that the resume continues the newer conversation '
+      || '(session-index repair ' || session_id || ' --write; the graft stays in the backup)'
     WHEN 'store_copy' THEN coalesce('the local transcript was deleted (' || local_deleted_at
         || ')',
         'no local transcript was ever indexed')
@@ -233,11 +254,12 @@ SELECT session_id, host, file_id, rule AS main_file_rule, path, verdict, cause,
     WHEN 'ambiguous' THEN 'session-index check ' || session_id || ' --cwd DIR'
     WHEN 'synthetic_tail' THEN 'session-index repair ' || session_id || ' --write'
     WHEN 'api_error_splice' THEN 'session-index repair ' || session_id || ' --write'
+    WHEN 'late_graft' THEN 'session-index repair ' || session_id || ' --write'
     WHEN 'thinking_refused' THEN 'session-index repair ' || session_id || ' --write'
     WHEN 'real_tail' THEN NULL
     WHEN 'store_copy' THEN NULL
     ELSE 'start a new session' END AS fix,
-  tail_uuid, tail_message_id, splices, spliced_records, resumer_version,
+  tail_uuid, tail_message_id, splices, spliced_records, grafted_records, resumer_version,
   json_extract(wedge, '$.fault') AS thinking_fault,
   json_extract(wedge, '$.uuid') AS thinking_uuid,
   json_extract(wedge, '$.block') AS thinking_block,
@@ -261,7 +283,7 @@ FROM (
                                 ELSE 'synthetic_tail' END
       WHEN 'wedged' THEN CASE WHEN wedge_cut THEN 'thinking_refused'
                               ELSE 'thinking_uncuttable' END
-      WHEN 'spliced' THEN 'api_error_splice'
+      WHEN 'spliced' THEN CASE WHEN splices > 0 THEN 'api_error_splice' ELSE 'late_graft' END
       WHEN 'resumable' THEN CASE WHEN rule = 'store_copy' THEN 'store_copy'
                                  ELSE 'real_tail' END
     END AS cause
@@ -277,7 +299,7 @@ FROM (
         WHEN j.wedge IS NOT NULL AND {thinking.STAYS_STUCK.format(
             v="j.resumer_version", fault="json_extract(j.wedge, '$.fault')")}
           THEN 'wedged'
-        WHEN j.splices > 0 THEN 'spliced'
+        WHEN j.splices > 0 OR j.graft_height IS NOT NULL THEN 'spliced'
         ELSE 'resumable' END AS verdict,
       {definitions.NOTHING_TO_CUT_TEMPLATE.format(file="j.file_id")} AS nothing_to_cut,
       CASE WHEN j.wedge IS NOT NULL THEN {WEDGE_CUT_TEMPLATE.format(
@@ -316,6 +338,9 @@ FROM (
          FROM {latest_faults("a.file_id")} lf LIMIT 1) AS wedge,
         (SELECT count(*) FROM ({_FILE_SPLICES})) AS splices,
         (SELECT sum(orphaned_records) FROM ({_FILE_SPLICES})) AS spliced_records,
+        {GRAFT_CUT_TEMPLATE.format(file="a.file_id")} AS graft_height,
+        (SELECT count(*) FROM orphans_cache x WHERE x.file_id = a.file_id
+           AND x.cause = 'late_graft') AS grafted_records,
         (SELECT count(*) FROM files x WHERE x.session_id = a.session_id
            AND x.kind = 'subagent' AND coalesce(x.host, '') = a.host) AS subagent_files,
         (SELECT coalesce(x.deleted_at, 'since the last ingest') FROM files x
