@@ -343,3 +343,18 @@ def test_the_demo_has_a_wedged_session_every_surface_names(tmp_path):
     get = _web(index)
     assert 'data-verdict="wedged"' in get(web_format.session_path(sid))
     assert "Wedged: the latest message" in get("/-/session-health")
+
+
+def test_a_wedged_repair_that_does_not_verify_is_rolled_back(fixtures_index, monkeypatch):
+    from indexer.repair import repair as repairmod
+
+    path = next(fixtures_index.projects.rglob(f"{session_id('blanked_latest')}.jsonl"))
+    before = path.read_bytes()
+    # the check after the write finds refused thinking still on the chain
+    monkeypatch.setattr(repairmod, "REFUSED_LEFT_SQL", "SELECT 1 + 0 * :file_id * :cut")
+    out = invoke(fixtures_index, "repair", session_id("blanked_latest"), "--write")
+    assert out.exit_code == 8 and "thinking block(s) the API refuses" in out.output
+    assert path.read_bytes() == before
+    assert fixtures_index.rows("SELECT status FROM repairs") == [{"status": "rolled_back"}]
+    code, answer = check(fixtures_index, "blanked_latest")
+    assert (code, answer["verdict"]) == (11, "wedged")

@@ -1,7 +1,7 @@
 """Thinking blocks the Messages API rejects, told apart from the harmless
 shapes (issue 27; anthropics/claude-code #63147, #68768, #21726). One rule,
 stated here in Python (over parsed entries) and in SQL (over ``records``),
-side by side; tests/test_thinking.py holds the two to the same answers.
+side by side; tests/test_wedged.py holds the two to the same answers.
 
 What the API does with a ``thinking`` block sent back to it: in the latest
 assistant message of a request it must be exactly what the API returned
