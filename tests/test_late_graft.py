@@ -15,7 +15,7 @@ import time
 import pytest
 from click.testing import CliRunner
 
-from conftest import Transcript, write_jsonl
+from conftest import CORPUS, Transcript, write_jsonl
 from indexer.cli.commands import cli
 from indexer.ingest import derive, derive_append
 from test_oracle import CLAUDE
@@ -205,3 +205,12 @@ def test_after_the_repair_the_real_cli_sends_the_newer_conversation(index):
     with oracle.FakeMessagesAPI() as api:
         sent = oracle.resume_sent(path.read_bytes(), SID, api, CLAUDE)
     assert "the newer conversation" in sent.assistant_texts()
+
+
+@pytest.mark.skipif(not CORPUS.is_dir(), reason="../shared/corpus is not here")
+def test_no_late_graft_in_the_corpus(index):
+    index.ingest(CORPUS)
+    assert index.rows("SELECT count(*) AS n FROM orphans WHERE cause = 'late_graft'") == [
+        {"n": 0}]
+    assert index.rows("SELECT count(*) AS n FROM session_verdicts WHERE cause = 'late_graft'"
+                      ) == [{"n": 0}]

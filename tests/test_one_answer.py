@@ -7,7 +7,8 @@ sessions of every shape the index knows: only subagent transcripts left, a
 main transcript deleted beside its subagents, a transcript under another name,
 a named file with no message, a third-party provider's ids (generated, and
 as the real Claude Code wrote them: tests/fixtures/third_party), a synthetic
-tail (with and without a real message before it), an api_error splice.
+tail (with and without a real message before it), an api_error splice, a
+late graft.
 """
 
 from __future__ import annotations
@@ -43,12 +44,14 @@ SYNTHETIC_TAIL = "a0000000-0000-4000-8000-000000000006"
 ONLY_SYNTHETIC = "a0000000-0000-4000-8000-000000000007"
 SPLICED = "a0000000-0000-4000-8000-000000000008"
 RESUMABLE = "a0000000-0000-4000-8000-000000000009"
+LATE_GRAFT = "a0000000-0000-4000-8000-00000000000a"
 EXPECTED = {
     SUBAGENTS_ONLY: ("missing", "subagents_only"), MAIN_DELETED: ("missing", "deleted"),
     OTHER_NAME: ("missing", "not_named"), NO_MESSAGES: ("missing", "no_messages"),
     THIRD_PARTY: ("resumable", "real_tail"), SYNTHETIC_TAIL: ("poisoned", "synthetic_tail"),
     ONLY_SYNTHETIC: ("poisoned", "synthetic_tail_uncuttable"),
     SPLICED: ("spliced", "api_error_splice"), RESUMABLE: ("resumable", "real_tail"),
+    LATE_GRAFT: ("spliced", "late_graft"),
 }
 
 
@@ -115,6 +118,19 @@ def generated(projects):
     splice.add("e4", "e3", "system", ts="2026-09-01T00:00:05.500Z",
                subtype="stop_hook_summary")
     splice.write(folder)
+    graft = Transcript(LATE_GRAFT)   # #62301: a result written late onto an answered call
+    graft.add("g1", None, "user", ts="2026-09-01T00:00:00.000Z")
+    graft.add("g2", "g1", "assistant", ts="2026-09-01T00:00:01.000Z", message={
+        "id": "msg_g2", "type": "message", "role": "assistant", "model": "claude-x",
+        "content": [{"type": "tool_use", "id": "toolu_g", "name": "Bash", "input": {}}]})
+    for uid, parent, ts, content in (("g3", "g2", "2026-09-01T00:05:00.000Z", "interrupted"),
+                                     ("g6", "g2", "2026-09-03T00:00:00.000Z", "drained")):
+        if uid == "g6":
+            graft.add("g4", "g3", "user", ts="2026-09-02T00:00:00.000Z")
+            graft.add("g5", "g4", "assistant", ts="2026-09-02T00:00:05.000Z")
+        graft.add(uid, parent, "user", ts=ts, message={"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "toolu_g", "content": content}]})
+    graft.write(folder)
     fine = Transcript(RESUMABLE)
     fine.add("r1", None, "user")
     fine.add("r2", "r1", "assistant")

@@ -278,6 +278,22 @@ def wedged(start):
     return [s]
 
 
+def late_graft(start):
+    """#62301: a call left waiting for permission, answered as interrupted;
+    the conversation went on from that answer; two days later the drained
+    permission response is written onto the old call and takes the resume."""
+    s = Session("late-graft", start)
+    p = s.user(None, "Clear the staging cache.")
+    a, tid = s.tool_call(p, "Bash", {"command": "redis-cli -n 2 FLUSHDB"})
+    r = s.add("user", a, after=300, message={"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": tid, "is_error": True,
+         "content": "[Request interrupted by user for tool use]"}]})
+    q = s.user(r, "Leave the cache; bump the staging image to 4.2 instead.", after=3600)
+    s.reply(q, "Bumped: deploy/staging.yaml now pins 4.2.")
+    s.tool_result(a, tid, "OK", at=start + timedelta(days=2))
+    return [s]
+
+
 def long_session(start):
     """Sixty turns with hook progress and one subagent: the page folds it."""
     s = Session("long-session", start)
@@ -333,6 +349,7 @@ def build_demo(directory: str | os.PathLike, now: datetime | None = None) -> Pat
                 + parallel(now - 3 * day) + compaction(now - 4 * day) + rewind(now - 5 * day)
                 + poisoned(now - day) + long_session(now - 6 * day)
                 + many_compactions(now - 9 * day) + wedged(now - 11 * day)
+                + late_graft(now - 14 * day)
                 + aged("expired", now - 40 * day, "Tidy the old fixtures.")
                 + aged("expiring", now - 27 * day, "Pin the node version."))
     for s in sessions:
