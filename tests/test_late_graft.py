@@ -214,3 +214,15 @@ def test_no_late_graft_in_the_corpus(index):
         {"n": 0}]
     assert index.rows("SELECT count(*) AS n FROM session_verdicts WHERE cause = 'late_graft'"
                       ) == [{"n": 0}]
+
+
+@pytest.mark.skipif(not os.environ.get("SESSION_INDEX_ORACLE_DIR"),
+                    reason="set SESSION_INDEX_ORACLE_DIR to a folder of transcripts")
+def test_no_late_graft_in_transcripts_not_seen(index):
+    """The same on any folder of real transcripts (the held-out check):
+    SESSION_INDEX_ORACLE_DIR=~/.claude/projects pytest -k not_seen."""
+    index.ingest(os.environ["SESSION_INDEX_ORACLE_DIR"])
+    found = index.rows("SELECT session_id, uuid, branch_point_uuid FROM orphans "
+                       "WHERE cause = 'late_graft'")
+    print(f"\n{index.value('SELECT count(*) FROM files')} transcripts, late grafts: {found}")
+    assert found == []
