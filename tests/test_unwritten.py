@@ -234,14 +234,14 @@ def test_history_is_read_incrementally_and_losslessly(tmp_path):
     config.mkdir()
     history = config / "history.jsonl"
     first = history_line(NEVER_PROMPTED, "one", 1_796_000_000_000)
-    history.write_text(first + "not json\n" + history_line(NEVER_PROMPTED, "two", 1_796_000_001_000)
-                       + '{"display": "partial')
+    crlf = history_line(NEVER_PROMPTED, "two", 1_796_000_001_000).replace("\n", "\r\n")
+    history.write_bytes((first + "not json\n\n" + crlf + '{"display": "partial').encode())
     db = open_db(tmp_path / "i.db")
-    assert sidecars.ingest_history(db, str(history), str(config)) == 3
+    assert sidecars.ingest_history(db, str(history), str(config)) == 4
     stored = rows(db, "SELECT line_no, session_id, display, timestamp, error, raw "
                       "FROM history_prompts ORDER BY id")
     assert [(r["line_no"], r["display"], r["error"]) for r in stored] == [
-        (1, "one", None), (2, None, "not JSON"), (3, "two", None)]
+        (1, "one", None), (2, None, "not JSON"), (3, None, "not JSON"), (4, "two", None)]
     assert stored[0]["timestamp"] == "2026-11-30T00:53:20.000Z" and stored[1]["raw"] == "not json"
     assert sidecars.ingest_history(db, str(history), str(config)) == 0   # unchanged: nothing read
     with history.open("a") as f:
@@ -257,7 +257,14 @@ def test_history_is_read_incrementally_and_losslessly(tmp_path):
     assert sidecars.ingest_history(db, str(history), str(config)) == 1
     assert [(r["generation"], r["n"]) for r in rows(
         db, "SELECT generation, count(*) AS n FROM history_prompts GROUP BY generation")] == [
-        (1, 4), (2, 1)]   # the earlier generation's lines are kept
+        (1, 5), (2, 1)]   # the earlier generation's lines are kept
+    data = history.read_bytes()   # the same size, its last line changed, one appended
+    history.write_bytes(data.replace(b"rewritten", b"rewrote!!") + history_line(
+        OK, "more", 1_796_000_004_000).encode())
+    assert sidecars.ingest_history(db, str(history), str(config)) == 2   # read again, whole
+    assert [r["display"] for r in rows(db, "SELECT display FROM history_prompts "
+                                           "WHERE generation = 3 ORDER BY line_no")] == [
+        "rewrote!!", "more"]
 
 
 def test_the_watcher_logs_each_once(world):
