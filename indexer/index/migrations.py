@@ -1110,18 +1110,16 @@ def m035_history_and_session_folders(db):
     # history and the session folders beside the transcripts.
     # history_files: one row per <config dir>/history.jsonl read, as files
     # does for transcripts: ingested_offset never passes a partial last line;
-    # head_digest and tail_digest are of its first KB and of the KB before
-    # the offset (either changed, or a shorter file, is a rewrite: generation
-    # goes up and the file is read again, the earlier generation's rows
-    # kept); retention_days: the config dir's cleanupPeriodDays when it was
-    # last read.
+    # head_digest is of its first HEAD bytes (a changed head, or a shorter
+    # file, is a rewrite: generation goes up and the file is read again, the
+    # earlier generation's rows kept); retention_days: the config dir's
+    # cleanupPeriodDays when it was last read.
     db.execute("""
         CREATE TABLE history_files (
           id INTEGER PRIMARY KEY, path TEXT NOT NULL UNIQUE, config_dir TEXT,
           inode INTEGER, dev INTEGER, size INTEGER, mtime_ns INTEGER,
           ingested_offset INTEGER NOT NULL DEFAULT 0, generation INTEGER NOT NULL DEFAULT 1,
-          head_digest TEXT, tail_digest TEXT, lines INTEGER NOT NULL DEFAULT 0,
-          retention_days INTEGER,
+          head_digest TEXT, lines INTEGER NOT NULL DEFAULT 0, retention_days INTEGER,
           first_ingested_at TEXT, last_ingested_at TEXT, deleted_at TEXT)""")
     # history_prompts: one row per line of a history file (every line kept:
     # one that is not a JSON object has error set and raw its text): the
@@ -1170,3 +1168,13 @@ def m036_session_links(db):
           deleted_at TEXT)""")
     db.execute("CREATE INDEX session_links_session ON session_links(session_id)")
     db.execute("CREATE INDEX session_links_parent ON session_links(parent_session_id)")
+
+
+@migrations()
+def m037_history_tail_digest(db):
+    # history_files.tail_digest: the digest of the KB before ingested_offset,
+    # as last read: a change there (the same size or larger, the head the
+    # same) is a rewrite too, as for transcripts (ingest/sidecars.py). NULL
+    # for a file last read before this: its next read judges by its head
+    # alone, and stores it.
+    db.execute("ALTER TABLE history_files ADD COLUMN tail_digest TEXT")

@@ -178,7 +178,8 @@ def ingest_history(db, path: str, config_dir: str | None = None) -> int:
                 generation, lines = row["generation"], row["lines"]
                 if st.st_size < offset or (offset and (
                         _digest(head[:min(offset, HEAD_BYTES)]) != row["head_digest"]
-                        or _tail_digest(f, offset) != row["tail_digest"])):
+                        or (row["tail_digest"] is not None   # (NULL: read before m037)
+                            and _tail_digest(f, offset) != row["tail_digest"]))):
                     offset, generation, lines = 0, generation + 1, 0   # rewritten
             stored = 0
             f.seek(offset)
