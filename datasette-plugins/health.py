@@ -132,20 +132,28 @@ SELECT h.host, h.last_heartbeat_at, h.last_message_at,
 FROM fleet_hosts h ORDER BY h.host
 """.strip()
 FLEET_DIVERGED_SQL = "SELECT count(DISTINCT session_id) FROM host_copies WHERE diverged"
+# What the central quarantined (status.QUARANTINED_SQL lists them).
+FLEET_QUARANTINED_SQL = "SELECT count(*) FROM fleet_quarantine"
+# The byte ranges of hosts' files that never came (status.GAPS_SQL lists them).
+FLEET_GAPS_SQL = "SELECT count(*), coalesce(sum(end - start), 0) FROM fleet_gaps"
 
 
 async def fleet_panel(db, now: str) -> dict | None:
-    """{hosts: [...], diverged: N} when hosts ship to this index, else None
-    (and None for an index without the fleet tables)."""
-    if "fleet_hosts" not in {r[0] for r in await db.execute(NAMES_SQL)}:
+    """{hosts: [...], diverged: N, quarantined: N, gaps: N, gap_bytes: N}
+    when hosts ship to this index, messages were quarantined or gaps
+    recorded, else None (and None for an index without the fleet tables)."""
+    if "fleet_gaps" not in {r[0] for r in await db.execute(NAMES_SQL)}:
         return None
     hosts = [dict(r) for r in await db.execute(FLEET_HOSTS_SQL, {"now": now})]
-    if not hosts:
+    quarantined = (await db.execute(FLEET_QUARANTINED_SQL)).first()[0]
+    gaps, gap_bytes = (await db.execute(FLEET_GAPS_SQL)).first()
+    if not hosts and not quarantined and not gaps:
         return None
     for h in hosts:
         age = h["heartbeat_age_s"]
         h["stale"] = age is None or age > views.STALE_HEARTBEAT_S
-    return {"hosts": hosts, "diverged": (await db.execute(FLEET_DIVERGED_SQL)).first()[0]}
+    return {"hosts": hosts, "diverged": (await db.execute(FLEET_DIVERGED_SQL)).first()[0],
+            "quarantined": quarantined, "gaps": gaps, "gap_bytes": gap_bytes}
 
 
 # The usage panel: the API calls of the last USAGE_WINDOW_DAYS (at or after

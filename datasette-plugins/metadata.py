@@ -213,8 +213,8 @@ _ORPHANS_COLS = _cols(
     "file_id", "session_id", "uuid", "type", "subtype", "timestamp", "record_id", "line_no",
     "message_id",
     cause="why it is off the chain: compacted, progress, parallel_tool_branch, "
-          "put_back_with_result, api_error_splice, api_error_record, dangling_parent, unlinked, "
-          "abandoned_branch, other",
+          "put_back_with_result, api_error_splice, api_error_record, late_graft, dangling_parent, "
+          "unlinked, abandoned_branch, other",
     branch_point_uuid="the record on the resume chain where its branch leaves it",
     restored="1 when the CLI puts it back after its walk (loaded, not dropped)",
 )
@@ -306,6 +306,9 @@ TABLES = {
                           "or a list with no block",
             cwd="cwd", version="Claude Code version", git_branch="gitBranch",
             leaf_uuid="leafUuid of summary records",
+            sent_as_uuid="sentAsUuid of a prompt Claude Code stored anew: the uuid it was "
+                         "sent under, which its loader loads it under when no earlier line "
+                         "has it",
             raw="the exact text of the line (pretty-printed here)",
             has_usage="1 for an assistant record whose message.usage is an object (the "
                       "usage view reads these lines; the counts below are NULL on others)",
@@ -411,15 +414,18 @@ TABLES = {
     },
     "repair_plan": {
         "description": "What session-index repair changes in each session's main transcript, "
-                       "one row per line: splices re-parented, poisoned tails dropped.",
+                       "one row per line: splices re-parented, poisoned and wedged tails "
+                       "dropped, thinking the API refuses removed from earlier messages.",
         "facets": ["action", "reason"],
         "columns": _cols(
             "session_id", "file_id", "record_id", "line_no", "uuid",
-            action="reparent or drop",
-            reason="api_error_splice or poisoned_tail",
+            action="reparent, drop or strip (remove some content blocks from the line)",
+            reason="api_error_splice, poisoned_tail, wedged_tail or refused_thinking",
             old_parent_uuid="the line's parentUuid now",
             new_parent_uuid="its parentUuid after the repair (reparent)",
             episode="the api_error episode it belongs to",
+            blocks="strip: the indexes in message.content of the thinking blocks removed "
+                   "(JSON array)",
         ),
     },
     "repairs": {
@@ -568,7 +574,7 @@ TABLES = {
             host="the host it was shipped from (the shipper's --host)",
             remote_path="the file's path on its host",
             remote_generation="the host's count of the file's rewrites (1, then one more each)",
-            gaps="messages that came before an earlier one of the file (taken again later)",
+            gaps="messages that came before an earlier one of the file (held until it came)",
         ),
     },
     "fleet_parts": {
@@ -598,6 +604,52 @@ TABLES = {
             name="the consumer's durable name",
             stream_seq="the highest stream sequence committed",
             updated_at=f"its last commit, {_TS}",
+        ),
+    },
+    "fleet_quarantine": {
+        "description": "What a fleet's central could not use (session-index quarantined): a "
+                       "message that is not a shipper's (damaged, forged, on another host's "
+                       "subject) or a heartbeat whose value is not one, acknowledged and kept "
+                       "with why, so that the stream went on.",
+        "columns": _cols(
+            id="its number here",
+            received_at=f"when the central took it, {_TS}",
+            subject="its NATS subject",
+            stream_seq="its stream sequence (a heartbeat: its key's revision)",
+            host="the host its subject names (as a subject token)",
+            reason="why it was not used",
+            headers="its NATS headers, a JSON object",
+            data="its payload, byte for byte",
+        ),
+    },
+    "fleet_held": {
+        "description": "Messages of a host's file that came before an earlier one, held "
+                       "(acknowledged) until it comes or the central records a gap.",
+        "columns": _cols(
+            "file_id",
+            generation="the host's generation of the file",
+            offset="where its lines (a piece: its line) start, bytes",
+            at="a piece of a long line: where it starts; lines: offset",
+            line="the host's number of its first line",
+            held_at=f"when the central first held it, {_TS}",
+            payload="the message as it came",
+        ),
+    },
+    "fleet_gaps": {
+        "description": "Bytes of a host's file that never came (session-index fleet-gaps): "
+                       "the stream no longer held them and the host did not send them again "
+                       "within --gap-wait; the central went on after them.",
+        "columns": _cols(
+            "file_id",
+            id="the gap's number here",
+            host="the file's host",
+            remote_path="the file's path on its host",
+            generation="the host's generation of the file",
+            start="the first byte that never came",
+            end="the byte the file went on from",
+            waited_since=f"when a later message was first held, {_TS}",
+            recorded_at=f"when the central gave up waiting, {_TS}",
+            reason="why the bytes are not in the stream",
         ),
     },
     "record_types": {

@@ -16,7 +16,7 @@ from datasette.utils.asgi import NotFound, Response
 from indexer.chain import resume
 from indexer.index import search
 from indexer.signals import listings as signals, verdict as verdicts
-from indexer.signals.classes import SEVERITIES
+from indexer.signals.classes import SEVERITIES, thinking_faults_where
 from session_index_web import health as web_health, tree as web_tree
 from session_index_web.format import CAUSE_COLOURS, pretty_json, session_path
 from session_index_web.metadata import QUERIES
@@ -85,6 +85,12 @@ ORDER BY session_id <> :session_id, forked_at, session_id
 """.strip()
 # Its row of unwritten_transcripts, when it has one.
 SESSION_UNWRITTEN_SQL = "SELECT * FROM unwritten_transcripts WHERE session_id = :session_id"
+# The thinking blocks the API refuses on the file's resume chain
+# (thinking_faults: the wedge in the latest message first).
+FILE_THINKING_SQL = (
+    "SELECT uuid, line_no, block, fault, latest, stuck, resumer_version FROM ("
+    + thinking_faults_where("h.main_file_id = :file_id")
+    + ") WHERE file_id = :file_id ORDER BY latest DESC, line_no, block")
 DOWNLOAD_FILE_SQL = """
 SELECT f.id, f.path, f.session_id, s.main_file_id = f.id AS is_main FROM files f
 LEFT JOIN sessions s ON s.session_id = f.session_id
@@ -175,6 +181,8 @@ async def health_page(datasette, request):
         "record_types_url": kinds_url,
         "fleet": fleet,
         "fleet_hosts_url": datasette.urls.table(name, "fleet_hosts"),
+        "fleet_quarantine_url": datasette.urls.table(name, "fleet_quarantine"),
+        "fleet_gaps_url": datasette.urls.table(name, "fleet_gaps"),
         "host_copies_url": datasette.urls.table(name, "host_copies") + "?diverged=1",
     })
 
@@ -216,13 +224,15 @@ async def session_page(datasette, request):
     splices = [dict(r) for r in await db.execute(FILE_SPLICES_SQL, fid)]
     breaks = (await db.execute(FILE_BREAKS_SQL, fid)).first()[0]
     generations = [dict(r) for r in await db.execute(FILE_GENERATIONS_SQL, fid)]
+    refused = [dict(r) for r in await db.execute(FILE_THINKING_SQL, fid)]
     verdict = (await db.execute(verdicts.SESSION_VERDICT_SQL, params)).first()
     verdict = dict(verdict) if verdict else {"verdict": "missing", "cause": "never_seen",
                                              "reason": "the session is not in sessions yet",
                                              "fix": None}
     # A repaired download only where a repair changes something.
-    repairable = (bool(splices) or (await db.execute(POISONED_TAIL_SQL, fid)).first()[0] > 0) \
-        and verdict["cause"] != "synthetic_tail_uncuttable"
+    repairable = (bool(splices) or bool(refused)
+                  or (await db.execute(POISONED_TAIL_SQL, fid)).first()[0] > 0) \
+        and verdict["cause"] not in ("synthetic_tail_uncuttable", "thinking_uncuttable")
     tree = web_tree.build(rows, ancestry, causes, file)
 
     records_url = datasette.urls.table(name, "records") + "/"
@@ -256,6 +266,10 @@ async def session_page(datasette, request):
         "by_cause": sorted(by_cause.items(), key=lambda kv: -kv[1]),
         "colours": CAUSE_COLOURS,
         "splices": splices,
+        "thinking_latest": [r for r in refused if r["latest"]],
+        "thinking_earlier": [r for r in refused if not r["latest"]],
+        "thinking_url": datasette.urls.table(name, "thinking_faults") + "?" + urlencode(
+            {"file_id": file["id"]}),
         "breaks": breaks,
         "others": others,
         "top": web_tree.render(tree["top"], row_url),

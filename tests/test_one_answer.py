@@ -33,7 +33,7 @@ from session_index_web import health
 pytestmark = pytest.mark.xdist_group("one-answer")
 FIXTURES = Path(__file__).parent / "fixtures" / "third_party"
 
-VERDICTS = {"missing", "poisoned", "spliced", "resumable"}
+VERDICTS = {"missing", "poisoned", "wedged", "spliced", "resumable"}
 SUBAGENTS_ONLY = "a0000000-0000-4000-8000-000000000001"
 MAIN_DELETED = "a0000000-0000-4000-8000-000000000002"
 OTHER_NAME = "a0000000-0000-4000-8000-000000000003"
@@ -155,7 +155,7 @@ def surfaces(db_path, config, sessions: list[str]) -> dict:
         out = runner.invoke(cli, ["check", sid, *args, "--json", "--config-dir", str(config)])
         verdict = json.loads(out.stdout)
         assert out.exit_code == {"resumable": 0, "missing": 4, "poisoned": 5,
-                                 "spliced": 6}[verdict["verdict"]], (sid, out.output)
+                                 "spliced": 6, "wedged": 11}[verdict["verdict"]], (sid, out.output)
         found[sid]["check"] = verdict["verdict"]
     # sessions --json: the verdict column.
     out = runner.invoke(cli, ["sessions", *args, "--json", "--limit", "100000"])

@@ -297,6 +297,21 @@ def shape_skill_in_parallel(is_meta=True):
     return t.records
 
 
+def shape_skill_body_under_a_progress_record():
+    """The Skill body hangs from a progress record (written before it) that
+    hangs from the Skill's result: the loader reads the body's parent
+    through the progress record, and puts the body back with the result as
+    if it hung from it."""
+    records = shape_skill_in_parallel(is_meta=True)
+    body = next(r for r in records if r.get("sourceToolUseID") == "toolu_s")
+    progress = {"type": "progress", "uuid": u(8), "parentUuid": u(4), "isSidechain": False,
+                "sessionId": SID, "timestamp": body["timestamp"],
+                "data": {"type": "hook_progress", "hookName": "PostToolUse:Skill"}}
+    records.insert(records.index(body), progress)
+    body["parentUuid"] = u(8)
+    return records
+
+
 def shape_skill_in_parallel_meta():
     return shape_skill_in_parallel(is_meta=True)
 
@@ -370,6 +385,45 @@ def shape_two_replies_checkpoint_on_the_first():
     return records
 
 
+# --- j. A uuid written again after the last boundary (#92089) -----------------
+
+def copied_after_the_boundary(kept: bool):
+    """kRr(): the relink numbers the loaded records in the order their uuid
+    was first loaded (a Map keeps a key where it was first set, with the
+    last line's record as its value) and drops those before the last
+    boundary. A second /compact re-appends copies of earlier records with
+    their own uuid, parent and time (#92089): a copy of u2 after the
+    boundary keeps u2's place before it, so it is dropped, and the prompt
+    written under the copy hangs from the kept tail (kept=True) or from
+    nothing (its parent gone, no fallback within 5 s)."""
+    t = Transcript(SID)
+    t.add(u(1), None, "user", ts=at(0))
+    t.add(u(2), u(1), "assistant", message=text("msg_2", "the copied answer"), ts=at(1))
+    meta = {"trigger": "manual", "preTokens": 100}
+    if kept:
+        t.add(u(3), u(2), "user", ts=at(2))
+        t.add(u(4), u(3), "assistant", message=text("msg_4", "the kept answer"), ts=at(3))
+        meta["preservedSegment"] = {"headUuid": u(3), "anchorUuid": u(6), "tailUuid": u(4)}
+    else:
+        meta["preservedMessages"] = {"anchorUuid": u(6), "uuids": []}
+    t.add(u(5), None, "system", subtype="compact_boundary", content="Conversation compacted",
+          logicalParentUuid=u(4) if kept else u(2), compactMetadata=meta, ts=at(100))
+    t.add(u(6), u(5), "user", isCompactSummary=True, ts=at(100.1),
+          message={"role": "user", "content": "summary of the earlier conversation"})
+    t.records.append(dict(t.records[1]))
+    t.add(u(7), u(2), "user", ts=at(200))
+    t.add(u(8), u(7), "assistant", message=text("msg_8", "after the copy"), ts=at(201))
+    return t.records
+
+
+def shape_copy_after_the_boundary_is_dropped():
+    return copied_after_the_boundary(kept=False)
+
+
+def shape_copy_after_the_boundary_with_a_kept_tail():
+    return copied_after_the_boundary(kept=True)
+
+
 # --- What the CLI sends, and whether the index agrees ---------------------------
 
 # Per shape: the assistant texts the CLI sends, in order (before the reply to
@@ -400,6 +454,8 @@ EXPECTED = {
     "checkpoint_on_a_result_of_one_record_batch": (["after the results"], [], []),
     "skill_in_parallel_meta": (["after the skill and the command"], [SKILL_BODY], []),
     "skill_in_parallel_not_meta": (["after the skill and the command"], [], [SKILL_BODY]),
+    "skill_body_under_a_progress_record": (["after the skill and the command"], [SKILL_BODY],
+                                           []),
     "no_response_requested_mid": (["a real answer", "No response requested.",
                                    "the last answer"], [], []),
     "no_response_requested_tail": (["a real answer", "No response requested."], [], []),
@@ -408,12 +464,12 @@ EXPECTED = {
     "interrupt": (["a partial answer", "the last answer"], ["[Request interrupted by user]"], []),
     "two_replies_to_one_prompt": (["the second reply"], [], []),
     "two_replies_checkpoint_on_the_first": (["the delivered reply"], [], []),
+    "copy_after_the_boundary_is_dropped": (["after the copy"], [], []),
+    "copy_after_the_boundary_with_a_kept_tail": (["the kept answer", "after the copy"], [], []),
 }
 
 # The shapes where the index (as of this commit) differs from the CLI: why.
-DIFFERS = {
-    "sent_as_uuid": "the CLI loads a user record under its sentAsUuid",
-}
+DIFFERS: dict = {}
 
 SHAPES = {name: globals()[f"shape_{name}"] for name in EXPECTED}
 _SENT: dict = {}

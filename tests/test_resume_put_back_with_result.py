@@ -114,6 +114,52 @@ def test_a_line_is_put_back_whole_a_fork_or_a_prompt_leaves_it_whole(index):
     assert [got[u(n)] for n in (7, 8, 9, 10)] == [("abandoned_branch", 0)] * 4
 
 
+def progress(t, uuid, parent):
+    return t.add(uuid, parent, "progress", data={"type": "hook_progress"})
+
+
+def test_a_line_is_read_through_progress_records_as_the_loader_reads_parents(index):
+    # The loader does not load progress records: a record below one written
+    # before it hangs from the progress record's parent (resume.bridged), so
+    # a body below two progress records below the Skill result is put back
+    # (the real CLI sends it: tests/test_oracle_cases.py,
+    # skill_body_under_a_progress_record).
+    t = Transcript(SID)
+    batch(t)
+    progress(t, u(20), u(4))
+    progress(t, u(21), u(20))
+    t.add(u(7), u(21), "user", isMeta=True, message=body())
+    t.add(u(8), u(7), "attachment", attachment={"type": "hook_additional_context"})
+    path = derived(index, t.records)
+    got = orphans(index, path)
+    assert [got[u(n)] for n in (7, 8)] == [("put_back_with_result", 1)] * 2
+    assert [got[u(n)][0] for n in (20, 21)] == ["progress"] * 2
+
+    # A progress record written after what hangs from it is no bridge: the
+    # body's parent is not loaded, and it stays dropped.
+    records = [r for r in t.records if r["uuid"] != u(21)]
+    records.insert(records.index(next(r for r in records if r["uuid"] == u(7))) + 1,
+                   next(r for r in t.records if r["uuid"] == u(21)))
+    path = derived(index, records)
+    assert orphans(index, path)[u(7)][1] == 0
+
+    # A progress record below a link: what hangs from it counts as the
+    # link's child (here a prompt, so the line is left whole).
+    progress(t, u(22), u(7))
+    t.add(u(9), u(22), "user")
+    path = derived(index, t.records)
+    assert orphans(index, path)[u(7)] == ("abandoned_branch", 0)
+
+
+def test_a_line_through_an_unreadable_record(index):
+    t = Transcript(SID)
+    batch(t)
+    t.add(u(20), u(4), "user", message={"role": "user", "content": 7})  # unreadable
+    t.add(u(7), u(20), "user", isMeta=True, message=body())
+    path = derived(index, t.records)
+    assert orphans(index, path)[u(7)] == ("put_back_with_result", 1)
+
+
 def test_only_below_an_api_response_with_a_tool_call(index):
     # The same tree where msg_P holds no tool_use block (two text parts):
     # its records and their children are parallel, the line is not put back.
@@ -177,6 +223,35 @@ def test_appends_class_the_line_again(index):
          ("put_back_with_result", 1)),
         ([t.add(u(11), u(7), "system", subtype="stop_hook_summary"),
           t.add(u(12), u(10), "user"), t.add(u(13), u(12), "assistant")],
+         ("abandoned_branch", 0)),
+    ]
+    for appended, want in steps:
+        before = derive.STATS["appended"]
+        with open(path, "a") as f:
+            f.writelines(json.dumps(r) + "\n" for r in appended)
+        index.ingest()
+        index.assert_caches_match_definitions()
+        assert derive.STATS["appended"] == before + 1, derive_append.BAILS
+        assert orphans(index, path)[u(7)] == want
+
+
+def test_appends_read_the_line_through_progress_records(index):
+    """Appended: a progress record below the Skill result and the body
+    below it with the answer; then a progress record below the body, a
+    prompt below that (the line is left whole) and a new turn. Extended, not recomputed,
+    and equal to the definitions after each append."""
+    t = Transcript(SID)
+    batch(t)
+    path = derived(index, [r for r in t.records if r["uuid"] not in (u(5), u(6))], last=())
+    answer = [r for r in t.records if r["uuid"] in (u(5), u(6))]
+    t.records = []
+    steps = [
+        ([progress(t, u(20), u(4)), t.add(u(7), u(20), "user", isMeta=True, message=body()),
+          *(t.add(r["uuid"], r["parentUuid"], r["type"], message=r["message"])
+            for r in answer)],
+         ("put_back_with_result", 1)),
+        ([progress(t, u(21), u(7)), t.add(u(8), u(21), "user"),
+          t.add(u(9), u(6), "user"), t.add(u(10), u(9), "assistant")],
          ("abandoned_branch", 0)),
     ]
     for appended, want in steps:

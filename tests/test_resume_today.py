@@ -87,6 +87,35 @@ def test_a_relink_drops_what_came_before_the_boundary(index):
     index.assert_caches_match_definitions()
 
 
+def test_a_copy_written_after_the_boundary_is_dropped_with_what_it_copies(index):
+    # A second /compact re-appends copies of earlier records with their own
+    # uuid (#92089): the CLI's relink places a uuid where it was first
+    # loaded, so the copy of u2 is dropped, and u7, written under it, hangs
+    # from the kept tail (tests/test_oracle_cases.py: copy_after_the_boundary_*).
+    t = Transcript(SID)
+    t.add(u(1), None, "user")
+    t.add(u(2), u(1), "assistant", message=text("msg_1", "the copied answer"))
+    t.add(u(3), u(2), "user")
+    t.add(u(4), u(3), "assistant", message=text("msg_2", "the kept answer"))
+    t.add(u(5), None, "system", subtype="compact_boundary", content="Conversation compacted",
+          logicalParentUuid=u(4), compactMetadata={"trigger": "manual", "preservedSegment": {
+              "headUuid": u(3), "anchorUuid": u(6), "tailUuid": u(4)}})
+    t.add(u(6), u(5), "user", isCompactSummary=True,
+          message={"role": "user", "content": "summary of the earlier conversation"})
+    t.records.append(dict(t.records[1]))
+    t.add(u(7), u(2), "user")
+    t.add(u(8), u(7), "assistant", message=text("msg_3", "after the copy"))
+    path = write_jsonl(index.projects / "-tmp-demo" / f"{SID}.jsonl", t.records)
+    index.ingest()
+    fid = index.file_id(path)
+    assert index.ancestry(fid)[::-1] == [u(5), u(6), u(3), u(4), u(7), u(8)]
+    # Off the chain both; the copy's line is after the boundary, so its
+    # cause is read from where its parent went (issue 27's compaction
+    # audit tells copies apart).
+    assert index.causes(fid) == {u(1): "compacted", u(2): "unlinked"}
+    index.assert_caches_match_definitions()
+
+
 def test_a_boundary_whose_kept_segment_is_broken_relinks_nothing(index):
     records = kept_compaction()
     records[4]["compactMetadata"]["preservedSegment"]["headUuid"] = "not-in-the-file"

@@ -43,6 +43,11 @@ from indexer.transcripts.records import (
 # file hangs under the latest message at or before it within this many ms.
 FALLBACK_MS = 5000
 
+# The records the CLI's loader keeps as messages of the conversation (its
+# nodes; resume.py): the others are progress or not chain records.
+CLI_NODE_TYPES = ("user", "assistant", "system", "attachment")
+CLI_NODE_TYPES_SQL = "(" + ",".join(f"'{t}'" for t in CLI_NODE_TYPES) + ")"
+
 # Files that are transcripts (the rest are `claude -p` execution logs).
 TRANSCRIPT_KIND_NAMES = ("main", "subagent")
 TRANSCRIPT_KINDS = "(" + ",".join(f"'{k}'" for k in TRANSCRIPT_KIND_NAMES) + ")"
@@ -86,25 +91,32 @@ LAST_PROMPT_EXPLICIT = "(json_valid({r}.raw) AND json_type({r}.raw, '$.explicit'
 
 # Is uuid {uuid} a node of the CLI's view of file {file_id} (a user, assistant,
 # system or attachment record that is readable, the last chain line of its
-# uuid) whose line is before line {before}? Two references to records: for the relink, whose parts are copied
+# uuid)? Two references to records: for the relink, whose parts are copied
 # wherever cli is named (CLI_CTES).
 IS_CLI_NODE = f"""EXISTS (SELECT 1 FROM records x WHERE x.file_id = {{file_id}} AND x.uuid = {{uuid}}
-      AND x.type IN ('user','assistant','system','attachment') AND NOT x.is_unreadable
-      AND x.line_no < {{before}} AND NOT EXISTS (SELECT 1 FROM records y WHERE y.file_id = x.file_id AND y.uuid = x.uuid
+      AND x.type IN {CLI_NODE_TYPES_SQL} AND NOT x.is_unreadable
+      AND NOT EXISTS (SELECT 1 FROM records y WHERE y.file_id = x.file_id AND y.uuid = x.uuid
                       AND y.line_no > x.line_no AND y.type IN {CHAIN_TYPES_SQL}))"""
+# The first line of {n}'s uuid the loader loads (a user, assistant, system
+# or attachment line): where the CLI's Map holds the uuid, whose order the
+# relink reads (resume.relink's ``first``), though the last line's record
+# is its value.
+FIRST_LOADED = (f"(SELECT min(z.line_no) FROM records z WHERE z.file_id = {{n}}.file_id "
+                f"AND z.uuid = {{n}}.uuid AND z.type IN {CLI_NODE_TYPES_SQL})")
+# Is uuid {uuid} a node (IS_CLI_NODE) first loaded before line {before} (a
+# node the relink drops)?
+IS_CLI_NODE_LOADED_BEFORE = IS_CLI_NODE[:-1] + (
+    f"\n      AND {FIRST_LOADED.format(n='x')} < {{before}})")
 
-# Is cli_base node {x} still a node after the relink of {c}'s file (c: a
-# cli_nodes row, which carries its file's last_line and kept)? Reading
-# cli_base with this, rather than cli_nodes, keeps the references down.
-NOT_DROPPED = ("({c}.last_line IS NULL OR {x}.line_no >= {c}.last_line OR EXISTS ("
+NOT_DROPPED = ("({c}.last_line IS NULL OR {x}.first_line >= {c}.last_line OR EXISTS ("
                "SELECT 1 FROM json_each({c}.kept) k WHERE k.value = {x}.uuid))")
 
-# The CLI's view of each file (resume.py states the rules): cli holds its
-# nodes (no progress records) with the bridged parent (read through progress
-# records written before the record; `bridge` climbs them, each step to an
-# earlier line, so it ends) and walk_parent (the bridged parent, else the
-# timestamp fallback when that parent is not a node).
-CLI_CTES = f"""
+# bridge / bridged: the parent the loader reads a node under, climbing
+# through progress records written before it and unreadable records, which
+# it does not load (resume.bridged); each step is to an earlier line or an
+# unreadable record, and the step bound ends a cycle. In CLI_CTES and in the
+# put-back lines of ORPHANS_DEFINITION_SQL.
+BRIDGE_CTES = f"""
 bridge(file_id, uuid, up, up_line, steps) AS (
   SELECT n.file_id, n.uuid, n.parent_uuid, n.line_no, 0 FROM nodes n
   WHERE n.type <> 'progress' AND NOT n.is_unreadable AND EXISTS (
@@ -127,15 +139,50 @@ bridged AS MATERIALIZED (
                PARTITION BY file_id, uuid ORDER BY steps DESC) AS rn
         FROM bridge) b JOIN files f ON f.id = b.file_id
   WHERE b.rn = 1
+)
+""".strip()
+
+# The CLI's view of each file (resume.py states the rules): cli holds its
+# nodes (no progress records) with the bridged parent (read through progress
+# records written before the record; `bridge` climbs them, each step to an
+# earlier line, so it ends) and walk_parent (the bridged parent, else the
+# timestamp fallback when that parent is not a node).
+CLI_CTES = f"""
+-- sent_as (resume.sent_as_renames): the prompts stored anew that the loader
+-- loads under their sentAsUuid (as_uuid): a user record whose sentAsUuid is
+-- no earlier node line's uuid and no earlier user record's sentAsUuid. A
+-- parent (or checkpoint) naming as_uuid is read as the record's own uuid;
+-- replaced: a later node line has that uuid and takes its place, so the
+-- record is no node and nothing is renamed.
+sent_as AS MATERIALIZED (
+  SELECT r.id, r.file_id, r.uuid, r.sent_as_uuid AS as_uuid,
+         EXISTS (SELECT 1 FROM records l WHERE l.file_id = r.file_id
+                   AND l.uuid = r.sent_as_uuid AND l.line_no > r.line_no
+                   AND l.type IN {CLI_NODE_TYPES_SQL}) AS replaced
+  FROM records r
+  WHERE r.sent_as_uuid IS NOT NULL AND r.type = 'user' AND r.uuid IS NOT NULL
+    AND NOT EXISTS (SELECT 1 FROM records e WHERE e.file_id = r.file_id
+                      AND e.uuid = r.sent_as_uuid AND e.line_no < r.line_no
+                      AND e.type IN {CLI_NODE_TYPES_SQL})
+    AND NOT EXISTS (SELECT 1 FROM records e WHERE e.file_id = r.file_id
+                      AND e.sent_as_uuid = r.sent_as_uuid AND e.line_no < r.line_no
+                      AND e.type = 'user' AND e.uuid IS NOT NULL)
 ),
+{BRIDGE_CTES},
 cli_base AS MATERIALIZED (
-  SELECT n.id, n.file_id, n.line_no, n.uuid, n.type, n.subtype, n.is_sidechain,
-         r.parent_uuid, r.logical_parent_uuid, {TIMESTAMP_MS.format(r="r")} AS ts_ms,
-         CAST(CASE WHEN b.uuid IS NOT NULL THEN b.up ELSE n.parent_uuid END AS TEXT) AS parent,
-         r.timestamp
-  FROM nodes n JOIN records r ON r.id = n.id
-  LEFT JOIN bridged b ON b.file_id = n.file_id AND b.uuid = n.uuid
-  WHERE n.type <> 'progress' AND NOT n.is_unreadable
+  SELECT c.id, c.file_id, c.line_no, c.uuid, c.type, c.subtype, c.is_sidechain,
+         c.parent_uuid, c.logical_parent_uuid, c.ts_ms, {FIRST_LOADED.format(n="c")} AS first_line,
+         CAST(coalesce((SELECT s.uuid FROM sent_as s WHERE s.file_id = c.file_id
+                          AND s.as_uuid = c.up AND NOT s.replaced), c.up) AS TEXT) AS parent,
+         c.timestamp
+  FROM (SELECT n.id, n.file_id, n.line_no, n.uuid, n.type, n.subtype, n.is_sidechain,
+               r.parent_uuid, r.logical_parent_uuid, {TIMESTAMP_MS.format(r="r")} AS ts_ms,
+               CASE WHEN b.uuid IS NOT NULL THEN b.up ELSE n.parent_uuid END AS up,
+               r.timestamp
+        FROM nodes n JOIN records r ON r.id = n.id
+        LEFT JOIN bridged b ON b.file_id = n.file_id AND b.uuid = n.uuid
+        WHERE n.type <> 'progress' AND NOT n.is_unreadable
+          AND NOT EXISTS (SELECT 1 FROM sent_as s WHERE s.id = n.id AND s.replaced)) c
 ),
 -- The compaction relink (resume.relink). SQLite copies a CTE's tree at each
 -- place it is named and counts every table reference of the copies (at most
@@ -145,7 +192,7 @@ cli_base AS MATERIALIZED (
 -- (records.PRESERVED), the last such one, whether it is the last boundary,
 -- and its anchor.
 bounds AS MATERIALIZED (
-  SELECT n.file_id, n.line_no, {PRESERVED.format(r="r")} AS preserved
+  SELECT n.file_id, {FIRST_LOADED.format(n="n")} AS line_no, {PRESERVED.format(r="r")} AS preserved
   FROM nodes n JOIN records r ON r.id = n.id
   WHERE {COMPACT_BOUNDARY_RECORD.format(r="n")}
 ),
@@ -186,7 +233,7 @@ relinking AS MATERIALIZED (
       WHEN k.listed AND json_type(k.preserved, '$.m.uuids') IS NOT 'array' THEN '[]'
       WHEN k.listed AND NOT EXISTS (
              SELECT 1 FROM json_each(k.preserved, '$.m.uuids') j, files f
-             WHERE f.id = k.file_id AND j.type = 'text' AND NOT {IS_CLI_NODE.format(file_id="k.file_id", uuid="j.value", before="f.line_count + 1")})
+             WHERE f.id = k.file_id AND j.type = 'text' AND NOT {IS_CLI_NODE.format(file_id="k.file_id", uuid="j.value")})
         THEN (SELECT json_group_array(j.value) FROM (
                 SELECT value FROM json_each(k.preserved, '$.m.uuids')
                 WHERE type = 'text' ORDER BY CAST(key AS INTEGER)) j)
@@ -216,14 +263,14 @@ relinked AS MATERIALIZED (
                      (SELECT max(CAST(j.key AS INTEGER)) FROM json_each(k.kept) j
                       WHERE j.value = c.uuid) AS pos
               FROM cli_base c LEFT JOIN relinking k ON k.file_id = c.file_id) c) c
-  WHERE c.last_line IS NULL OR c.line_no >= c.last_line OR c.pos IS NOT NULL
+  WHERE c.last_line IS NULL OR c.first_line >= c.last_line OR c.pos IS NOT NULL
 ),
 -- cli_nodes: a user/assistant record whose parent was dropped hangs from the tail.
 cli_nodes AS MATERIALIZED (
   SELECT c.id, c.file_id, c.line_no, c.uuid, c.type, c.subtype, c.is_sidechain,
          c.parent_uuid, c.logical_parent_uuid, c.ts_ms, CAST(CASE
            WHEN c.tail IS NOT NULL AND c.type IN ('user','assistant')
-             AND {IS_CLI_NODE.format(file_id="c.file_id", uuid="c.moved", before="c.last_line")}
+             AND {IS_CLI_NODE_LOADED_BEFORE.format(file_id="c.file_id", uuid="c.moved", before="c.last_line")}
              AND NOT EXISTS (SELECT 1 FROM json_each(c.kept) j WHERE j.value = c.moved)
            THEN c.tail ELSE c.moved END AS TEXT) AS parent,
          c.timestamp, c.last_line, c.kept
@@ -232,9 +279,9 @@ cli_nodes AS MATERIALIZED (
 cli AS MATERIALIZED (
   SELECT c.*, CAST(CASE
     WHEN c.parent IS NULL THEN NULL
-    WHEN {IS_CLI_NODE.format(file_id="c.file_id", uuid="c.parent", before="f.line_count + 1")}
+    WHEN {IS_CLI_NODE.format(file_id="c.file_id", uuid="c.parent")}
       AND NOT (c.last_line IS NOT NULL
-               AND {IS_CLI_NODE.format(file_id="c.file_id", uuid="c.parent", before="c.last_line")}
+               AND {IS_CLI_NODE_LOADED_BEFORE.format(file_id="c.file_id", uuid="c.parent", before="c.last_line")}
                AND NOT EXISTS (SELECT 1 FROM json_each(c.kept) j WHERE j.value = c.parent))
       THEN c.parent
     ELSE (SELECT x.uuid FROM cli_base x
@@ -348,7 +395,9 @@ state AS MATERIALIZED (
                           AND b.line_no > lp.line_no)
           AND NOT EXISTS (SELECT 1 FROM prompts q WHERE q.file_id = m.file_id
                           AND q.line_no > lp.line_no AND q.null_leaf AND q.explicit)
-         THEN lp.leaf END AS checkpoint,
+         THEN coalesce((SELECT sa.uuid FROM sent_as sa WHERE sa.file_id = m.file_id
+                          AND sa.as_uuid = lp.leaf AND NOT sa.replaced), lp.leaf)
+         END AS checkpoint,
     EXISTS (SELECT 1 FROM prompts q WHERE q.file_id = m.file_id AND q.null_leaf AND q.explicit
               AND NOT EXISTS (SELECT 1 FROM row_lines w WHERE w.file_id = m.file_id
                               AND w.line_no > q.line_no)
@@ -865,6 +914,16 @@ LEAF_ANCESTRY_DEFINITION_SQL = (
 # step here reads it ("no such table: main.scope_files").
 ORPHANS_DEFINITION_SQL = f"""
 WITH RECURSIVE {NODES_CTES},
+{BRIDGE_CTES},
+-- loaded: the nodes the loader loads (no progress, no unreadable records),
+-- each with the parent it reads it under (bridged): what the put-back
+-- lines follow (derive._orphans, walk.put_back_with_results).
+loaded AS MATERIALIZED (
+  SELECT n.file_id, n.uuid, n.type, n.subtype, n.is_meta, n.is_tool_result, n.is_sidechain,
+         CAST(CASE WHEN b.uuid IS NOT NULL THEN b.up ELSE n.parent_uuid END AS TEXT) AS parent
+  FROM nodes n LEFT JOIN bridged b ON b.file_id = n.file_id AND b.uuid = n.uuid
+  WHERE n.type <> 'progress' AND NOT n.is_unreadable
+),
 on_chain AS MATERIALIZED (
   SELECT a.file_id, a.uuid, a.depth FROM leaf_ancestry a
   JOIN scope_files f ON f.file_id = a.file_id
@@ -938,7 +997,7 @@ anchors AS MATERIALIZED (
   UNION
   SELECT t.file_id, t.uuid, t.is_sidechain FROM batches b
   JOIN nodes n ON n.file_id = b.file_id AND n.message_id = b.message_id AND n.type = 'assistant'
-  JOIN nodes t ON t.file_id = n.file_id AND t.parent_uuid = n.uuid
+  JOIN loaded t ON t.file_id = n.file_id AND t.parent = n.uuid
   WHERE t.type = 'user' AND t.is_tool_result
   UNION
   SELECT n.file_id, n.uuid, n.is_sidechain FROM batches b
@@ -946,27 +1005,36 @@ anchors AS MATERIALIZED (
   JOIN nodes n ON n.file_id = a.file_id AND n.uuid = a.uuid
   WHERE {COMPANION_RECORD.format(r="n")}
 ),
-line(file_id, start, side, uuid, steps) AS (
-  SELECT c.file_id, c.uuid, p.is_sidechain, c.uuid, 0
-  FROM anchors p JOIN nodes c ON c.file_id = p.file_id AND c.parent_uuid = p.uuid
+-- line: from each anchor down its loaded children while they are companion
+-- records of its side off the chain. A progress record, or an unreadable
+-- record, is passed through (through = 1: not loaded, no link of the line)
+-- to what hangs from it, from a progress record only to the lines written
+-- after it (line_no), as resume.bridged reads parents.
+line(file_id, start, side, uuid, steps, through, line_no) AS (
+  SELECT c.file_id, c.uuid, p.is_sidechain, c.uuid, 0, 0, NULL
+  FROM anchors p JOIN loaded c ON c.file_id = p.file_id AND c.parent = p.uuid
   WHERE {COMPANION_RECORD.format(r="c")} AND c.is_sidechain = p.is_sidechain
     AND NOT EXISTS (SELECT 1 FROM on_chain a WHERE a.file_id = c.file_id AND a.uuid = c.uuid)
   UNION ALL
-  SELECT c.file_id, w.start, w.side, c.uuid, w.steps + 1
+  SELECT c.file_id, w.start, w.side, c.uuid, w.steps + 1,
+         c.type = 'progress' OR c.is_unreadable, CASE WHEN c.type = 'progress' THEN c.line_no END
   FROM line w
   JOIN records c ON c.file_id = w.file_id AND c.parent_uuid = w.uuid
   JOIN files b ON b.id = w.file_id
-  WHERE w.steps <= b.line_count AND {COMPANION_RECORD.format(r="c")}
-    AND c.is_sidechain = w.side AND {_IS_NODE.format(n="c")}
-    AND NOT EXISTS (SELECT 1 FROM leaf_ancestry_cache a WHERE a.file_id = c.file_id
-                    AND a.rule = 'resume' AND a.uuid = c.uuid)
+  WHERE w.steps <= b.line_count AND {_IS_NODE.format(n="c")}
+    AND (w.line_no IS NULL OR c.line_no > w.line_no)
+    AND (c.type = 'progress' OR (c.is_unreadable AND c.type IN ('user','assistant'))
+         OR ({COMPANION_RECORD.format(r="c")} AND c.is_sidechain = w.side
+             AND NOT EXISTS (SELECT 1 FROM leaf_ancestry_cache a WHERE a.file_id = c.file_id
+                             AND a.rule = 'resume' AND a.uuid = c.uuid)))
 ),
-lines AS MATERIALIZED (SELECT * FROM line),
+lines AS MATERIALIZED (SELECT * FROM line WHERE NOT through),
 -- loose: the records neither on the chain nor parallel (what a line meets
 -- below a link), with whether each could go on a line.
 loose AS MATERIALIZED (
-  SELECT c.file_id, c.parent_uuid, c.is_sidechain, {COMPANION_RECORD.format(r="c")} AS companion
-  FROM nodes c
+  SELECT c.file_id, c.parent AS parent_uuid, c.is_sidechain,
+         {COMPANION_RECORD.format(r="c")} AS companion
+  FROM loaded c
   WHERE NOT EXISTS (SELECT 1 FROM on_chain a WHERE a.file_id = c.file_id AND a.uuid = c.uuid)
     AND NOT EXISTS (SELECT 1 FROM parallel q WHERE q.file_id = c.file_id AND q.uuid = c.uuid)
 ),
@@ -990,20 +1058,20 @@ off AS MATERIALIZED (
   WHERE f.kind = 'main'
     AND NOT EXISTS (SELECT 1 FROM on_chain a WHERE a.file_id = n.file_id AND a.uuid = n.uuid)
 ),
-down(file_id, uuid, branch_point, origin, steps) AS (
-  SELECT o.file_id, o.uuid, o.eff_parent, 'ancestry', 0
+down(file_id, uuid, branch_point, origin, steps, root) AS (
+  SELECT o.file_id, o.uuid, o.eff_parent, 'ancestry', 0, o.uuid
   FROM off o
   WHERE EXISTS (SELECT 1 FROM on_chain a WHERE a.file_id = o.file_id AND a.uuid = o.eff_parent)
   UNION ALL
-  SELECT o.file_id, o.uuid, NULL, 'unlinked', 0
+  SELECT o.file_id, o.uuid, NULL, 'unlinked', 0, o.uuid
   FROM off o WHERE o.eff_parent IS NULL
   UNION ALL
-  SELECT o.file_id, o.uuid, NULL, 'dangling_parent', 0
+  SELECT o.file_id, o.uuid, NULL, 'dangling_parent', 0, o.uuid
   FROM off o
   WHERE o.eff_parent IS NOT NULL
     AND NOT EXISTS (SELECT 1 FROM nodes p WHERE p.file_id = o.file_id AND p.uuid = o.eff_parent)
   UNION ALL
-  SELECT c.file_id, c.uuid, d.branch_point, d.origin, d.steps + 1
+  SELECT c.file_id, c.uuid, d.branch_point, d.origin, d.steps + 1, d.root
   FROM down d
   JOIN records c ON c.file_id = d.file_id AND c.parent_uuid = d.uuid
   JOIN files b ON b.id = d.file_id
@@ -1011,7 +1079,7 @@ down(file_id, uuid, branch_point, origin, steps) AS (
     AND NOT EXISTS (SELECT 1 FROM leaf_ancestry_cache a WHERE a.file_id = c.file_id
                     AND a.rule = 'resume' AND a.uuid = c.uuid)
   UNION ALL
-  SELECT c.file_id, c.uuid, d.branch_point, d.origin, d.steps + 1
+  SELECT c.file_id, c.uuid, d.branch_point, d.origin, d.steps + 1, d.root
   FROM down d
   JOIN records c ON c.file_id = d.file_id AND c.logical_parent_uuid = d.uuid
   JOIN files b ON b.id = d.file_id
@@ -1022,7 +1090,24 @@ down(file_id, uuid, branch_point, origin, steps) AS (
                     AND a.rule = 'resume' AND a.uuid = c.uuid)
 ),
 reached AS MATERIALIZED (
-  SELECT file_id, uuid, branch_point, origin FROM down
+  SELECT file_id, uuid, branch_point, origin, root FROM down
+),
+-- grafted: the branches (by their first record, root) a late graft cuts
+-- off (walk.is_late_graft): the chain's record below the branch point is a
+-- tool result written after root, an earlier result of the same call.
+grafted AS MATERIALIZED (
+  SELECT DISTINCT d.file_id, d.root FROM (SELECT DISTINCT file_id, root, branch_point
+                                          FROM reached WHERE origin = 'ancestry') d
+  JOIN on_chain b ON b.file_id = d.file_id AND b.uuid = d.branch_point
+  JOIN on_chain x ON x.file_id = b.file_id AND x.depth = b.depth - 1
+  JOIN nodes xn ON xn.file_id = x.file_id AND xn.uuid = x.uuid
+  JOIN nodes rn ON rn.file_id = d.file_id AND rn.uuid = d.root
+  JOIN records xr ON xr.id = xn.id
+  JOIN records rr ON rr.id = rn.id
+  WHERE xn.uuid <> rn.uuid AND xn.type = 'user' AND xn.is_tool_result
+    AND rn.type = 'user' AND rn.is_tool_result AND rn.line_no < xn.line_no
+    AND EXISTS (SELECT 1 FROM json_each({TOOL_IDS.format(r="xr")}) a
+                JOIN json_each({TOOL_IDS.format(r="rr")}) z ON z.value = a.value)
 ),
 classed AS (
 SELECT o.file_id, f.session_id, o.uuid, o.type, o.subtype, o.timestamp,
@@ -1045,6 +1130,9 @@ SELECT o.file_id, f.session_id, o.uuid, o.type, o.subtype, o.timestamp,
                  WHERE s.file_id = o.file_id AND s.uuid = d.branch_point)
       THEN 'api_error_splice'
     WHEN {API_ERROR_RECORD.format(r="o")} THEN 'api_error_record'
+    WHEN d.origin = 'ancestry' AND EXISTS (SELECT 1 FROM grafted g
+                                           WHERE g.file_id = o.file_id AND g.root = d.root)
+      THEN 'late_graft'
     WHEN d.origin = 'dangling_parent' THEN 'dangling_parent'
     WHEN d.origin = 'unlinked' THEN 'unlinked'
     WHEN d.origin = 'ancestry' THEN 'abandoned_branch'

@@ -61,8 +61,8 @@ before the last boundary is dropped. ``newest_descendant``: with no
 last-prompt record naming a leaf and a newest row that is not the last row,
 the newest record below the last row is where the walk starts.
 
-Not modelled yet (the README lists them, tests/test_oracle_cases.py shows
-each with the real CLI): ``sentAsUuid``.
+``sent_as_renames``: a prompt stored anew is loaded under its sentAsUuid
+when no earlier record has that uuid.
 """
 
 from __future__ import annotations
@@ -70,14 +70,13 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 
-from indexer.chain.definitions import FALLBACK_MS
+from indexer.chain.definitions import CLI_NODE_TYPES, FALLBACK_MS
 from indexer.transcripts import records
 from indexer.transcripts.records import MESSAGE_TYPES
 
 CLI_VERSION = "2.1.332"
 # Types whose records carry uuid/parentUuid links (records.CHAIN_TYPES), as a set.
 CHAIN_TYPES = frozenset(records.CHAIN_TYPES)
-CLI_NODE_TYPES = ("user", "assistant", "system", "attachment")
 
 
 def is_snapshot(r) -> bool:
@@ -120,7 +119,7 @@ class CliView:
     calls: object = None          # Rec -> Calls (kin's tool facts, read when needed)
 
 
-def _bridged(n, records: dict) -> str | None:
+def bridged(n, records: dict) -> str | None:
     """n's parent, read through progress records written before it and
     through unreadable records; None when those go round a cycle."""
     p, line, seen = n.parent_uuid, n.line_no, set()
@@ -183,7 +182,18 @@ def _preserved_uuids(boundary, nodes: dict, parent: dict):
     return anchor, listed
 
 
-def relink(nodes: dict, parent: dict):
+def first_loaded(occ: list) -> dict:
+    """uuid -> the first line of it the loader loads (a user, assistant,
+    system or attachment line): where the CLI's Map holds the uuid though
+    the last line's record is its value, the order the relink reads."""
+    first: dict = {}
+    for r in occ:
+        if r.type in CLI_NODE_TYPES:
+            first.setdefault(r.uuid, r.line_no)
+    return first
+
+
+def relink(nodes: dict, parent: dict, first: dict):
     """The CLI's compaction relink, before any leaf is picked: (nodes,
     parent, tail). When the last compact boundary that says what it kept
     (records.PRESERVED) is the last boundary, the kept records hang from its
@@ -191,8 +201,13 @@ def relink(nodes: dict, parent: dict):
     hangs from the tail. When such a boundary exists, every node before the
     last boundary but the kept ones is dropped, and a user/assistant record
     whose parent was dropped hangs from the tail. ``tail``: the last kept
-    record, or None when nothing was put back."""
-    boundaries = [r for r in nodes.values() if records.is_compact_boundary(r.type, r.subtype)]
+    record, or None when nothing was put back. "Before" is in the order the
+    uuids were first loaded (``first``: first_loaded), as the CLI numbers
+    them: a copy of an earlier record written after the boundary (#92089)
+    is dropped with it."""
+    boundaries = sorted((r for r in nodes.values()
+                         if records.is_compact_boundary(r.type, r.subtype)),
+                        key=lambda r: first[r.uuid])
     keeping = [b for b in boundaries if records.preserved_of(b.preserved) is not None]
     if not keeping:
         return nodes, parent, None
@@ -214,7 +229,7 @@ def relink(nodes: dict, parent: dict):
                 if p == anchor and u != head:
                     parent[u] = tail
     keep = set(uuids)
-    dropped = {u for u, r in nodes.items() if r.line_no < last.line_no and u not in keep}
+    dropped = {u for u in nodes if first[u] < first[last.uuid] and u not in keep}
     nodes = {u: r for u, r in nodes.items() if u not in dropped}
     parent = {u: p for u, p in parent.items() if u not in dropped}
     if uuids and dropped:
@@ -234,27 +249,61 @@ def relinked_parents(occ: list) -> dict:
                          if r.type in CLI_NODE_TYPES and not r.is_unreadable),
                         key=lambda item: item[1].line_no))
     raw = {u: r.parent_uuid for u, r in nodes.items()}
-    _, parent, tail = relink(nodes, raw)
+    _, parent, tail = relink(nodes, raw, first_loaded(occ))
     if tail is None:
         return {}
     return {u: p for u, p in parent.items() if p != raw[u]}
+
+
+def sent_as_renames(occ: list) -> tuple[dict, set]:
+    """sentAsUuid: Claude Code stores a prompt anew under a new uuid and
+    keeps the uuid it was sent under as ``sentAsUuid``; its loader (trn())
+    loads such a user record under its sentAsUuid when no record loaded
+    before has that uuid. Here the record keeps its own uuid and what names
+    the sentAsUuid (a parent, the checkpoint) is read as naming it.
+
+    Returns ({sentAsUuid: the record's uuid}, {ids of the records a later
+    node line of their sentAsUuid replaces: no nodes, nothing renamed}).
+    A record is renamed when no earlier node line has its sentAsUuid as
+    uuid and no earlier user record as sentAsUuid (definitions: sent_as)."""
+    renames, replaced = {}, set()
+    seen_uuids, seen_as, first = set(), set(), {}
+    for r in occ:
+        if r.type not in CLI_NODE_TYPES:
+            continue
+        if r.uuid in first:
+            replaced.add(first.pop(r.uuid).id)
+        y = r.sent_as_uuid if r.type == "user" else None
+        if y and y not in seen_uuids and y not in seen_as:
+            first[y] = r
+        seen_uuids.add(r.uuid)
+        if r.type == "user" and y:
+            seen_as.add(y)
+    for y, r in first.items():
+        renames[y] = r.uuid
+    return renames, replaced
 
 
 def cli_view(occ: list, prompts: list[Prompt], nodes_all: dict, calls=None) -> CliView:
     """The CLI's view of a main file from its chain record lines in file
     order (``occ``), its last-prompt records and the last line per uuid;
     ``calls``: Rec -> Calls, for kin."""
+    renames, replaced = sent_as_renames(occ)
     nodes = dict(sorted(((u, r) for u, r in nodes_all.items()
-                         if r.type in CLI_NODE_TYPES and not r.is_unreadable),
+                         if r.type in CLI_NODE_TYPES and not r.is_unreadable
+                         and r.id not in replaced),
                         key=lambda item: item[1].line_no))
-    parent = {u: _bridged(r, nodes_all) for u, r in nodes.items()}
+    parent = {u: bridged(r, nodes_all) for u, r in nodes.items()}
+    if renames:
+        parent = {u: renames.get(p, p) for u, p in parent.items()}
     keeps = any(r.preserved for r in nodes.values())
-    nodes, parent, tail = relink(nodes, parent)
+    nodes, parent, tail = relink(nodes, parent, first_loaded(occ))
     walk_parent = dict(parent)
     for u, p in _fallbacks(nodes, parent).items():
         walk_parent[u] = p
     seen = scan_events(occ, prompts, Scanned())
-    return CliView(nodes, parent, walk_parent, seen.last_row, seen.checkpoint, seen.explicit,
+    checkpoint = renames.get(seen.checkpoint, seen.checkpoint)
+    return CliView(nodes, parent, walk_parent, seen.last_row, checkpoint, seen.explicit,
                    seen.rewound_to_empty, seen.trailing_snapshots, tail, keeps,
                    seen.prompted, seen.newest_row, seen.ever_explicit, calls)
 

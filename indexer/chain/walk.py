@@ -17,26 +17,28 @@ from indexer.transcripts.records import MESSAGE_TYPES
 # timestamp in epoch milliseconds (definitions.TIMESTAMP_MS), NULL when not one;
 # preserved: what a compact boundary says the compaction kept (records.PRESERVED);
 # fork_briefing: a background fork's briefing (records.FORK_BRIEFING_RECORD);
-# has_tool_use: an assistant record holds a tool_use block (records.HAS_TOOL_USE).
+# has_tool_use: an assistant record holds a tool_use block (records.HAS_TOOL_USE);
+# sent_as_uuid: the uuid a prompt stored anew was sent under (resume.sent_as_renames).
 _REC_HEAD = f"""r.id, r.file_id, r.line_no, r.uuid, r.parent_uuid, r.logical_parent_uuid,
        r.type, r.subtype, r.timestamp, r.is_sidechain, r.is_meta, r.team_name,
        r.message_id, r.is_tool_result, {definitions.TIMESTAMP_MS.format(r="r")} AS ts_ms,
        r.is_unreadable, {records.PRESERVED.format(r="r")} AS preserved,
        {records.FORK_BRIEFING_RECORD.format(r="r")} AS fork_briefing"""
 _HAS_TOOL_USE = f'{records.HAS_TOOL_USE.format(r="r")} AS has_tool_use'
-REC_COLUMNS = f"{_REC_HEAD}, {_HAS_TOOL_USE}"
+REC_COLUMNS = f"{_REC_HEAD}, {_HAS_TOOL_USE}, r.sent_as_uuid"
 REC_FIELDS = 18   # the columns before the last-prompt fields (UUID_RECORDS_SELECT)
 # Records with a uuid and last-prompt records, as read_rows() reads them:
 # the Rec columns but the last, then the last-prompt fields read from the
-# line itself, then has_tool_use (at HAS_TOOL_USE_AT).
+# line itself, then has_tool_use (at HAS_TOOL_USE_AT) and sent_as_uuid.
 UUID_RECORDS_SELECT = f"""
 SELECT {_REC_HEAD}, r.leaf_uuid,
        CASE WHEN r.type = 'last-prompt' THEN {definitions.LAST_PROMPT_NULL_LEAF.format(r="r")} END,
        CASE WHEN r.type = 'last-prompt' THEN {definitions.LAST_PROMPT_EXPLICIT.format(r="r")} END,
-       {_HAS_TOOL_USE}
+       {_HAS_TOOL_USE}, r.sent_as_uuid
 FROM records r
 """.strip()
 HAS_TOOL_USE_AT = REC_FIELDS + 3
+SENT_AS_AT = REC_FIELDS + 4
 
 # What resume.kin reads of one record's tool calls (records.TOOL_IDS,
 # HAS_TOOL_USE, VIRTUAL_CALL), by record id (CALLS_SQL), or from a line's
@@ -82,6 +84,7 @@ class Rec:
     preserved: str | None = None   # a compact boundary's records.PRESERVED
     fork_briefing: int = 0         # records.FORK_BRIEFING_RECORD: a node, never a row
     has_tool_use: int = 0          # an assistant record with a tool_use block
+    sent_as_uuid: str | None = None  # a prompt stored anew: the uuid it was sent under
 
     @property
     def eff_parent(self) -> str | None:
@@ -253,16 +256,34 @@ def companion_line(start: Rec, anchor: Rec, children_of, is_visited) -> list[str
     return line
 
 
+def is_late_graft(root: Rec, below: Rec | None, calls) -> bool:
+    """Is the off-chain branch that starts at ``root`` (a child of a record
+    on the resume chain) cut off by a late graft: a tool result written
+    after it onto the same call (``below``: the chain's record below the
+    branch point), answering a tool_use that ``root``, an earlier result,
+    answered already? A permission response drained days later at start-up
+    (anthropics/claude-code#62301), or a second process resuming the
+    session, grafts it; being the last row, it takes the resume, and the
+    conversation that went on from the first answer is dropped.
+    ``calls``: Rec -> resume.Calls (their tool ids)."""
+    return (below is not None and calls is not None and root.uuid != below.uuid
+            and root.type == "user" and bool(root.is_tool_result)
+            and below.type == "user" and bool(below.is_tool_result)
+            and root.line_no < below.line_no
+            and bool(set(calls(root).ids) & set(calls(below).ids)))
+
+
 def cause_of(o: Rec, parent: Rec | None, branch_point: str | None, origin: str | None,
              boundary_line: int | None, in_chain_messages, is_splice_point,
-             with_result: bool = False) -> str:
+             with_result: bool = False, late_graft: bool = False) -> str:
     """The first matching cause of an off-chain record (orphans.cause):
     ``origin`` is how the top-down walk reached it (ancestry, unlinked,
     dangling_parent; None: never, inside a cycle), ``in_chain_messages(id)``
     whether an assistant record of that message id is on the resume chain,
     ``is_splice_point(uuid)`` whether that chain record's child on the chain
     is an api_error record, ``with_result`` whether the CLI puts it back
-    with a parallel tool result (put_back_with_results)."""
+    with a parallel tool result (put_back_with_results), ``late_graft``
+    whether its branch is cut off by a late graft (is_late_graft)."""
     if boundary_line is not None and o.line_no < boundary_line:
         return "compacted"
     if o.type == "progress":
@@ -275,6 +296,8 @@ def cause_of(o: Rec, parent: Rec | None, branch_point: str | None, origin: str |
         return "api_error_splice"
     if records.is_api_error_record(o.type, o.subtype):
         return "api_error_record"
+    if late_graft:
+        return "late_graft"
     if origin == "dangling_parent":
         return "dangling_parent"
     if origin == "unlinked":
@@ -331,5 +354,5 @@ def read_rows(rows, file_ids=()) -> dict:
             prompts.append(Prompt(row[2], row[REC_FIELDS], bool(row[REC_FIELDS + 1]),
                                   bool(row[REC_FIELDS + 2])))
         if row[3] is not None:
-            recs.append(Rec(*row[:REC_FIELDS], row[HAS_TOOL_USE_AT]))
+            recs.append(Rec(*row[:REC_FIELDS], row[HAS_TOOL_USE_AT], row[SENT_AS_AT]))
     return out

@@ -6,11 +6,11 @@ cannot be used (a file that is not an index, a full disk, a read-only file
 system, a corrupt page: one line, never a traceback; for export/restore also:
 the session, or the generation asked for, is not in the index; a target
 outside the folder, a symlink or a different file: refused; for search: search
-is not enabled on the index); 4/5/6 the check verdicts
-missing/poisoned/spliced; 7 a repair refused (the file is live); 8 a repair
+is not enabled on the index); 4/5/6/11 the check verdicts
+missing/poisoned/spliced/wedged; 7 a repair refused (the file is live); 8 a repair
 rolled back; 9 show/export/restore/repair/verify: no such session in the index;
 10 check: the session is on several hosts of a fleet, none of them this machine, and
---host names none.
+--host names none; 11 check: wedged.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from indexer.cli.options import nats_auth_options, nats_options
 from indexer.index import db as dbmod
 from indexer.cli.options import (config_dir_option, db_option, from_options, generation_option,
                                  json_option, now_option,
-                                 output_options,
+                                 metrics_option, output_options,
                                  since_option)
 from indexer.signals.classes import EXPIRING_WINDOW_DAYS, LISTED, listing_help
 from indexer.index.connection import IndexError_
@@ -115,8 +115,8 @@ def cli():
     and why; poisoned, stale and expiring sessions; failed `claude -p` runs.
 
     Exit codes: 0 ok; 1 a finding; 2 usage; 3 the index or a source cannot
-    be used; 4/5/6 check: missing/poisoned/spliced; 7/8 repair: refused/rolled back;
-    9 the session id is not in the index.
+    be used; 4/5/6/11 check: missing/poisoned/spliced/wedged; 7/8 repair: refused/rolled
+    back; 9 the session id is not in the index.
     """
 
 
@@ -133,8 +133,9 @@ def cli():
 @from_options("Instead of SOURCES: the lines `session-index ship` sent to this NATS "
               "JetStream server (every host's), drained, then exit; with --watch, keep "
               "consuming until SIGINT or SIGTERM.")
+@metrics_option
 def ingest(sources, db_path, config_dir, silent, as_json, watch, from_url, consumer, hosts,
-           **nats_auth):
+           gap_wait, metrics, **nats_auth):
     """Index new lines of the transcripts under SOURCES.
 
     SOURCES are folders and/or .jsonl files; the default is the projects/
@@ -163,10 +164,13 @@ def ingest(sources, db_path, config_dir, silent, as_json, watch, from_url, consu
     if from_url is not None:
         if sources:
             raise click.UsageError("--from reads NATS, not SOURCES: give one or the other")
-        _ingest_from(db_path, from_url, consumer, hosts, watch, as_json, nats_auth)
+        _ingest_from(db_path, from_url, consumer, hosts, watch, as_json, nats_auth, gap_wait,
+                     metrics)
         return
     if hosts is not None:
         raise click.UsageError("--hosts applies to --from")
+    if metrics is not None:
+        raise click.UsageError("--metrics applies to --from")
     try:
         sources = discover.default_sources(sources, config_dir)
     except discover.NoProjectsFolder as exc:
@@ -214,12 +218,30 @@ def ingest(sources, db_path, config_dir, silent, as_json, watch, from_url, consu
                      if sys.stderr.isatty() else text, db_path=db_path)
 
 
-def _ingest_from(db_path, url, consumer, hosts, watch, as_json, auth):
+def _endpoint(address, **kwargs):
+    """The --metrics endpoint (fleet_metrics.Endpoint), or None without it."""
+    if address is None:
+        return None
+    from indexer.ingest import fleet_metrics   # (--metrics only: prometheus-client)
+
+    try:
+        return fleet_metrics.Endpoint(address, **kwargs)
+    except fleet_metrics.MetricsError as exc:
+        raise Failure(str(exc)) from None
+
+
+def _ingest_from(db_path, url, consumer, hosts, watch, as_json, auth, gap_wait, metrics):
     """ingest --from: drain (or follow) the fleet's stream into the index."""
     from indexer.ingest import fleet_central as fleet_ingest, fleet_nats   # (ingest --from only: asyncio and the fleet's modules cost start-up time)
 
     options = nats_options(url, auth)
     db = _open(db_path, create=True)
+    live = None
+    if metrics is not None:
+        from indexer.ingest import fleet_metrics   # (--metrics only: prometheus-client)
+
+        live = fleet_metrics.Live("central")
+    endpoint = _endpoint(metrics, db_path=db_path, live=live)
 
     from indexer.ingest.log import stderr_line  # (a log that cannot be written never stops it)
 
@@ -231,11 +253,14 @@ def _ingest_from(db_path, url, consumer, hosts, watch, as_json, auth):
 
     try:
         summary = fleet_nats.run(lambda stop: fleet_ingest.consume(
-            db, options, consumer=consumer, hosts=hosts, watch=watch,
-            stop=stop, after_batch=log,
+            db, options, consumer=consumer, hosts=hosts, watch=watch, gap_wait=gap_wait,
+            stop=stop, after_batch=log, live=live,
             log=lambda line: stderr_line(f"ingest --from: {line}")), follow=watch)
     except (fleet_nats.FleetError, dbmod.IndexReplaced) as exc:
         raise Failure(str(exc)) from None
+    finally:
+        if endpoint is not None:
+            endpoint.close()
     derive.derive_pending(db)
     if as_json:
         click.echo(json.dumps(dict(summary.as_dict(), db=db_path)))
@@ -258,7 +283,8 @@ def _ingest_from(db_path, url, consumer, hosts, watch, as_json, auth):
                                            "(default: follow SOURCES until SIGINT/SIGTERM).")
 @config_dir_option()
 @nats_auth_options
-def ship(sources, to_url, host, ledger, once, config_dir, **auth):
+@metrics_option
+def ship(sources, to_url, host, ledger, once, config_dir, metrics, **auth):
     """Send every new complete line of the transcripts under SOURCES to NATS
     JetStream, for a central `session-index ingest --from` (a fleet of hosts
     in one index).
@@ -290,16 +316,25 @@ def ship(sources, to_url, host, ledger, once, config_dir, **auth):
     def log(line):
         stderr_line(f"ship {host}: {line}")
 
+    live = None
+    if metrics is not None:
+        from indexer.ingest import fleet_metrics   # (--metrics only: prometheus-client)
+
+        live = fleet_metrics.Live("ship")
+    endpoint = _endpoint(metrics, live=live)
     try:
         shipper = fleet_nats.run(lambda stop: shipmod.ship(
             nats_options(to_url, auth), list(sources), host=host,
-            ledger_path=ledger or shipmod.default_ledger(), once=once, log=log, stop=stop),
-            follow=not once)
+            ledger_path=ledger or shipmod.default_ledger(), once=once, log=log, stop=stop,
+            live=live), follow=not once)
     except (fleet_nats.FleetError, shipmod.ShipError) as exc:
         raise Failure(str(exc)) from None
     except fleet_nats.Stopped:
         log("stopped before the server answered: nothing sent")
         return
+    finally:
+        if endpoint is not None:
+            endpoint.close()
     log(f"{shipper.messages} messages, {shipper.sent_lines} lines, "
         f"{shipper.sent_bytes} bytes sent")
 
@@ -341,13 +376,63 @@ def status(db_path, as_json):
     for cause, n in s["orphans_by_cause"].items():
         click.echo(f"  {cause:22} {n}")
     click.echo(f"last ingest: {s['last_ingest_at'] or 'never'}")
-    if s["fleet_hosts"]:
+    if s["fleet_hosts"] or s["fleet_quarantined"] or s["fleet_gaps"]:
         click.echo(f"fleet: {s['fleet_hosts']} hosts, {s['fleet_files']} files shipped; oldest "
                    f"last heartbeat {s['oldest_heartbeat_at'] or 'none'}; sessions on several "
                    f"hosts: {s['sessions_on_several_hosts']} "
-                   f"({s['sessions_diverged_across_hosts']} diverged, see host_copies)")
+                   f"({s['sessions_diverged_across_hosts']} diverged, see host_copies); "
+                   f"quarantined messages: {s['fleet_quarantined']} (see quarantined); "
+                   f"gaps: {s['fleet_gaps']} (see fleet-gaps); files waiting for earlier "
+                   f"bytes: {s['fleet_files_waiting']}")
     click.echo("new record types in the last ingest: "
                + record_kinds.describe(s["new_record_types"].items()))
+
+
+@cli.command()
+@db_option
+@output_options
+def quarantined(db_path, fmt):
+    """The messages and heartbeats a fleet's central could not use (`ingest
+    --from`): acknowledged and kept with why (a damaged or forged message,
+    a host on another host's subject, a heartbeat time that is not one),
+    so that the stream went on. Their bytes are in the fleet_quarantine
+    table. Exit 1 when there are any.
+
+    Example:
+
+    \b
+        session-index quarantined --db central.db --table
+    """
+    from indexer.cli import output   # (csv and the formats: only for a command that prints a listing)
+
+    rows = statusmod.quarantined(_open(db_path, create=False))
+    output.write_rows(rows, fmt or "tsv", sys.stdout)
+    if rows:
+        sys.exit(EXIT_FINDING)
+
+
+@cli.command("fleet-gaps")
+@db_option
+@output_options
+def fleet_gaps(db_path, fmt):
+    """The bytes of hosts' files a fleet's central never got (`ingest
+    --from`): the stream no longer held them (its limits, a purge, a server
+    that lost them) and the host did not send them again within --gap-wait;
+    the central recorded the gap and went on. Per gap: the file, its host
+    and path there, the generation, the byte range, since when a later
+    message waited, when recorded, why. Exit 1 when there are any.
+
+    Example:
+
+    \b
+        session-index fleet-gaps --db central.db --table
+    """
+    from indexer.cli import output   # (csv and the formats: only for a command that prints a listing)
+
+    rows = statusmod.gaps(_open(db_path, create=False))
+    output.write_rows(rows, fmt or "tsv", sys.stdout)
+    if rows:
+        sys.exit(EXIT_FINDING)
 
 
 @cli.group()
@@ -400,15 +485,24 @@ def refs_import(file, db_path, as_json):
               help="A central index of a fleet: the host whose copy to check ('' for this "
                    "machine) [default: this machine when it holds the session, else the one "
                    "host that does; several: exit 10].")
+@click.option("--claude-version", default=None, metavar="V",
+              help="The Claude Code version that will resume (e.g. 2.1.154): what it does "
+                   "with thinking the API refuses decides wedged [default: the version that "
+                   "last wrote the transcript].")
 @json_option
-def check(session_id, db_path, config_dir, now, cwd, host, as_json):
+def check(session_id, db_path, config_dir, now, cwd, host, claude_version, as_json):
     """May SESSION_ID be resumed? For an agent server to call before `--resume`.
 
     Verdicts, the first that matches, and exit codes: missing (4): no
     transcript on disk, the resume fails with "No conversation found";
     poisoned (5): the resume chain ends at a synthetic placeholder, the
-    resume gets a 400; spliced (6): late api_error records orphan output, the
-    resume drops it; resumable (0), with warnings when the transcript expires
+    resume gets a 400; wedged (11): the latest assistant message holds a
+    thinking block the API refuses (blanked, unsigned or cut), and the Claude
+    Code that resumes (--claude-version, else the one that last wrote the
+    session) resends it on every resume (before 2.1.161, 2.1.169 or 2.1.183,
+    by the API's answer; newer ones drop every thinking block and resume, with
+    a warning); spliced (6): late
+    api_error records orphan output, the resume drops it; resumable (0), with warnings when the transcript expires
     within 7 days, has expired, or cleanupPeriodDays is 0. The transcript is
     stat'ed afresh: a file deleted since the last ingest is missing.
 
@@ -429,10 +523,12 @@ def check(session_id, db_path, config_dir, now, cwd, host, as_json):
         session-index check 0b1fed78-ad30-4641-94b1-5f6931526c96 --json
         session-index check 0b1fed78-ad30-4641-94b1-5f6931526c96 --cwd ~/src/app
         session-index check 0b1fed78-ad30-4641-94b1-5f6931526c96 --host build-7
+        session-index check 0b1fed78-ad30-4641-94b1-5f6931526c96 --claude-version 2.1.154
     """
     try:
         verdict = checkmod.check(_open(db_path), session_id, now=signals.iso_now(now),
-                                 config_dir=config_dir, cwd=cwd, host=host)
+                                 config_dir=config_dir, cwd=cwd, host=host,
+                                 claude_version=claude_version)
     except mainfile.AmbiguousHost as exc:
         raise AmbiguousHost(str(exc)) from None
     sys.exit(checkmod.report(verdict, as_json, sys.stdout, sys.stderr))
@@ -701,26 +797,27 @@ def restore(session_id, generation, db_path, config_dir):
                err=True)
 
 
-def _fresh(db, session_id, required: bool = True) -> bool:
+def _fresh(db, session_id, required: bool = True, host: str = "") -> bool:
     """Ingest the session's main transcripts first if they changed on disk (or
     went away: which one a resume opens may change with them). Whether the
-    index holds a main transcript of it (exit 3 without one, if required)."""
+    index holds a main transcript of it on ``host`` (exit 3 without one, if
+    required)."""
     paths = [r[0] for r in db.conn.execute(
         "SELECT path FROM files WHERE session_id = ? AND kind = 'main' AND origin = 'file'",
         [session_id])]
     if paths:
         ingestmod.ingest(db, paths)
     derive.refresh_sessions_if_stale(db)
-    if db.conn.execute(repairmod.MAIN_FILE_SQL, [session_id]).fetchone() is None:
+    if db.conn.execute(repairmod.MAIN_FILE_SQL, [session_id, host]).fetchone() is None:
         if required:
             raise Failure(f"session {session_id} has no main transcript in the index")
         return False
     return True
 
 
-def _say_copies(db, session_id):
+def _say_copies(db, session_id, host: str = ""):
     """On stderr: which main transcript this is, and the session's other ones."""
-    rows = mainfile.copies(db, session_id)
+    rows = mainfile.copies(db, session_id, host=host)
     for row in rows:
         if row["chosen"]:
             click.echo(f"transcript: {row['path']} ({row['why']})", err=True)
@@ -738,7 +835,10 @@ def _say_copies(db, session_id):
 @click.option("--format", "fmt", type=click.Choice(["text", "markdown", "json"]),
               default="text", show_default=True)
 @click.option("--json", "fmt", flag_value="json", help="The same as --format json.")
-def show(session_id, db_path, fmt):
+@click.option("--host", default=None, metavar="NAME",
+              help="A central index of a fleet: the host whose copy to show ('' for this "
+                   "machine) [default: as for check; several: exit 10].")
+def show(session_id, db_path, fmt, host):
     """The conversation SESSION_ID really holds: the resume chain, with the
     parallel tool calls and results put back where the Agent SDK puts them and
     the output orphaned by an api_error splice put back in place; each
@@ -754,8 +854,13 @@ def show(session_id, db_path, fmt):
         session-index show 0b1fed78-ad30-4641-94b1-5f6931526c96 --format markdown
     """
     db = _known(_open(db_path, create=False), session_id)
-    has_main = _fresh(db, session_id, required=False)
-    verdict = verdicts.of_session(db.conn, session_id)
+    if host is None:
+        try:
+            host = mainfile.default_host(db, session_id)
+        except mainfile.AmbiguousHost as exc:
+            raise AmbiguousHost(str(exc)) from None
+    has_main = _fresh(db, session_id, required=False, host=host)
+    verdict = showmod.verdict_on(db.conn, session_id, host)
     if verdict is not None and fmt != "json":  # JSON stays the list of messages
         click.echo(showmod.header(verdict, fmt))
     if not has_main:  # only subagent transcripts: the verdict says why
@@ -763,9 +868,9 @@ def show(session_id, db_path, fmt):
                    "(no main transcript of this session is in the index: no conversation "
                    "to show)")
         return
-    _say_copies(db, session_id)
+    _say_copies(db, session_id, host)
     try:
-        messages = showmod.recovered_conversation(db, session_id)
+        messages = showmod.recovered_conversation(db, session_id, host)
     except repairmod.RepairError as exc:
         raise Failure(str(exc)) from None
     click.echo(showmod.render(messages, fmt))
@@ -834,6 +939,9 @@ def repair(session_id, db_path, write, force, as_json):
         if row["action"] == "reparent":
             click.echo(f"re-parent line {row['line_no']} ({row['uuid']}): "
                        f"{row['old_parent_uuid']} -> {row['new_parent_uuid']}  [{row['reason']}]")
+        elif row["action"] == "strip":
+            click.echo(f"remove thinking block(s) {row['blocks']} from line {row['line_no']} "
+                       f"({row['uuid']})  [{row['reason']}]")
         else:
             click.echo(f"drop line {row['line_no']} ({row['uuid']})  [{row['reason']}]")
     orphans = sum(1 for c in plan.orphaned.values() if c == "api_error_splice")
@@ -880,7 +988,7 @@ def verify(session_id, db_path, claude, as_json):
     except oracle.NoClaudeBinary as exc:
         raise Failure(str(exc)) from None
     _fresh(db, session_id)
-    file_id, path = db.conn.execute(repairmod.MAIN_FILE_SQL, [session_id]).fetchone()[:2]
+    file_id, path = db.conn.execute(repairmod.MAIN_FILE_SQL, [session_id, ""]).fetchone()[:2]
     try:
         verdict = verifymod.verify_file(db.conn, file_id, session_id, path, binary)
     except oracle.OracleFailed as exc:

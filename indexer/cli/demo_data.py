@@ -9,6 +9,8 @@ it. Nothing is read from ~/.claude.
 - a poisoned tail (a ``<synthetic>`` placeholder with a requestId ends the resume
   chain: a resume names its id as previous_message_id) and
   the resume that failed on it,
+- a wedged session (its latest answer's thinking blanked, signature kept, by
+  Claude Code 2.1.154, which resends it on every resume: #63147),
 - a long session with hook progress and a subagent (the page folds it),
 - transcripts expired and expiring by mtime, one deleted after ingest,
 - session references that are stale (never indexed, deleted, expired),
@@ -118,6 +120,15 @@ class Session:
         return path
 
 
+# A thinking block's signature as the API gives one (base64, the length of a
+# short thought's): a block without one is thinking the API refuses
+# (transcripts/thinking.py).
+DEMO_SIGNATURE = ("2kSOOBWV5pt93FZslCQFRTTv+urYSSEv5S0xzh6pmHSpl2SCi3R5XoWvCWujuIZMNFxPctr+Qcvb"
+                  "A5VJZCObNPLU/Mz0mIVksmUoyCeQ360cp6kR4LxRuK5TO3vf0N+V8jVZPnt23Iyg6YitzhHmYPFo"
+                  "wuMfFK7zBFdKqiByUXc9MosRhieVHw3Uy+WD3AlcwR5YiqvMxNkhEtRUhHZRJANq8UJZZwO04xe7"
+                  "5RobXNExrEgRVv3a52iic/m6oSL9xyOgT1j4MdrbFFpFhA23Rke4Ou5HnRGQ")
+
+
 def _assistant(msg_id, content, model="claude-sonnet-4-5"):
     return {"id": msg_id, "type": "message", "role": "assistant", "model": model,
             "content": content, "stop_reason": "end_turn",
@@ -161,7 +172,7 @@ def parallel(start):
     the second result, so the first result is off the chain."""
     s = Session("parallel-tools", start)
     p = s.user(None, "Write README.md and CHANGELOG.md in parallel.")
-    thinking = [{"type": "thinking", "thinking": "Two writes."}]
+    thinking = [{"type": "thinking", "thinking": "Two writes.", "signature": DEMO_SIGNATURE}]
     t = s.add("assistant", p, message=_assistant("msg_P01", thinking))
     a, ta = s.tool_call(t, "Write", {"file_path": "README.md"}, msg="msg_P01", tool_id="toolu_a")
     b, tb = s.tool_call(a, "Write", {"file_path": "CHANGELOG.md"}, msg="msg_P01", tool_id="toolu_b")
@@ -244,6 +255,30 @@ def poisoned(start):
               "role": "assistant", "model": "<synthetic>",
               "content": [{"type": "text", "text": "No response requested."}],
               "usage": {"input_tokens": 0, "output_tokens": 0}})
+    return [s]
+
+
+def wedged(start):
+    """#63147: the latest answer's thinking written back blanked (its text
+    emptied, its signature kept) by Claude Code 2.1.154, whose every resume
+    resends it and gets the 400; the first answer's thinking shows the API
+    was showing this session's thinking."""
+    s = Session("wedged-thinking", start)
+    then = {"version": "2.1.154"}
+    model = "claude-opus-4-7"
+    q = s.user(None, "Why does the coupon test fail?", **then)
+    t = s.add("assistant", q, message=_assistant("msg_01WedgeDemoA", [
+        {"type": "thinking", "thinking": "Run the coupon test first.",
+         "signature": DEMO_SIGNATURE}], model), **then)
+    a = s.add("assistant", t, message=_assistant("msg_01WedgeDemoA", [
+        {"type": "text", "text": "Let me run it."}], model), **then)
+    q2 = s.user(a, "Go on.", **then)
+    t2 = s.add("assistant", q2, message=_assistant("msg_01WedgeDemoB", [
+        {"type": "thinking", "thinking": "", "signature": DEMO_SIGNATURE[::-1]}], model),
+        **then)
+    s.add("assistant", t2, message=_assistant("msg_01WedgeDemoB", [
+        {"type": "text", "text": "The coupon in the fixture expired on May 1."}], model),
+        **then)
     return [s]
 
 
@@ -358,7 +393,7 @@ def build_demo(directory: str | os.PathLike, now: datetime | None = None) -> Pat
     sessions = (splice(now - 2 * day) + seed000(now - 2 * day + timedelta(hours=5))
                 + parallel(now - 3 * day) + compaction(now - 4 * day) + rewind(now - 5 * day)
                 + poisoned(now - day) + long_session(now - 6 * day)
-                + many_compactions(now - 9 * day)
+                + many_compactions(now - 9 * day) + wedged(now - 11 * day)
                 + aged("expired", now - 40 * day, "Tidy the old fixtures.")
                 + aged("expiring", now - 27 * day, "Pin the node version."))
     for s in sessions:

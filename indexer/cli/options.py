@@ -113,11 +113,18 @@ hosts_option = click.option(
          "central indexes); a durable consumer per host, NAME-HOST [default: every host's].")
 
 
+gap_wait_option = click.option(
+    "--gap-wait", type=click.FloatRange(min=0), default=60.0, show_default=True,
+    metavar="SECONDS",
+    help="With --from: how long a file waits for bytes the stream no longer holds (its host "
+         "is asked to send them again) before the central records them as a gap and goes on.")
+
+
 def from_options(help_text: str):
     """--from nats://HOST:PORT (``help_text`` says what it does) and what goes
-    with it: --consumer, --hosts, the auth and TLS options."""
+    with it: --consumer, --hosts, --gap-wait, the auth and TLS options."""
     def decorate(fn):
-        fn = consumer_option(hosts_option(nats_auth_options(fn)))
+        fn = consumer_option(hosts_option(gap_wait_option(nats_auth_options(fn))))
         return click.option("--from", "from_url", metavar="nats://HOST:PORT", default=None,
                             help=help_text)(fn)
     return decorate
@@ -130,3 +137,21 @@ def nats_options(url: str, auth: dict):
     return fleet_nats.ConnectOptions(url, token=auth.get("nats_token"),
                                      creds=auth.get("nats_creds"),
                                      tls_ca=auth.get("nats_tls_ca"))
+
+
+def _metrics_address(ctx, param, value):
+    """--metrics PORT or ADDRESS:PORT: (address, port), loopback by default."""
+    if value is None:
+        return None
+    from indexer.ingest import fleet_metrics   # (--metrics only: http.server's start-up time)
+
+    try:
+        return fleet_metrics.parse_address(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+metrics_option = click.option(
+    "--metrics", "metrics", default=None, metavar="[ADDRESS:]PORT", callback=_metrics_address,
+    help="Serve Prometheus metrics at /metrics and a health probe at /healthz on this port "
+         "(127.0.0.1 unless ADDRESS says otherwise; prometheus-client: the fleet extra).")

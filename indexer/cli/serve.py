@@ -21,7 +21,7 @@ from indexer.cli.options import nats_options
 from indexer.cli.web import WebError, check_database_name, check_port, is_loopback, \
     make_datasette, prepare_index
 from indexer.index import db as dbmod
-from indexer.cli.options import config_dir_option, db_option, from_options
+from indexer.cli.options import config_dir_option, db_option, from_options, metrics_option
 from indexer.index.connection import IndexError_
 from indexer.ingest import watch as watchmod
 
@@ -80,8 +80,9 @@ port_option = click.option("--port", default=DEFAULT_PORT, show_default=True, ty
 @from_options("With --watch: also consume what `session-index ship` sends to this NATS "
               "JetStream server, as `ingest --from --watch` does (without SOURCES, only "
               "that: a fleet's central index).")
-def serve(sources, db_path, host, port, watch, config_dir, from_url, consumer, hosts,
-          **nats_auth):
+@metrics_option
+def serve(sources, db_path, host, port, watch, config_dir, from_url, consumer, hosts, gap_wait,
+          metrics, **nats_auth):
     """Browse the index in Datasette, with the session pages.
 
     Serves the live index (ingest may keep writing) with the metadata, canned
@@ -120,20 +121,46 @@ def serve(sources, db_path, host, port, watch, config_dir, from_url, consumer, h
             if from_url:
                 from indexer.ingest import fleet_central as fleet_ingest   # (serve --watch --from only: the fleet's modules)
 
+                live = None
+                if metrics is not None:
+                    from indexer.ingest import fleet_metrics   # (--metrics only: prometheus-client)
+
+                    live = fleet_metrics.Live("central")
                 fleet = fleet_ingest.Follower(
                     db_path, nats_options(from_url, nats_auth), consumer=consumer, hosts=hosts,
+                    gap_wait=gap_wait, live=live,
                     log=lambda line: watchmod.stderr_log(f"fleet: {line}"))
         prepare_index(db_path)
         check_port(host, port)
-        if watch:
-            code = service.serve_and_watch(db_path, host, port, sources, config_dir=config_dir,
-                                           fleet=fleet)
-            if code:
-                raise SystemExit(code)
-        else:
-            run_server(db_path, host, port)
+        endpoint = _metrics_endpoint(metrics, db_path, fleet)
+        try:
+            if watch:
+                code = service.serve_and_watch(db_path, host, port, sources,
+                                               config_dir=config_dir, fleet=fleet)
+                if code:
+                    raise SystemExit(code)
+            else:
+                run_server(db_path, host, port)
+        finally:
+            if endpoint is not None:
+                endpoint.close()
     except WebError as exc:
         raise Failure(str(exc)) from None
+
+
+def _metrics_endpoint(address, db_path, fleet):
+    """serve --metrics: the index's figures, and the fleet consumer's own
+    (serve --watch --from); its /healthz is the consumer's loop, else the
+    index answering."""
+    if address is None:
+        return None
+    from indexer.ingest import fleet_metrics   # (--metrics only: prometheus-client)
+
+    try:
+        return fleet_metrics.Endpoint(address, db_path=db_path,
+                                      live=fleet.live if fleet is not None else None)
+    except fleet_metrics.MetricsError as exc:
+        raise WebError(str(exc)) from None
 
 
 @click.command()

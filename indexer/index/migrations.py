@@ -1171,6 +1171,86 @@ def m036_session_links(db):
 
 
 @migrations()
+def m040_fleet_quarantine(db):
+    # What a fleet's central could not use (fleet_central.quarantine): a
+    # message on the stream that is not a shipper's (damaged, forged: its
+    # subject names another host, from a newer shipper), or a heartbeat
+    # whose value is not one. Acknowledged and kept here with its reason
+    # and raw bytes, so that the stream goes on; once per (subject,
+    # stream_seq): a message delivered again is not kept twice.
+    db.execute(
+        """
+        CREATE TABLE fleet_quarantine (
+            id INTEGER PRIMARY KEY,
+            received_at TEXT NOT NULL,  -- when the central took it (ISO UTC)
+            subject TEXT NOT NULL,      -- its NATS subject
+            stream_seq INTEGER,         -- its stream sequence (a heartbeat: the key's revision)
+            host TEXT,                  -- the host token its subject names
+            reason TEXT NOT NULL,       -- why it was not used, one line
+            headers TEXT,               -- its NATS headers, a JSON object
+            data BLOB NOT NULL,         -- its payload, byte for byte
+            UNIQUE (subject, stream_seq)
+        )
+        """
+    )
+
+
+@migrations()
+def m041_fleet_held_and_gaps(db):
+    # A fleet's central acknowledges every message (fleet_central): one that
+    # comes before an earlier one of its file is held here until that one
+    # comes (a batch delivered again, a host's re-send), so that nothing is
+    # pending in JetStream for one host's trouble. Held longer than the gap
+    # wait, the bytes before it are recorded as a gap (fleet_gaps) and the
+    # file goes on from it.
+    db.execute(
+        """
+        CREATE TABLE fleet_held (
+            file_id INTEGER NOT NULL,
+            generation INTEGER NOT NULL,  -- the host's generation of the file
+            offset INTEGER NOT NULL,      -- where its lines (a piece: its line) start
+            at INTEGER NOT NULL,          -- a piece: where it starts; lines: offset
+            line INTEGER NOT NULL,        -- the host's number of its first line
+            held_at TEXT NOT NULL,        -- when the central first held it (ISO UTC)
+            payload BLOB NOT NULL,        -- the message as it came
+            PRIMARY KEY (file_id, generation, offset, at)
+        )
+        """
+    )
+    db.execute(
+        """
+        CREATE TABLE fleet_gaps (
+            id INTEGER PRIMARY KEY,
+            file_id INTEGER NOT NULL REFERENCES files(id),
+            host TEXT NOT NULL,
+            remote_path TEXT NOT NULL,    -- the file's path on its host
+            generation INTEGER NOT NULL,  -- the host's generation of it
+            start INTEGER NOT NULL,       -- the bytes start..end of it never came
+            end INTEGER NOT NULL,
+            waited_since TEXT NOT NULL,   -- when a message past them was first held
+            recorded_at TEXT NOT NULL,    -- when the central gave up waiting (ISO UTC)
+            reason TEXT NOT NULL          -- why they are not in the stream, one line
+        )
+        """
+    )
+
+
+@migrations()
+def m050_records_sent_as_uuid(db):
+    # sentAsUuid: a prompt Claude Code stored anew (a new uuid, the one it
+    # was sent under kept here) is loaded under that uuid when no earlier
+    # line has it (resume.sent_as_renames). Read from the line for the rows
+    # already in the index; the partial index serves the few that carry it.
+    db.execute("ALTER TABLE records ADD COLUMN sent_as_uuid TEXT")
+    db.execute(
+        "UPDATE records SET sent_as_uuid = json_extract(raw, '$.sentAsUuid') "
+        "WHERE instr(raw, '\"sentAsUuid\"') > 0 AND json_valid(raw) "
+        "AND json_type(raw, '$.sentAsUuid') = 'text' AND json_extract(raw, '$.sentAsUuid') <> ''")
+    db.execute("CREATE INDEX records_sent_as ON records(file_id, sent_as_uuid, line_no) "
+               "WHERE sent_as_uuid IS NOT NULL")
+
+
+@migrations()
 def m037_history_tail_digest(db):
     # history_files.tail_digest: the digest of the KB before ingested_offset,
     # as last read: a change there (the same size or larger, the head the

@@ -10,7 +10,11 @@ from indexer.index.record_kinds import NEW_KINDS_SQL
 # and superseded_lines: the earlier generations the index keeps, and their
 # lines; fleet_*: the hosts that ship here (ingest --from), their files, the
 # oldest of their last heartbeats, and the sessions with copies on several
-# hosts (host_copies), and of those the ones whose copies differ.
+# hosts (host_copies), and of those the ones whose copies differ;
+# fleet_quarantined: the messages and heartbeats the central could not use
+# (fleet_quarantine, listed by QUARANTINED_SQL); fleet_gaps: the byte ranges
+# of hosts' files the stream lost and no host sent again (GAPS_SQL);
+# fleet_files_waiting: files whose later messages are held for earlier bytes.
 STATUS_COUNTS_SQL = """
 SELECT
   (SELECT count(*) FROM files WHERE deleted_at IS NULL) AS live_files,
@@ -36,7 +40,19 @@ SELECT
   (SELECT min(last_heartbeat_at) FROM fleet_hosts) AS oldest_heartbeat_at,
   (SELECT count(DISTINCT session_id) FROM host_copies) AS sessions_on_several_hosts,
   (SELECT count(DISTINCT session_id) FROM host_copies WHERE diverged)
-    AS sessions_diverged_across_hosts
+    AS sessions_diverged_across_hosts,
+  (SELECT count(*) FROM fleet_quarantine) AS fleet_quarantined,
+  (SELECT count(*) FROM fleet_gaps) AS fleet_gaps,
+  (SELECT count(DISTINCT file_id) FROM fleet_held) AS fleet_files_waiting
+""".strip()
+
+# What a fleet's central quarantined (`session-index quarantined`), oldest
+# first: when, its subject and stream sequence (a heartbeat: the key's
+# revision), the host token of its subject, why, and its size (the bytes:
+# the fleet_quarantine table).
+QUARANTINED_SQL = """
+SELECT id, received_at, subject, stream_seq, host, reason, length(data) AS bytes
+FROM fleet_quarantine ORDER BY id
 """.strip()
 
 # Orphans per cause, most first.
@@ -51,3 +67,22 @@ def status(db) -> dict:
     # Record kinds the most recent ingest run brought: {kind: records}.
     row["new_record_types"] = {k: n for k, n in db.conn.execute(NEW_KINDS_SQL)}
     return row
+
+
+# The bytes of hosts' files that never came (`session-index fleet-gaps`),
+# oldest first: the file here and on its host, its generation there, the
+# byte range start..end, how many bytes, since when a later message waited,
+# when the gap was recorded, and why.
+GAPS_SQL = """
+SELECT id, file_id, host, remote_path, generation, start, end, end - start AS bytes,
+  waited_since, recorded_at, reason
+FROM fleet_gaps ORDER BY id
+""".strip()
+
+
+def gaps(db) -> list[dict]:
+    return dict_rows(db.conn, GAPS_SQL)
+
+
+def quarantined(db) -> list[dict]:
+    return dict_rows(db.conn, QUARANTINED_SQL)

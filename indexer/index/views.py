@@ -53,7 +53,17 @@ from indexer.transcripts.records import (
 #   record that could become the newest resume leaf (non-sidechain user,
 #   assistant, system, attachment written after it), and their descendants,
 #   so the resume chain ends at that real message.
-REPAIR_PLAN_SQL = f"""
+# - wedged_tail (drop): when the latest assistant message on the chain holds
+#   thinking the API refuses (thinking_faults.latest), the same cut back to
+#   the last real assistant message before it (none: no cut).
+# - refused_thinking: thinking the API refuses in an earlier message on the
+#   chain (thinking_faults, not latest, and the new latest after a cut):
+#   strip removes those blocks from the line (blocks: their indexes in
+#   message.content); a line holding nothing else is dropped instead, and
+#   its children re-parented onto its nearest ancestor that stays.
+# {thinking_faults}: the thinking_faults rows it reads (the view, or
+# repair_plan_of's narrowed to one session).
+REPAIR_PLAN_TEMPLATE = f"""
 WITH RECURSIVE episodes AS (
   SELECT s.file_id, s.session_id, s.api_error_uuid, s.branch_point_uuid,
     (SELECT a.record_id FROM leaf_ancestry_cache a JOIN records r ON r.id = a.record_id
@@ -80,12 +90,28 @@ poisoned AS (  -- with the last real assistant message on the chain
   JOIN records r ON r.id = a.record_id
   WHERE p.at_resume_tail
 ),
+wedged AS (  -- with the last real assistant message before the latest one
+  SELECT t.session_id, t.file_id, a.height, r.line_no, r.timestamp
+  FROM (SELECT DISTINCT session_id, file_id, message_id FROM {{thinking_faults}}
+        WHERE latest AND host = '') t
+  JOIN leaf_ancestry_cache a ON a.file_id = t.file_id AND a.rule = 'resume' AND a.record_id = (
+    SELECT k.record_id FROM leaf_ancestry_cache k JOIN records x ON x.id = k.record_id
+    WHERE k.file_id = t.file_id AND k.rule = 'resume' AND x.type = 'assistant'
+      AND NOT ({SYNTHETIC_RECORD.format(r="x")}) AND x.message_id IS NOT t.message_id
+      AND k.height < (SELECT min(k2.height) FROM leaf_ancestry_cache k2
+                      JOIN records y ON y.id = k2.record_id
+                      WHERE k2.file_id = t.file_id AND k2.rule = 'resume'
+                        AND y.message_id IS t.message_id)
+    ORDER BY k.height DESC LIMIT 1)
+  JOIN records r ON r.id = a.record_id
+),
+cuts AS (SELECT * FROM poisoned UNION ALL SELECT * FROM wedged),
 dropped(file_id, uuid) AS (
-  SELECT a.file_id, a.uuid FROM poisoned p
+  SELECT a.file_id, a.uuid FROM cuts p
   JOIN leaf_ancestry_cache a ON a.file_id = p.file_id AND a.rule = 'resume'
     AND a.height > p.height
   UNION
-  SELECT r.file_id, r.uuid FROM poisoned p
+  SELECT r.file_id, r.uuid FROM cuts p
   JOIN records r ON r.file_id = p.file_id
   WHERE r.uuid IS NOT NULL AND NOT r.is_sidechain
     AND r.type IN ('user', 'assistant', 'system', 'attachment')
@@ -96,19 +122,63 @@ dropped(file_id, uuid) AS (
   SELECT c.file_id, c.uuid FROM dropped d
   JOIN records c ON c.file_id = d.file_id AND c.parent_uuid = d.uuid
   WHERE c.uuid IS NOT NULL
+),
+refused AS MATERIALIZED (  -- earlier thinking the API refuses, on lines that stay
+  SELECT t.session_id, t.file_id, t.uuid, r.id AS record_id, r.line_no, r.parent_uuid,
+    json_group_array(t.block) AS blocks, count(*) AS faults,
+    json_array_length(r.raw, '$.message.content') AS content_blocks
+  FROM {{thinking_faults}} t JOIN records r ON r.file_id = t.file_id AND r.line_no = t.line_no
+  WHERE t.host = '' AND NOT EXISTS (SELECT 1 FROM dropped d WHERE d.file_id = t.file_id
+                                    AND d.uuid = t.uuid)
+    AND (NOT t.latest OR EXISTS (SELECT 1 FROM wedged w WHERE w.file_id = t.file_id))
+  GROUP BY t.file_id, t.line_no
+),
+emptied AS (SELECT * FROM refused WHERE faults >= content_blocks),
+-- the nearest ancestor of an emptied line that stays (climbing emptied lines)
+stays(file_id, uuid, parent_uuid) AS (
+  SELECT file_id, uuid, parent_uuid FROM emptied
+  UNION
+  SELECT s.file_id, s.uuid, e.parent_uuid FROM stays s
+  JOIN emptied e ON e.file_id = s.file_id AND e.uuid = s.parent_uuid
 )
 SELECT e.session_id, e.file_id, 'reparent' AS action, 'api_error_splice' AS reason,
        r.id AS record_id, r.line_no, r.uuid, r.parent_uuid AS old_parent_uuid,
        e.new_parent_uuid, e.api_error_uuid AS episode,
-       {HOST_OF.format(file_id="e.file_id")} AS host
+       {HOST_OF.format(file_id="e.file_id")} AS host, NULL AS blocks
 FROM episodes e JOIN records r ON r.id = e.record_id
 WHERE e.new_parent_uuid IS NOT NULL
 UNION ALL
-SELECT f.session_id, d.file_id, 'drop', 'poisoned_tail', r.id, r.line_no, r.uuid,
-       r.parent_uuid, NULL, NULL, coalesce(f.host, '')
+SELECT f.session_id, d.file_id, 'drop',
+       CASE WHEN EXISTS (SELECT 1 FROM poisoned p WHERE p.file_id = d.file_id)
+            THEN 'poisoned_tail' ELSE 'wedged_tail' END, r.id, r.line_no, r.uuid,
+       r.parent_uuid, NULL, NULL, coalesce(f.host, ''), NULL
 FROM dropped d JOIN files f ON f.id = d.file_id
 JOIN records r ON r.file_id = d.file_id AND r.uuid = d.uuid
+UNION ALL
+SELECT t.session_id, t.file_id, CASE WHEN t.faults >= t.content_blocks THEN 'drop'
+                                     ELSE 'strip' END, 'refused_thinking', t.record_id,
+       t.line_no, t.uuid, t.parent_uuid, NULL, NULL, '', t.blocks
+FROM refused t
+UNION ALL
+SELECT e.session_id, c.file_id, 'reparent', 'refused_thinking', c.id, c.line_no, c.uuid,
+       c.parent_uuid,
+       (SELECT s.parent_uuid FROM stays s WHERE s.file_id = c.file_id AND s.uuid = e.uuid
+          AND NOT EXISTS (SELECT 1 FROM emptied x WHERE x.file_id = s.file_id
+                          AND x.uuid = s.parent_uuid)), NULL, '', NULL
+FROM emptied e JOIN records c ON c.file_id = e.file_id AND c.parent_uuid = e.uuid
+WHERE NOT EXISTS (SELECT 1 FROM emptied x WHERE x.file_id = c.file_id AND x.uuid = c.uuid)
+  AND NOT EXISTS (SELECT 1 FROM dropped d WHERE d.file_id = c.file_id AND d.uuid = c.uuid)
 """.strip()
+REPAIR_PLAN_SQL = REPAIR_PLAN_TEMPLATE.format(thinking_faults="thinking_faults")
+
+
+def repair_plan_of(session: str) -> str:
+    """repair_plan's rows for the sessions ``session`` picks (a condition on
+    session_hosts h), with the thinking faults computed for them only; the
+    caller filters the rows by session too."""
+    return REPAIR_PLAN_TEMPLATE.format(thinking_faults="({})".format(
+        classes.thinking_faults_where(session)))
+
 
 # --- Copies of a transcript ----------------------------------------------
 

@@ -140,7 +140,8 @@ def compute_file(file_id: int, kind: str, session_id, with_uuid: list[Rec],
                      for d, r in resume_chain]
     ancestry_rows += [(file_id, session_id, "sdk", r.uuid, len(sdk_chain) - 1 - d, r.id)
                       for d, r in sdk_chain]
-    orphan_rows = (_orphans(session_id, nodes, resume_chain, resume_message, boundary_line)
+    orphan_rows = (_orphans(session_id, nodes, resume_chain, resume_message, boundary_line,
+                            calls)
                    if kind == "main" else [])
     breaks = [chain.chain_break_row(r, session_id) for r in occ
               if r.parent_uuid is not None and r.parent_uuid not in nodes]
@@ -158,9 +159,10 @@ def calls_in(conn):
     return chain.calls_reader(lambda r: conn.execute(chain.CALLS_SQL, [r.id]).fetchone())
 
 
-def _orphans(session_id, nodes: dict[str, Rec], resume_chain, message, boundary_line):
+def _orphans(session_id, nodes: dict[str, Rec], resume_chain, message, boundary_line, calls):
     """Every non-sidechain chain record off the resume chain, with its cause
-    and whether the CLI puts it back (restored)."""
+    and whether the CLI puts it back (restored); ``calls``: Rec ->
+    resume.Calls (the tool ids walk.is_late_graft compares)."""
     on_chain = {r.uuid: d for d, r in resume_chain}
     by_depth = {d: r for d, r in resume_chain}
     chain_messages = {
@@ -181,8 +183,16 @@ def _orphans(session_id, nodes: dict[str, Rec], resume_chain, message, boundary_
         return u in on_chain or chain.is_parallel(
             n, nodes.get(n.parent_uuid), chain_messages.__contains__)
 
+    # The put-back lines follow the parents the loader loads: through
+    # progress and unreadable records (resume.bridged), which it does not load.
+    loaded_children: dict[str, list[Rec]] = {}
+    for n in nodes.values():
+        if n.type != "progress" and not n.is_unreadable:
+            p = resume.bridged(n, nodes)
+            if p is not None:
+                loaded_children.setdefault(p, []).append(n)
     with_result = chain.put_back_with_results(
-        resume_chain, nodes, lambda u: children_of.get(u, ()), is_visited)
+        resume_chain, nodes, lambda u: loaded_children.get(u, ()), is_visited)
 
     off = [n for n in nodes.values() if n.uuid not in on_chain]
     parents = {n.uuid: n.eff_parent for n in off}
@@ -191,7 +201,7 @@ def _orphans(session_id, nodes: dict[str, Rec], resume_chain, message, boundary_
         if parents[n.uuid] is not None:
             children.setdefault(parents[n.uuid], []).append(n)
 
-    # Top-down from each branch's first record: (branch_point, origin).
+    # Top-down from each branch's first record: (branch_point, origin, root).
     reached: dict[str, tuple] = {}
     stack = []
     for n in off:
@@ -206,18 +216,20 @@ def _orphans(session_id, nodes: dict[str, Rec], resume_chain, message, boundary_
         todo = [n]
         while todo:
             cur = todo.pop()
-            reached[cur.uuid] = (bp, origin)
+            reached[cur.uuid] = (bp, origin, n)
             todo += [c for c in children.get(cur.uuid, ()) if c.uuid not in reached]
 
     rows = []
     for o in sorted(off, key=lambda n: n.line_no):
         if o.is_sidechain:
             continue
-        bp, origin = reached.get(o.uuid, (None, None))
+        bp, origin, root = reached.get(o.uuid, (None, None, None))
         parent = nodes.get(o.parent_uuid) if o.parent_uuid is not None else None
+        below = by_depth.get(on_chain[bp] - 1) if origin == "ancestry" else None
         cause = chain.cause_of(o, parent, bp, origin, boundary_line,
                                chain_messages.__contains__, splice_points.__contains__,
-                               o.uuid in with_result)
+                               o.uuid in with_result,
+                               root is not None and chain.is_late_graft(root, below, calls))
         rows.append(chain.orphan_row(o, session_id, cause, bp, put_back))
     return rows
 

@@ -79,6 +79,9 @@ WHERE r.file_id = ? AND r.uuid = ? AND r.type IN {CHAIN_TYPES_SQL} AND r.line_no
 ORDER BY r.line_no DESC LIMIT 1
 """.strip()
 LINE_SQL = f"SELECT {REC_COLUMNS} FROM records r WHERE r.id = ?"
+# Does the file hold a record with a sentAsUuid (the partial index
+# records_sent_as)? Its renames are recomputed with the whole file.
+SENT_AS_SQL = "SELECT 1 FROM records WHERE file_id = ? AND sent_as_uuid IS NOT NULL LIMIT 1"
 OLDER_CHILDREN_SQL = f"""
 SELECT {REC_COLUMNS} FROM records r
 WHERE r.file_id = ? AND r.parent_uuid = ? AND r.type IN {CHAIN_TYPES_SQL} AND r.line_no <= ?
@@ -328,7 +331,7 @@ def _lazy_view(g: _Graph, scanned: resume.Scanned) -> resume.CliView:
 
     def parent(u):
         r = node(u)
-        return _ABSENT if r is _ABSENT else resume._bridged(r, g)
+        return _ABSENT if r is _ABSENT else resume.bridged(r, g)
 
     def walk_parent(u):
         p = parent(u)
@@ -383,6 +386,8 @@ class _Extension:
             raise Bail("an appended uuid an older record knows")
         if self.rule not in EXTENDABLE_RULES:
             raise Bail(f"rule {self.rule}")
+        if self.kind == "main" and conn.execute(SENT_AS_SQL, [file_id]).fetchone():
+            raise Bail("a prompt stored anew (resume.sent_as_renames)")
         g = self.g = _Graph(conn, file_id, self.state["lines"], new)
         sdk_leaf, branch_count = self.sdk_terminals(new)
         if self.kind == "main":
@@ -610,14 +615,28 @@ class _Extension:
         with_result = _WithResult(g, new, on_chain, in_chain_messages)
         with_result.class_again(redo, new, joined, self.cut, added,
                                 added_messages | cut_messages, bottom and g.get(bottom))
+        calls = chain.calls_reader(lambda r: g.query(chain.CALLS_SQL, r.id, one=True))
+
+        def chain_below(u):
+            """The record below u on the new resume chain (toward the leaf)."""
+            if u in walk.uuids:
+                i = next(i for i, r in enumerate(added) if r.uuid == u)
+                return added[i - 1] if i > 0 else None
+            h = g.old_height("resume", u)
+            if h < top:
+                row = g.query(CHAIN_AT_SQL, self.file_id, "resume", h + 1, one=True)
+                return g.get(row[0]) if row else None
+            return added[-1] if added else None
+
         rows = []
         for o in sorted(redo.values(), key=lambda r: r.line_no):
             if o.is_sidechain or on_chain(o.uuid):
                 continue
-            bp, origin = self.reach(o, on_chain)
+            bp, origin, root = self.reach(o, on_chain)
+            graft = origin == "ancestry" and chain.is_late_graft(root, chain_below(bp), calls)
             cause = chain.cause_of(o, g.get(o.parent_uuid), bp, origin,
                                    state.get("boundary_line"), in_chain_messages,
-                                   child_is_api_error, with_result.put_back(o))
+                                   child_is_api_error, with_result.put_back(o), graft)
             rows.append(chain.orphan_row(o, self.session_id, cause, bp, put_back))
         gone = sorted(set(redo) | {r.uuid for r in joined})
         self.conn.execute(DROP_ORPHANS_SQL, [self.file_id, json.dumps(gone)])
@@ -631,20 +650,21 @@ class _Extension:
         return row[0] if row else None
 
     def reach(self, o: Rec, on_chain) -> tuple:
-        """(branch point, origin) of an off-chain record: where the walk up
-        its eff_parent leaves the chain (derive._orphans' top-down walk)."""
+        """(branch point, origin, root) of an off-chain record: where the
+        walk up its eff_parent leaves the chain, and the first record of its
+        branch (derive._orphans' top-down walk)."""
         x, seen = o, {o.uuid}
         while True:
             p = x.eff_parent
             if p is None:
-                return None, "unlinked"
+                return None, "unlinked", x
             if on_chain(p):
-                return p, "ancestry"
+                return p, "ancestry", x
             q = self.g.get(p)
             if q is None:
-                return None, "dangling_parent"
+                return None, "dangling_parent", x
             if q.uuid in seen:
-                return None, None
+                return None, None, None
             seen.add(q.uuid)
             x = q
 
@@ -685,13 +705,30 @@ class _WithResult:
             r, self.g.get(r.parent_uuid), self.in_chain_messages)
 
     def children(self, uuid: str) -> list[Rec]:
-        """The nodes whose parent_uuid is uuid (the last line of each)."""
-        out = {}
-        for c in self.g.children(uuid):
-            n = self.g.get(c.uuid)
-            if n is not None and n.parent_uuid == uuid:
-                out[n.uuid] = n
+        """The nodes the loader loads under uuid (the last line of each):
+        those whose parent_uuid is uuid, and through the progress records
+        (to the lines written after each) and unreadable records that hang
+        from it, which it does not load (resume.bridged)."""
+        out, todo, seen = {}, [(uuid, None)], {uuid}
+        while todo:
+            p, after = todo.pop()
+            for c in self.g.children(p):
+                n = self.g.get(c.uuid)
+                if n is None or n.parent_uuid != p or (after is not None and n.line_no <= after):
+                    continue
+                if n.type == "progress" or n.is_unreadable:
+                    if n.uuid not in seen:
+                        if len(seen) > LINE_BOUND:
+                            raise Bail("many progress records below a record")
+                        seen.add(n.uuid)
+                        todo.append((n.uuid, n.line_no if n.type == "progress" else None))
+                else:
+                    out[n.uuid] = n
         return list(out.values())
+
+    def loaded_parent(self, r: Rec) -> Rec | None:
+        """The record the loader reads r under (resume.bridged)."""
+        return self.g.get(resume.bridged(r, self.g))
 
     def open_companion(self, r: Rec | None) -> bool:
         return r is not None and chain.is_companion(r) and not self.on_chain(r.uuid)
@@ -699,7 +736,7 @@ class _WithResult:
     def start_of(self, r: Rec) -> Rec:
         """The top of the off-chain companion records r hangs below."""
         for _ in range(LINE_BOUND):
-            p = self.g.get(r.parent_uuid)
+            p = self.loaded_parent(r)
             if not self.open_companion(p) or p.uuid == r.uuid:
                 return r
             r = p
@@ -763,7 +800,7 @@ class _WithResult:
         if not self.open_companion(o):
             return False
         start = self.start_of(o)
-        anchor = self.g.get(start.parent_uuid)
+        anchor = self.loaded_parent(start)
         line = []
         if anchor is not None and anchor.uuid != start.uuid:
             line = chain.companion_line(start, anchor, self.children, lambda u: self.visited(self.g.get(u)))
@@ -807,7 +844,7 @@ class _WithResult:
                 for c in self.children(a.uuid):
                     changed.append(c)
         for z in changed:
-            for x in (z, g.get(z.parent_uuid)):
+            for x in (z, self.loaded_parent(z)):
                 if self.open_companion(x) and g.is_old(x):
                     for r in self.below(self.start_of(x)):
                         if g.is_old(r):

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
+import sqlite3
 import time
 from datetime import datetime, timezone
 
@@ -28,9 +30,9 @@ from indexer.index.db import OpenedFile, open_db
 from indexer.ingest import derive
 from indexer.transcripts.lines import BadLine, parse_line_bytes
 from indexer.transcripts.records import RECORD_FIELDS
-from indexer.sql import write_lock
+from indexer.sql import dict_rows, write_lock
 from indexer.index.clock import utcnow
-from indexer.ingest.files import FORGET_LINES_SQL
+from indexer.ingest.files import FORGET_LINES_SQL, LAST_INGEST_AT_SQL, RETRACT_UNTERMINATED_SQL
 from indexer.ingest.linerows import RUNNING_FACTS_SET, insert_lines, running_facts
 
 PATH_PREFIX = "fleet://"
@@ -39,15 +41,21 @@ PATH_PREFIX = "fleet://"
 FETCH_BATCH = 256
 FETCH_WAIT_S = 1.0
 # A fetched message not acknowledged this long (the consumer died before its
-# commit) is delivered again; one whose file's earlier lines are not stored
-# yet is taken again after RETRY_DELAY_S.
+# commit) is delivered again. One whose file's earlier lines are not stored
+# yet is held (fleet_held) and acknowledged: after ASK_AFTER_S the central
+# asks the host to send the missing bytes again (every ASK_EVERY_S), and
+# after GAP_WAIT_S (--gap-wait) records them as a gap and goes on.
 ACK_WAIT_S = 10
 RETRY_DELAY_S = 1.0
+ASK_AFTER_S = ACK_WAIT_S + 2.0
+ASK_EVERY_S = 5.0
+GAP_WAIT_S = 60.0
 # How often a watching consumer reads the hosts' heartbeats.
 HEARTBEAT_READ_S = 2.0
 
 FLEET_FILE_SQL = """
-SELECT f.id, f.ingested_offset, f.line_count, f.session_id, ff.remote_generation
+SELECT f.id, f.ingested_offset, f.line_count, f.session_id, f.unterminated_tail,
+  ff.remote_generation, ff.host
 FROM fleet_files ff JOIN files f ON f.id = ff.file_id
 WHERE ff.host = :host AND ff.remote_path = :path
 """.strip()
@@ -70,15 +78,78 @@ RESTART_FLEET_FILE_SQL = (
 )
 ADVANCE_FLEET_FILE_SQL = f"""
 UPDATE files SET ingested_offset = :offset, size = :offset, line_count = :line_count,
+  unterminated_tail = :unterminated,
   session_id = coalesce(session_id, :session_id), deleted_at = NULL,
   {RUNNING_FACTS_SET},
   last_ingested_at = :now, needs_derive = 1
 WHERE id = :id
 """.strip()
+# A last line stored without its newline (a ``tail`` message): its bytes,
+# to compare with the line when it comes again; then its newline is taken
+# (SETTLE) or, the line having gone on, it is taken back (files.py's
+# RETRACT_UNTERMINATED_SQL) and read again whole.
+TAIL_RAW_SQL = "SELECT CAST(raw AS BLOB) FROM records WHERE file_id = :id AND byte_offset = :at"
+SETTLE_TAIL_SQL = """
+UPDATE files SET ingested_offset = :offset, size = :offset, unterminated_tail = 0,
+  needs_derive = 1 WHERE id = :id
+""".strip()
+UNDO_TAIL_SQL = """
+UPDATE files SET ingested_offset = :offset, size = :offset, line_count = line_count - 1,
+  needs_derive = 1 WHERE id = :id
+""".strip()
 MARK_DELETED_SQL = """
 UPDATE files SET deleted_at = :now, needs_derive = 1 WHERE id = :id AND deleted_at IS NULL
 """.strip()
 COUNT_GAP_SQL = "UPDATE fleet_files SET gaps = gaps + 1 WHERE file_id = :id"
+# A message past what is stored of its file, held until the bytes before it
+# come (once per range: one delivered again is not held twice); those of an
+# older generation are dropped when a newer one starts.
+HOLD_SQL = """
+INSERT OR IGNORE INTO fleet_held (file_id, generation, offset, at, line, held_at, payload)
+VALUES (:id, :generation, :offset, :at, :line, :now, :payload)
+""".strip()
+DROP_OLD_HELD_SQL = "DELETE FROM fleet_held WHERE file_id = :file_id AND generation < :generation"
+# The file's first held message, when it now meets what is stored.
+NEXT_HELD_SQL = """
+SELECT generation, offset, at, payload FROM fleet_held
+WHERE file_id = :id ORDER BY generation, offset, at LIMIT 1
+""".strip()
+DROP_HELD_SQL = """
+DELETE FROM fleet_held WHERE file_id = :id AND generation = :generation AND offset = :offset
+  AND at = :at
+""".strip()
+FLEET_FILE_BY_ID_SQL = """
+SELECT f.id, f.ingested_offset, f.line_count, f.session_id, f.unterminated_tail,
+  ff.remote_generation, ff.host, ff.remote_path
+FROM fleet_files ff JOIN files f ON f.id = ff.file_id
+WHERE f.id = :id
+""".strip()
+# Per file with held messages: its host, path and generation, what is
+# stored of it, the first held message's offset and line number, and since
+# when the oldest has been held (the central waits GAP_WAIT_S from then).
+WAITING_FILES_SQL = """
+SELECT h.file_id, ff.host, ff.remote_path, ff.remote_generation AS generation,
+  f.ingested_offset, min(h.held_at) AS since,
+  (SELECT offset FROM fleet_held n WHERE n.file_id = h.file_id
+   ORDER BY n.generation, n.offset, n.at LIMIT 1) AS next_offset,
+  (SELECT line FROM fleet_held n WHERE n.file_id = h.file_id
+   ORDER BY n.generation, n.offset, n.at LIMIT 1) AS next_line
+FROM fleet_held h JOIN fleet_files ff ON ff.file_id = h.file_id JOIN files f ON f.id = h.file_id
+GROUP BY h.file_id ORDER BY h.file_id
+""".strip()
+# The bytes that never came, recorded; the file goes on from the first held
+# message (its lines numbered as the host numbers them; the pieces of a
+# long line before it are dropped).
+RECORD_GAP_SQL = """
+INSERT INTO fleet_gaps (file_id, host, remote_path, generation, start, end, waited_since,
+                        recorded_at, reason)
+VALUES (:file_id, :host, :remote_path, :generation, :start, :end, :since, :now, :reason)
+""".strip()
+SKIP_GAP_SQL = (
+    """UPDATE files SET ingested_offset = :end, size = :end, line_count = :line - 1,
+       needs_derive = 1 WHERE id = :file_id""",
+    "DELETE FROM fleet_parts WHERE file_id = :file_id AND line_offset < :end",
+)
 # Pieces of a line too long for one message, until its last one arrives.
 KEEP_PART_SQL = """
 INSERT OR IGNORE INTO fleet_parts (file_id, line_offset, at, data)
@@ -102,6 +173,12 @@ ON CONFLICT (name) DO UPDATE SET stream_seq = max(stream_seq, excluded.stream_se
 """.strip()
 
 CONSUMER_POSITION_SQL = "SELECT stream_seq FROM fleet_consumers WHERE name = ?"
+# A message or heartbeat the central cannot use: kept, once per (subject, seq).
+QUARANTINE_SQL = """
+INSERT OR IGNORE INTO fleet_quarantine (received_at, subject, stream_seq, host, reason,
+                                        headers, data)
+VALUES (:now, :subject, :seq, :host, :reason, :headers, :data)
+""".strip()
 
 _SESSION = RECORD_FIELDS.index("session_id")   # a parsed record's session id
 
@@ -114,34 +191,50 @@ class Summary:
     """What a drain did (``as_dict`` for --json)."""
 
     FIELDS = ("messages", "new_lines", "new_records", "bad_lines", "duplicates", "gaps",
-              "deleted_files", "new_generations", "bad_messages", "hosts", "seconds")
+              "recorded_gaps", "deleted_files", "new_generations", "bad_messages",
+              "bad_heartbeats", "hosts", "seconds")
 
     def __init__(self):
         for name in self.FIELDS:
             setattr(self, name, 0)
         self.hosts = set()
+        self.sent_at: dict[str, float] = {}   # per host, its newest message's sent_at (lag)
+
+    def counts(self) -> dict:
+        """The counters as they are (to put back: ``restore``)."""
+        return {n: getattr(self, n) for n in self.FIELDS if n != "hosts"} | {
+            "hosts": set(self.hosts)}
+
+    def restore(self, counts: dict) -> None:
+        for name, value in counts.items():
+            setattr(self, name, value)
 
     def as_dict(self) -> dict:
         return {n: (sorted(self.hosts) if n == "hosts" else getattr(self, n))
                 for n in self.FIELDS}
 
 
-def _file(conn, header: dict, now: str, summary: Summary) -> dict | None:
+def _file(conn, header: dict, body: bytes, now: str, summary: Summary) -> dict | None:
     """The files row for the message's file at its generation (made, or
-    restarted for a newer generation); None for an older generation."""
+    restarted for a newer generation); None for an older generation. A new
+    file is described by its path, and by its first lines as local ingest
+    sniffs them (a `claude -p` log is an execution log, not a transcript)."""
     host, path, generation = header["host"], header["path"], int(header["generation"])
     cur = conn.execute(FLEET_FILE_SQL, {"host": host, "path": path})
     found = cur.fetchone()
     if found is None:
         cand = discover.describe(path)
+        if header["kind"] == "lines" and header["offset"] == 0 and \
+                discover.sniff_lines(body) == discover.EXECUTION_LOG:
+            cand = cand._replace(kind=discover.EXECUTION_LOG, session_id=None)
         file_id = conn.execute(CREATE_FLEET_FILE_SQL, {
             "path": fleet_path(host, path), "kind": cand.kind, "host": host,
             "session_id": cand.session_id, "agent_id": cand.agent_id,
             "project_dir": cand.project_dir, "now": now}).lastrowid
         conn.execute(TRACK_FLEET_FILE_SQL, {"file_id": file_id, "host": host, "path": path,
                                             "generation": generation})
-        return {"id": file_id, "ingested_offset": 0, "line_count": 0,
-                "session_id": cand.session_id}
+        return {"id": file_id, "ingested_offset": 0, "line_count": 0, "unterminated_tail": 0,
+                "session_id": cand.session_id, "remote_generation": generation, "host": host}
     row = dict(zip([d[0] for d in cur.description], found))
     if generation < row["remote_generation"]:
         return None
@@ -151,48 +244,93 @@ def _file(conn, header: dict, now: str, summary: Summary) -> dict | None:
         derive.forget_file(conn, row["id"])
         for sql in FORGET_LINES_SQL:
             conn.execute(sql, {"id": row["id"], "now": now})
-        for sql in RESTART_FLEET_FILE_SQL:
+        for sql in (*RESTART_FLEET_FILE_SQL, DROP_OLD_HELD_SQL):
             conn.execute(sql, {"file_id": row["id"], "generation": generation})
         summary.new_generations += 1
-        row.update(ingested_offset=0, line_count=0)
+        row.update(ingested_offset=0, line_count=0, unterminated_tail=0,
+                   remote_generation=generation)
     return row
 
 
-def _gap(conn, row: dict, summary: Summary) -> bool:
-    """An earlier message of the file is not stored yet (it comes again: it
-    was fetched but not committed, or the host re-sends it): not now."""
+def _hold(conn, row: dict, header: dict, payload: bytes, now: str, summary: Summary) -> None:
+    """An earlier message of the file is not stored yet: keep this one until
+    it comes (a batch delivered again, the host's re-send) or the central
+    records the gap (resolve_gaps)."""
     summary.gaps += 1
     conn.execute(COUNT_GAP_SQL, {"id": row["id"]})
-    return False
+    conn.execute(HOLD_SQL, {"id": row["id"], "generation": header["generation"],
+                            "offset": header["offset"], "at": header.get("at", header["offset"]),
+                            "line": header["line"], "now": now, "payload": bytes(payload)})
 
 
-def _store_lines(conn, row: dict, start: int, body: bytes, now: str, summary: Summary) -> bool:
+class Misaligned(Exception):
+    """Lines that begin before what is stored of their file but not at a
+    line of theirs: not the bytes stored (quarantined)."""
+
+
+def _settle_tail(conn, row: dict, start: int, body: bytes) -> None:
+    """The file's last line was stored without its newline (a ``tail``) and
+    a message holds that line again (from ``start``): with its newline now,
+    the newline is taken; gone on, the stored line is taken back to be read
+    again whole (as local ingest does)."""
+    n = row.get("unterminated_tail") or 0
+    at = row["ingested_offset"] - n
+    if not n or not start <= at < start + max(len(body), 1):
+        return   # (an empty body: a line that went on; it is taken back)
+    i = at - start
+    found = conn.execute(TAIL_RAW_SQL, {"id": row["id"], "at": at}).fetchone()
+    if found is not None and body[i:i + n] == bytes(found[0]) and body[i + n:i + n + 1] == b"\n":
+        offset = row["ingested_offset"] + 1
+        conn.execute(SETTLE_TAIL_SQL, {"id": row["id"], "offset": offset})
+        row.update(ingested_offset=offset, unterminated_tail=0)
+        return
+    for sql in RETRACT_UNTERMINATED_SQL:
+        conn.execute(sql, {"id": row["id"], "offset": at})
+    conn.execute(UNDO_TAIL_SQL, {"id": row["id"], "offset": at})
+    row.update(ingested_offset=at, line_count=row["line_count"] - 1, unterminated_tail=0)
+
+
+def _store_lines(conn, row: dict, start: int, body: bytes, now: str, summary: Summary,
+                 tail: bool = False) -> bool:
     """Store the complete lines ``body`` (from byte ``start`` of the file)
-    that are past what is stored; False if they do not meet what is stored."""
+    that are past what is stored, or with ``tail`` the file's last line
+    without its newline; False if they do not meet what is stored."""
+    if not tail:
+        _settle_tail(conn, row, start, body)
     offset, end = row["ingested_offset"], start + len(body)
     if end <= offset:
         summary.duplicates += 1
         return True
     skip = offset - start
-    if skip < 0 or (skip and body[skip - 1:skip] != b"\n"):
-        return _gap(conn, row, summary)
+    if skip < 0:
+        return False
+    if skip and body[skip - 1:skip] != b"\n":
+        raise Misaligned(f"lines from byte {start} that do not meet the {offset} bytes stored "
+                         "at a line")
+    if tail and (skip or row.get("unterminated_tail")):
+        summary.duplicates += 1   # (a tail stored already, or lines past it)
+        return True
     file_id, line_no, at = row["id"], row["line_count"], offset
     records, bads = [], []
-    for line in body[skip:].split(b"\n")[:-1]:
+    for line in ([body] if tail else body[skip:].split(b"\n")[:-1]):
         line_no += 1
         try:
             raw, fields = parse_line_bytes(line)
             records.append((file_id, line_no, at, *fields, raw))
         except BadLine as exc:
+            if tail:   # (not a record: it waits for its newline, as local ingest has it)
+                return True
             bads.append((file_id, line_no, at, str(exc), line))
         at += len(line) + 1
     insert_lines(conn, records, bads)
     facts = [r[3:-1] for r in records]
     session_id = row["session_id"] or next((f[_SESSION] for f in facts if f[_SESSION]), None)
+    unterminated = len(body) if tail else 0
     conn.execute(ADVANCE_FLEET_FILE_SQL, {
         "id": file_id, "offset": end, "line_count": line_no, "session_id": session_id,
-        "now": now, **running_facts(facts)})
-    row.update(ingested_offset=end, line_count=line_no, session_id=session_id)
+        "unterminated": unterminated, "now": now, **running_facts(facts)})
+    row.update(ingested_offset=end, line_count=line_no, session_id=session_id,
+               unterminated_tail=unterminated)
     summary.new_lines += len(records) + len(bads)
     summary.new_records += len(records)
     summary.bad_lines += len(bads)
@@ -200,17 +338,20 @@ def _store_lines(conn, row: dict, start: int, body: bytes, now: str, summary: Su
 
 
 class _Later(Exception):
-    """A message to take again later (_gap)."""
+    """A piece of a line after the next one (held)."""
 
 
 def _part(conn, row: dict, header: dict, body: bytes) -> bytes | None:
     """Keep one piece of a long line; the whole line once all are here."""
-    offset, end = int(header["offset"]), int(header["end"])
+    offset, end = header["offset"], header["end"]
     if end <= row["ingested_offset"]:
         return None
+    if offset < row["ingested_offset"]:
+        raise Misaligned(f"a piece of a line at {offset}-{end} across the {row['ingested_offset']} "
+                         "bytes stored")
     if offset != row["ingested_offset"]:
         raise _Later()   # pieces are kept only of the line that comes next
-    conn.execute(KEEP_PART_SQL, {"id": row["id"], "offset": offset, "at": int(header["at"]),
+    conn.execute(KEEP_PART_SQL, {"id": row["id"], "offset": offset, "at": header["at"],
                                  "data": body})
     pieces, expected = [], offset
     for at, data in conn.execute(PARTS_SQL, {"id": row["id"], "offset": offset}):
@@ -224,58 +365,215 @@ def _part(conn, row: dict, header: dict, body: bytes) -> bytes | None:
     return b"".join(pieces)
 
 
-def apply_message(conn, payload: bytes, now: str, summary: Summary) -> bool:
-    """One message, inside the caller's transaction. False: take it again
-    later (its file's earlier lines are not stored yet)."""
+class Incoming:
+    """One message as fetched: its payload, stream sequence, subject and NATS
+    headers (a dict, or None)."""
+
+    __slots__ = ("data", "seq", "subject", "headers")
+
+    def __init__(self, data: bytes, seq: int, subject: str, headers=None):
+        self.data, self.seq, self.subject, self.headers = data, seq, subject, headers
+
+
+def quarantine(conn, message: Incoming, reason: str, now: str) -> int:
+    """Keep a message the central cannot use, with why (once per subject
+    and sequence: 0 when it was kept already)."""
+    return conn.execute(QUARANTINE_SQL, {
+        "now": now, "subject": message.subject, "seq": message.seq,
+        "host": fleet_wire.subject_host(message.subject), "reason": reason[:500],
+        "headers": json.dumps(dict(message.headers or {}), sort_keys=True),
+        "data": bytes(message.data)}).rowcount
+
+
+def _usable(message: Incoming, hosts: set[str] | None) -> tuple[dict, bytes]:
+    """The message's (header, body) when the central may store it; BadMessage
+    (the reason) when not: not a shipper's message, a subject that is not its
+    host's (a host's credentials allow it its own subject only: README), a
+    message id that is not its own, a host this central does not take."""
+    header, body = fleet_wire.decode(message.data)
+    expected = fleet_wire.subject(header["host"], header["kind"])
+    if message.subject != expected:
+        raise fleet_wire.BadMessage(f"host {header['host'][:80]!r} on subject "
+                                    f"{message.subject[:120]!r}, not its own ({expected})")
+    msg_id = (message.headers or {}).get("Nats-Msg-Id")
+    if msg_id is None:
+        raise fleet_wire.BadMessage("no Nats-Msg-Id header")
+    if msg_id != fleet_wire.message_id(header):
+        raise fleet_wire.BadMessage(f"Nats-Msg-Id {str(msg_id)[:120]!r} is not this "
+                                    "message's")
+    if hosts is not None and header["host"] not in hosts:
+        raise fleet_wire.BadMessage(f"host {header['host'][:80]!r} is not one this central "
+                                    "takes (--hosts)")
+    return header, body
+
+
+# What storing a message that passed _usable can still meet in its values
+# (a host and a path that make another file's fleet:// path, numbers past
+# SQLite's): the message is quarantined, the rest of the batch goes on.
+UNSTORABLE = (ValueError, TypeError, KeyError, OverflowError, UnicodeError,
+              sqlite3.IntegrityError, Misaligned)
+
+
+def apply_message(conn, message: Incoming, now: str, summary: Summary,
+                  hosts: set[str] | None = None) -> None:
+    """One message, inside the caller's transaction: stored, held until the
+    bytes before it come, or (one the central cannot use) quarantined."""
     try:
-        header, body = fleet_wire.decode(payload)
-    except fleet_wire.BadMessage:
+        header, body = _usable(message, hosts)
+    except fleet_wire.BadMessage as exc:
         summary.bad_messages += 1
-        return True
+        quarantine(conn, message, str(exc), now)
+        return
+    conn.execute("SAVEPOINT message")
+    before = summary.counts()
+    try:
+        _apply(conn, header, body, bytes(message.data), now, summary)
+    except UNSTORABLE as exc:
+        conn.execute("ROLLBACK TO message")
+        conn.execute("RELEASE message")
+        summary.restore(before)
+        summary.bad_messages += 1
+        quarantine(conn, message, f"cannot be stored: {type(exc).__name__}: {exc}", now)
+        return
+    conn.execute("RELEASE message")
+
+
+def _apply(conn, header: dict, body: bytes, payload: bytes, now: str, summary: Summary) -> None:
     summary.messages += 1
     summary.hosts.add(header["host"])
+    sent = header.get("sent_at")
+    if type(sent) is float and math.isfinite(sent) and \
+            sent > summary.sent_at.get(header["host"], 0.0):
+        summary.sent_at[header["host"]] = sent
     conn.execute(SEEN_HOST_SQL, {"host": header["host"], "now": now, "n": 1})
-    row = _file(conn, header, now, summary)
+    row = _file(conn, header, body, now, summary)
     if row is None:
         summary.duplicates += 1
-        return True
+        return
+    if _take(conn, row, header, body, payload, now, summary):
+        _release(conn, row, now, summary)
+
+
+def _take(conn, row: dict, header: dict, body: bytes, payload: bytes, now: str,
+          summary: Summary) -> bool:
+    """Store a message of the row's file at its generation, or hold it;
+    True when what is stored moved on."""
     if header["kind"] == "deleted":
         summary.deleted_files += conn.execute(MARK_DELETED_SQL, {"id": row["id"],
                                                                  "now": now}).rowcount
+        return False
+    start = header["offset"]
+    if header["kind"] == "tail":
+        if not _store_lines(conn, row, start, body, now, summary, tail=True):
+            _hold(conn, row, header, payload, now, summary)
+            return False
         return True
-    start = int(header["offset"])
     if header["kind"] == "part":
+        if row.get("unterminated_tail") and start == row["ingested_offset"] - \
+                row["unterminated_tail"]:
+            _settle_tail(conn, row, start, b"")   # (a line that went on past a message)
         try:
             body = _part(conn, row, header, body)
         except _Later:
-            return _gap(conn, row, summary)
+            _hold(conn, row, header, payload, now, summary)
+            return False
         if body is None:
-            return True
-    return _store_lines(conn, row, start, body, now, summary)
+            return False
+    if not _store_lines(conn, row, start, body, now, summary):
+        _hold(conn, row, header, payload, now, summary)
+        return False
+    return True
 
 
-def apply_batch(db, messages: list[tuple[bytes, int]], consumer: str,
-                summary: Summary) -> list[int]:
-    """Write a fetched batch ((payload, stream sequence) pairs) in one
-    transaction, with the stream position it reaches. Returns the indexes
-    of the messages to take again later."""
+def _release(conn, row: dict, now: str, summary: Summary) -> None:
+    """Store the held messages of the file that now meet what is stored,
+    in order (each taken once: it leaves fleet_held first)."""
+    while True:
+        found = conn.execute(NEXT_HELD_SQL, {"id": row["id"]}).fetchone()
+        if found is None:
+            return
+        generation, offset, at, payload = found
+        if generation == row["remote_generation"] and offset > row["ingested_offset"]:
+            return   # still to come
+        conn.execute(DROP_HELD_SQL, {"id": row["id"], "generation": generation,
+                                     "offset": offset, "at": at})
+        if generation != row["remote_generation"]:
+            continue
+        header, body = fleet_wire.decode(payload)
+        conn.execute("SAVEPOINT held")
+        try:
+            _take(conn, row, header, body, payload, now, summary)
+        except Misaligned as exc:   # (held before what was stored since met it)
+            conn.execute("ROLLBACK TO held")
+            summary.bad_messages += 1
+            quarantine(conn, Incoming(payload, None, fleet_wire.subject(row["host"],
+                                                                        header["kind"])),
+                       f"cannot be stored: {exc}", now)
+        conn.execute("RELEASE held")
+
+
+def apply_batch(db, messages: list[Incoming], consumer: str, summary: Summary,
+                hosts: set[str] | None = None) -> None:
+    """Write a fetched batch in one transaction, with the stream position it
+    reaches: every message is then acknowledged."""
     now = utcnow()
-    later = []
     with write_lock(db) as conn:
-        for i, (payload, _seq) in enumerate(messages):
-            if not apply_message(conn, payload, now, summary):
-                later.append(i)
+        for message in messages:
+            apply_message(conn, message, now, summary, hosts)
         conn.execute(POSITION_SQL, {"name": consumer, "now": now,
-                                    "seq": max(seq for _, seq in messages)})
-    return later
+                                    "seq": max(m.seq for m in messages)})
+        conn.execute(LAST_INGEST_AT_SQL, [now])   # (status, the health page: a central ingests)
 
 
-def record_heartbeats(db, beats: list[tuple[str, float]]) -> None:
-    if not beats:
-        return
+class Waiting:
+    """A file with held messages: its host, path, generation, what is stored
+    (``stored``), the first held message's offset and line, since when."""
+
+    __slots__ = ("file_id", "host", "remote_path", "generation", "ingested_offset", "since",
+                 "next_offset", "next_line")
+
+    def __init__(self, **row):
+        for name, value in row.items():
+            setattr(self, name, value)
+
+
+def waiting_files(db) -> list[Waiting]:
+    return [Waiting(**row) for row in dict_rows(db.conn, WAITING_FILES_SQL)]
+
+
+def record_gaps(db, files: list[Waiting], reason: str, summary: Summary) -> list[dict]:
+    """Record the bytes each file waited for in vain as a gap, and go on
+    with its held messages from the first one. Returns the gaps."""
+    now = utcnow()
+    gaps = []
+    with write_lock(db) as conn:
+        for w in files:
+            gap = {"file_id": w.file_id, "host": w.host, "remote_path": w.remote_path,
+                   "generation": w.generation, "start": w.ingested_offset,
+                   "end": w.next_offset, "since": w.since, "now": now, "reason": reason}
+            conn.execute(RECORD_GAP_SQL, gap)
+            for sql in SKIP_GAP_SQL:
+                conn.execute(sql, {"file_id": w.file_id, "end": w.next_offset,
+                                   "line": w.next_line})
+            summary.recorded_gaps += 1
+            cur = conn.execute(FLEET_FILE_BY_ID_SQL, {"id": w.file_id})
+            row = dict(zip([d[0] for d in cur.description], cur.fetchone()))
+            _release(conn, row, now, summary)
+            gaps.append(gap)
+    return gaps
+
+
+def record_heartbeats(db, beats: list[tuple[str, float]], bad: list[tuple] = ()) -> int:
+    """Store each host's last heartbeat; quarantine the values that are not
+    heartbeats (``bad``: (Incoming, reason) pairs). Returns how many of
+    those were new."""
+    if not beats and not bad:
+        return 0
+    now = utcnow()
     with write_lock(db) as conn:
         for host, at in beats:
             conn.execute(HEARTBEAT_SQL, {"host": host, "at": _iso(at)})
+        return sum(quarantine(conn, message, reason, now) for message, reason in bad)
 
 
 def _iso(ts: float) -> str:
@@ -283,26 +581,39 @@ def _iso(ts: float) -> str:
         .replace("+00:00", "Z")
 
 
-async def _read_heartbeats(kv) -> list[tuple[str, float]]:
-    from nats.js.errors import NoKeysError   # (nats-py: the optional fleet extra)
+async def _read_heartbeats(kv, hosts: set[str] | None = None
+                           ) -> tuple[list[tuple[str, float]], list[tuple]]:
+    """([(host, at)], [(Incoming, reason)]): each host's last heartbeat (of
+    ``hosts`` only, when given), and the bucket's values that are not
+    heartbeats (fleet_wire.heartbeat)."""
+    from nats.js.errors import KeyDeletedError, KeyNotFoundError, NoKeysError   # (nats-py: the optional fleet extra)
 
     try:
         keys = await kv.keys()
     except NoKeysError:
-        return []
+        return [], []
     except fleet_nats.TRANSIENT:   # the server is away: next time
-        return []
-    beats = []
+        return [], []
+    beats, bad = [], []
+    tokens = {fleet_wire.host_token(h) for h in hosts} if hosts else None
     for key in keys:
+        if tokens is not None and key not in tokens:
+            continue
         try:
             entry = await kv.get(key)
-            value = json.loads(entry.value)
-            beats.append((str(value["host"]), float(value["at"])))
-        except fleet_nats.TRANSIENT:
-            return beats
-        except (ValueError, TypeError, KeyError):   # not a heartbeat of ours
+        except (KeyNotFoundError, KeyDeletedError):   # deleted meanwhile
             continue
-    return beats
+        except fleet_nats.TRANSIENT:
+            break
+        try:
+            host, at = fleet_wire.heartbeat(key, entry.value or b"", time.time())
+            if hosts is None or host in hosts:
+                beats.append((host, at))
+        except fleet_wire.BadMessage as exc:
+            bad.append((Incoming(entry.value or b"",
+                                 entry.revision, f"$KV.{fleet_nats.HEARTBEAT_BUCKET}.{key}"),
+                        str(exc)))
+    return beats, bad
 
 
 async def _reconcile(db, js, consumer: str) -> None:
@@ -319,6 +630,77 @@ async def _reconcile(db, js, consumer: str) -> None:
         return
     if info.ack_floor is not None and (info.ack_floor.stream_seq or 0) > (row[0] if row else 0):
         await js.delete_consumer(fleet_wire.STREAM, consumer)
+
+
+def _tell(live, summary: Summary, before: dict) -> None:
+    """What a batch (or a round of gap minding) did, to the process's
+    metrics: messages, lines, quarantined, gaps, each host's lag."""
+    if live is None:
+        return
+    for name, field in (("messages", "messages"), ("lines", "new_lines"),
+                        ("quarantined", "bad_messages"), ("gaps", "recorded_gaps")):
+        live.add(f"session_index_fleet_{name}_total", getattr(summary, field) - before[field])
+    now = time.time()
+    for host, sent in summary.sent_at.items():   # (of the hosts in this batch)
+        live.set("session_index_fleet_lag_seconds", host, max(0.0, now - sent))
+    summary.sent_at.clear()
+
+
+def _epoch(iso_time: str) -> float:
+    return datetime.fromisoformat(iso_time.replace("Z", "+00:00")).timestamp()
+
+
+async def _mind_gaps(db, nc, js, gap_wait: float, asked: dict, summary: Summary, log,
+                     live=None) -> bool:
+    """The files that wait for bytes before their held messages: after
+    ASK_AFTER_S (or half of ``gap_wait``) ask each one's host to send them
+    again (a core NATS message on fleet_wire.resend_subject, every
+    ASK_EVERY_S; a host that still has them does); after ``gap_wait``,
+    record them as a gap, say so in the log, and go on. True when gaps were
+    recorded (the caches are to be derived)."""
+    waiting = waiting_files(db)
+    if not waiting:
+        asked.clear()
+        return False
+    now = time.time()
+    due = []
+    for w in waiting:
+        held_for = now - _epoch(w.since)
+        if held_for >= gap_wait:
+            due.append(w)
+        elif held_for >= min(ASK_AFTER_S, gap_wait / 2) and \
+                now - asked.get(w.file_id, 0.0) >= ASK_EVERY_S:
+            asked[w.file_id] = now
+            if live is not None:
+                live.add("session_index_fleet_resends_total")
+            try:
+                await nc.publish(fleet_wire.resend_subject(w.host), fleet_wire.resend_request(
+                    w.host, w.remote_path, w.generation, w.ingested_offset))
+            except fleet_nats.TRANSIENT:   # the server is away: asked again later
+                pass
+    if not due:
+        return False
+    reason = await _why_missing(js, gap_wait)
+    for gap in record_gaps(db, due, reason, summary):
+        asked.pop(gap["file_id"], None)
+        log(f"gap: host {gap['host']} {gap['remote_path']} generation {gap['generation']}: "
+            f"bytes {gap['start']}-{gap['end']} never came ({reason}); going on from byte "
+            f"{gap['end']}")
+    return True
+
+
+async def _why_missing(js, gap_wait: float) -> str:
+    """Why bytes a file waited for are not coming, as far as the stream says."""
+    why = f"not sent again by the host within {gap_wait:g} s"
+    try:
+        state = (await js.stream_info(fleet_wire.STREAM)).state
+    except fleet_nats.TRANSIENT:
+        return "not in the stream; " + why
+    if (state.first_seq or 0) > 1 or state.num_deleted:
+        deleted = f", {state.num_deleted} deleted" if state.num_deleted else ""
+        return (f"not in the stream (it holds #{state.first_seq}-#{state.last_seq}{deleted}: "
+                f"trimmed by its limits, purged, or lost by the server); {why}")
+    return f"not in the stream (lost by the server, or sent to another stream); {why}"
 
 
 async def _fetch(sub, wait: float):
@@ -353,16 +735,22 @@ async def _subscribe(db, nc, consumer: str, hosts: list[str] | None):
 async def consume(db, options: fleet_nats.ConnectOptions, *, consumer: str | None = None,
                   hosts: list[str] | None = None, watch: bool = False,
                   stop: asyncio.Event | None = None, after_batch=None,
-                  log=lambda line: None) -> Summary:
+                  log=lambda line: None, gap_wait: float = GAP_WAIT_S,
+                  live=None) -> Summary:
     """Drain what is waiting (or with ``watch``, keep consuming until
     ``stop``); ``after_batch(summary)`` runs after each committed batch.
     With ``hosts``, only those hosts' messages (fleet_wire.consumers: a
-    consumer per host, each with its own position)."""
+    consumer per host, each with its own position). A file that waits
+    ``gap_wait`` seconds for bytes the stream no longer holds gets a gap
+    (_mind_gaps). ``live`` (a fleet_metrics.Live) is told each batch and each
+    round of the loop (the metrics endpoint and /healthz)."""
     started = time.monotonic()
+    asked: dict[int, float] = {}   # file id: when its host was last asked to re-send
     summary = Summary()
     opened = OpenedFile(db.conn)
     consumer = consumer or fleet_wire.DEFAULT_CONSUMER
     stop = stop or asyncio.Event()
+    taken = set(hosts) if hosts else None
     try:
         nc = await fleet_nats.connect(options, name="session-index central", follow=watch,
                                       stop=stop)
@@ -386,9 +774,11 @@ async def consume(db, options: fleet_nats.ConnectOptions, *, consumer: str | Non
                     continue
                 summary.seconds = round(time.monotonic() - started, 3)
                 return summary
-        record_heartbeats(db, await _read_heartbeats(kv))
+        summary.bad_heartbeats += record_heartbeats(db, *await _read_heartbeats(kv, taken))
         last_beats = time.monotonic()
         while not stop.is_set():
+            if live is not None:
+                live.beat()
             try:   # every consumer's next batch at once; each is written on its own
                 fetched = await asyncio.gather(*(_fetch(sub, FETCH_WAIT_S) for _, sub in subs))
             except fleet_nats.TRANSIENT as exc:
@@ -401,24 +791,31 @@ async def consume(db, options: fleet_nats.ConnectOptions, *, consumer: str | Non
             for (name, _), msgs in zip(subs, fetched):
                 if not msgs:
                     continue
-                later = set(apply_batch(db, [(m.data, m.metadata.sequence.stream)
-                                             for m in msgs], name, summary))
+                before = summary.counts()
+                apply_batch(db, [Incoming(m.data, m.metadata.sequence.stream, m.subject,
+                                          m.headers) for m in msgs], name, summary, taken)
+                _tell(live, summary, before)
                 opened.verify()   # committed into a file still the index, or none acked
                 try:
-                    for i, m in enumerate(msgs):   # after the commit, never before
-                        await (m.nak(delay=RETRY_DELAY_S) if i in later else m.ack())
+                    for m in msgs:   # after the commit, never before
+                        await m.ack()
                     await nc.flush()
                 except fleet_nats.TRANSIENT as exc:   # they come again: skipped by offset
                     log(f"NATS: acknowledging: {type(exc).__name__}: {str(exc) or 'no answer'}")
                 if after_batch is not None:
                     after_batch(summary)
+            before = summary.counts()
+            if await _mind_gaps(db, nc, js, gap_wait, asked, summary, log, live) and \
+                    after_batch is not None:
+                after_batch(summary)
+            _tell(live, summary, before)
             if not watch and not any(fetched):
                 break
             if time.monotonic() - last_beats >= HEARTBEAT_READ_S:
-                record_heartbeats(db, await _read_heartbeats(kv))
+                summary.bad_heartbeats += record_heartbeats(db, *await _read_heartbeats(kv, taken))
                 last_beats = time.monotonic()
         if not watch:
-            record_heartbeats(db, await _read_heartbeats(kv))
+            summary.bad_heartbeats += record_heartbeats(db, *await _read_heartbeats(kv, taken))
     finally:
         await fleet_nats.close(nc)
     summary.seconds = round(time.monotonic() - started, 3)
@@ -431,9 +828,10 @@ class Follower:
     from any thread ends it after its current batch."""
 
     def __init__(self, db_path: str, options: fleet_nats.ConnectOptions, *,
-                 consumer: str | None, log, hosts: list[str] | None = None):
+                 consumer: str | None, log, hosts: list[str] | None = None,
+                 gap_wait: float = GAP_WAIT_S, live=None):
         self.db_path, self.options, self.consumer, self.log = db_path, options, consumer, log
-        self.hosts = hosts
+        self.hosts, self.gap_wait, self.live = hosts, gap_wait, live
         self.loop = asyncio.new_event_loop()
         self.stop = asyncio.Event()
 
@@ -442,7 +840,7 @@ class Follower:
         try:
             return self.loop.run_until_complete(consume(
                 db, self.options, consumer=self.consumer, hosts=self.hosts, watch=True,
-                stop=self.stop,
+                stop=self.stop, gap_wait=self.gap_wait, live=self.live,
                 after_batch=lambda summary: self._batch(db, summary), log=self.log))
         finally:
             db.conn.close()

@@ -148,7 +148,11 @@ async def close(nc) -> None:
 
 
 async def ensure_stream(js) -> None:
-    """The lines stream, made if missing (file storage, the duplicate window)."""
+    """The lines stream, made if missing: file storage, the duplicate
+    window, messages kept fleet_wire.STREAM_MAX_AGE_S at most (the oldest
+    dropped first: a central away longer gets gaps, filled by the hosts that
+    still have the bytes), one replica (a cluster: raise it with `nats stream
+    edit`). A stream that is there is left as it is (an operator's limits)."""
     from nats.js.api import StorageType, StreamConfig   # (nats-py: the optional fleet extra)
     from nats.js.errors import NotFoundError   # (nats-py: the optional fleet extra)
 
@@ -159,7 +163,8 @@ async def ensure_stream(js) -> None:
         pass
     await js.add_stream(StreamConfig(
         name=fleet_wire.STREAM, subjects=fleet_wire.STREAM_SUBJECTS,
-        storage=StorageType.FILE, duplicate_window=fleet_wire.DUPLICATE_WINDOW_S))
+        storage=StorageType.FILE, duplicate_window=fleet_wire.DUPLICATE_WINDOW_S,
+        max_age=fleet_wire.STREAM_MAX_AGE_S, num_replicas=1))
 
 
 async def heartbeats(js):

@@ -50,17 +50,21 @@ CREATE TABLE IF NOT EXISTS shipped (
     head_len INTEGER,              -- its first bytes hashed (HEAD_BYTES, or all it had)
     head_hash TEXT,                -- of those head_len bytes
     tail_hash TEXT,                -- of the TAIL_BYTES before offset
-    deleted INTEGER NOT NULL DEFAULT 0
+    deleted INTEGER NOT NULL DEFAULT 0,
+    resend INTEGER NOT NULL DEFAULT 0  -- times the central asked for its bytes again
 )
 """.strip()
+# A ledger from before the central could ask for bytes again.
+LEDGER_COLUMNS_SQL = "SELECT name FROM pragma_table_info('shipped')"
+LEDGER_ADD_RESEND_SQL = "ALTER TABLE shipped ADD COLUMN resend INTEGER NOT NULL DEFAULT 0"
 LEDGER_ROW_SQL = "SELECT * FROM shipped WHERE path = ?"
 LEDGER_LIVE_SQL = "SELECT path FROM shipped WHERE deleted = 0"
 LEDGER_SAVE_SQL = """
 INSERT OR REPLACE INTO shipped
   (path, generation, offset, line, dev, ino, size, mtime_ns, head_len, head_hash, tail_hash,
-   deleted)
+   deleted, resend)
 VALUES (:path, :generation, :offset, :line, :dev, :ino, :size, :mtime_ns, :head_len,
-        :head_hash, :tail_hash, :deleted)
+        :head_hash, :tail_hash, :deleted, :resend)
 """.strip()
 
 
@@ -99,6 +103,8 @@ class Ledger:
                                 "--ledger")
             self.conn.execute("PRAGMA journal_mode = WAL")
             self.conn.execute(LEDGER_SCHEMA_SQL)
+            if "resend" not in {n for (n,) in self.conn.execute(LEDGER_COLUMNS_SQL)}:
+                self.conn.execute(LEDGER_ADD_RESEND_SQL)
         except sqlite3.DatabaseError as exc:
             self.close()
             raise ShipError(f"{path}: not a usable ledger: {exc}") from None
@@ -115,12 +121,26 @@ class Ledger:
         return [p for (p,) in self.conn.execute(LEDGER_LIVE_SQL)]
 
     def save(self, row: dict) -> None:
-        self.conn.execute(LEDGER_SAVE_SQL, row)
+        self.conn.execute(LEDGER_SAVE_SQL, {"resend": 0, **row})
 
     def close(self) -> None:
         if getattr(self, "conn", None) is not None:
             self.conn.close()
         self.lock.close()
+
+
+def whole_record(data: bytes) -> bool:
+    """Are the bytes after a file's last newline a whole record, which local
+    ingest stores as its last line (files.py: take_tail_record)?"""
+    from indexer.transcripts.lines import BadLine, parse_line_bytes   # (msgspec: only for a last line without its newline)
+
+    if not data[-64:].rstrip().endswith(b"}"):
+        return False
+    try:
+        parse_line_bytes(data)
+    except BadLine:
+        return False
+    return True
 
 
 def _hash(f, start: int, length: int) -> str:
@@ -138,6 +158,9 @@ class Shipper:
         self.sent_lines = self.sent_bytes = self.messages = 0
         self.last_heartbeat = 0.0
         self.said: set[str] = set()   # files not_utf8, logged once
+        self.asked: dict[str, tuple[int, int]] = {}   # path: (generation, offset) to send again
+        self.others: dict[str, int] = {}   # path: size, of files that are not transcripts
+        self.live = None   # a fleet_metrics.Live: told what is sent, and each pass
 
     def transcripts(self) -> list[str]:
         found = []
@@ -148,13 +171,77 @@ class Shipper:
                 found.append(source)
         return list(dict.fromkeys(found))
 
+    def transcript(self, path: str) -> bool:
+        """Is a file the ledger does not know yet one to ship? As ingest
+        decides: a transcript's name, else its first complete lines say it
+        is a transcript or an execution log (none yet: not now)."""
+        if discover.describe(path).named or self.ledger.get(path) is not None:
+            return True
+        try:
+            size = os.stat(path).st_size
+        except OSError:
+            return False
+        if self.others.get(path) == size:
+            return False
+        if discover.sniff(path) in (discover.TRANSCRIPT, discover.EXECUTION_LOG):
+            return True
+        self.others[path] = size   # looked at again when it grows
+        return False
+
+    def ask(self, payload: bytes) -> None:
+        """The central asks for a file's bytes again (fleet_wire.read_resend):
+        done at the next pass."""
+        asked = fleet_wire.read_resend(self.host, payload)
+        if asked is not None:
+            path, generation, offset = asked
+            before = self.asked.get(path)
+            if before is None or (generation, offset) < before:
+                self.asked[path] = (generation, offset)
+
+    def rewind(self, path: str, generation: int, offset: int) -> None:
+        """Send the file's bytes from ``offset`` again when the ledger says
+        they were sent (acknowledged) and the file still holds them: the same
+        generation, not rewritten, a line starting there. Its messages get
+        ids of their own (``resend``): JetStream may still remember the lost
+        ones' within its duplicate window."""
+        row = self.ledger.get(path)
+        if row is None or row["deleted"] or row["generation"] != generation or \
+                row["offset"] <= offset:
+            return   # another generation (sent anew), or not sent yet: it comes anyway
+        try:
+            with open_regular(path) as f:
+                st = os.fstat(f.fileno())
+                if self._rewritten(row, f, st):
+                    return   # the next pass sends a new generation
+                f.seek(0)
+                before = f.read(offset)
+        except (OSError, NotRegular):
+            return
+        if len(before) != offset or (offset and not before.endswith(b"\n")):
+            return
+        tail = min(TAIL_BYTES, offset)
+        self.ledger.save(dict(row, offset=offset, line=before.count(b"\n") + 1,
+                              tail_hash=blake2b(before[offset - tail:], digest_size=16)
+                              .hexdigest(), size=None, mtime_ns=None,
+                              resend=row["resend"] + 1))
+        self.log(f"{path}: the central asked for bytes {offset}-{row['offset']} again: sending")
+        if self.live is not None:
+            self.live.add("session_index_fleet_resends_total")
+
     async def pass_(self) -> None:
+        if self.live is not None:
+            self.live.beat()
+        asked, self.asked = self.asked, {}
+        for path, (generation, offset) in asked.items():
+            self.rewind(path, generation, offset)
         found = self.transcripts()
         for path in found:
             if (shown := discover.not_utf8(path)) is not None:
                 if path not in self.said:      # once a run
                     self.log(f"{shown}: {discover.NOT_UTF8}")
                     self.said.add(path)
+                continue
+            if not self.transcript(path):
                 continue
             try:
                 await self.ship_file(path)
@@ -175,6 +262,8 @@ class Shipper:
             timeout=PUBLISH_TIMEOUT_S, stream=fleet_wire.STREAM,
             headers={"Nats-Msg-Id": msg_id} if msg_id else None)
         self.messages += 1
+        if self.live is not None:
+            self.live.add("session_index_fleet_messages_total")
 
     async def ship_file(self, path: str) -> None:
         st = regular_stat(path)
@@ -187,10 +276,10 @@ class Shipper:
             st = os.fstat(f.fileno())
             if row is None:
                 row = {"path": path, "generation": 1, "offset": 0, "line": 1,
-                       "head_len": 0, "head_hash": None, "tail_hash": None}
+                       "head_len": 0, "head_hash": None, "tail_hash": None, "resend": 0}
             elif self._rewritten(row, f, st):
                 row = dict(row, generation=row["generation"] + 1, offset=0, line=1,
-                           head_len=0, head_hash=None, tail_hash=None)
+                           head_len=0, head_hash=None, tail_hash=None, resend=0)
                 self.log(f"{path}: rewritten: generation {row['generation']} from its start")
             row.update(dev=st.st_dev, ino=st.st_ino, deleted=0)
             f.seek(row["offset"])
@@ -206,14 +295,23 @@ class Shipper:
                     continue
                 complete, carry = data[:last + 1], data[last + 1:]
                 await self._send(row, f, complete)
+            if carry and len(carry) <= fleet_wire.MESSAGE_BYTES and whole_record(carry):
+                # (the ledger stays at the newline: the line is sent again with it)
+                await self.publish({"kind": "tail", "path": path, "generation": row["generation"],
+                                    "offset": row["offset"], "end": row["offset"] + len(carry),
+                                    "line": row["line"],
+                                    **({"resend": row["resend"]} if row.get("resend") else {})},
+                                   carry)
             # Seen as far as it was when opened: unchanged since, nothing to read.
             row.update(size=st.st_size, mtime_ns=st.st_mtime_ns)
             self.ledger.save(row)
 
     async def _send(self, row: dict, f, complete: bytes) -> None:
         generation = row["generation"]
+        again = {"resend": row["resend"]} if row.get("resend") else {}
         for header, body in fleet_wire.cut(complete, row["offset"], row["line"]):
-            await self.publish(dict(header, path=row["path"], generation=generation), body)
+            await self.publish(dict(header, path=row["path"], generation=generation, **again),
+                               body)
             if header["kind"] == "part" and header["at"] + len(body) < header["end"]:
                 continue   # the line's last piece moves the ledger
             lines = body.count(b"\n")
@@ -228,8 +326,11 @@ class Shipper:
             row["size"] = row["mtime_ns"] = None   # not all read yet
             self.ledger.save(row)   # after the acknowledgement, never before
             self.sent_lines += lines
-            self.sent_bytes += len(body) if header["kind"] == "lines" else header["end"] - \
-                header["offset"]
+            sent = len(body) if header["kind"] == "lines" else header["end"] - header["offset"]
+            self.sent_bytes += sent
+            if self.live is not None:
+                self.live.add("session_index_fleet_lines_total", lines)
+                self.live.add("session_index_fleet_bytes_total", sent)
 
     @staticmethod
     def _rewritten(row: dict, f, st) -> bool:
@@ -261,13 +362,16 @@ class Shipper:
 
 
 async def ship(options: fleet_nats.ConnectOptions, sources: list[str], *, host: str,
-               ledger_path: str, once: bool, log, stop: asyncio.Event | None = None) -> Shipper:
+               ledger_path: str, once: bool, log, stop: asyncio.Event | None = None,
+               live=None) -> Shipper:
     """Ship the sources' new lines; with ``once``, what is there now, else
-    follow them until ``stop`` is set."""
+    follow them until ``stop`` is set. ``live`` (a fleet_metrics.Live) is
+    told what is sent and each pass."""
     for source in sources:
         if not os.path.exists(source):
             raise ShipError(f"{source}: no such file or folder")
     ledger = Ledger(ledger_path)
+    stop = stop or asyncio.Event()
     try:
         nc = await fleet_nats.connect(options, name=f"session-index ship {host}",
                                       follow=not once, stop=stop)
@@ -275,10 +379,9 @@ async def ship(options: fleet_nats.ConnectOptions, sources: list[str], *, host: 
         ledger.close()
         raise
     try:
-        js = nc.jetstream()
-        await fleet_nats.ensure_stream(js)
-        kv = await fleet_nats.heartbeats(js)
-        shipper = Shipper(js, kv, ledger, sources, host, log)
+        shipper = await _start(nc, ledger, sources, host, log, once=once, stop=stop,
+                               url=options.url)
+        shipper.live = live
         if once:
             await shipper.pass_()
             await shipper.heartbeat(force=True)
@@ -289,6 +392,36 @@ async def ship(options: fleet_nats.ConnectOptions, sources: list[str], *, host: 
     finally:
         ledger.close()
         await fleet_nats.close(nc)
+
+
+async def _start(nc, ledger: Ledger, sources: list[str], host: str, log, *, once: bool,
+                 stop: asyncio.Event, url: str) -> Shipper:
+    """The stream, the heartbeat bucket and (following) the subscription to
+    the central's requests to send bytes again, tried until they answer (a
+    server still starting, or restarted: logged) unless ``once`` (FleetError);
+    Stopped if ``stop`` is set meanwhile."""
+    while True:
+        try:
+            js = nc.jetstream()
+            await fleet_nats.ensure_stream(js)
+            kv = await fleet_nats.heartbeats(js)
+            shipper = Shipper(js, kv, ledger, sources, host, log)
+            if not once:
+                async def asked(msg):
+                    shipper.ask(msg.data)
+
+                await nc.subscribe(fleet_wire.resend_subject(host), cb=asked)
+            return shipper
+        except fleet_nats.TRANSIENT as exc:
+            said = f"{type(exc).__name__}: {str(exc) or 'no answer'}"
+            if once:
+                raise fleet_nats.FleetError(f"{url}: {said}") from None
+            log(f"NATS: starting: {said}: retrying")
+            try:   # a signal meanwhile: stop
+                await asyncio.wait_for(stop.wait(), RETRY_S)
+            except asyncio.TimeoutError:
+                continue
+            raise fleet_nats.Stopped() from None
 
 
 async def _follow(shipper: Shipper, stop: asyncio.Event) -> None:
@@ -306,14 +439,33 @@ async def _follow(shipper: Shipper, stop: asyncio.Event) -> None:
                     return
                 await _retrying(shipper.pass_, shipper.log)
             return
-        except (RuntimeError, ExceptionGroup) as exc:   # (awatch's task group wraps it)
-            undecodable = _undecodable(exc)
-            if undecodable is None:
+        except (RuntimeError, OSError, ExceptionGroup) as exc:   # (awatch's task group wraps it)
+            cause = _undecodable(exc) or _no_notifications(exc)
+            if cause is None:
                 raise
             if not polling:
-                shipper.log(f"file notifications unavailable ({undecodable}); polling")
+                shipper.log(f"file notifications unavailable ({cause}); polling")
                 polling = True
             await _retrying(shipper.pass_, shipper.log)
+
+
+# What watchfiles raises when the kernel gives no more file notifications:
+# inotify instances used up (fs.inotify.max_user_instances: EMFILE, as a
+# process out of descriptors) or watches (max_user_watches: ENOSPC).
+NO_NOTIFICATIONS = ("Error creating recommended watcher", "os error 24", "os error 28",
+                    "Too many open files", "inotify")
+
+
+def _no_notifications(exc: BaseException) -> BaseException | None:
+    """watchfiles' error for notifications the kernel will not give, in
+    ``exc`` or an exception group around it; None if it is something else."""
+    if isinstance(exc, BaseExceptionGroup):
+        return next((found for sub in exc.exceptions if (found := _no_notifications(sub))),
+                    None)
+    if isinstance(exc, (RuntimeError, OSError)) and any(
+            word in str(exc) for word in NO_NOTIFICATIONS):
+        return exc
+    return None
 
 
 def _undecodable(exc: BaseException) -> BaseException | None:

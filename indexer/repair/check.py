@@ -6,6 +6,7 @@ The first verdict that matches wins:
 |---|---|---|
 | missing | 4 | no main transcript on disk: the resume fails with "No conversation found"; or the transcript stopped being written while the session went on (history.jsonl, tool results): the resume loses what came after |
 | poisoned | 5 | the resume chain ends at a synthetic placeholder: the resume gets a 400 |
+| wedged | 11 | the latest assistant message holds thinking the API refuses, and the Claude Code that resumes resends it on every resume |
 | spliced | 6 | late api_error records orphan output: the resume drops it |
 | resumable | 0 | go ahead (warnings when the transcript expires soon or has expired) |
 
@@ -39,7 +40,7 @@ from indexer.sql import dict_rows
 from indexer.chain import mainfile
 from indexer.ingest import sidecars
 from indexer.signals import verdict as verdicts
-from indexer.transcripts import retention
+from indexer.transcripts import retention, thinking
 from indexer.signals import classes, listings as signals
 from indexer.index import views
 
@@ -122,11 +123,13 @@ def _on_disk(config_dir: str, session_id: str) -> list[str]:
 
 
 def check(db, session_id: str, *, now: str | None = None, config_dir=None,
-          cwd: str | None = None, host: str | None = None) -> Verdict:
+          cwd: str | None = None, host: str | None = None,
+          claude_version: str | None = None) -> Verdict:
     """The verdict for a resume of ``session_id`` on ``host`` (see the
     module docstring), in four steps: bring the index up to date for it,
-    pick the transcript a resume opens, then poisoned, spliced and retention
-    in that order. mainfile.AmbiguousHost when no host is named and the
+    pick the transcript a resume opens, then poisoned, wedged, spliced and
+    retention in that order. ``claude_version``: the Claude Code that will
+    resume (default: the one that last wrote the transcript). mainfile.AmbiguousHost when no host is named and the
     session is on several, none of them this machine."""
     started = time.monotonic()
     searched = [os.fspath(config_dir)] if config_dir is not None else retention.config_dirs()
@@ -140,11 +143,13 @@ def check(db, session_id: str, *, now: str | None = None, config_dir=None,
     copies = mainfile.copies(db, session_id, main_files=len(files), host=host)
     main = {f["id"]: f for f in files}.get(choice.file_id)
     row = dict_rows(db.conn, verdicts.CHECK_VERDICT_SQL,
-                    _subject(session_id, host, choice, main, files, gone))[0]
+                    dict(_subject(session_id, host, choice, main, files, gone),
+                         claude_version=claude_version))[0]
     if row["verdict"] == "missing":
         return _done(_missing(session_id, row, choice, files, main), started)
     verdict = _opened(db, session_id, row, main, choice, copies, files)
     _poisoned(db, verdict, row, session_id, main, host)
+    _wedged(verdict, row, session_id)
     _spliced(db, verdict, main)
     _retention(verdict, main, config_dir, now_iso)
     if main["origin"] == "fleet":
@@ -241,6 +246,28 @@ def _poisoned(db, verdict: Verdict, row: dict, session_id: str, main: dict,
         verdict.warnings.append(
             f"{failed} earlier resume(s) failed with the "
             "previous_message_id 400; the chain no longer ends at a placeholder")
+
+
+def _wedged(verdict: Verdict, row: dict, session_id: str) -> None:
+    """The thinking block the API refuses in the latest assistant message;
+    for a Claude Code that recovers from the 400, a warning naming the cost."""
+    if row["thinking_fault"] is None:
+        return
+    verdict.details["thinking"] = {
+        k: row[f"thinking_{k}"] for k in ("fault", "uuid", "block", "message_id")}
+    verdict.details["thinking"]["claude_version"] = row["resumer_version"]
+    if verdict.verdict == "wedged":
+        return
+    version, fault = row["resumer_version"], row["thinking_fault"]
+    verdict.warnings.append(
+        f"the latest assistant message (message.id {row['thinking_message_id']}, uuid "
+        f"{row['thinking_uuid']}) holds a thinking block the API refuses ("
+        f"{row['thinking_fault']}, content block {row['thinking_block']}): Claude Code "
+        f"{version or 'of today'} answers the 400 by sending the request again without any "
+        "thinking block, so the resume works but the conversation's thinking is lost (and "
+        f"its prompt cache with it); session-index repair {session_id} --write cuts back to "
+        "the last message the API accepts instead (a Claude Code before "
+        f"{thinking.RECOVERS_FROM[fault]} stays stuck on it)")
 
 
 def _spliced(db, verdict: Verdict, main: dict) -> None:

@@ -70,8 +70,9 @@ def _sse(event: str, data: dict) -> bytes:
 
 
 def _block_events(index: int, block: dict) -> list[bytes]:
-    """The stream events of one content block: text, thinking (with no
-    signature, as a third-party provider sends it) or tool_use."""
+    """The stream events of one content block: text, thinking (with its
+    signature when it has one, as Anthropic's API sends it; with none, as a
+    third-party provider does) or tool_use."""
     if block["type"] == "text":
         start, delta = {"type": "text", "text": ""}, {"type": "text_delta",
                                                       "text": block["text"]}
@@ -81,10 +82,15 @@ def _block_events(index: int, block: dict) -> list[bytes]:
     else:
         start = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
         delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
+    signed = ([_sse("content_block_delta", {"type": "content_block_delta", "index": index,
+                                            "delta": {"type": "signature_delta",
+                                                      "signature": block["signature"]}})]
+              if block["type"] == "thinking" and block.get("signature") else [])
     return [_sse("content_block_start", {"type": "content_block_start", "index": index,
                                          "content_block": start}),
             _sse("content_block_delta", {"type": "content_block_delta", "index": index,
                                          "delta": delta}),
+            *signed,
             _sse("content_block_stop", {"type": "content_block_stop", "index": index})]
 
 
@@ -149,6 +155,61 @@ def scripted(*answers, then=one_word):
 
     reply.calls = 0
     return reply
+
+
+# What Anthropic's Messages API answers to thinking sent back changed (issue
+# 27; the texts of anthropics/claude-code #63147, #68768, #21726): in the
+# latest assistant message a thinking block must be exactly what the API
+# returned; one with no signature, or one the API never signed, is refused.
+THINKING_MODIFIED = ("messages.{i}.content.{j}: `thinking` or `redacted_thinking` blocks in the "
+                     "latest assistant message cannot be modified. These blocks must remain as "
+                     "they were in the original response.")
+SIGNATURE_REQUIRED = "messages.{i}.content.{j}.thinking.signature: Field required"
+SIGNATURE_INVALID = "messages.{i}.content.{j}: Invalid `signature` in `thinking` block"
+
+
+def thinking_refusal(body: dict, returned: dict) -> str | None:
+    """The 400's message the real API gives a request whose latest assistant
+    message carries a thinking block changed from what the API returned
+    (``returned``: each signature it gave, with the thinking text it gave
+    with it), or None when it accepts the request."""
+    messages = body.get("messages") or []
+    latest = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"),
+                 default=None)
+    if latest is None or not isinstance(messages[latest].get("content"), list):
+        return None
+    for j, block in enumerate(messages[latest]["content"]):
+        if not isinstance(block, dict) or block.get("type") != "thinking":
+            continue
+        if not block.get("signature"):
+            return (SIGNATURE_REQUIRED if "signature" not in block
+                    else SIGNATURE_INVALID).format(i=latest, j=j)
+        if block["signature"] not in returned:
+            return SIGNATURE_INVALID.format(i=latest, j=j)
+        if returned[block["signature"]] != block.get("thinking"):
+            return THINKING_MODIFIED.format(i=latest, j=j)
+    return None
+
+
+def refusing_changed_thinking(returned: dict, reply=one_word):
+    """A reply function that refuses (400, the real API's text) a request
+    whose latest assistant message carries a thinking block changed from
+    what the API returned (thinking_refusal), and answers any other with
+    ``reply(body)``; the thinking blocks of its own answers are added to
+    ``returned``. ``refused`` lists the refusals' messages."""
+    def answer(body: dict) -> dict:
+        refusal = thinking_refusal(body, answer.returned)
+        if refusal:
+            answer.refused.append(refusal)
+            return {"status": 400, "error": refusal}
+        given = reply(body)
+        for block in given.get("blocks") or []:
+            if block.get("type") == "thinking" and block.get("signature"):
+                answer.returned[block["signature"]] = block.get("thinking", "")
+        return given
+
+    answer.returned, answer.refused = dict(returned), []
+    return answer
 
 
 class FakeMessagesAPI:

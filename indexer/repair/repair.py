@@ -1,9 +1,12 @@
-"""Repairing spliced and poisoned transcripts, and showing the recovered
-conversation.
+"""Repairing spliced, poisoned and wedged transcripts, and showing the
+recovered conversation.
 
 What changes is the ``repair_plan`` view (views.py). The repaired bytes are
 the stored lines with each planned line re-parented (only its parentUuid
-value is rewritten, every other byte kept) or dropped. ``--write`` keeps a
+value is rewritten, every other byte kept), dropped, or stripped of the
+thinking blocks the API refuses (the line written again as Claude Code
+writes JSON, compact, checked to differ from the original in those blocks
+only). ``--write`` keeps a
 backup next to the file and the original bytes in the ``repairs`` table,
 writes to a temporary name, renames into place, re-ingests and verifies; a
 file that changed under it, or a repair that does not verify, is rolled back.
@@ -24,16 +27,19 @@ from indexer.transcripts import conversation
 from indexer.sql import write_lock
 from indexer.sql import dict_rows
 from indexer.index.clock import utcnow
+from indexer.index import views
 from indexer.ingest.files import ingest, stored_bytes
+from indexer.signals import classes
 
 LIVE_SECONDS = 60
 # A repair writes this machine's transcripts only (host ''): another host's
 # copy is repaired there.
-PLAN_SQL = "SELECT * FROM repair_plan WHERE session_id = ? AND host = '' ORDER BY line_no"
+PLAN_SQL = (f"SELECT * FROM ({views.repair_plan_of('h.session_id = :session_id')}) "
+            "WHERE session_id = :session_id AND host = :host ORDER BY line_no")
 MAIN_FILE_SQL = """
 SELECT f.id, f.path, f.size, f.mtime_ns, f.inode, f.deleted_at
 FROM session_hosts s JOIN files f ON f.id = s.main_file_id
-WHERE s.session_id = ? AND s.host = ''
+WHERE s.session_id = ? AND s.host = ?
 """.strip()
 CHAIN_LENGTH_SQL = "SELECT count(*) FROM leaf_ancestry WHERE file_id = ? AND rule = 'resume'"
 ORPHAN_CAUSES_SQL = "SELECT uuid, cause FROM orphans WHERE file_id = ?"
@@ -73,29 +79,35 @@ class Plan:
     path: str
     reparent: dict = field(default_factory=dict)   # line_no -> (old, new parent uuid)
     drop: set = field(default_factory=set)         # line_nos
+    strip: dict = field(default_factory=dict)      # line_no -> content indexes to remove
     rows: list = field(default_factory=list)       # the repair_plan rows
     orphaned: dict = field(default_factory=dict)   # uuid -> cause, before the repair
     chain_before: int = 0
 
     @property
     def empty(self) -> bool:
-        return not self.reparent and not self.drop
+        return not self.reparent and not self.drop and not self.strip
 
     def as_dict(self) -> dict:
         return {"session_id": self.session_id, "path": self.path,
                 "reparented": len(self.reparent), "dropped": len(self.drop),
+                "stripped": len(self.strip),
                 "chain_before": self.chain_before, "changes": self.rows}
 
 
-def plan(db, session_id: str) -> Plan:
-    main = db.conn.execute(MAIN_FILE_SQL, [session_id]).fetchone()
+def plan(db, session_id: str, host: str = "") -> Plan:
+    """The repair plan of the session's main transcript on ``host`` (''
+    this machine: the one ``repair`` writes; another, a fleet's, for show)."""
+    main = db.conn.execute(MAIN_FILE_SQL, [session_id, host]).fetchone()
     if main is None:
         raise RepairError(f"session {session_id} has no main transcript in the index")
     p = Plan(session_id, main[0], main[1])
-    p.rows = dict_rows(db.conn, PLAN_SQL, [session_id])
+    p.rows = dict_rows(db.conn, PLAN_SQL, {"session_id": session_id, "host": host})
     for row in p.rows:
         if row["action"] == "reparent":
             p.reparent[row["line_no"]] = (row["old_parent_uuid"], row["new_parent_uuid"])
+        elif row["action"] == "strip":
+            p.strip[row["line_no"]] = sorted(json.loads(row["blocks"]))
         else:
             p.drop.add(row["line_no"])
     p.orphaned = dict(db.conn.execute(ORPHAN_CAUSES_SQL, [p.file_id]).fetchall())
@@ -116,6 +128,20 @@ def _reparent_line(line: bytes, old: str | None, new: str) -> bytes:
     return fixed
 
 
+def _strip_line(line: bytes, blocks: list[int]) -> bytes:
+    """The line with the content blocks at ``blocks`` (indexes in
+    message.content) removed, written compact as Claude Code writes JSON;
+    nothing else may change."""
+    original = json.loads(line)
+    content = original["message"]["content"]
+    kept = [b for i, b in enumerate(content) if i not in set(blocks)]
+    repaired = dict(original, message=dict(original["message"], content=kept))
+    fixed = json.dumps(repaired, ensure_ascii=False, separators=(",", ":")).encode()
+    if json.loads(fixed) != repaired or len(kept) != len(content) - len(set(blocks)):
+        raise RepairError(f"could not remove thinking blocks from line {line[:80]!r}")
+    return fixed
+
+
 def repaired_bytes(db, p: Plan) -> bytes:
     """The main transcript as the index holds it, with the plan applied."""
     out = []
@@ -124,6 +150,8 @@ def repaired_bytes(db, p: Plan) -> bytes:
         raw = bytes(raw)
         if line_no in p.drop:
             continue
+        if line_no in p.strip:
+            raw = _strip_line(raw, p.strip[line_no])
         if line_no in p.reparent:
             raw = _reparent_line(raw, *p.reparent[line_no])
         out.append(raw if unterminated and line_no == last else raw + b"\n")
@@ -249,6 +277,13 @@ class Result:
                     appended_meanwhile=self.appended_meanwhile)
 
 
+# The repair_plan reasons of a wedged session, and the thinking the API
+# refuses still on the resume chain after a repair (earlier messages'
+# blocks removed, the latest message's cut off).
+THINKING_REASONS = ("wedged_tail", "refused_thinking")
+REFUSED_LEFT_SQL = (f"SELECT count(*) FROM ({classes.thinking_faults_where('h.main_file_id = :file_id')}) "
+                    "WHERE file_id = :file_id AND (NOT latest OR :cut)")
+
 STUCK_SQL = f"""
 SELECT 1 FROM poisoned_sessions p WHERE p.session_id = ? AND p.file_id = ? AND p.at_resume_tail
   AND {definitions.NOTHING_TO_CUT_TEMPLATE.format(file="p.file_id")}
@@ -335,6 +370,11 @@ def _verify(db, p: Plan, result: Result) -> None:
             "SELECT at_resume_tail FROM poisoned_sessions WHERE session_id = ?",
             [p.session_id]).fetchone() not in (None, (0,)):
         raise RolledBack("the resume chain still ends at a synthetic placeholder")
+    cut = any(r["reason"] == "wedged_tail" for r in p.rows)
+    refused = db.conn.execute(REFUSED_LEFT_SQL, {"file_id": p.file_id, "cut": cut}).fetchone()[0]
+    if any(r["reason"] in THINKING_REASONS for r in p.rows) and refused:
+        raise RolledBack(f"{refused} thinking block(s) the API refuses are still on the resume "
+                         "chain")
 
 
 def _entries(db, file_id: int):

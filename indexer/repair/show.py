@@ -16,10 +16,23 @@ from indexer.ingest import derive
 from indexer.transcripts import conversation, records
 from indexer.repair import repair
 from indexer.signals import verdict as verdicts
+from indexer.sql import dict_rows
 
 
-def recovered_conversation(db, session_id: str) -> list[dict]:
-    p = repair.plan(db, session_id)
+# The session's verdict on one host (session_verdicts has a row per session
+# and host; verdict.of_session reads the default host's).
+HOST_VERDICT_SQL = """
+SELECT * FROM session_verdicts WHERE session_id = :session_id AND host = :host
+""".strip()
+
+
+def verdict_on(conn, session_id: str, host: str) -> dict | None:
+    rows = dict_rows(conn, HOST_VERDICT_SQL, {"session_id": session_id, "host": host})
+    return rows[0] if rows else None
+
+
+def recovered_conversation(db, session_id: str, host: str = "") -> list[dict]:
+    p = repair.plan(db, session_id, host)
     lines = []
     for line_no, raw in db.conn.execute(repair.LINES_SQL, {"file_id": p.file_id}):
         raw = bytes(raw)

@@ -32,7 +32,7 @@ from collections import namedtuple
 
 from indexer.chain.definitions import API_ERROR_SPLICES_SQL, TRANSCRIPT_KINDS
 from indexer.signals import forks, unwritten, verdict
-from indexer.transcripts import records
+from indexer.transcripts import records, thinking
 from indexer.transcripts.records import SYNTHETIC_RECORD
 from indexer.transcripts.retention import DEFAULT_DAYS as DEFAULT_RETENTION_DAYS
 
@@ -181,16 +181,25 @@ SESSION_VERDICTS = SignalView(
     {"main_file_rule": "why file_id is the transcript a resume opens (sessions."
                        "main_file_rule); empty when the session has no main transcript",
      "path": "the path of file_id",
-     "verdict": "missing, poisoned, spliced or resumable (check's exit codes 4, 5, 6, 0)",
+     "verdict": "missing, poisoned, wedged, spliced or resumable (check's exit codes 4, 5, "
+                "11, 6, 0)",
      "cause": "why, in one word: never_seen, never_written, subagents_only, not_named, "
               "no_messages, husk, stopped_writing, deleted; synthetic_tail, "
-              "synthetic_tail_uncuttable; api_error_splice; real_tail, store_copy",
+              "synthetic_tail_uncuttable; thinking_refused, thinking_uncuttable; "
+              "api_error_splice; real_tail, store_copy",
      "reason": "the sentence check prints",
      "fix": "the command (or step) that fixes it; empty when resumable",
      "tail_uuid": "the last assistant record on the resume chain",
      "tail_message_id": "its message.id",
      "splices": "api_error_splices of file_id",
      "spliced_records": "records those splices leave off the resume chain",
+     "resumer_version": "the Claude Code version taken to resume: the one that last wrote "
+                        "file_id",
+     "thinking_fault": "unsigned, truncated or blanked: the first thinking block the API "
+                       "refuses in the latest assistant message (empty when none)",
+     "thinking_uuid": "the record holding it",
+     "thinking_block": "its index in that record's message.content",
+     "thinking_message_id": "the latest assistant message's message.id",
      "host": "the host the verdict is for ('' for this machine): each host's copy is "
              "judged on its own"},
     common=("file_id", "session_id"), sql=verdict.SESSION_VERDICTS_SQL,
@@ -209,6 +218,10 @@ VERDICTS = ProblemClass(
                      "'previous_message_id ' || coalesce(tail_message_id, '?')",
                      "SELECT r.file_id FROM records r WHERE "
                      + records.FOREIGN_REPLY_RECORD.format(r="r")),
+        _verdict_row("wedged", "Wedged: the latest message's thinking is refused, and the "
+                               "Claude Code that resumes resends it",
+                     "thinking_fault || ' thinking, Claude Code ' || resumer_version",
+                     "SELECT file_id FROM thinking_faults WHERE latest"),
         _verdict_row("spliced", "Spliced: late api_error records orphan recovered output",
                      "spliced_records || ' records off the chain'",
                      "SELECT file_id FROM orphans_cache WHERE cause = 'api_error_splice'"),
@@ -334,6 +347,113 @@ POISONED = ProblemClass(
                   where="NOT at_resume_tail AND synthetic_on_chain",
                   link="at_resume_tail=0", severity=HISTORY),
     ))
+
+
+# --- wedged: thinking the API refuses on the resume chain -------------------------
+
+# thinking_faults: one row per thinking block the API refuses (thinking.py:
+# unsigned, truncated, blanked) on the resume chain of a session's main
+# transcript on a host (session_hosts). latest: 1 when it is in the latest
+# assistant message a resume sends (verdict.LATEST_MESSAGE_ID_TEMPLATE),
+# where the API refuses it (the wedge; #63147, #68768, #21726); 0 in an
+# earlier message (history: repair removes it). resumer_version: the Claude
+# Code that last wrote the file; stuck: 1 when the block is in the latest
+# message and that version resends it on every resume (thinking.STAYS_STUCK;
+# the session's verdict is wedged), 0 when it recovers by dropping every
+# thinking block. last_seen: the file's newest record. {hosts}: a condition on
+# session_hosts h that narrows it before it is computed (THINKING_FAULTS_ARGS:
+# all; thinking_faults_where: some sessions or files, for a session's page or
+# repair, which the view's materialized steps would not let SQLite narrow).
+THINKING_FAULTS_TEMPLATE = f"""
+WITH mains AS MATERIALIZED (
+  SELECT h.session_id, h.host, h.main_file_id AS file_id,
+    {verdict.LATEST_MESSAGE_ID_TEMPLATE.format(file="h.main_file_id")} AS latest_message_id,
+    {verdict.WRITER_VERSION_TEMPLATE.format(file="h.main_file_id")} AS resumer_version
+  FROM session_hosts h WHERE h.main_file_id IS NOT NULL AND {{hosts}}
+),
+faults AS MATERIALIZED (
+{thinking.thinking_faults_sql("{a}.file_id IN (SELECT file_id FROM mains)")}
+)
+SELECT m.session_id, t.file_id, t.uuid, t.line_no, t.message_id, t.model, t.version,
+  t.block, t.fault, t.message_id IS m.latest_message_id AS latest, m.resumer_version,
+  (t.message_id IS m.latest_message_id)
+    AND {thinking.STAYS_STUCK.format(v="m.resumer_version", fault="t.fault")} AS stuck,
+  f.last_timestamp AS last_seen, m.host
+FROM faults t JOIN mains m ON m.file_id = t.file_id
+JOIN leaf_ancestry_cache k ON k.file_id = t.file_id AND k.rule = 'resume'
+  AND k.record_id = t.record_id
+JOIN files f ON f.id = t.file_id
+""".strip()
+
+THINKING_FAULTS_ARGS = {"hosts": "1"}
+
+
+def thinking_faults_where(hosts: str) -> str:
+    """The thinking_faults rows of the session_hosts rows (alias h) that
+    ``hosts`` picks, computed for them only."""
+    return THINKING_FAULTS_TEMPLATE.format(hosts=hosts)
+
+
+THINKING_FAULTS = SignalView(
+    "thinking_faults",
+    "Thinking blocks the API refuses on resume chains: unsigned, with a cut signature, or "
+    "blanked after the API showed them (#63147, #68768, #21726). In the latest assistant "
+    "message they wedge the session for Claude Code versions that resend them.",
+    {"uuid": "the assistant record holding the block",
+     "line_no": "its line in the transcript, 1-based",
+     "message_id": "its message.id",
+     "model": "its message.model",
+     "version": "the Claude Code version that wrote it",
+     "block": "the block's index in message.content",
+     "fault": "unsigned (no signature), truncated (a signature cut short) or blanked (text "
+              "emptied, signature kept, where the API showed this model's thinking)",
+     "latest": "1 when the block is in the latest assistant message a resume sends",
+     "resumer_version": "the Claude Code that last wrote the file, taken to resume it",
+     "stuck": "1 when that version resends the block on every resume (the verdict is "
+              "wedged: versions before " + ", ".join(
+                  f"{v} ({f})" for f, v in thinking.RECOVERS_FROM.items()) + "); 0 when it "
+              "recovers by dropping every thinking block, or the block is in an earlier "
+              "message",
+     "last_seen": f"the file's newest record, {TS}",
+     "host": "the host of file_id ('' for this machine)"},
+    common=("file_id", "session_id"), template=THINKING_FAULTS_TEMPLATE,
+    view_args=THINKING_FAULTS_ARGS,
+    facets=("fault", "latest", "stuck"))
+
+WEDGED = ProblemClass(
+    "wedged", THINKING_FAULTS, NOW,
+    "session-index repair SESSION_ID --write cuts the chain back to the last assistant "
+    "message before the refused one and removes refused thinking from earlier messages (the "
+    "file is backed up first); or resume with Claude Code "
+    f"{max(thinking.RECOVERS_FROM.values(), key=thinking.version_key)} or newer, which drops "
+    "every thinking block",
+    listing=Listing(
+        "wedged",
+        "Thinking blocks the API refuses in the latest assistant message of a session's "
+        "resume chain (stuck: the Claude Code that last wrote it resends them on every "
+        "resume: the session is wedged; else that version drops every thinking block and "
+        "the resume loses the thinking).",
+        "session-index wedged --json",
+        order_by="stuck DESC, last_seen DESC, session_id, line_no, block", where="latest"),
+    query=CannedQuery("wedged", "Wedged sessions",
+                      "Thinking blocks the API refuses in the latest assistant message, the "
+                      "sessions whose resume stays stuck first.",
+                      "SELECT * FROM thinking_faults WHERE latest "
+                      "ORDER BY stuck DESC, last_seen DESC"),
+    health=(   # (stuck: the verdict's row, VERDICTS)
+        HealthRow("Refused thinking in the latest message: the resume drops all thinking",
+                  at="last_seen", detail="fault || ' thinking, Claude Code ' || "
+                                         "coalesce(resumer_version, '?')",
+                  where="latest AND NOT stuck", link="latest=1&stuck=0", severity=SOON),
+    ))
+
+THINKING_HISTORY = ProblemClass(
+    "thinking_faults", "thinking_faults", HISTORY,
+    "the API refuses changed thinking only in the latest assistant message: these resume; "
+    "session-index repair SESSION_ID --write removes them",
+    health=(HealthRow("Refused thinking in earlier messages", at="last_seen",
+                      detail="fault || ' thinking, line ' || line_no", where="NOT latest",
+                      link="latest=0"),))
 
 
 # --- api_error splices: recovered output --resume drops ------------------------
@@ -747,6 +867,11 @@ ORPHANS = (
     _orphans("parallel_tool_branch", "Parallel tool branches dropped",
              "most are put back by the CLI on load (orphans.restored); read the rest on the "
              "session page"),
+    _orphans("late_graft", "Conversation cut off by a late graft",
+             "a tool result written long after onto a call answered already (a permission "
+             "response drained at start-up, anthropics/claude-code#62301) is the last row: a "
+             "resume continues from it, and what came after the first answer is not sent; "
+             "read it on the session page"),
     _orphans("abandoned_branch", "Abandoned branches (rewinds, edits)",
              "none: a rewind or an edited prompt left them; they stay readable here"),
     _orphans("dangling_parent", "Records after a missing parent",
@@ -991,8 +1116,9 @@ FORKS = ProblemClass(
 
 # --- Every class, in the health page's order -----------------------------------
 
-CLASSES = (VERDICTS, POISONED, SPLICED, UNWRITTEN, FAILED, STALE, EXPIRING, LEAVES_DISAGREE, *ORPHANS, CHAIN_BREAKS,
-           DUPLICATE_UUIDS, BAD_LINES, DIVERGED_COPIES, DELETED_TRANSCRIPTS, COMPACTIONS, FORKS)
+CLASSES = (VERDICTS, POISONED, WEDGED, SPLICED, UNWRITTEN, FAILED, STALE, EXPIRING, LEAVES_DISAGREE,
+           *ORPHANS, CHAIN_BREAKS, DUPLICATE_UUIDS, BAD_LINES, DIVERGED_COPIES, DELETED_TRANSCRIPTS,
+           COMPACTIONS, FORKS, THINKING_HISTORY)
 # Every view declared here, in the order they are created: executions (no
 # class's own: the classes read it), then each class's own.
 SIGNAL_VIEWS = (EXECUTIONS, *(c.view for c in CLASSES if not isinstance(c.view, str)))

@@ -10,6 +10,7 @@ The first verdict that matches wins:
 |---|---|---|
 | missing | 4 | a resume opens no transcript: it fails with "No conversation found"; or the one it opens stopped being written while the session went on (signals/unwritten.py) |
 | poisoned | 5 | the resume chain ends at a synthetic placeholder: the resume gets a 400 |
+| wedged | 11 | the latest assistant message holds a thinking block the API refuses, and the Claude Code that resumes (the one that last wrote the session, or check --claude-version) resends it on every resume |
 | spliced | 6 | late api_error records orphan recovered output: the resume drops it |
 | resumable | 0 | go ahead |
 
@@ -26,10 +27,10 @@ from __future__ import annotations
 from indexer.chain import definitions
 from indexer.signals import unwritten as unwritten_
 from indexer.sql import dict_rows
-from indexer.transcripts import records
+from indexer.transcripts import records, thinking
 
 # The verdicts, in the order they are tried, and the exit code of each (check).
-EXIT_CODES = {"missing": 4, "poisoned": 5, "spliced": 6, "resumable": 0}
+EXIT_CODES = {"missing": 4, "poisoned": 5, "wedged": 11, "spliced": 6, "resumable": 0}
 
 # The main-file rules under which a resume loads the chosen file: a bare
 # `claude --resume` (definitions.OPENED_BY_RESUME, and check --cwd's worktree rule)
@@ -62,6 +63,71 @@ CLOCK = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
 # The causes signals/unwritten.py gives, with its sentence as the reason.
 UNWRITTEN_CAUSES = ("never_written", "husk", "stopped_writing")
 _UNWRITTEN_IN = "(" + ", ".join(f"'{c}'" for c in UNWRITTEN_CAUSES) + ")"
+# The latest assistant message a resume of file {file} sends: the message.id
+# of the last message on its resume chain when that is a real assistant
+# record (the CLI sends the records of one message.id as one message). An
+# API-error placeholder is not sent, so it is passed over; when the chain
+# ends at a user record (a prompt, a tool result) the CLI puts a placeholder
+# of its own after it, and NULL: no message of the file is the latest (the
+# oracle: tests/test_wedged_oracle.py).
+LATEST_MESSAGE_ID_TEMPLATE = f"""(SELECT CASE WHEN r.type = 'assistant'
+    AND NOT ({records.SYNTHETIC_RECORD.format(r="r")}) THEN r.message_id END
+  FROM leaf_ancestry_cache k JOIN records r ON r.id = k.record_id
+  WHERE k.file_id = {{file}} AND k.rule = 'resume' AND r.type IN ('user', 'assistant')
+    AND NOT (r.type = 'assistant' AND coalesce(r.is_api_error, 0))
+  ORDER BY k.height DESC LIMIT 1)"""
+# The Claude Code version that last wrote file {file} (the last record in
+# file order with a version): the one taken to resume it unless check
+# --claude-version names another.
+WRITER_VERSION_TEMPLATE = """(SELECT v.version FROM records v
+  WHERE v.file_id = {file} AND v.version IS NOT NULL ORDER BY v.line_no DESC LIMIT 1)"""
+# The thinking blocks the API refuses (thinking.py) in the latest assistant
+# message on file {file}'s resume chain, the one the fewest versions recover
+# from first (thinking.RECOVERS_FROM), then in chain order: record_id, uuid,
+# message_id, block, fault. Only that message's records are read (and, for
+# an empty signed block, the file's shown thinking of its model and
+# version, as far as the first).
+LATEST_FAULTS_TEMPLATE = """(SELECT lf.* FROM ({faults}) lf
+  JOIN leaf_ancestry_cache lk ON lk.file_id = lf.file_id AND lk.rule = 'resume'
+    AND lk.record_id = lf.record_id
+  ORDER BY """ + thinking.RECOVERS_FROM_KEY.format(fault="lf.fault") + """ DESC, lk.height,
+    lf.block)"""
+
+
+# A real assistant message on file {file}'s resume chain before the latest one
+# ({message}, its message.id): what a repair of a wedged session cuts back to.
+WEDGE_CUT_TEMPLATE = f"""EXISTS (
+  SELECT 1 FROM leaf_ancestry_cache k JOIN records t ON t.id = k.record_id
+  WHERE k.file_id = {{file}} AND k.rule = 'resume' AND t.type = 'assistant'
+    AND NOT ({records.SYNTHETIC_RECORD.format(r="t")}) AND t.message_id IS NOT {{message}})"""
+
+
+def latest_faults(file: str) -> str:
+    """LATEST_FAULTS_TEMPLATE for the file expression ``file``."""
+    latest = LATEST_MESSAGE_ID_TEMPLATE.format(file=file)
+    return LATEST_FAULTS_TEMPLATE.format(faults=thinking.thinking_faults_sql(
+        "{a}.file_id = " + file + " AND {a}.message_id = " + latest,
+        displayed="{a}.file_id = " + file, once=False))
+
+
+# What each fault is and what the API answers (thinking.FAULTS), as SQL
+# over the fault {fault}.
+FAULT_TEXT = ("CASE {fault} " + " ".join(
+    "WHEN '%s' THEN '%s (the API answers: %s)'" % (
+        name, meaning.replace("'", "''"), answer.replace("`", "").replace("'", "''"))
+    for name, answer, meaning in thinking.FAULTS) + " END")
+# The version that recovers from the wedge's fault (thinking.RECOVERS_FROM).
+_RECOVERS = thinking.RECOVERS_FROM_VERSION.format(fault="json_extract(wedge, '$.fault')")
+# The start of a wedged verdict's reason (its row's wedge, resumer_version).
+_WEDGED_REASON = ("""'the latest assistant message on the resume chain (message.id '
+      || coalesce(json_extract(wedge, '$.message_id'), 'None') || ', uuid '
+      || coalesce(json_extract(wedge, '$.uuid'), 'None') || ', content block '
+      || json_extract(wedge, '$.block') || ') holds a thinking block the API refuses: '
+      || """ + FAULT_TEXT.format(fault="json_extract(wedge, '$.fault')") + """
+      || '; Claude Code ' || resumer_version || ' sends it on every resume, gets the 400 and '
+      || 'stays stuck (every version before ' || """ + _RECOVERS + """ || ' does on this '
+      || 'answer; ' || """ + _RECOVERS + """ || ' and newer strip every thinking block and '
+      || 'send again, losing the thinking); '""")
 
 # The api_error_splices of the subject's file (the view's episodes, for one file).
 _FILE_SPLICES = definitions.API_ERROR_SPLICES_TEMPLATE.format(files=" AND o.file_id = a.file_id")
@@ -73,14 +139,16 @@ _FILE_SPLICES = definitions.API_ERROR_SPLICES_TEMPLATE.format(files=" AND o.file
 # transcript at all), gone_now (1 when check found the file gone from disk
 # just now), cwd, candidates (check --cwd's named copies, comma-separated)
 # and unscanned (check --cwd: named copies with messages elsewhere that the
-# CLI's scan of every folder does not count). Columns out:
-#   verdict  missing, poisoned, spliced or resumable (EXIT_CODES)
+# CLI's scan of every folder does not count), claude_version (check
+# --claude-version: the Claude Code that resumes; NULL: the one that last
+# wrote the file). Columns out:
+#   verdict  missing, poisoned, wedged, spliced or resumable (EXIT_CODES)
 #   cause    why, one word: never_seen, never_written, subagents_only, ambiguous,
 #            not_in_cwd_folders, none_named, not_named, no_messages, husk,
 #            stopped_writing, deleted (never_written, husk, stopped_writing:
 #            signals/unwritten.py, from history.jsonl and the session folder);
 #            synthetic_tail, synthetic_tail_uncuttable, foreign_reply;
-#            api_error_splice;
+#            thinking_refused, thinking_uncuttable; api_error_splice;
 #            real_tail, store_copy
 #   reason   the sentence check prints; fix: the command (or the step) that
 #            fixes it, NULL for a resumable session
@@ -88,6 +156,11 @@ _FILE_SPLICES = definitions.API_ERROR_SPLICES_TEMPLATE.format(files=" AND o.file
 #            chain (poisoned: the one the next resume names as
 #            previous_message_id, records.PREVIOUS_MESSAGE_ID_RECORD); splices, spliced_records: api_error_splices of the file
 #            and the records they leave off the chain
+#   resumer_version: the Claude Code taken to resume (claude_version, else
+#            the file's writer); thinking_fault, thinking_uuid,
+#            thinking_block, thinking_message_id: the first thinking block
+#            the API refuses in the latest assistant message (thinking.py),
+#            also when that version recovers (check warns then)
 # Every subquery is correlated to one subject row, so a query that selects a
 # few sessions reads only their rows.
 VERDICT_TEMPLATE = f"""
@@ -132,6 +205,12 @@ SELECT session_id, host, file_id, rule AS main_file_rule, path, verdict, cause,
       || 'no real assistant message comes before it, so there is nothing to cut back to and '
       || 'no repair can help: start a new session'
     WHEN 'foreign_reply' THEN {_FOREIGN_REASON}
+    WHEN 'thinking_uncuttable' THEN {_WEDGED_REASON}
+      || 'there is no earlier assistant message to cut back to: resume with Claude Code '
+      || {_RECOVERS} || ' or newer (it drops the thinking), or start a new session'
+    WHEN 'thinking_refused' THEN {_WEDGED_REASON}
+      || 'cut the chain back to the last message the API accepts (session-index repair '
+      || session_id || ' --write), or resume with Claude Code ' || {_RECOVERS} || ' or newer'
     WHEN 'api_error_splice' THEN splices || ' api_error splice(s) leave ' || spliced_records
       || ' record(s) of recovered output off the resume chain: a resume drops them; '
       || 're-parent the record after each error chain onto the last orphaned record '
@@ -154,10 +233,15 @@ SELECT session_id, host, file_id, rule AS main_file_rule, path, verdict, cause,
     WHEN 'ambiguous' THEN 'session-index check ' || session_id || ' --cwd DIR'
     WHEN 'synthetic_tail' THEN 'session-index repair ' || session_id || ' --write'
     WHEN 'api_error_splice' THEN 'session-index repair ' || session_id || ' --write'
+    WHEN 'thinking_refused' THEN 'session-index repair ' || session_id || ' --write'
     WHEN 'real_tail' THEN NULL
     WHEN 'store_copy' THEN NULL
     ELSE 'start a new session' END AS fix,
-  tail_uuid, tail_message_id, splices, spliced_records
+  tail_uuid, tail_message_id, splices, spliced_records, resumer_version,
+  json_extract(wedge, '$.fault') AS thinking_fault,
+  json_extract(wedge, '$.uuid') AS thinking_uuid,
+  json_extract(wedge, '$.block') AS thinking_block,
+  json_extract(wedge, '$.message_id') AS thinking_message_id
 FROM (
   SELECT *, CASE verdict
       WHEN 'missing' THEN CASE
@@ -175,6 +259,8 @@ FROM (
       WHEN 'poisoned' THEN CASE WHEN NOT named_synthetic THEN 'foreign_reply'
                                 WHEN nothing_to_cut THEN 'synthetic_tail_uncuttable'
                                 ELSE 'synthetic_tail' END
+      WHEN 'wedged' THEN CASE WHEN wedge_cut THEN 'thinking_refused'
+                              ELSE 'thinking_uncuttable' END
       WHEN 'spliced' THEN 'api_error_splice'
       WHEN 'resumable' THEN CASE WHEN rule = 'store_copy' THEN 'store_copy'
                                  ELSE 'real_tail' END
@@ -188,9 +274,14 @@ FROM (
         WHEN j.file_id IS NULL OR {NOT_LOADED_TEMPLATE.format(rule="j.rule")} THEN 'missing'
         WHEN j.unwritten = 'stopped_writing' THEN 'missing'
         WHEN j.refused THEN 'poisoned'
+        WHEN j.wedge IS NOT NULL AND {thinking.STAYS_STUCK.format(
+            v="j.resumer_version", fault="json_extract(j.wedge, '$.fault')")}
+          THEN 'wedged'
         WHEN j.splices > 0 THEN 'spliced'
         ELSE 'resumable' END AS verdict,
-      {definitions.NOTHING_TO_CUT_TEMPLATE.format(file="j.file_id")} AS nothing_to_cut
+      {definitions.NOTHING_TO_CUT_TEMPLATE.format(file="j.file_id")} AS nothing_to_cut,
+      CASE WHEN j.wedge IS NOT NULL THEN {WEDGE_CUT_TEMPLATE.format(
+          file="j.file_id", message="json_extract(j.wedge, '$.message_id')")} END AS wedge_cut
     FROM (SELECT *, CASE WHEN host = '' THEN {unwritten_.CAUSE_TEMPLATE.format(
         deleted_at="unwritten_deleted_at", last_timestamp="last_message_at", now=CLOCK)}
       END AS unwritten FROM (  -- DISTINCT (the rows are distinct anyway) keeps SQLite from flattening this
@@ -218,6 +309,11 @@ FROM (
           WHERE k.file_id = a.file_id AND k.rule = 'resume'
             AND {records.PREVIOUS_MESSAGE_ID_RECORD.format(r="r")}
           ORDER BY k.height DESC LIMIT 1), 0) AS refused,
+        coalesce(a.claude_version, {WRITER_VERSION_TEMPLATE.format(file="a.file_id")})
+          AS resumer_version,
+        (SELECT json_object('fault', lf.fault, 'uuid', lf.uuid, 'block', lf.block,
+                            'message_id', lf.message_id, 'record_id', lf.record_id)
+         FROM {latest_faults("a.file_id")} lf LIMIT 1) AS wedge,
         (SELECT count(*) FROM ({_FILE_SPLICES})) AS splices,
         (SELECT sum(orphaned_records) FROM ({_FILE_SPLICES})) AS spliced_records,
         (SELECT count(*) FROM files x WHERE x.session_id = a.session_id
@@ -236,7 +332,8 @@ FROM (
 
 # The subject columns VERDICT_TEMPLATE reads, for rows that carry only a
 # session, its host and its main file (no check --cwd facts).
-_PLAIN = "0 AS gone_now, NULL AS cwd, NULL AS candidates, 0 AS unscanned"
+_PLAIN = ("0 AS gone_now, NULL AS cwd, NULL AS candidates, 0 AS unscanned, "
+          "NULL AS claude_version")
 
 # The sessions known only from history.jsonl and their session folders (no
 # transcript of them in the index) whose transcript was never written
@@ -291,7 +388,7 @@ SESSIONS_VERDICT_TEMPLATE = VERDICT_TEMPLATE.format(subject=f"""(
 CHECK_VERDICT_SQL = VERDICT_TEMPLATE.format(subject="""(
   SELECT :session_id AS session_id, :host AS host, :file_id AS file_id, :rule AS rule,
          :gone_now AS gone_now, :cwd AS cwd, :candidates AS candidates,
-         :unscanned AS unscanned)""")
+         :unscanned AS unscanned, :claude_version AS claude_version)""")
 
 # One session's verdict on its default host (sessions.host; this machine for
 # a session known only from history.jsonl and its folder), as the session

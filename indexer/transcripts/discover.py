@@ -167,6 +167,13 @@ def _told_by_a_line(head: bytes) -> str | None:
     return None
 
 
+def sniff_lines(head: bytes) -> str | None:
+    """What the complete lines of a file's first bytes ``head`` say it is
+    (EXECUTION_LOG, TRANSCRIPT, or None), as ``sniff`` reads them: a fleet's
+    central has the first lines a host shipped, not the file."""
+    return _told_by_a_line(head[:SNIFF_BYTES])
+
+
 def sniff(path: str) -> str | None:
     """What the first complete lines say the file is: TRANSCRIPT,
     EXECUTION_LOG, OTHER, or None (no complete line yet: decide later)."""

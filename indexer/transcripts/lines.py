@@ -90,6 +90,7 @@ class _Record(msgspec.Struct, rename="camel"):
     version: Optional[str] = None
     git_branch: Optional[str] = None
     leaf_uuid: Optional[str] = None
+    sent_as_uuid: Optional[str] = None
     message: Optional[_Message] = None
 
 
@@ -227,6 +228,7 @@ def _from_struct(r: _Record) -> tuple:
         r.request_id or None, 1 if r.is_api_error_message else 0,
         1 if r.is_compact_summary else 0, is_tool_result, r.cwd or None,
         r.version or None, r.git_branch or None, r.leaf_uuid or None, unreadable,
+        r.sent_as_uuid or None,
     ) + usage
 
 
@@ -254,7 +256,7 @@ def _from_dict(d: dict) -> tuple:
         g("agentId"), message_id, model, g("requestId"), g("isApiErrorMessage"),
         g("isCompactSummary"), is_tool_result, g("cwd"), g("version"), g("gitBranch"),
         g("leafUuid"),
-    ), unreadable, *usage)
+    ), unreadable, _id(g("sentAsUuid")), *usage)
 
 
 def _row(type_, subtype, uuid, parent, logical_parent, session_id, timestamp,

@@ -45,6 +45,7 @@ RECORD_FIELD_SOURCES = {
     "git_branch": "gitBranch",
     "leaf_uuid": "leafUuid (summary and last-prompt records)",
     "is_unreadable": "1 when Claude Code's loader drops the user/assistant record as unreadable",
+    "sent_as_uuid": "sentAsUuid (a prompt Claude Code stored anew: the uuid it was sent under)",
     # message.usage of an assistant record (lines._usage_struct): has_usage
     # 1 when it is an object; each count an integer only when it is a JSON
     # number, speed and service_tier text only when strings, else NULL.
