@@ -807,6 +807,7 @@ TABLES = {
             ingested_offset="bytes read (never past a partial last line)",
             generation="its current generation: 1, then one more at each rewrite",
             head_digest="digest of its first ingested bytes (up to 1 KB): a change is a rewrite",
+            tail_digest="digest of the KB before ingested_offset: a change is a rewrite",
             lines="lines read in the current generation",
             retention_days="cleanupPeriodDays of its config dir when last read, days",
             first_ingested_at="when it was first read, ISO-8601 UTC",

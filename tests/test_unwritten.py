@@ -43,6 +43,7 @@ HUSK = "dddddddd-1111-4222-8333-444444444444"             # #95403: deleted, too
 SLASH_ONLY = "bbbbbbbb-1111-4222-8333-444444444444"       # /exit in a fresh session: nothing to write
 OLD_PROMPT = "eeeeeeee-1111-4222-8333-444444444444"       # a prompt past the cleanup period
 SUBAGENTS_ONLY = "ffffffff-1111-4222-8333-444444444444"   # cleanup's leftover (2.1.88)
+SUBAGENT_RAN = "abababab-1111-4222-8333-444444444444"     # a subagent's tool results, later
 PROJECT = "-tmp-work"
 HOUR_MS = 3_600_000
 
@@ -104,6 +105,22 @@ def world(tmp_path, monkeypatch):
         {"type": "user", "uuid": "u1", "parentUuid": None, "isSidechain": True,
          "sessionId": SUBAGENTS_ONLY, "timestamp": "2026-12-01T00:00:00.000Z",
          "message": {"role": "user", "content": "explore"}}) + "\n")
+    # A session killed while its subagent ran for an hour: the main transcript
+    # waits for the Task's answer, the subagent's transcript and tool results go on.
+    (proj / f"{SUBAGENT_RAN}.jsonl").write_text(husk_text.replace(HUSK, SUBAGENT_RAN))
+    main_end = max(r["timestamp"] for r in map(json.loads, husk_text.splitlines())
+                   if isinstance(r.get("timestamp"), str))
+    later = datetime.fromisoformat(main_end.replace("Z", "+00:00")).timestamp() + 3600
+    (proj / SUBAGENT_RAN / "subagents").mkdir(parents=True)
+    (proj / SUBAGENT_RAN / "subagents" / "agent-s1.jsonl").write_text(json.dumps(
+        {"type": "assistant", "uuid": "s1", "parentUuid": None, "isSidechain": True,
+         "sessionId": SUBAGENT_RAN, "agentId": "s1",
+         "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime(later)),
+         "message": {"id": "msg_s1", "role": "assistant", "model": "claude-x",
+                     "content": [{"type": "text", "text": "still exploring"}]}}) + "\n")
+    (proj / SUBAGENT_RAN / "tool-results").mkdir()
+    (proj / SUBAGENT_RAN / "tool-results" / "toolu_sub.txt").write_text("grep output")
+    os.utime(proj / SUBAGENT_RAN / "tool-results" / "toolu_sub.txt", (later, later))
     monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(config))
     monkeypatch.setenv("SESSION_INDEX_MANAGED_SETTINGS", str(tmp_path / "managed.json"))
     db_path = tmp_path / "index.db"
@@ -148,13 +165,14 @@ def test_check_says_missing_with_the_cause(world, session_id, cause):
     assert json.loads(result.output)["details"]["cause"] == cause
 
 
-@pytest.mark.parametrize("session_id,cause", [(OK, "real_tail"), (SLASH_ONLY, "never_seen"),
+@pytest.mark.parametrize("session_id,cause", [(OK, "real_tail"), (SUBAGENT_RAN, "real_tail"),
+                                              (SLASH_ONLY, "never_seen"),
                                               (OLD_PROMPT, "never_seen"),
                                               (SUBAGENTS_ONLY, "subagents_only")])
 def test_controls_answer_as_before(world, session_id, cause):
     verdict = check(world["db"], session_id, config_dir=world["config"])
     assert verdict.details["cause"] == cause
-    assert verdict.verdict == ("resumable" if session_id == OK else "missing")
+    assert verdict.verdict == ("resumable" if cause == "real_tail" else "missing")
 
 
 def test_the_listing(world):
@@ -216,14 +234,14 @@ def test_history_is_read_incrementally_and_losslessly(tmp_path):
     config.mkdir()
     history = config / "history.jsonl"
     first = history_line(NEVER_PROMPTED, "one", 1_796_000_000_000)
-    history.write_text(first + "not json\n" + history_line(NEVER_PROMPTED, "two", 1_796_000_001_000)
-                       + '{"display": "partial')
+    crlf = history_line(NEVER_PROMPTED, "two", 1_796_000_001_000).replace("\n", "\r\n")
+    history.write_bytes((first + "not json\n\n" + crlf + '{"display": "partial').encode())
     db = open_db(tmp_path / "i.db")
-    assert sidecars.ingest_history(db, str(history), str(config)) == 3
+    assert sidecars.ingest_history(db, str(history), str(config)) == 4
     stored = rows(db, "SELECT line_no, session_id, display, timestamp, error, raw "
                       "FROM history_prompts ORDER BY id")
     assert [(r["line_no"], r["display"], r["error"]) for r in stored] == [
-        (1, "one", None), (2, None, "not JSON"), (3, "two", None)]
+        (1, "one", None), (2, None, "not JSON"), (3, None, "not JSON"), (4, "two", None)]
     assert stored[0]["timestamp"] == "2026-11-30T00:53:20.000Z" and stored[1]["raw"] == "not json"
     assert sidecars.ingest_history(db, str(history), str(config)) == 0   # unchanged: nothing read
     with history.open("a") as f:
@@ -239,7 +257,14 @@ def test_history_is_read_incrementally_and_losslessly(tmp_path):
     assert sidecars.ingest_history(db, str(history), str(config)) == 1
     assert [(r["generation"], r["n"]) for r in rows(
         db, "SELECT generation, count(*) AS n FROM history_prompts GROUP BY generation")] == [
-        (1, 4), (2, 1)]   # the earlier generation's lines are kept
+        (1, 5), (2, 1)]   # the earlier generation's lines are kept
+    data = history.read_bytes()   # the same size, its last line changed, one appended
+    history.write_bytes(data.replace(b"rewritten", b"rewrote!!") + history_line(
+        OK, "more", 1_796_000_004_000).encode())
+    assert sidecars.ingest_history(db, str(history), str(config)) == 2   # read again, whole
+    assert [r["display"] for r in rows(db, "SELECT display FROM history_prompts "
+                                           "WHERE generation = 3 ORDER BY line_no")] == [
+        "rewrote!!", "more"]
 
 
 def test_the_watcher_logs_each_once(world):

@@ -16,7 +16,11 @@ it. Nothing is read from ~/.claude.
 - session references that are stale (never indexed, deleted, expired),
 - failed ``claude -p`` executions (seed 003's "No conversation found"),
 - one session id on three main transcripts (a copy in another project
-  folder, a fork that kept the id).
+  folder, a fork that kept the id),
+- a session whose transcript was never written (its prompts in
+  history.jsonl, its tool results in its folder) and one whose transcript
+  stopped while the session went on (anthropics/claude-code #91284, #53417),
+- a /branch fork of a session and an empty fork (#85875).
 
 Ids are uuid5s of fixed names, so a rebuilt demo has the same session ids;
 times are relative to ``now`` because retention is judged by the clock.
@@ -317,6 +321,63 @@ def long_session(start):
     return [s, sub]
 
 
+def _history_line(session: str, display: str, at: datetime) -> str:
+    """A line of history.jsonl as Claude Code writes one per prompt."""
+    return json.dumps({"display": display, "pastedContents": {},
+                       "timestamp": int(at.timestamp() * 1000), "project": CWD,
+                       "sessionId": session}, separators=(",", ":")) + "\n"
+
+
+def unwritten(now, root: Path, projects: Path) -> None:
+    """A session whose transcript was never written (its prompts in
+    history.jsonl, its tool results in its folder: #76829, #91284) and one
+    whose transcript stopped after a turn while its prompts went on (#53417)."""
+    never = session_id("never-written")
+    results = projects / PROJECT / never / "tool-results"
+    results.mkdir(parents=True, exist_ok=True)
+    output = results / "toolu_01DemoNeverWritten.txt"
+    output.write_text("PASS src/app.test.ts (214 tests)\n" * 200, encoding="utf-8")
+    stamp = (now - timedelta(hours=2, minutes=5)).timestamp()
+    os.utime(output, (stamp, stamp))
+    s = Session("stopped-writing", now - timedelta(hours=5))
+    q = s.user(None, "Profile the checkout page.")
+    s.reply(q, "The slowest call is the tax lookup: 1.8 s.")
+    s.write(projects)
+    (root / "history.jsonl").write_text("".join([
+        _history_line(s.id, "Profile the checkout page.", s.clock - timedelta(seconds=6)),
+        _history_line(s.id, "Cache the tax lookup.", s.clock + timedelta(hours=2)),
+        _history_line(never, "Run the test suite and fix what fails.",
+                      now - timedelta(hours=2, minutes=10)),
+        _history_line(never, "/exit", now - timedelta(hours=1)),
+    ]), encoding="utf-8")
+
+
+def forks(start, projects: Path) -> None:
+    """A session and its /branch (every copied record carries forkedFrom, as
+    Claude Code 2.1.332 writes a branch), and an empty fork: title rows only
+    (#85875)."""
+    parent = Session("fork-parent", start)
+    q = parent.user(None, "Sketch a schema for coupons.")
+    a = parent.reply(q, "A coupons table: code, percent_off, expires_at.")
+    parent.write(projects)
+    branch = Session("fork-branch", start + timedelta(hours=1))
+    branch.records = [dict(r, sessionId=branch.id,
+                           forkedFrom={"sessionId": parent.id, "messageUuid": r["uuid"]})
+                      for r in parent.records]
+    branch.n = len(branch.records)
+    q2 = branch.user(a, "Now the same with per-customer limits.")
+    branch.reply(q2, "Added a coupon_redemptions table with a per-customer count.")
+    branch.write(projects)
+    empty = session_id("empty-fork")
+    rows = [{"type": "ai-title", "aiTitle": "Sketch a schema for coupons", "sessionId": empty},
+            {"type": "agent-name", "agentName": "Sketch a schema for coupons (fork)",
+             "sessionId": empty}]
+    path = projects / PROJECT / f"{empty}.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    stamp = (start + timedelta(hours=2)).timestamp()
+    os.utime(path, (stamp, stamp))
+
+
 def aged(name, start, prompt):
     s = Session(name, start)
     q = s.user(None, prompt)
@@ -356,6 +417,8 @@ def build_demo(directory: str | os.PathLike, now: datetime | None = None) -> Pat
         s.write(projects)
     deleted = aged("deleted", now - 8 * day, "Bump the lockfile.")[0].write(projects)
     copies(now - 7 * day, projects)
+    unwritten(now, root, projects)
+    forks(now - 10 * day, projects)
 
     never = session_id("never-indexed")
     execution_log(logs / "run-0001.jsonl", _run(session_id("long-session"), {

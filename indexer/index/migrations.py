@@ -1248,3 +1248,13 @@ def m050_records_sent_as_uuid(db):
         "AND json_type(raw, '$.sentAsUuid') = 'text' AND json_extract(raw, '$.sentAsUuid') <> ''")
     db.execute("CREATE INDEX records_sent_as ON records(file_id, sent_as_uuid, line_no) "
                "WHERE sent_as_uuid IS NOT NULL")
+
+
+@migrations()
+def m037_history_tail_digest(db):
+    # history_files.tail_digest: the digest of the KB before ingested_offset,
+    # as last read: a change there (the same size or larger, the head the
+    # same) is a rewrite too, as for transcripts (ingest/sidecars.py). NULL
+    # for a file last read before this: its next read judges by its head
+    # alone, and stores it.
+    db.execute("ALTER TABLE history_files ADD COLUMN tail_digest TEXT")

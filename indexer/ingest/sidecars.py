@@ -9,10 +9,11 @@ written, or stopped being written (anthropics/claude-code #91284, #76829,
 the ``unwritten_transcripts`` view (signals/unwritten.py) reads them.
 
 ``history.jsonl`` is read as transcripts are (files.py): incrementally, every
-line kept (``history_prompts.raw``; a line that is not a JSON object has
-``error`` set), a partial last line left until its newline comes; a file that
-shrank or whose first bytes changed is read again as a new generation, the
-earlier generation's rows kept. Its lines, as Claude Code 2.1.332 writes
+line kept as written (``history_prompts.raw``; a line that is not a JSON
+object, a blank one included, has ``error`` set), a partial last line left
+until its newline comes; a file that shrank, or whose first bytes or bytes
+before the offset changed, is read again as a new generation, the earlier
+generation's rows kept. Its lines, as Claude Code 2.1.332 writes
 them (an interactive prompt; ``claude -p`` writes none):
 ``{"display": TEXT, "pastedContents": {}, "timestamp": EPOCH_MS,
 "project": CWD, "sessionId": ID}``.
@@ -50,7 +51,8 @@ INSERT INTO history_files (path, config_dir, first_ingested_at) VALUES (?, ?, ?)
 """.strip()
 UPDATE_HISTORY_FILE_SQL = """
 UPDATE history_files SET inode = ?, dev = ?, size = ?, mtime_ns = ?, ingested_offset = ?,
-  generation = ?, head_digest = ?, lines = ?, retention_days = ?, last_ingested_at = ?,
+  generation = ?, head_digest = ?, tail_digest = ?, lines = ?, retention_days = ?,
+  last_ingested_at = ?,
   deleted_at = NULL
 WHERE id = ?
 """.strip()
@@ -92,6 +94,13 @@ FOLDER_GONE_SQL = "UPDATE session_folders SET deleted_at = ? WHERE path = ? AND 
 
 def _digest(data: bytes) -> str:
     return blake2b(data, digest_size=16).hexdigest()
+
+
+def _tail_digest(f, offset: int) -> str:
+    """The digest of the HEAD_BYTES of ``f`` before ``offset``."""
+    start = max(0, offset - HEAD_BYTES)
+    f.seek(start)
+    return _digest(f.read(offset - start))
 
 
 # --- history.jsonl ----------------------------------------------------------
@@ -167,8 +176,10 @@ def ingest_history(db, path: str, config_dir: str | None = None) -> int:
             else:
                 file_id, offset = row["id"], row["ingested_offset"]
                 generation, lines = row["generation"], row["lines"]
-                if st.st_size < offset or (
-                        offset and _digest(head[:min(offset, HEAD_BYTES)]) != row["head_digest"]):
+                if st.st_size < offset or (offset and (
+                        _digest(head[:min(offset, HEAD_BYTES)]) != row["head_digest"]
+                        or (row["tail_digest"] is not None   # (NULL: read before m037)
+                            and _tail_digest(f, offset) != row["tail_digest"]))):
                     offset, generation, lines = 0, generation + 1, 0   # rewritten
             stored = 0
             f.seek(offset)
@@ -176,16 +187,15 @@ def ingest_history(db, path: str, config_dir: str | None = None) -> int:
             while chunk := f.read(READ_CHUNK):
                 pending += chunk
                 *complete, pending = pending.split(b"\n")
-                for line in complete:
+                for line in complete:   # every line, as written (a blank one: not JSON)
                     lines += 1
-                    if line.strip():
-                        conn.execute(INSERT_PROMPT_SQL, [file_id, generation, lines, offset,
-                                                         *prompt_row(line.rstrip(b"\r"))])
-                        stored += 1
+                    conn.execute(INSERT_PROMPT_SQL, [file_id, generation, lines, offset,
+                                                     *prompt_row(line)])
+                    stored += 1
                     offset += len(line) + 1
             conn.execute(UPDATE_HISTORY_FILE_SQL, [
                 st.st_ino, st.st_dev, st.st_size, st.st_mtime_ns, offset, generation,
-                _digest(head[:min(offset, HEAD_BYTES)]), lines, days,
+                _digest(head[:min(offset, HEAD_BYTES)]), _tail_digest(f, offset), lines, days,
                 utcnow(), file_id])
         return stored
 

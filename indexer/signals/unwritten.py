@@ -19,8 +19,9 @@ The causes, the first that applies:
   together).
 - ``stopped_writing``: the transcript is there, but prompts (history.jsonl)
   or tool results were written more than STOPPED_AFTER_MINUTES after its
-  newest record: the session went on and the transcript did not (#53417,
-  #79375, #91284). A resume loads it as it was when it stopped.
+  newest record and its subagents' (a subagent's tool results come while
+  the main transcript waits): the session went on and the transcript did not
+  (#53417, #79375, #91284). A resume loads it as it was when it stopped.
 
 A prompt counts only when it is one the transcript would hold: slash
 commands (``/exit``, ``/resume`` in a session that never sent a message),
@@ -49,6 +50,9 @@ CONVERSATION_PROMPT = ("{p}.error IS NULL AND {p}.session_id IS NOT NULL "
 #     folders' tool-results/, subagents/ and workflows/
 #   last_sidecar_at: the newest file's mtime in tool-results/ and workflows/
 #   local_mains: main transcripts of it ever indexed from this machine's disk
+#   session_last_at: the newest record of its transcripts here, subagents'
+#     included (a subagent's tool results are written while the main
+#     transcript waits for its answer)
 EVIDENCE_TEMPLATE = f"""
   (SELECT count(*) FROM history_prompts p
    WHERE p.session_id = {{sid}} AND {CONVERSATION_PROMPT.format(p="p")}) AS prompts,
@@ -72,7 +76,10 @@ EVIDENCE_TEMPLATE = f"""
   (SELECT max(d.last_sidecar_at) FROM session_folders d
    WHERE d.session_id = {{sid}} AND d.deleted_at IS NULL) AS last_sidecar_at,
   (SELECT count(*) FROM files x WHERE x.session_id = {{sid}} AND x.kind = 'main'
-     AND x.origin = 'file' AND coalesce(x.host, '') = '') AS local_mains
+     AND x.origin = 'file' AND coalesce(x.host, '') = '') AS local_mains,
+  (SELECT max(x.last_timestamp) FROM files x WHERE x.session_id = {{sid}}
+     AND x.kind IN ('main', 'subagent') AND x.origin = 'file' AND coalesce(x.host, '') = '')
+    AS session_last_at
 """.strip()
 
 # The cause over the evidence columns (EVIDENCE_TEMPLATE's, unqualified) and
@@ -89,7 +96,8 @@ CASE
     THEN 'husk'
   WHEN {{deleted_at}} IS NULL AND {{last_timestamp}} IS NOT NULL
        AND julianday(max(coalesce(last_prompt_at, ''), coalesce(last_sidecar_at, '')))
-           - julianday({{last_timestamp}}) > {STOPPED_AFTER_MINUTES} / 1440.0
+           - julianday(max({{last_timestamp}}, coalesce(session_last_at, '')))
+           > {STOPPED_AFTER_MINUTES} / 1440.0
     THEN 'stopped_writing'
 END
 """.strip()
