@@ -42,12 +42,28 @@ def stored_anew(t, sent_as, later=None):
     return t
 
 
-def chain_of(index, records):
-    path = write_jsonl(index.projects / "-tmp-demo" / f"{SID}.jsonl", records)
+def sid(n: int) -> str:
+    return f"5e575e57-2222-3333-4444-{n:012d}"
+
+
+def write(index, n, records):
+    """Shape n under its own session (each test's shapes share one index,
+    whose caches are then held to the definitions once: preparing them
+    costs seconds)."""
+    for r in records:
+        if "sessionId" in r:
+            r["sessionId"] = sid(n)
+    return write_jsonl(index.projects / "-tmp-demo" / f"{sid(n)}.jsonl", records)
+
+
+def chains(index, paths):
     index.ingest()
-    fid = index.file_id(path)
     index.assert_caches_match_definitions()
-    return fid, index.ancestry(fid)[::-1]
+    out = {}
+    for n, path in paths.items():
+        fid = index.file_id(path)
+        out[n] = (index.ancestry(fid)[::-1], causes(index, fid))
+    return out
 
 
 def causes(index, fid):
@@ -56,62 +72,55 @@ def causes(index, fid):
 
 
 def test_a_prompt_stored_anew_is_loaded_under_its_sent_as_uuid(index):
-    fid, chain = chain_of(index, stored_anew(Transcript(SID), u(3)).records)
-    assert chain == [u(1), u(2), u(9), u(4)]
-    assert causes(index, fid) == {}
-    assert index.rows("SELECT sent_as_uuid FROM records WHERE uuid = ?",
-                      [u(9)])[0]["sent_as_uuid"] == u(3)
-
-
-def test_a_sent_as_uuid_already_loaded_keeps_the_record_s_own_uuid(index):
-    # u3 is on an earlier line: the answer naming u3 hangs from it, and the
-    # copy stored anew (u9) is a branch the resume does not take.
+    paths = {}
+    # 1: the answer names the sentAsUuid, which no earlier line has.
+    paths[1] = write(index, 1, stored_anew(Transcript(SID), u(3)).records)
+    # 2: u3 is on an earlier line: the answer naming u3 hangs from it, and
+    # the copy stored anew (u9) is a branch the resume does not take.
     t = Transcript(SID)
     t.add(u(1), None, "user", ts=at(0), message=prompt("first"))
     t.add(u(2), u(1), "assistant", message=text("msg_2", "first answer"), ts=at(1))
     t.add(u(3), u(2), "user", ts=at(2), message=prompt("the original"))
     t.add(u(9), u(2), "user", sentAsUuid=u(3), ts=at(3), message=prompt("stored anew"))
     t.add(u(4), u(3), "assistant", message=text("msg_4", "the answer"), ts=at(60))
-    fid, chain = chain_of(index, t.records)
-    assert chain == [u(1), u(2), u(3), u(4)]
-    assert u(9) in causes(index, fid)
+    paths[2] = write(index, 2, t.records)
 
-
-def test_only_the_first_record_stored_anew_is_renamed(index):
+    # 3: only the first record stored anew for a uuid is renamed.
     def second_copy(t):
         t.add(u(8), u(2), "user", sentAsUuid=u(3), ts=at(3), message=prompt("again"))
-    fid, chain = chain_of(index, stored_anew(Transcript(SID), u(3), second_copy).records)
-    assert chain == [u(1), u(2), u(9), u(4)]
-    assert u(8) in causes(index, fid)
+    paths[3] = write(index, 3, stored_anew(Transcript(SID), u(3), second_copy).records)
 
-
-def test_a_later_line_of_the_sent_as_uuid_takes_its_place(index):
-    # A line with uuid u3 after the record stored anew replaces it in the
+    # 4: a line with uuid u3 after the record stored anew replaces it in the
     # loader: the answer hangs from that line, the copy is no record at all.
     def the_original_late(t):
         t.add(u(3), u(2), "user", ts=at(4), message=prompt("written late"))
-    fid, chain = chain_of(index, stored_anew(Transcript(SID), u(3), the_original_late).records)
-    assert chain == [u(1), u(2), u(3), u(4)]
+    paths[4] = write(index, 4, stored_anew(Transcript(SID), u(3), the_original_late).records)
 
+    # 5, 6: a checkpoint naming the sentAsUuid is the record: not explicit,
+    # and the last row descends from it, the last row is the leaf (5);
+    # explicit, the checkpoint is (6).
+    for n, explicit in ((5, False), (6, True)):
+        t = stored_anew(Transcript(SID), u(3))
+        t.add(u(5), u(4), "user", ts=at(61), message=prompt("a newer prompt"))
+        t.add(u(6), u(5), "assistant", message=text("msg_6", "on another branch"), ts=at(62))
+        t.records.append({"type": "last-prompt", "sessionId": SID, "lastPrompt": "stored anew",
+                          "leafUuid": u(3), "explicit": explicit})
+        paths[n] = write(index, n, t.records)
 
-def test_a_checkpoint_naming_the_sent_as_uuid_is_the_record(index):
-    t = stored_anew(Transcript(SID), u(3))
-    t.add(u(5), u(4), "user", ts=at(61), message=prompt("a newer prompt"))
-    t.add(u(6), u(5), "assistant", message=text("msg_6", "on another branch"), ts=at(62))
-    t.records.append({"type": "last-prompt", "sessionId": SID, "lastPrompt": "stored anew",
-                      "leafUuid": u(3)})
-    fid, chain = chain_of(index, t.records)
-    # The checkpoint (u3, the record u9) is explicit by no record and the
-    # last row descends from it: the last row is the leaf.
-    assert chain == [u(1), u(2), u(9), u(4), u(5), u(6)]
-    t.records[-1]["explicit"] = True
-    fid, chain = chain_of(index, t.records)
-    assert chain == [u(1), u(2), u(9)]
+    got = chains(index, paths)
+    assert got[1] == ([u(1), u(2), u(9), u(4)], {})
+    assert index.rows("SELECT sent_as_uuid FROM records WHERE uuid = ? AND file_id = ?",
+                      [u(9), index.file_id(paths[1])]) == [{"sent_as_uuid": u(3)}]
+    assert got[2][0] == [u(1), u(2), u(3), u(4)] and u(9) in got[2][1]
+    assert got[3][0] == [u(1), u(2), u(9), u(4)] and u(8) in got[3][1]
+    assert got[4][0] == [u(1), u(2), u(3), u(4)]
+    assert got[5][0] == [u(1), u(2), u(9), u(4), u(5), u(6)]
+    assert got[6][0] == [u(1), u(2), u(9)]
 
 
 def test_an_appended_answer_to_a_prompt_stored_anew(index):
     # Appended lines: the file is recomputed (derive_append bails), and the
-    # caches equal the definitions after each append.
+    # caches equal the definitions after the appends.
     t = Transcript(SID)
     t.add(u(1), None, "user", ts=at(0), message=prompt("first"))
     t.add(u(2), u(1), "assistant", message=text("msg_2", "first answer"), ts=at(1))
@@ -124,5 +133,5 @@ def test_an_appended_answer_to_a_prompt_stored_anew(index):
         t.add(uuid, parent, kind, ts=at(60), **extra)
         write_jsonl(path, t.records)
         index.ingest()
-        index.assert_caches_match_definitions()
+    index.assert_caches_match_definitions()
     assert index.ancestry(fid)[::-1] == [u(1), u(2), u(9), u(4)]
