@@ -80,27 +80,21 @@ def test_the_conversation_a_late_graft_cuts_off_is_named(index):
     assert "late_graft" in page
 
 
-def test_a_rewind_is_not_a_graft(index):
-    # The same tree with a new prompt where the graft was: the user went
-    # back on purpose; the branch is abandoned, not grafted.
-    t = Transcript(SID)
-    conversation(t)
-    t.add(u(6), u(2), "user", ts="2026-11-05T08:00:00.000Z")
-    path = write_jsonl(index.projects / "-tmp-demo" / f"{SID}.jsonl", t.records)
+def test_a_rewind_or_a_result_of_another_call_is_not_a_graft(index):
+    # The same tree with a new prompt where the graft was (the user went
+    # back on purpose: the branch is abandoned), or with a result of
+    # another call: no graft. Two sessions in one index, one definitions check.
+    paths = {}
+    for n, last in ((1, {}), (2, {"message": result("toolu_other", "another call's output")})):
+        other = f"67676767-2222-3333-4444-00000000000{n}"
+        t = Transcript(other)
+        conversation(t)
+        t.add(u(6), u(2), "user", ts="2026-11-05T08:00:00.000Z", **last)
+        paths[n] = write_jsonl(index.projects / "-tmp-demo" / f"{other}.jsonl", t.records)
     index.ingest()
-    causes = index.causes(index.file_id(path))
-    assert causes[u(4)] == causes[u(5)] == "abandoned_branch"
-    index.assert_caches_match_definitions()
-
-
-def test_a_result_of_another_call_is_not_a_graft(index):
-    t = Transcript(SID)
-    conversation(t)
-    t.add(u(6), u(2), "user", message=result("toolu_other", "another call's output"),
-          ts="2026-11-05T08:00:00.000Z")
-    path = write_jsonl(index.projects / "-tmp-demo" / f"{SID}.jsonl", t.records)
-    index.ingest()
-    assert index.causes(index.file_id(path))[u(4)] == "abandoned_branch"
+    for path in paths.values():
+        causes = index.causes(index.file_id(path))
+        assert causes[u(4)] == causes[u(5)] == "abandoned_branch"
     index.assert_caches_match_definitions()
 
 
