@@ -114,10 +114,12 @@ def test_check_session_with_a_cwd_and_an_unknown_uuid(seeded):
     async def steps(client):
         return (answer(await client.call_tool("check_session", {"session_id": other})),
                 answer(await client.call_tool("check_session",
-                                              {"session_id": SID, "cwd": "/tmp/demo"})))
+                                              {"session_id": SID, "cwd": "/tmp/demo"})),
+                error(await client.call_tool("show_session", {"session_id": other})))
 
-    missing, with_cwd = session(seeded, steps)
+    missing, with_cwd, no_show = session(seeded, steps)
     assert (missing["verdict"], missing["revision"]) == ("missing", {"files": []})
+    assert f"session {other} has no main transcript in the index" in no_show
     expected, _ = cli_json("check", SID, "--db", str(seeded.path), "--json", "--cwd", "/tmp/demo")
     assert with_cwd["verdict"] == expected["verdict"] == "spliced"
     assert with_cwd["details"]["main_file"] == expected["details"]["main_file"]
