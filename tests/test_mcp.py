@@ -275,6 +275,9 @@ def test_problems_are_the_health_page_classes(seeded):
     spliced = [p for p in verdicts["problems"] if p["total"]]
     assert [(p["label"].split(":")[0], p["total"], [s["session_id"] for s in p["sessions"]])
             for p in spliced] == [("Spliced", 1, [SID])]
+    assert spliced[0]["sessions"][0]["main_file"] == {
+        "file_id": seeded.file_id(seeded.transcript), "path": str(seeded.transcript.resolve()),
+        "generation": 1, "ingested_offset": seeded.transcript.stat().st_size}
     assert {p["label"] for p in verdicts["problems"]} <= {p["label"]
                                                          for p in everything["problems"]}
     assert len(everything["problems"]) > len(verdicts["problems"])

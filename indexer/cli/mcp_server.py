@@ -17,7 +17,8 @@ current. Each tool is the answer of a command, from the same code:
 Every answer names what it was computed from (``revision``): each file's
 path, generation and ingested_offset (index/generations.py), or, for an
 answer summed over the index, the index's (last ingest, highest record id,
-files and bytes read), so a caller can tell when it is stale. Each tool
+files and bytes read; problems' sessions each name their main transcript's
+too), so a caller can tell when it is stale. Each tool
 call reads one snapshot (a read transaction). Inputs are bounded and
 checked; a bad one is a tool error of one line (ToolError), never a
 traceback.
@@ -25,6 +26,7 @@ traceback.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import sqlite3
@@ -244,10 +246,16 @@ class Tools:
         checks = health.checks_of(KINDS[kind]) if kind else health.CHECKS
         with snapshot(self.conn) as conn:
             results, _ = await health.run_checks(HealthReader(conn), checks)
+            named = json.dumps(sorted({row["session_id"] for r in results for row in r.rows
+                                       if row["session_id"] is not None}))
+            mains = dict(conn.execute(mainfile.MAIN_FILES_OF_SQL, {"session_ids": named}))
+            files = {f["file_id"]: f for f in _revision(conn, mains.values())["files"]}
             answer = [{"label": r.check.label, "view": r.check.name,
                        "severity": r.check.severity, "fix": r.check.fix, "total": r.total,
                        "newest": r.newest, "error": r.error,
-                       "sessions": [{k: row[k] for k in ("session_id", "at", "detail")}
+                       "sessions": [{"session_id": row["session_id"], "at": row["at"],
+                                     "detail": row["detail"],
+                                     "main_file": files.get(mains.get(row["session_id"]))}
                                     for row in r.rows]} for r in results]
             return {"kind": kind, "problems": answer, "revision": _index_revision(conn)}
 
