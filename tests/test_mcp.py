@@ -183,7 +183,7 @@ def test_search_hits_name_their_record_file_and_offset(seeded):
 
     async def steps(client):
         return (answer(await client.call_tool("search", {"query": "otter", "limit": 5})),
-                answer(await client.call_tool("search", {"query": "otter",
+                answer(await client.call_tool("search", {"query": "\totter\n",
                                                          "session_id": SID})),
                 error(await client.call_tool("search", {"query": "* \"\""})))
 
@@ -295,6 +295,7 @@ HOSTILE = [
     ("check_session", {"session_id": 42}, "session_id"),
     ("check_session", {}, "session_id: Field required"),
     ("search", {"query": "q" * 10_000}, "at most 1000 characters"),
+    ("search", {"query": "otter\x1b[2J"}, "control character"),
     ("search", {"query": "otter", "limit": 0}, "greater than or equal to 1"),
     ("search", {"query": "otter", "limit": 10**12}, "less than or equal to 100"),
     ("search", {"query": "otter", "limit": "all"}, "limit"),

@@ -60,8 +60,10 @@ PAGE_CHARS = 200_000
 PERIODS = {"all": None, "day": 1, "week": 7, "month": 30}
 # The problem classes the health page shows (those with a health row).
 KINDS = {cls.name: cls for cls in classes.CLASSES if cls.health}
-# What may be in an id or a path: no control character.
+# What may be in an id or a path: no control character; in a query, no
+# control character but tab and newline (search reads them as spaces).
 _CONTROL = re.compile("[\x00-\x1f\x7f]")
+_CONTROL_IN_TEXT = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 READ_ONLY = ToolAnnotations(readOnlyHint=True, destructiveHint=False, idempotentHint=True,
                             openWorldHint=False)
@@ -105,12 +107,12 @@ class snapshot:
         return False
 
 
-def _text(value: str | None, what: str, limit: int) -> str | None:
+def _text(value: str | None, what: str, limit: int, control=_CONTROL) -> str | None:
     if value is None:
         return None
     if len(value) > limit:
         raise ToolError(f"{what} is longer than {limit} characters")
-    if _CONTROL.search(value):
+    if control.search(value):
         raise ToolError(f"{what} holds a control character")
     return value
 
@@ -171,7 +173,7 @@ class Tools:
 
     def search(self, query: str, session_id: str | None = None,
                limit: int = DEFAULT_LIMIT) -> dict:
-        _text(query, "query", MAX_QUERY)
+        _text(query, "query", MAX_QUERY, _CONTROL_IN_TEXT)
         with snapshot(self.conn) as conn:
             if session_id is not None:
                 session_id = session_id_of(conn, session_id)
