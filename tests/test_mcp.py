@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -353,3 +354,31 @@ def test_mcp_on_no_index_is_one_line_exit_3(tmp_path):
     result = CliRunner().invoke(cli, ["mcp", "--db", str(tmp_path / "none.db")])
     assert result.exit_code == 3
     assert result.output.startswith("Error: no index at") and result.output.count("\n") == 1
+
+
+def test_an_index_replaced_while_served_is_opened_again(seeded, tmp_path):
+    """A backup put back over the index (another file at the path): the
+    server answers from it, not from the unlinked file it had open."""
+    other_sid = "33333333-2222-3333-4444-555555555555"
+    other = tmp_path / "other"
+    write_jsonl(other / "-tmp-demo" / f"{other_sid}.jsonl",
+                (FIXTURES / "seed000_splice.jsonl").read_text().replace(SID, other_sid)
+                .splitlines())
+    backup = tmp_path / "backup.db"
+    result = CliRunner().invoke(cli, ["ingest", "--db", str(backup), "--silent", str(other)])
+    assert result.exit_code == 0, result.output
+    for conn in (sqlite3.connect(backup), seeded.db.conn):   # all in the main files
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+    async def steps(client):
+        before = answer(await client.call_tool("check_session", {"session_id": other_sid}))
+        os.replace(backup, seeded.path)
+        after = answer(await client.call_tool("check_session", {"session_id": other_sid}))
+        os.remove(seeded.path)
+        gone = error(await client.call_tool("check_session", {"session_id": other_sid}))
+        return before, after, gone
+
+    before, after, gone = session(seeded, steps)
+    assert (before["verdict"], after["verdict"]) == ("missing", "spliced")
+    assert after["revision"]["files"][0]["path"].endswith(f"{other_sid}.jsonl")
+    assert "the index was replaced and cannot be read" in gone

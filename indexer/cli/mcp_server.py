@@ -39,7 +39,8 @@ from mcp.types import ToolAnnotations
 from pydantic import Field, ValidationError
 
 from indexer.chain import mainfile
-from indexer.index import generations, search as searchmod, usage as usagemod
+from indexer.index import db as dbmod, generations, search as searchmod, usage as usagemod
+from indexer.index.connection import IndexError_
 from indexer.repair import check as checkmod, repair as repairmod, show as showmod
 from indexer.repair.oracle import UUID_RE
 from indexer.signals import classes, listings
@@ -154,12 +155,28 @@ class Tools:
 
     def __init__(self, db, config_dir=None):
         self.db, self.conn, self.config_dir = db, db.conn, config_dir
+        self.opened = dbmod.OpenedFile(db.conn)
+
+    def snapshot(self) -> snapshot:
+        """A read transaction on the index at the path: one that was deleted
+        or replaced since it was opened (a backup put back) is opened again,
+        so the server never answers from a file nobody writes any more."""
+        try:
+            self.opened.verify()
+        except dbmod.IndexReplaced:
+            try:
+                db = dbmod.open_readonly(self.opened.path)
+            except IndexError_ as exc:
+                raise ToolError(f"the index was replaced and cannot be read: {exc}") from None
+            self.conn.close()
+            self.db, self.conn, self.opened = db, db.conn, dbmod.OpenedFile(db.conn)
+        return snapshot(self.conn)
 
     def check_session(self, session_id: str, cwd: str | None = None) -> dict:
         _text(cwd, "cwd", MAX_PATH)
         if cwd is not None and not cwd.startswith("/"):
             raise ToolError("cwd must be an absolute path")
-        with snapshot(self.conn) as conn:
+        with self.snapshot() as conn:
             session_id = session_id_of(conn, session_id)
             try:
                 verdict = checkmod.check(self.db, session_id, config_dir=self.config_dir,
@@ -174,7 +191,7 @@ class Tools:
     def search(self, query: str, session_id: str | None = None,
                limit: int = DEFAULT_LIMIT) -> dict:
         _text(query, "query", MAX_QUERY, _CONTROL_IN_TEXT)
-        with snapshot(self.conn) as conn:
+        with self.snapshot() as conn:
             if session_id is not None:
                 session_id = session_id_of(conn, session_id)
             try:
@@ -189,7 +206,7 @@ class Tools:
 
     def show_session(self, session_id: str, since: str | None = None) -> dict:
         _text(since, "since", MAX_ID)
-        with snapshot(self.conn) as conn:
+        with self.snapshot() as conn:
             session_id = session_id_of(conn, session_id)
             try:
                 host = mainfile.default_host(self.db, session_id)
@@ -229,7 +246,7 @@ class Tools:
     def usage(self, period: str | None = None, project: str | None = None) -> dict:
         _text(period, "period", MAX_ID)
         _text(project, "project", MAX_PATH)
-        with snapshot(self.conn) as conn:
+        with self.snapshot() as conn:
             since = since_of(period, listings.iso_now(None))
             if project is None:
                 rows = usagemod.summary(self.db, since=since)
@@ -246,7 +263,7 @@ class Tools:
         if kind is not None and kind not in KINDS:
             raise ToolError(f"kind must be one of {', '.join(KINDS)}, not {kind[:80]!r}")
         checks = health.checks_of(KINDS[kind]) if kind else health.CHECKS
-        with snapshot(self.conn) as conn:
+        with self.snapshot() as conn:
             results, _ = await health.run_checks(HealthReader(conn), checks)
             named = json.dumps(sorted({row["session_id"] for r in results for row in r.rows
                                        if row["session_id"] is not None}))
