@@ -356,6 +356,15 @@ def test_mcp_on_no_index_is_one_line_exit_3(tmp_path):
     assert result.output.startswith("Error: no index at") and result.output.count("\n") == 1
 
 
+def test_sessions_rows_of_an_older_session_index_are_said(seeded):
+    seeded.db.conn.execute("UPDATE index_meta SET value = 'older' WHERE key = 'sessions_hash'")
+
+    async def steps(client):
+        return answer(await client.call_tool("check_session", {"session_id": SID}))
+
+    assert session(seeded, steps)["warnings"] == [checkmod.OLD_SESSIONS_WARNING]
+
+
 def test_an_index_replaced_while_served_is_opened_again(seeded, tmp_path):
     """A backup put back over the index (another file at the path): the
     server answers from it, not from the unlinked file it had open."""

@@ -69,6 +69,9 @@ SPLICES_SQL = "SELECT * FROM api_error_splices WHERE file_id = ? ORDER BY first_
 UNREAD_WARNING = ("{path} changed on disk since the index last read it: this answer is from "
                   "the index as it stands (session-index ingest, or a running ingest --watch, "
                   "brings it up to date)")
+# ... on an index whose sessions rows an older session-index computed.
+OLD_SESSIONS_WARNING = ("the index's sessions rows were computed by an older session-index: "
+                        "this answer may be out of date until the next session-index ingest")
 # Another host's last heartbeat (fleet_ingest.py records it).
 FLEET_HOST_SQL = "SELECT last_heartbeat_at, last_message_at FROM fleet_hosts WHERE host = ?"
 
@@ -163,6 +166,8 @@ def check(db, session_id: str, *, now: str | None = None, config_dir=None,
     if main["origin"] == "fleet":
         _shipped(db, verdict, main, now_iso)
     verdict.warnings += [UNREAD_WARNING.format(path=p) for p in unread]
+    if not freshen and not views.sessions_current(db.conn):
+        verdict.warnings.append(OLD_SESSIONS_WARNING)
     return _done(verdict, started)
 
 
