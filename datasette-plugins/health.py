@@ -45,10 +45,14 @@ class Check:
     fix: str = ""   # what an operator does about it
 
 
+def checks_of(cls: classes.ProblemClass) -> tuple[Check, ...]:
+    """The checks of one problem class: one per health row."""
+    return tuple(Check(row.label, cls.view_name, row.sql(cls.view_name), row.link,
+                       cls.health_severity(row), cls.fix) for row in cls.health)
+
+
 # One check per health row of each problem class (signals/classes.py).
-CHECKS = tuple(Check(row.label, cls.view_name, row.sql(cls.view_name), row.link,
-                     cls.health_severity(row), cls.fix)
-               for cls in classes.CLASSES for row in cls.health)
+CHECKS = tuple(check for cls in classes.CLASSES for check in checks_of(cls))
 
 RECENT_PER_CHECK = 10
 RECENT_TOTAL = 20

@@ -49,6 +49,13 @@ LEFT JOIN files f ON f.id = s.main_file_id WHERE s.session_id = ? AND s.host = ?
 COPIES_SQL = """
 SELECT * FROM session_main_copies WHERE session_id = ? AND host = ? ORDER BY NOT chosen, file_id
 """.strip()
+# Is any file of the session in the index?
+KNOWN_SESSION_SQL = "SELECT 1 FROM files WHERE session_id = ? LIMIT 1"
+# Each of these sessions' main transcript (sessions.main_file_id), by id.
+MAIN_FILES_OF_SQL = """
+SELECT session_id, main_file_id FROM sessions
+WHERE session_id IN (SELECT value FROM json_each(:session_ids))
+""".strip()
 # The hosts holding a main transcript of the session ('' first: this machine).
 HOSTS_SQL = """
 SELECT DISTINCT coalesce(host, '') AS host FROM files WHERE session_id = ? AND kind = 'main'

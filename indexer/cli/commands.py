@@ -58,7 +58,6 @@ EXIT_FINDING = 1
 EXIT_UNUSABLE = 3
 EXIT_UNKNOWN_SESSION = 9
 EXIT_AMBIGUOUS_HOST = 10
-KNOWN_SESSION_SQL = "SELECT 1 FROM files WHERE session_id = ? LIMIT 1"
 
 
 class Failure(click.ClickException):
@@ -75,7 +74,7 @@ class AmbiguousHost(click.ClickException):
 
 def _known(db, session_id: str):
     """``db``, if it holds any file of ``session_id``; else exit 9."""
-    if db.conn.execute(KNOWN_SESSION_SQL, [session_id]).fetchone() is None:
+    if db.conn.execute(mainfile.KNOWN_SESSION_SQL, [session_id]).fetchone() is None:
         raise UnknownSession(f"session {session_id} is not in the index (exit 9); "
                              "ingest its transcripts first")
     return db
@@ -1008,6 +1007,38 @@ def verify(session_id, db_path, claude, as_json):
                        f"{item['kind']} {item['value']!r}")
     if not verdict.agree:
         sys.exit(EXIT_FINDING)
+
+
+@cli.command()
+@db_option
+@config_dir_option()
+@click.option("--http", is_flag=True,
+              help="Serve streamable HTTP on 127.0.0.1 (at /mcp) rather than stdio.")
+@click.option("--port", type=click.IntRange(1, 65535), default=8765, show_default=True,
+              help="With --http: the loopback port.")
+def mcp(db_path, config_dir, http, port):
+    """The index as an MCP server for agents (Claude Code and others), over
+    stdio (or --http, streamable HTTP on 127.0.0.1), read-only: the index is
+    never written (an ingest, e.g. `ingest --watch`, keeps it current).
+    Tools: check_session (the answer of `check --json`), search, show_session
+    (the conversation as a resume loads it, paged), usage and problems (the
+    health page's problem classes). Every answer names the file, generation
+    and byte offset it was computed from.
+
+    Example:
+
+    \b
+        session-index mcp --db ~/.local/share/session-index/sessions.db
+        claude mcp add session-index -- session-index mcp
+        session-index mcp --http --port 8765
+    """
+    from indexer.cli import mcp_server   # (mcp only: the MCP SDK costs every other command start-up time)
+
+    try:
+        db = dbmod.open_readonly(db_path)
+    except IndexError_ as exc:
+        raise Failure(str(exc)) from None
+    mcp_server.serve(db, config_dir, http=http, port=port)
 
 
 @cli.command()

@@ -243,6 +243,28 @@ def open_index(path, *, create: bool = False,
     return _upgraded(conn)
 
 
+def open_readonly(path) -> Index:
+    """The index at ``path`` for a reader that never writes (``session-index
+    mcp``): opened ``mode=ro`` with writes refused (query_only), never made
+    nor upgraded; an index of another schema is refused (any other command
+    upgrades it)."""
+    path = os.fspath(path)
+    if probe(path) == NEW:
+        raise _missing(path)
+    try:
+        conn = sqlite3.connect(readonly_uri(path), uri=True, isolation_level=None,
+                               timeout=BUSY_TIMEOUT_MS / 1000)
+        conn.execute("PRAGMA query_only = 1")
+        current = is_current(conn)
+    except sqlite3.DatabaseError as exc:
+        raise unusable(path, exc) from None
+    if not current:
+        conn.close()
+        raise IndexError_(f"{path} is not at this session-index's schema: run "
+                          "'session-index status' on it once to upgrade it")
+    return Index(conn)
+
+
 def is_current(conn: sqlite3.Connection) -> bool:
     """Would ``upgrade`` change nothing? True when the last migration is
     applied and every view is stored as views.py states it."""

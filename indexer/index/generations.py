@@ -12,7 +12,9 @@ the pending tail).
 
 from __future__ import annotations
 
+import json
 
+from indexer.sql import dict_rows
 from indexer.transcripts.digests import sha256
 
 TYPE_CHECKING = False  # typing costs start-up time
@@ -72,6 +74,28 @@ SELECT b.file_id, f.generation, b.line_no, b.byte_offset, b.error, b.raw
 FROM bad_lines b JOIN files f ON f.id = b.file_id WHERE b.file_id = :file_id
 """.strip()
 
+# What an answer was computed from, so that a reader can tell when it is
+# stale: each file's path, its current generation and how far it was read
+# (ingested_offset: the bytes of that generation in the index).
+FILE_REVISIONS_SQL = """
+SELECT id AS file_id, path, generation, ingested_offset FROM files
+WHERE id IN (SELECT value FROM json_each(:file_ids)) ORDER BY id
+""".strip()
+# A record's file, and the record's own byte offset in it.
+RECORD_FILES_SQL = """
+SELECT id AS record_id, file_id, byte_offset FROM records
+WHERE id IN (SELECT value FROM json_each(:record_ids))
+""".strip()
+# The whole index, for an answer summed over it: the last ingest, the
+# highest record id, the files and the bytes read of them (any ingest that
+# reads a byte changes it).
+INDEX_REVISION_SQL = """
+SELECT (SELECT value FROM index_meta WHERE key = 'last_ingest_at') AS last_ingest_at,
+  (SELECT max(id) FROM records) AS max_record_id,
+  count(*) AS files, coalesce(sum(ingested_offset), 0) AS ingested_bytes
+FROM files
+""".strip()
+
 
 class UnknownGeneration(Exception):
     """The index holds no such generation of the file."""
@@ -113,6 +137,22 @@ def generation_bytes(conn, file_id: int, generation: int | None = None) -> Itera
     if end is None:
         raise UnknownGeneration(f"file {file_id} has no generation {generation} in the index")
     return _rebuild(conn.execute(SUPERSEDED_LINES_SQL, params), end)
+
+
+def file_revisions(conn, file_ids) -> list[dict]:
+    """[{file_id, path, generation, ingested_offset}] of these files."""
+    return dict_rows(conn, FILE_REVISIONS_SQL, {"file_ids": json.dumps(sorted(set(file_ids)))})
+
+
+def record_files(conn, record_ids) -> dict[int, tuple[int, int]]:
+    """{record id: (file id, byte offset)} of these records."""
+    return {rid: (fid, at) for rid, fid, at in conn.execute(
+        RECORD_FILES_SQL, {"record_ids": json.dumps(list(record_ids))})}
+
+
+def index_revision(conn) -> dict:
+    """{last_ingest_at, max_record_id, files, ingested_bytes} of the index."""
+    return dict_rows(conn, INDEX_REVISION_SQL)[0]
 
 
 def supersede(conn, file_id: int, reason: str, now: str) -> None:

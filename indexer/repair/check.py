@@ -64,6 +64,14 @@ WHERE session_id = ? AND local_file_id = ? AND diverged
 """.strip()
 POISONED_SQL = classes.POISONED_SESSION_SQL  # poisoned_sessions, for one session
 SPLICES_SQL = "SELECT * FROM api_error_splices WHERE file_id = ? ORDER BY first_orphan_at"
+# A check that does not write (freshen=False) on a transcript that changed,
+# or appeared, since the last ingest.
+UNREAD_WARNING = ("{path} changed on disk since the index last read it: this answer is from "
+                  "the index as it stands (session-index ingest, or a running ingest --watch, "
+                  "brings it up to date)")
+# ... on an index whose sessions rows an older session-index computed.
+OLD_SESSIONS_WARNING = ("the index's sessions rows were computed by an older session-index: "
+                        "this answer may be out of date until the next session-index ingest")
 # Another host's last heartbeat (fleet_ingest.py records it).
 FLEET_HOST_SQL = "SELECT last_heartbeat_at, last_message_at FROM fleet_hosts WHERE host = ?"
 
@@ -124,20 +132,23 @@ def _on_disk(config_dir: str, session_id: str) -> list[str]:
 
 def check(db, session_id: str, *, now: str | None = None, config_dir=None,
           cwd: str | None = None, host: str | None = None,
-          claude_version: str | None = None) -> Verdict:
+          claude_version: str | None = None, freshen: bool = True) -> Verdict:
     """The verdict for a resume of ``session_id`` on ``host`` (see the
     module docstring), in four steps: bring the index up to date for it,
     pick the transcript a resume opens, then poisoned, wedged, spliced and
     retention in that order. ``claude_version``: the Claude Code that will
     resume (default: the one that last wrote the transcript). mainfile.AmbiguousHost when no host is named and the
-    session is on several, none of them this machine."""
+    session is on several, none of them this machine. ``freshen=False``
+    (a reader that never writes: ``session-index mcp``): nothing is
+    ingested; a transcript that changed on disk since the last ingest is
+    answered for as the index holds it, with a warning (UNREAD_WARNING)."""
     started = time.monotonic()
     searched = [os.fspath(config_dir)] if config_dir is not None else retention.config_dirs()
     config_dir = os.fspath(config_dir or retention.default_config_dir())
     now_iso = signals.iso_now(now)
     if host is None:
         host = mainfile.default_host(db, session_id)
-    files, gone = _freshen(db, session_id, config_dir, searched, host)
+    files, gone, unread = _freshen(db, session_id, config_dir, searched, host, freshen)
     choice = (mainfile.for_cwd(db, session_id, cwd, host) if cwd
               else mainfile.chosen(db, session_id, host))
     copies = mainfile.copies(db, session_id, main_files=len(files), host=host)
@@ -154,6 +165,9 @@ def check(db, session_id: str, *, now: str | None = None, config_dir=None,
     _retention(verdict, main, config_dir, now_iso)
     if main["origin"] == "fleet":
         _shipped(db, verdict, main, now_iso)
+    verdict.warnings += [UNREAD_WARNING.format(path=p) for p in unread]
+    if not freshen and not views.sessions_current(db.conn):
+        verdict.warnings.append(OLD_SESSIONS_WARNING)
     return _done(verdict, started)
 
 
@@ -173,10 +187,13 @@ def _subject(session_id: str, host: str, choice, main, files: list, gone: list) 
             "unscanned": unscanned if rule == mainfile.NONE_NAMED else 0}
 
 
-def _freshen(db, session_id: str, config_dir: str, searched: list[str], host: str = ""):
-    """(the session's main files on ``host``, those found gone): a changed,
-    vanished or newly appeared transcript of the session on this machine is
-    ingested first (another host's are as last shipped)."""
+def _freshen(db, session_id: str, config_dir: str, searched: list[str], host: str = "",
+             write: bool = True):
+    """(the session's main files on ``host``, those found gone, those left
+    unread): a changed, vanished or newly appeared transcript of the session
+    on this machine is ingested first (another host's are as last shipped);
+    without ``write``, nothing is written and the changed and new ones are
+    left unread."""
     files = _rows(db, MAIN_FILES_SQL, [session_id, host])
     stale, gone = [], []
     for f in files:
@@ -193,6 +210,8 @@ def _freshen(db, session_id: str, config_dir: str, searched: list[str], host: st
             stale.append(f["path"])
     found = [p for d in (searched if host == "" else []) for p in _on_disk(d, session_id)
              if p not in {f["path"] for f in files}]
+    if not write:
+        return files, gone, stale + found
     if host == "":   # its prompts in history.jsonl and its session folders, afresh
         sidecars.refresh_session(db, session_id, searched)
     if stale or found or gone:  # bring the index up to date for this session first
@@ -204,7 +223,7 @@ def _freshen(db, session_id: str, config_dir: str, searched: list[str], host: st
         from indexer.ingest import derive   # (only for an index upgraded since its last ingest: a check's start-up time)
 
         derive.refresh_sessions_if_stale(db)
-    return files, gone
+    return files, gone, []
 
 
 def _opened(db, session_id: str, row: dict, main: dict, choice, copies: list,

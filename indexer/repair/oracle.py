@@ -385,6 +385,29 @@ _OWN_ENV_PREFIXES = ("ANTHROPIC_", "CLAUDE_", "_CLAUDE_", "AWS_", "GOOGLE_", "CL
                      "NODE_EXTRA_CA_CERTS")
 
 
+def environment(home, config, api: FakeMessagesAPI, env: dict | None = None) -> dict:
+    """The environment of a CLI run against ``api``: HOME and the config dir
+    given, a dummy API key, no traffic but to the fake API, none of the
+    developer's own (_OWN_ENV_PREFIXES); ``env`` laid over it (None removes
+    a variable)."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(_OWN_ENV_PREFIXES)}
+    environ.update({
+        "HOME": str(home),
+        "CLAUDE_CONFIG_DIR": str(config),
+        "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{api.port}",
+        "ANTHROPIC_API_KEY": "sk-ant-oracle-not-a-key",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "DISABLE_AUTOUPDATER": "1",
+        "NO_PROXY": "127.0.0.1,localhost",
+    })
+    for key, value in (env or {}).items():
+        if value is None:
+            environ.pop(key, None)
+        else:
+            environ[key] = value
+    return environ
+
+
 def run_resume(transcript: bytes, session_id: str, api: FakeMessagesAPI, binary: str,
                cwd: str | None = None, env: dict | None = None,
                settings: dict | None = None) -> Resumed:
@@ -405,21 +428,7 @@ def run_resume(transcript: bytes, session_id: str, api: FakeMessagesAPI, binary:
         (folder / f"{session_id}.jsonl").write_bytes(transcript)
         for where in (config, Path(tmp)) if settings is not None else ():
             (where / ".claude.json").write_text(json.dumps(settings))
-        environ = {k: v for k, v in os.environ.items() if not k.startswith(_OWN_ENV_PREFIXES)}
-        environ.update({
-            "HOME": tmp,
-            "CLAUDE_CONFIG_DIR": str(config),
-            "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{api.port}",
-            "ANTHROPIC_API_KEY": "sk-ant-oracle-not-a-key",
-            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-            "DISABLE_AUTOUPDATER": "1",
-            "NO_PROXY": "127.0.0.1,localhost",
-        })
-        for key, value in (env or {}).items():
-            if value is None:
-                environ.pop(key, None)
-            else:
-                environ[key] = value
+        environ = environment(tmp, config, api, env)
         api.take()
         try:
             done = subprocess.run(
