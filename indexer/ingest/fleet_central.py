@@ -52,6 +52,12 @@ ASK_EVERY_S = 5.0
 GAP_WAIT_S = 60.0
 # How often a watching consumer reads the hosts' heartbeats.
 HEARTBEAT_READ_S = 2.0
+# The caches (leaves, orphans, the sessions rows) are derived once per this
+# window while batches keep coming, and at once when none is waiting: at live
+# traffic a batch is a message or two, and deriving after each one made the
+# central's cost per line depend on how lines were batched (each session
+# touched in the window is derived once).
+DERIVE_WINDOW_S = 0.5
 
 FLEET_FILE_SQL = """
 SELECT f.id, f.ingested_offset, f.line_count, f.session_id, f.unterminated_tail,
@@ -738,7 +744,8 @@ async def consume(db, options: fleet_nats.ConnectOptions, *, consumer: str | Non
                   log=lambda line: None, gap_wait: float = GAP_WAIT_S,
                   live=None) -> Summary:
     """Drain what is waiting (or with ``watch``, keep consuming until
-    ``stop``); ``after_batch(summary)`` runs after each committed batch.
+    ``stop``); ``after_batch(summary)`` (derive the caches) runs after the
+    batches of each DERIVE_WINDOW_S, and when none is waiting.
     With ``hosts``, only those hosts' messages (fleet_wire.consumers: a
     consumer per host, each with its own position). A file that waits
     ``gap_wait`` seconds for bytes the stream no longer holds gets a gap
@@ -775,12 +782,14 @@ async def consume(db, options: fleet_nats.ConnectOptions, *, consumer: str | Non
                 summary.seconds = round(time.monotonic() - started, 3)
                 return summary
         summary.bad_heartbeats += record_heartbeats(db, *await _read_heartbeats(kv, taken))
-        last_beats = time.monotonic()
+        last_beats = derived_at = time.monotonic()
+        underived = False   # batches committed since after_batch last ran
         while not stop.is_set():
             if live is not None:
                 live.beat()
             try:   # every consumer's next batch at once; each is written on its own
-                fetched = await asyncio.gather(*(_fetch(sub, FETCH_WAIT_S) for _, sub in subs))
+                wait = DERIVE_WINDOW_S if watch and underived else FETCH_WAIT_S
+                fetched = await asyncio.gather(*(_fetch(sub, wait) for _, sub in subs))
             except fleet_nats.TRANSIENT as exc:
                 if not watch:
                     raise fleet_nats.FleetError(f"{options.url}: {type(exc).__name__}: "
@@ -802,18 +811,22 @@ async def consume(db, options: fleet_nats.ConnectOptions, *, consumer: str | Non
                     await nc.flush()
                 except fleet_nats.TRANSIENT as exc:   # they come again: skipped by offset
                     log(f"NATS: acknowledging: {type(exc).__name__}: {str(exc) or 'no answer'}")
-                if after_batch is not None:
-                    after_batch(summary)
+                underived = True
             before = summary.counts()
-            if await _mind_gaps(db, nc, js, gap_wait, asked, summary, log, live) and \
-                    after_batch is not None:
-                after_batch(summary)
+            if await _mind_gaps(db, nc, js, gap_wait, asked, summary, log, live):
+                underived = True
             _tell(live, summary, before)
+            if underived and after_batch is not None and (
+                    not any(fetched) or time.monotonic() - derived_at >= DERIVE_WINDOW_S):
+                after_batch(summary)   # each session touched since, derived once
+                underived, derived_at = False, time.monotonic()
             if not watch and not any(fetched):
                 break
             if time.monotonic() - last_beats >= HEARTBEAT_READ_S:
                 summary.bad_heartbeats += record_heartbeats(db, *await _read_heartbeats(kv, taken))
                 last_beats = time.monotonic()
+        if underived and after_batch is not None:
+            after_batch(summary)
         if not watch:
             summary.bad_heartbeats += record_heartbeats(db, *await _read_heartbeats(kv, taken))
     finally:
