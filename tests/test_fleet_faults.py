@@ -557,3 +557,42 @@ def test_a_last_line_without_its_newline_is_stored_as_locally_then_settled(serve
     t.append(1)
     assert same()[2] == 0
     assert exported(db, t.session_id) == t.path.read_bytes()
+
+
+def test_a_lost_message_after_a_last_line_without_its_newline_is_sent_again(server, tmp_path):
+    """The last line was stored without its newline; the message that
+    brought its newline (and a line after it) is lost from the stream: the
+    central asks the host from where that last line starts, the following
+    shipper sends it again, and the file is whole, no gap."""
+    t = Transcript(tmp_path / "h")
+    t.append(2)
+    t.append(1, newline=False)
+    ship_once(server, "h", tmp_path / "h", tmp_path)
+    db = tmp_path / "central.db"
+    drain(server, db)
+    assert sqlite3.connect(db).execute("SELECT unterminated_tail > 0 FROM files").fetchone() \
+        == (1,)
+    t.append_bytes(b"\n")
+    t.append(1)
+    ship_once(server, "h", tmp_path / "h", tmp_path)
+    last = stream_op(server.url, lambda js: js.stream_info(fleet_wire.STREAM)).state.last_seq
+    t.append(1)
+    ship_once(server, "h", tmp_path / "h", tmp_path)
+    assert stream_op(server.url, lambda js: js.delete_msg(fleet_wire.STREAM, last))
+    shipper = subprocess.Popen([*CLI, "ship", tmp_path / "h", "--to", server.url, "--host", "h",
+                                "--ledger", tmp_path / "ledger-h.db"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    central = subprocess.Popen([*CLI, "ingest", "--from", server.url, "--watch", "--db", db,
+                                "--gap-wait", "30"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        wait_for(lambda: exported_or_none(db, t.session_id) == t.complete(),
+                 time.monotonic() + 40, central, shipper)
+    finally:
+        for p in (central, shipper):
+            p.send_signal(signal.SIGTERM)
+        assert [p.wait(timeout=30) for p in (central, shipper)] == [0, 0]
+    conn = sqlite3.connect(db)
+    assert conn.execute("SELECT count(*) FROM fleet_gaps").fetchone() == (0,)
+    assert conn.execute("SELECT line_count, unterminated_tail FROM files").fetchone() == (5, 0)
+    assert "the central asked for bytes " in shipper.stderr.read().decode()

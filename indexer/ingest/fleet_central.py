@@ -131,11 +131,14 @@ FROM fleet_files ff JOIN files f ON f.id = ff.file_id
 WHERE f.id = :id
 """.strip()
 # Per file with held messages: its host, path and generation, what is
-# stored of it, the first held message's offset and line number, and since
-# when the oldest has been held (the central waits GAP_WAIT_S from then).
+# stored of it (and where its last line starts: a last line stored without
+# its newline is asked for again whole), the first held message's offset
+# and line number, and since when the oldest has been held (the central
+# waits GAP_WAIT_S from then).
 WAITING_FILES_SQL = """
 SELECT h.file_id, ff.host, ff.remote_path, ff.remote_generation AS generation,
-  f.ingested_offset, min(h.held_at) AS since,
+  f.ingested_offset, f.ingested_offset - f.unterminated_tail AS line_start,
+  min(h.held_at) AS since,
   (SELECT offset FROM fleet_held n WHERE n.file_id = h.file_id
    ORDER BY n.generation, n.offset, n.at LIMIT 1) AS next_offset,
   (SELECT line FROM fleet_held n WHERE n.file_id = h.file_id
@@ -153,7 +156,7 @@ VALUES (:file_id, :host, :remote_path, :generation, :start, :end, :since, :now, 
 """.strip()
 SKIP_GAP_SQL = (
     """UPDATE files SET ingested_offset = :end, size = :end, line_count = :line - 1,
-       needs_derive = 1 WHERE id = :file_id""",
+       unterminated_tail = 0, needs_derive = 1 WHERE id = :file_id""",
     "DELETE FROM fleet_parts WHERE file_id = :file_id AND line_offset < :end",
 )
 # Pieces of a line too long for one message, until its last one arrives.
@@ -535,8 +538,8 @@ class Waiting:
     """A file with held messages: its host, path, generation, what is stored
     (``stored``), the first held message's offset and line, since when."""
 
-    __slots__ = ("file_id", "host", "remote_path", "generation", "ingested_offset", "since",
-                 "next_offset", "next_line")
+    __slots__ = ("file_id", "host", "remote_path", "generation", "ingested_offset",
+                 "line_start", "since", "next_offset", "next_line")
 
     def __init__(self, **row):
         for name, value in row.items():
@@ -681,7 +684,7 @@ async def _mind_gaps(db, nc, js, gap_wait: float, asked: dict, summary: Summary,
                 live.add("session_index_fleet_resends_total")
             try:
                 await nc.publish(fleet_wire.resend_subject(w.host), fleet_wire.resend_request(
-                    w.host, w.remote_path, w.generation, w.ingested_offset))
+                    w.host, w.remote_path, w.generation, w.line_start))
             except fleet_nats.TRANSIENT:   # the server is away: asked again later
                 pass
     if not due:
