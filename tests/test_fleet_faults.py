@@ -480,8 +480,9 @@ def test_the_central_answers_as_a_local_index_for_every_corpus_session(server, t
     """Every transcript of ../shared/corpus shipped (its last lines without a
     newline, its `claude -p` logs) and drained into a central index, and
     ingested locally: per session the same check verdict and reason, the
-    same conversation from show, the same leaves, orphans and failed runs;
-    show, status and the health page's last ingest work on the central."""
+    same conversation from show, the same leaves, orphans, failed runs,
+    record kinds and usage; show, status and the health page's last ingest
+    work on the central."""
     from conftest import CORPUS
 
     if not CORPUS.is_dir():
@@ -506,7 +507,10 @@ def test_the_central_answers_as_a_local_index_for_every_corpus_session(server, t
                 "ORDER BY 1, 2, 3, 4",
                 "SELECT session_id, uuid, cause FROM orphans ORDER BY 1, 2, 3",
                 "SELECT session_id, line_no, subtype, error_class FROM failed_executions "
-                "ORDER BY 1, 2"):
+                "ORDER BY 1, 2",
+                "SELECT kind, records FROM record_types ORDER BY kind",
+                "SELECT session_id, calls, cost_usd, executions FROM usage_reported "
+                "ORDER BY 1"):
         assert c.conn.execute(sql).fetchall() == here.conn.execute(sql).fetchall(), sql
     for sid in sessions:
         mine, theirs = (checkmod.check(db, sid, config_dir=tmp_path / "no-config", host=h)

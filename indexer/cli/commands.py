@@ -249,7 +249,7 @@ def _ingest_from(db_path, url, consumer, hosts, watch, as_json, auth, gap_wait, 
         if watch:
             stderr_line(f"batch: {summary.messages} messages, {summary.new_lines} new lines "
                         f"so far")
-        derive.derive_pending(db)
+        fleet_ingest.catch_up(db)
 
     try:
         summary = fleet_nats.run(lambda stop: fleet_ingest.consume(
@@ -261,7 +261,7 @@ def _ingest_from(db_path, url, consumer, hosts, watch, as_json, auth, gap_wait, 
     finally:
         if endpoint is not None:
             endpoint.close()
-    derive.derive_pending(db)
+    fleet_ingest.catch_up(db)
     if as_json:
         click.echo(json.dumps(dict(summary.as_dict(), db=db_path)))
     else:

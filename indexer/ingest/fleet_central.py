@@ -25,7 +25,7 @@ from datetime import datetime, timezone
 
 from indexer.transcripts import discover
 from indexer.ingest import fleet_nats, fleet_wire
-from indexer.index import generations
+from indexer.index import generations, record_kinds
 from indexer.index.db import OpenedFile, open_db
 from indexer.ingest import derive
 from indexer.transcripts.lines import BadLine, parse_line_bytes
@@ -332,6 +332,8 @@ def _store_lines(conn, row: dict, start: int, body: bytes, now: str, summary: Su
             bads.append((file_id, line_no, at, str(exc), line))
         at += len(line) + 1
     insert_lines(conn, records, bads)
+    if records:   # their kinds, from what was parsed (else catch_up counts the file)
+        record_kinds.count_stored(conn, file_id, offset, end, records, now)
     facts = [r[3:-1] for r in records]
     session_id = row["session_id"] or next((f[_SESSION] for f in facts if f[_SESSION]), None)
     unterminated = len(body) if tail else 0
@@ -838,6 +840,14 @@ async def consume(db, options: fleet_nats.ConnectOptions, *, consumer: str | Non
     return summary
 
 
+def catch_up(db) -> None:
+    """After a window of batches, as after a local ingest run: the caches
+    derived, the records' kinds counted (record-types; the kinds first seen
+    are this window's)."""
+    derive.derive_pending(db)
+    record_kinds.after_ingest(db)
+
+
 class Follower:
     """``consume(watch=True)`` in a thread of its own, with its own event
     loop and index connection (``serve --watch --from``); ``request_stop``
@@ -863,7 +873,7 @@ class Follower:
             self.loop.close()
 
     def _batch(self, db, summary: Summary) -> None:
-        derive.derive_pending(db)
+        catch_up(db)
         self.log(f"batch: {summary.messages} messages, {summary.new_lines} new lines so far")
 
     def request_stop(self, sig=None) -> None:
