@@ -592,38 +592,46 @@ def _iso(ts: float) -> str:
         .replace("+00:00", "Z")
 
 
+# How long one read of the heartbeat bucket may take (a server going away
+# meanwhile: the heartbeats are read again next time).
+HEARTBEAT_READ_WAIT_S = 5.0
+
+
 async def _read_heartbeats(kv, hosts: set[str] | None = None
                            ) -> tuple[list[tuple[str, float]], list[tuple]]:
     """([(host, at)], [(Incoming, reason)]): each host's last heartbeat (of
     ``hosts`` only, when given), and the bucket's values that are not
-    heartbeats (fleet_wire.heartbeat)."""
-    from nats.js.errors import KeyDeletedError, KeyNotFoundError, NoKeysError   # (nats-py: the optional fleet extra)
+    heartbeats (fleet_wire.heartbeat). One watcher streams every key's last
+    value (not a request per key: a fleet has thousands)."""
+    tokens = {fleet_wire.host_token(h) for h in hosts} if hosts else None
+    beats, bad = [], []
+
+    async def read():
+        watcher = await kv.watchall(ignore_deletes=True)
+        try:
+            async for entry in watcher:   # every key's last value, then None
+                if entry is None:
+                    return
+                if tokens is not None and entry.key not in tokens:
+                    continue
+                try:
+                    host, at = fleet_wire.heartbeat(entry.key, entry.value or b"", time.time())
+                    if hosts is None or host in hosts:
+                        beats.append((host, at))
+                except fleet_wire.BadMessage as exc:
+                    bad.append((Incoming(entry.value or b"", entry.revision,
+                                         f"$KV.{fleet_nats.HEARTBEAT_BUCKET}.{entry.key}"),
+                                str(exc)))
+        finally:
+            try:
+                await watcher.stop()
+            except fleet_nats.TRANSIENT:
+                pass
 
     try:
-        keys = await kv.keys()
-    except NoKeysError:
-        return [], []
-    except fleet_nats.TRANSIENT:   # the server is away: next time
-        return [], []
-    beats, bad = [], []
-    tokens = {fleet_wire.host_token(h) for h in hosts} if hosts else None
-    for key in keys:
-        if tokens is not None and key not in tokens:
-            continue
-        try:
-            entry = await kv.get(key)
-        except (KeyNotFoundError, KeyDeletedError):   # deleted meanwhile
-            continue
-        except fleet_nats.TRANSIENT:
-            break
-        try:
-            host, at = fleet_wire.heartbeat(key, entry.value or b"", time.time())
-            if hosts is None or host in hosts:
-                beats.append((host, at))
-        except fleet_wire.BadMessage as exc:
-            bad.append((Incoming(entry.value or b"",
-                                 entry.revision, f"$KV.{fleet_nats.HEARTBEAT_BUCKET}.{key}"),
-                        str(exc)))
+        await asyncio.wait_for(read(), HEARTBEAT_READ_WAIT_S)
+    except (*fleet_nats.TRANSIENT, asyncio.TimeoutError):   # the server is away: next time
+        pass
     return beats, bad
 
 
