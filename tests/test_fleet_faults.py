@@ -600,3 +600,13 @@ def test_a_lost_message_after_a_last_line_without_its_newline_is_sent_again(serv
     assert conn.execute("SELECT count(*) FROM fleet_gaps").fetchone() == (0,)
     assert conn.execute("SELECT line_count, unterminated_tail FROM files").fetchone() == (5, 0)
     assert "the central asked for bytes " in shipper.stderr.read().decode()
+
+
+def test_a_drain_says_what_it_held_recorded_and_quarantined(server, tmp_path):
+    """The drain's summary line names the messages held, the gaps recorded
+    and the messages quarantined."""
+    publish_raw(server.url, [("session-index.h.lines", b"not ours", None)])
+    p = run("ingest", "--from", server.url, "--db", tmp_path / "c.db")
+    line = p.stdout.decode()
+    assert line.startswith("0 messages from 0 hosts: 0 new lines (0 duplicates skipped, "
+                           "0 held for earlier bytes, 0 gaps recorded, 1 quarantined) in "), line

@@ -267,7 +267,9 @@ def _ingest_from(db_path, url, consumer, hosts, watch, as_json, auth, gap_wait, 
     else:
         click.echo(f"{summary.messages} messages from {len(summary.hosts)} hosts: "
                    f"{summary.new_lines} new lines ({summary.duplicates} duplicates skipped, "
-                   f"{summary.gaps} to come again) in {summary.seconds:.1f}s; index {db_path}")
+                   f"{summary.gaps} held for earlier bytes, {summary.recorded_gaps} gaps "
+                   f"recorded, {summary.bad_messages} quarantined) in {summary.seconds:.1f}s; "
+                   f"index {db_path}")
 
 
 @cli.command()
