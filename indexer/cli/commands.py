@@ -292,9 +292,11 @@ def ship(sources, to_url, host, ledger, once, config_dir, metrics, **auth):
     in one index).
 
     Each line goes byte-exact with this host's name, its file, the file's
-    generation and its byte offset; the ledger moves on only after JetStream
-    acknowledged it, so a crash re-sends (a duplicate JetStream or the central
-    drops), never loses. Rewrites start a new generation; deleted files are
+    generation and its byte offset (a last line without its newline too, when
+    it is a whole record, as ingest stores it); the ledger moves on only after
+    JetStream acknowledged it, so a crash re-sends (a duplicate JetStream or
+    the central drops), never loses; bytes the central asks for again (the
+    stream lost them) are sent again while the file holds them. Rewrites start a new generation; deleted files are
     sent as such. SOURCES default as for ingest. Logs on stderr. Exit codes:
     0 done or stopped by a signal; 3 the server, a source or the ledger
     cannot be used.
