@@ -610,3 +610,56 @@ def test_a_drain_says_what_it_held_recorded_and_quarantined(server, tmp_path):
     line = p.stdout.decode()
     assert line.startswith("0 messages from 0 hosts: 0 new lines (0 duplicates skipped, "
                            "0 held for earlier bytes, 0 gaps recorded, 1 quarantined) in "), line
+
+
+def test_a_server_that_lost_what_it_acknowledged(server, tmp_path):
+    """A crash of the server's machine inside its fsync window: the store on
+    disk is as it was before the last acknowledged messages (done here by
+    putting back a copy of the store taken before them). The hosts' ledgers
+    say those were sent. The host whose shipper follows sends them again
+    when the central asks; the other's are a recorded gap; lines after
+    them are stored; the central never stops."""
+    import shutil
+
+    hosts = {h: Transcript(tmp_path / h) for h in ("keeper", "gone")}
+    for h, t in hosts.items():
+        t.append(2)
+        ship_once(server, h, tmp_path / h, tmp_path)
+    server.kill()
+    shutil.copytree(server.store, tmp_path / "before")   # what the disk will hold
+    server.start()
+    for h, t in hosts.items():   # acknowledged, then lost with the machine
+        t.append(2)
+        ship_once(server, h, tmp_path / h, tmp_path)
+    lost = {h: sum(len(x) + 1 for x in t.complete().split(b"\n")[:2])   # where it starts
+            for h, t in hosts.items()}
+    server.kill()
+    shutil.rmtree(server.store)
+    shutil.copytree(tmp_path / "before", server.store)
+    server.start()
+    for h, t in hosts.items():
+        t.append(1)
+        ship_once(server, h, tmp_path / h, tmp_path)
+    db = tmp_path / "central.db"
+    keeper = subprocess.Popen([*CLI, "ship", tmp_path / "keeper", "--to", server.url,
+                               "--host", "keeper", "--ledger", tmp_path / "ledger-keeper.db"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    central = subprocess.Popen([*CLI, "ingest", "--from", server.url, "--watch", "--db", db,
+                                "--gap-wait", "15"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    gone, keep = hosts["gone"], hosts["keeper"]
+    end = len(gone.complete())
+    try:
+        wait_for(lambda: exported_or_none(db, keep.session_id) == keep.complete(),
+                 time.monotonic() + 40, central, keeper)
+        gone_lines = gone.complete().split(b"\n")
+        expected = b"".join(x + b"\n" for x in gone_lines[:2] + gone_lines[4:5])
+        wait_for(lambda: exported_or_none(db, gone.session_id) == expected,
+                 time.monotonic() + 40, central, keeper)
+    finally:
+        for p in (central, keeper):
+            p.send_signal(signal.SIGTERM)
+        assert [p.wait(timeout=30) for p in (central, keeper)] == [0, 0]
+    conn = sqlite3.connect(db)
+    assert conn.execute("SELECT host, start, end FROM fleet_gaps").fetchall() == [
+        ("gone", lost["gone"], end - len(gone_lines[4]) - 1)]
