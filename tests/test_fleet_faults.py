@@ -415,6 +415,12 @@ def test_a_loss_in_the_stream_is_a_recorded_gap_or_sent_again(server, tmp_path):
 
     page = asyncio.run(web.make_datasette(db).client.get("/-/session-health")).text
     assert f'class="si-fleet-gaps">1</a> ({lost} bytes)' in page
+    verdict = json.loads(run("check", gone.session_id, "--db", db, "--json",
+                             check=False).stdout)
+    assert (verdict["details"]["fleet"]["gaps"], verdict["details"]["fleet"]["gap_bytes"]) == (
+        1, lost)
+    assert f"host gone's transcript lacks {lost} bytes the fleet's stream lost" in \
+        " ".join(verdict["warnings"])
 
 
 def stream_op(url, op):
