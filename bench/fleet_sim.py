@@ -1,24 +1,35 @@
-"""A fleet through one NATS server into one index, on this machine (issue 14).
+"""A fleet through one NATS server into one index, on this machine (issues 14, 28).
 
-    python bench/fleet_sim.py [--hosts 20] [--sessions 50] [--seconds 60] [--rate 5]
+    python bench/fleet_sim.py [--hosts 20] [--sessions 5] [--seconds 60] [--rate 0.26]
                               [--outage 60] [--workdir DIR]
+    python bench/fleet_sim.py --generate 10000 [--sessions 1] [--rate 0.26]
+                              [--lines-per-message 1] [--seconds 60]
 
-Starts ``nats-server -js`` on a loopback port, --hosts folders of --sessions transcripts
-each, one ``session-index ship`` process per host (following its folder) and one central
-``session-index ingest --from --watch``. A writer appends user/assistant records to random
-sessions of every host at --rate lines/s per host on average (Poisson arrivals; bodies of
-0.3-3 KB, one in 20 a 30-60 KB tool result), each record's timestamp its write time.
-Phases: warm-up, --seconds of steady writing (lag sampled), the central stopped (SIGTERM)
-for --outage seconds while writing goes on, the central started again (time until it has
-caught up), writing stopped, and a final count.
+Starts ``nats-server -js`` on a loopback port and one central ``session-index ingest
+--from --watch``. By default: --hosts folders of --sessions live transcripts each, one
+``session-index ship`` process per host (following its folder), and a writer that
+appends to every session at --rate lines/s on average (Poisson arrivals): what Claude
+Code writes (compact JSON, one record a line: a prompt, then assistant replies with text
+or a tool call and its usage, each tool call's result as a user record, now and then a
+system record), a line's size drawn around 2.6 KB (log-normal, one in 40 a 30-200 KB tool
+result), its timestamp its write time. Real sessions write a median 0.26 lines per active
+second. Phases: warm-up, --seconds of steady writing (lag sampled), the central stopped
+(SIGTERM) for --outage seconds while writing goes on, the central started again (time
+until it has caught up), writing stopped, and a final count.
 
-Prints: lines/s and MB/s written and stored; p50/p99 lag from a line's write to its row in
-the central index (a reader polls the index every 50 ms); the central's peak RSS; the
+With --generate N, no files and no shippers: a load generator in this process publishes
+the wire format (fleet_wire) for N hosts of --sessions sessions each at --rate lines/s a
+session, --lines-per-message lines a message (a shipper's batching), so that the central
+is measured alone; no outage phase.
+
+Prints: lines/s and MB/s written; p50/p99 lag from a line's write to its row in the
+central index (a reader polls the index every 50 ms); the central's CPU per line stored in
+the steady phase (its user+system time from /proc); its peak RSS; (not --generate) the
 backlog after the outage and how long the restarted central took to drain it; lines
 written vs stored (each exactly once: a count per (file, offset) would show doubles).
 Figures only; exit 0 unless something fails to start.
 """
-import argparse, json, os, random, shutil, signal, socket, sqlite3, subprocess
+import argparse, asyncio, json, os, random, shutil, signal, socket, sqlite3, subprocess
 import sys, tempfile, threading, time, uuid
 from datetime import datetime, timezone
 from pathlib import Path
@@ -42,20 +53,80 @@ def parse_iso(text):
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
+class Shapes:
+    """What Claude Code writes, one record at a time per session: a prompt,
+    then assistant replies (text, or a tool call with its result as a user
+    record next), now and then a system record; compact JSON (as it writes
+    it), sizes around 2.6 KB a line."""
+
+    MODEL = "claude-sonnet-4-5-20250929"
+
+    def __init__(self, rng):
+        self.rng = rng
+
+    def size(self):
+        if self.rng.random() < 0.025:                  # a big tool result
+            return self.rng.randint(30_000, 200_000)
+        return max(80, min(60_000, int(self.rng.lognormvariate(7.6, 0.9))))   # median ~2 KB text
+
+    def record(self, sid, parent, state, now):
+        """The next record of a session (``state``: what it wrote last)."""
+        rng, base = self.rng, {"parentUuid": parent, "isSidechain": False, "userType": "external",
+                               "cwd": "/srv/agent", "sessionId": sid, "version": "2.1.332",
+                               "gitBranch": "main", "uuid": str(uuid.uuid4()),
+                               "timestamp": iso(now)}
+        pending = state.get("tool")
+        text = "w" * self.size()
+        if pending:                                    # the tool call's result
+            state["tool"] = None
+            return dict(base, type="user", message={"role": "user", "content": [
+                {"tool_use_id": pending, "type": "tool_result", "content": text}]},
+                toolUseResult={"stdout": text[:200], "stderr": "", "interrupted": False})
+        kind = rng.random()
+        if state.get("last") in (None, "system") or kind < 0.12:
+            state["last"] = "user"
+            return dict(base, type="user", message={"role": "user", "content": text})
+        if kind < 0.15:
+            state["last"] = "system"
+            return dict(base, type="system", subtype="informational", content=text[:400],
+                        level="info", isMeta=False)
+        state["last"] = "assistant"
+        usage = {"input_tokens": rng.randint(3, 40), "cache_creation_input_tokens":
+                 rng.randint(0, 4000), "cache_read_input_tokens": rng.randint(1000, 90000),
+                 "output_tokens": rng.randint(20, 800), "service_tier": "standard"}
+        if rng.random() < 0.5:
+            tool = "toolu_" + uuid.uuid4().hex[:24]
+            state["tool"] = tool
+            content = [{"type": "tool_use", "id": tool, "name": "Bash",
+                        "input": {"command": text[:300], "description": "run"}}]
+        else:
+            content = [{"type": "text", "text": text}]
+        return dict(base, type="assistant", requestId="req_" + uuid.uuid4().hex[:24],
+                    message={"id": "msg_" + uuid.uuid4().hex[:24], "type": "message",
+                             "role": "assistant", "model": self.MODEL, "content": content,
+                             "stop_reason": None, "stop_sequence": None, "usage": usage})
+
+    @staticmethod
+    def line(rec) -> bytes:
+        return json.dumps(rec, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+
+
 class Writer(threading.Thread):
-    """Appends records to random sessions of random hosts at the given rate."""
+    """Appends records to every session of every host at --rate lines/s a
+    session (Poisson arrivals)."""
 
     def __init__(self, root, hosts, sessions, rate, seed):
         super().__init__(daemon=True)
         self.rng = random.Random(seed)
+        self.shapes = Shapes(self.rng)
         self.files = []
         for h in range(hosts):
             folder = root / f"host-{h:02d}" / "projects" / "-srv-agent"
             folder.mkdir(parents=True)
             for _ in range(sessions):
                 sid = str(uuid.uuid4())
-                self.files.append([folder / f"{sid}.jsonl", sid, None])
-        self.rate = rate * hosts
+                self.files.append([folder / f"{sid}.jsonl", sid, None, {}])
+        self.rate = rate * hosts * sessions
         self.lines = self.bytes = 0
         self.running = threading.Event()
         self.stopped = threading.Event()
@@ -67,20 +138,81 @@ class Writer(threading.Thread):
             if not self.running.is_set():
                 continue
             entry = self.rng.choice(self.files)
-            path, sid, parent = entry
-            size = self.rng.randint(30_000, 60_000) if self.rng.random() < 0.05 else \
-                self.rng.randint(300, 3000)
-            now = time.time()
-            rec = {"type": self.rng.choice(["user", "assistant"]), "uuid": str(uuid.uuid4()),
-                   "parentUuid": parent, "sessionId": sid, "timestamp": iso(now),
-                   "cwd": "/srv/agent", "message": {"role": "user", "content": "w" * size}}
-            data = json.dumps(rec).encode() + b"\n"
+            path, sid, parent, state = entry
+            rec = self.shapes.record(sid, parent, state, time.time())
+            data = Shapes.line(rec)
             with open(path, "ab") as f:
                 f.write(data)
             entry[2] = rec["uuid"]
             self.lines += 1
             self.bytes += len(data)
 
+
+class Generator(threading.Thread):
+    """The load generator: publishes what N hosts' shippers would (the wire
+    format, their subjects and message ids) straight to NATS, --lines-per-
+    message lines a message, without files or shipper processes."""
+
+    def __init__(self, url, hosts, sessions, rate, per_message, seed):
+        super().__init__(daemon=True)
+        self.url, self.per_message = url, per_message
+        self.rng = random.Random(seed)
+        self.shapes = Shapes(self.rng)
+        self.files = [[f"gen-{h:05d}", f"/home/agent/.claude/projects/-srv-agent/{sid}.jsonl",
+                       sid, None, {}, 0, 1]
+                      for h in range(hosts) for sid in (str(uuid.uuid4())
+                                                        for _ in range(sessions))]
+        self.rate = rate * hosts * sessions
+        self.lines = self.bytes = self.messages = 0
+        self.running = threading.Event()
+        self.stopped = threading.Event()
+        self.error = None
+
+    def run(self):
+        try:
+            asyncio.run(self.publish())
+        except Exception as exc:   # noqa: BLE001  (a bench: said in the figures)
+            self.error = exc
+
+    async def publish(self):
+        import nats
+
+        from indexer.ingest import fleet_nats, fleet_wire
+
+        nc = await nats.connect(self.url)
+        await fleet_nats.ensure_stream(nc.jetstream())
+        next_at = time.monotonic()
+        rate = self.rate / self.per_message   # messages/s: each brings per_message lines at once
+        while not self.stopped.is_set():
+            if not self.running.is_set():
+                await nc.flush()
+                await asyncio.sleep(0.05)
+                next_at = time.monotonic()
+                continue
+            next_at += self.rng.expovariate(rate)
+            delay = next_at - time.monotonic()
+            if delay > 0:
+                await nc.flush()
+                await asyncio.sleep(delay)
+            entry = self.rng.choice(self.files)
+            host, path, sid, parent, state, offset, line = entry
+            now, lines = time.time(), []
+            for _ in range(self.per_message):
+                rec = self.shapes.record(sid, parent, state, now)
+                parent = rec["uuid"]
+                lines.append(Shapes.line(rec))
+            body = b"".join(lines)
+            header = {"kind": "lines", "host": host, "path": path, "generation": 1,
+                      "offset": offset, "end": offset + len(body), "line": line,
+                      "sent_at": time.time()}
+            await nc.publish(fleet_wire.subject(host, "lines"), fleet_wire.encode(header, body),
+                             headers={"Nats-Msg-Id": fleet_wire.message_id(header)})
+            entry[3], entry[5], entry[6] = parent, offset + len(body), line + len(lines)
+            self.lines += len(lines)
+            self.bytes += len(body)
+            self.messages += 1
+        await nc.flush()
+        await nc.close()
 
 class LagProbe(threading.Thread):
     """Polls the central index for new records; lag = seen - written."""
@@ -127,6 +259,15 @@ def peak_rss_mb(pid):
     return float("nan")
 
 
+def cpu_seconds(pid):
+    """A process's user + system time so far (/proc/PID/stat)."""
+    try:
+        fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return float("nan")
+
+
 def pct(values, p):
     values = sorted(values)
     return values[min(len(values) - 1, int(len(values) * p))] if values else float("nan")
@@ -135,10 +276,15 @@ def pct(values, p):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--hosts", type=int, default=20)
-    ap.add_argument("--sessions", type=int, default=50)
+    ap.add_argument("--sessions", type=int, default=5, help="live sessions per host")
     ap.add_argument("--seconds", type=int, default=60)
-    ap.add_argument("--rate", type=float, default=5.0, help="lines/s per host, on average")
+    ap.add_argument("--rate", type=float, default=0.26,
+                    help="lines/s per session, on average (real sessions: median 0.26)")
     ap.add_argument("--outage", type=int, default=60)
+    ap.add_argument("--generate", type=int, default=0, metavar="HOSTS",
+                    help="no files or shippers: publish the wire format for HOSTS hosts")
+    ap.add_argument("--lines-per-message", type=int, default=1,
+                    help="with --generate: lines a message")
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args()
@@ -151,6 +297,7 @@ def main():
     url = f"nats://127.0.0.1:{port}"
     db = root / "central.db"
     procs = []
+    hosts = args.generate or args.hosts
 
     def spawn(cmd, **kw):
         p = subprocess.Popen([str(c) for c in cmd], stdout=subprocess.DEVNULL,
@@ -159,6 +306,7 @@ def main():
         return p
 
     started = time.perf_counter()
+    backlog = drained = None
     try:
         spawn([nats_server, "-js", "-a", "127.0.0.1", "-p", port, "-sd", root / "jetstream"])
         for _ in range(100):
@@ -167,38 +315,46 @@ def main():
                 break
             except OSError:
                 time.sleep(0.05)
-        writer = Writer(root, args.hosts, args.sessions, args.rate, args.seed)
+        if args.generate:
+            writer = Generator(url, args.generate, args.sessions, args.rate,
+                               args.lines_per_message, args.seed)
+        else:
+            writer = Writer(root, args.hosts, args.sessions, args.rate, args.seed)
         writer.start()
-        for h in range(args.hosts):
-            spawn([*CLI, "ship", root / f"host-{h:02d}", "--to", url, "--host", f"host-{h:02d}",
-                   "--ledger", root / f"ledger-{h:02d}.db"])
+        if not args.generate:
+            for h in range(args.hosts):
+                spawn([*CLI, "ship", root / f"host-{h:02d}", "--to", url, "--host",
+                       f"host-{h:02d}", "--ledger", root / f"ledger-{h:02d}.db"])
         central = spawn([*CLI, "ingest", "--from", url, "--watch", "--db", db])
         probe = LagProbe(str(db))
         probe.start()
         writer.running.set()
         time.sleep(10)                                   # warm-up
         lines0, bytes0, t0 = writer.lines, writer.bytes, time.perf_counter()
+        stored0, cpu0 = probe.stored()[0] if db.exists() else 0, cpu_seconds(central.pid)
         probe.sampling = True
         time.sleep(args.seconds)
         probe.sampling = False
         steady_s = time.perf_counter() - t0
         steady_lines, steady_bytes = writer.lines - lines0, writer.bytes - bytes0
+        cpu = cpu_seconds(central.pid) - cpu0
+        stored_steady = probe.stored()[0] - stored0
         lags = list(probe.lags)
         rss_before = peak_rss_mb(central.pid)
-        central.send_signal(signal.SIGTERM)
-        central.wait(timeout=60)
-        outage_start_lines = writer.lines
-        time.sleep(args.outage)
-        backlog = writer.lines - outage_start_lines
-        central = spawn([*CLI, "ingest", "--from", url, "--watch", "--db", db])
-        t1 = time.perf_counter()
-        target = outage_start_lines + backlog
-        drained = None
-        while time.perf_counter() - t1 < 600:
-            time.sleep(0.2)
-            if probe.stored()[0] >= target:
-                drained = time.perf_counter() - t1
-                break
+        if not args.generate:
+            central.send_signal(signal.SIGTERM)
+            central.wait(timeout=60)
+            outage_start_lines = writer.lines
+            time.sleep(args.outage)
+            backlog = writer.lines - outage_start_lines
+            central = spawn([*CLI, "ingest", "--from", url, "--watch", "--db", db])
+            t1 = time.perf_counter()
+            target = outage_start_lines + backlog
+            while time.perf_counter() - t1 < 600:
+                time.sleep(0.2)
+                if probe.stored()[0] >= target:
+                    drained = time.perf_counter() - t1
+                    break
         writer.running.clear()
         writer.stopped.set()
         time.sleep(1)
@@ -217,17 +373,26 @@ def main():
                 p.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 p.kill()
-    print(f"fleet_sim: {args.hosts} hosts x {args.sessions} sessions, {args.rate} lines/s per "
-          f"host, {args.seconds} s steady, {args.outage} s central outage; "
-          f"{os.cpu_count()} CPUs, nats-server {nats_server}\n")
+    mode = (f"load generator: {args.generate} hosts, {args.lines_per_message} lines a message"
+            if args.generate else f"{args.hosts} hosts with a shipper each")
+    print(f"fleet_sim: {mode}; {hosts * args.sessions} sessions at {args.rate} lines/s each, "
+          f"{args.seconds} s steady" + ("" if args.generate else
+                                        f", {args.outage} s central outage")
+          + f"; {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}, nats-server {nats_server}\n")
     print(f"written, steady      {steady_lines / steady_s:10.1f} lines/s "
           f"{steady_bytes / steady_s / MB:8.3f} MB/s")
     print(f"lag write -> central p50 {pct(lags, 0.5):.3f} s  p99 {pct(lags, 0.99):.3f} s  "
           f"max {max(lags) if lags else float('nan'):.3f} s  ({len(lags)} lines)")
+    print(f"central CPU, steady  {cpu:10.2f} s for {stored_steady} lines stored: "
+          f"{cpu / stored_steady * 1000 if stored_steady else float('nan'):.3f} ms a line "
+          f"({cpu / steady_s * 100:.0f}% of a core)")
     print(f"central peak RSS     {rss:10.1f} MB")
-    print(f"outage backlog       {backlog:10d} lines; drained in "
-          f"{drained if drained is not None else float('nan'):.2f} s after the restart"
-          + (f" ({backlog / drained:.0f} lines/s)" if drained else ""))
+    if not args.generate:
+        print(f"outage backlog       {backlog:10d} lines; drained in "
+              f"{drained if drained is not None else float('nan'):.2f} s after the restart"
+              + (f" ({backlog / drained:.0f} lines/s)" if drained else ""))
+    if getattr(writer, "error", None) is not None:
+        print(f"load generator stopped: {writer.error!r}")
     print(f"lines written        {total_lines:10d} ({total_bytes / MB:.1f} MB)")
     print(f"rows stored          {stored:10d} ({distinct} distinct (file, offset)); "
           f"{'nothing lost or doubled' if stored == distinct == total_lines else 'MISMATCH'}")

@@ -415,6 +415,12 @@ def test_a_loss_in_the_stream_is_a_recorded_gap_or_sent_again(server, tmp_path):
 
     page = asyncio.run(web.make_datasette(db).client.get("/-/session-health")).text
     assert f'class="si-fleet-gaps">1</a> ({lost} bytes)' in page
+    verdict = json.loads(run("check", gone.session_id, "--db", db, "--json",
+                             check=False).stdout)
+    assert (verdict["details"]["fleet"]["gaps"], verdict["details"]["fleet"]["gap_bytes"]) == (
+        1, lost)
+    assert f"host gone's transcript lacks {lost} bytes the fleet's stream lost" in \
+        " ".join(verdict["warnings"])
 
 
 def stream_op(url, op):
@@ -480,8 +486,9 @@ def test_the_central_answers_as_a_local_index_for_every_corpus_session(server, t
     """Every transcript of ../shared/corpus shipped (its last lines without a
     newline, its `claude -p` logs) and drained into a central index, and
     ingested locally: per session the same check verdict and reason, the
-    same conversation from show, the same leaves, orphans and failed runs;
-    show, status and the health page's last ingest work on the central."""
+    same conversation from show, the same leaves, orphans, failed runs,
+    record kinds and usage; show, status and the health page's last ingest
+    work on the central."""
     from conftest import CORPUS
 
     if not CORPUS.is_dir():
@@ -506,7 +513,10 @@ def test_the_central_answers_as_a_local_index_for_every_corpus_session(server, t
                 "ORDER BY 1, 2, 3, 4",
                 "SELECT session_id, uuid, cause FROM orphans ORDER BY 1, 2, 3",
                 "SELECT session_id, line_no, subtype, error_class FROM failed_executions "
-                "ORDER BY 1, 2"):
+                "ORDER BY 1, 2",
+                "SELECT kind, records FROM record_types ORDER BY kind",
+                "SELECT session_id, calls, cost_usd, executions FROM usage_reported "
+                "ORDER BY 1"):
         assert c.conn.execute(sql).fetchall() == here.conn.execute(sql).fetchall(), sql
     for sid in sessions:
         mine, theirs = (checkmod.check(db, sid, config_dir=tmp_path / "no-config", host=h)
@@ -557,3 +567,105 @@ def test_a_last_line_without_its_newline_is_stored_as_locally_then_settled(serve
     t.append(1)
     assert same()[2] == 0
     assert exported(db, t.session_id) == t.path.read_bytes()
+
+
+def test_a_lost_message_after_a_last_line_without_its_newline_is_sent_again(server, tmp_path):
+    """The last line was stored without its newline; the message that
+    brought its newline (and a line after it) is lost from the stream: the
+    central asks the host from where that last line starts, the following
+    shipper sends it again, and the file is whole, no gap."""
+    t = Transcript(tmp_path / "h")
+    t.append(2)
+    t.append(1, newline=False)
+    ship_once(server, "h", tmp_path / "h", tmp_path)
+    db = tmp_path / "central.db"
+    drain(server, db)
+    assert sqlite3.connect(db).execute("SELECT unterminated_tail > 0 FROM files").fetchone() \
+        == (1,)
+    t.append_bytes(b"\n")
+    t.append(1)
+    ship_once(server, "h", tmp_path / "h", tmp_path)
+    last = stream_op(server.url, lambda js: js.stream_info(fleet_wire.STREAM)).state.last_seq
+    t.append(1)
+    ship_once(server, "h", tmp_path / "h", tmp_path)
+    assert stream_op(server.url, lambda js: js.delete_msg(fleet_wire.STREAM, last))
+    shipper = subprocess.Popen([*CLI, "ship", tmp_path / "h", "--to", server.url, "--host", "h",
+                                "--ledger", tmp_path / "ledger-h.db"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    central = subprocess.Popen([*CLI, "ingest", "--from", server.url, "--watch", "--db", db,
+                                "--gap-wait", "30"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        wait_for(lambda: exported_or_none(db, t.session_id) == t.complete(),
+                 time.monotonic() + 40, central, shipper)
+    finally:
+        for p in (central, shipper):
+            p.send_signal(signal.SIGTERM)
+        assert [p.wait(timeout=30) for p in (central, shipper)] == [0, 0]
+    conn = sqlite3.connect(db)
+    assert conn.execute("SELECT count(*) FROM fleet_gaps").fetchone() == (0,)
+    assert conn.execute("SELECT line_count, unterminated_tail FROM files").fetchone() == (5, 0)
+    assert "the central asked for bytes " in shipper.stderr.read().decode()
+
+
+def test_a_drain_says_what_it_held_recorded_and_quarantined(server, tmp_path):
+    """The drain's summary line names the messages held, the gaps recorded
+    and the messages quarantined."""
+    publish_raw(server.url, [("session-index.h.lines", b"not ours", None)])
+    p = run("ingest", "--from", server.url, "--db", tmp_path / "c.db")
+    line = p.stdout.decode()
+    assert line.startswith("0 messages from 0 hosts: 0 new lines (0 duplicates skipped, "
+                           "0 held for earlier bytes, 0 gaps recorded, 1 quarantined) in "), line
+
+
+def test_a_server_that_lost_what_it_acknowledged(server, tmp_path):
+    """A crash of the server's machine inside its fsync window: the store on
+    disk is as it was before the last acknowledged messages (done here by
+    putting back a copy of the store taken before them). The hosts' ledgers
+    say those were sent. The host whose shipper follows sends them again
+    when the central asks; the other's are a recorded gap; lines after
+    them are stored; the central never stops."""
+    import shutil
+
+    hosts = {h: Transcript(tmp_path / h) for h in ("keeper", "gone")}
+    for h, t in hosts.items():
+        t.append(2)
+        ship_once(server, h, tmp_path / h, tmp_path)
+    server.kill()
+    shutil.copytree(server.store, tmp_path / "before")   # what the disk will hold
+    server.start()
+    for h, t in hosts.items():   # acknowledged, then lost with the machine
+        t.append(2)
+        ship_once(server, h, tmp_path / h, tmp_path)
+    lost = {h: sum(len(x) + 1 for x in t.complete().split(b"\n")[:2])   # where it starts
+            for h, t in hosts.items()}
+    server.kill()
+    shutil.rmtree(server.store)
+    shutil.copytree(tmp_path / "before", server.store)
+    server.start()
+    for h, t in hosts.items():
+        t.append(1)
+        ship_once(server, h, tmp_path / h, tmp_path)
+    db = tmp_path / "central.db"
+    keeper = subprocess.Popen([*CLI, "ship", tmp_path / "keeper", "--to", server.url,
+                               "--host", "keeper", "--ledger", tmp_path / "ledger-keeper.db"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    central = subprocess.Popen([*CLI, "ingest", "--from", server.url, "--watch", "--db", db,
+                                "--gap-wait", "15"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    gone, keep = hosts["gone"], hosts["keeper"]
+    end = len(gone.complete())
+    try:
+        wait_for(lambda: exported_or_none(db, keep.session_id) == keep.complete(),
+                 time.monotonic() + 40, central, keeper)
+        gone_lines = gone.complete().split(b"\n")
+        expected = b"".join(x + b"\n" for x in gone_lines[:2] + gone_lines[4:5])
+        wait_for(lambda: exported_or_none(db, gone.session_id) == expected,
+                 time.monotonic() + 40, central, keeper)
+    finally:
+        for p in (central, keeper):
+            p.send_signal(signal.SIGTERM)
+        assert [p.wait(timeout=30) for p in (central, keeper)] == [0, 0]
+    conn = sqlite3.connect(db)
+    assert conn.execute("SELECT host, start, end FROM fleet_gaps").fetchall() == [
+        ("gone", lost["gone"], end - len(gone_lines[4]) - 1)]

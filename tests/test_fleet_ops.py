@@ -104,9 +104,12 @@ def test_metrics_of_the_central_and_a_shipper_match_the_index(server, tmp_path):
         a.append(2)
         wait_until(lambda: exported_or_none(db, a.session_id) == a.complete(), 30, central,
                    shipper)
-        time.sleep(0.5)
-        got = scrape(central_port)
         conn = sqlite3.connect(db)
+        wait_until(lambda: conn.execute(   # derived, and both hosts' heartbeats read
+            "SELECT (SELECT count(*) FROM files WHERE needs_derive) = 0 AND (SELECT count(*) "
+            "FROM fleet_hosts WHERE last_heartbeat_at IS NOT NULL) = 2").fetchone()[0], 20,
+            central, shipper)
+        got = scrape(central_port)
         for host, files, lines, size, records in conn.execute(
                 "SELECT host, count(*), sum(line_count), sum(ingested_offset), sum(records) "
                 "FROM files WHERE origin = 'fleet' GROUP BY host"):
@@ -285,3 +288,58 @@ def test_each_roles_systemd_unit_runs_a_command_the_cli_takes():
         command = cli.get_command(None, args[1])
         command.make_context(args[1], args[2:])   # raises on an option the CLI does not take
         assert follows(args[1:]), unit
+
+
+def test_the_central_derives_once_per_window_not_per_batch(server, tmp_path, monkeypatch):
+    """Live traffic: one line a message, one message every 20 ms for 3 s.
+    The central commits many small batches but derives the caches about
+    once per DERIVE_WINDOW_S (and once at the end): its cost per line does
+    not depend on how the lines were batched. Every line is stored and the
+    caches are current after it."""
+    from indexer.index.db import open_db
+    from indexer.ingest import derive, fleet_central, fleet_nats, fleet_wire
+
+    import nats
+
+    t = Transcript(tmp_path / "h")
+    db = open_db(str(tmp_path / "central.db"))
+    batches, derives = [], []
+    apply = fleet_central.apply_batch
+    monkeypatch.setattr(fleet_central, "apply_batch",
+                        lambda *a, **k: batches.append(len(a[1])) or apply(*a, **k))
+
+    async def main():
+        stop = asyncio.Event()
+        central = asyncio.ensure_future(fleet_central.consume(
+            db, fleet_nats.ConnectOptions(server.url), watch=True, stop=stop,
+            after_batch=lambda summary: derives.append(derive.derive_pending(db))))
+        nc = await nats.connect(server.url)
+        js = nc.jetstream()
+        await fleet_nats.ensure_stream(js)
+        offset, parent = 0, None
+        for i in range(150):
+            r = {"type": "user", "uuid": f"u-{i}", "parentUuid": parent, "sessionId": t.session_id,
+                 "timestamp": "2026-12-01T00:00:00.000Z", "message": {"role": "user",
+                                                                       "content": "x"}}
+            line = json.dumps(r, separators=(",", ":")).encode() + b"\n"
+            header = {"kind": "lines", "host": "h", "path": str(t.path), "generation": 1,
+                      "offset": offset, "end": offset + len(line), "line": i + 1}
+            await js.publish(fleet_wire.subject("h", "lines"), fleet_wire.encode(header, line),
+                             headers={"Nats-Msg-Id": fleet_wire.message_id(header)})
+            offset, parent = offset + len(line), r["uuid"]
+            await asyncio.sleep(0.02)
+        await nc.close()
+        for _ in range(100):
+            if db.conn.execute("SELECT count(*) FROM records").fetchone()[0] == 150:
+                break
+            await asyncio.sleep(0.1)
+        stop.set()
+        return await central
+
+    summary = asyncio.run(main())
+    assert summary.new_lines == sum(batches) == 150
+    assert len(batches) > 20, batches   # live traffic: many small batches
+    elapsed = summary.seconds
+    assert len(derives) <= elapsed / fleet_central.DERIVE_WINDOW_S + 3, (len(derives), elapsed)
+    assert db.conn.execute("SELECT count(*) FROM files WHERE needs_derive").fetchone() == (0,)
+    assert db.conn.execute("SELECT resume_leaf_uuid FROM leaves").fetchone() == ("u-149",)

@@ -248,7 +248,7 @@ def _ingest_from(db_path, url, consumer, hosts, watch, as_json, auth, gap_wait, 
         if watch:
             stderr_line(f"batch: {summary.messages} messages, {summary.new_lines} new lines "
                         f"so far")
-        derive.derive_pending(db)
+        fleet_ingest.catch_up(db)
 
     try:
         summary = fleet_nats.run(lambda stop: fleet_ingest.consume(
@@ -260,13 +260,15 @@ def _ingest_from(db_path, url, consumer, hosts, watch, as_json, auth, gap_wait, 
     finally:
         if endpoint is not None:
             endpoint.close()
-    derive.derive_pending(db)
+    fleet_ingest.catch_up(db)
     if as_json:
         click.echo(json.dumps(dict(summary.as_dict(), db=db_path)))
     else:
         click.echo(f"{summary.messages} messages from {len(summary.hosts)} hosts: "
                    f"{summary.new_lines} new lines ({summary.duplicates} duplicates skipped, "
-                   f"{summary.gaps} to come again) in {summary.seconds:.1f}s; index {db_path}")
+                   f"{summary.gaps} held for earlier bytes, {summary.recorded_gaps} gaps "
+                   f"recorded, {summary.bad_messages} quarantined) in {summary.seconds:.1f}s; "
+                   f"index {db_path}")
 
 
 @cli.command()
@@ -289,9 +291,11 @@ def ship(sources, to_url, host, ledger, once, config_dir, metrics, **auth):
     in one index).
 
     Each line goes byte-exact with this host's name, its file, the file's
-    generation and its byte offset; the ledger moves on only after JetStream
-    acknowledged it, so a crash re-sends (a duplicate JetStream or the central
-    drops), never loses. Rewrites start a new generation; deleted files are
+    generation and its byte offset (a last line without its newline too, when
+    it is a whole record, as ingest stores it); the ledger moves on only after
+    JetStream acknowledged it, so a crash re-sends (a duplicate JetStream or
+    the central drops), never loses; bytes the central asks for again (the
+    stream lost them) are sent again while the file holds them. Rewrites start a new generation; deleted files are
     sent as such. SOURCES default as for ingest. Logs on stderr. Exit codes:
     0 done or stopped by a signal; 3 the server, a source or the ledger
     cannot be used.

@@ -25,7 +25,7 @@ from datetime import datetime, timezone
 
 from indexer.transcripts import discover
 from indexer.ingest import fleet_nats, fleet_wire
-from indexer.index import generations
+from indexer.index import generations, record_kinds
 from indexer.index.db import OpenedFile, open_db
 from indexer.ingest import derive
 from indexer.transcripts.lines import BadLine, parse_line_bytes
@@ -52,6 +52,12 @@ ASK_EVERY_S = 5.0
 GAP_WAIT_S = 60.0
 # How often a watching consumer reads the hosts' heartbeats.
 HEARTBEAT_READ_S = 2.0
+# The caches (leaves, orphans, the sessions rows) are derived once per this
+# window while batches keep coming, and at once when none is waiting: at live
+# traffic a batch is a message or two, and deriving after each one made the
+# central's cost per line depend on how lines were batched (each session
+# touched in the window is derived once).
+DERIVE_WINDOW_S = 0.5
 
 FLEET_FILE_SQL = """
 SELECT f.id, f.ingested_offset, f.line_count, f.session_id, f.unterminated_tail,
@@ -125,11 +131,14 @@ FROM fleet_files ff JOIN files f ON f.id = ff.file_id
 WHERE f.id = :id
 """.strip()
 # Per file with held messages: its host, path and generation, what is
-# stored of it, the first held message's offset and line number, and since
-# when the oldest has been held (the central waits GAP_WAIT_S from then).
+# stored of it (and where its last line starts: a last line stored without
+# its newline is asked for again whole), the first held message's offset
+# and line number, and since when the oldest has been held (the central
+# waits GAP_WAIT_S from then).
 WAITING_FILES_SQL = """
 SELECT h.file_id, ff.host, ff.remote_path, ff.remote_generation AS generation,
-  f.ingested_offset, min(h.held_at) AS since,
+  f.ingested_offset, f.ingested_offset - f.unterminated_tail AS line_start,
+  min(h.held_at) AS since,
   (SELECT offset FROM fleet_held n WHERE n.file_id = h.file_id
    ORDER BY n.generation, n.offset, n.at LIMIT 1) AS next_offset,
   (SELECT line FROM fleet_held n WHERE n.file_id = h.file_id
@@ -147,7 +156,7 @@ VALUES (:file_id, :host, :remote_path, :generation, :start, :end, :since, :now, 
 """.strip()
 SKIP_GAP_SQL = (
     """UPDATE files SET ingested_offset = :end, size = :end, line_count = :line - 1,
-       needs_derive = 1 WHERE id = :file_id""",
+       unterminated_tail = 0, needs_derive = 1 WHERE id = :file_id""",
     "DELETE FROM fleet_parts WHERE file_id = :file_id AND line_offset < :end",
 )
 # Pieces of a line too long for one message, until its last one arrives.
@@ -323,6 +332,8 @@ def _store_lines(conn, row: dict, start: int, body: bytes, now: str, summary: Su
             bads.append((file_id, line_no, at, str(exc), line))
         at += len(line) + 1
     insert_lines(conn, records, bads)
+    if records:   # their kinds, from what was parsed (else catch_up counts the file)
+        record_kinds.count_stored(conn, file_id, offset, end, records, now)
     facts = [r[3:-1] for r in records]
     session_id = row["session_id"] or next((f[_SESSION] for f in facts if f[_SESSION]), None)
     unterminated = len(body) if tail else 0
@@ -529,8 +540,8 @@ class Waiting:
     """A file with held messages: its host, path, generation, what is stored
     (``stored``), the first held message's offset and line, since when."""
 
-    __slots__ = ("file_id", "host", "remote_path", "generation", "ingested_offset", "since",
-                 "next_offset", "next_line")
+    __slots__ = ("file_id", "host", "remote_path", "generation", "ingested_offset",
+                 "line_start", "since", "next_offset", "next_line")
 
     def __init__(self, **row):
         for name, value in row.items():
@@ -581,38 +592,46 @@ def _iso(ts: float) -> str:
         .replace("+00:00", "Z")
 
 
+# How long one read of the heartbeat bucket may take (a server going away
+# meanwhile: the heartbeats are read again next time).
+HEARTBEAT_READ_WAIT_S = 5.0
+
+
 async def _read_heartbeats(kv, hosts: set[str] | None = None
                            ) -> tuple[list[tuple[str, float]], list[tuple]]:
     """([(host, at)], [(Incoming, reason)]): each host's last heartbeat (of
     ``hosts`` only, when given), and the bucket's values that are not
-    heartbeats (fleet_wire.heartbeat)."""
-    from nats.js.errors import KeyDeletedError, KeyNotFoundError, NoKeysError   # (nats-py: the optional fleet extra)
+    heartbeats (fleet_wire.heartbeat). One watcher streams every key's last
+    value (not a request per key: a fleet has thousands)."""
+    tokens = {fleet_wire.host_token(h) for h in hosts} if hosts else None
+    beats, bad = [], []
+
+    async def read():
+        watcher = await kv.watchall(ignore_deletes=True)
+        try:
+            async for entry in watcher:   # every key's last value, then None
+                if entry is None:
+                    return
+                if tokens is not None and entry.key not in tokens:
+                    continue
+                try:
+                    host, at = fleet_wire.heartbeat(entry.key, entry.value or b"", time.time())
+                    if hosts is None or host in hosts:
+                        beats.append((host, at))
+                except fleet_wire.BadMessage as exc:
+                    bad.append((Incoming(entry.value or b"", entry.revision,
+                                         f"$KV.{fleet_nats.HEARTBEAT_BUCKET}.{entry.key}"),
+                                str(exc)))
+        finally:
+            try:
+                await watcher.stop()
+            except fleet_nats.TRANSIENT:
+                pass
 
     try:
-        keys = await kv.keys()
-    except NoKeysError:
-        return [], []
-    except fleet_nats.TRANSIENT:   # the server is away: next time
-        return [], []
-    beats, bad = [], []
-    tokens = {fleet_wire.host_token(h) for h in hosts} if hosts else None
-    for key in keys:
-        if tokens is not None and key not in tokens:
-            continue
-        try:
-            entry = await kv.get(key)
-        except (KeyNotFoundError, KeyDeletedError):   # deleted meanwhile
-            continue
-        except fleet_nats.TRANSIENT:
-            break
-        try:
-            host, at = fleet_wire.heartbeat(key, entry.value or b"", time.time())
-            if hosts is None or host in hosts:
-                beats.append((host, at))
-        except fleet_wire.BadMessage as exc:
-            bad.append((Incoming(entry.value or b"",
-                                 entry.revision, f"$KV.{fleet_nats.HEARTBEAT_BUCKET}.{key}"),
-                        str(exc)))
+        await asyncio.wait_for(read(), HEARTBEAT_READ_WAIT_S)
+    except (*fleet_nats.TRANSIENT, asyncio.TimeoutError):   # the server is away: next time
+        pass
     return beats, bad
 
 
@@ -675,7 +694,7 @@ async def _mind_gaps(db, nc, js, gap_wait: float, asked: dict, summary: Summary,
                 live.add("session_index_fleet_resends_total")
             try:
                 await nc.publish(fleet_wire.resend_subject(w.host), fleet_wire.resend_request(
-                    w.host, w.remote_path, w.generation, w.ingested_offset))
+                    w.host, w.remote_path, w.generation, w.line_start))
             except fleet_nats.TRANSIENT:   # the server is away: asked again later
                 pass
     if not due:
@@ -738,7 +757,8 @@ async def consume(db, options: fleet_nats.ConnectOptions, *, consumer: str | Non
                   log=lambda line: None, gap_wait: float = GAP_WAIT_S,
                   live=None) -> Summary:
     """Drain what is waiting (or with ``watch``, keep consuming until
-    ``stop``); ``after_batch(summary)`` runs after each committed batch.
+    ``stop``); ``after_batch(summary)`` (derive the caches) runs after the
+    batches of each DERIVE_WINDOW_S, and when none is waiting.
     With ``hosts``, only those hosts' messages (fleet_wire.consumers: a
     consumer per host, each with its own position). A file that waits
     ``gap_wait`` seconds for bytes the stream no longer holds gets a gap
@@ -775,12 +795,14 @@ async def consume(db, options: fleet_nats.ConnectOptions, *, consumer: str | Non
                 summary.seconds = round(time.monotonic() - started, 3)
                 return summary
         summary.bad_heartbeats += record_heartbeats(db, *await _read_heartbeats(kv, taken))
-        last_beats = time.monotonic()
+        last_beats = derived_at = time.monotonic()
+        underived = False   # batches committed since after_batch last ran
         while not stop.is_set():
             if live is not None:
                 live.beat()
             try:   # every consumer's next batch at once; each is written on its own
-                fetched = await asyncio.gather(*(_fetch(sub, FETCH_WAIT_S) for _, sub in subs))
+                wait = DERIVE_WINDOW_S if watch and underived else FETCH_WAIT_S
+                fetched = await asyncio.gather(*(_fetch(sub, wait) for _, sub in subs))
             except fleet_nats.TRANSIENT as exc:
                 if not watch:
                     raise fleet_nats.FleetError(f"{options.url}: {type(exc).__name__}: "
@@ -802,24 +824,36 @@ async def consume(db, options: fleet_nats.ConnectOptions, *, consumer: str | Non
                     await nc.flush()
                 except fleet_nats.TRANSIENT as exc:   # they come again: skipped by offset
                     log(f"NATS: acknowledging: {type(exc).__name__}: {str(exc) or 'no answer'}")
-                if after_batch is not None:
-                    after_batch(summary)
+                underived = True
             before = summary.counts()
-            if await _mind_gaps(db, nc, js, gap_wait, asked, summary, log, live) and \
-                    after_batch is not None:
-                after_batch(summary)
+            if await _mind_gaps(db, nc, js, gap_wait, asked, summary, log, live):
+                underived = True
             _tell(live, summary, before)
+            if underived and after_batch is not None and (
+                    not any(fetched) or time.monotonic() - derived_at >= DERIVE_WINDOW_S):
+                after_batch(summary)   # each session touched since, derived once
+                underived, derived_at = False, time.monotonic()
             if not watch and not any(fetched):
                 break
             if time.monotonic() - last_beats >= HEARTBEAT_READ_S:
                 summary.bad_heartbeats += record_heartbeats(db, *await _read_heartbeats(kv, taken))
                 last_beats = time.monotonic()
+        if underived and after_batch is not None:
+            after_batch(summary)
         if not watch:
             summary.bad_heartbeats += record_heartbeats(db, *await _read_heartbeats(kv, taken))
     finally:
         await fleet_nats.close(nc)
     summary.seconds = round(time.monotonic() - started, 3)
     return summary
+
+
+def catch_up(db) -> None:
+    """After a window of batches, as after a local ingest run: the caches
+    derived, the records' kinds counted (record-types; the kinds first seen
+    are this window's)."""
+    derive.derive_pending(db)
+    record_kinds.after_ingest(db)
 
 
 class Follower:
@@ -847,7 +881,7 @@ class Follower:
             self.loop.close()
 
     def _batch(self, db, summary: Summary) -> None:
-        derive.derive_pending(db)
+        catch_up(db)
         self.log(f"batch: {summary.messages} messages, {summary.new_lines} new lines so far")
 
     def request_stop(self, sig=None) -> None:

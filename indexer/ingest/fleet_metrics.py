@@ -15,6 +15,7 @@ import sqlite3
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 # A process whose loop (a batch, a fetch that waited, a shipper's pass) last
 # went round longer ago than this is not healthy.
@@ -50,6 +51,11 @@ SELECT v.verdict, count(*) FROM session_verdicts v
 JOIN sessions s ON s.session_id = v.session_id AND s.host = v.host
 GROUP BY v.verdict ORDER BY v.verdict
 """.strip()
+
+
+def read_only(db_path: str) -> sqlite3.Connection:
+    """A read-only connection to the index (any file name: a URI of it)."""
+    return sqlite3.connect(Path(db_path).resolve().as_uri() + "?mode=ro", uri=True, timeout=5)
 
 
 class MetricsError(Exception):
@@ -137,7 +143,7 @@ class IndexCollector:
         if self.db_path is None:
             return
         try:
-            conn = sqlite3.connect(f"file:{self.db_path}?mode=ro", uri=True, timeout=5)
+            conn = read_only(self.db_path)
         except sqlite3.Error:
             return
         try:
@@ -256,7 +262,7 @@ class Endpoint:
         if self.live is not None:
             return self.live.health()
         try:   # serve alone: the index answers
-            conn = sqlite3.connect(f"file:{self.db_path}?mode=ro", uri=True, timeout=5)
+            conn = read_only(self.db_path)
             conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
             conn.close()
             return True, {"ok": True, "role": "serve"}

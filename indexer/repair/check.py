@@ -74,6 +74,13 @@ OLD_SESSIONS_WARNING = ("the index's sessions rows were computed by an older ses
                         "this answer may be out of date until the next session-index ingest")
 # Another host's last heartbeat (fleet_ingest.py records it).
 FLEET_HOST_SQL = "SELECT last_heartbeat_at, last_message_at FROM fleet_hosts WHERE host = ?"
+# The gaps of a shipped file's current generation (fleet_central: bytes the
+# stream lost and its host did not send again), and the bytes they lack.
+FLEET_FILE_GAPS_SQL = """
+SELECT count(*) AS gaps, coalesce(sum(g.end - g.start), 0) AS gap_bytes
+FROM fleet_gaps g JOIN fleet_files ff ON ff.file_id = g.file_id
+WHERE g.file_id = ? AND g.generation = ff.remote_generation
+""".strip()
 
 
 class Verdict:
@@ -390,9 +397,16 @@ def _shipped(db, verdict: Verdict, main: dict, now_iso: str) -> None:
     if beat:
         age = round((datetime.fromisoformat(now_iso.replace("Z", "+00:00"))
                      - datetime.fromisoformat(beat.replace("Z", "+00:00"))).total_seconds(), 1)
+    [gaps] = _rows(db, FLEET_FILE_GAPS_SQL, [main["id"]])
     verdict.details["fleet"] = {"host": main["host"], "last_heartbeat_at": beat,
                                 "heartbeat_age_s": age,
-                                "last_message_at": row[0]["last_message_at"] if row else None}
+                                "last_message_at": row[0]["last_message_at"] if row else None,
+                                **gaps}
+    if gaps["gaps"]:
+        verdict.warnings.append(f"host {main['host']}'s transcript lacks {gaps['gap_bytes']} "
+                                f"bytes the fleet's stream lost ({gaps['gaps']} gaps: "
+                                "session-index fleet-gaps): the index's copy is not the whole "
+                                "file")
     if age is None:
         verdict.warnings.append(f"from what host {main['host']} last shipped; its shipper has "
                                 "sent no heartbeat: the host may have written more since")
