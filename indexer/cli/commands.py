@@ -502,7 +502,11 @@ def check(session_id, db_path, config_dir, now, cwd, host, claude_version, as_js
     session) resends it on every resume (before 2.1.161, 2.1.169 or 2.1.183,
     by the API's answer; newer ones drop every thinking block and resume, with
     a warning); spliced (6): late
-    api_error records orphan output, the resume drops it; resumable (0), with warnings when the transcript expires
+    api_error records orphan output, the resume drops it; truncated (12): the
+    resume loses conversation after the last compaction that nobody abandoned
+    (its walk stops at a parent never written before the summary, or the
+    compaction's preservedSegment does not lead from tail to head so Claude
+    Code relinks nothing); resumable (0), with warnings when the transcript expires
     within 7 days, has expired, or cleanupPeriodDays is 0. The transcript is
     stat'ed afresh: a file deleted since the last ingest is missing.
 
