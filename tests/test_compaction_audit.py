@@ -296,3 +296,61 @@ def test_no_truncated_session_in_transcripts_not_seen(index):
     print(f"\n{index.value('SELECT count(*) FROM compaction_segments')} compactions, "
           f"truncated: {found}")
     assert found == []
+
+
+# --- repair --write relinks what the records hold -----------------------------
+
+REPAIRED = {name for name in TRUNCATED if SEGMENTS[name][-1][8] == "unreached_after_compaction"}
+
+
+@pytest.mark.parametrize("name", sorted(REPAIRED))
+def test_repair_relinks_the_lost_conversation(index, tmp_path, name):
+    path = write_shape(index, name)
+    before = path.read_bytes()
+    fid = index.file_id(path)
+    lost = {r["uuid"] for r in index.rows(
+        "SELECT uuid FROM orphans WHERE file_id = ? AND cause IN ('unlinked', 'dangling_parent') "
+        "AND line_no > (SELECT max(line_no) FROM records WHERE file_id = ? "
+        "AND subtype = 'compact_boundary')", [fid, fid])}
+    out = CliRunner().invoke(cli, ["repair", SID, "--db", str(index.path), "--write"])
+    assert out.exit_code == 0, out.output
+    # One line changed: the chain's first record hangs from the last lost one.
+    changed = [(a, b) for a, b in zip(before.splitlines(), path.read_bytes().splitlines())
+               if a != b]
+    assert len(changed) == 1
+    old, new = (json.loads(x) for x in changed[0])
+    assert {k: v for k, v in old.items() if k != "parentUuid"} == \
+        {k: v for k, v in new.items() if k != "parentUuid"}
+    assert new["parentUuid"] in lost
+    assert lost <= set(index.ancestry(fid))
+    backups = list(path.parent.glob(f"{SID}.jsonl.session-index-backup-*"))
+    assert [b.read_bytes() for b in backups] == [before]
+    code, verdict = check(index, tmp_path)
+    assert (code, verdict["verdict"]) == (0, "resumable")
+    index.assert_caches_match_definitions()
+
+
+def test_no_repair_for_a_compaction_that_resumes_whole(index):
+    write_shape(index, "second_compact_copies")
+    out = CliRunner().invoke(cli, ["repair", SID, "--db", str(index.path), "--json"])
+    assert json.loads(out.output)["changes"] == []
+
+
+@pytest.mark.oracle
+@pytest.mark.skipif(CLAUDE is None, reason="no Claude Code binary")
+@pytest.mark.parametrize("name", sorted(REPAIRED))
+def test_after_the_repair_the_real_cli_sends_the_lost_conversation(index, name):
+    from indexer.repair import oracle, verify
+
+    path = write_shape(index, name)
+    out = CliRunner().invoke(cli, ["repair", SID, "--db", str(index.path), "--write"])
+    assert out.exit_code == 0, out.output
+    with oracle.FakeMessagesAPI() as api:
+        sent = oracle.resume_sent(path.read_bytes(), SID, api, CLAUDE)
+    texts = "\n".join(b.get("text") or "" for m in sent.messages if m.get("role") == "user"
+                      for b in oracle._blocks(m) if b.get("type") == "text")
+    # What 2.1.332 dropped before the repair (SENT's user_lacks) is sent now.
+    assert all(t in texts for t in SENT[name][2]), texts
+    assert sent.assistant_texts()[-1] == SENT[name][0][-1]
+    kept_not_sent, sent_but_dropped, _ = verify.compare(index.db.conn, index.file_id(path), sent)
+    assert (kept_not_sent, sent_but_dropped) == ([], [])

@@ -29,7 +29,7 @@ from indexer.sql import dict_rows
 from indexer.index.clock import utcnow
 from indexer.index import views
 from indexer.ingest.files import ingest, stored_bytes
-from indexer.signals import classes
+from indexer.signals import classes, compaction
 
 LIVE_SECONDS = 60
 # A repair writes this machine's transcripts only (host ''): another host's
@@ -284,6 +284,10 @@ THINKING_REASONS = ("wedged_tail", "refused_thinking")
 REFUSED_LEFT_SQL = (f"SELECT count(*) FROM ({classes.thinking_faults_where('h.main_file_id = :file_id')}) "
                     "WHERE file_id = :file_id AND (NOT latest OR :cut)")
 
+# What a truncated resume of file :file_id loses (NULL: nothing): a relink
+# must leave nothing lost.
+TRUNCATION_SQL = f"SELECT {compaction.TRUNCATION_TEMPLATE.format(file=':file_id')}"
+
 STUCK_SQL = f"""
 SELECT 1 FROM poisoned_sessions p WHERE p.session_id = ? AND p.file_id = ? AND p.at_resume_tail
   AND {definitions.NOTHING_TO_CUT_TEMPLATE.format(file="p.file_id")}
@@ -370,6 +374,11 @@ def _verify(db, p: Plan, result: Result) -> None:
             "SELECT at_resume_tail FROM poisoned_sessions WHERE session_id = ?",
             [p.session_id]).fetchone() not in (None, (0,)):
         raise RolledBack("the resume chain still ends at a synthetic placeholder")
+    if any(r["reason"] == "unreached_after_compaction" for r in p.rows):
+        left = db.conn.execute(TRUNCATION_SQL, {"file_id": p.file_id}).fetchone()[0]
+        if left is not None:
+            raise RolledBack(f"a resume still loses {json.loads(left)['lost']} conversation "
+                             "record(s) after the last compaction")
     cut = any(r["reason"] == "wedged_tail" for r in p.rows)
     refused = db.conn.execute(REFUSED_LEFT_SQL, {"file_id": p.file_id, "cut": cut}).fetchone()[0]
     if any(r["reason"] in THINKING_REASONS for r in p.rows) and refused:

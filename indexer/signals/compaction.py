@@ -120,12 +120,15 @@ PRESERVED_FINDING_TEMPLATE = ("""CASE
 # - segment_not_relinked: the walk of its preservedSegment from the tail
 #   never reaches the head though both are in the file, so the CLI relinks
 #   nothing: the records of that walk off the chain are lost.
-UNREACHED_TEMPLATE = ("""(SELECT count(*) FROM (""" + SEGMENT_RECORDS_TEMPLATE.format(
+# UNREACHED_RECORDS_TEMPLATE: those records of the last boundary {b}
+# (uuid, line_no of their last line).
+UNREACHED_RECORDS_TEMPLATE = ("""SELECT o.uuid, o.line_no FROM (""" + SEGMENT_RECORDS_TEMPLATE.format(
     b="{b}", next="NULL") + """) s
   JOIN orphans_cache o ON o.file_id = {b}.file_id AND o.uuid = s.uuid
   WHERE NOT o.restored AND o.cause IN ('unlinked', 'dangling_parent')
     AND NOT EXISTS (SELECT 1 FROM leaf_ancestry_cache k WHERE k.file_id = {b}.file_id
-                    AND k.rule = 'resume' AND k.uuid = {b}.uuid))""")
+                    AND k.rule = 'resume' AND k.uuid = {b}.uuid)""")
+UNREACHED_TEMPLATE = "(SELECT count(*) FROM (" + UNREACHED_RECORDS_TEMPLATE + "))"
 NOT_RELINKED_TEMPLATE = ("""(SELECT count(DISTINCT w.uuid) FROM (""" + SEGMENT_WALK_TEMPLATE
                          + """ SELECT uuid FROM walk) w
   JOIN records r ON r.file_id = {b}.file_id AND r.uuid = w.uuid
@@ -206,3 +209,24 @@ FROM (
   ) x
 ) x
 """).strip()
+
+
+# The last compaction's boundary of file {file}: the record, aliased lb.
+LAST_BOUNDARY_TEMPLATE = ("""SELECT lb.* FROM records lb WHERE lb.file_id = {file} AND """
+                          + BOUNDARY_TEMPLATE.format(r="lb")
+                          + " ORDER BY lb.line_no DESC LIMIT 1")
+
+# The relink a repair writes for a file {file} whose resume loses the
+# conversation after its last compaction (unreached_after_compaction): the
+# record the resume chain starts at (its root: the walk stopped above it)
+# gets, as parent, the last of the lost records written before it (the
+# lost records' line, a chain again: the summary, what followed). Columns:
+# record_id (the root's line: its last), new_parent_uuid; no row when
+# nothing is lost or no lost record comes before it.
+RELINK_UNREACHED_TEMPLATE = ("""SELECT top.id AS record_id, (
+    SELECT x.uuid FROM (""" + UNREACHED_RECORDS_TEMPLATE.format(b="lb") + """) x
+    WHERE x.line_no < top.line_no ORDER BY x.line_no DESC LIMIT 1) AS new_parent_uuid
+  FROM (""" + LAST_BOUNDARY_TEMPLATE + """) lb
+  JOIN records top ON top.id = (SELECT k.record_id FROM leaf_ancestry_cache k
+    WHERE k.file_id = {file} AND k.rule = 'resume' ORDER BY k.height LIMIT 1)
+  WHERE json_extract(""" + TRUNCATION_TEMPLATE + """, '$.cause') = 'unreached_after_compaction'""")
