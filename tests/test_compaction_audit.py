@@ -300,28 +300,52 @@ def test_no_truncated_session_in_transcripts_not_seen(index):
 
 # --- repair --write relinks what the records hold -----------------------------
 
-REPAIRED = {name for name in TRUNCATED if SEGMENTS[name][-1][8] == "unreached_after_compaction"}
+# Per truncated shape: the records a resume loses (back on the chain after
+# the repair), the one line the repair changes and the field it sets, and
+# what the real CLI sends after it (assistant texts, user texts).
+REPAIRED = {
+    "parent_never_written": ({u(6), u(7), u(8)}, u(9), "parentUuid", u(8),
+                             ["the kept answer", "after the compaction", "after the break"],
+                             ["summary of the earlier conversation"]),
+    "second_compact_continuation_on_a_copy": ({u(13)}, u(14), "parentUuid", u(13),
+                                              ["after the second"],
+                                              ["summary of both conversations"]),
+    "segment_broken": ({u(3), u(4)}, u(5), "headUuid", u(3),
+                       ["the kept answer", "after the compaction"],
+                       ["summary of the earlier conversation"]),
+}
+
+
+def test_every_truncated_shape_is_repaired():
+    assert set(REPAIRED) == TRUNCATED
+
+
+def field_of(record: dict, name: str):
+    if name == "headUuid":
+        return record["compactMetadata"]["preservedSegment"]["headUuid"]
+    return record[name]
 
 
 @pytest.mark.parametrize("name", sorted(REPAIRED))
 def test_repair_relinks_the_lost_conversation(index, tmp_path, name):
+    lost, uuid, field, value, _, _ = REPAIRED[name]
     path = write_shape(index, name)
     before = path.read_bytes()
     fid = index.file_id(path)
-    lost = {r["uuid"] for r in index.rows(
-        "SELECT uuid FROM orphans WHERE file_id = ? AND cause IN ('unlinked', 'dangling_parent') "
-        "AND line_no > (SELECT max(line_no) FROM records WHERE file_id = ? "
-        "AND subtype = 'compact_boundary')", [fid, fid])}
+    assert not lost & set(index.ancestry(fid))
     out = CliRunner().invoke(cli, ["repair", SID, "--db", str(index.path), "--write"])
     assert out.exit_code == 0, out.output
-    # One line changed: the chain's first record hangs from the last lost one.
+    # One line changed, in one field.
     changed = [(a, b) for a, b in zip(before.splitlines(), path.read_bytes().splitlines())
                if a != b]
     assert len(changed) == 1
     old, new = (json.loads(x) for x in changed[0])
-    assert {k: v for k, v in old.items() if k != "parentUuid"} == \
-        {k: v for k, v in new.items() if k != "parentUuid"}
-    assert new["parentUuid"] in lost
+    assert new["uuid"] == uuid and field_of(new, field) == value
+    if field == "headUuid":
+        new["compactMetadata"]["preservedSegment"]["headUuid"] = field_of(old, field)
+    else:
+        new[field] = old[field]
+    assert new == old
     assert lost <= set(index.ancestry(fid))
     backups = list(path.parent.glob(f"{SID}.jsonl.session-index-backup-*"))
     assert [b.read_bytes() for b in backups] == [before]
@@ -342,6 +366,7 @@ def test_no_repair_for_a_compaction_that_resumes_whole(index):
 def test_after_the_repair_the_real_cli_sends_the_lost_conversation(index, name):
     from indexer.repair import oracle, verify
 
+    *_, assistant, user_has = REPAIRED[name]
     path = write_shape(index, name)
     out = CliRunner().invoke(cli, ["repair", SID, "--db", str(index.path), "--write"])
     assert out.exit_code == 0, out.output
@@ -349,8 +374,7 @@ def test_after_the_repair_the_real_cli_sends_the_lost_conversation(index, name):
         sent = oracle.resume_sent(path.read_bytes(), SID, api, CLAUDE)
     texts = "\n".join(b.get("text") or "" for m in sent.messages if m.get("role") == "user"
                       for b in oracle._blocks(m) if b.get("type") == "text")
-    # What 2.1.332 dropped before the repair (SENT's user_lacks) is sent now.
-    assert all(t in texts for t in SENT[name][2]), texts
-    assert sent.assistant_texts()[-1] == SENT[name][0][-1]
+    assert sent.assistant_texts() == assistant
+    assert all(t in texts for t in user_has), texts
     kept_not_sent, sent_but_dropped, _ = verify.compare(index.db.conn, index.file_id(path), sent)
     assert (kept_not_sent, sent_but_dropped) == ([], [])

@@ -946,6 +946,10 @@ def repair(session_id, db_path, write, force, as_json):
         elif row["action"] == "strip":
             click.echo(f"remove thinking block(s) {row['blocks']} from line {row['line_no']} "
                        f"({row['uuid']})  [{row['reason']}]")
+        elif row["action"] == "rehead":
+            click.echo(f"set preservedSegment.headUuid of line {row['line_no']} "
+                       f"({row['uuid']}): {row['old_parent_uuid']} -> "
+                       f"{row['new_parent_uuid']}  [{row['reason']}]")
         else:
             click.echo(f"drop line {row['line_no']} ({row['uuid']})  [{row['reason']}]")
     orphans = sum(1 for c in plan.orphaned.values() if c == "api_error_splice")

@@ -67,6 +67,11 @@ from indexer.transcripts.records import (
 #   parent, the last lost record written before it
 #   (compaction.RELINK_UNREACHED_TEMPLATE), so the walk reads on through
 #   them to the compaction's summary.
+# - segment_not_relinked (rehead): when the last compaction's
+#   preservedSegment walk from its tail never reaches its head, the
+#   boundary's headUuid is set to where that walk ends
+#   (compaction.REHEAD_TEMPLATE), so the CLI relinks what it kept;
+#   old_parent_uuid and new_parent_uuid hold the old and the new headUuid.
 # {thinking_faults}: the thinking_faults rows it reads (the view, or
 # repair_plan_of's narrowed to one session).
 REPAIR_PLAN_TEMPLATE = f"""
@@ -124,6 +129,20 @@ truncations AS (
     WHERE EXISTS (SELECT 1 FROM records b WHERE b.file_id = m.main_file_id
                   AND b.type = 'system' AND b.subtype = 'compact_boundary')) t
   WHERE t.new_parent_uuid IS NOT NULL
+),
+reheads AS (
+  SELECT t.* FROM (
+    SELECT m.session_id, m.main_file_id AS file_id, m.host,
+      (SELECT record_id FROM ({compaction.REHEAD_TEMPLATE.format(file="m.main_file_id")}))
+        AS record_id,
+      (SELECT old_head FROM ({compaction.REHEAD_TEMPLATE.format(file="m.main_file_id")}))
+        AS old_head,
+      (SELECT new_head FROM ({compaction.REHEAD_TEMPLATE.format(file="m.main_file_id")}))
+        AS new_head
+    FROM session_hosts m
+    WHERE EXISTS (SELECT 1 FROM records b WHERE b.file_id = m.main_file_id
+                  AND b.type = 'system' AND b.subtype = 'compact_boundary')) t
+  WHERE t.new_head IS NOT NULL
 ),
 -- late grafts: the chain below the record a graft hangs from (verdict.GRAFT_CUT_TEMPLATE)
 grafts AS (
@@ -184,6 +203,10 @@ UNION ALL
 SELECT t.session_id, t.file_id, 'reparent', 'unreached_after_compaction', r.id, r.line_no,
        r.uuid, r.parent_uuid, t.new_parent_uuid, NULL, t.host, NULL
 FROM truncations t JOIN records r ON r.id = t.record_id
+UNION ALL
+SELECT t.session_id, t.file_id, 'rehead', 'segment_not_relinked', r.id, r.line_no, r.uuid,
+       t.old_head, t.new_head, NULL, t.host, NULL
+FROM reheads t JOIN records r ON r.id = t.record_id
 UNION ALL
 SELECT f.session_id, d.file_id, 'drop',
        CASE WHEN EXISTS (SELECT 1 FROM poisoned p WHERE p.file_id = d.file_id)

@@ -230,3 +230,16 @@ RELINK_UNREACHED_TEMPLATE = ("""SELECT top.id AS record_id, (
   JOIN records top ON top.id = (SELECT k.record_id FROM leaf_ancestry_cache k
     WHERE k.file_id = {file} AND k.rule = 'resume' ORDER BY k.height LIMIT 1)
   WHERE json_extract(""" + TRUNCATION_TEMPLATE + """, '$.cause') = 'unreached_after_compaction'""")
+
+# The headUuid a repair writes for file {file} whose last compaction's
+# segment is not relinked (segment_not_relinked): where the walk from its
+# tail ends (the last uuid of it in the file), so that the walk reaches its
+# head and the CLI relinks the records of that walk after the summary.
+# Columns: record_id (the boundary), old_head, new_head.
+REHEAD_TEMPLATE = ("""SELECT lb.id AS record_id, """ + _SEGMENT.format(b="lb", k="headUuid")
+                   + """ AS old_head, (""" + SEGMENT_WALK_TEMPLATE.format(b="lb") + """
+    SELECT w.uuid FROM walk w WHERE EXISTS (SELECT 1 FROM records q
+      WHERE q.file_id = lb.file_id AND q.uuid = w.uuid)
+    ORDER BY w.steps DESC LIMIT 1) AS new_head
+  FROM (""" + LAST_BOUNDARY_TEMPLATE + """) lb
+  WHERE json_extract(""" + TRUNCATION_TEMPLATE + """, '$.cause') = 'segment_not_relinked'""")
