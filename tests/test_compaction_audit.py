@@ -81,6 +81,32 @@ def shape_no_stop_hook():
     return t.records
 
 
+def shape_tail_under_an_attachment():
+    """As 2.1.332 writes it: the boundary's logicalParentUuid is an
+    attachment written after the kept answer (the tail)."""
+    t = Transcript(SID)
+    t.add(u(1), None, "user", ts=at(0))
+    t.add(u(2), u(1), "assistant", message=text("msg_2", "the kept answer"), ts=at(1))
+    t.add(u(3), u(2), "attachment", attachment={"type": "todo_reminder"}, ts=at(2))
+    meta = {"trigger": "manual", "preTokens": 100,
+            "preservedSegment": {"headUuid": u(2), "anchorUuid": u(6), "tailUuid": u(2)}}
+    t.add(u(5), None, "system", subtype="compact_boundary", content="Conversation compacted",
+          logicalParentUuid=u(3), compactMetadata=meta, ts=at(100))
+    t.add(u(6), u(5), "user", isCompactSummary=True, ts=at(100.1),
+          message={"role": "user", "content": "summary of the earlier conversation"})
+    t.add(u(7), u(6), "user", ts=at(200))
+    t.add(u(8), u(7), "assistant", message=text("msg_8", "after the compaction"), ts=at(201))
+    return t.records
+
+
+def shape_logical_parent_elsewhere():
+    """The boundary's logicalParentUuid is a message the tail is not above:
+    a link broken, shown; the CLI does not read it and relinks the tail."""
+    records = shape_tail_under_an_attachment()
+    records[3]["logicalParentUuid"] = u(1)
+    return records
+
+
 def shape_second_compact_copies():
     """B1 (#92089): a second /compact in one process re-appends the records
     before the first boundary (same uuid, parent, time, bytes); the Stop
@@ -130,6 +156,10 @@ SHAPES = {n[len("shape_"):]: f for n, f in dict(globals()).items() if n.startswi
 # Per shape, what Claude Code 2.1.332 sends (found with the real binary):
 # the assistant texts in order, and the user texts it must and must not send.
 SENT = {
+    "tail_under_an_attachment": (["the kept answer", "after the compaction"],
+                                 ["summary of the earlier conversation"], []),
+    "logical_parent_elsewhere": (["the kept answer", "after the compaction"],
+                                 ["summary of the earlier conversation"], []),
     "parent_never_written": (["after the break"], [],
                              ["summary of the earlier conversation"]),
     "segment_broken": (["after the compaction"], ["summary of the earlier conversation"], []),
@@ -144,6 +174,9 @@ SENT = {
 # records, copies, reached, lost, lost_causes, preserved, preserved_finding,
 # truncated, truncated_records).
 SEGMENTS = {
+    "tail_under_an_attachment": [(1, 3, 0, 3, 0, None, "segment", None, None, None)],
+    "logical_parent_elsewhere": [(1, 3, 0, 3, 0, None, "segment", "tail_not_logical_parent",
+                                  None, None)],
     "parent_never_written": [
         (1, 5, 0, 2, 3, "unlinked 3", "segment", None, "unreached_after_compaction", 3)],
     "segment_broken": [
@@ -278,11 +311,19 @@ def test_no_truncated_session_in_the_corpus(index):
 
 def test_no_truncated_session_among_the_real_clis_transcripts(index):
     """tests/fixtures/claude_code: what 2.1.332 wrote against the fake API
-    (a manual and an auto compaction among them): all resume whole."""
+    (a manual and an auto compaction, and two /compacts in one process):
+    all resume whole. 2.1.332 re-appends nothing at the second /compact
+    (#92089 is fixed there): no copies."""
     index.ingest(os.path.join(FIXTURES, "claude_code"))
-    assert index.value("SELECT count(*) FROM compaction_segments") == 2
-    assert index.rows("SELECT preserved_finding, copies, lost FROM compaction_segments") == [
-        {"preserved_finding": None, "copies": 0, "lost": 0}] * 2
+    rows = index.rows("SELECT s.session_id, position, last, copies, lost, lost_causes, "
+                      "preserved_finding FROM compaction_segments s ORDER BY session_id, "
+                      "position")
+    twice = "dbe4de67-e20e-5f98-bd6f-23a41e9857d8"   # compacted_twice_in_one_process
+    assert [(r["position"], r["last"], r["lost"], r["lost_causes"]) for r in rows
+            if r["session_id"] == twice] == [(1, 0, 5, "compacted 5"), (2, 1, 0, None)]
+    assert len(rows) == 4
+    assert {(r["copies"], r["preserved_finding"]) for r in rows} == {(0, None)}
+    assert all(r["lost"] == 0 for r in rows if r["last"])
     assert truncated_in(index) == []
 
 

@@ -81,6 +81,22 @@ SEGMENT_WALK_TEMPLATE = ("""WITH RECURSIVE walk(uuid, steps) AS (
       AND w.steps <= (SELECT line_count FROM files x WHERE x.id = {b}.file_id))""")
 
 
+# From boundary {b}'s logicalParentUuid up the parents while the records
+# are not messages (attachments, system records Claude Code writes after the
+# last answer, as 2.1.332 does): the tail must be among them. What stops it
+# looping: a message, a uuid not in the file, the file's line count.
+AFTER_TAIL_TEMPLATE = """WITH RECURSIVE up(uuid, type, steps) AS (
+    SELECT {b}.logical_parent_uuid, (SELECT p.type FROM records p WHERE p.file_id = {b}.file_id
+      AND p.uuid = {b}.logical_parent_uuid ORDER BY p.line_no DESC LIMIT 1), 0
+    UNION ALL
+    SELECT p.parent_uuid, (SELECT q.type FROM records q WHERE q.file_id = {b}.file_id
+      AND q.uuid = p.parent_uuid ORDER BY q.line_no DESC LIMIT 1), u.steps + 1
+    FROM up u JOIN records p ON p.id = (SELECT max(x.id) FROM records x
+      WHERE x.file_id = {b}.file_id AND x.uuid = u.uuid)
+    WHERE u.type NOT IN ('user', 'assistant')
+      AND u.steps <= (SELECT line_count FROM files f WHERE f.id = {b}.file_id))"""
+
+
 def _in_file(b: str, uuid: str) -> str:
     return (f"EXISTS (SELECT 1 FROM records q WHERE q.file_id = {b}.file_id "
             f"AND q.uuid = {uuid})")
@@ -91,8 +107,9 @@ def _in_file(b: str, uuid: str) -> str:
 # (a uuid named that no line of the file has), listed_missing (a
 # preservedMessages uuid not in the file), segment_does_not_reach_head (the
 # walk from the tail never comes to the head: the CLI relinks nothing),
-# tail_not_logical_parent (the tail is not the boundary's logicalParentUuid;
-# the CLI does not read that, so it is shown, not a break).
+# tail_not_logical_parent (the tail is neither the boundary's
+# logicalParentUuid nor above it through records that are not messages:
+# AFTER_TAIL_TEMPLATE; the CLI does not read that link: shown, not a break).
 PRESERVED_FINDING_TEMPLATE = ("""CASE
   WHEN """ + _LISTED + """ THEN CASE WHEN EXISTS (
       SELECT 1 FROM json_each({b}.raw, '$.compactMetadata.preservedMessages.uuids') l
@@ -107,7 +124,8 @@ PRESERVED_FINDING_TEMPLATE = ("""CASE
   WHEN NOT EXISTS (""" + SEGMENT_WALK_TEMPLATE + """
       SELECT 1 FROM walk WHERE uuid = """ + _SEGMENT.format(b="{b}", k="headUuid") + """)
     THEN 'segment_does_not_reach_head'
-  WHEN """ + _SEGMENT.format(b="{b}", k="tailUuid") + """ IS NOT {b}.logical_parent_uuid
+  WHEN NOT EXISTS (""" + AFTER_TAIL_TEMPLATE + """
+      SELECT 1 FROM up WHERE uuid = """ + _SEGMENT.format(b="{b}", k="tailUuid") + """)
     THEN 'tail_not_logical_parent'
   END""")
 
