@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import time
 
 import pytest
@@ -211,8 +212,8 @@ def health_count(html: str, label: str) -> int:
     return int(found.group(1))
 
 
-def check(index, tmp_path):
-    out = CliRunner().invoke(cli, ["check", SID, "--db", str(index.path), "--json",
+def check(index, tmp_path, sid=SID):
+    out = CliRunner().invoke(cli, ["check", sid, "--db", str(index.path), "--json",
                                    "--config-dir", str(tmp_path / "claude")])
     return out.exit_code, json.loads(out.stdout)
 
@@ -417,5 +418,82 @@ def test_after_the_repair_the_real_cli_sends_the_lost_conversation(index, name):
                       for b in oracle._blocks(m) if b.get("type") == "text")
     assert sent.assistant_texts() == assistant
     assert all(t in texts for t in user_has), texts
+    kept_not_sent, sent_but_dropped, _ = verify.compare(index.db.conn, index.file_id(path), sent)
+    assert (kept_not_sent, sent_but_dropped) == ([], [])
+
+
+# --- #92089 as Claude Code 2.1.259 writes it -----------------------------------
+
+OLD = os.path.join(FIXTURES, "compaction", "compacted_twice_2.1.259")
+BOOKKEEPING = ("promptId", "slug")
+
+
+def old_fixture(index):
+    shutil.copytree(OLD, index.projects / "-tmp-old", ignore=shutil.ignore_patterns("*.json"))
+    index.ingest()
+    return next((index.projects / "-tmp-old").glob("*.jsonl"))
+
+
+def copies_after(lines: list[dict], boundary_line: int, next_line: int | None) -> int:
+    """The lines in (boundary_line, next_line) that repeat an earlier line of
+    their uuid, but for the bookkeeping fields, with a compact boundary line
+    at or after that line and before them (1-based line numbers)."""
+    def same(a, b):
+        return ({k: v for k, v in a.items() if k not in BOOKKEEPING}
+                == {k: v for k, v in b.items() if k not in BOOKKEEPING})
+    boundaries = [n for n, r in enumerate(lines, 1) if r.get("subtype") == "compact_boundary"]
+    found = 0
+    for n, r in enumerate(lines, 1):
+        if n <= boundary_line or (next_line and n >= next_line) or not r.get("uuid"):
+            continue
+        found += any(e.get("uuid") == r["uuid"] and same(e, r)
+                     and any(m <= k < n for k in boundaries)
+                     for m, e in enumerate(lines[:n - 1], 1))
+    return found
+
+
+def test_the_real_second_compact_is_seen_and_resumes_whole(index, tmp_path):
+    path = old_fixture(index)
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    assert {r.get("version") for r in lines if r.get("version")} == {"2.1.259"}
+    rows = index.rows("SELECT * FROM compaction_segments WHERE file_id = ? ORDER BY position",
+                      [index.file_id(path)])
+    by_line = {r["uuid"]: n for n, r in reversed(list(enumerate(lines, 1))) if r.get("uuid")}
+    starts = [by_line[r["boundary_uuid"]] for r in rows]
+    # Two compactions (the copy of the first boundary is no third), copies
+    # counted across the first, none lost after the last, nothing truncated.
+    assert len(rows) == 2
+    assert [r["copies"] for r in rows] == [
+        copies_after(lines, start, nxt) for start, nxt in zip(starts, starts[1:] + [None])]
+    assert rows[0]["copies"] > 0 and rows[1]["copies"] == 0
+    assert (rows[1]["last"], rows[1]["lost"], rows[1]["truncated"]) == (1, 0, None)
+    assert [r["preserved_finding"] for r in rows] == [None, None]
+    code, verdict = check(index, tmp_path, path.stem)
+    assert (code, verdict["verdict"]) == (0, "resumable")
+    out = CliRunner().invoke(cli, ["compaction-segments", "--db", str(index.path), "--json"])
+    assert out.exit_code == 1
+    assert [r["copies"] for r in json.loads(out.output)] == [rows[0]["copies"]]
+    site = Web(index.path)
+    assert health_count(site.get("/-/session-health").text,
+                        "Compactions with copies re-appended or broken preservedSegment "
+                        "links") == 1
+    page = site.get(session_url(path.stem)).text
+    assert f'data-copies="{rows[0]["copies"]}"' in page and "#92089" in page
+    for uuid in by_line:
+        assert page.count(f'id="u-{uuid}"') <= 1, uuid
+
+
+@pytest.mark.oracle
+@pytest.mark.skipif(CLAUDE is None, reason="no Claude Code binary")
+def test_the_real_second_compact_as_2_1_332_resumes_it(index):
+    from indexer.repair import oracle, verify
+
+    path = old_fixture(index)
+    sid = path.stem
+    with oracle.FakeMessagesAPI() as api:
+        sent = oracle.resume_sent(path.read_bytes(), sid, api, CLAUDE)
+    texts = "\n".join(b.get("text") or "" for m in sent.messages if m.get("role") == "user"
+                      for b in oracle._blocks(m) if b.get("type") == "text")
+    assert "Anything else?" in texts and "What did the notes say?" not in texts
     kept_not_sent, sent_but_dropped, _ = verify.compare(index.db.conn, index.file_id(path), sent)
     assert (kept_not_sent, sent_but_dropped) == ([], [])

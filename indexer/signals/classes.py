@@ -1008,8 +1008,8 @@ COMPACTION_SEGMENTS = SignalView(
      "compacted_at": f"the boundary's timestamp, {TS}",
      "records": "user and assistant records whose first line is after this boundary and "
                 "before the next one (a copy counts once, where it was first written)",
-     "copies": "lines after this boundary (before the next) that copy an earlier line: "
-               "same uuid, same bytes",
+     "copies": "lines after this boundary (before the next) that copy an earlier line "
+               "across a compaction: same uuid, same bytes but for promptId and slug",
      "reached": "of records, those on the resume chain or put back after the walk",
      "lost": "records - reached",
      "lost_causes": "the orphans causes of the lost records, with counts (compacted: a later "

@@ -35,11 +35,25 @@ BOUNDARY_TEMPLATE = """{r}.type = 'system' AND {r}.subtype = 'compact_boundary'
     SELECT 1 FROM records {r}e WHERE {r}e.file_id = {r}.file_id AND {r}e.uuid = {r}.uuid
       AND {r}e.line_no < {r}.line_no)"""
 
-# A line {r} that is a copy: an earlier line of its file has its uuid and
-# the same bytes (#92089 re-appends records with their uuid, parent and time).
-COPY_TEMPLATE = """({r}.uuid IS NOT NULL AND EXISTS (
+# The fields a process writes afresh on each line and a copy may differ in:
+# 2.1.259 re-appends records with a new promptId, and the first write of an
+# answer lacks the slug a second write of it carries (the real binary:
+# tests/fixtures/compaction).
+BOOKKEEPING = ("$.promptId", "$.slug")
+_SAME_BYTES = ("({a}.raw = {b}.raw OR (json_valid({a}.raw) AND json_valid({b}.raw) AND "
+               "json_remove({a}.raw, " + ", ".join(f"'{k}'" for k in BOOKKEEPING)
+               + ") = json_remove({b}.raw, " + ", ".join(f"'{k}'" for k in BOOKKEEPING) + ")))")
+# A line {r} that is a copy a compaction re-appended (#92089): an earlier
+# line of its file has its uuid and the same bytes (but for BOOKKEEPING),
+# and a compact boundary line (a boundary, or a copy of one) is at or after
+# that line and before {r}: the history written again across a compaction,
+# not an answer written twice in one turn.
+COPY_TEMPLATE = ("""({r}.uuid IS NOT NULL AND EXISTS (
     SELECT 1 FROM records {r}c WHERE {r}c.file_id = {r}.file_id AND {r}c.uuid = {r}.uuid
-      AND {r}c.line_no < {r}.line_no AND {r}c.raw = {r}.raw))"""
+      AND {r}c.line_no < {r}.line_no AND """ + _SAME_BYTES.format(a="{r}c", b="{r}") + """
+      AND EXISTS (SELECT 1 FROM records {r}k WHERE {r}k.file_id = {r}.file_id
+                  AND {r}k.type = 'system' AND {r}k.subtype = 'compact_boundary'
+                  AND {r}k.line_no >= {r}c.line_no AND {r}k.line_no < {r}.line_no)))""")
 
 # The conversation records of a compaction segment: the user and assistant
 # uuids of the main side of boundary {b}'s file whose FIRST line is after
@@ -177,7 +191,7 @@ TRUNCATION_TEMPLATE = ("""(SELECT CASE
 # (1 the first), last (the last boundary: the one a resume starts after),
 # records (conversation records whose first line is after it and before
 # the next boundary: copies once), copies (lines in that stretch that copy
-# an earlier line, uuid and bytes), reached (of records, on the resume
+# an earlier line across a compaction: COPY_TEMPLATE), reached (of records, on the resume
 # chain or put back), lost (the others), lost_causes (their orphans causes,
 # with counts), preserved (segment, list or NULL), preserved_finding
 # (PRESERVED_FINDING_TEMPLATE), truncated (the last compaction only:
