@@ -425,11 +425,12 @@ def test_after_the_repair_the_real_cli_sends_the_lost_conversation(index, name):
 # --- #92089 as Claude Code 2.1.259 writes it -----------------------------------
 
 OLD = os.path.join(FIXTURES, "compaction", "compacted_twice_2.1.259")
+NO_STOP_HOOK = os.path.join(FIXTURES, "compaction", "manual_compact_2.1.273")
 BOOKKEEPING = ("promptId", "slug")
 
 
-def old_fixture(index):
-    shutil.copytree(OLD, index.projects / "-tmp-old", ignore=shutil.ignore_patterns("*.json"))
+def old_fixture(index, folder=OLD):
+    shutil.copytree(folder, index.projects / "-tmp-old", ignore=shutil.ignore_patterns("*.json"))
     index.ingest()
     return next((index.projects / "-tmp-old").glob("*.jsonl"))
 
@@ -495,5 +496,41 @@ def test_the_real_second_compact_as_2_1_332_resumes_it(index):
     texts = "\n".join(b.get("text") or "" for m in sent.messages if m.get("role") == "user"
                       for b in oracle._blocks(m) if b.get("type") == "text")
     assert "Anything else?" in texts and "What did the notes say?" not in texts
+    kept_not_sent, sent_but_dropped, _ = verify.compare(index.db.conn, index.file_id(path), sent)
+    assert (kept_not_sent, sent_but_dropped) == ([], [])
+
+
+# --- #46603 without a Stop hook, as Claude Code 2.1.273 writes it --------------
+
+def test_one_compact_without_a_stop_hook_resumes_whole(index, tmp_path):
+    """2.1.273 hangs the rows after the summary from the summary and keeps
+    the last answer as the tail (#46603's second shape): a walk from the
+    newest row never comes to the conversation before the boundary, but
+    2.1.332 relinks the kept answer: not truncated, no finding."""
+    path = old_fixture(index, NO_STOP_HOOK)
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    by_uuid = {r["uuid"]: r for r in lines if r.get("uuid")}
+    [boundary] = [r for r in lines if r.get("subtype") == "compact_boundary"]
+    summary = boundary["compactMetadata"]["preservedSegment"]["anchorUuid"]
+    after = [r for r in lines if r.get("parentUuid") == summary]
+    assert after and by_uuid[summary].get("isCompactSummary")
+    assert {r.get("version") for r in lines if r.get("version")} == {"2.1.273"}
+    [row] = index.rows("SELECT * FROM compaction_segments WHERE file_id = ?",
+                       [index.file_id(path)])
+    assert (row["lost"], row["copies"], row["preserved_finding"], row["truncated"]) == (
+        0, 0, None, None)
+    code, verdict = check(index, tmp_path, path.stem)
+    assert (code, verdict["verdict"]) == (0, "resumable")
+
+
+@pytest.mark.oracle
+@pytest.mark.skipif(CLAUDE is None, reason="no Claude Code binary")
+def test_one_compact_without_a_stop_hook_as_2_1_332_resumes_it(index):
+    from indexer.repair import oracle, verify
+
+    path = old_fixture(index, NO_STOP_HOOK)
+    with oracle.FakeMessagesAPI() as api:
+        sent = oracle.resume_sent(path.read_bytes(), path.stem, api, CLAUDE)
+    assert sent.assistant_texts() == ["Goodbye!", "ok"]   # the kept answer, after the summary
     kept_not_sent, sent_but_dropped, _ = verify.compare(index.db.conn, index.file_id(path), sent)
     assert (kept_not_sent, sent_but_dropped) == ([], [])
