@@ -238,6 +238,7 @@ async def session_page(datasette, request):
                                              "fix": None}
     # A repaired download only where a repair changes something.
     repairable = (bool(splices) or bool(refused)
+                  or any(c["truncated"] for c in compactions)
                   or (await db.execute(POISONED_TAIL_SQL, fid)).first()[0] > 0) \
         and verdict["cause"] not in ("synthetic_tail_uncuttable", "thinking_uncuttable")
     tree = web_tree.build(rows, ancestry, causes, file)

@@ -260,6 +260,8 @@ def test_the_listing_the_health_page_and_the_session_page_name_it(index, name):
         1 for r in SEGMENTS[name] if (r[2] or r[7]) and not r[8])
     page = site.get(session_url(SID)).text
     assert page.count('data-boundary="') == len(SEGMENTS[name])
+    # The repaired download (repair_plan applied) where a repair relinks.
+    assert ("repaired</a>" in page) == (name in TRUNCATED)
     for row in SEGMENTS[name]:
         if row[8]:
             assert f'data-truncated="{row[8]}"' in page
