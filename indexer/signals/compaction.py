@@ -57,15 +57,18 @@ COPY_TEMPLATE = ("""({r}.uuid IS NOT NULL AND EXISTS (
 
 # The conversation records of a compaction segment: the user and assistant
 # uuids of the main side of boundary {b}'s file whose FIRST line is after
-# it and before the next boundary ({next}: its line, NULL for the last), as
-# the CLI orders records (resume.first_loaded): a copy counts where its
-# first line is, once. Columns: uuid, record_id (its last line: the record
-# the index reads), line_no (first line).
+# it and before the next boundary ({next}: its byte_offset, NULL for the
+# last), as the CLI orders records (resume.first_loaded): a copy counts
+# where its first line is, once. The lines are read by byte offset (the
+# records_file_offset index: the segment's lines only). Columns: uuid,
+# record_id (its last line in the segment), line_no (its first line).
 SEGMENT_RECORDS_TEMPLATE = """SELECT s.uuid, max(s.id) AS record_id, min(s.line_no) AS line_no
-  FROM records s WHERE s.file_id = {b}.file_id AND s.type IN ('user', 'assistant')
-    AND NOT s.is_sidechain AND s.uuid IS NOT NULL
-  GROUP BY s.uuid
-  HAVING min(s.line_no) > {b}.line_no AND ({next} IS NULL OR min(s.line_no) < {next})"""
+  FROM records s WHERE s.file_id = {b}.file_id AND s.byte_offset > {b}.byte_offset
+    AND ({next} IS NULL OR s.byte_offset < {next})
+    AND s.type IN ('user', 'assistant') AND NOT s.is_sidechain AND s.uuid IS NOT NULL
+    AND NOT EXISTS (SELECT 1 FROM records e WHERE e.file_id = s.file_id AND e.uuid = s.uuid
+                    AND e.line_no < {b}.line_no)
+  GROUP BY s.uuid"""
 
 # Reached by a resume: on the file's resume chain, or off it and put back
 # by the CLI after its walk (orphans restored). {u}: the uuid, {f}: file.
@@ -160,7 +163,9 @@ UNREACHED_RECORDS_TEMPLATE = ("""SELECT o.uuid, o.line_no FROM (""" + SEGMENT_RE
   WHERE NOT o.restored AND o.cause IN ('unlinked', 'dangling_parent')
     AND NOT EXISTS (SELECT 1 FROM leaf_ancestry_cache k WHERE k.file_id = {b}.file_id
                     AND k.rule = 'resume' AND k.uuid = {b}.uuid)""")
-UNREACHED_TEMPLATE = "(SELECT count(*) FROM (" + UNREACHED_RECORDS_TEMPLATE + "))"
+UNREACHED_TEMPLATE = ("""(CASE WHEN EXISTS (SELECT 1 FROM leaf_ancestry_cache k
+    WHERE k.file_id = {b}.file_id AND k.rule = 'resume' AND k.uuid = {b}.uuid) THEN 0
+  ELSE (SELECT count(*) FROM (""" + UNREACHED_RECORDS_TEMPLATE + """)) END)""")
 NOT_RELINKED_TEMPLATE = ("""(SELECT count(DISTINCT w.uuid) FROM (""" + SEGMENT_WALK_TEMPLATE
                          + """ SELECT uuid FROM walk) w
   JOIN records r ON r.file_id = {b}.file_id AND r.uuid = w.uuid
@@ -201,7 +206,7 @@ SELECT session_id, file_id, boundary_uuid, position, last, compacted_at, records
   reached, records - reached AS lost,
   (SELECT group_concat(cause || ' ' || n, ', ') FROM (
      SELECT o.cause, count(*) AS n FROM (""" + SEGMENT_RECORDS_TEMPLATE.format(
-    b="x", next="x.next_line") + """) s
+    b="x", next="x.next_offset") + """) s
      JOIN orphans_cache o ON o.file_id = x.file_id AND o.uuid = s.uuid
      WHERE NOT o.restored GROUP BY o.cause ORDER BY n DESC, o.cause)) AS lost_causes,
   preserved, preserved_finding,
@@ -210,13 +215,14 @@ SELECT session_id, file_id, boundary_uuid, position, last, compacted_at, records
   host
 FROM (
   SELECT x.*,
-    (SELECT count(*) FROM (""" + SEGMENT_RECORDS_TEMPLATE.format(b="x", next="x.next_line")
+    (SELECT count(*) FROM (""" + SEGMENT_RECORDS_TEMPLATE.format(b="x", next="x.next_offset")
                            + """) s) AS records,
-    (SELECT count(*) FROM (""" + SEGMENT_RECORDS_TEMPLATE.format(b="x", next="x.next_line")
+    (SELECT count(*) FROM (""" + SEGMENT_RECORDS_TEMPLATE.format(b="x", next="x.next_offset")
                            + """) s
      WHERE """ + REACHED_TEMPLATE.format(f="x.file_id", u="s.uuid") + """) AS reached,
-    (SELECT count(*) FROM records c WHERE c.file_id = x.file_id AND c.line_no > x.line_no
-       AND (x.next_line IS NULL OR c.line_no < x.next_line)
+    (SELECT count(*) FROM records c WHERE c.file_id = x.file_id
+       AND c.byte_offset > x.byte_offset
+       AND (x.next_offset IS NULL OR c.byte_offset < x.next_offset)
        AND """ + COPY_TEMPLATE.format(r="c") + """) AS copies,
     CASE WHEN """ + _LISTED.format(b="x") + """ THEN 'list'
          WHEN json_type(x.raw, '$.compactMetadata.preservedSegment') = 'object'
@@ -226,13 +232,14 @@ FROM (
       END AS truncation
   FROM (
     SELECT h.session_id, h.main_file_id AS file_id, h.host, b.id, b.uuid AS boundary_uuid,
-      b.uuid, b.line_no, b.timestamp AS compacted_at, b.raw, b.logical_parent_uuid,
+      b.uuid, b.line_no, b.byte_offset, b.timestamp AS compacted_at, b.raw,
+      b.logical_parent_uuid,
       (SELECT count(*) FROM records p WHERE p.file_id = b.file_id
          AND """ + BOUNDARY_TEMPLATE.format(r="p") + """ AND p.line_no <= b.line_no)
         AS position,
-      (SELECT min(n.line_no) FROM records n WHERE n.file_id = b.file_id
+      (SELECT min(n.byte_offset) FROM records n WHERE n.file_id = b.file_id
          AND """ + BOUNDARY_TEMPLATE.format(r="n") + """ AND n.line_no > b.line_no)
-        AS next_line,
+        AS next_offset,
       NOT EXISTS (SELECT 1 FROM records n WHERE n.file_id = b.file_id
          AND """ + BOUNDARY_TEMPLATE.format(r="n") + """ AND n.line_no > b.line_no) AS last
     FROM session_hosts h
