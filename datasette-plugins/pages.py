@@ -83,6 +83,12 @@ SELECT session_id, kind, parent_session_id, link, copied_records, foreign_record
 FROM session_forks WHERE session_id = :session_id OR parent_session_id = :session_id
 ORDER BY session_id <> :session_id, forked_at, session_id
 """.strip()
+# The compactions of the file (compaction_segments), the first first.
+FILE_COMPACTIONS_SQL = """
+SELECT boundary_uuid, position, last, compacted_at, records, copies, reached, lost,
+       lost_causes, preserved, preserved_finding, truncated, truncated_records
+FROM compaction_segments WHERE file_id = :file_id ORDER BY position
+""".strip()
 # Its row of unwritten_transcripts, when it has one.
 SESSION_UNWRITTEN_SQL = "SELECT * FROM unwritten_transcripts WHERE session_id = :session_id"
 # The thinking blocks the API refuses on the file's resume chain
@@ -225,12 +231,14 @@ async def session_page(datasette, request):
     breaks = (await db.execute(FILE_BREAKS_SQL, fid)).first()[0]
     generations = [dict(r) for r in await db.execute(FILE_GENERATIONS_SQL, fid)]
     refused = [dict(r) for r in await db.execute(FILE_THINKING_SQL, fid)]
+    compactions = [dict(r) for r in await db.execute(FILE_COMPACTIONS_SQL, fid)]
     verdict = (await db.execute(verdicts.SESSION_VERDICT_SQL, params)).first()
     verdict = dict(verdict) if verdict else {"verdict": "missing", "cause": "never_seen",
                                              "reason": "the session is not in sessions yet",
                                              "fix": None}
     # A repaired download only where a repair changes something.
     repairable = (bool(splices) or bool(refused)
+                  or any(c["truncated"] for c in compactions)
                   or (await db.execute(POISONED_TAIL_SQL, fid)).first()[0] > 0) \
         and verdict["cause"] not in ("synthetic_tail_uncuttable", "thinking_uncuttable")
     tree = web_tree.build(rows, ancestry, causes, file)
@@ -293,6 +301,9 @@ async def session_page(datasette, request):
             r["parent_session_id"] if r["session_id"] == session_id else r["session_id"])))
             for r in await db.execute(SESSION_FORKS_SQL, params)],
         "forks_url": datasette.urls.table(name, "session_forks"),
+        "compactions": compactions,
+        "compactions_url": datasette.urls.table(name, "compaction_segments") + "?" + urlencode(
+            {"file_id": file["id"]}),
     })
 
 

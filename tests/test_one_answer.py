@@ -34,7 +34,7 @@ from session_index_web import health
 pytestmark = pytest.mark.xdist_group("one-answer")
 FIXTURES = Path(__file__).parent / "fixtures" / "third_party"
 
-VERDICTS = {"missing", "poisoned", "wedged", "spliced", "resumable"}
+VERDICTS = {"missing", "poisoned", "wedged", "spliced", "truncated", "resumable"}
 SUBAGENTS_ONLY = "a0000000-0000-4000-8000-000000000001"
 MAIN_DELETED = "a0000000-0000-4000-8000-000000000002"
 OTHER_NAME = "a0000000-0000-4000-8000-000000000003"
@@ -45,6 +45,7 @@ ONLY_SYNTHETIC = "a0000000-0000-4000-8000-000000000007"
 SPLICED = "a0000000-0000-4000-8000-000000000008"
 RESUMABLE = "a0000000-0000-4000-8000-000000000009"
 LATE_GRAFT = "a0000000-0000-4000-8000-00000000000a"
+TRUNCATED = "a0000000-0000-4000-8000-00000000000b"
 EXPECTED = {
     SUBAGENTS_ONLY: ("missing", "subagents_only"), MAIN_DELETED: ("missing", "deleted"),
     OTHER_NAME: ("missing", "not_named"), NO_MESSAGES: ("missing", "no_messages"),
@@ -52,6 +53,7 @@ EXPECTED = {
     ONLY_SYNTHETIC: ("poisoned", "synthetic_tail_uncuttable"),
     SPLICED: ("spliced", "api_error_splice"), RESUMABLE: ("resumable", "real_tail"),
     LATE_GRAFT: ("spliced", "late_graft"),
+    TRUNCATED: ("truncated", "unreached_after_compaction"),
 }
 
 
@@ -131,6 +133,17 @@ def generated(projects):
         graft.add(uid, parent, "user", ts=ts, message={"role": "user", "content": [
             {"type": "tool_result", "tool_use_id": "toolu_g", "content": content}]})
     graft.write(folder)
+    cut = Transcript(TRUNCATED)   # #46603: a post-compaction parent never written
+    cut.add("k1", None, "user", ts="2026-09-01T00:00:00.000Z")
+    cut.add("k2", "k1", "assistant", ts="2026-09-01T00:00:01.000Z")
+    cut.add("k3", None, "system", subtype="compact_boundary", logicalParentUuid="k2",
+            ts="2026-09-01T00:10:00.000Z")
+    cut.add("k4", "k3", "user", isCompactSummary=True, ts="2026-09-01T00:10:01.000Z")
+    cut.add("k5", "k4", "user", ts="2026-09-01T00:11:00.000Z")
+    cut.add("k6", "k5", "assistant", ts="2026-09-01T00:11:01.000Z")
+    cut.add("k7", "never-written", "user", ts="2026-09-01T00:20:00.000Z")
+    cut.add("k8", "k7", "assistant", ts="2026-09-01T00:20:01.000Z")
+    cut.write(folder)
     fine = Transcript(RESUMABLE)
     fine.add("r1", None, "user")
     fine.add("r2", "r1", "assistant")
@@ -171,7 +184,8 @@ def surfaces(db_path, config, sessions: list[str]) -> dict:
         out = runner.invoke(cli, ["check", sid, *args, "--json", "--config-dir", str(config)])
         verdict = json.loads(out.stdout)
         assert out.exit_code == {"resumable": 0, "missing": 4, "poisoned": 5,
-                                 "spliced": 6, "wedged": 11}[verdict["verdict"]], (sid, out.output)
+                                 "spliced": 6, "wedged": 11,
+                                 "truncated": 12}[verdict["verdict"]], (sid, out.output)
         found[sid]["check"] = verdict["verdict"]
     # sessions --json: the verdict column.
     out = runner.invoke(cli, ["sessions", *args, "--json", "--limit", "100000"])

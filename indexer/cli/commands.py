@@ -505,7 +505,11 @@ def check(session_id, db_path, config_dir, now, cwd, host, claude_version, as_js
     session) resends it on every resume (before 2.1.161, 2.1.169 or 2.1.183,
     by the API's answer; newer ones drop every thinking block and resume, with
     a warning); spliced (6): late
-    api_error records orphan output, the resume drops it; resumable (0), with warnings when the transcript expires
+    api_error records orphan output, the resume drops it; truncated (12): the
+    resume loses conversation after the last compaction that nobody abandoned
+    (its walk stops at a parent never written before the summary, or the
+    compaction's preservedSegment does not lead from tail to head so Claude
+    Code relinks nothing); resumable (0), with warnings when the transcript expires
     within 7 days, has expired, or cleanupPeriodDays is 0. The transcript is
     stat'ed afresh: a file deleted since the last ingest is missing.
 
@@ -945,6 +949,10 @@ def repair(session_id, db_path, write, force, as_json):
         elif row["action"] == "strip":
             click.echo(f"remove thinking block(s) {row['blocks']} from line {row['line_no']} "
                        f"({row['uuid']})  [{row['reason']}]")
+        elif row["action"] == "rehead":
+            click.echo(f"set preservedSegment.headUuid of line {row['line_no']} "
+                       f"({row['uuid']}): {row['old_parent_uuid']} -> "
+                       f"{row['new_parent_uuid']}  [{row['reason']}]")
         else:
             click.echo(f"drop line {row['line_no']} ({row['uuid']})  [{row['reason']}]")
     orphans = sum(1 for c in plan.orphaned.values() if c == "api_error_splice")

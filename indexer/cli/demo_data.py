@@ -298,6 +298,24 @@ def late_graft(start):
     return [s]
 
 
+def truncated(start):
+    """#46603: after a compaction, a prompt whose parentUuid was never
+    written: the resume's walk stops at it, and the summary and the turn
+    before it are lost."""
+    s = Session("truncated-compaction", start)
+    q = s.user(None, "Split the billing service into two modules.")
+    last = s.reply(q, "Split into billing/core and billing/api.")
+    boundary = s.system(None, "compact_boundary", logicalParentUuid=last, after=600,
+                        compactMetadata={"trigger": "manual", "preTokens": 120000})
+    summary = s.add("user", boundary, isCompactSummary=True, message={
+        "role": "user", "content": "This session is being continued from a previous "
+                                   "conversation: billing was split into two modules."})
+    s.reply(s.user(summary, "Move the invoice tests to billing/api."), "Moved 14 tests.")
+    never = str(uuid.uuid5(NAMESPACE, f"{s.name}/never-written"))
+    s.reply(s.user(never, "Now run them.", after=600), "All 14 pass.")
+    return [s]
+
+
 def long_session(start):
     """Sixty turns with hook progress and one subagent: the page folds it."""
     s = Session("long-session", start)
@@ -411,6 +429,7 @@ def build_demo(directory: str | os.PathLike, now: datetime | None = None) -> Pat
                 + poisoned(now - day) + long_session(now - 6 * day)
                 + many_compactions(now - 9 * day) + wedged(now - 11 * day)
                 + late_graft(now - 14 * day)
+                + truncated(now - 12 * day)
                 + aged("expired", now - 40 * day, "Tidy the old fixtures.")
                 + aged("expiring", now - 27 * day, "Pin the node version."))
     for s in sessions:

@@ -27,7 +27,7 @@ from indexer.chain.definitions import (
     TRANSCRIPT_KINDS,
     with_host,
 )
-from indexer.signals import classes, verdict
+from indexer.signals import classes, compaction, verdict
 from indexer.transcripts.digests import sha256
 from indexer.transcripts.records import (
     API_ERROR_RECORD,
@@ -61,6 +61,17 @@ from indexer.transcripts.records import (
 #   strip removes those blocks from the line (blocks: their indexes in
 #   message.content); a line holding nothing else is dropped instead, and
 #   its children re-parented onto its nearest ancestor that stays.
+# - unreached_after_compaction (reparent): when a resume loses the
+#   conversation after the last compaction (the verdict truncated, the walk
+#   stopped above it), the record the resume chain starts at gets, as
+#   parent, the last lost record written before it
+#   (compaction.RELINK_UNREACHED_TEMPLATE), so the walk reads on through
+#   them to the compaction's summary.
+# - segment_not_relinked (rehead): when the last compaction's
+#   preservedSegment walk from its tail never reaches its head, the
+#   boundary's headUuid is set to where that walk ends
+#   (compaction.REHEAD_TEMPLATE), so the CLI relinks what it kept;
+#   old_parent_uuid and new_parent_uuid hold the old and the new headUuid.
 # {thinking_faults}: the thinking_faults rows it reads (the view, or
 # repair_plan_of's narrowed to one session).
 REPAIR_PLAN_TEMPLATE = f"""
@@ -106,6 +117,33 @@ wedged AS (  -- with the last real assistant message before the latest one
   JOIN records r ON r.id = a.record_id
 ),
 cuts AS (SELECT * FROM poisoned UNION ALL SELECT * FROM wedged),
+-- truncations: the relink of a resume that loses what followed the last compaction
+truncations AS (
+  SELECT t.* FROM (
+    SELECT m.session_id, m.main_file_id AS file_id, m.host,
+      (SELECT record_id FROM ({compaction.RELINK_UNREACHED_TEMPLATE.format(
+          file="m.main_file_id")})) AS record_id,
+      (SELECT new_parent_uuid FROM ({compaction.RELINK_UNREACHED_TEMPLATE.format(
+          file="m.main_file_id")})) AS new_parent_uuid
+    FROM session_hosts m
+    WHERE EXISTS (SELECT 1 FROM records b WHERE b.file_id = m.main_file_id
+                  AND b.type = 'system' AND b.subtype = 'compact_boundary')) t
+  WHERE t.new_parent_uuid IS NOT NULL
+),
+reheads AS (
+  SELECT t.* FROM (
+    SELECT m.session_id, m.main_file_id AS file_id, m.host,
+      (SELECT record_id FROM ({compaction.REHEAD_TEMPLATE.format(file="m.main_file_id")}))
+        AS record_id,
+      (SELECT old_head FROM ({compaction.REHEAD_TEMPLATE.format(file="m.main_file_id")}))
+        AS old_head,
+      (SELECT new_head FROM ({compaction.REHEAD_TEMPLATE.format(file="m.main_file_id")}))
+        AS new_head
+    FROM session_hosts m
+    WHERE EXISTS (SELECT 1 FROM records b WHERE b.file_id = m.main_file_id
+                  AND b.type = 'system' AND b.subtype = 'compact_boundary')) t
+  WHERE t.new_head IS NOT NULL
+),
 -- late grafts: the chain below the record a graft hangs from (verdict.GRAFT_CUT_TEMPLATE)
 grafts AS (
   SELECT g.file_id, g.height FROM (
@@ -161,6 +199,14 @@ SELECT e.session_id, e.file_id, 'reparent' AS action, 'api_error_splice' AS reas
        {HOST_OF.format(file_id="e.file_id")} AS host, NULL AS blocks
 FROM episodes e JOIN records r ON r.id = e.record_id
 WHERE e.new_parent_uuid IS NOT NULL
+UNION ALL
+SELECT t.session_id, t.file_id, 'reparent', 'unreached_after_compaction', r.id, r.line_no,
+       r.uuid, r.parent_uuid, t.new_parent_uuid, NULL, t.host, NULL
+FROM truncations t JOIN records r ON r.id = t.record_id
+UNION ALL
+SELECT t.session_id, t.file_id, 'rehead', 'segment_not_relinked', r.id, r.line_no, r.uuid,
+       t.old_head, t.new_head, NULL, t.host, NULL
+FROM reheads t JOIN records r ON r.id = t.record_id
 UNION ALL
 SELECT f.session_id, d.file_id, 'drop',
        CASE WHEN EXISTS (SELECT 1 FROM poisoned p WHERE p.file_id = d.file_id)

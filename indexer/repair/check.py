@@ -169,6 +169,7 @@ def check(db, session_id: str, *, now: str | None = None, config_dir=None,
     _poisoned(db, verdict, row, session_id, main, host)
     _wedged(verdict, row, session_id)
     _spliced(db, verdict, main, row)
+    _truncated(verdict, row)
     _retention(verdict, main, config_dir, now_iso)
     if main["origin"] == "fleet":
         _shipped(db, verdict, main, now_iso)
@@ -302,6 +303,14 @@ def _spliced(db, verdict: Verdict, main: dict, row: dict) -> None:
     if verdict.verdict == "spliced":
         verdict.details["api_error_splices"] = _rows(db, SPLICES_SQL, [main["id"]])
         verdict.details["grafted_records"] = row["grafted_records"]
+
+
+def _truncated(verdict: Verdict, row: dict) -> None:
+    """What a truncated resume loses: how many conversation records, after
+    which compaction (signals/compaction.py)."""
+    if verdict.verdict == "truncated":
+        verdict.details["truncated_records"] = row["truncated_records"]
+        verdict.details["compaction_uuid"] = row["compaction_uuid"]
 
 
 def _retention(verdict: Verdict, main: dict, config_dir: str, now_iso: str) -> None:

@@ -29,7 +29,7 @@ from indexer.sql import dict_rows
 from indexer.index.clock import utcnow
 from indexer.index import views
 from indexer.ingest.files import ingest, stored_bytes
-from indexer.signals import classes
+from indexer.signals import classes, compaction
 
 LIVE_SECONDS = 60
 # A repair writes this machine's transcripts only (host ''): another host's
@@ -80,18 +80,19 @@ class Plan:
     reparent: dict = field(default_factory=dict)   # line_no -> (old, new parent uuid)
     drop: set = field(default_factory=set)         # line_nos
     strip: dict = field(default_factory=dict)      # line_no -> content indexes to remove
+    rehead: dict = field(default_factory=dict)     # line_no -> (old, new headUuid)
     rows: list = field(default_factory=list)       # the repair_plan rows
     orphaned: dict = field(default_factory=dict)   # uuid -> cause, before the repair
     chain_before: int = 0
 
     @property
     def empty(self) -> bool:
-        return not self.reparent and not self.drop and not self.strip
+        return not self.reparent and not self.drop and not self.strip and not self.rehead
 
     def as_dict(self) -> dict:
         return {"session_id": self.session_id, "path": self.path,
                 "reparented": len(self.reparent), "dropped": len(self.drop),
-                "stripped": len(self.strip),
+                "stripped": len(self.strip), "reheaded": len(self.rehead),
                 "chain_before": self.chain_before, "changes": self.rows}
 
 
@@ -108,6 +109,8 @@ def plan(db, session_id: str, host: str = "") -> Plan:
             p.reparent[row["line_no"]] = (row["old_parent_uuid"], row["new_parent_uuid"])
         elif row["action"] == "strip":
             p.strip[row["line_no"]] = sorted(json.loads(row["blocks"]))
+        elif row["action"] == "rehead":
+            p.rehead[row["line_no"]] = (row["old_parent_uuid"], row["new_parent_uuid"])
         else:
             p.drop.add(row["line_no"])
     p.orphaned = dict(db.conn.execute(ORPHAN_CAUSES_SQL, [p.file_id]).fetchall())
@@ -125,6 +128,22 @@ def _reparent_line(line: bytes, old: str | None, new: str) -> bytes:
             {k: v for k, v in repaired.items() if k != "parentUuid"} != \
             {k: v for k, v in original.items() if k != "parentUuid"}:
         raise RepairError(f"could not rewrite parentUuid in line {line[:80]!r}")
+    return fixed
+
+
+def _rehead_line(line: bytes, old: str | None, new: str) -> bytes:
+    """The compact boundary line with its preservedSegment.headUuid set to
+    ``new``, nothing else changed."""
+    pattern = (rb'"headUuid"\s*:\s*' +
+               (re.escape(json.dumps(old).encode()) if old is not None else rb"null"))
+    fixed, n = re.subn(pattern, b'"headUuid":' + json.dumps(new).encode(), line, count=1)
+    original, repaired = json.loads(line), json.loads(fixed) if n else None
+    if n:
+        segment = repaired.get("compactMetadata", {}).get("preservedSegment", {})
+        expected = json.loads(line)
+        expected["compactMetadata"]["preservedSegment"]["headUuid"] = new
+    if not n or segment.get("headUuid") != new or repaired != expected or original == repaired:
+        raise RepairError(f"could not rewrite headUuid in line {line[:80]!r}")
     return fixed
 
 
@@ -154,6 +173,8 @@ def repaired_bytes(db, p: Plan) -> bytes:
             raw = _strip_line(raw, p.strip[line_no])
         if line_no in p.reparent:
             raw = _reparent_line(raw, *p.reparent[line_no])
+        if line_no in p.rehead:
+            raw = _rehead_line(raw, *p.rehead[line_no])
         out.append(raw if unterminated and line_no == last else raw + b"\n")
     if pending:
         out.append(bytes(pending))
@@ -284,6 +305,10 @@ THINKING_REASONS = ("wedged_tail", "refused_thinking")
 REFUSED_LEFT_SQL = (f"SELECT count(*) FROM ({classes.thinking_faults_where('h.main_file_id = :file_id')}) "
                     "WHERE file_id = :file_id AND (NOT latest OR :cut)")
 
+# What a truncated resume of file :file_id loses (NULL: nothing): a relink
+# must leave nothing lost.
+TRUNCATION_SQL = f"SELECT {compaction.TRUNCATION_TEMPLATE.format(file=':file_id')}"
+
 STUCK_SQL = f"""
 SELECT 1 FROM poisoned_sessions p WHERE p.session_id = ? AND p.file_id = ? AND p.at_resume_tail
   AND {definitions.NOTHING_TO_CUT_TEMPLATE.format(file="p.file_id")}
@@ -370,6 +395,12 @@ def _verify(db, p: Plan, result: Result) -> None:
             "SELECT at_resume_tail FROM poisoned_sessions WHERE session_id = ?",
             [p.session_id]).fetchone() not in (None, (0,)):
         raise RolledBack("the resume chain still ends at a synthetic placeholder")
+    if any(r["reason"] in ("unreached_after_compaction", "segment_not_relinked")
+           for r in p.rows):
+        left = db.conn.execute(TRUNCATION_SQL, {"file_id": p.file_id}).fetchone()[0]
+        if left is not None:
+            raise RolledBack(f"a resume still loses {json.loads(left)['lost']} conversation "
+                             f"record(s) of the last compaction ({json.loads(left)['cause']})")
     cut = any(r["reason"] == "wedged_tail" for r in p.rows)
     refused = db.conn.execute(REFUSED_LEFT_SQL, {"file_id": p.file_id, "cut": cut}).fetchone()[0]
     if any(r["reason"] in THINKING_REASONS for r in p.rows) and refused:

@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections import namedtuple
 
 from indexer.chain.definitions import API_ERROR_SPLICES_SQL, TRANSCRIPT_KINDS
-from indexer.signals import forks, unwritten, verdict
+from indexer.signals import compaction, forks, unwritten, verdict
 from indexer.transcripts import records, thinking
 from indexer.transcripts.records import SYNTHETIC_RECORD
 from indexer.transcripts.retention import DEFAULT_DAYS as DEFAULT_RETENTION_DAYS
@@ -181,12 +181,13 @@ SESSION_VERDICTS = SignalView(
     {"main_file_rule": "why file_id is the transcript a resume opens (sessions."
                        "main_file_rule); empty when the session has no main transcript",
      "path": "the path of file_id",
-     "verdict": "missing, poisoned, wedged, spliced or resumable (check's exit codes 4, 5, "
-                "11, 6, 0)",
+     "verdict": "missing, poisoned, wedged, spliced, truncated or resumable (check's exit "
+                "codes 4, 5, 11, 6, 12, 0)",
      "cause": "why, in one word: never_seen, never_written, subagents_only, not_named, "
               "no_messages, husk, stopped_writing, deleted; synthetic_tail, "
               "synthetic_tail_uncuttable; thinking_refused, thinking_uncuttable; "
-              "api_error_splice, late_graft; real_tail, store_copy",
+              "api_error_splice, late_graft; unreached_after_compaction, "
+              "segment_not_relinked; real_tail, store_copy",
      "reason": "the sentence check prints",
      "fix": "the command (or step) that fixes it; empty when resumable",
      "tail_uuid": "the last assistant record on the resume chain",
@@ -195,6 +196,9 @@ SESSION_VERDICTS = SignalView(
      "spliced_records": "records those splices leave off the resume chain",
      "grafted_records": "records late grafts leave off the resume chain (orphans named "
                         "late_graft)",
+     "truncated_records": "conversation records a truncated resume loses after (or kept by) "
+                          "the last compaction",
+     "compaction_uuid": "that compaction's compact_boundary uuid",
      "resumer_version": "the Claude Code version taken to resume: the one that last wrote "
                         "file_id",
      "thinking_fault": "unsigned, truncated or blanked: the first thinking block the API "
@@ -229,6 +233,11 @@ VERDICTS = ProblemClass(
                      "coalesce(spliced_records, grafted_records) || ' records off the chain'",
                      "SELECT file_id FROM orphans_cache WHERE cause IN "
                      "('api_error_splice', 'late_graft')"),
+        _verdict_row("truncated", "Truncated: a resume loses conversation after the last "
+                                  "compaction",
+                     "truncated_records || ' conversation records lost: ' || cause",
+                     "SELECT file_id FROM records WHERE type = 'system' "
+                     "AND subtype = 'compact_boundary'"),
     ))
 
 
@@ -983,6 +992,71 @@ COMPACTIONS = ProblemClass(
                       link=f"compactions__gt={COMPACTIONS_MORE_THAN}"),))
 
 
+# --- compaction segments: what a resume reaches after each compaction ----------
+
+# compaction_segments: signals/compaction.py's COMPACTION_SEGMENTS_SQL (the
+# verdict reads the same truncation for one file).
+COMPACTION_SEGMENTS = SignalView(
+    "compaction_segments",
+    "One row per compaction of each session's main transcript: the conversation records "
+    "after it (up to the next one) a resume reaches and loses, the copies a second /compact "
+    "re-appended (anthropics/claude-code#92089: counted once), and whether the "
+    "preservedSegment links hold.",
+    {"boundary_uuid": "the compact_boundary record's uuid",
+     "position": "1 for the first compaction of the transcript",
+     "last": "1 for the last compaction: the one a resume starts after",
+     "compacted_at": f"the boundary's timestamp, {TS}",
+     "records": "user and assistant records whose first line is after this boundary and "
+                "before the next one (a copy counts once, where it was first written)",
+     "copies": "lines after this boundary (before the next) that copy an earlier line "
+               "across a compaction: same uuid, same bytes but for promptId and slug",
+     "reached": "of records, those on the resume chain or put back after the walk",
+     "lost": "records - reached",
+     "lost_causes": "the orphans causes of the lost records, with counts (compacted: a later "
+                    "compaction replaced them with its summary)",
+     "preserved": "segment (compactMetadata.preservedSegment), list (preservedMessages) or "
+                  "empty: how the boundary names what it kept",
+     "preserved_finding": "head_missing, tail_missing, anchor_missing, listed_missing, "
+                          "segment_does_not_reach_head (Claude Code relinks nothing), "
+                          "tail_not_logical_parent; empty when the links hold",
+     "truncated": "the last compaction only: unreached_after_compaction or "
+                  "segment_not_relinked when a resume loses conversation (the verdict "
+                  "truncated)",
+     "truncated_records": "how many conversation records that resume loses"},
+    common=("session_id", "file_id", "host"), sql=compaction.COMPACTION_SEGMENTS_SQL,
+    facets=("truncated", "preserved_finding"))
+
+# A compaction worth a look: a resume loses conversation after it, a link of
+# what it kept is broken, or copies were re-appended after it.
+_SEGMENT_FINDING = "(truncated IS NOT NULL OR preserved_finding IS NOT NULL OR copies > 0)"
+
+COMPACTION_AUDIT = ProblemClass(
+    "compaction_segments", COMPACTION_SEGMENTS, HISTORY,
+    "session-index repair SESSION_ID --write relinks what a resume loses when the records "
+    "are in the file (session-index check SESSION_ID says truncated); copies re-appended by "
+    "a second /compact are dropped by Claude Code 2.1.332 on resume and need no repair",
+    listing=Listing(
+        "compaction-segments",
+        "Compactions of main transcripts where a resume loses conversation (truncated), a "
+        "preservedSegment link is broken, or a second /compact re-appended copies "
+        "(anthropics/claude-code#92089, #46603); the compaction_segments view holds every "
+        "compaction.",
+        "session-index compaction-segments --json",
+        order_by="truncated IS NULL, session_id, position", where=_SEGMENT_FINDING),
+    query=CannedQuery("compaction_findings", "Compactions with a finding",
+                      "Compactions where a resume loses conversation, a preservedSegment link "
+                      "is broken, or copies were re-appended; :session_id narrows to one.",
+                      f"SELECT * FROM compaction_segments WHERE {_SEGMENT_FINDING} "
+                      "AND (coalesce(:session_id, '') = '' OR session_id = :session_id) "
+                      "ORDER BY truncated IS NULL, session_id, position"),
+    health=(HealthRow("Compactions with copies re-appended or broken preservedSegment links",
+                      at="compacted_at",
+                      detail="coalesce(preserved_finding, copies || ' copies')",
+                      where="truncated IS NULL AND (preserved_finding IS NOT NULL "
+                            "OR copies > 0)",
+                      link="_where=truncated+IS+NULL"),))
+
+
 # --- unwritten: transcripts never written, stopped, or deleted with their folder left ----
 
 # unwritten_transcripts: signals/unwritten.py's definition (the verdict reads
@@ -1122,7 +1196,7 @@ FORKS = ProblemClass(
 
 CLASSES = (VERDICTS, POISONED, WEDGED, SPLICED, UNWRITTEN, FAILED, STALE, EXPIRING, LEAVES_DISAGREE,
            *ORPHANS, CHAIN_BREAKS, DUPLICATE_UUIDS, BAD_LINES, DIVERGED_COPIES, DELETED_TRANSCRIPTS,
-           COMPACTIONS, FORKS, THINKING_HISTORY)
+           COMPACTIONS, COMPACTION_AUDIT, FORKS, THINKING_HISTORY)
 # Every view declared here, in the order they are created: executions (no
 # class's own: the classes read it), then each class's own.
 SIGNAL_VIEWS = (EXECUTIONS, *(c.view for c in CLASSES if not isinstance(c.view, str)))

@@ -12,6 +12,7 @@ The first verdict that matches wins:
 | poisoned | 5 | the resume chain ends at a synthetic placeholder: the resume gets a 400 |
 | wedged | 11 | the latest assistant message holds a thinking block the API refuses, and the Claude Code that resumes (the one that last wrote the session, or check --claude-version) resends it on every resume |
 | spliced | 6 | late records orphan later conversation: api_error records flushed late orphan recovered output, or a tool result grafted late onto an answered call (late_graft) takes the resume from the conversation that went on: the resume drops it |
+| truncated | 12 | a resume loses conversation after the last compaction that the user did not abandon: the walk stops at a parent never written (or one the relink dropped) before it comes to the compaction's summary, or the records the compaction kept are in the file but its preservedSegment does not lead from its tail to its head, so Claude Code relinks nothing (signals/compaction.py) |
 | resumable | 0 | go ahead |
 
 Which transcript a resume opens is the chain's question (mainfile.py, the
@@ -25,12 +26,14 @@ own subject row.
 from __future__ import annotations
 
 from indexer.chain import definitions
+from indexer.signals import compaction
 from indexer.signals import unwritten as unwritten_
 from indexer.sql import dict_rows
 from indexer.transcripts import records, thinking
 
 # The verdicts, in the order they are tried, and the exit code of each (check).
-EXIT_CODES = {"missing": 4, "poisoned": 5, "wedged": 11, "spliced": 6, "resumable": 0}
+EXIT_CODES = {"missing": 4, "poisoned": 5, "wedged": 11, "spliced": 6, "truncated": 12,
+              "resumable": 0}
 
 # The main-file rules under which a resume loads the chosen file: a bare
 # `claude --resume` (definitions.OPENED_BY_RESUME, and check --cwd's worktree rule)
@@ -156,14 +159,15 @@ _FILE_SPLICES = definitions.API_ERROR_SPLICES_TEMPLATE.format(files=" AND o.file
 # CLI's scan of every folder does not count), claude_version (check
 # --claude-version: the Claude Code that resumes; NULL: the one that last
 # wrote the file). Columns out:
-#   verdict  missing, poisoned, wedged, spliced or resumable (EXIT_CODES)
+#   verdict  missing, poisoned, wedged, spliced, truncated or resumable (EXIT_CODES)
 #   cause    why, one word: never_seen, never_written, subagents_only, ambiguous,
 #            not_in_cwd_folders, none_named, not_named, no_messages, husk,
 #            stopped_writing, deleted (never_written, husk, stopped_writing:
 #            signals/unwritten.py, from history.jsonl and the session folder);
 #            synthetic_tail, synthetic_tail_uncuttable, foreign_reply;
 #            thinking_refused, thinking_uncuttable; api_error_splice, late_graft;
-#            real_tail, store_copy
+#            unreached_after_compaction, segment_not_relinked
+#            (compaction.TRUNCATION_TEMPLATE); real_tail, store_copy
 #   reason   the sentence check prints; fix: the command (or the step) that
 #            fixes it, NULL for a resumable session
 #   tail_uuid, tail_message_id: the last assistant record on the resume
@@ -171,6 +175,8 @@ _FILE_SPLICES = definitions.API_ERROR_SPLICES_TEMPLATE.format(files=" AND o.file
 #            previous_message_id, records.PREVIOUS_MESSAGE_ID_RECORD); splices, spliced_records: api_error_splices of the file
 #            and the records they leave off the chain; grafted_records: the
 #            records late grafts leave off it (orphans named late_graft)
+#   truncated_records, compaction_uuid: what a truncated resume loses (its
+#            conversation records) and the last compaction's boundary
 #   resumer_version: the Claude Code taken to resume (claude_version, else
 #            the file's writer); thinking_fault, thinking_uuid,
 #            thinking_block, thinking_message_id: the first thinking block
@@ -236,6 +242,22 @@ SELECT session_id, host, file_id, rule AS main_file_rule, path, verdict, cause,
       || 'start-up, anthropics/claude-code#62301), so a resume continues the old branch and '
       || 'drops them; drop the graft so that the resume continues the newer conversation '
       || '(session-index repair ' || session_id || ' --write; the graft stays in the backup)'
+    WHEN 'unreached_after_compaction' THEN json_extract(truncation, '$.lost')
+      || ' conversation record(s) after the last compaction (boundary '
+      || json_extract(truncation, '$.boundary') || ', '
+      || coalesce(json_extract(truncation, '$.at'), '?') || ') are '
+      || 'off the resume chain: the walk up from the leaf stops at a parentUuid that is not '
+      || 'in the file, or at one the compaction relink dropped (a copy a second /compact '
+      || 're-appended, anthropics/claude-code#92089, #46603), so a resume drops them; '
+      || 're-parent the record the walk stops at onto the last of them (session-index repair '
+      || session_id || ' --write)'
+    WHEN 'segment_not_relinked' THEN json_extract(truncation, '$.lost')
+      || ' conversation record(s) the last compaction kept (boundary '
+      || json_extract(truncation, '$.boundary') || ') are in the file, but the walk '
+      || 'from its preservedSegment.tailUuid ' || json_extract(truncation, '$.tail')
+      || ' up the parents never reaches its headUuid ' || json_extract(truncation, '$.head')
+      || ', so Claude Code relinks nothing and a resume drops them; set the headUuid to '
+      || 'where that walk ends (session-index repair ' || session_id || ' --write)'
     WHEN 'store_copy' THEN coalesce('the local transcript was deleted (' || local_deleted_at
         || ')',
         'no local transcript was ever indexed')
@@ -256,10 +278,14 @@ SELECT session_id, host, file_id, rule AS main_file_rule, path, verdict, cause,
     WHEN 'api_error_splice' THEN 'session-index repair ' || session_id || ' --write'
     WHEN 'late_graft' THEN 'session-index repair ' || session_id || ' --write'
     WHEN 'thinking_refused' THEN 'session-index repair ' || session_id || ' --write'
+    WHEN 'unreached_after_compaction' THEN 'session-index repair ' || session_id || ' --write'
+    WHEN 'segment_not_relinked' THEN 'session-index repair ' || session_id || ' --write'
     WHEN 'real_tail' THEN NULL
     WHEN 'store_copy' THEN NULL
     ELSE 'start a new session' END AS fix,
-  tail_uuid, tail_message_id, splices, spliced_records, grafted_records, resumer_version,
+  tail_uuid, tail_message_id, splices, spliced_records, grafted_records,
+  json_extract(truncation, '$.lost') AS truncated_records,
+  json_extract(truncation, '$.boundary') AS compaction_uuid, resumer_version,
   json_extract(wedge, '$.fault') AS thinking_fault,
   json_extract(wedge, '$.uuid') AS thinking_uuid,
   json_extract(wedge, '$.block') AS thinking_block,
@@ -284,6 +310,7 @@ FROM (
       WHEN 'wedged' THEN CASE WHEN wedge_cut THEN 'thinking_refused'
                               ELSE 'thinking_uncuttable' END
       WHEN 'spliced' THEN CASE WHEN splices > 0 THEN 'api_error_splice' ELSE 'late_graft' END
+      WHEN 'truncated' THEN json_extract(truncation, '$.cause')
       WHEN 'resumable' THEN CASE WHEN rule = 'store_copy' THEN 'store_copy'
                                  ELSE 'real_tail' END
     END AS cause
@@ -300,6 +327,7 @@ FROM (
             v="j.resumer_version", fault="json_extract(j.wedge, '$.fault')")}
           THEN 'wedged'
         WHEN j.splices > 0 OR j.graft_height IS NOT NULL THEN 'spliced'
+        WHEN j.truncation IS NOT NULL THEN 'truncated'
         ELSE 'resumable' END AS verdict,
       {definitions.NOTHING_TO_CUT_TEMPLATE.format(file="j.file_id")} AS nothing_to_cut,
       CASE WHEN j.wedge IS NOT NULL THEN {WEDGE_CUT_TEMPLATE.format(
@@ -339,6 +367,7 @@ FROM (
         (SELECT count(*) FROM ({_FILE_SPLICES})) AS splices,
         (SELECT sum(orphaned_records) FROM ({_FILE_SPLICES})) AS spliced_records,
         {GRAFT_CUT_TEMPLATE.format(file="a.file_id")} AS graft_height,
+        {compaction.TRUNCATION_TEMPLATE.format(file="a.file_id")} AS truncation,
         (SELECT count(*) FROM orphans_cache x WHERE x.file_id = a.file_id
            AND x.cause = 'late_graft') AS grafted_records,
         (SELECT count(*) FROM files x WHERE x.session_id = a.session_id
