@@ -213,8 +213,10 @@ SELECT session_id, file_id, boundary_uuid, position, last, compacted_at, records
   CASE WHEN last THEN json_extract(truncation, '$.cause') END AS truncated,
   CASE WHEN last THEN json_extract(truncation, '$.lost') END AS truncated_records,
   host
-FROM (
-  SELECT x.*,
+FROM (  -- DISTINCT (the rows are distinct anyway: one per boundary) keeps SQLite from
+        -- flattening these layers, which would copy each subquery into every
+        -- expression naming its column (next_offset into every line read)
+  SELECT DISTINCT x.*,
     (SELECT count(*) FROM (""" + SEGMENT_RECORDS_TEMPLATE.format(b="x", next="x.next_offset")
                            + """) s) AS records,
     (SELECT count(*) FROM (""" + SEGMENT_RECORDS_TEMPLATE.format(b="x", next="x.next_offset")
@@ -231,7 +233,8 @@ FROM (
     CASE WHEN x.last THEN """ + TRUNCATION_TEMPLATE.format(file="x.file_id") + """
       END AS truncation
   FROM (
-    SELECT h.session_id, h.main_file_id AS file_id, h.host, b.id, b.uuid AS boundary_uuid,
+    SELECT DISTINCT h.session_id, h.main_file_id AS file_id, h.host, b.id,
+      b.uuid AS boundary_uuid,
       b.uuid, b.line_no, b.byte_offset, b.timestamp AS compacted_at, b.raw,
       b.logical_parent_uuid,
       (SELECT count(*) FROM records p WHERE p.file_id = b.file_id
