@@ -202,15 +202,15 @@ class Generator(threading.Thread):
                 parent = rec["uuid"]
                 lines.append(Shapes.line(rec))
             body = b"".join(lines)
-            header = {"kind": "lines", "host": host, "path": path, "generation": 1,
-                      "offset": offset, "end": offset + len(body), "line": line,
-                      "sent_at": time.time()}
-            await nc.publish(fleet_wire.subject(host, "lines"), fleet_wire.encode(header, body),
-                             headers={"Nats-Msg-Id": fleet_wire.message_id(header)})
+            for fields, piece in fleet_wire.cut(body, offset, line):   # as ship cuts them
+                header = dict(fields, host=host, path=path, generation=1, sent_at=time.time())
+                await nc.publish(fleet_wire.subject(host, header["kind"]),
+                                 fleet_wire.encode(header, piece),
+                                 headers={"Nats-Msg-Id": fleet_wire.message_id(header)})
+                self.messages += 1
             entry[3], entry[5], entry[6] = parent, offset + len(body), line + len(lines)
             self.lines += len(lines)
             self.bytes += len(body)
-            self.messages += 1
         await nc.flush()
         await nc.close()
 
