@@ -99,15 +99,60 @@ class Index:
         return self.value("SELECT id FROM files WHERE path = ?", [str(Path(path).resolve())])
 
     def assert_caches_match_definitions(self):
-        """Each cache-backed contract view equals its recursive definition."""
+        """Each cache-backed contract view equals its recursive definition,
+        the definitions read on a copy of the tables they read (see
+        _DefinitionsCopy: preparing them costs seconds, once per process)."""
         from indexer.chain.definitions import CACHED_VIEWS
 
+        copy = _DefinitionsCopy.of(self.db.conn)
         for view in CACHED_VIEWS:
-            extra, missing = views_differ(self.db.conn, view, f"{view}_definition")
+            extra, missing = views_differ(self.db.conn, view, f"{view}_definition", copy)
             assert (extra, missing) == ([], []), view
 
 
-def views_differ(conn, view, definition):
+class _DefinitionsCopy:
+    """One index per test process where the definition views stay prepared:
+    SQLite spends seconds planning a recursive definition (3.40), and a
+    prepared statement stays valid while only rows change, so each check
+    copies the rows of the tables the definitions read into it and reads
+    the definitions there. None (read in the index itself) when its schema
+    is not the index's (an index at an older migration)."""
+    conn = None
+    tables: dict = {}
+
+    @classmethod
+    def of(cls, src):
+        if cls.conn is None:
+            import tempfile
+            path = Path(tempfile.mkdtemp(prefix="definitions-")) / "index.db"
+            cls.conn = open_db(path).conn
+            virtual = [r[0] for r in cls.conn.execute(
+                "SELECT name FROM sqlite_master WHERE sql LIKE 'CREATE VIRTUAL%'")]
+            names = [r[0] for r in cls.conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite%' "
+                "AND sql NOT LIKE 'CREATE VIRTUAL%'")]
+            # every table but the full-text index's own (the definitions
+            # read views too, which read further tables)
+            cls.tables = {t: cls._columns(cls.conn, t) for t in names
+                          if not any(t.startswith(v) for v in virtual)}
+        if any(cls._columns(src, t) != cols for t, cols in cls.tables.items()):
+            return None
+        conn = cls.conn
+        conn.execute("BEGIN")
+        for t, cols in cls.tables.items():
+            conn.execute(f"DELETE FROM {t}")
+            conn.executemany(f"INSERT INTO {t} ({', '.join(cols)}) VALUES "
+                             f"({', '.join('?' * len(cols))})",
+                             src.execute(f"SELECT {', '.join(cols)} FROM {t}"))
+        conn.execute("COMMIT")
+        return conn
+
+    @staticmethod
+    def _columns(conn, table):
+        return [r[1] for r in conn.execute(f"PRAGMA table_info('{table}')")]
+
+
+def views_differ(conn, view, definition, definitions_conn=None):
     """(view EXCEPT definition, definition EXCEPT view) as lists of dicts.
 
     The same sets as those two SQL statements, but each view is read once:
@@ -120,7 +165,11 @@ def views_differ(conn, view, definition):
         return [d[0] for d in cur.description], cur.fetchall()
 
     cols, ours = read(view)
-    def_cols, theirs = read(definition)
+    if definitions_conn is not None:
+        cur = definitions_conn.execute(f"SELECT * FROM {definition}")
+        def_cols, theirs = [d[0] for d in cur.description], cur.fetchall()
+    else:
+        def_cols, theirs = read(definition)
     assert len(cols) == len(def_cols), (view, cols, def_cols)  # as EXCEPT requires
     ours_set, theirs_set = set(ours), set(theirs)
     extra = [dict(zip(cols, r)) for r in dict.fromkeys(r for r in ours if r not in theirs_set)]

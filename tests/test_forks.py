@@ -191,6 +191,7 @@ def test_the_session_page_names_it(world, session_id):
         assert f'data-child="{session_id}"' in site_get(world["path"], f"/-/sessions/{parent}")
 
 
+@pytest.mark.skipif(not CORPUS.is_dir(), reason="../shared/corpus is not here")
 def test_no_fork_in_the_corpus_that_is_not_one(tmp_path):
     """The corpus's transcripts: any fork listed names a parent its records
     carry, and no stub without title rows is an empty fork."""
