@@ -96,7 +96,11 @@ class Index:
             "SELECT uuid, cause FROM orphans WHERE file_id = ?", [file_id])}
 
     def file_id(self, path):
-        return self.value("SELECT id FROM files WHERE path = ?", [str(Path(path).resolve())])
+        # the path as ingest stores it: absolute, through a symlinked folder
+        # (../shared may be one) or resolved
+        return self.value("SELECT id FROM files WHERE path IN (?, ?) ORDER BY path = ? DESC",
+                          [str(Path(path).resolve()), os.path.abspath(path),
+                           str(Path(path).resolve())])
 
     def assert_caches_match_definitions(self):
         """Each cache-backed contract view equals its recursive definition,

@@ -30,11 +30,11 @@ SELECT host, count(*) AS files, coalesce(sum(line_count), 0) AS lines,
 FROM files WHERE origin = 'fleet' GROUP BY host ORDER BY host
 """.strip()
 # Per host: the age of its last heartbeat and of the last message stored, at
-# :now (seconds; NULL: none yet).
+# :now (seconds; NULL: none yet; never below 0: a host's clock may run ahead).
 HOST_AGES_SQL = """
 SELECT host,
-  (julianday(:now) - julianday(last_heartbeat_at)) * 86400 AS heartbeat_age_s,
-  (julianday(:now) - julianday(last_message_at)) * 86400 AS message_age_s
+  max(0, (julianday(:now) - julianday(last_heartbeat_at)) * 86400) AS heartbeat_age_s,
+  max(0, (julianday(:now) - julianday(last_message_at)) * 86400) AS message_age_s
 FROM fleet_hosts ORDER BY host
 """.strip()
 # Per host: the gaps recorded and the bytes they lack.
@@ -180,7 +180,8 @@ class IndexCollector:
             for (name, family), value in zip(per_host.items(), figures):
                 family.add_metric([host], value)
         yield from per_host.values()
-        now = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
+        stamp = time.time()   # to the millisecond: a heartbeat's time has them
+        now = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(stamp)) + f".{int(stamp % 1 * 1000):03d}Z"
         heartbeat = gauge("session_index_fleet_heartbeat_age_seconds",
                           "Seconds since the host's last heartbeat.", labels=["host"])
         message = gauge("session_index_fleet_last_message_age_seconds",
