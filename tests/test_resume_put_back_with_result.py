@@ -203,16 +203,36 @@ def test_below_a_companion_on_the_chain_inside_the_calls_region(index):
     assert got[u(13)] == ("abandoned_branch", 0)
 
 
-def test_appends_class_the_line_again(index):
-    """A live session: the call is written, then the body, the Bash result
-    and the answer; then an attachment below the body and a new turn; then
-    a second record below the body and another turn. The caches are
-    extended (not recomputed) and equal the definitions after each append."""
+def call_written(index):
+    """The call and its results written and ingested, the answer (u5, u6)
+    held back: (the transcript to add to, its path, the answer's records)."""
     t = Transcript(SID)
     batch(t)
     path = derived(index, [r for r in t.records if r["uuid"] not in (u(5), u(6))], last=())
     answer = [r for r in t.records if r["uuid"] in (u(5), u(6))]
     t.records = []
+    return t, path, answer
+
+
+def appended_in_steps(index, path, steps):
+    """Append each step's records; each is an extension (not a recompute)
+    that equals the definitions and classes the body u7 as wanted."""
+    for appended, want in steps:
+        before = derive.STATS["appended"]
+        with open(path, "a") as f:
+            f.writelines(json.dumps(r) + "\n" for r in appended)
+        index.ingest()
+        index.assert_caches_match_definitions()
+        assert derive.STATS["appended"] == before + 1, derive_append.BAILS
+        assert orphans(index, path)[u(7)] == want
+
+
+def test_appends_class_the_line_again(index):
+    """A live session: the call is written, then the body, the Bash result
+    and the answer; then an attachment below the body and a new turn; then
+    a second record below the body and another turn. The caches are
+    extended (not recomputed) and equal the definitions after each append."""
+    t, path, answer = call_written(index)
     steps = [
         ([t.add(u(7), u(4), "user", isMeta=True, message=body()),
           *(t.add(r["uuid"], r["parentUuid"], r["type"], message=r["message"])
@@ -225,14 +245,7 @@ def test_appends_class_the_line_again(index):
           t.add(u(12), u(10), "user"), t.add(u(13), u(12), "assistant")],
          ("abandoned_branch", 0)),
     ]
-    for appended, want in steps:
-        before = derive.STATS["appended"]
-        with open(path, "a") as f:
-            f.writelines(json.dumps(r) + "\n" for r in appended)
-        index.ingest()
-        index.assert_caches_match_definitions()
-        assert derive.STATS["appended"] == before + 1, derive_append.BAILS
-        assert orphans(index, path)[u(7)] == want
+    appended_in_steps(index, path, steps)
 
 
 def test_appends_read_the_line_through_progress_records(index):
@@ -240,11 +253,7 @@ def test_appends_read_the_line_through_progress_records(index):
     below it with the answer; then a progress record below the body, a
     prompt below that (the line is left whole) and a new turn. Extended, not recomputed,
     and equal to the definitions after each append."""
-    t = Transcript(SID)
-    batch(t)
-    path = derived(index, [r for r in t.records if r["uuid"] not in (u(5), u(6))], last=())
-    answer = [r for r in t.records if r["uuid"] in (u(5), u(6))]
-    t.records = []
+    t, path, answer = call_written(index)
     steps = [
         ([progress(t, u(20), u(4)), t.add(u(7), u(20), "user", isMeta=True, message=body()),
           *(t.add(r["uuid"], r["parentUuid"], r["type"], message=r["message"])
@@ -254,14 +263,7 @@ def test_appends_read_the_line_through_progress_records(index):
           t.add(u(9), u(6), "user"), t.add(u(10), u(9), "assistant")],
          ("abandoned_branch", 0)),
     ]
-    for appended, want in steps:
-        before = derive.STATS["appended"]
-        with open(path, "a") as f:
-            f.writelines(json.dumps(r) + "\n" for r in appended)
-        index.ingest()
-        index.assert_caches_match_definitions()
-        assert derive.STATS["appended"] == before + 1, derive_append.BAILS
-        assert orphans(index, path)[u(7)] == want
+    appended_in_steps(index, path, steps)
 
 
 def test_verify_counts_the_put_back_body_as_sent(index):
