@@ -98,7 +98,8 @@ def comparison_lines(found: dict) -> list[str]:
     lines = []
     for key, what in (("cost_state", "cost-state records"),
                       ("executions", "claude -p results (total_cost_usd)")):
-        if found[f"{key}_sessions"]:
+        # (a figure of $0 against $0 says nothing: not printed)
+        if found[f"{key}_sessions"] and (found[f"{key}_usd"] or found[f"{key}_index_usd"]):
             lines.append(
                 f"{what}: ${found[f'{key}_usd']:.6f} over {found[f'{key}_sessions']} "
                 f"sessions; the index computes ${found[f'{key}_index_usd']:.6f} for them "
