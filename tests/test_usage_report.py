@@ -253,6 +253,32 @@ def test_each_figure_shows_its_calls_once_across_forks(reported):
         ["msg_1", "msg_2", "msg_3", "msg_4"], ["msg_5", "msg_6"]]
 
 
+def test_no_zero_information_line_on_stderr(index):
+    # a `claude -p` run that cost $0 and whose session made no call: its
+    # comparison ($0 against $0) was printed on every run
+    write_jsonl(index.projects / "-work-app" / f"{A}.jsonl",
+                [prompt(A, "p-a", "hello", "2026-11-24T09:00:00Z")])
+    write_jsonl(index.projects / "-work-app" / "run.jsonl", [
+        {"type": "system", "subtype": "init", "session_id": A},
+        {"type": "result", "subtype": "success", "is_error": False, "session_id": A,
+         "result": "ok", "num_turns": 1, "total_cost_usd": 0, "duration_ms": 5}])
+    index.ingest()
+    assert index.value("SELECT executions_usd FROM usage_reported") == 0
+    result = run(index, "--by", "day")
+    assert (result.stdout, result.stderr) == ("", "")
+
+
+def test_the_evidence_in_words(reported):
+    text = run(reported, "daily", "--timezone", "UTC", "--until", "2026-11-24",
+               "--evidence").stdout
+    assert text.splitlines()[6:10] == [
+        "date 2026-11-24: 3 calls",
+        "  2026-11-24 09:15  msg_1  sonnet-4-5  3,350 tokens  $0.0107  6 lines, 2 files "
+        "(aaaaaaaa, bbbbbbbb)",
+        "  2026-11-24 11:30  msg_2  sonnet-4-5  5,910 tokens  $0.0105  1 line",
+        "  2026-11-24 23:30  msg_3  sonnet-4-5  105 tokens  $0.0015  1 line"]
+
+
 def statusline(index, payload, *args):
     result = CliRunner().invoke(cli, ["statusline", "--db", str(index.path), *args],
                                 input=payload)

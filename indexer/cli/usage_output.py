@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from decimal import ROUND_HALF_UP, Decimal
 
 from indexer.cli import output
 from indexer.index.usage_report import JSON_KEYS, PERIOD_COLUMN, TOKEN_KINDS
@@ -28,8 +29,14 @@ TITLE_WIDTH = 40
 DATED = re.compile(r"-\d{8}$")
 
 
+def _dollars(usd: float, places: str) -> Decimal:
+    """``usd`` rounded half up as written (0.01065 is $0.0107, not the
+    binary float's $0.0106)."""
+    return Decimal(repr(usd)).quantize(Decimal(places), rounding=ROUND_HALF_UP)
+
+
 def money(usd) -> str:
-    return "" if usd is None else f"${usd:,.2f}"
+    return "" if usd is None else f"${_dollars(usd, '0.01'):,}"
 
 
 def tokens(n) -> str:
@@ -132,8 +139,14 @@ def evidence_text(rows: list[dict], kind: str) -> str:
                       if c["files"] > 1 else "")
             out.append(f"  {_short_time(c['time'])}  {c['message_id'] or '-'}  "
                        f"{short_model(c['model'] or '?')}  {tokens(_total(c))} tokens  "
-                       f"{money(c['cost_usd']) or 'unpriced'}  {c['lines']} lines{copies}")
+                       f"{_fine_money(c['cost_usd'])}  {c['lines']} "
+                       f"line{'s' if c['lines'] != 1 else ''}{copies}")
     return "\n".join(out) + "\n"
+
+
+def _fine_money(usd) -> str:
+    """A call's cost, to a hundredth of a cent (most calls cost less than one)."""
+    return "unpriced" if usd is None else f"${_dollars(usd, '0.0001'):,}"
 
 
 def _total(call: dict) -> int:
