@@ -144,6 +144,15 @@ def test_session_with_title_and_project(reported):
          "cwd": "/work/app", "first_call": "2026-12-02T08:00:00+00:00",
          "last_call": "2026-12-02T09:00:00+00:00", **DEC_02}]
     assert got["totals"] == TOTALS
+    by_session = json.loads(run(reported, "--by", "session", "--json").stdout)
+    assert [{k: r[k] for k in ("session_id", "title", "project", "calls", "cost_usd")}
+            for r in by_session] == [   # the listing: costliest first
+        {"session_id": B, "title": "Fix the login bug", "project": "-work-app-fork",
+         "calls": 1, "cost_usd": 0.0326},
+        {"session_id": A, "title": "Fix the login bug", "project": "-work-app",
+         "calls": 3, "cost_usd": 0.022695},
+        {"session_id": C, "title": "Price the shop", "project": "-work-shop",
+         "calls": 2, "cost_usd": 0.01725}]
 
 
 def test_blocks_with_the_active_one_projected(reported):

@@ -38,8 +38,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from indexer.chain.definitions import TRANSCRIPT_KINDS
 from indexer.index import views
+from indexer.index import usage
 from indexer.index.clock import WEEKDAYS, iso
-from indexer.signals.listings import SESSION_TITLE_TEMPLATE
 from indexer.sql import dict_rows
 
 REPORTS = ("daily", "weekly", "monthly", "session", "blocks")
@@ -81,13 +81,6 @@ WHERE has_usage AND message_id IN (SELECT value FROM json_each(:ids))
                   AND coalesce(last_timestamp, '') >= :since
                   AND coalesce(first_timestamp, '') < :until)
 GROUP BY 1, 2, 3
-""".strip()
-# Each session's title (listings.SESSION_TITLE_TEMPLATE), project folder and
-# cwd, for the sessions in :ids (a JSON array).
-SESSION_FACTS_SQL = f"""
-SELECT s.session_id, {SESSION_TITLE_TEMPLATE.format(s="s")} AS title,
-  s.project_dir, s.cwd
-FROM sessions s WHERE s.session_id IN (SELECT value FROM json_each(:ids))
 """.strip()
 # One session's calls in its own transcripts (the statusline: the files of
 # the session only, so it costs what the session holds).
@@ -319,22 +312,17 @@ def _sessions(db, calls: list[dict]) -> list[tuple[dict, list]]:
     grouped: dict = {}
     for c in calls:
         grouped.setdefault(c["session_id"], []).append(c)
-    facts = {r["session_id"]: r for r in dict_rows(
-        db.conn, SESSION_FACTS_SQL, {"ids": json.dumps([s for s in grouped if s])})}
+    facts = usage.session_facts(db, grouped)
     out = []
     for sid, group in grouped.items():
         f = facts.get(sid, {})
         times = [c["local"] for c in group if c["local"] is not None]
-        out.append(({"session_id": sid, "title": _one_line(f.get("title")),
+        out.append(({"session_id": sid, "title": f.get("title"),
                      "project": f.get("project_dir") or group[0]["project"],
                      "cwd": f.get("cwd"),
                      "first_call": min(times).isoformat() if times else None,
                      "last_call": max(times).isoformat() if times else None}, group))
     return sorted(out, key=lambda hg: (hg[0]["last_call"] or "", hg[0]["session_id"] or ""))
-
-
-def _one_line(text: str | None) -> str | None:
-    return " ".join(text.split()) if text else text
 
 
 def _blocks(calls: list[dict], now: datetime) -> list[tuple[dict, list]]:
