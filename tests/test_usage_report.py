@@ -18,6 +18,7 @@ HAIKU = "claude-haiku-4-5-20251001"      # $1, $5, 0.10, 1.25 / 2
 A = "aaaaaaaa-0000-0000-0000-00000000000a"
 B = "bbbbbbbb-0000-0000-0000-00000000000b"   # a fork of A: holds A's first call again
 C = "cccccccc-0000-0000-0000-00000000000c"
+D = "dddddddd-0000-0000-0000-00000000000d"   # not ingested
 
 
 def line(session, uuid, parent, mid, rid, model, ts, inp, out, read, w5, w1):
@@ -118,6 +119,15 @@ def test_daily_in_utc_and_in_another_time_zone(reported):
         {"date": "2026-11-25", **figures(2, 25, 400, 10000, 0, 2000, 0.034115, [OPUS, SONNET])},
         {"date": "2026-12-02", **DEC_02}]
     assert berlin["totals"] == TOTALS
+
+
+def test_the_time_zone_defaults_to_this_machines(reported):
+    result = CliRunner().invoke(cli, ["usage", "daily", "--json", "--db", str(reported.path)],
+                                env={"TZ": "Asia/Kolkata"})   # UTC+5:30
+    got = json.loads(result.stdout)
+    assert got["timezone"] == "Asia/Kolkata"
+    assert [(r["date"], r["calls"]) for r in got["daily"]] == [
+        ("2026-11-24", 2), ("2026-11-25", 2), ("2026-12-02", 2)]
 
 
 def test_weekly_and_monthly(reported):
@@ -317,10 +327,22 @@ def test_statusline_prints_the_verdict_and_cost(reported):
         "resumable · $0.03 (3 calls)\n")
 
 
+def test_statusline_freshen_ingests_a_new_session(reported):
+    path = write_jsonl(reported.projects / "-work-new" / f"{D}.jsonl", [
+        prompt(D, "p-d", "hi", "2026-12-03T08:00:00Z"),
+        line(D, "d1", "p-d", "msg_8", "req_8", HAIKU,
+             "2026-12-03T08:00:01Z", 0, 1_000_000, 0, 0, 0)])   # $5
+    status = json.dumps({"session_id": D,
+                         "transcript_path": str(path)})
+    assert statusline(reported, status) == (
+        "session-index: session not indexed yet (session-index ingest)\n")
+    assert statusline(reported, status, "--freshen") == "resumable · $5.00 (1 call)\n"
+
+
 @pytest.mark.parametrize("payload, says", [
     ("not json", "session-index: stdin is not Claude Code's statusLine JSON"),
     ("{}", "session-index: no session_id on stdin"),
-    ('{"session_id": "dddddddd-0000-0000-0000-00000000000d"}',
+    (json.dumps({"session_id": D}),
      "session-index: session not indexed yet (session-index ingest)"),
 ])
 def test_statusline_always_prints_one_line(reported, payload, says):

@@ -15,13 +15,15 @@ two differ by a cent or more (Claude Code counts this process's calls only:
 not those before a resume). Nothing is ingested: the answer is the index's
 as it stands (an ``ingest --watch`` keeps it current), and says so when the
 transcript changed since; ``freshen`` ingests the changed transcript first
-(a write, as ``check`` does). Every failure is a line too, never an
+(a write, as ``check`` does), and the statusLine JSON's ``transcript_path``
+with it (a session not indexed yet). Every failure is a line too, never an
 exception: a status line must print something.
 """
 
 from __future__ import annotations
 
 import json
+import os
 
 from indexer.chain import mainfile
 from indexer.index import db as dbmod
@@ -50,8 +52,13 @@ def line(db_path, payload: str, freshen: bool = False) -> str:
         db = (dbmod.open_index(db_path) if freshen else dbmod.open_readonly(db_path))
     except IndexError_ as exc:
         return f"{PREFIX}: {exc}"
+    path = data.get("transcript_path")
     try:
-        if not freshen and db.conn.execute(mainfile.KNOWN_SESSION_SQL,
+        if freshen and isinstance(path, str) and os.path.isfile(path):
+            from indexer.ingest import files as ingestmod   # (the parser: --freshen only)
+
+            ingestmod.ingest(db, [path])   # a new session's first lines, too
+        if db.conn.execute(mainfile.KNOWN_SESSION_SQL,
                                            [session_id]).fetchone() is None:
             return f"{PREFIX}: session not indexed yet (session-index ingest)"
         verdict = checkmod.check(db, session_id, freshen=freshen)
@@ -65,7 +72,7 @@ def line(db_path, payload: str, freshen: bool = False) -> str:
         parts.append(f"session-index check {session_id}")
     calls = cost["calls"] or 0
     figure = _money(cost["cost_usd"] or 0.0) + ("+" if cost["unpriced_calls"] else "")
-    parts.append(f"{figure} ({calls:,} calls)")
+    parts.append(f"{figure} ({calls:,} call{'' if calls == 1 else 's'})")
     reported = (data.get("cost") or {}).get("total_cost_usd") \
         if isinstance(data.get("cost"), dict) else None
     if isinstance(reported, (int, float)) and not isinstance(reported, bool) \
