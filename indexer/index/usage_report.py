@@ -253,9 +253,6 @@ def _key(report: str, moment: datetime | None, start_of_week: int) -> str | None
 
 # The column each report's rows are keyed by.
 PERIOD_COLUMN = {"daily": "date", "weekly": "week", "monthly": "month"}
-# The `usage calls` option that lists each row's calls.
-EVIDENCE_OPTION = {"daily": "--day", "weekly": "--week", "monthly": "--month",
-                   "session": "--session", "blocks": "--block"}
 
 
 def read_calls(db, since: str | None = None, until: str | None = None, tz=None,
@@ -294,7 +291,7 @@ def report(db, kind: str, *, since: str | None = None, until: str | None = None,
     for head, group in groups:
         row = {**head, **totals_of(group)}
         if kind == "blocks" and row.get("active"):
-            row.update(_projection(row, group, now))
+            row.update(_projection(row, now))
         if breakdown:
             row["breakdown"] = breakdown_of(group)
         if evidence:
@@ -354,7 +351,7 @@ def _blocks(calls: list[dict], now: datetime) -> list[tuple[dict, list]]:
     return out
 
 
-def _projection(row: dict, group: list, now: datetime) -> dict:
+def _projection(row: dict, now: datetime) -> dict:
     """The active block's burn rate (per minute between its first and last
     call) and its figures projected to the block's end at that rate."""
     first, final = (parse_time(row[k]) for k in ("first_call", "last_call"))
