@@ -327,6 +327,26 @@ def test_statusline_prints_the_verdict_and_cost(reported):
         "resumable · $0.03 (3 calls)\n")
 
 
+def test_statusline_gives_checks_verdict_and_where_to_read_it(reported):
+    # seed 001's shape: the resume chain ends at a "No response requested."
+    # placeholder (not msg_...): a resume gets a 400
+    E = "eeeeeeee-0000-0000-0000-00000000000e"
+    placeholder = line(E, "e2", "p-e2", "5f0c1a52-3a49-4a4e-9f0e-2f1c6e3b7d11", "req_e2",
+                       "<synthetic>", "2026-12-03T08:00:03Z", 0, 0, 0, 0, 0)
+    placeholder["message"]["content"] = [{"type": "text", "text": "No response requested."}]
+    write_jsonl(reported.projects / "-work-app" / f"{E}.jsonl", [
+        prompt(E, "p-e", "hi", "2026-12-03T08:00:00Z"),
+        line(E, "e1", "p-e", "msg_9", "req_9", HAIKU, "2026-12-03T08:00:01Z",
+             0, 1_000_000, 0, 0, 0),
+        prompt(E, "p-e2", "go on", "2026-12-03T08:00:02Z") | {"parentUuid": "e1"},
+        placeholder])
+    reported.ingest()
+    checked = CliRunner().invoke(cli, ["check", E, "--json", "--db", str(reported.path)])
+    assert json.loads(checked.stdout)["verdict"] == "poisoned"
+    assert statusline(reported, json.dumps({"session_id": E})) == (
+        f"poisoned · session-index check {E} · $5.00 (1 call)\n")
+
+
 def test_statusline_freshen_ingests_a_new_session(reported):
     path = write_jsonl(reported.projects / "-work-new" / f"{D}.jsonl", [
         prompt(D, "p-d", "hi", "2026-12-03T08:00:00Z"),
