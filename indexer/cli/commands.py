@@ -32,6 +32,7 @@ from indexer.signals import projects
 from indexer.signals.classes import EXPIRING_WINDOW_DAYS, LISTED, listing_help
 from indexer.index.connection import IndexError_
 from indexer.ingest.log import counted
+from indexer.index.clock import WEEKDAYS
 
 
 class _OnUse:
@@ -55,6 +56,7 @@ signals, statusmod = _OnUse("signals.listings"), _OnUse("index.status")
 verdicts = _OnUse("signals.verdict")
 record_kinds = _OnUse("index.record_kinds")
 pricesmod, usagemod = _OnUse("index.prices"), _OnUse("index.usage")
+reportmod, statuslinemod = _OnUse("index.usage_report"), _OnUse("repair.statusline")
 
 EXIT_FINDING = 1
 EXIT_UNUSABLE = 3
@@ -642,14 +644,52 @@ def _say_unmatched(db, project) -> None:
 
 
 
-@cli.command()
+def _usage_time(value: str | None, option: str, tz, now, end: bool = False):
+    """--since/--until of a usage command as an aware time (None: open)."""
+    if value is None:
+        return None
+    try:
+        return reportmod.when(value, tz, now, end=end)
+    except reportmod.BadTime as exc:
+        raise click.BadParameter(str(exc), param_hint=option) from None
+
+
+def _usage_zone(ctx, param, value):
+    try:
+        return reportmod.zone(value)
+    except reportmod.BadZone as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+USAGE_WHEN_HELP = ("a date (YYYY-MM-DD or YYYYMMDD), an ISO-8601 time, or now, today, "
+                   "yesterday, N hours/days/weeks ago")
+
+
+def _refresh_prices(db) -> None:
+    try:
+        pricesmod.refresh_packaged(db)
+    except pricesmod.PricesError as exc:
+        click.echo(f"warning: the packaged prices were not loaded: {exc}", err=True)
+
+
+def _unpriced_warning(rows: list[dict]) -> None:
+    unpriced = sum(r["unpriced_calls"] for r in rows)
+    if unpriced:
+        models = sorted({m for r in rows for m in (r["unpriced_models"] or "").split(",") if m})
+        click.echo(f"{unpriced} calls of models with no price ({', '.join(models)}): not in "
+                   "cost_usd; load a price file with 'session-index prices load FILE'", err=True)
+
+
+@cli.group(invoke_without_command=True)
 @db_option
 @click.option("--by", type=click.Choice(["day", "session", "model", "project"]), default=None,
               help="One row per day (UTC), session, model or project folder "
                    "[default: one row for all].")
-@since_option("API calls")
+@click.option("--since", default=None, metavar="WHEN",
+              help=f"Only API calls at or after this time (UTC): {USAGE_WHEN_HELP}.")
 @output_options
-def usage(db_path, by, since, fmt):
+@click.pass_context
+def usage(ctx, db_path, by, since, fmt):
     """Tokens and cost of the API calls in the transcripts, each call counted
     once (the usage view: split content blocks, forks, copies and resumed
     sessions repeat a call's lines), priced from the prices table: the
@@ -658,30 +698,163 @@ def usage(db_path, by, since, fmt):
     and left out of cost_usd (never priced at 0). By session, Claude Code's
     own figures for the session are beside it (cost-state records,
     `claude -p` total_cost_usd) with the difference; stderr compares the
-    totals.
+    totals. The reports (daily, weekly, monthly, session, blocks) group the
+    same calls by period in a time zone, with totals; `usage calls` lists
+    the calls any of their figures counts.
 
     Example:
 
     \b
         session-index usage --by project --since 2026-11-24 --table
         session-index usage --by day --json
+        session-index usage daily --since "7 days ago" --breakdown
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    from indexer.cli import output   # (csv and the formats: only for a command that prints a listing)
+
+    if since is not None:
+        now = reportmod.clock()
+        since = reportmod.stored(_usage_time(since, "--since", reportmod.UTC, now))
+    db = _open(db_path, create=False)
+    _refresh_prices(db)
+    rows = usagemod.summary(db, by=by, since=since)
+    output.write_rows(rows, fmt, sys.stdout)
+    _unpriced_warning(rows)
+    for line in usagemod.comparison_lines(usagemod.comparison(db, since=since)):
+        click.echo(line, err=True)
+
+
+def report_options(fn):
+    """The options every usage report takes."""
+    for option in reversed((
+        db_option,
+        click.option("--since", default=None, metavar="WHEN",
+                     help=f"Only calls at or after this time: {USAGE_WHEN_HELP} "
+                          "(in --timezone)."),
+        click.option("--until", default=None, metavar="WHEN",
+                     help="Only calls before this time; a date or a word naming a day "
+                          "includes that day."),
+        click.option("--timezone", "tz", default=None, metavar="ZONE", callback=_usage_zone,
+                     help="The IANA time zone days, weeks and months are counted in (UTC, "
+                          "Europe/Berlin) [default: this machine's]."),
+        click.option("--start-of-week", type=click.Choice(WEEKDAYS), default="sunday",
+                     show_default=True, help="The first day of a week (weekly)."),
+        now_option,
+    )):
+        fn = option(fn)
+    return fn
+
+
+def _report_command(kind: str, doc: str):
+    @usage.command(kind, help=doc)
+    @report_options
+    @click.option("--breakdown", is_flag=True, help="Each row's figures per model too.")
+    @click.option("--evidence", is_flag=True,
+                  help="Each row's API calls too (the files and sessions holding each).")
+    @output_options
+    def command(db_path, since, until, tz, start_of_week, now, breakdown, evidence, fmt):
+        from indexer.cli import usage_output   # (the report's formats: only for a report)
+
+        moment = reportmod.clock(now)
+        _usage_time(since, "--since", tz, moment)
+        _usage_time(until, "--until", tz, moment, end=True)
+        db = _open(db_path, create=False)
+        _refresh_prices(db)
+        found = reportmod.report(db, kind, since=since, until=until, tz=tz, now=moment,
+                                 breakdown=breakdown, start_of_week=start_of_week,
+                                 evidence=evidence)
+        usage_output.write(found, kind, fmt, sys.stdout)
+    return command
+
+
+REPORT_HELP = {
+    "daily": "the calls of each day",
+    "weekly": "the calls of each week (its first day: --start-of-week)",
+    "monthly": "the calls of each month",
+    "session": "the calls of each session, with its title, project folder and last call",
+    "blocks": ("Claude's 5-hour billing windows (ccusage's blocks: a block starts at the "
+               "hour of its first call and ends 5 hours later, or when 5 hours pass without "
+               "a call); the active one with its burn rate and projected to its end"),
+}
+REPORT_EXAMPLES = {
+    "daily": "session-index usage daily --since 2026-11-01 --timezone Europe/Berlin",
+    "weekly": "session-index usage weekly --breakdown",
+    "monthly": "session-index usage monthly --json",
+    "session": "session-index usage session --since yesterday",
+    "blocks": "session-index usage blocks --since today",
+}
+for _kind, _what in REPORT_HELP.items():
+    _report_command(_kind, f"""Tokens and cost of {_what}: each API call once (as the usage
+    view counts it), a totals row, money in dollars, in the --timezone. --json for
+    machines (raw numbers); --evidence lists the calls each row counts (as
+    `session-index usage calls` does).
+
+    Example:
+
+    \b
+        {REPORT_EXAMPLES[_kind]}
+    """)
+
+
+@usage.command("calls")
+@report_options
+@click.option("--day", default=None, metavar="YYYY-MM-DD", help="The calls of this day.")
+@click.option("--week", default=None, metavar="YYYY-MM-DD",
+              help="The calls of the week that starts on this day.")
+@click.option("--month", default=None, metavar="YYYY-MM", help="The calls of this month.")
+@click.option("--session", "session_id", default=None, metavar="ID",
+              help="The calls of this session.")
+@click.option("--block", default=None, metavar="START",
+              help="The calls of the 5-hour block that starts then (as blocks prints it).")
+@click.option("--model", default=None, metavar="MODEL", help="Only this model's calls.")
+@output_options
+def usage_calls(db_path, since, until, tz, start_of_week, now, day, week, month, session_id,
+                block, model, fmt):
+    """The API calls a usage figure counts, the evidence of a report's row:
+    each call once, its time, session, model, message and request ids, its
+    lines and the files and sessions that hold it (a fork, a copy or a
+    resumed session repeats it: counted once), tokens and cost.
+
+    Example:
+
+    \b
+        session-index usage calls --day 2026-11-24 --timezone UTC --table
     """
     from indexer.cli import output   # (csv and the formats: only for a command that prints a listing)
 
+    moment = reportmod.clock(now)
+    _usage_time(since, "--since", tz, moment)
+    _usage_time(until, "--until", tz, moment, end=True)
     db = _open(db_path, create=False)
-    try:
-        pricesmod.refresh_packaged(db)
-    except pricesmod.PricesError as exc:
-        click.echo(f"warning: the packaged prices were not loaded: {exc}", err=True)
-    rows = usagemod.summary(db, by=by, since=since)
+    _refresh_prices(db)
+    rows = reportmod.calls(db, since=since, until=until, tz=tz, now=moment, day=day, week=week,
+                           month=month, session=session_id, block=block, model=model,
+                           start_of_week=start_of_week)
+    if fmt != "json":
+        rows = [dict(r, sessions=",".join(r["sessions"])) for r in rows]
     output.write_rows(rows, fmt, sys.stdout)
-    unpriced = sum(r["unpriced_calls"] for r in rows)
-    if unpriced:
-        models = sorted({m for r in rows for m in (r["unpriced_models"] or "").split(",") if m})
-        click.echo(f"{unpriced} calls of models with no price ({', '.join(models)}): not in "
-                   "cost_usd; load a price file with 'session-index prices load FILE'", err=True)
-    for line in usagemod.comparison_lines(usagemod.comparison(db, since=since)):
-        click.echo(line, err=True)
+
+
+@cli.command()
+@db_option
+@click.option("--freshen", is_flag=True,
+              help="Ingest the session's transcript first when it changed since the last "
+                   "ingest (a write) [default: answer from the index as it stands].")
+def statusline(db_path, freshen):
+    """Claude Code's status line: reads the statusLine JSON Claude Code pipes
+    to the command (session_id, transcript_path, cost...) on stdin and prints
+    one short line: the session's verdict (as `check` gives it, from the
+    index; nothing is ingested without --freshen), the cost of its API calls
+    as the index counts them, and Claude Code's own figure when it differs.
+    Always exits 0 (a status line that fails is blank).
+
+    Example:
+
+    \b
+        session-index statusline < status.json
+    """
+    click.echo(statuslinemod.line(db_path, sys.stdin.read(), freshen=freshen))
 
 
 @cli.group()
@@ -706,10 +879,7 @@ def prices_list(db_path, fmt):
     from indexer.cli import output   # (csv and the formats: only for a command that prints a listing)
 
     db = _open(db_path, create=False)
-    try:
-        pricesmod.refresh_packaged(db)
-    except pricesmod.PricesError as exc:
-        click.echo(f"warning: the packaged prices were not loaded: {exc}", err=True)
+    _refresh_prices(db)
     output.write_rows(pricesmod.listing(db), fmt, sys.stdout)
 
 
