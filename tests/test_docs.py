@@ -5,6 +5,7 @@ the code (indexer/cli/reference.py through docs/hooks.py)."""
 from __future__ import annotations
 
 import html
+import os
 import re
 import subprocess
 import sys
@@ -37,7 +38,7 @@ def site(tmp_path_factory):
     out = tmp_path_factory.mktemp("site")
     built = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir",
                             str(out)], cwd=ROOT, capture_output=True, text=True,
-                           env={"NO_MKDOCS_2_WARNING": "1", "PATH": "/usr/bin:/bin"})
+                           env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
     assert built.returncode == 0, built.stderr[-3000:]
     return out
 
