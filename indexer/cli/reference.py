@@ -23,8 +23,9 @@ from indexer.signals import classes
 from session_index_web import metadata
 
 PROG = "session-index"
-# The width --help is wrapped at in the reference (a terminal's is its own).
-HELP_WIDTH = 100
+# The width --help is wrapped at in the reference (a terminal's is its own;
+# 80 fits the page's code column).
+HELP_WIDTH = 80
 MARKERS = {
     "<!-- generated: cli-reference -->": lambda: cli_reference(),
     "<!-- generated: sql-contract -->": lambda: sql_contract(),
@@ -66,8 +67,9 @@ def command_paths(group: click.Group = cli, path: tuple = ()) -> list[tuple[tupl
 
 def help_text(path: tuple) -> str:
     """``session-index PATH --help`` as it prints, wrapped at HELP_WIDTH."""
-    ctx = click.Context(cli, info_name=PROG, max_content_width=HELP_WIDTH,
-                        terminal_width=HELP_WIDTH)
+    settings = {**cli.context_settings, "max_content_width": HELP_WIDTH,
+                "terminal_width": HELP_WIDTH}
+    ctx = click.Context(cli, info_name=PROG, **settings)
     command = cli
     for name in path:
         command = command.get_command(ctx, name)
@@ -126,7 +128,7 @@ def sql_contract() -> str:
     objects = schema()
     shown = [o for o in objects if not described.get(o[1], {}).get("hidden")]
     hidden = [o for o in objects if described.get(o[1], {}).get("hidden")]
-    parts = ["## Tables and views\n",
+    parts = ["## Every table and view\n",
              "Every table and view of an index this version makes, in the order the "
              "migrations made them, with what each column means (from "
              "`datasette-plugins/metadata.py`, which the web UI and `metadata.yml` show "
