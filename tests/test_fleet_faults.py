@@ -530,7 +530,7 @@ def test_the_central_answers_as_a_local_index_for_every_corpus_session(server, t
     sid = sessions[0]
     assert run("show", sid, "--db", central).stdout == run("show", sid, "--db", local).stdout
     status = run("status", "--db", central).stdout.decode()
-    assert "last ingest: never" not in status and "fleet: 1 hosts" in status
+    assert "last ingest: never" not in status and "fleet: 1 host, " in status
     assert dict_rows(c.conn, "SELECT value FROM index_meta WHERE key = 'last_ingest_at'")
 
 

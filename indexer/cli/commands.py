@@ -26,10 +26,12 @@ from indexer.cli.options import nats_auth_options, nats_options
 from indexer.index import db as dbmod
 from indexer.cli.options import (config_dir_option, db_option, from_options, generation_option,
                                  json_option, now_option,
-                                 metrics_option, output_options,
+                                 metrics_option, output_options, project_option,
                                  since_option)
+from indexer.signals import projects
 from indexer.signals.classes import EXPIRING_WINDOW_DAYS, LISTED, listing_help
 from indexer.index.connection import IndexError_
+from indexer.ingest.log import counted
 
 
 class _OnUse:
@@ -264,8 +266,9 @@ def _ingest_from(db_path, url, consumer, hosts, watch, as_json, auth, gap_wait, 
     if as_json:
         click.echo(json.dumps(dict(summary.as_dict(), db=db_path)))
     else:
-        click.echo(f"{summary.messages} messages from {len(summary.hosts)} hosts: "
-                   f"{summary.new_lines} new lines ({summary.duplicates} duplicates skipped, "
+        click.echo(f"{counted(summary.messages, 'message')} from "
+                   f"{counted(len(summary.hosts), 'host')}: "
+                   f"{counted(summary.new_lines, 'new line')} ({summary.duplicates} duplicates skipped, "
                    f"{summary.gaps} held for earlier bytes, {summary.recorded_gaps} gaps "
                    f"recorded, {summary.bad_messages} quarantined) in {summary.seconds:.1f}s; "
                    f"index {db_path}")
@@ -338,8 +341,8 @@ def ship(sources, to_url, host, ledger, once, config_dir, metrics, **auth):
     finally:
         if endpoint is not None:
             endpoint.close()
-    log(f"{shipper.messages} messages, {shipper.sent_lines} lines, "
-        f"{shipper.sent_bytes} bytes sent")
+    log(f"{counted(shipper.messages, 'message')}, {counted(shipper.sent_lines, 'line')}, "
+        f"{counted(shipper.sent_bytes, 'byte')} sent")
 
 
 @cli.command()
@@ -380,7 +383,8 @@ def status(db_path, as_json):
         click.echo(f"  {cause:22} {n}")
     click.echo(f"last ingest: {s['last_ingest_at'] or 'never'}")
     if s["fleet_hosts"] or s["fleet_quarantined"] or s["fleet_gaps"]:
-        click.echo(f"fleet: {s['fleet_hosts']} hosts, {s['fleet_files']} files shipped; oldest "
+        click.echo(f"fleet: {counted(s['fleet_hosts'], 'host')}, "
+                   f"{counted(s['fleet_files'], 'file')} shipped; oldest "
                    f"last heartbeat {s['oldest_heartbeat_at'] or 'none'}; sessions on several "
                    f"hosts: {s['sessions_on_several_hosts']} "
                    f"({s['sessions_diverged_across_hosts']} diverged, see host_copies); "
@@ -409,7 +413,7 @@ def quarantined(db_path, fmt):
     from indexer.cli import output   # (csv and the formats: only for a command that prints a listing)
 
     rows = statusmod.quarantined(_open(db_path, create=False))
-    output.write_rows(rows, fmt or "tsv", sys.stdout)
+    output.write_rows(rows, fmt, sys.stdout)
     if rows:
         sys.exit(EXIT_FINDING)
 
@@ -433,7 +437,7 @@ def fleet_gaps(db_path, fmt):
     from indexer.cli import output   # (csv and the formats: only for a command that prints a listing)
 
     rows = statusmod.gaps(_open(db_path, create=False))
-    output.write_rows(rows, fmt or "tsv", sys.stdout)
+    output.write_rows(rows, fmt, sys.stdout)
     if rows:
         sys.exit(EXIT_FINDING)
 
@@ -546,7 +550,7 @@ def _listing(name, db_path, now=None, fmt=None, **options):
 
     db = _open(db_path, create=False)
     rows = signals.listing(db, name, now=now, **options)
-    output.write_rows(rows, fmt or "tsv", sys.stdout)
+    output.write_rows(rows, fmt, sys.stdout, shown=LISTED[name].listing.columns)
     if rows:
         sys.exit(EXIT_FINDING)
 
@@ -598,15 +602,14 @@ def record_types(db_path, only_new, since, fmt):
     from indexer.cli import output   # (csv and the formats: only for a command that prints a listing)
 
     rows = record_kinds.listing(_open(db_path, create=False), new=only_new, since=since)
-    output.write_rows(rows, fmt or "tsv", sys.stdout)
+    output.write_rows(rows, fmt, sys.stdout)
     if only_new and rows:
         sys.exit(EXIT_FINDING)
 
 
 @cli.command()
 @db_option
-@click.option("--project", default=None, metavar="P",
-              help="Only sessions of this project folder (as in ~/.claude/projects) or cwd.")
+@project_option("sessions")
 @since_option("sessions active")
 @click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
 @output_options
@@ -623,9 +626,18 @@ def sessions(db_path, project, since, limit, fmt):
     """
     from indexer.cli import output   # (csv and the formats: only for a command that prints a listing)
 
-    rows = signals.sessions(_open(db_path, create=False), project=project, since=since,
-                            limit=limit)
-    output.write_rows(rows, fmt or "tsv", sys.stdout)
+    db = _open(db_path, create=False)
+    rows = signals.sessions(db, project=project, since=since, limit=limit)
+    output.write_rows(rows, fmt, sys.stdout, shown=signals.SESSIONS_SHOWN)
+    _say_unmatched(db, project)
+
+
+def _say_unmatched(db, project) -> None:
+    """A --project that matches no session says so on stderr (the listing
+    is empty either way; the exit code stays the listing's)."""
+    note = projects.unmatched(db.conn, project)
+    if note:
+        click.echo(f"note: {note}", err=True)
 
 
 
@@ -662,7 +674,7 @@ def usage(db_path, by, since, fmt):
     except pricesmod.PricesError as exc:
         click.echo(f"warning: the packaged prices were not loaded: {exc}", err=True)
     rows = usagemod.summary(db, by=by, since=since)
-    output.write_rows(rows, fmt or "tsv", sys.stdout)
+    output.write_rows(rows, fmt, sys.stdout)
     unpriced = sum(r["unpriced_calls"] for r in rows)
     if unpriced:
         models = sorted({m for r in rows for m in (r["unpriced_models"] or "").split(",") if m})
@@ -698,7 +710,7 @@ def prices_list(db_path, fmt):
         pricesmod.refresh_packaged(db)
     except pricesmod.PricesError as exc:
         click.echo(f"warning: the packaged prices were not loaded: {exc}", err=True)
-    output.write_rows(pricesmod.listing(db), fmt or "tsv", sys.stdout)
+    output.write_rows(pricesmod.listing(db), fmt, sys.stdout)
 
 
 @prices.command("load")
@@ -1058,8 +1070,7 @@ def mcp(db_path, config_dir, http, port):
 @db_option
 @click.option("--session", "session_id", default=None, metavar="ID",
               help="Only records of this session.")
-@click.option("--project", default=None, metavar="P",
-              help="Only records of this project folder (as in ~/.claude/projects) or cwd.")
+@project_option("records")
 @since_option("records")
 @click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True,
               metavar="N", help="At most N records.")
@@ -1138,9 +1149,10 @@ def search(query, db_path, session_id, project, since, limit, enable, disable, f
         raise Failure(f"{exc} (on {db_path})") from None
     except searchmod.EmptyQuery as exc:
         raise click.UsageError(str(exc)) from None
-    fmt = fmt or "tsv"
+    fmt = output.chosen(fmt)
     bold = fmt == "tsv" and sys.stdout.isatty()
     for row in rows:
         row["snippet"] = searchmod.marked(
             row["snippet"], style=(lambda match: click.style(match, bold=True)) if bold else None)
     output.write_rows(rows, fmt, sys.stdout)
+    _say_unmatched(db, project)
