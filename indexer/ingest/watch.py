@@ -30,7 +30,7 @@ An index file deleted or replaced while the watcher runs stops it
 its connection would otherwise write into the unlinked file.
 
 The log goes to stderr, one line each, never a traceback (formats in
-LOG_FORMATS below and in the README). An error on one file, or a failed
+LOG_FORMATS below and in docs/guides/agent-server.md). An error on one file, or a failed
 batch, is logged and the watcher goes on (a failed batch is retried with a
 growing delay).
 """

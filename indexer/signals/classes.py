@@ -16,8 +16,8 @@ surfaces are generated from these declarations and never restate them:
 
 The file is one block per class (its SQL, its view, its canned query, its
 declaration), then CLASSES, every class in the health page's order. Adding a
-class is one block here, its name in CLASSES, and its tests (README,
-"Contributing"); tests/test_classes.py fails for a class that is declared
+class is one block here, its name in CLASSES, and its tests (docs/contributing.md,
+"Adding a problem class"); tests/test_classes.py fails for a class that is declared
 for a surface and missing from it.
 
 This module sits below the index (the view registry imports it): it imports
