@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import datetime, timezone
 from urllib.parse import quote
 
 from markupsafe import Markup
@@ -197,3 +198,61 @@ def session_path(session_id: str) -> str:
 def css_class(word, known) -> str:
     """A CSS class suffix for a word from a view, only if it is a known word."""
     return word if word in known else "unknown"
+
+
+# Markup Claude Code writes into a prompt around what the user typed: the
+# context it attaches (the editor's selection or open file, the reminders and
+# command output) is dropped with its content; the other tags (a slash
+# command's name and arguments, a shell command) are dropped and their text
+# kept. A context tag the title's cut leaves open drops the rest.
+_CONTEXT_TAGS = ("ide_selection", "ide_opened_file", "ide_diagnostics", "system-reminder",
+                 "command-message", "local-command-caveat", "local-command-stdout",
+                 "local-command-stderr", "bash-stdout", "bash-stderr", "user-memory-input")
+_CONTEXT = re.compile("|".join(rf"<{t}\b[^>]*>.*?(?:</{t}>|\Z)" for t in _CONTEXT_TAGS), re.S)
+_TAG = re.compile(r"</?[A-Za-z][\w-]*(?:\s[^<>]*)?/?>")
+TITLE_LENGTH = 100  # characters of a title shown
+
+
+def plain_title(text: str | None, length: int = TITLE_LENGTH) -> str:
+    """A session's title (sessions' custom title, AI title or first prompt)
+    as a person reads it: Claude Code's markup stripped, whitespace made one
+    space, cut to ``length`` characters. Plain text: escaped where shown."""
+    text = _TAG.sub(" ", _CONTEXT.sub(" ", text or ""))
+    text = _WS.sub(" ", text).strip()
+    return text if len(text) <= length else text[:length - 1].rstrip() + "…"
+
+
+_AGO_UNITS = ((365 * 86400, "year"), (30 * 86400, "month"), (7 * 86400, "week"),
+              (86400, "day"), (3600, "hour"), (60, "minute"), (1, "second"))
+
+
+def relative_time(iso: str | None, now: datetime | None = None) -> str:
+    """An ISO-8601 time as '3 hours ago' (or 'in 2 days') from ``now`` (the
+    clock): the largest whole unit; '' for what is not a time."""
+    if not iso:
+        return ""
+    try:
+        moment = datetime.fromisoformat(str(iso).replace("Z", "+00:00"))
+    except ValueError:
+        return ""
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    seconds = int(((now or datetime.now(timezone.utc)) - moment).total_seconds())
+    if abs(seconds) < 1:
+        return "just now"
+    size, unit = next((s, u) for s, u in _AGO_UNITS if abs(seconds) >= s)
+    n = abs(seconds) // size
+    words = f"{n} {unit}{'' if n == 1 else 's'}"
+    return f"{words} ago" if seconds > 0 else f"in {words}"
+
+
+def when(iso: str | None, now: datetime | None = None) -> Markup:
+    """A stored time as the pages show it: the ISO time as stored, and
+    beside it how long ago that was (``relative_time``)."""
+    if not iso:
+        return Markup("")
+    ago = relative_time(iso, now)
+    if not ago:
+        return Markup("{}").format(iso)
+    return Markup('<time datetime="{}">{}</time> <span class="si-ago">({})</span>').format(
+        iso, iso, ago)
