@@ -200,28 +200,6 @@ def css_class(word, known) -> str:
     return word if word in known else "unknown"
 
 
-# Markup Claude Code writes into a prompt around what the user typed: the
-# context it attaches (the editor's selection or open file, the reminders and
-# command output) is dropped with its content; the other tags (a slash
-# command's name and arguments, a shell command) are dropped and their text
-# kept. A context tag the title's cut leaves open drops the rest.
-_CONTEXT_TAGS = ("ide_selection", "ide_opened_file", "ide_diagnostics", "system-reminder",
-                 "command-message", "local-command-caveat", "local-command-stdout",
-                 "local-command-stderr", "bash-stdout", "bash-stderr", "user-memory-input")
-_CONTEXT = re.compile("|".join(rf"<{t}\b[^>]*>.*?(?:</{t}>|\Z)" for t in _CONTEXT_TAGS), re.S)
-_TAG = re.compile(r"</?[A-Za-z][\w-]*(?:\s[^<>]*)?/?>")
-TITLE_LENGTH = 100  # characters of a title shown
-
-
-def plain_title(text: str | None, length: int = TITLE_LENGTH) -> str:
-    """A session's title (sessions' custom title, AI title or first prompt)
-    as a person reads it: Claude Code's markup stripped, whitespace made one
-    space, cut to ``length`` characters. Plain text: escaped where shown."""
-    text = _TAG.sub(" ", _CONTEXT.sub(" ", text or ""))
-    text = _WS.sub(" ", text).strip()
-    return text if len(text) <= length else text[:length - 1].rstrip() + "…"
-
-
 _AGO_UNITS = ((365 * 86400, "year"), (30 * 86400, "month"), (7 * 86400, "week"),
               (86400, "day"), (3600, "hour"), (60, "minute"), (1, "second"))
 

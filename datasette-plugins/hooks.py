@@ -8,9 +8,9 @@ Everything acts only in databases that are session indexes."""
 
 from datasette import hookimpl
 
+from indexer.signals.listings import plain_title
 from session_index_web import cells, metadata as web_metadata, pages as web_pages
-from session_index_web.format import (is_synthetic, json_excerpt, plain_title,
-                                      relative_time, when)
+from session_index_web.format import is_synthetic, json_excerpt, relative_time, when
 
 
 @hookimpl

@@ -20,7 +20,7 @@ from indexer.index import search
 from indexer.signals import listings as signals, verdict as verdicts
 from indexer.signals.classes import SEVERITIES, thinking_faults_where
 from session_index_web import charts as web_charts, health as web_health, tree as web_tree
-from session_index_web.format import CAUSE_COLOURS, plain_title, pretty_json, session_path
+from session_index_web.format import CAUSE_COLOURS, pretty_json, session_path
 from session_index_web.metadata import QUERIES
 
 PAGE_TIME_LIMIT_MS = 20_000
@@ -245,7 +245,7 @@ async def search_page(datasette, request):
     query = (request.args.get("q") or "").strip()
     hits, note = await _search(db, query, None, SEARCH_LIMIT)
     ids = sorted({h["session_id"] for h in hits if h["session_id"]})
-    titles = {r["session_id"]: plain_title(r["title"]) for r in await db.execute(
+    titles = {r["session_id"]: signals.plain_title(r["title"]) for r in await db.execute(
         SESSION_TITLES_SQL, {"ids": json.dumps(ids)})} if ids else {}
     records_url = datasette.urls.table(name, "records") + "/"
     return await render(datasette, request, "session_search.html", {
@@ -322,7 +322,7 @@ async def session_page(datasette, request):
     title = (await db.execute(SESSION_TITLES_SQL, {"ids": json.dumps([session_id])})).first()
     return await render(datasette, request, "session_tree.html", {
         "session_id": session_id,
-        "title": plain_title(title["title"]) if title else "",
+        "title": signals.plain_title(title["title"]) if title else "",
         "search": found,
         "session": dict(session) if session else {},
         "database": name,
