@@ -251,6 +251,7 @@ def test_session_titles_strip_claude_codes_markup(site):
     ("<ide_selection>cut off by the SQL's 120 characters", ""),
     ("<bash-input>ls -la</bash-input>", "ls -la"),
     ("<command-name>/review</command-name> the parser</com", "/review the parser"),
+    ("see <a hr", "see"),
     ("a < b and  c > d", "a < b and c > d"),
     ("x" * 150, "x" * 99 + "\u2026"),
     (None, ""),

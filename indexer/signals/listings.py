@@ -43,7 +43,7 @@ TITLE_CONTEXT_TAGS = ("ide_selection", "ide_opened_file", "ide_diagnostics", "sy
                       "local-command-stderr", "bash-stdout", "bash-stderr", "user-memory-input")
 _CONTEXT = re.compile("|".join(rf"<{t}\b[^>]*>.*?(?:</{t}>|\Z)" for t in TITLE_CONTEXT_TAGS),
                       re.S)
-_TAG = re.compile(r"</?[A-Za-z][\w-]*(?:\s[^<>]*)?/?>|</?[A-Za-z][\w-]*\Z")
+_TAG = re.compile(r"</?[A-Za-z][\w-]*(?:\s[^<>]*)?/?>|</?[A-Za-z][^<>]*\Z")
 _WS = re.compile(r"\s+")
 TITLE_LENGTH = 100  # characters of a title shown
 
