@@ -207,6 +207,16 @@ def test_root_is_the_health_page_and_stock_index_without_a_session_index(site):
     assert "Session health</h1>" not in response.text and "si-global-search" not in response.text
 
 
+def test_other_databases_keep_datasettes_table_page(tmp_path):
+    path = tmp_path / "other.db"
+    sqlite3.connect(path).execute("CREATE TABLE t (a)").connection.commit()
+    ds = Datasette([str(path)], metadata={"databases": {"other": {"tables": {"t": {
+        "description": "a table", "columns": {"a": "the column"}}}}}})
+    html = asyncio.run(ds.client.get("/other/t")).text
+    assert '<dl class="column-descriptions">' in html and "si-about" not in html
+    assert "si-data-first" not in html and "si-global-search" not in html
+
+
 def test_table_and_view_pages_fold_their_descriptions(site):
     for table in ("sessions", "orphans", "records"):
         html = site.get(f"/{site.name}/{table}").text
@@ -288,7 +298,10 @@ def test_times_show_how_long_ago_beside_the_iso_time(site):
         assert ago in (web_format.relative_time(iso, now), web_format.relative_time(
             iso, now.replace(second=0)))
     health = site.get("/-/session-health").text
-    assert len(re.findall(r'<td class="si-ago">\d+ \w+ ago</td>', health)) >= 5
+    assert len(re.findall(r'<td class="si-ago">\d+ \w+ ago</td>', health)) >= 5   # problems
+    recent = health[health.index("<h2>Recent sessions</h2>"):health.index("Newest problems")]
+    assert len(re.findall(r'<td><time datetime="[^"]+">[^<]+</time> <span class="si-ago">'
+                          r'\(\d+ \w+ ago\)</span></td>', recent)) >= 5
     assert web_format.when(f"<script>{PWN}</script>") == f"&lt;script&gt;{PWN}&lt;/script&gt;"
 
 
@@ -310,6 +323,7 @@ def test_search_page_lists_what_was_said_with_titles_escaped(site):
     link = web_format.session_path(SELECTION_SID) + "?q=" + SEARCH_WORD
     assert f'<a href="{link}">{SELECTION_TITLE}</a>' in body
     assert f"<mark>{SEARCH_WORD}</mark> &lt;script&gt;" in body
+    assert re.search(r'<td><time datetime="[^"]+">[^<]+</time> <span class="si-ago">', body)
     assert f'value="{SEARCH_WORD}"' in html   # the box keeps the query
     no_live_markup(html)
     hostile = site.get("/-/search?q=" + quote("pwned")).text
