@@ -181,7 +181,7 @@ def test_chart_scripts_are_served_with_their_licences_and_packaged():
     for path in web_charts.SCRIPTS:
         response = asyncio.run(ds.client.get(f"/-/static-plugins/session-index/{path}"))
         assert response.status_code == 200 and "javascript" in response.headers["content-type"]
-        assert "http://" not in response.text[:200] and "https://cdn" not in response.text
+        assert response.content == (PLUGIN / "static" / path).read_bytes()
     vendor = PLUGIN / "static" / "vendor"
     for library in ("d3", "plot"):
         assert "Permission to use, copy, modify" in (vendor / f"{library}-LICENSE.txt").read_text()
@@ -320,6 +320,7 @@ def test_search_page_lists_what_was_said_with_titles_escaped(site):
     body = html[html.index("<h1>"):]
     hits = search.search(_Db(site.path), SEARCH_WORD, limit=100)
     assert len(hits) == 1 and body.count('<tr>') == 2   # the header and the hit
+    assert f"1 record holds <strong>{SEARCH_WORD}</strong>" in body
     link = web_format.session_path(SELECTION_SID) + "?q=" + SEARCH_WORD
     assert f'<a href="{link}">{SELECTION_TITLE}</a>' in body
     assert f"<mark>{SEARCH_WORD}</mark> &lt;script&gt;" in body
