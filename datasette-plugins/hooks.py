@@ -8,8 +8,9 @@ Everything acts only in databases that are session indexes."""
 
 from datasette import hookimpl
 
+from indexer.signals.listings import plain_title
 from session_index_web import cells, metadata as web_metadata, pages as web_pages
-from session_index_web.format import is_synthetic, json_excerpt
+from session_index_web.format import is_synthetic, json_excerpt, relative_time, when
 
 
 @hookimpl
@@ -21,6 +22,10 @@ def register_routes():
         (r"^/-/session-record/(?P<record_id>[0-9]+)$", web_pages.record_raw),
         (r"^/-/session-download/(?P<file_id>[0-9]+)/(?P<which>original|repaired)$",
          web_pages.download),
+        (r"^/$", web_pages.index_page),
+        (r"^/-/charts$", web_pages.charts_page),
+        (r"^/-/charts/(?P<name>[^/]+)$", web_pages.charts_page),
+        (r"^/-/search$", web_pages.search_page),
     ]
 
 
@@ -67,6 +72,34 @@ def render_cell(row, value, column, table, database, datasette):
         if not await web_pages.is_session_index(datasette, database):
             return None
         return cells.render_cell(row, value, column, table, database, datasette.urls)
+
+    return inner
+
+
+@hookimpl
+def prepare_jinja2_environment(env):
+    """The pages' filters: a session title as a person reads it (markup
+    stripped) and a stored time with how long ago it was."""
+    env.filters["si_title"] = plain_title
+    env.filters["si_when"] = when
+    env.filters["si_ago"] = relative_time
+
+
+@hookimpl
+def extra_template_vars(database, request, datasette):
+    """Every page of a Datasette with a session index: the global search
+    box's target (templates/base.html) and, on a session index's table or
+    view page, that its descriptions fold away (templates/table.html)."""
+    async def inner():
+        names = [n for n in datasette.databases
+                 if await web_pages.is_session_index(datasette, n)]
+        if not names:
+            return {}
+        target = database if database in names else names[0]
+        return {"si_search_url": datasette.urls.path("/-/search"),
+                "si_search_database": target,
+                "si_search_q": (request.args.get("q") or "") if request is not None else "",
+                "si_index": database in names}
 
     return inner
 

@@ -24,7 +24,7 @@ import sys
 import yaml
 
 from indexer.index import search
-from indexer.signals import classes
+from indexer.signals import charts, classes
 
 PLUGIN = "session-index"
 TITLE = "session-index"
@@ -155,6 +155,8 @@ QUERIES = {
                      "new=1: those the last ingest brought."),
     "cost_by_project": ("Cost by project", COST_BY_PROJECT_SQL,
                         "Tokens and cost per project folder since a time, each API call once."),
+    # the charts' data (signals/charts.py; the pages draw them from these)
+    **{q.name: (q.title, q.sql, q.description) for q in charts.CHARTS},
 }
 # search_transcripts: records whose text holds :q as a phrase, newest first
 # (search.py; needs session-index search --enable).
@@ -992,8 +994,9 @@ TABLES["_sqlite_migrations"] = {
 
 def canned_queries() -> dict:
     """The canned queries, as the plugin's canned_queries hook gives them to
-    every database that is a session index."""
-    return {name: {"title": title, "description": description, "sql": sql}
+    every database that is a session index. Their pages open with the rows:
+    the SQL is folded away (hide_sql; Datasette's "show" link unfolds it)."""
+    return {name: {"title": title, "description": description, "sql": sql, "hide_sql": True}
             for name, (title, sql, description) in QUERIES.items()}
 
 

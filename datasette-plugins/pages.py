@@ -8,21 +8,24 @@ Datasette's layout.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from urllib.parse import quote, unquote, urlencode
 
-from datasette.utils.asgi import NotFound, Response
+from datasette.utils.asgi import NotFound, Request, Response
+from datasette.views.index import IndexView
 
 from indexer.chain import resume
 from indexer.index import search
 from indexer.signals import listings as signals, verdict as verdicts
 from indexer.signals.classes import SEVERITIES, thinking_faults_where
-from session_index_web import health as web_health, tree as web_tree
+from session_index_web import charts as web_charts, health as web_health, tree as web_tree
 from session_index_web.format import CAUSE_COLOURS, pretty_json, session_path
 from session_index_web.metadata import QUERIES
 
 PAGE_TIME_LIMIT_MS = 20_000
 SESSION_SEARCH_LIMIT = 50   # hits shown on a session page
+SEARCH_LIMIT = 100   # hits shown on the search page
 RECENT_SESSIONS = 15   # on the health page
 RAW_PRETTY_MAX = 5_000_000  # characters; a longer line is shown as written
 
@@ -97,6 +100,12 @@ FILE_THINKING_SQL = (
     "SELECT uuid, line_no, block, fault, latest, stuck, resumer_version FROM ("
     + thinking_faults_where("h.main_file_id = :file_id")
     + ") WHERE file_id = :file_id ORDER BY latest DESC, line_no, block")
+# The title each of the sessions :ids (a JSON array) goes by (listings'
+# SESSION_TITLE_TEMPLATE: custom title, AI title, summary, first prompt).
+SESSION_TITLES_SQL = f"""
+SELECT s.session_id, {signals.SESSION_TITLE_TEMPLATE.format(s="s")} AS title FROM sessions s
+WHERE s.session_id IN (SELECT value FROM json_each(:ids))
+""".strip()
 DOWNLOAD_FILE_SQL = """
 SELECT f.id, f.path, f.session_id, s.main_file_id = f.id AS is_main FROM files f
 LEFT JOIN sessions s ON s.session_id = f.session_id
@@ -190,7 +199,62 @@ async def health_page(datasette, request):
         "fleet_quarantine_url": datasette.urls.table(name, "fleet_quarantine"),
         "fleet_gaps_url": datasette.urls.table(name, "fleet_gaps"),
         "host_copies_url": datasette.urls.table(name, "host_copies") + "?diverged=1",
+        **_charts_context(datasette, name, web_charts.CHARTS),
     })
+
+
+def _charts_context(datasette, name, chosen, since=""):
+    """The charts a page shows (templates/_charts.html) and its scripts."""
+    return {"charts": [web_charts.figure(c, datasette.urls, name, since) for c in chosen],
+            "chart_scripts": web_charts.script_urls(datasette.urls),
+            "charts_url": datasette.urls.path("/-/charts")}
+
+
+async def charts_page(datasette, request):
+    """``/-/charts`` (every chart) and ``/-/charts/NAME`` (one), with
+    ``?since=`` (an ISO day or time) passed on to their queries."""
+    name, _ = await index_database(datasette, request)
+    wanted = request.url_vars.get("name")
+    if wanted is not None and wanted not in web_charts.BY_NAME:
+        raise NotFound("No such chart")
+    chosen = [web_charts.BY_NAME[wanted]] if wanted else web_charts.CHARTS
+    since = (request.args.get("since") or "").strip()
+    return await render(datasette, request, "session_charts.html", {
+        "database": name, "title": chosen[0].query.title if wanted else "Charts",
+        "one": wanted is not None, "since": since,
+        "health_url": datasette.urls.path("/-/session-health"),
+        **_charts_context(datasette, name, chosen, since)})
+
+
+async def index_page(datasette, request):
+    """``/``: the health page when a session index is attached (as at
+    ``/-/session-health``), else Datasette's own index (the plugin is in
+    every Datasette)."""
+    for db_name in datasette.databases:
+        if await is_session_index(datasette, db_name):
+            return await health_page(datasette, request)
+    scope = dict(request.scope, url_route={"kwargs": {"format": None}})
+    return await IndexView(datasette).get(Request(scope, request.receive))
+
+
+async def search_page(datasette, request):
+    """``/-/search?q=``: what was said, in every session (the search
+    command's query, search.search), newest first, each hit with its
+    session's title and page; snippets escaped, matches in <mark>."""
+    name, db = await index_database(datasette, request)
+    query = (request.args.get("q") or "").strip()
+    hits, note = await _search(db, query, None, SEARCH_LIMIT)
+    ids = sorted({h["session_id"] for h in hits if h["session_id"]})
+    titles = {r["session_id"]: signals.plain_title(r["title"]) for r in await db.execute(
+        SESSION_TITLES_SQL, {"ids": json.dumps(ids)})} if ids else {}
+    records_url = datasette.urls.table(name, "records") + "/"
+    return await render(datasette, request, "session_search.html", {
+        "database": name, "q": query, "note": note, "limit": SEARCH_LIMIT,
+        "hits": [dict(h, title=titles.get(h["session_id"]) or "",
+                      session_url=datasette.urls.path(session_path(h["session_id"]))
+                      + "?" + urlencode({"q": query}) if h["session_id"] else None,
+                      record_url=f"{records_url}{int(h['record_id'])}")
+                 for h in hits]})
 
 
 async def session_lookup(datasette, request):
@@ -255,8 +319,10 @@ async def session_page(datasette, request):
     queries = {q: datasette.urls.query(name, q) + "?" + urlencode(params)
                for q in ("session_health", "resume_chain", "session_orphans", "session_files")}
     found = await _session_search(db, session_id, request.args.get("q"))
+    title = (await db.execute(SESSION_TITLES_SQL, {"ids": json.dumps([session_id])})).first()
     return await render(datasette, request, "session_tree.html", {
         "session_id": session_id,
+        "title": signals.plain_title(title["title"]) if title else "",
         "search": found,
         "session": dict(session) if session else {},
         "database": name,
@@ -308,24 +374,29 @@ async def session_page(datasette, request):
 
 
 async def _session_search(db, session_id: str, query: str | None) -> dict:
-    """The session page's search field: ``?q=`` searched within the session
-    (search.search), each snippet escaped with its matches in <mark>."""
+    """The session page's search field: ``?q=`` searched within the session."""
     query = (query or "").strip()
+    hits, note = await _search(db, query, session_id, SESSION_SEARCH_LIMIT)
+    return {"q": query, "note": note, "hits": hits}
+
+
+async def _search(db, query: str, session_id: str | None, limit: int):
+    """``query`` searched (search.search), within the session when one is
+    given: (hits, a note for the reader or None), each hit's snippet
+    escaped with its matches in <mark>."""
     if not query:
-        return {"q": "", "hits": [], "note": None}
+        return [], None
 
     def run(conn):
         try:
-            return search.search(_Conn(conn), query, session=session_id,
-                                 limit=SESSION_SEARCH_LIMIT), None
+            return search.search(_Conn(conn), query, session=session_id, limit=limit), None
         except search.SearchNotEnabled:
             return [], "Search is not enabled on this index: run session-index search --enable."
         except search.EmptyQuery:
             return [], "Nothing to search for in that query."
 
     hits, note = await db.execute_fn(run)
-    return {"q": query, "note": note,
-            "hits": [dict(h, snippet=search.html_snippet(h["snippet"])) for h in hits]}
+    return [dict(h, snippet=search.html_snippet(h["snippet"])) for h in hits], note
 
 
 def _chosen_file(request, session, files):
