@@ -20,6 +20,7 @@ from indexer.chain.definitions import (
     LEAVES_DEFINITION_SQL,
     LEAVES_SQL,
     MAIN_FILE_FACTS_TEMPLATE,
+    MAIN_FILE_RULE_FACTS_TEMPLATE,
     MAIN_FILE_RANK_TEMPLATE,
     MAIN_FILE_RULE_TEMPLATE,
     ORPHANS_DEFINITION_SQL,
@@ -607,7 +608,7 @@ DEFINITIONS_HASH = sha256("\n".join([
 # else a session-store copy, else what is left).
 REFRESH_SESSION_HOSTS_SQL = f"""
 WITH facts AS MATERIALIZED (
-{MAIN_FILE_FACTS_TEMPLATE.format(where="f.session_id = :session_id")}
+{MAIN_FILE_RULE_FACTS_TEMPLATE.format(where="f.session_id = :session_id")}
 ),
 ruled AS (
   SELECT *, {MAIN_FILE_RULE_TEMPLATE.format(
