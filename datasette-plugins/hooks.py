@@ -6,6 +6,8 @@ SQL functions for the pages and operators' own queries:
 is_synthetic(type, model) and json_excerpt(raw, length) (format.py).
 Everything acts only in databases that are session indexes."""
 
+import sqlite3
+
 from datasette import hookimpl
 
 from session_index_web import cells, metadata as web_metadata, pages as web_pages
@@ -72,6 +74,11 @@ def render_cell(row, value, column, table, database, datasette):
 
 
 @hookimpl
-def prepare_connection(conn):
+def prepare_connection(conn, database, datasette):
     conn.create_function("is_synthetic", 2, is_synthetic, deterministic=True)
     conn.create_function("json_excerpt", 2, json_excerpt, deterministic=True)
+    config = datasette.plugin_config(web_metadata.PLUGIN, database=database) or {}
+    if config.get("sql_value_limit_bytes"):   # (metadata.SQL_MEMORY_LIMITS)
+        conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, int(config["sql_value_limit_bytes"]))
+    if config.get("sql_heap_limit_bytes"):
+        conn.execute(f"PRAGMA hard_heap_limit = {int(config['sql_heap_limit_bytes'])}")

@@ -997,6 +997,16 @@ def canned_queries() -> dict:
             for name, (title, sql, description) in QUERIES.items()}
 
 
+# The memory SQL may take on a served index (anyone who can see the page can
+# run SQL: `select zeroblob(1e9)` grew the server past 7 GB): no string or
+# blob longer than sql_value_limit_bytes (SQLITE_LIMIT_LENGTH on each of
+# Datasette's connections to the index; far above any transcript line), and
+# no more than sql_heap_limit_bytes for all of SQLite in the process (PRAGMA
+# hard_heap_limit). Past either, the query fails ("string or blob too big",
+# "out of memory") and Datasette answers 400.
+SQL_MEMORY_LIMITS = {"sql_value_limit_bytes": 256 << 20, "sql_heap_limit_bytes": 2 << 30}
+
+
 def metadata(database: str = "sessions", queries: bool = True) -> dict:
     """Datasette metadata with the index under ``database`` (the file's stem):
     descriptions, units, facets, hidden caches. The canned queries come from
@@ -1008,8 +1018,9 @@ def metadata(database: str = "sessions", queries: bool = True) -> dict:
         "databases": {
             database: {
                 "description": "A session index (session-index ingest).",
-                # Marks the database the plugins act on (render_cell, pages).
-                "plugins": {PLUGIN: {"index": True}},
+                # Marks the database the plugins act on (render_cell, pages),
+                # and bounds the memory of the SQL run on it (hooks.py).
+                "plugins": {PLUGIN: {"index": True, **SQL_MEMORY_LIMITS}},
                 # a copy: Datasette fills in what it is handed
                 "tables": copy.deepcopy(TABLES),
                 **({"queries": canned_queries()} if queries else {}),

@@ -8,9 +8,13 @@ Datasette's layout.
 
 from __future__ import annotations
 
+import functools
+import sqlite3
 from pathlib import Path
 from urllib.parse import quote, unquote, urlencode
 
+from datasette.database import QueryInterrupted
+from datasette.utils import sqlite_timelimit
 from datasette.utils.asgi import NotFound, Response
 
 from indexer.chain import resume
@@ -23,6 +27,10 @@ from session_index_web.metadata import QUERIES
 
 PAGE_TIME_LIMIT_MS = 20_000
 SESSION_SEARCH_LIMIT = 50   # hits shown on a session page
+# The session page's search stops after this long (never later than
+# Datasette's sql_time_limit_ms): a slow query gives its SQL thread back to
+# the other pages in a second, and the page says the search took too long.
+SEARCH_TIME_LIMIT_MS = 1_000
 RECENT_SESSIONS = 15   # on the health page
 RAW_PRETTY_MAX = 5_000_000  # characters; a longer line is shown as written
 
@@ -137,10 +145,47 @@ async def render(datasette, request, template, context, status=200):
     return Response.html(html, status=status)
 
 
+async def execute_limited(datasette, db, fn, limit_ms: int | None = None):
+    """``fn(conn)`` on one of Datasette's read connections under its SQL time
+    limit (sql_time_limit_ms, or ``limit_ms`` when lower), as ``db.execute``
+    runs SQL: Python of the plugin that runs SQL itself (the search, the
+    downloads) does not escape it. Past it, QueryInterrupted."""
+    ms = datasette.sql_time_limit_ms
+    ms = min(ms, limit_ms) if limit_ms is not None else ms
+
+    def run(conn):
+        with sqlite_timelimit(conn, ms):
+            try:
+                return fn(conn)
+            except sqlite3.OperationalError as exc:
+                if exc.args == ("interrupted",):
+                    raise QueryInterrupted(exc, "", {}) from None
+                raise
+
+    return await db.execute_fn(run)
+
+
+def bounded(handler):
+    """A page handler whose query passed the SQL time limit answers 503 with
+    a one-line reason (Datasette's own pages answer 400 with the SQL), never
+    a 500."""
+    @functools.wraps(handler)
+    async def inner(datasette, request):
+        try:
+            return await handler(datasette, request)
+        except QueryInterrupted:
+            return Response.text(
+                "This page's query took longer than the SQL time limit "
+                f"(sql_time_limit_ms, {datasette.sql_time_limit_ms} ms); "
+                "try again when the server is less busy.", status=503)
+    return inner
+
+
 def _db_query(name: str) -> str:
     return "?" + urlencode({"database": name})
 
 
+@bounded
 async def health_page(datasette, request):
     name, db = await index_database(datasette, request)
     results, recent = await web_health.run_checks(db)
@@ -201,6 +246,7 @@ async def session_lookup(datasette, request):
     return Response.redirect(datasette.urls.path(session_path(session_id)))
 
 
+@bounded
 async def session_page(datasette, request):
     session_id = unquote(request.url_vars["session_id"])
     name, db = await index_database(datasette, request)
@@ -254,7 +300,7 @@ async def session_page(datasette, request):
         by_cause[cause] = by_cause.get(cause, 0) + 1
     queries = {q: datasette.urls.query(name, q) + "?" + urlencode(params)
                for q in ("session_health", "resume_chain", "session_orphans", "session_files")}
-    found = await _session_search(db, session_id, request.args.get("q"))
+    found = await _session_search(datasette, db, session_id, request.args.get("q"))
     return await render(datasette, request, "session_tree.html", {
         "session_id": session_id,
         "search": found,
@@ -304,27 +350,37 @@ async def session_page(datasette, request):
         "compactions": compactions,
         "compactions_url": datasette.urls.table(name, "compaction_segments") + "?" + urlencode(
             {"file_id": file["id"]}),
-    })
+    }, status=found["status"])
 
 
-async def _session_search(db, session_id: str, query: str | None) -> dict:
+async def _session_search(datasette, db, session_id: str, query: str | None) -> dict:
     """The session page's search field: ``?q=`` searched within the session
-    (search.search), each snippet escaped with its matches in <mark>."""
+    (search.search), each snippet escaped with its matches in <mark>, under
+    SEARCH_TIME_LIMIT_MS. ``status``: 400 for a query search refuses (too
+    long, too many terms), else 200."""
     query = (query or "").strip()
     if not query:
-        return {"q": "", "hits": [], "note": None}
+        return {"q": "", "hits": [], "note": None, "status": 200}
+    shown = search.clean_query(query)[:search.MAX_QUERY_CHARS]
 
     def run(conn):
         try:
             return search.search(_Conn(conn), query, session=session_id,
-                                 limit=SESSION_SEARCH_LIMIT), None
+                                 limit=SESSION_SEARCH_LIMIT), None, 200
         except search.SearchNotEnabled:
-            return [], "Search is not enabled on this index: run session-index search --enable."
+            return [], "Search is not enabled on this index: run session-index search --enable.", 200
         except search.EmptyQuery:
-            return [], "Nothing to search for in that query."
+            return [], "Nothing to search for in that query.", 200
+        except search.QueryRefused as exc:
+            return [], f"Not searched: {exc}.", 400
 
-    hits, note = await db.execute_fn(run)
-    return {"q": query, "note": note,
+    try:
+        hits, note, status = await execute_limited(datasette, db, run, SEARCH_TIME_LIMIT_MS)
+    except QueryInterrupted:
+        hits, status = [], 200
+        note = (f"The search took longer than {SEARCH_TIME_LIMIT_MS:,} ms and was stopped: "
+                "search for fewer or rarer words.")
+    return {"q": shown, "note": note, "status": status,
             "hits": [dict(h, snippet=search.html_snippet(h["snippet"])) for h in hits]}
 
 
@@ -354,6 +410,7 @@ def url_int(text: str, what: str) -> int:
     return n
 
 
+@bounded
 async def record_raw(datasette, request):
     """A record's line, pretty-printed, as text/plain (the session page shows
     it with textContent, never as HTML)."""
@@ -375,6 +432,7 @@ class _Conn:
         self.conn = conn
 
 
+@bounded
 async def download(datasette, request):
     """A transcript file rebuilt from the index: ``original`` (byte for byte as
     last ingested; ``?generation=N``: as it was in generation N) or
@@ -403,7 +461,7 @@ async def download(datasette, request):
                 return None
         return repair.repaired_bytes(index, repair.plan(index, row["session_id"]))
 
-    data = await db.execute_fn(build)
+    data = await execute_limited(datasette, db, build)
     if data is None:
         raise NotFound("No such generation of the transcript")
     filename = Path(row["path"]).name.replace('"', "")
