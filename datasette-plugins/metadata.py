@@ -23,7 +23,7 @@ import sys
 
 import yaml
 
-from indexer.index import search
+from indexer.index import search, usage
 from indexer.signals import classes
 
 PLUGIN = "session-index"
@@ -138,6 +138,10 @@ WHERE coalesce(timestamp, '') >= coalesce(nullif(:since, ''), '')
 GROUP BY project ORDER BY cost_usd DESC, project
 """.strip()
 
+# cost_by_day: what `session-index usage --by day --since :since` prints
+# (usage.summary_sql: the same SQL), the newest day first.
+COST_BY_DAY_SQL = usage.summary_sql("day")
+
 QUERIES = {
     "session_health": ("Session health", SESSION_HEALTH_SQL,
                        "One session's facts, both leaves and a count of each problem."),
@@ -155,6 +159,9 @@ QUERIES = {
                      "new=1: those the last ingest brought."),
     "cost_by_project": ("Cost by project", COST_BY_PROJECT_SQL,
                         "Tokens and cost per project folder since a time, each API call once."),
+    "cost_by_day": ("Cost by day", COST_BY_DAY_SQL,
+                    "Tokens and cost per day (UTC) since a time, each API call once, the newest "
+                    "day first: session-index usage --by day."),
 }
 # search_transcripts: records whose text holds :q as a phrase, newest first
 # (search.py; needs session-index search --enable).
