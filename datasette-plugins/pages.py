@@ -185,12 +185,24 @@ def _db_query(name: str) -> str:
     return "?" + urlencode({"database": name})
 
 
+async def _section(coroutine, slow: list, label: str, default=None):
+    """A part of a page, or ``default`` (its label added to ``slow``) when
+    its query passed the SQL time limit: the rest of the page still shows."""
+    try:
+        return await coroutine
+    except QueryInterrupted:
+        slow.append(label)
+        return default
+
+
 @bounded
 async def health_page(datasette, request):
     name, db = await index_database(datasette, request)
+    slow = []   # the parts whose query passed the time limit
     results, recent = await web_health.run_checks(db)
     overview = await web_health.overview(db)
-    usage_panel = await web_health.usage_panel(db, signals.iso_now(None))
+    usage_panel = await _section(web_health.usage_panel(db, signals.iso_now(None)), slow,
+                                 "the usage panel")
 
     def check_url(check):
         url = datasette.urls.table(name, check.name)
@@ -203,11 +215,13 @@ async def health_page(datasette, request):
                 "newest": r.newest, "error": r.error, "severity": r.check.severity,
                 "fix": r.check.fix}
                for r in results]
-    recent_sessions = [dict(row, url=session_url(row["session_id"])) for row in await db.execute(
-        signals.SESSIONS_SQL, signals.sessions_params(limit=RECENT_SESSIONS))]
-    kinds = await web_health.new_kinds(db)
+    recent_sessions = [dict(row, url=session_url(row["session_id"])) for row in await _section(
+        db.execute(signals.SESSIONS_SQL, signals.sessions_params(limit=RECENT_SESSIONS)),
+        slow, "the recently active sessions", [])]
+    kinds = await _section(web_health.new_kinds(db), slow, "the new record kinds")
     kinds_url = datasette.urls.table(name, web_health.NEW_KINDS_VIEW)
-    fleet = await web_health.fleet_panel(db, signals.iso_now(None))
+    fleet = await _section(web_health.fleet_panel(db, signals.iso_now(None)), slow,
+                           "the fleet panel")
     return await render(datasette, request, "session_health.html", {
         "database": name,
         "db_url": datasette.urls.database(name),
@@ -235,6 +249,8 @@ async def health_page(datasette, request):
         "fleet_quarantine_url": datasette.urls.table(name, "fleet_quarantine"),
         "fleet_gaps_url": datasette.urls.table(name, "fleet_gaps"),
         "host_copies_url": datasette.urls.table(name, "host_copies") + "?diverged=1",
+        "slow": slow,
+        "time_limit_ms": datasette.sql_time_limit_ms,
     })
 
 
