@@ -47,8 +47,9 @@ _EXCERPT = """CASE WHEN json_valid({r}.raw) THEN substr(coalesce(
 # transcript, and how many of each problem it has. orphans_by_cause is a JSON
 # object {cause: count}; poisoned_tail 1 when the next resume will get the
 # previous_message_id 400; expiry_status expiring|expired|deleted or NULL;
-# verdict, cause, fix: the session's verdict (session_verdicts, read for
-# :session_id: a join on a column would compute every session's).
+# verdict, cause, fix: the session's verdict (session_verdicts, read once for
+# :session_id: a join on a column would compute every session's, and a
+# subquery per column computed it three times).
 SESSION_HEALTH_SQL = """
 SELECT s.session_id, s.project_dir, s.cwd, s.main_files, s.subagent_files, s.records,
   s.first_timestamp, s.last_timestamp, s.version, s.git_branch, s.deleted_at,
@@ -69,13 +70,10 @@ SELECT s.session_id, s.project_dir, s.cwd, s.main_files, s.subagent_files, s.rec
   (SELECT count(*) FROM failed_executions x WHERE x.session_id = s.session_id
      OR x.init_session_id = s.session_id OR x.resume_target = s.session_id)
     AS failed_executions,
-  (SELECT v.verdict FROM session_verdicts v
-   WHERE v.session_id = :session_id AND v.host = s.host) AS verdict,
-  (SELECT v.cause FROM session_verdicts v
-   WHERE v.session_id = :session_id AND v.host = s.host) AS cause,
-  (SELECT v.fix FROM session_verdicts v
-   WHERE v.session_id = :session_id AND v.host = s.host) AS fix
+  v.verdict, v.cause, v.fix
 FROM sessions s LEFT JOIN leaves l ON l.file_id = s.main_file_id
+  LEFT JOIN (SELECT verdict, cause, fix, host FROM session_verdicts
+             WHERE session_id = :session_id) v ON v.host = s.host
 WHERE s.session_id = :session_id
 """.strip()
 
