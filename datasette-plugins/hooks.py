@@ -6,8 +6,11 @@ SQL functions for the pages and operators' own queries:
 is_synthetic(type, model) and json_excerpt(raw, length) (format.py).
 Everything acts only in databases that are session indexes."""
 
+import sqlite3
+
 from datasette import hookimpl
 
+from indexer.index import search
 from indexer.signals.listings import plain_title
 from session_index_web import cells, metadata as web_metadata, pages as web_pages
 from session_index_web.format import is_synthetic, json_excerpt, relative_time, when
@@ -98,13 +101,21 @@ def extra_template_vars(database, request, datasette):
         target = database if database in names else names[0]
         return {"si_search_url": datasette.urls.path("/-/search"),
                 "si_search_database": target,
-                "si_search_q": (request.args.get("q") or "") if request is not None else "",
+                # the query as search reads it (a NUL is a space, at most
+                # MAX_QUERY_CHARS): a hostile ?q= is not echoed whole
+                "si_search_q": search.clean_query(request.args.get("q") or "")[
+                    :search.MAX_QUERY_CHARS] if request is not None else "",
                 "si_index": database in names}
 
     return inner
 
 
 @hookimpl
-def prepare_connection(conn):
+def prepare_connection(conn, database, datasette):
     conn.create_function("is_synthetic", 2, is_synthetic, deterministic=True)
     conn.create_function("json_excerpt", 2, json_excerpt, deterministic=True)
+    config = datasette.plugin_config(web_metadata.PLUGIN, database=database) or {}
+    if config.get("sql_value_limit_bytes"):   # (metadata.SQL_MEMORY_LIMITS)
+        conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, int(config["sql_value_limit_bytes"]))
+    if config.get("sql_heap_limit_bytes"):
+        conn.execute(f"PRAGMA hard_heap_limit = {int(config['sql_heap_limit_bytes'])}")

@@ -1288,21 +1288,28 @@ IN_CWD_PROJECT_TEMPLATE = """(SELECT CASE WHEN length(folder) <= 200 THEN {proje
 # '"type":"assistant"' text the CLI's all-folders scan looks for),
 # in_cwd_project (its folder is the project folder of the cwd its records
 # carry: the file a resume from the session's own working directory opens).
-MAIN_FILE_FACTS_TEMPLATE = """
+# scan_visible reads every line of a file that has none (a file written with
+# spaces after its colons, by another tool or by hand): the rule below does
+# not use it, so MAIN_FILE_RULE_FACTS_TEMPLATE, which the session refresh of
+# every append runs, leaves it out (an append stays O(1) for any spacing).
+SCAN_VISIBLE_COLUMN = """
+  EXISTS (SELECT 1 FROM records r WHERE r.file_id = f.id
+          AND (instr(r.raw, '"type":"user"') OR instr(r.raw, '"type":"assistant"'))) AS scan_visible,"""
+_MAIN_FILE_FACTS = """
 SELECT f.id AS file_id, f.session_id, coalesce(f.host, '') AS host, f.path, f.project_dir,
   f.cwd, f.origin, f.mtime, f.deleted_at, f.records,
   coalesce(f.origin IN ('file', 'fleet') AND substr(f.path, -length(f.session_id) - 7)
     = '/' || f.session_id || '.jsonl', 0) AS named,
   f.deleted_at IS NULL AS on_disk,
   EXISTS (SELECT 1 FROM records r WHERE r.file_id = f.id AND r.type IN ('user', 'assistant')
-          AND r.uuid IS NOT NULL) AS has_messages,
-  EXISTS (SELECT 1 FROM records r WHERE r.file_id = f.id
-          AND (instr(r.raw, '"type":"user"') OR instr(r.raw, '"type":"assistant"'))) AS scan_visible,
+          AND r.uuid IS NOT NULL) AS has_messages,@SCAN_VISIBLE@
   coalesce(f.cwd <> '' AND """ + IN_CWD_PROJECT_TEMPLATE.format(
     project_dir="f.project_dir", cwd="f.cwd") + """, 0) AS in_cwd_project
 FROM files f
 WHERE f.kind = 'main' AND {where}
 """.strip()
+MAIN_FILE_FACTS_TEMPLATE = _MAIN_FILE_FACTS.replace("@SCAN_VISIBLE@", SCAN_VISIBLE_COLUMN)
+MAIN_FILE_RULE_FACTS_TEMPLATE = _MAIN_FILE_FACTS.replace("@SCAN_VISIBLE@", "")
 
 # The session's chosen main transcript (sessions.main_file_id) and why
 # (sessions.main_file_rule), from the facts above, the first that applies:

@@ -1317,7 +1317,7 @@ def search(query, db_path, session_id, project, since, limit, enable, disable, f
                                 limit=limit)
     except searchmod.SearchNotEnabled as exc:
         raise Failure(f"{exc} (on {db_path})") from None
-    except searchmod.EmptyQuery as exc:
+    except (searchmod.EmptyQuery, searchmod.QueryRefused) as exc:
         raise click.UsageError(str(exc)) from None
     fmt = output.chosen(fmt)
     bold = fmt == "tsv" and sys.stdout.isatty()
