@@ -26,6 +26,7 @@ CAUSE_COLOURS = {
     "parallel_tool_branch": "#ef6c00",
     "put_back_with_result": "#f9a825",
     "late_graft": "#d84315",
+    "concurrent_resume": "#00838f",
     "abandoned_branch": "#6a1b9a",
     "dangling_parent": "#ad1457",
     "unlinked": "#4e342e",

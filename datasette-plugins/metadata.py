@@ -220,7 +220,8 @@ _ORPHANS_COLS = _cols(
     "file_id", "session_id", "uuid", "type", "subtype", "timestamp", "record_id", "line_no",
     "message_id",
     cause="why it is off the chain: compacted, progress, parallel_tool_branch, "
-          "put_back_with_result, api_error_splice, api_error_record, late_graft, dangling_parent, "
+          "put_back_with_result, api_error_splice, api_error_record, late_graft, "
+          "concurrent_resume, dangling_parent, "
           "unlinked, abandoned_branch, other",
     branch_point_uuid="the record on the resume chain where its branch leaves it",
     restored="1 when the CLI puts it back after its walk (loaded, not dropped)",

@@ -1109,6 +1109,22 @@ grafted AS MATERIALIZED (
     AND EXISTS (SELECT 1 FROM json_each({TOOL_IDS.format(r="xr")}) a
                 JOIN json_each({TOOL_IDS.format(r="rr")}) z ON z.value = a.value)
 ),
+-- concurrent: the branches (by root) another process wrote while the
+-- resume chain below their branch point was written (walk.is_concurrent):
+-- the branch's messages and those of the chain below interleave in the file.
+concurrent AS MATERIALIZED (
+  SELECT br.file_id, br.root FROM (
+    SELECT d.file_id, d.root, d.branch_point, min(n.line_no) AS lo, max(n.line_no) AS hi
+    FROM reached d JOIN nodes n ON n.file_id = d.file_id AND n.uuid = d.uuid
+    WHERE d.origin = 'ancestry' AND n.type IN ('user', 'assistant') AND NOT n.is_sidechain
+    GROUP BY d.file_id, d.root, d.branch_point) br
+  JOIN on_chain b ON b.file_id = br.file_id AND b.uuid = br.branch_point
+  JOIN on_chain c ON c.file_id = br.file_id AND c.depth < b.depth
+  JOIN nodes cn ON cn.file_id = c.file_id AND cn.uuid = c.uuid
+  WHERE cn.type IN ('user', 'assistant')
+  GROUP BY br.file_id, br.root, br.lo, br.hi
+  HAVING br.lo < max(cn.line_no) AND min(cn.line_no) < br.hi
+),
 classed AS (
 SELECT o.file_id, f.session_id, o.uuid, o.type, o.subtype, o.timestamp,
   CASE
@@ -1133,6 +1149,9 @@ SELECT o.file_id, f.session_id, o.uuid, o.type, o.subtype, o.timestamp,
     WHEN d.origin = 'ancestry' AND EXISTS (SELECT 1 FROM grafted g
                                            WHERE g.file_id = o.file_id AND g.root = d.root)
       THEN 'late_graft'
+    WHEN d.origin = 'ancestry' AND EXISTS (SELECT 1 FROM concurrent g
+                                           WHERE g.file_id = o.file_id AND g.root = d.root)
+      THEN 'concurrent_resume'
     WHEN d.origin = 'dangling_parent' THEN 'dangling_parent'
     WHEN d.origin = 'unlinked' THEN 'unlinked'
     WHEN d.origin = 'ancestry' THEN 'abandoned_branch'

@@ -219,6 +219,23 @@ def _orphans(session_id, nodes: dict[str, Rec], resume_chain, message, boundary_
             reached[cur.uuid] = (bp, origin, n)
             todo += [c for c in children.get(cur.uuid, ()) if c.uuid not in reached]
 
+    # walk.is_concurrent's line spans: each branch's messages (by its root),
+    # and the chain's below each depth (toward the leaf).
+    branch_span: dict[str, tuple] = {}
+    for u, (bp, origin, root) in reached.items():
+        n = nodes[u]
+        if origin == "ancestry" and n.type in MESSAGE_TYPES and not n.is_sidechain:
+            lo, hi = branch_span.get(root.uuid, (n.line_no, n.line_no))
+            branch_span[root.uuid] = (min(lo, n.line_no), max(hi, n.line_no))
+    below_span: dict[int, tuple | None] = {}
+    span = None
+    for d in sorted(by_depth):
+        below_span[d] = span
+        r = by_depth[d]
+        if r.type in MESSAGE_TYPES:
+            span = (r.line_no, r.line_no) if span is None else (
+                min(span[0], r.line_no), max(span[1], r.line_no))
+
     rows = []
     for o in sorted(off, key=lambda n: n.line_no):
         if o.is_sidechain:
@@ -226,10 +243,13 @@ def _orphans(session_id, nodes: dict[str, Rec], resume_chain, message, boundary_
         bp, origin, root = reached.get(o.uuid, (None, None, None))
         parent = nodes.get(o.parent_uuid) if o.parent_uuid is not None else None
         below = by_depth.get(on_chain[bp] - 1) if origin == "ancestry" else None
+        concurrent = origin == "ancestry" and chain.is_concurrent(
+            branch_span.get(root.uuid), below_span[on_chain[bp]])
         cause = chain.cause_of(o, parent, bp, origin, boundary_line,
                                chain_messages.__contains__, splice_points.__contains__,
                                o.uuid in with_result,
-                               root is not None and chain.is_late_graft(root, below, calls))
+                               root is not None and chain.is_late_graft(root, below, calls),
+                               concurrent)
         rows.append(chain.orphan_row(o, session_id, cause, bp, put_back))
     return rows
 
