@@ -248,7 +248,7 @@ def _ingest_from(db_path, url, consumer, hosts, watch, as_json, auth, gap_wait, 
         if watch:
             stderr_line(f"batch: {summary.messages} messages, {summary.new_lines} new lines "
                         f"so far")
-        fleet_ingest.catch_up(db)
+        return fleet_ingest.catch_up(db, fleet_ingest.DERIVE_BUDGET_S)
 
     try:
         summary = fleet_nats.run(lambda stop: fleet_ingest.consume(

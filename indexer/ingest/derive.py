@@ -15,6 +15,7 @@ crash between the two leaves the file marked and the next run finishes it.
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
 
 from indexer.chain import walk as chain, resume
@@ -54,6 +55,8 @@ WHERE id IN (SELECT value FROM json_each(?)) AND session_id IS NOT NULL
   AND kind IN {definitions.TRANSCRIPT_KINDS}
 ORDER BY session_id
 """.strip()
+# The files whose caches are to be derived (ingest marks them).
+PENDING_FILES_SQL = "SELECT id FROM files WHERE needs_derive ORDER BY id"
 UNMARK_FILES_SQL = "UPDATE files SET needs_derive = 0 WHERE id IN (SELECT value FROM json_each(?))"
 SESSIONS_HASH = views.SESSIONS_HASH
 
@@ -262,19 +265,33 @@ def derive_files(conn, file_ids: list[int]) -> None:
         chain.insert_rows(conn, name, table_rows)
 
 
-def derive_pending(db) -> int:
+def derive_pending(db, budget_s: float | None = None) -> int:
     """Recompute every file marked ``needs_derive`` (all of them when the
-    definitions changed since the caches were built). Returns the count."""
+    definitions changed since the caches were built), a transaction per
+    DERIVE_BATCH files. With ``budget_s``, no new transaction starts once
+    that many seconds are spent: the files left stay marked (a fleet's
+    central derives between its batches, so that lines keep coming in).
+    Returns the count derived."""
     conn = db.conn
+    started = time.monotonic()
     mark_all_if_definitions_changed(db)
     refresh_sessions_if_stale(db)
-    pending = [i for (i,) in conn.execute("SELECT id FROM files WHERE needs_derive ORDER BY id")]
+    pending = [i for (i,) in conn.execute(PENDING_FILES_SQL)]
+    done = 0
     for i in range(0, len(pending), DERIVE_BATCH):
+        if budget_s is not None and done and time.monotonic() - started >= budget_s:
+            break
         ids = pending[i:i + DERIVE_BATCH]
         with write_lock(db):
             derive_files(conn, ids)
             finish_files(conn, ids)
-    return len(pending)
+        done += len(ids)
+    return done
+
+
+def derive_left(conn) -> bool:
+    """Are files still marked ``needs_derive``?"""
+    return conn.execute(PENDING_FILES_SQL + " LIMIT 1").fetchone() is not None
 
 
 def finish_files(conn, file_ids: list[int]) -> None:
