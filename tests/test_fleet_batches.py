@@ -104,34 +104,43 @@ def test_a_held_message_is_released_when_a_later_batch_brings_the_bytes_before_i
         ("a1",), ("a2",)]
 
 
-def test_a_derive_stops_at_its_budget_and_the_rest_waits_marked(tmp_path, monkeypatch):
-    """derive_pending with a budget spent at once derives one transaction's
-    files; catch_up says files are left until none is, and counts the
-    record kinds (one run) only then."""
+def test_a_derive_step_stops_at_its_budget_and_the_next_window_waits(tmp_path, monkeypatch):
+    """CatchUp with a budget spent at once derives one transaction's files a
+    call, says files are left until this window's are done, and counts the
+    record kinds (one run) only then; a file marked meanwhile is the next
+    window's."""
     monkeypatch.setattr(derive, "DERIVE_BATCH", 2)
     db = open_db(str(tmp_path / "central.db"))
     fleet_central.apply_batch(db, [message(n + 1, "h1", s, line(s, f"u{n}", None))
-                                   for n, s in enumerate(SESSIONS)], "c", fleet_central.Summary())
+                                   for n, s in enumerate(SESSIONS[:3])], "c",
+                              fleet_central.Summary())
     marked = "SELECT count(*) FROM files WHERE needs_derive"
     runs = "SELECT CAST(value AS INTEGER) FROM index_meta WHERE key = 'ingest_runs'"
     runs_before = db.conn.execute(runs).fetchone()
-    assert derive.derive_pending(db, budget_s=0) == 2
-    assert db.conn.execute(marked).fetchone() == (2,) and derive.derive_left(db.conn)
-    assert fleet_central.catch_up(db, budget_s=0) is False   # the last two: none left
-    assert db.conn.execute(marked).fetchone() == (0,) and not derive.derive_left(db.conn)
+    step = fleet_central.CatchUp(db, budget_s=0)
+    assert step() is True
+    assert db.conn.execute(marked).fetchone() == (1,)
+    assert db.conn.execute(runs).fetchone() == runs_before   # (kinds not counted yet)
+    last = SESSIONS[3]
+    fleet_central.apply_batch(db, [message(9, "h1", last, line(last, "u9", None))], "c",
+                              fleet_central.Summary())
+    assert step() is False   # this window's last file; the new one waits
+    assert db.conn.execute(marked).fetchone() == (1,)
     assert db.conn.execute(runs).fetchone() != runs_before
     assert db.conn.execute("SELECT records FROM record_types WHERE kind = 'user'"
                            ).fetchone() == (4,)
+    assert step() is False   # the next window: the new file
+    assert db.conn.execute(marked).fetchone() == (0,)
     assert db.conn.execute("SELECT count(*) FROM leaves").fetchone() == (4,)
 
 
-def test_catch_up_without_a_budget_derives_everything(tmp_path, monkeypatch):
+def test_derive_some_without_a_budget_derives_them_all(tmp_path, monkeypatch):
     monkeypatch.setattr(derive, "DERIVE_BATCH", 1)
     db = open_db(str(tmp_path / "central.db"))
     fleet_central.apply_batch(db, [message(n + 1, "h1", s, line(s, f"u{n}", None))
                                    for n, s in enumerate(SESSIONS)], "c", fleet_central.Summary())
-    assert fleet_central.catch_up(db) is False
-    assert not derive.derive_left(db.conn)
+    assert derive.derive_some(db, derive.pending_files(db)) == []
+    assert derive.pending_files(db) == []
 
 
 # -- the consume loop, against a real nats-server ------------------------------------------

@@ -265,33 +265,36 @@ def derive_files(conn, file_ids: list[int]) -> None:
         chain.insert_rows(conn, name, table_rows)
 
 
-def derive_pending(db, budget_s: float | None = None) -> int:
+def derive_pending(db) -> int:
     """Recompute every file marked ``needs_derive`` (all of them when the
-    definitions changed since the caches were built), a transaction per
-    DERIVE_BATCH files. With ``budget_s``, no new transaction starts once
-    that many seconds are spent: the files left stay marked (a fleet's
-    central derives between its batches, so that lines keep coming in).
-    Returns the count derived."""
-    conn = db.conn
-    started = time.monotonic()
+    definitions changed since the caches were built). Returns the count."""
+    pending = pending_files(db)
+    derive_some(db, pending)
+    return len(pending)
+
+
+def pending_files(db) -> list[int]:
+    """The files marked ``needs_derive`` (every file, marked, when the
+    definitions changed since the caches were built)."""
     mark_all_if_definitions_changed(db)
     refresh_sessions_if_stale(db)
-    pending = [i for (i,) in conn.execute(PENDING_FILES_SQL)]
-    done = 0
-    for i in range(0, len(pending), DERIVE_BATCH):
-        if budget_s is not None and done and time.monotonic() - started >= budget_s:
-            break
-        ids = pending[i:i + DERIVE_BATCH]
+    return [i for (i,) in db.conn.execute(PENDING_FILES_SQL)]
+
+
+def derive_some(db, file_ids: list[int], budget_s: float | None = None) -> list[int]:
+    """Derive these files, a transaction per DERIVE_BATCH; with ``budget_s``,
+    no new transaction starts once that many seconds are spent (a fleet's
+    central derives between its batches, so that lines keep coming in).
+    Returns the files left."""
+    started = time.monotonic()
+    for i in range(0, len(file_ids), DERIVE_BATCH):
+        if budget_s is not None and i and time.monotonic() - started >= budget_s:
+            return file_ids[i:]
+        ids = file_ids[i:i + DERIVE_BATCH]
         with write_lock(db):
-            derive_files(conn, ids)
-            finish_files(conn, ids)
-        done += len(ids)
-    return done
-
-
-def derive_left(conn) -> bool:
-    """Are files still marked ``needs_derive``?"""
-    return conn.execute(PENDING_FILES_SQL + " LIMIT 1").fetchone() is not None
+            derive_files(db.conn, ids)
+            finish_files(db.conn, ids)
+    return []
 
 
 def finish_files(conn, file_ids: list[int]) -> None:

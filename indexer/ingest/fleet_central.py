@@ -57,18 +57,26 @@ HEARTBEAT_READ_S = 2.0
 # derived once per window while batches keep coming, and when none came for
 # IDLE_S: at live traffic a batch is a message or two, and deriving after
 # each one made the central's cost per line depend on how lines were batched
-# (each session touched in the window is derived once). A window is at least
+# (each session touched in the window is derived once; at live rates a
+# session writes a line every few seconds, so a window of half a second
+# derived each session about once a line, 2 s about once per 2-5 lines: the
+# caches are that much behind the lines while they keep coming). A window is at least
 # DERIVE_WINDOW_S and at least DERIVE_GROWTH times as long as the last derive
 # took (so deriving takes at most a quarter of the central's time however
 # many sessions a window touches; at most DERIVE_WINDOW_MAX_S). A derive
 # starts no new transaction past DERIVE_BUDGET_S: the central fetches and
 # stores the next batch, then goes on deriving (lines are not held back by
 # a derive of thousands of sessions).
-DERIVE_WINDOW_S = 0.5
+DERIVE_WINDOW_S = 2.0
 IDLE_S = 0.5
 DERIVE_GROWTH = 3.0
 DERIVE_WINDOW_MAX_S = 15.0
 DERIVE_BUDGET_S = 0.2
+# A fetch that brought messages goes on taking what comes for this long (up
+# to FETCH_BATCH): a batch is one transaction, and a transaction's cost is
+# mostly the pages it writes (16 KB each: the records' indexes of each file
+# it touches), which a bigger batch shares between more lines.
+GATHER_S = 0.1
 # How long a fetch waits while a derive is under way (it goes on at once
 # when nothing comes).
 DERIVING_WAIT_S = 0.05
@@ -789,14 +797,25 @@ async def _why_missing(js, gap_wait: float) -> str:
     return f"not in the stream (lost by the server, or sent to another stream); {why}"
 
 
-async def _fetch(sub, wait: float):
-    """A fetched batch, or [] when nothing came within ``wait``."""
+async def _fetch(sub, wait: float, gather: float = GATHER_S):
+    """A fetched batch, or [] when nothing came within ``wait``; once
+    something came, what else comes within ``gather`` seconds joins it (up
+    to FETCH_BATCH messages)."""
     from nats.errors import TimeoutError as FetchTimeout   # (nats-py: the optional fleet extra)
 
     try:
-        return await sub.fetch(FETCH_BATCH, timeout=wait)
+        msgs = await sub.fetch(FETCH_BATCH, timeout=wait)
     except (FetchTimeout, asyncio.TimeoutError):   # nothing waiting
         return []
+    until = time.monotonic() + gather
+    while len(msgs) < FETCH_BATCH and (left := until - time.monotonic()) > 0.001:
+        try:
+            msgs += await sub.fetch(FETCH_BATCH - len(msgs), timeout=left)
+        except (FetchTimeout, asyncio.TimeoutError):
+            break
+        except fleet_nats.TRANSIENT:   # (what came is written; the rest comes again)
+            break
+    return msgs
 
 
 async def _subscribe(db, nc, consumer: str, hosts: list[str] | None):
@@ -904,10 +923,12 @@ async def consume(db, options: fleet_nats.ConnectOptions, *, consumer: str | Non
             if after_batch is not None and (deriving or underived and (
                     not any(fetched) or time.monotonic() - derived_at >= window)):
                 began = time.monotonic()
+                if not deriving:   # a window's derive begins: what is committed so far
+                    underived = False
                 deriving = bool(after_batch(summary))   # each session touched since, once
                 spent += time.monotonic() - began
                 if not deriving:
-                    underived, derived_at = False, time.monotonic()
+                    derived_at = time.monotonic()
                     window = min(DERIVE_WINDOW_MAX_S, max(DERIVE_WINDOW_S, spent * DERIVE_GROWTH))
                     spent = 0.0
             if not watch and not any(fetched) and not deriving:
@@ -915,9 +936,11 @@ async def consume(db, options: fleet_nats.ConnectOptions, *, consumer: str | Non
             if time.monotonic() - last_beats >= HEARTBEAT_READ_S:
                 summary.bad_heartbeats += record_heartbeats(db, *await _read_heartbeats(kv, taken))
                 last_beats = time.monotonic()
-        if (underived or deriving) and after_batch is not None:
-            while after_batch(summary):   # (until nothing is left to derive)
-                pass
+        if after_batch is not None:
+            while deriving:   # the window's derive, to its end
+                deriving = bool(after_batch(summary))
+            while underived:   # then what came during it
+                underived = bool(after_batch(summary))
         if not watch:
             summary.bad_heartbeats += record_heartbeats(db, *await _read_heartbeats(kv, taken))
     finally:
@@ -926,17 +949,36 @@ async def consume(db, options: fleet_nats.ConnectOptions, *, consumer: str | Non
     return summary
 
 
-def catch_up(db, budget_s: float | None = None) -> bool:
+def catch_up(db) -> None:
     """After a window of batches, as after a local ingest run: the caches
     derived, the records' kinds counted (record-types; the kinds first seen
-    are this window's). With ``budget_s`` (derive.derive_pending), True when
-    files are left to derive: call it again (the kinds are counted once
-    none is)."""
-    derive.derive_pending(db, budget_s)
-    if budget_s is not None and derive.derive_left(db.conn):
-        return True
+    are this window's)."""
+    derive.derive_pending(db)
     record_kinds.after_ingest(db)
-    return False
+
+
+class CatchUp:
+    """catch_up a step at a time, for a following central (its after_batch):
+    the files marked when a window's derive begins are derived, at most
+    ``budget_s`` a call (a transaction of derive.DERIVE_BATCH files at
+    least); a call returns True while some are left (call again after the
+    next batch: lines are not held back by a derive of thousands of
+    sessions). Files marked meanwhile are the next window's. Once none is
+    left, the record kinds are counted as catch_up does."""
+
+    def __init__(self, db, budget_s: float = DERIVE_BUDGET_S):
+        self.db, self.budget_s = db, budget_s
+        self.left: list[int] | None = None   # this window's files still to derive
+
+    def __call__(self) -> bool:
+        if self.left is None:
+            self.left = derive.pending_files(self.db)
+        self.left = derive.derive_some(self.db, self.left, self.budget_s)
+        if self.left:
+            return True
+        self.left = None
+        record_kinds.after_ingest(self.db)
+        return False
 
 
 class Follower:
@@ -954,18 +996,19 @@ class Follower:
 
     def run(self) -> Summary:
         db = open_db(self.db_path)
+        step = CatchUp(db)
         try:
             return self.loop.run_until_complete(consume(
                 db, self.options, consumer=self.consumer, hosts=self.hosts, watch=True,
                 stop=self.stop, gap_wait=self.gap_wait, live=self.live,
-                after_batch=lambda summary: self._batch(db, summary), log=self.log))
+                after_batch=lambda summary: self._batch(db, summary, step), log=self.log))
         finally:
             db.conn.close()
             self.loop.close()
 
-    def _batch(self, db, summary: Summary) -> bool:
+    def _batch(self, db, summary: Summary, step: CatchUp) -> bool:
         self.log(f"batch: {summary.messages} messages, {summary.new_lines} new lines so far")
-        return catch_up(db, DERIVE_BUDGET_S)
+        return step()
 
     def request_stop(self, sig=None) -> None:
         try:
