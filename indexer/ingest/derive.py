@@ -15,6 +15,7 @@ crash between the two leaves the file marked and the next run finishes it.
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
 
 from indexer.chain import walk as chain, resume
@@ -54,6 +55,8 @@ WHERE id IN (SELECT value FROM json_each(?)) AND session_id IS NOT NULL
   AND kind IN {definitions.TRANSCRIPT_KINDS}
 ORDER BY session_id
 """.strip()
+# The files whose caches are to be derived (ingest marks them).
+PENDING_FILES_SQL = "SELECT id FROM files WHERE needs_derive ORDER BY id"
 UNMARK_FILES_SQL = "UPDATE files SET needs_derive = 0 WHERE id IN (SELECT value FROM json_each(?))"
 SESSIONS_HASH = views.SESSIONS_HASH
 
@@ -285,16 +288,33 @@ def derive_files(conn, file_ids: list[int]) -> None:
 def derive_pending(db) -> int:
     """Recompute every file marked ``needs_derive`` (all of them when the
     definitions changed since the caches were built). Returns the count."""
-    conn = db.conn
+    pending = pending_files(db)
+    derive_some(db, pending)
+    return len(pending)
+
+
+def pending_files(db) -> list[int]:
+    """The files marked ``needs_derive`` (every file, marked, when the
+    definitions changed since the caches were built)."""
     mark_all_if_definitions_changed(db)
     refresh_sessions_if_stale(db)
-    pending = [i for (i,) in conn.execute("SELECT id FROM files WHERE needs_derive ORDER BY id")]
-    for i in range(0, len(pending), DERIVE_BATCH):
-        ids = pending[i:i + DERIVE_BATCH]
+    return [i for (i,) in db.conn.execute(PENDING_FILES_SQL)]
+
+
+def derive_some(db, file_ids: list[int], budget_s: float | None = None) -> list[int]:
+    """Derive these files, a transaction per DERIVE_BATCH; with ``budget_s``,
+    no new transaction starts once that many seconds are spent (a fleet's
+    central derives between its batches, so that lines keep coming in).
+    Returns the files left."""
+    started = time.monotonic()
+    for i in range(0, len(file_ids), DERIVE_BATCH):
+        if budget_s is not None and i and time.monotonic() - started >= budget_s:
+            return file_ids[i:]
+        ids = file_ids[i:i + DERIVE_BATCH]
         with write_lock(db):
-            derive_files(conn, ids)
-            finish_files(conn, ids)
-    return len(pending)
+            derive_files(db.conn, ids)
+            finish_files(db.conn, ids)
+    return []
 
 
 def finish_files(conn, file_ids: list[int]) -> None:
