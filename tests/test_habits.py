@@ -259,3 +259,20 @@ def test_one_file_is_one_file(tmp_path):
     result = run("ingest", tmp_path / "projects", "--db", tmp_path / "x.db", "--silent")
     assert result.output.startswith("1 file (1 changed, 0 newly deleted, 0 rewritten, 0 not "
                                     "transcripts): 1 new record, 0 bad lines, ")
+
+
+def test_titles_read_without_claude_codes_markup(tmp_path):
+    t = Transcript(SID)
+    t.add("a", None, "user", message={"role": "user", "content": [
+        {"type": "text", "text": "<ide_selection>the editor's selection</ide_selection>"},
+        {"type": "text", "text": "<command-message>fix</command-message> the login redirect"}]})
+    t.add("b", "a", "assistant")
+    t.write(tmp_path / "projects" / "-tmp-demo")
+    db = tmp_path / "x.db"
+    run("ingest", tmp_path / "projects", "--db", db, "--silent")
+    [row] = json.loads(run("sessions", "--db", db, "--json").output)
+    assert row["title"] == "the login redirect"   # (a command's own message is markup too)
+    from indexer.index import db as dbmod, usage
+
+    facts = usage.session_facts(dbmod.open_db(str(db)), [SID])
+    assert facts[SID]["title"] == "the login redirect"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from indexer.signals.listings import SESSION_TITLE_TEMPLATE
+from indexer.signals.listings import SESSION_TITLE_TEMPLATE, plain_title
 from indexer.sql import dict_rows
 
 # What --by groups on: (the column it prints, its expression on the usage view).
@@ -105,7 +105,7 @@ def session_facts(db, session_ids) -> dict:
     rows = dict_rows(db.conn, SESSION_FACTS_SQL, {"ids": json.dumps([s for s in session_ids
                                                                       if s])})
     for r in rows:
-        r["title"] = " ".join(r["title"].split()) if r["title"] else r["title"]
+        r["title"] = plain_title(r["title"]) or None
     return {r["session_id"]: r for r in rows}
 
 
