@@ -682,12 +682,6 @@ DIFFERS: dict = {
     "line_meets_a_later_response": (
         "the index counts every record of a response on the chain as visited; RRr only "
         "those of the responses it has reached, so the CLI leaves the line whole"),
-    "virtual_user_record_on_a_line": (
-        "an isVirtual tool_result record is no companion record for the index; nMe "
-        "walks a line through it and puts back the meta record below"),
-    "virtual_assistant_record_on_a_line": (
-        "an isVirtual tool_use record is no companion record for the index; nMe "
-        "walks a line through it and puts back the meta record below"),
     "rows_ahead_of_put_back": (
         "Krn (tengu_foamy_spring): rowsAheadOfPutBack puts the named row on the chain; "
         "the index calls it an abandoned_branch"),

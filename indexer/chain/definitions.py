@@ -887,6 +887,11 @@ WHERE r.depth >= 0
 LEAF_ANCESTRY_DEFINITION_SQL = (
     f"WITH RECURSIVE {NODES_CTES},\n{CLI_CTES},\n{ANCESTRY_CTES}\n{ANCESTRY_SELECT}")
 
+# A link of a put-back line (walk.line_link, the loader's s_r()): a companion
+# record, or a virtual call (records.VIRTUAL_CALL, read from {raw}'s line).
+LINE_LINK = ("(" + COMPANION_RECORD.replace("{r}", "{n}") + " OR "
+             + VIRTUAL_CALL.replace("{r}", "{raw}") + ")")
+
 # orphans: every non-sidechain chain record of a main file that is not on the
 # 'resume' ancestry, with the first matching cause. `down` walks top-down
 # from the ancestry, from other roots (unlinked) and from records whose
@@ -919,7 +924,7 @@ WITH RECURSIVE {NODES_CTES},
 -- each with the parent it reads it under (bridged): what the put-back
 -- lines follow (derive._orphans, walk.put_back_with_results).
 loaded AS MATERIALIZED (
-  SELECT n.file_id, n.uuid, n.type, n.subtype, n.is_meta, n.is_tool_result, n.is_sidechain,
+  SELECT n.id, n.file_id, n.uuid, n.type, n.subtype, n.is_meta, n.is_tool_result, n.is_sidechain,
          CAST(CASE WHEN b.uuid IS NOT NULL THEN b.up ELSE n.parent_uuid END AS TEXT) AS parent
   FROM nodes n LEFT JOIN bridged b ON b.file_id = n.file_id AND b.uuid = n.uuid
   WHERE n.type <> 'progress' AND NOT n.is_unreadable
@@ -1005,15 +1010,16 @@ anchors AS MATERIALIZED (
   JOIN nodes n ON n.file_id = a.file_id AND n.uuid = a.uuid
   WHERE {COMPANION_RECORD.format(r="n")}
 ),
--- line: from each anchor down its loaded children while they are companion
--- records of its side off the chain. A progress record, or an unreadable
+-- line: from each anchor down its loaded children while they are line links
+-- (LINE_LINK: companion records, virtual calls) of its side off the chain. A progress record, or an unreadable
 -- record, is passed through (through = 1: not loaded, no link of the line)
 -- to what hangs from it, from a progress record only to the lines written
 -- after it (line_no), as resume.bridged reads parents.
 line(file_id, start, side, uuid, steps, through, line_no) AS (
   SELECT c.file_id, c.uuid, p.is_sidechain, c.uuid, 0, 0, NULL
   FROM anchors p JOIN loaded c ON c.file_id = p.file_id AND c.parent = p.uuid
-  WHERE {COMPANION_RECORD.format(r="c")} AND c.is_sidechain = p.is_sidechain
+  JOIN records cr ON cr.id = c.id
+  WHERE {LINE_LINK.format(n="c", raw="cr")} AND c.is_sidechain = p.is_sidechain
     AND NOT EXISTS (SELECT 1 FROM on_chain a WHERE a.file_id = c.file_id AND a.uuid = c.uuid)
   UNION ALL
   SELECT c.file_id, w.start, w.side, c.uuid, w.steps + 1,
@@ -1024,17 +1030,17 @@ line(file_id, start, side, uuid, steps, through, line_no) AS (
   WHERE w.steps <= b.line_count AND {_IS_NODE.format(n="c")}
     AND (w.line_no IS NULL OR c.line_no > w.line_no)
     AND (c.type = 'progress' OR (c.is_unreadable AND c.type IN ('user','assistant'))
-         OR ({COMPANION_RECORD.format(r="c")} AND c.is_sidechain = w.side
+         OR ({LINE_LINK.format(n="c", raw="c")} AND c.is_sidechain = w.side
              AND NOT EXISTS (SELECT 1 FROM leaf_ancestry_cache a WHERE a.file_id = c.file_id
                              AND a.rule = 'resume' AND a.uuid = c.uuid)))
 ),
 lines AS MATERIALIZED (SELECT * FROM line WHERE NOT through),
 -- loose: the records neither on the chain nor parallel (what a line meets
--- below a link), with whether each could go on a line.
+-- below a link), with whether each could go on a line (LINE_LINK).
 loose AS MATERIALIZED (
   SELECT c.file_id, c.parent AS parent_uuid, c.is_sidechain,
-         {COMPANION_RECORD.format(r="c")} AS companion
-  FROM loaded c
+         {LINE_LINK.format(n="c", raw="cr")} AS companion
+  FROM loaded c JOIN records cr ON cr.id = c.id
   WHERE NOT EXISTS (SELECT 1 FROM on_chain a WHERE a.file_id = c.file_id AND a.uuid = c.uuid)
     AND NOT EXISTS (SELECT 1 FROM parallel q WHERE q.file_id = c.file_id AND q.uuid = c.uuid)
 ),

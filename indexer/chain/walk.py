@@ -189,7 +189,19 @@ def in_batch_region(r: Rec, message_id: str) -> bool:
                                       and not records.is_compact_boundary(r.type, r.subtype))
 
 
-def put_back_with_results(resume_chain, nodes: dict, children_of, is_visited) -> set[str]:
+def line_link(calls):
+    """Can r be a link of a put-back line (the loader's s_r(): XN() or z8())?
+    A companion record (is_companion), or a virtual call: an isVirtual user
+    tool_result or assistant tool_use record (``calls``: Rec ->
+    resume.Calls, read only for the user and assistant records a line meets)."""
+    def link(r: Rec) -> bool:
+        return is_companion(r) or (r.type in MESSAGE_TYPES and calls is not None
+                                   and calls(r).virtual)
+    return link
+
+
+def put_back_with_results(resume_chain, nodes: dict, children_of, is_visited,
+                          link=is_companion) -> set[str]:
     """What Claude Code 2.1.332 puts back after a parallel tool call's results
     (its RRr() and nMe()): for each API response on the resume chain
     (``resume_chain``: (depth, record), leaf first) of which some record
@@ -199,7 +211,7 @@ def put_back_with_results(resume_chain, nodes: dict, children_of, is_visited) ->
     response's region (from its first record on the chain past its last,
     and on while in_batch_region). From each anchor, each child starts a
     line followed down while it is one line of companion records on the
-    anchor's side (sidechain or not) that are not visited (``is_visited``:
+    anchor's side (sidechain or not; ``link``: line_link) that are not visited (``is_visited``:
     on the chain, or put back as parallel_tool_branch); a line that
     forks (a link with two unvisited children) or meets any other unvisited
     record is left whole. ``children_of(uuid)``: the chain records whose
@@ -234,17 +246,18 @@ def put_back_with_results(resume_chain, nodes: dict, children_of, is_visited) ->
     out: set[str] = set()
     for po in anchors.values():
         for start in children_of(po.uuid):
-            out.update(companion_line(start, po, children_of, is_visited))
+            out.update(companion_line(start, po, children_of, is_visited, link))
     return out
 
 
-def companion_line(start: Rec, anchor: Rec, children_of, is_visited) -> list[str]:
-    """The loader's nMe(): the one line of unvisited companion records on the
-    anchor's side from ``start`` down, or [] when it forks or meets any
-    other unvisited record."""
+def companion_line(start: Rec, anchor: Rec, children_of, is_visited,
+                   link=is_companion) -> list[str]:
+    """The loader's nMe(): the one line of unvisited companion records (or
+    virtual calls: ``link``, line_link) on the anchor's side from ``start``
+    down, or [] when it forks or meets any other unvisited record."""
     line, cur, seen = [], start, set()
     while cur is not None:
-        if (cur.uuid in seen or is_visited(cur.uuid) or not is_companion(cur)
+        if (cur.uuid in seen or is_visited(cur.uuid) or not link(cur)
                 or bool(cur.is_sidechain) != bool(anchor.is_sidechain)):
             return []
         seen.add(cur.uuid)

@@ -192,7 +192,8 @@ def _orphans(session_id, nodes: dict[str, Rec], resume_chain, message, boundary_
             if p is not None:
                 loaded_children.setdefault(p, []).append(n)
     with_result = chain.put_back_with_results(
-        resume_chain, nodes, lambda u: loaded_children.get(u, ()), is_visited)
+        resume_chain, nodes, lambda u: loaded_children.get(u, ()), is_visited,
+        chain.line_link(calls))
 
     off = [n for n in nodes.values() if n.uuid not in on_chain]
     parents = {n.uuid: n.eff_parent for n in off}

@@ -612,10 +612,10 @@ class _Extension:
             row = g.query(CHAIN_MESSAGE_SQL, self.file_id, m, one=True)
             return row[0] is not None and row[0] <= top
 
-        with_result = _WithResult(g, new, on_chain, in_chain_messages)
+        calls = chain.calls_reader(lambda r: g.query(chain.CALLS_SQL, r.id, one=True))
+        with_result = _WithResult(g, new, on_chain, in_chain_messages, chain.line_link(calls))
         with_result.class_again(redo, new, joined, self.cut, added,
                                 added_messages | cut_messages, bottom and g.get(bottom))
-        calls = chain.calls_reader(lambda r: g.query(chain.CALLS_SQL, r.id, one=True))
 
         def chain_below(u):
             """The record below u on the new resume chain (toward the leaf)."""
@@ -689,8 +689,10 @@ class _WithResult:
     response's region), and appends that move a response's region, give
     up (Bail)."""
 
-    def __init__(self, g: _Graph, new: list[Rec], on_chain, in_chain_messages):
+    def __init__(self, g: _Graph, new: list[Rec], on_chain, in_chain_messages,
+                 link=chain.is_companion):
         self.g, self.on_chain, self.in_chain_messages = g, on_chain, in_chain_messages
+        self.link = link   # what a line's records may be (walk.line_link)
         self.new_of_message: dict[str, list[Rec]] = {}
         for r in new:
             if r.type == "assistant" and r.message_id is not None:
@@ -731,7 +733,9 @@ class _WithResult:
         return self.g.get(resume.bridged(r, self.g))
 
     def open_companion(self, r: Rec | None) -> bool:
-        return r is not None and chain.is_companion(r) and not self.on_chain(r.uuid)
+        """Can r be a link of a put-back line: a companion record or a
+        virtual call (self.link) off the chain."""
+        return r is not None and self.link(r) and not self.on_chain(r.uuid)
 
     def start_of(self, r: Rec) -> Rec:
         """The top of the off-chain companion records r hangs below."""
@@ -803,7 +807,8 @@ class _WithResult:
         anchor = self.loaded_parent(start)
         line = []
         if anchor is not None and anchor.uuid != start.uuid:
-            line = chain.companion_line(start, anchor, self.children, lambda u: self.visited(self.g.get(u)))
+            line = chain.companion_line(start, anchor, self.children,
+                                        lambda u: self.visited(self.g.get(u)), self.link)
             if line and not self.is_anchor(anchor):
                 line = []
         for u in line:
