@@ -673,23 +673,9 @@ SENT_ANYWHERE = {
 
 # The shapes where the index (as of this commit) differs from the CLI: why.
 DIFFERS: dict = {
-    "line_under_a_sent_as_result": (
-        "the put-back lines read raw parents: the meta record naming the sentAsUuid "
-        "is a dangling_parent, the CLI sends it with the renamed result"),
-    "line_under_a_relinked_result": (
-        "the put-back lines read parents before the relink: the meta record under the "
-        "summary is an abandoned_branch, the CLI moves it under the kept result and sends it"),
-    "line_meets_a_later_response": (
-        "the index counts every record of a response on the chain as visited; RRr only "
-        "those of the responses it has reached, so the CLI leaves the line whole"),
     "rows_ahead_of_put_back": (
         "Krn (tengu_foamy_spring): rowsAheadOfPutBack puts the named row on the chain; "
         "the index calls it an abandoned_branch"),
-    "result_recovered_under_the_other_result": (
-        "RRr recovers a result by its tool-call id; the index calls it an abandoned_branch"),
-    "reply_split_around_an_attachment": (
-        "RRr recovers the result hanging from the attachment by its tool-call id, and "
-        "then puts the attachment back; the index drops both"),
     "rewind_cut_attachment": (
         "a rewind's cutUuid keeps the attachment from being put back; the index puts it "
         "back with the parallel result"),

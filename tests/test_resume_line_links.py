@@ -1,8 +1,16 @@
 """Issue 26: the put-back lines (walk.put_back_with_results, the loader's
-RRr()/nMe()) as 2.1.332 reads them, beyond companion records: a line may run
-through an isVirtual tool call or result (the loader's z8()). The real CLI
-sends the record below such a link (tests/test_oracle_cases.py,
-virtual_*_record_on_a_line); these tests hold the index's rule without a
+RRr()/nMe()) as 2.1.332 reads them: a line may run through an isVirtual
+tool call or result (the loader's z8()), and it follows the parents the
+loader reads, a sentAsUuid read as the record stored anew and what a
+compaction's relink moves (RRr reads the loader's map after both); and
+RRr takes the responses on the chain root first, so a record of a later
+response is not yet visited when a line of an earlier one meets it. The
+real CLI sends what these put back (tests/test_oracle_cases.py,
+virtual_*_record_on_a_line, line_under_a_sent_as_result,
+line_under_a_relinked_result, line_meets_a_later_response); and a tool
+result the loader reads under a record that does not hold its call is
+recovered by its tool-call id (RRr with tengu_foamy_spring):
+result_recovered_under_the_other_result, reply_split_around_an_attachment; these tests hold the index's rule without a
 binary, through full derives and appends, each cache equal to its
 definition."""
 
@@ -170,3 +178,180 @@ def test_verify_does_not_ask_for_a_result_whose_call_is_not_kept(index):
         {"role": "assistant", "content": [{"type": "text", "text": f"reply {u(6)}"}]}])
     kept_not_sent, sent_but_dropped, _ = verify.compare(index.db.conn, index.file_id(path), sent)
     assert (kept_not_sent, sent_but_dropped) == ([], [])
+
+
+def test_a_line_under_a_result_stored_anew(index):
+    # The first result (u9) is stored anew and keeps the uuid it was sent
+    # under (sentAsUuid u4): the meta record naming u4 hangs from it.
+    t = Transcript(SID)
+    t.add(u(1), None, "user")
+    t.add(u(2), u(1), "assistant", message=tool_use("msg_P", "toolu_a"))
+    t.add(u(3), u(2), "assistant", message=tool_use("msg_P", "toolu_b"))
+    t.add(u(9), u(2), "user", sentAsUuid=u(4), message=tool_result("toolu_a"))
+    t.add(u(8), u(4), "user", isMeta=True, message=meta("under the renamed result"))
+    answer(t)
+    path = derived(index, t.records)
+    got = orphans(index, path)
+    assert got[u(9)] == ("parallel_tool_branch", 1)
+    assert got[u(8)] == ("put_back_with_result", 1)
+    # Without the sentAsUuid nothing is u4: the record's parent is missing.
+    del t.records[3]["sentAsUuid"]
+    path = derived(index, t.records)
+    assert orphans(index, path)[u(8)] == ("dangling_parent", 0)
+
+
+def relinked(with_kept_tail=True):
+    """A compaction that kept a call and its result (u3, u4): the meta
+    record and the next prompt hang from the summary (u6), and the relink
+    moves both under the kept result."""
+    t = Transcript(SID)
+    t.add(u(1), None, "user")
+    t.add(u(2), u(1), "assistant")
+    t.add(u(3), u(2), "assistant", message=tool_use("msg_P", "toolu_a"))
+    t.add(u(4), u(3), "user", message=tool_result("toolu_a"))
+    meta_ = {"trigger": "manual", "preTokens": 100}
+    if with_kept_tail:
+        meta_["preservedSegment"] = {"headUuid": u(3), "anchorUuid": u(6), "tailUuid": u(4)}
+    t.add(u(5), None, "system", subtype="compact_boundary", content="Conversation compacted",
+          logicalParentUuid=u(4), compactMetadata=meta_)
+    t.add(u(6), u(5), "user", isCompactSummary=True, message=meta("summary"))
+    t.add(u(10), u(6), "user", isMeta=True, message=meta("under the summary"))
+    t.add(u(7), u(6), "user")
+    t.add(u(8), u(7), "assistant")
+    return t.records
+
+
+def test_a_line_moved_under_a_kept_result_by_the_relink(index):
+    path = derived(index, relinked())
+    assert orphans(index, path)[u(10)] == ("put_back_with_result", 1)
+    # No kept tail: no relink, and the record stays a branch of the summary.
+    path = derived(index, relinked(with_kept_tail=False))
+    assert orphans(index, path)[u(10)] == ("abandoned_branch", 0)
+
+
+def later_response(parent_of_b2):
+    """Two responses on the chain: msg_A's result (u3) has a line of two
+    meta records (u10, u11); msg_B's second record (u5, off the chain) hangs
+    from ``parent_of_b2``."""
+    t = Transcript(SID)
+    t.add(u(1), None, "user")
+    t.add(u(2), u(1), "assistant", message=tool_use("msg_A", "toolu_a"))
+    t.add(u(3), u(2), "user", message=tool_result("toolu_a"))
+    t.add(u(10), u(3), "user", isMeta=True, message=meta("line X"))
+    t.add(u(11), u(10), "user", isMeta=True, message=meta("line Y"))
+    t.add(u(4), u(3), "assistant", message=tool_use("msg_B", "toolu_b1"))
+    t.add(u(5), parent_of_b2, "assistant", message=tool_use("msg_B", "toolu_b2"))
+    t.add(u(6), u(4), "user", message=tool_result("toolu_b1"))
+    t.add(u(7), u(5), "user", message=tool_result("toolu_b2"))
+    t.add(u(8), u(6), "assistant")
+    return t.records
+
+
+def test_a_line_meeting_a_later_response_is_left_whole(index):
+    # u5 hangs from u10: for msg_A's line it is a second unvisited child.
+    path = derived(index, later_response(u(10)))
+    got = orphans(index, path)
+    assert [got[u(n)] for n in (10, 11)] == [("abandoned_branch", 0)] * 2
+    assert [got[u(n)] for n in (5, 7)] == [("parallel_tool_branch", 1)] * 2
+    # u5 hangs from msg_B's own record: msg_A's line is one line, put back.
+    path = derived(index, later_response(u(4)))
+    got = orphans(index, path)
+    assert [got[u(n)] for n in (10, 11)] == [("put_back_with_result", 1)] * 2
+
+
+def test_a_line_meeting_an_earlier_response_counts_it_visited(index):
+    # The same records with the responses the other way round on the chain:
+    # msg_B (u4, u5) first, then msg_A under u4's result: u5 was reached first.
+    t = Transcript(SID)
+    t.add(u(1), None, "user")
+    t.add(u(4), u(1), "assistant", message=tool_use("msg_B", "toolu_b1"))
+    t.add(u(6), u(4), "user", message=tool_result("toolu_b1"))
+    t.add(u(2), u(6), "assistant", message=tool_use("msg_A", "toolu_a"))
+    t.add(u(3), u(2), "user", message=tool_result("toolu_a"))
+    t.add(u(10), u(3), "user", isMeta=True, message=meta("line X"))
+    t.add(u(11), u(10), "user", isMeta=True, message=meta("line Y"))
+    t.add(u(5), u(10), "assistant", message=tool_use("msg_B", "toolu_b2"))
+    t.add(u(7), u(5), "user", message=tool_result("toolu_b2"))
+    t.add(u(8), u(3), "assistant")
+    path = derived(index, t.records)
+    got = orphans(index, path)
+    assert [got[u(n)] for n in (10, 11)] == [("put_back_with_result", 1)] * 2
+
+
+def test_a_result_under_the_other_result_is_recovered_by_its_call_id(index):
+    t = Transcript(SID)
+    t.add(u(1), None, "user")
+    t.add(u(2), u(1), "assistant", message=tool_use("msg_P", "toolu_a"))
+    t.add(u(3), u(2), "assistant", message=tool_use("msg_P", "toolu_b"))
+    t.add(u(5), u(3), "user", message=tool_result("toolu_b"))
+    t.add(u(4), u(5), "user", message=tool_result("toolu_a"))
+    t.add(u(7), u(4), "user", isMeta=True, message=meta("below the recovered result"))
+    t.add(u(6), u(5), "assistant")
+    path = derived(index, t.records)
+    got = orphans(index, path)
+    assert got[u(4)] == ("parallel_tool_branch", 1)
+    # and the line below it is put back with it (it is an anchor)
+    assert got[u(7)] == ("put_back_with_result", 1)
+
+
+def test_a_result_whose_call_is_answered_is_not_recovered(index):
+    # toolu_a is answered on the chain (u8 under u2): the stray copy stays dropped.
+    t = Transcript(SID)
+    t.add(u(1), None, "user")
+    t.add(u(2), u(1), "assistant", message=tool_use("msg_P", "toolu_a"))
+    t.add(u(8), u(2), "user", message=tool_result("toolu_a"))
+    t.add(u(3), u(8), "assistant", message=tool_use("msg_Q", "toolu_b"))
+    t.add(u(5), u(3), "user", message=tool_result("toolu_b"))
+    t.add(u(4), u(5), "user", message=tool_result("toolu_a"))
+    t.add(u(6), u(5), "assistant")
+    path = derived(index, t.records)
+    assert orphans(index, path)[u(4)] == ("abandoned_branch", 0)
+
+
+def test_of_two_strays_for_one_call_the_first_is_recovered(index):
+    t = Transcript(SID)
+    t.add(u(1), None, "user")
+    t.add(u(2), u(1), "assistant", message=tool_use("msg_P", "toolu_a"))
+    t.add(u(3), u(2), "assistant", message=tool_use("msg_P", "toolu_b"))
+    t.add(u(5), u(3), "user", message=tool_result("toolu_b"))
+    t.add(u(4), u(5), "user", message=tool_result("toolu_a"))
+    t.add(u(9), u(1), "user", message=tool_result("toolu_a"))
+    t.add(u(6), u(5), "assistant")
+    path = derived(index, t.records)
+    got = orphans(index, path)
+    assert (got[u(4)], got[u(9)]) == (("parallel_tool_branch", 1), ("abandoned_branch", 0))
+
+
+def test_a_call_held_by_two_responses_recovers_nothing(index):
+    t = Transcript(SID)
+    t.add(u(1), None, "user")
+    t.add(u(2), u(1), "assistant", message=tool_use("msg_P", "toolu_a"))
+    t.add(u(3), u(2), "assistant", message=tool_use("msg_P", "toolu_b"))
+    t.add(u(10), u(1), "assistant", message=tool_use("msg_R", "toolu_a"))
+    t.add(u(5), u(3), "user", message=tool_result("toolu_b"))
+    t.add(u(4), u(5), "user", message=tool_result("toolu_a"))
+    t.add(u(6), u(5), "assistant")
+    path = derived(index, t.records)
+    assert orphans(index, path)[u(4)] == ("abandoned_branch", 0)
+
+
+def test_appends_give_up_on_a_stray_result(index):
+    """An appended result its parent does not hold: the file is derived
+    whole (a recompute), and equals the definitions."""
+    t = Transcript(SID)
+    t.add(u(1), None, "user")
+    t.add(u(2), u(1), "assistant", message=tool_use("msg_P", "toolu_a"))
+    t.add(u(3), u(2), "assistant", message=tool_use("msg_P", "toolu_b"))
+    t.add(u(5), u(3), "user", message=tool_result("toolu_b"))
+    t.add(u(6), u(5), "assistant")
+    path = derived(index, t.records)
+    t.records = []
+    before = dict(derive_append.BAILS)
+    with open(path, "a") as f:
+        f.writelines(json.dumps(r) + "\n" for r in [
+            t.add(u(4), u(5), "user", message=tool_result("toolu_a")),
+            t.add(u(7), u(6), "user"), t.add(u(8), u(7), "assistant")])
+    index.ingest()
+    index.assert_caches_match_definitions()
+    assert derive_append.BAILS["a stray tool result"] == before.get("a stray tool result", 0) + 1
+    assert orphans(index, path)[u(4)] == ("parallel_tool_branch", 1)

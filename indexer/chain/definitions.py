@@ -901,15 +901,17 @@ LINE_LINK = ("(" + COMPANION_RECORD.replace("{r}", "{n}") + " OR "
 # has one such parent, so it is reached at most once and a cycle is never
 # entered (its records are never reached: 'other'); the step bound is a
 # second guard. put_back_with_result: a line of companion records
-# (records.COMPANION_RECORD) the CLI puts back with a parallel tool call's
+# (records.COMPANION_RECORD) or virtual calls (LINE_LINK), read under the
+# parents the loader reads (cli_nodes), the CLI puts back with a parallel tool call's
 # results (walk.put_back_with_results states the rule): `batches` are the
 # API responses on the chain with a tool_use block and their region on the
 # chain (depths between first_depth and end_depth, exclusive), `anchors`
 # their records, those records' tool results and the companion records in
 # the region, `line` walks down from each anchor's children through
-# unvisited companion records of the anchor's side (visited: on the chain
-# or parallel), and `lines_kept` are the lines that neither fork nor meet
-# another unvisited record. restored: the CLI puts the record back after
+# unvisited companion records of the anchor's side (visited: on the chain,
+# or parallel with a response the loader has reached: of this response or
+# one before it on the chain), and `lines_kept` are the lines that neither
+# fork nor meet another unvisited record. restored: the CLI puts the record back after
 # its walk: a parallel_tool_branch, a put_back_with_result, or a
 # non-message record that hangs from the leaf message through non-message
 # records (put_back; progress records are passed through, as the CLI
@@ -919,15 +921,16 @@ LINE_LINK = ("(" + COMPANION_RECORD.replace("{r}", "{n}") + " OR "
 # step here reads it ("no such table: main.scope_files").
 ORPHANS_DEFINITION_SQL = f"""
 WITH RECURSIVE {NODES_CTES},
-{BRIDGE_CTES},
--- loaded: the nodes the loader loads (no progress, no unreadable records),
--- each with the parent it reads it under (bridged): what the put-back
--- lines follow (derive._orphans, walk.put_back_with_results).
+{CLI_CTES},
+-- loaded: the nodes the loader loads (no progress, no unreadable records,
+-- none a compaction's relink drops), each with the parent it reads it
+-- under (cli_nodes: bridged, a sentAsUuid read as the record stored anew,
+-- moved by the relink): what the put-back lines follow (derive._orphans,
+-- walk.put_back_with_results).
 loaded AS MATERIALIZED (
-  SELECT n.id, n.file_id, n.uuid, n.type, n.subtype, n.is_meta, n.is_tool_result, n.is_sidechain,
-         CAST(CASE WHEN b.uuid IS NOT NULL THEN b.up ELSE n.parent_uuid END AS TEXT) AS parent
-  FROM nodes n LEFT JOIN bridged b ON b.file_id = n.file_id AND b.uuid = n.uuid
-  WHERE n.type <> 'progress' AND NOT n.is_unreadable
+  SELECT c.id, c.file_id, c.uuid, c.type, c.subtype, n.is_meta, n.is_tool_result,
+         c.is_sidechain, c.parent
+  FROM cli_nodes c JOIN nodes n ON n.id = c.id
 ),
 on_chain AS MATERIALIZED (
   SELECT a.file_id, a.uuid, a.depth FROM leaf_ancestry a
@@ -942,10 +945,14 @@ boundary AS (
     WHERE {COMPACT_BOUNDARY_RECORD.format(r="n")}
   ) WHERE rn = 1
 ),
+-- chain_messages: the API responses on the chain; at: the depth of the
+-- first record of each (the loader takes them root first, the greatest at
+-- first).
 chain_messages AS MATERIALIZED (
-  SELECT DISTINCT a.file_id, n.message_id FROM on_chain a
+  SELECT a.file_id, n.message_id, max(a.depth) AS at FROM on_chain a
   JOIN nodes n ON n.file_id = a.file_id AND n.uuid = a.uuid
   WHERE n.type = 'assistant' AND n.message_id IS NOT NULL
+  GROUP BY a.file_id, n.message_id
 ),
 splice_points AS MATERIALIZED (
   SELECT b.file_id, b.uuid FROM on_chain b
@@ -968,15 +975,86 @@ put_back(file_id, uuid, type, steps) AS (
   WHERE c.type IN ('system','attachment','progress') AND p.steps <= b.line_count
     AND {_IS_NODE.format(n="c")}
 ),
-parallel AS MATERIALIZED (
-  SELECT n.file_id, n.uuid FROM nodes n JOIN chain_messages m
+-- parallel_direct: the records put back with a response on the chain (its
+-- other records and their tool results), with the response's at.
+parallel_direct AS MATERIALIZED (
+  SELECT n.file_id, n.uuid, m.at FROM nodes n JOIN chain_messages m
     ON m.file_id = n.file_id AND m.message_id = n.message_id
   WHERE n.type = 'assistant'
   UNION
-  SELECT n.file_id, n.uuid FROM nodes n
+  SELECT n.file_id, n.uuid, m.at FROM nodes n
   JOIN nodes p ON p.file_id = n.file_id AND p.uuid = n.parent_uuid AND p.type = 'assistant'
   JOIN chain_messages m ON m.file_id = p.file_id AND m.message_id = p.message_id
   WHERE n.type = 'user' AND n.is_tool_result
+),
+-- Recovery by tool-call id (walk.recovered_by_tool_use_id). uses: the
+-- tool_use ids of the loaded assistant records; result_ids: the tool_result
+-- ids of the loaded user records (k: their order in the record).
+uses AS MATERIALIZED (
+  SELECT c.file_id, c.uuid, c.is_sidechain, n.message_id, n.line_no, j.value AS tool_id
+  FROM loaded c JOIN nodes n ON n.id = c.id JOIN records r ON r.id = c.id,
+       json_each({TOOL_IDS.format(r="r")}) j
+  WHERE c.type = 'assistant'
+),
+result_ids AS MATERIALIZED (
+  SELECT c.file_id, c.uuid, c.parent, c.is_sidechain, n.line_no,
+         CAST(j.key AS INTEGER) AS k, j.value AS tool_id
+  FROM loaded c JOIN nodes n ON n.id = c.id JOIN records r ON r.id = c.id,
+       json_each({TOOL_IDS.format(r="r")}) j
+  WHERE c.type = 'user' AND c.is_tool_result
+),
+-- holder_of: per tool id held by the records of one API message, the last
+-- of them.
+holder_of AS MATERIALIZED (
+  SELECT u.file_id, u.tool_id, u.message_id, u.uuid, u.is_sidechain FROM uses u
+  JOIN (SELECT file_id, tool_id, max(line_no) AS last FROM uses
+        WHERE message_id IS NOT NULL GROUP BY file_id, tool_id
+        HAVING count(DISTINCT message_id) = 1) g
+    ON g.file_id = u.file_id AND g.tool_id = u.tool_id AND g.last = u.line_no
+),
+-- strays: the results off the chain, not parallel, that answer a call
+-- their (loaded) parent does not hold.
+strays AS MATERIALIZED (
+  SELECT DISTINCT x.file_id, x.uuid FROM result_ids x
+  WHERE NOT EXISTS (SELECT 1 FROM on_chain a WHERE a.file_id = x.file_id AND a.uuid = x.uuid)
+    AND NOT EXISTS (SELECT 1 FROM parallel_direct q WHERE q.file_id = x.file_id
+                      AND q.uuid = x.uuid)
+    AND NOT EXISTS (SELECT 1 FROM uses p WHERE p.file_id = x.file_id AND p.uuid = x.parent
+                      AND p.tool_id = x.tool_id)
+),
+-- stray_calls: a stray's calls with one holder, on the chain's response,
+-- not its parent, on its side.
+stray_calls AS MATERIALIZED (
+  SELECT x.file_id, x.uuid, x.line_no, x.k, x.tool_id, h.message_id
+  FROM result_ids x JOIN strays s ON s.file_id = x.file_id AND s.uuid = x.uuid
+  JOIN holder_of h ON h.file_id = x.file_id AND h.tool_id = x.tool_id
+  JOIN chain_messages m ON m.file_id = h.file_id AND m.message_id = h.message_id
+  WHERE h.uuid IS NOT x.parent AND h.is_sidechain = x.is_sidechain
+),
+-- recovered: a stray with such a call that no result on the chain, no
+-- result under a record of that message and no earlier stray answers; the
+-- response (message_id) of its first such call.
+recovered AS MATERIALIZED (
+  SELECT file_id, uuid, message_id FROM (
+    SELECT c.*, row_number() OVER (PARTITION BY c.file_id, c.uuid ORDER BY c.k) AS rn
+    FROM stray_calls c
+    WHERE NOT EXISTS (SELECT 1 FROM result_ids y JOIN on_chain a
+                        ON a.file_id = y.file_id AND a.uuid = y.uuid
+                      WHERE y.file_id = c.file_id AND y.tool_id = c.tool_id)
+      AND NOT EXISTS (SELECT 1 FROM result_ids y
+                      JOIN nodes p ON p.file_id = y.file_id AND p.uuid = y.parent
+                      WHERE y.file_id = c.file_id AND y.tool_id = c.tool_id
+                        AND p.type = 'assistant' AND p.message_id = c.message_id)
+      AND NOT EXISTS (SELECT 1 FROM stray_calls e WHERE e.file_id = c.file_id
+                        AND e.tool_id = c.tool_id AND e.line_no < c.line_no))
+  WHERE rn = 1
+),
+-- parallel: put back with a response, directly or recovered by tool-call id.
+parallel AS MATERIALIZED (
+  SELECT file_id, uuid, at FROM parallel_direct
+  UNION
+  SELECT r.file_id, r.uuid, m.at FROM recovered r
+  JOIN chain_messages m ON m.file_id = r.file_id AND m.message_id = r.message_id
 ),
 batches AS MATERIALIZED (
   SELECT b.*, coalesce((
@@ -997,66 +1075,72 @@ batches AS MATERIALIZED (
                   AND n.type = 'assistant' AND {HAS_TOOL_USE.format(r="r")})
 ),
 anchors AS MATERIALIZED (
-  SELECT n.file_id, n.uuid, n.is_sidechain FROM batches b
+  SELECT n.file_id, n.uuid, n.is_sidechain, b.first_depth AS at FROM batches b
   JOIN nodes n ON n.file_id = b.file_id AND n.message_id = b.message_id AND n.type = 'assistant'
   UNION
-  SELECT t.file_id, t.uuid, t.is_sidechain FROM batches b
+  SELECT t.file_id, t.uuid, t.is_sidechain, b.first_depth FROM batches b
   JOIN nodes n ON n.file_id = b.file_id AND n.message_id = b.message_id AND n.type = 'assistant'
   JOIN loaded t ON t.file_id = n.file_id AND t.parent = n.uuid
   WHERE t.type = 'user' AND t.is_tool_result
   UNION
-  SELECT n.file_id, n.uuid, n.is_sidechain FROM batches b
+  SELECT t.file_id, t.uuid, t.is_sidechain, b.first_depth FROM batches b
+  JOIN recovered r ON r.file_id = b.file_id AND r.message_id = b.message_id
+  JOIN loaded t ON t.file_id = r.file_id AND t.uuid = r.uuid
+  UNION
+  SELECT n.file_id, n.uuid, n.is_sidechain, b.first_depth FROM batches b
   JOIN on_chain a ON a.file_id = b.file_id AND a.depth < b.first_depth AND a.depth > b.end_depth
   JOIN nodes n ON n.file_id = a.file_id AND n.uuid = a.uuid
   WHERE {COMPANION_RECORD.format(r="n")}
 ),
--- line: from each anchor down its loaded children while they are line links
--- (LINE_LINK: companion records, virtual calls) of its side off the chain. A progress record, or an unreadable
--- record, is passed through (through = 1: not loaded, no link of the line)
--- to what hangs from it, from a progress record only to the lines written
--- after it (line_no), as resume.bridged reads parents.
-line(file_id, start, side, uuid, steps, through, line_no) AS (
-  SELECT c.file_id, c.uuid, p.is_sidechain, c.uuid, 0, 0, NULL
-  FROM anchors p JOIN loaded c ON c.file_id = p.file_id AND c.parent = p.uuid
+-- links: the loaded records off the chain and not parallel a line may run
+-- through (LINE_LINK: companion records, virtual calls). line: from each
+-- anchor (of the response at `at`) down its loaded children while they are
+-- links of its side.
+links AS MATERIALIZED (
+  SELECT c.file_id, c.uuid, c.parent, c.is_sidechain FROM loaded c
   JOIN records cr ON cr.id = c.id
-  WHERE {LINE_LINK.format(n="c", raw="cr")} AND c.is_sidechain = p.is_sidechain
+  WHERE {LINE_LINK.format(n="c", raw="cr")}
     AND NOT EXISTS (SELECT 1 FROM on_chain a WHERE a.file_id = c.file_id AND a.uuid = c.uuid)
-  UNION ALL
-  SELECT c.file_id, w.start, w.side, c.uuid, w.steps + 1,
-         c.type = 'progress' OR c.is_unreadable, CASE WHEN c.type = 'progress' THEN c.line_no END
-  FROM line w
-  JOIN records c ON c.file_id = w.file_id AND c.parent_uuid = w.uuid
-  JOIN files b ON b.id = w.file_id
-  WHERE w.steps <= b.line_count AND {_IS_NODE.format(n="c")}
-    AND (w.line_no IS NULL OR c.line_no > w.line_no)
-    AND (c.type = 'progress' OR (c.is_unreadable AND c.type IN ('user','assistant'))
-         OR ({LINE_LINK.format(n="c", raw="c")} AND c.is_sidechain = w.side
-             AND NOT EXISTS (SELECT 1 FROM leaf_ancestry_cache a WHERE a.file_id = c.file_id
-                             AND a.rule = 'resume' AND a.uuid = c.uuid)))
-),
-lines AS MATERIALIZED (SELECT * FROM line WHERE NOT through),
--- loose: the records neither on the chain nor parallel (what a line meets
--- below a link), with whether each could go on a line (LINE_LINK).
-loose AS MATERIALIZED (
-  SELECT c.file_id, c.parent AS parent_uuid, c.is_sidechain,
-         {LINE_LINK.format(n="c", raw="cr")} AS companion
-  FROM loaded c JOIN records cr ON cr.id = c.id
-  WHERE NOT EXISTS (SELECT 1 FROM on_chain a WHERE a.file_id = c.file_id AND a.uuid = c.uuid)
     AND NOT EXISTS (SELECT 1 FROM parallel q WHERE q.file_id = c.file_id AND q.uuid = c.uuid)
 ),
--- a line is left whole when a link has two unvisited children, or one
--- that is not on the line (another type, the other side); companion
--- records are never parallel, so the walk above needs only the chain.
+line(file_id, start, side, at, uuid, steps) AS (
+  SELECT c.file_id, c.uuid, p.is_sidechain, p.at, c.uuid, 0
+  FROM anchors p JOIN links c ON c.file_id = p.file_id AND c.parent = p.uuid
+  WHERE c.is_sidechain = p.is_sidechain
+  UNION ALL
+  SELECT c.file_id, w.start, w.side, w.at, c.uuid, w.steps + 1
+  FROM line w
+  JOIN links c ON c.file_id = w.file_id AND c.parent = w.uuid
+  JOIN files b ON b.id = w.file_id
+  WHERE w.steps <= b.line_count AND c.is_sidechain = w.side
+),
+lines AS MATERIALIZED (SELECT * FROM line),
+-- loose: the records off the chain (what a line meets below a link), with
+-- whether each could go on a line (LINE_LINK) and, for a parallel record,
+-- the at of its response: it is visited for the lines of that response and
+-- of those before it (at or greater), not for earlier ones (walk.put_back_with_results).
+loose AS MATERIALIZED (
+  SELECT c.file_id, c.parent AS parent_uuid, c.is_sidechain,
+         {LINE_LINK.format(n="c", raw="cr")} AND q.uuid IS NULL AS companion, q.at AS par_at
+  FROM loaded c JOIN records cr ON cr.id = c.id
+  LEFT JOIN parallel q ON q.file_id = c.file_id AND q.uuid = c.uuid
+  WHERE NOT EXISTS (SELECT 1 FROM on_chain a WHERE a.file_id = c.file_id AND a.uuid = c.uuid)
+),
+-- a line (of one start and one response) is left whole when a link has
+-- two unvisited children, or one that is not on the line (another type,
+-- the other side).
 lines_kept AS MATERIALIZED (
   SELECT w.file_id, w.uuid FROM lines w
   WHERE NOT EXISTS (
     SELECT 1 FROM lines x JOIN files b ON b.id = x.file_id
-    WHERE x.file_id = w.file_id AND x.start = w.start AND (
+    WHERE x.file_id = w.file_id AND x.start = w.start AND x.at = w.at AND (
       x.steps > b.line_count
       OR (SELECT count(*) FROM loose c
-          WHERE c.file_id = x.file_id AND c.parent_uuid = x.uuid) > 1
+          WHERE c.file_id = x.file_id AND c.parent_uuid = x.uuid
+            AND (c.par_at IS NULL OR c.par_at < x.at)) > 1
       OR EXISTS (SELECT 1 FROM loose c
                  WHERE c.file_id = x.file_id AND c.parent_uuid = x.uuid
+                   AND (c.par_at IS NULL OR c.par_at < x.at)
                    AND NOT (c.companion AND c.is_sidechain = x.side))))
 ),
 off AS MATERIALIZED (
@@ -1120,6 +1204,8 @@ SELECT o.file_id, f.session_id, o.uuid, o.type, o.subtype, o.timestamp,
   CASE
     WHEN o.line_no < lb.line_no THEN 'compacted'
     WHEN o.type = 'progress' THEN 'progress'
+    WHEN EXISTS (SELECT 1 FROM recovered v WHERE v.file_id = o.file_id AND v.uuid = o.uuid)
+      THEN 'parallel_tool_branch'
     WHEN o.type = 'assistant' AND EXISTS (
            SELECT 1 FROM chain_messages m
            WHERE m.file_id = o.file_id AND m.message_id = o.message_id)

@@ -60,6 +60,14 @@ APPENDED_SQL = UUID_RECORDS_SELECT + """
 WHERE r.file_id = :file_id AND r.byte_offset >= :offset
   AND (r.uuid IS NOT NULL OR r.type = 'last-prompt')
 ORDER BY r.byte_offset"""
+# Does an assistant record of the file hold this tool_use id (a call a stray
+# result answers: walk.stray_state)? The instr() test spares the JSON of the others.
+HOLDER_SQL = f"""
+SELECT 1 FROM records r WHERE r.file_id = ? AND r.type = 'assistant'
+  AND instr(r.raw, '"' || ?2 || '"') > 0
+  AND EXISTS (SELECT 1 FROM json_each({records.TOOL_IDS.format(r="r")}) j WHERE j.value = ?2)
+LIMIT 1
+""".strip()
 # Does an older record share an appended uuid, or name one as its parent?
 CLASH_SQL = """
 SELECT 1 FROM records WHERE file_id = :file_id AND line_no <= :lines
@@ -495,6 +503,11 @@ class _Extension:
             # A compaction's kept tail is put back (resume.relink): it moves
             # records between branches, so the file is derived whole.
             raise Bail("a compaction relinks what it kept")
+        if state.get("strays", True) is True:
+            # A result off the chain its parent does not hold, of a call an
+            # assistant record holds: the CLI may recover it by tool-call
+            # id (walk.recovered_by_tool_use_id, walk.stray_state).
+            raise Bail("a stray tool result")
         scanned = resume.scan_events(new, prompts, resume.Scanned(
             g.get(state["last_row"]), state["checkpoint"], state["explicit"],
             state["rewound_to_empty"], state["trailing_snapshots"], state["prompted"],
@@ -614,6 +627,7 @@ class _Extension:
 
         calls = chain.calls_reader(lambda r: g.query(chain.CALLS_SQL, r.id, one=True))
         with_result = _WithResult(g, new, on_chain, in_chain_messages, chain.line_link(calls))
+        # (a parallel record is no link: derive._orphans)
         with_result.class_again(redo, new, joined, self.cut, added,
                                 added_messages | cut_messages, bottom and g.get(bottom))
 
@@ -628,10 +642,20 @@ class _Extension:
                 return g.get(row[0]) if row else None
             return added[-1] if added else None
 
+        held = set(self.state["strays"])
+        if held and any(set(calls(r).ids) & held for r in new
+                        if r.type == "assistant" and r.has_tool_use):
+            raise Bail("a stray tool result")
         rows = []
         for o in sorted(redo.values(), key=lambda r: r.line_no):
             if o.is_sidechain or on_chain(o.uuid):
                 continue
+            if (o.type == "user" and o.is_tool_result
+                    and not chain.is_parallel(o, g.get(o.parent_uuid), in_chain_messages)):
+                p = with_result.loaded_parent(o)
+                held = calls(p).ids if p is not None and p.type == "assistant" else ()
+                if calls(o).ids and not all(i in held for i in calls(o).ids):
+                    self.stray(o, calls(o).ids)
             bp, origin, root = self.reach(o, on_chain)
             graft = origin == "ancestry" and chain.is_late_graft(root, chain_below(bp), calls)
             cause = chain.cause_of(o, g.get(o.parent_uuid), bp, origin,
@@ -641,6 +665,15 @@ class _Extension:
         gone = sorted(set(redo) | {r.uuid for r in joined})
         self.conn.execute(DROP_ORPHANS_SQL, [self.file_id, json.dumps(gone)])
         chain.insert_rows(self.conn, "orphans", rows)
+
+    def stray(self, o: Rec, ids) -> None:
+        """A stray result (walk.stray_results) off the chain: carried on in
+        the state when no assistant record of the file holds a call it
+        answers (walk.stray_state), else give up."""
+        for t in ids:
+            if self.conn.execute(HOLDER_SQL, [self.file_id, t]).fetchone():
+                raise Bail("a stray tool result")
+        self.state["strays"] = sorted(set(self.state["strays"]) | set(ids))
 
     def resume_bottom(self, walk: _Walk) -> str | None:
         """The uuid of the stored record the new resume walk comes down to."""
@@ -734,8 +767,35 @@ class _WithResult:
 
     def open_companion(self, r: Rec | None) -> bool:
         """Can r be a link of a put-back line: a companion record or a
-        virtual call (self.link) off the chain."""
-        return r is not None and self.link(r) and not self.on_chain(r.uuid)
+        virtual call (self.link) off the chain, not parallel."""
+        return r is not None and self.link(r) and not self.visited(r)
+
+    def response_of(self, r: Rec) -> str | None:
+        """The message id of the response a parallel record is put back with."""
+        if r.type == "assistant":
+            return r.message_id
+        p = self.g.get(r.parent_uuid)
+        return p.message_id if p is not None else None
+
+    def visited_by(self, anchor: Rec):
+        """Is a record visited when the loader walks a line below ``anchor``:
+        on the chain, or parallel with the anchor's own response. A parallel
+        record of another response is visited only when the loader reached
+        that response first (walk.put_back_with_results): give up."""
+        own = anchor.message_id if anchor.type == "assistant" else (
+            self.response_of(anchor) if anchor.type == "user" and anchor.is_tool_result
+            else None)
+
+        def visited(u: str) -> bool:
+            r = self.g.get(u)
+            if r is None or self.on_chain(r.uuid):
+                return r is not None
+            if not self.visited(r):
+                return False
+            if own is None or self.response_of(r) != own:
+                raise Bail("a line meets a record of another response")
+            return True
+        return visited
 
     def start_of(self, r: Rec) -> Rec:
         """The top of the off-chain companion records r hangs below."""
@@ -808,7 +868,7 @@ class _WithResult:
         line = []
         if anchor is not None and anchor.uuid != start.uuid:
             line = chain.companion_line(start, anchor, self.children,
-                                        lambda u: self.visited(self.g.get(u)), self.link)
+                                        self.visited_by(anchor), self.link)
             if line and not self.is_anchor(anchor):
                 line = []
         for u in line:
