@@ -676,9 +676,6 @@ DIFFERS: dict = {
     "rows_ahead_of_put_back": (
         "Krn (tengu_foamy_spring): rowsAheadOfPutBack puts the named row on the chain; "
         "the index calls it an abandoned_branch"),
-    "rewind_cut_attachment": (
-        "a rewind's cutUuid keeps the attachment from being put back; the index puts it "
-        "back with the parallel result"),
 }
 
 SHAPES = {name: globals()[f"shape_{name}"] for name in EXPECTED}

@@ -355,3 +355,64 @@ def test_appends_give_up_on_a_stray_result(index):
     index.assert_caches_match_definitions()
     assert derive_append.BAILS["a stray tool result"] == before.get("a stray tool result", 0) + 1
     assert orphans(index, path)[u(4)] == ("parallel_tool_branch", 1)
+
+
+def hook_context(t, uuid, parent):
+    return t.add(uuid, parent, "attachment",
+                 attachment={"type": "hook_additional_context", "content": ["context"]})
+
+
+def last_prompt(leaf, **fields):
+    return {"type": "last-prompt", "sessionId": SID, "lastPrompt": "prompt", "leafUuid": leaf,
+            "explicit": True, **fields}
+
+
+def cut_shape(*after):
+    """An attachment (u7) below the first call's result (u4), put back with
+    it, then ``after``: last-prompt records and records, in that order."""
+    t = Transcript(SID)
+    two_calls(t)
+    hook_context(t, u(7), u(4))
+    answer(t)
+    for x in after:
+        if callable(x):
+            x(t)
+        else:
+            t.records.append(x)
+    return t.records
+
+
+def test_a_rewind_cut_keeps_a_record_from_being_put_back(index):
+    path = derived(index, cut_shape(last_prompt(u(6), rewound=True, cutUuid=u(7))))
+    assert orphans(index, path)[u(7)] == ("abandoned_branch", 0)
+    # The same checkpoint without the cut: put back with the parallel result.
+    path = derived(index, cut_shape(last_prompt(u(6))))
+    assert orphans(index, path)[u(7)] == ("put_back_with_result", 1)
+    # Not explicit: the loader takes no note of it.
+    path = derived(index, cut_shape(last_prompt(u(6), rewound=True, cutUuid=u(7),
+                                                 explicit=False)))
+    assert orphans(index, path)[u(7)] == ("put_back_with_result", 1)
+
+
+def test_a_later_explicit_checkpoint_or_a_row_below_ends_the_cut(index):
+    cut = last_prompt(u(6), rewound=True, cutUuid=u(7))
+    path = derived(index, cut_shape(cut, last_prompt(u(6))))
+    assert orphans(index, path)[u(7)] == ("put_back_with_result", 1)
+    # A row written below the cut record after the rewind: no longer cut.
+    path = derived(index, cut_shape(
+        cut, lambda t: t.add(u(8), u(7), "system", subtype="stop_hook_summary")))
+    got = orphans(index, path)
+    assert [got[u(n)] for n in (7, 8)] == [("put_back_with_result", 1)] * 2
+
+
+def test_a_rewind_cut_of_a_record_below_the_leaf(index):
+    # A system record below the leaf message is put back after the walk
+    # (restored); cut by a rewind, it is not.
+    t = Transcript(SID)
+    t.add(u(1), None, "user")
+    t.add(u(2), u(1), "assistant")
+    t.add(u(3), u(2), "system", subtype="stop_hook_summary")
+    path = derived(index, t.records + [last_prompt(u(2), rewound=True, cutUuid=u(3))])
+    assert orphans(index, path)[u(3)][1] == 0
+    path = derived(index, t.records + [last_prompt(u(2))])
+    assert orphans(index, path)[u(3)][1] == 1

@@ -88,6 +88,14 @@ TIMESTAMP_MS = ("CAST(round((julianday({r}.timestamp) - 2440587.5) * 86400000.0)
 # A last-prompt record's leafUuid is present and null / its explicit flag.
 LAST_PROMPT_NULL_LEAF = "(json_valid({r}.raw) AND json_type({r}.raw, '$.leafUuid') = 'null')"
 LAST_PROMPT_EXPLICIT = "(json_valid({r}.raw) AND json_type({r}.raw, '$.explicit') = 'true')"
+# A rewind's last-prompt record: rewound: true, and the record it cut
+# (cutUuid; '' when the field is there but no string: it names nothing).
+LAST_PROMPT_REWOUND = "(json_valid({r}.raw) AND json_type({r}.raw, '$.rewound') = 'true')"
+LAST_PROMPT_CUT = ("CASE WHEN NOT json_valid({r}.raw) THEN NULL "
+                   "WHEN json_type({r}.raw, '$.cutUuid') = 'text' THEN {r}.raw ->> '$.cutUuid' "
+                   "WHEN json_type({r}.raw, '$.cutUuid') IS NOT NULL THEN '' END")
+# How far up the loader's rewind cut reads (resume.rewind_cut).
+CUT_STEPS = 64
 
 # Is uuid {uuid} a node of the CLI's view of file {file_id} (a user, assistant,
 # system or attachment record that is readable, the last chain line of its
@@ -922,6 +930,77 @@ LINE_LINK = ("(" + COMPANION_RECORD.replace("{r}", "{n}") + " OR "
 ORPHANS_DEFINITION_SQL = f"""
 WITH RECURSIVE {NODES_CTES},
 {CLI_CTES},
+-- The rewind cut (resume.rewind_cut): cut_marks, the last-prompt records
+-- of the main files; cut_targets, the record each explicit rewind's cutUuid
+-- names (a node written at or before it; `at`: the rewind's line);
+-- cut_starts, where each walk up that uncuts starts (the parent of a row
+-- after the first rewind, at its line, and of each cut record); cut_up,
+-- those walks up the bridged parents through non-message records (at most
+-- CUT_STEPS); cut_clears, the explicit last-prompt records that are no
+-- rewind and the compact boundaries. cut: the non-message records a rewind
+-- cut with no clear and no walk up through them after it.
+cut_marks AS MATERIALIZED (
+  SELECT r.file_id, r.line_no, {LAST_PROMPT_EXPLICIT.format(r="r")} AS explicit,
+         {LAST_PROMPT_REWOUND.format(r="r")} AS rewound, {LAST_PROMPT_CUT.format(r="r")} AS cut
+  FROM records r JOIN scope_files f ON f.file_id = r.file_id
+  WHERE r.type = 'last-prompt' AND f.kind = 'main'
+),
+cut_files AS MATERIALIZED (
+  SELECT file_id, min(line_no) AS from_line FROM cut_marks
+  WHERE explicit AND rewound AND cut IS NOT NULL AND cut <> '' GROUP BY file_id
+),
+-- cut_keys: the nodes of those files by the uuid a lookup names (their
+-- own, and the sentAsUuid of a record stored anew).
+cut_keys AS MATERIALIZED (
+  SELECT c.file_id, CASE w.which WHEN 0 THEN c.uuid ELSE s.as_uuid END AS key, c.uuid,
+         c.line_no, c.type, c.parent
+  FROM cli_base c JOIN cut_files k ON k.file_id = c.file_id
+  JOIN (SELECT 0 AS which UNION ALL SELECT 1) w
+  LEFT JOIN sent_as s ON s.file_id = c.file_id AND s.uuid = c.uuid AND NOT s.replaced
+  WHERE CASE w.which WHEN 0 THEN NOT EXISTS (
+          SELECT 1 FROM sent_as x WHERE x.file_id = c.file_id AND x.as_uuid = c.uuid
+            AND NOT x.replaced)
+        ELSE s.as_uuid IS NOT NULL END
+),
+cut_targets AS MATERIALIZED (
+  SELECT m.file_id, m.line_no AS at, c.uuid, c.type, c.parent FROM cut_marks m
+  JOIN cut_keys c ON c.file_id = m.file_id AND c.key = m.cut AND c.line_no <= m.line_no
+  WHERE m.explicit AND m.rewound AND m.cut IS NOT NULL AND m.cut <> ''
+),
+cut_starts AS MATERIALIZED (
+  SELECT o.file_id, o.line_no AS at, c.parent AS up FROM occ o
+  JOIN cut_files k ON k.file_id = o.file_id AND o.line_no > k.from_line
+  JOIN cut_keys c ON c.file_id = o.file_id AND c.uuid = o.uuid AND c.key = o.uuid
+  JOIN records r ON r.id = o.id
+  WHERE o.type IN {CLI_NODE_TYPES_SQL} AND NOT r.is_sidechain
+    AND NOT (r.type = 'system' AND r.subtype IS 'file_snapshot')
+    AND NOT {FORK_BRIEFING_RECORD.format(r="r")}
+  UNION ALL
+  SELECT file_id, at, parent FROM cut_targets
+),
+cut_up(file_id, at, uuid, parent, type, steps) AS (
+  SELECT s.file_id, s.at, c.uuid, c.parent, c.type, 1 FROM cut_starts s
+  JOIN cut_keys c ON c.file_id = s.file_id AND c.key = s.up AND c.line_no <= s.at
+  UNION ALL
+  SELECT u.file_id, u.at, c.uuid, c.parent, c.type, u.steps + 1 FROM cut_up u
+  JOIN cut_keys c ON c.file_id = u.file_id AND c.key = u.parent AND c.line_no <= u.at
+  WHERE u.type NOT IN ('user','assistant') AND u.steps < {CUT_STEPS}
+),
+cut_clears AS MATERIALIZED (
+  SELECT file_id, line_no FROM cut_marks WHERE explicit AND (NOT rewound OR cut IS NULL)
+  UNION ALL
+  SELECT o.file_id, o.line_no FROM occ o JOIN cut_files k ON k.file_id = o.file_id
+  JOIN cli_base c ON c.file_id = o.file_id AND c.uuid = o.uuid
+  JOIN records r ON r.id = o.id
+  WHERE {COMPACT_BOUNDARY_RECORD.format(r="r")}
+),
+cut AS MATERIALIZED (
+  SELECT DISTINCT t.file_id, t.uuid FROM cut_targets t
+  WHERE t.type NOT IN ('user','assistant')
+    AND NOT EXISTS (SELECT 1 FROM cut_clears c WHERE c.file_id = t.file_id AND c.line_no > t.at)
+    AND NOT EXISTS (SELECT 1 FROM cut_up u WHERE u.file_id = t.file_id AND u.uuid = t.uuid
+                      AND u.type NOT IN ('user','assistant') AND u.at > t.at)
+),
 -- loaded: the nodes the loader loads (no progress, no unreadable records,
 -- none a compaction's relink drops), each with the parent it reads it
 -- under (cli_nodes: bridged, a sentAsUuid read as the record stored anew,
@@ -974,6 +1053,7 @@ put_back(file_id, uuid, type, steps) AS (
   JOIN files b ON b.id = p.file_id
   WHERE c.type IN ('system','attachment','progress') AND p.steps <= b.line_count
     AND {_IS_NODE.format(n="c")}
+    AND NOT EXISTS (SELECT 1 FROM cut k WHERE k.file_id = c.file_id AND k.uuid = c.uuid)
 ),
 -- parallel_direct: the records put back with a response on the chain (its
 -- other records and their tool results), with the response's at.
@@ -987,30 +1067,38 @@ parallel_direct AS MATERIALIZED (
   JOIN chain_messages m ON m.file_id = p.file_id AND m.message_id = p.message_id
   WHERE n.type = 'user' AND n.is_tool_result
 ),
--- Recovery by tool-call id (walk.recovered_by_tool_use_id). uses: the
--- tool_use ids of the loaded assistant records; result_ids: the tool_result
--- ids of the loaded user records (k: their order in the record).
-uses AS MATERIALIZED (
-  SELECT c.file_id, c.uuid, c.is_sidechain, n.message_id, n.line_no, j.value AS tool_id
+-- Recovery by tool-call id (walk.recovered_by_tool_use_id). tool_ids: the
+-- tool_use ids of the loaded assistant records (uses) and the tool_result
+-- ids of the loaded user records (result_ids; k: their order in the record).
+tool_ids AS MATERIALIZED (
+  SELECT c.file_id, c.uuid, c.type, c.parent, c.is_sidechain, n.message_id, n.line_no,
+         CAST(j.key AS INTEGER) AS k, j.value AS tool_id,
+         c.type = 'user' AND EXISTS (
+           SELECT 1 FROM nodes pn JOIN records pr ON pr.id = pn.id,
+                json_each({TOOL_IDS.format(r="pr")}) pj
+           WHERE pn.file_id = c.file_id AND pn.uuid = c.parent AND pn.type = 'assistant'
+             AND NOT pn.is_unreadable AND pj.value = j.value) AS held
   FROM loaded c JOIN nodes n ON n.id = c.id JOIN records r ON r.id = c.id,
        json_each({TOOL_IDS.format(r="r")}) j
-  WHERE c.type = 'assistant'
+  WHERE c.type = 'assistant' OR (c.type = 'user' AND c.is_tool_result)
+),
+uses AS MATERIALIZED (
+  SELECT file_id, uuid, is_sidechain, message_id, line_no, tool_id FROM tool_ids
+  WHERE type = 'assistant'
 ),
 result_ids AS MATERIALIZED (
-  SELECT c.file_id, c.uuid, c.parent, c.is_sidechain, n.line_no,
-         CAST(j.key AS INTEGER) AS k, j.value AS tool_id
-  FROM loaded c JOIN nodes n ON n.id = c.id JOIN records r ON r.id = c.id,
-       json_each({TOOL_IDS.format(r="r")}) j
-  WHERE c.type = 'user' AND c.is_tool_result
+  SELECT file_id, uuid, parent, is_sidechain, line_no, k, tool_id, held FROM tool_ids
+  WHERE type = 'user'
 ),
 -- holder_of: per tool id held by the records of one API message, the last
 -- of them.
 holder_of AS MATERIALIZED (
-  SELECT u.file_id, u.tool_id, u.message_id, u.uuid, u.is_sidechain FROM uses u
-  JOIN (SELECT file_id, tool_id, max(line_no) AS last FROM uses
-        WHERE message_id IS NOT NULL GROUP BY file_id, tool_id
-        HAVING count(DISTINCT message_id) = 1) g
-    ON g.file_id = u.file_id AND g.tool_id = u.tool_id AND g.last = u.line_no
+  SELECT file_id, tool_id, message_id, uuid, is_sidechain FROM (
+    SELECT u.*, max(u.line_no) OVER w AS last, min(u.message_id) OVER w AS lo,
+           max(u.message_id) OVER w AS hi
+    FROM uses u WHERE u.message_id IS NOT NULL
+    WINDOW w AS (PARTITION BY u.file_id, u.tool_id))
+  WHERE line_no = last AND lo = hi
 ),
 -- strays: the results off the chain, not parallel, that answer a call
 -- their (loaded) parent does not hold.
@@ -1019,34 +1107,38 @@ strays AS MATERIALIZED (
   WHERE NOT EXISTS (SELECT 1 FROM on_chain a WHERE a.file_id = x.file_id AND a.uuid = x.uuid)
     AND NOT EXISTS (SELECT 1 FROM parallel_direct q WHERE q.file_id = x.file_id
                       AND q.uuid = x.uuid)
-    AND NOT EXISTS (SELECT 1 FROM uses p WHERE p.file_id = x.file_id AND p.uuid = x.parent
-                      AND p.tool_id = x.tool_id)
+    AND NOT x.held
 ),
 -- stray_calls: a stray's calls with one holder, on the chain's response,
--- not its parent, on its side.
+-- not its parent, on its side; first_line: the first stray's line for
+-- that call.
 stray_calls AS MATERIALIZED (
-  SELECT x.file_id, x.uuid, x.line_no, x.k, x.tool_id, h.message_id
-  FROM result_ids x JOIN strays s ON s.file_id = x.file_id AND s.uuid = x.uuid
-  JOIN holder_of h ON h.file_id = x.file_id AND h.tool_id = x.tool_id
-  JOIN chain_messages m ON m.file_id = h.file_id AND m.message_id = h.message_id
-  WHERE h.uuid IS NOT x.parent AND h.is_sidechain = x.is_sidechain
+  SELECT c.*, min(c.line_no) OVER (PARTITION BY c.file_id, c.tool_id) AS first_line FROM (
+    SELECT x.file_id, x.uuid, x.line_no, x.k, x.tool_id, h.message_id
+    FROM result_ids x JOIN strays s ON s.file_id = x.file_id AND s.uuid = x.uuid
+    JOIN holder_of h ON h.file_id = x.file_id AND h.tool_id = x.tool_id
+    JOIN chain_messages m ON m.file_id = h.file_id AND m.message_id = h.message_id
+    WHERE h.uuid IS NOT x.parent AND h.is_sidechain = x.is_sidechain) c
 ),
--- recovered: a stray with such a call that no result on the chain, no
--- result under a record of that message and no earlier stray answers; the
--- response (message_id) of its first such call.
+-- answered: the calls a result on the chain answers (message_id NULL) or a
+-- result under a record of a response (its message_id).
+answered AS MATERIALIZED (
+  SELECT y.file_id, y.tool_id, CASE WHEN a.uuid IS NULL THEN p.message_id END AS message_id
+  FROM result_ids y
+  LEFT JOIN on_chain a ON a.file_id = y.file_id AND a.uuid = y.uuid
+  LEFT JOIN nodes p ON p.file_id = y.file_id AND p.uuid = y.parent AND p.type = 'assistant'
+  WHERE a.uuid IS NOT NULL OR p.message_id IS NOT NULL
+),
+-- recovered: a stray with such a call that is the first stray's for it and
+-- that nothing answers; the response (message_id) of its first such call.
 recovered AS MATERIALIZED (
   SELECT file_id, uuid, message_id FROM (
     SELECT c.*, row_number() OVER (PARTITION BY c.file_id, c.uuid ORDER BY c.k) AS rn
     FROM stray_calls c
-    WHERE NOT EXISTS (SELECT 1 FROM result_ids y JOIN on_chain a
-                        ON a.file_id = y.file_id AND a.uuid = y.uuid
-                      WHERE y.file_id = c.file_id AND y.tool_id = c.tool_id)
-      AND NOT EXISTS (SELECT 1 FROM result_ids y
-                      JOIN nodes p ON p.file_id = y.file_id AND p.uuid = y.parent
-                      WHERE y.file_id = c.file_id AND y.tool_id = c.tool_id
-                        AND p.type = 'assistant' AND p.message_id = c.message_id)
-      AND NOT EXISTS (SELECT 1 FROM stray_calls e WHERE e.file_id = c.file_id
-                        AND e.tool_id = c.tool_id AND e.line_no < c.line_no))
+    WHERE c.line_no = c.first_line
+      AND NOT EXISTS (SELECT 1 FROM answered a WHERE a.file_id = c.file_id
+                        AND a.tool_id = c.tool_id
+                        AND (a.message_id IS NULL OR a.message_id = c.message_id)))
   WHERE rn = 1
 ),
 -- parallel: put back with a response, directly or recovered by tool-call id.
@@ -1102,6 +1194,7 @@ links AS MATERIALIZED (
   WHERE {LINE_LINK.format(n="c", raw="cr")}
     AND NOT EXISTS (SELECT 1 FROM on_chain a WHERE a.file_id = c.file_id AND a.uuid = c.uuid)
     AND NOT EXISTS (SELECT 1 FROM parallel q WHERE q.file_id = c.file_id AND q.uuid = c.uuid)
+    AND NOT EXISTS (SELECT 1 FROM cut k WHERE k.file_id = c.file_id AND k.uuid = c.uuid)
 ),
 line(file_id, start, side, at, uuid, steps) AS (
   SELECT c.file_id, c.uuid, p.is_sidechain, p.at, c.uuid, 0
@@ -1125,6 +1218,7 @@ loose AS MATERIALIZED (
   FROM loaded c JOIN records cr ON cr.id = c.id
   LEFT JOIN parallel q ON q.file_id = c.file_id AND q.uuid = c.uuid
   WHERE NOT EXISTS (SELECT 1 FROM on_chain a WHERE a.file_id = c.file_id AND a.uuid = c.uuid)
+    AND NOT EXISTS (SELECT 1 FROM cut k WHERE k.file_id = c.file_id AND k.uuid = c.uuid)
 ),
 -- a line (of one start and one response) is left whole when a link has
 -- two unvisited children, or one that is not on the line (another type,

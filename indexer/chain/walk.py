@@ -34,11 +34,14 @@ UUID_RECORDS_SELECT = f"""
 SELECT {_REC_HEAD}, r.leaf_uuid,
        CASE WHEN r.type = 'last-prompt' THEN {definitions.LAST_PROMPT_NULL_LEAF.format(r="r")} END,
        CASE WHEN r.type = 'last-prompt' THEN {definitions.LAST_PROMPT_EXPLICIT.format(r="r")} END,
-       {_HAS_TOOL_USE}, r.sent_as_uuid
+       {_HAS_TOOL_USE}, r.sent_as_uuid,
+       CASE WHEN r.type = 'last-prompt' THEN {definitions.LAST_PROMPT_REWOUND.format(r="r")} END,
+       CASE WHEN r.type = 'last-prompt' THEN {definitions.LAST_PROMPT_CUT.format(r="r")} END
 FROM records r
 """.strip()
 HAS_TOOL_USE_AT = REC_FIELDS + 3
 SENT_AS_AT = REC_FIELDS + 4
+REWOUND_AT, CUT_AT = REC_FIELDS + 5, REC_FIELDS + 6   # a last-prompt record's rewind
 
 # What resume.kin reads of one record's tool calls (records.TOOL_IDS,
 # HAS_TOOL_USE, VIRTUAL_CALL), by record id (CALLS_SQL), or from a line's
@@ -141,17 +144,19 @@ def terminal_key(terminal: Rec, message: Rec, message_line: int) -> tuple:
     return (message.is_main_message, message_line, -terminal.line_no)
 
 
-def put_back(children_of, message: Rec | None) -> set[str]:
+def put_back(children_of, message: Rec | None, cut=frozenset()) -> set[str]:
     """The system and attachment records that hang from the leaf message
     through non-message records (progress passed through, as the CLI
     bridges it): the CLI loads them after its walk. ``children_of(uuid)``
-    gives the non-message chain records whose parent_uuid is that uuid."""
+    gives the non-message chain records whose parent_uuid is that uuid;
+    ``cut``: the records a rewind cut (resume.rewind_cut), passed over with
+    what hangs from them."""
     if message is None:
         return set()
     out, seen, todo = set(), {message.uuid}, [message.uuid]
     while todo:
         for c in children_of(todo.pop()):
-            if c.uuid not in seen:
+            if c.uuid not in seen and c.uuid not in cut:
                 seen.add(c.uuid)
                 todo.append(c.uuid)
                 if c.type != "progress":
@@ -476,7 +481,8 @@ def read_rows(rows, file_ids=()) -> dict:
         recs, prompts = out.setdefault(row[1], ([], []))
         if row[6] == "last-prompt":
             prompts.append(Prompt(row[2], row[REC_FIELDS], bool(row[REC_FIELDS + 1]),
-                                  bool(row[REC_FIELDS + 2])))
+                                  bool(row[REC_FIELDS + 2]), bool(row[REWOUND_AT]),
+                                  row[CUT_AT]))
         if row[3] is not None:
             recs.append(Rec(*row[:REC_FIELDS], row[HAS_TOOL_USE_AT], row[SENT_AS_AT]))
     return out

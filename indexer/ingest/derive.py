@@ -131,7 +131,8 @@ def compute_file(file_id: int, kind: str, session_id, with_uuid: list[Rec],
     orphan_rows = []
     if kind == "main":
         orphan_rows, strays = _orphans(session_id, nodes, resume_chain, resume_message,
-                                       boundary_line, calls, view.parent)
+                                       boundary_line, calls, view.parent, view.cut)
+        state["cut"] = bool(view.cut)   # derive_append gives up on a rewind cut
         # Results off the chain a later append could have recovered by
         # tool-call id (derive_append gives up on such a file).
         state["strays"] = chain.stray_state(strays, view.parent, nodes, calls)
@@ -164,12 +165,13 @@ def calls_in(conn):
 
 
 def _orphans(session_id, nodes: dict[str, Rec], resume_chain, message, boundary_line, calls,
-             loaded: dict):
+             loaded: dict, cut=frozenset()):
     """(rows, strays): every non-sidechain chain record off the resume chain,
     with its cause and whether the CLI puts it back (restored), and the
     stray results off the chain (walk.stray_results); ``calls``: Rec ->
     resume.Calls (the tool ids walk.is_late_graft compares); ``loaded``:
-    uuid -> parent of the records the loader loads (resume.CliView.parent)."""
+    uuid -> parent of the records the loader loads (resume.CliView.parent);
+    ``cut``: the records a rewind cut (resume.rewind_cut), never put back."""
     on_chain = {r.uuid: d for d, r in resume_chain}
     by_depth = {d: r for d, r in resume_chain}
     chain_messages = {
@@ -183,7 +185,8 @@ def _orphans(session_id, nodes: dict[str, Rec], resume_chain, message, boundary_
         if n.parent_uuid is not None:
             children_of.setdefault(n.parent_uuid, []).append(n)
     put_back = chain.put_back(
-        lambda u: [c for c in children_of.get(u, ()) if c.type not in MESSAGE_TYPES], message)
+        lambda u: [c for c in children_of.get(u, ()) if c.type not in MESSAGE_TYPES], message,
+        cut)
 
     def parallel(n):
         return chain.is_parallel(n, nodes.get(n.parent_uuid), chain_messages.__contains__)
@@ -208,7 +211,7 @@ def _orphans(session_id, nodes: dict[str, Rec], resume_chain, message, boundary_
         return n.message_id if n.type == "assistant" else nodes[n.parent_uuid].message_id
 
     def is_visited(u):
-        return u in on_chain or response_of(u) is not None
+        return u in on_chain or u in cut or response_of(u) is not None
 
     # The put-back lines follow the parents the loader reads (``loaded``:
     # resume.CliView.parent): through progress and unreadable records

@@ -503,6 +503,9 @@ class _Extension:
             # A compaction's kept tail is put back (resume.relink): it moves
             # records between branches, so the file is derived whole.
             raise Bail("a compaction relinks what it kept")
+        if state.get("cut", True) or any(p.rewound for p in prompts):
+            # A rewind cut a record (resume.rewind_cut): derived whole.
+            raise Bail("a rewind cut")
         if state.get("strays", True) is True:
             # A result off the chain its parent does not hold, of a call an
             # assistant record holds: the CLI may recover it by tool-call
