@@ -47,13 +47,16 @@ own that is not on the walk, within ``FALLBACK_MS`` (ties: the earliest
 line). It stops at a null parent and where no fallback is left.
 
 What is put back after the walk (``orphans.restored``, derive.py): parallel
-tool calls and their results off the walked chain (``parallel_tool_branch``),
+tool calls and their results off the walked chain (``parallel_tool_branch``,
+and the results recovered by tool-call id: walk.recovered_by_tool_use_id),
 the non-message records (system, attachment) that hang from the leaf
 message through non-message records, and (``put_back_with_result``,
 walk.put_back_with_results) the single lines of companion records (an
 attachment, a system record, an isMeta user record such as a Skill body)
-that hang from a tool call's records, their results, or the companion
-records on the chain in the call's region.
+or isVirtual tool calls that hang from a tool call's records, their
+results, or the companion records on the chain in the call's region, read
+under the parents the loader reads, the responses taken root first. A
+rewind cut (``rewind_cut``) keeps what it cut from being put back.
 
 The compaction relink (``relink``) runs first: what a compact boundary says
 its compaction kept hangs from its anchor (the summary), and what came
