@@ -424,6 +424,185 @@ def shape_copy_after_the_boundary_with_a_kept_tail():
     return copied_after_the_boundary(kept=True)
 
 
+# --- k. Put-back lines read through a sentAsUuid or a compaction's relink ------
+
+def meta_text(t, uuid, parent, words):
+    """An isMeta user text record: a companion record the CLI sends as text."""
+    return t.add(uuid, parent, "user", isMeta=True,
+                 message={"role": "user", "content": [{"type": "text", "text": words}]})
+
+
+def hook_context(t, uuid, parent, words):
+    """A hook's additional-context attachment (sent as a system text)."""
+    return t.add(uuid, parent, "attachment", attachment={
+        "type": "hook_additional_context", "content": [words], "hookName": "PostToolUse"})
+
+
+def two_calls(t):
+    """A prompt and one API response (msg_P) written as two assistant
+    records, one tool call each."""
+    t.add(u(1), None, "user")
+    t.add(u(2), u(1), "assistant", message=tool_use("msg_P", "toolu_a"))
+    t.add(u(3), u(2), "assistant", message=tool_use("msg_P", "toolu_b"))
+
+
+def shape_line_under_a_sent_as_result():
+    """RRr reads the loader's map, where trn() loaded the first call's
+    result (u9) under its sentAsUuid (u4): the meta record naming u4 hangs
+    from that result and is put back with it."""
+    t = Transcript(SID)
+    two_calls(t)
+    t.add(u(9), u(2), "user", sentAsUuid=u(4), message=tool_result("toolu_a"))
+    meta_text(t, u(7), u(4), "the line under the renamed result")
+    t.add(u(5), u(3), "user", message=tool_result("toolu_b"))
+    t.add(u(6), u(5), "assistant", message=text("msg_Q", "after the batch"))
+    return t.records
+
+
+def shape_line_under_a_relinked_result():
+    """kRr() runs before RRr: a meta record hanging from the summary (the
+    anchor) is moved under the kept tail, a tool result of a kept response,
+    and put back with it (the next prompt moved there too is the chain)."""
+    t = Transcript(SID)
+    t.add(u(1), None, "user")
+    t.add(u(2), u(1), "assistant", message=text("msg_2", "the early answer"))
+    t.add(u(3), u(2), "assistant", message=tool_use("msg_P", "toolu_a"))
+    t.add(u(4), u(3), "user", message=tool_result("toolu_a"))
+    meta = {"trigger": "manual", "preTokens": 100,
+            "preservedSegment": {"headUuid": u(3), "anchorUuid": u(6), "tailUuid": u(4)}}
+    t.add(u(5), None, "system", subtype="compact_boundary", content="Conversation compacted",
+          logicalParentUuid=u(4), compactMetadata=meta)
+    t.add(u(6), u(5), "user", isCompactSummary=True,
+          message={"role": "user", "content": "summary of the earlier conversation"})
+    meta_text(t, u(10), u(6), "the line relinked under the kept result")
+    t.add(u(7), u(6), "user")
+    t.add(u(8), u(7), "assistant", message=text("msg_8", "after the compaction"))
+    return t.records
+
+
+# --- l. Only the responses RRr has reached are visited --------------------------
+
+def shape_line_meets_a_later_response():
+    """RRr takes the chain's responses root first and marks a response's
+    records visited when it reaches it: the line under the first response's
+    result (u10, u11) meets a record of the second response (u5, off the
+    chain, not yet visited), so u10 has two unvisited children and the line
+    is left whole; u5 and its result are put back with their response."""
+    t = Transcript(SID)
+    t.add(u(1), None, "user")
+    t.add(u(2), u(1), "assistant", message=tool_use("msg_A", "toolu_a"))
+    t.add(u(3), u(2), "user", message=tool_result("toolu_a"))
+    meta_text(t, u(10), u(3), "line X")
+    meta_text(t, u(11), u(10), "line Y")
+    t.add(u(4), u(3), "assistant", message=tool_use("msg_B", "toolu_b1"))
+    t.add(u(5), u(10), "assistant", message=tool_use("msg_B", "toolu_b2"))
+    t.add(u(6), u(4), "user", message=tool_result("toolu_b1"))
+    t.add(u(7), u(5), "user", message=tool_result("toolu_b2"))
+    t.add(u(8), u(6), "assistant", message=text("msg_C", "after both"))
+    return t.records
+
+
+# --- m. isVirtual records on a put-back line -------------------------------------
+
+def virtual_on_a_line(kind):
+    """nMe()'s s_r(): a line may run through an isVirtual user tool_result
+    or assistant tool_use record (z8); the meta record below it is put back
+    and sent (the virtual record itself is not sent)."""
+    t = Transcript(SID)
+    two_calls(t)
+    t.add(u(4), u(2), "user", message=tool_result("toolu_a"))
+    if kind == "user":
+        t.add(u(7), u(4), "user", isVirtual=True, message=tool_result("toolu_v"))
+    else:
+        t.add(u(7), u(4), "assistant", isVirtual=True, message=tool_use("msg_V", "toolu_v"))
+    meta_text(t, u(8), u(7), "below the virtual record")
+    t.add(u(5), u(3), "user", message=tool_result("toolu_b"))
+    t.add(u(6), u(5), "assistant", message=text("msg_Q", "after the batch"))
+    return t.records
+
+
+def shape_virtual_user_record_on_a_line():
+    return virtual_on_a_line("user")
+
+
+def shape_virtual_assistant_record_on_a_line():
+    return virtual_on_a_line("assistant")
+
+
+# --- n. The tengu_foamy_spring family (on by default) ----------------------------
+
+def shape_rows_ahead_of_put_back(named=True):
+    """Krn(): a tool_result record on the chain naming ``rowsAheadOfPutBack``
+    (companion records off the chain) puts them on the chain after the
+    visited record they hang under (l_r's hangUnder, here the prompt)."""
+    t = Transcript(SID)
+    t.add(u(1), None, "user")
+    meta_text(t, u(10), u(1), "the row ahead")
+    t.add(u(2), u(1), "assistant", message=tool_use("msg_P", "toolu_a"))
+    fields = {"rowsAheadOfPutBack": [u(10)]} if named else {}
+    t.add(u(3), u(2), "user", message=tool_result("toolu_a"), **fields)
+    t.add(u(4), u(3), "assistant", message=text("msg_Q", "after the result"))
+    return t.records
+
+
+def shape_rows_ahead_not_named():
+    return shape_rows_ahead_of_put_back(named=False)
+
+
+def shape_result_recovered_under_the_other_result():
+    """RRr's recovery by tool-call id: a result (u4) whose parent does not
+    hold its tool_use (here the other call's result) is put back with the
+    record that does (_e: tool_use id -> its assistant record)."""
+    t = Transcript(SID)
+    two_calls(t)
+    t.add(u(5), u(3), "user", message=tool_result("toolu_b"))
+    t.add(u(4), u(5), "user", message=tool_result("toolu_a"))
+    t.add(u(6), u(5), "assistant", message=text("msg_Q", "after the batch"))
+    return t.records
+
+
+def shape_reply_split_around_an_attachment():
+    """A reply written around an attachment: the first call's result hangs
+    from the attachment; recovered by its tool-call id, it frees the
+    attachment's line (no other unvisited child), which is put back too."""
+    t = Transcript(SID)
+    t.add(u(1), None, "user")
+    t.add(u(2), u(1), "assistant", message=tool_use("msg_P", "toolu_a"))
+    hook_context(t, u(10), u(2), "context between the records")
+    t.add(u(3), u(2), "assistant", message=tool_use("msg_P", "toolu_b"))
+    t.add(u(4), u(10), "user", message=tool_result("toolu_a"))
+    t.add(u(5), u(3), "user", message=tool_result("toolu_b"))
+    t.add(u(6), u(5), "assistant", message=text("msg_Q", "after the batch"))
+    return t.records
+
+
+def rewind_cut(cut: bool):
+    """wsn(): an explicit ``last-prompt`` with ``rewound: true`` and a
+    ``cutUuid`` naming a non-message record marks it visited before RRr (and
+    bRr), so it is not put back; the same checkpoint without the cut puts
+    the attachment back with the first call's result."""
+    t = Transcript(SID)
+    two_calls(t)
+    t.add(u(4), u(2), "user", message=tool_result("toolu_a"))
+    hook_context(t, u(7), u(4), "context after the first call")
+    t.add(u(5), u(3), "user", message=tool_result("toolu_b"))
+    t.add(u(6), u(5), "assistant", message=text("msg_Q", "after the batch"))
+    prompt = {"type": "last-prompt", "sessionId": SID, "lastPrompt": "prompt",
+              "leafUuid": u(6), "explicit": True}
+    if cut:
+        prompt.update(rewound=True, cutUuid=u(7))
+    t.records.append(prompt)
+    return t.records
+
+
+def shape_rewind_cut_attachment():
+    return rewind_cut(cut=True)
+
+
+def shape_rewind_uncut_attachment():
+    return rewind_cut(cut=False)
+
+
 # --- What the CLI sends, and whether the index agrees ---------------------------
 
 # Per shape: the assistant texts the CLI sends, in order (before the reply to
@@ -466,10 +645,38 @@ EXPECTED = {
     "two_replies_checkpoint_on_the_first": (["the delivered reply"], [], []),
     "copy_after_the_boundary_is_dropped": (["after the copy"], [], []),
     "copy_after_the_boundary_with_a_kept_tail": (["the kept answer", "after the copy"], [], []),
+    "line_under_a_sent_as_result": (["after the batch"], ["the line under the renamed result"],
+                                    []),
+    "line_under_a_relinked_result": (["after the compaction"],
+                                     ["the line relinked under the kept result"], []),
+    "line_meets_a_later_response": (["after both"], [], ["line X", "line Y"]),
+    "virtual_user_record_on_a_line": (["after the batch"], ["below the virtual record"], []),
+    "virtual_assistant_record_on_a_line": (["after the batch"], ["below the virtual record"],
+                                           []),
+    "rows_ahead_of_put_back": (["after the result"], ["the row ahead"], []),
+    "rows_ahead_not_named": (["after the result"], [], ["the row ahead"]),
+    "result_recovered_under_the_other_result": (["after the batch"], [], []),
+    "reply_split_around_an_attachment": (["after the batch"], [], []),
+    "rewind_cut_attachment": (["after the batch"], [], []),
+    "rewind_uncut_attachment": (["after the batch"], [], []),
+}
+
+# Per shape: texts anywhere in what the CLI sends (system texts, tool result
+# contents) that must and must not be there.
+SENT_ANYWHERE = {
+    "virtual_user_record_on_a_line": ([], ["out toolu_v"]),
+    "result_recovered_under_the_other_result": (["out toolu_a", "out toolu_b"], []),
+    "reply_split_around_an_attachment": (["out toolu_a", "context between the records"], []),
+    "rewind_cut_attachment": ([], ["context after the first call"]),
+    "rewind_uncut_attachment": (["context after the first call"], []),
 }
 
 # The shapes where the index (as of this commit) differs from the CLI: why.
-DIFFERS: dict = {}
+DIFFERS: dict = {
+    "rows_ahead_of_put_back": (
+        "Krn (tengu_foamy_spring): rowsAheadOfPutBack puts the named row on the chain; "
+        "the index calls it an abandoned_branch"),
+}
 
 SHAPES = {name: globals()[f"shape_{name}"] for name in EXPECTED}
 _SENT: dict = {}
@@ -478,6 +685,20 @@ _SENT: dict = {}
 def user_texts(sent) -> list[str]:
     return [b.get("text") or "" for m in sent.messages if m.get("role") == "user"
             for b in oracle._blocks(m) if b.get("type") == "text"]
+
+
+def all_texts(sent) -> list[str]:
+    """Every text the CLI sent: text blocks of every message (system texts
+    too) and tool results' contents."""
+    out = []
+    for m in sent.messages:
+        for b in oracle._blocks(m):
+            if b.get("type") == "text":
+                out.append(b.get("text") or "")
+            elif b.get("type") == "tool_result":
+                content = b.get("content")
+                out.append(content if isinstance(content, str) else json.dumps(content))
+    return out
 
 
 def sent_for(api, name, path):
@@ -499,6 +720,24 @@ def test_what_the_cli_sends(index, api, name):
     texts = "\n".join(user_texts(sent))
     assert all(t in texts for t in user_has), texts
     assert not any(t in texts for t in user_lacks), texts
+    has, lacks = SENT_ANYWHERE.get(name, ([], []))
+    everything = "\n".join(all_texts(sent))
+    assert all(t in everything for t in has), everything
+    assert not any(t in everything for t in lacks), everything
+
+
+# The hook-context attachments of a file: their words and whether the index
+# keeps them (on the resume chain, or an orphan the CLI puts back).
+ATTACHMENT_VERDICTS_SQL = """
+SELECT r.uuid, json_extract(r.raw, '$.attachment.content[0]') AS words,
+       EXISTS (SELECT 1 FROM leaf_ancestry a WHERE a.file_id = r.file_id
+                 AND a.rule = 'resume' AND a.record_id = r.id)
+       OR coalesce((SELECT o.restored FROM orphans o WHERE o.file_id = r.file_id
+                      AND o.record_id = r.id), 0) AS kept
+FROM records r
+WHERE r.file_id = :file_id AND r.type = 'attachment'
+  AND json_extract(r.raw, '$.attachment.type') = 'hook_additional_context'
+""".strip()
 
 
 def user_record_verdicts(index, fid) -> dict:
@@ -538,4 +777,10 @@ def test_the_index_agrees(index, api, name):
     texts = "\n".join(user_texts(sent))
     differ = {uuid: kept for uuid, (kept, words) in user_record_verdicts(index, fid).items()
               if kept != (words in texts)}
+    assert differ == {}
+    # Attachments the CLI sends as text: held to what was sent too.
+    everything = "\n".join(all_texts(sent))
+    differ = {row["uuid"]: bool(row["kept"]) for row in index.rows(ATTACHMENT_VERDICTS_SQL,
+                                                                   {"file_id": fid})
+              if bool(row["kept"]) != (row["words"] in everything)}
     assert differ == {}

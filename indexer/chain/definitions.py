@@ -88,6 +88,14 @@ TIMESTAMP_MS = ("CAST(round((julianday({r}.timestamp) - 2440587.5) * 86400000.0)
 # A last-prompt record's leafUuid is present and null / its explicit flag.
 LAST_PROMPT_NULL_LEAF = "(json_valid({r}.raw) AND json_type({r}.raw, '$.leafUuid') = 'null')"
 LAST_PROMPT_EXPLICIT = "(json_valid({r}.raw) AND json_type({r}.raw, '$.explicit') = 'true')"
+# A rewind's last-prompt record: rewound: true, and the record it cut
+# (cutUuid; '' when the field is there but no string: it names nothing).
+LAST_PROMPT_REWOUND = "(json_valid({r}.raw) AND json_type({r}.raw, '$.rewound') = 'true')"
+LAST_PROMPT_CUT = ("CASE WHEN NOT json_valid({r}.raw) THEN NULL "
+                   "WHEN json_type({r}.raw, '$.cutUuid') = 'text' THEN {r}.raw ->> '$.cutUuid' "
+                   "WHEN json_type({r}.raw, '$.cutUuid') IS NOT NULL THEN '' END")
+# How far up the loader's rewind cut reads (resume.rewind_cut).
+CUT_STEPS = 64
 
 # Is uuid {uuid} a node of the CLI's view of file {file_id} (a user, assistant,
 # system or attachment record that is readable, the last chain line of its
@@ -887,6 +895,11 @@ WHERE r.depth >= 0
 LEAF_ANCESTRY_DEFINITION_SQL = (
     f"WITH RECURSIVE {NODES_CTES},\n{CLI_CTES},\n{ANCESTRY_CTES}\n{ANCESTRY_SELECT}")
 
+# A link of a put-back line (walk.line_link, the loader's s_r()): a companion
+# record, or a virtual call (records.VIRTUAL_CALL, read from {raw}'s line).
+LINE_LINK = ("(" + COMPANION_RECORD.replace("{r}", "{n}") + " OR "
+             + VIRTUAL_CALL.replace("{r}", "{raw}") + ")")
+
 # orphans: every non-sidechain chain record of a main file that is not on the
 # 'resume' ancestry, with the first matching cause. `down` walks top-down
 # from the ancestry, from other roots (unlinked) and from records whose
@@ -896,15 +909,17 @@ LEAF_ANCESTRY_DEFINITION_SQL = (
 # has one such parent, so it is reached at most once and a cycle is never
 # entered (its records are never reached: 'other'); the step bound is a
 # second guard. put_back_with_result: a line of companion records
-# (records.COMPANION_RECORD) the CLI puts back with a parallel tool call's
+# (records.COMPANION_RECORD) or virtual calls (LINE_LINK), read under the
+# parents the loader reads (cli_nodes), the CLI puts back with a parallel tool call's
 # results (walk.put_back_with_results states the rule): `batches` are the
 # API responses on the chain with a tool_use block and their region on the
 # chain (depths between first_depth and end_depth, exclusive), `anchors`
 # their records, those records' tool results and the companion records in
 # the region, `line` walks down from each anchor's children through
-# unvisited companion records of the anchor's side (visited: on the chain
-# or parallel), and `lines_kept` are the lines that neither fork nor meet
-# another unvisited record. restored: the CLI puts the record back after
+# unvisited companion records of the anchor's side (visited: on the chain,
+# or parallel with a response the loader has reached: of this response or
+# one before it on the chain), and `lines_kept` are the lines that neither
+# fork nor meet another unvisited record. restored: the CLI puts the record back after
 # its walk: a parallel_tool_branch, a put_back_with_result, or a
 # non-message record that hangs from the leaf message through non-message
 # records (put_back; progress records are passed through, as the CLI
@@ -914,15 +929,87 @@ LEAF_ANCESTRY_DEFINITION_SQL = (
 # step here reads it ("no such table: main.scope_files").
 ORPHANS_DEFINITION_SQL = f"""
 WITH RECURSIVE {NODES_CTES},
-{BRIDGE_CTES},
--- loaded: the nodes the loader loads (no progress, no unreadable records),
--- each with the parent it reads it under (bridged): what the put-back
--- lines follow (derive._orphans, walk.put_back_with_results).
+{CLI_CTES},
+-- The rewind cut (resume.rewind_cut): cut_marks, the last-prompt records
+-- of the main files; cut_targets, the record each explicit rewind's cutUuid
+-- names (a node written at or before it; `at`: the rewind's line);
+-- cut_starts, where each walk up that uncuts starts (the parent of a row
+-- after the first rewind, at its line, and of each cut record); cut_up,
+-- those walks up the bridged parents through non-message records (at most
+-- CUT_STEPS); cut_clears, the explicit last-prompt records that are no
+-- rewind and the compact boundaries. cut: the non-message records a rewind
+-- cut with no clear and no walk up through them after it.
+cut_marks AS MATERIALIZED (
+  SELECT r.file_id, r.line_no, {LAST_PROMPT_EXPLICIT.format(r="r")} AS explicit,
+         {LAST_PROMPT_REWOUND.format(r="r")} AS rewound, {LAST_PROMPT_CUT.format(r="r")} AS cut
+  FROM records r JOIN scope_files f ON f.file_id = r.file_id
+  WHERE r.type = 'last-prompt' AND f.kind = 'main'
+),
+cut_files AS MATERIALIZED (
+  SELECT file_id, min(line_no) AS from_line FROM cut_marks
+  WHERE explicit AND rewound AND cut IS NOT NULL AND cut <> '' GROUP BY file_id
+),
+-- cut_keys: the nodes of those files by the uuid a lookup names (their
+-- own, and the sentAsUuid of a record stored anew).
+cut_keys AS MATERIALIZED (
+  SELECT c.file_id, CASE w.which WHEN 0 THEN c.uuid ELSE s.as_uuid END AS key, c.uuid,
+         c.line_no, c.type, c.parent
+  FROM cli_base c JOIN cut_files k ON k.file_id = c.file_id
+  JOIN (SELECT 0 AS which UNION ALL SELECT 1) w
+  LEFT JOIN sent_as s ON s.file_id = c.file_id AND s.uuid = c.uuid AND NOT s.replaced
+  WHERE CASE w.which WHEN 0 THEN NOT EXISTS (
+          SELECT 1 FROM sent_as x WHERE x.file_id = c.file_id AND x.as_uuid = c.uuid
+            AND NOT x.replaced)
+        ELSE s.as_uuid IS NOT NULL END
+),
+cut_targets AS MATERIALIZED (
+  SELECT m.file_id, m.line_no AS at, c.uuid, c.type, c.parent FROM cut_marks m
+  JOIN cut_keys c ON c.file_id = m.file_id AND c.key = m.cut AND c.line_no <= m.line_no
+  WHERE m.explicit AND m.rewound AND m.cut IS NOT NULL AND m.cut <> ''
+),
+cut_starts AS MATERIALIZED (
+  SELECT o.file_id, o.line_no AS at, c.parent AS up FROM occ o
+  JOIN cut_files k ON k.file_id = o.file_id AND o.line_no > k.from_line
+  JOIN cut_keys c ON c.file_id = o.file_id AND c.uuid = o.uuid AND c.key = o.uuid
+  JOIN records r ON r.id = o.id
+  WHERE o.type IN {CLI_NODE_TYPES_SQL} AND NOT r.is_sidechain
+    AND NOT (r.type = 'system' AND r.subtype IS 'file_snapshot')
+    AND NOT {FORK_BRIEFING_RECORD.format(r="r")}
+  UNION ALL
+  SELECT file_id, at, parent FROM cut_targets
+),
+cut_up(file_id, at, uuid, parent, type, steps) AS (
+  SELECT s.file_id, s.at, c.uuid, c.parent, c.type, 1 FROM cut_starts s
+  JOIN cut_keys c ON c.file_id = s.file_id AND c.key = s.up AND c.line_no <= s.at
+  UNION ALL
+  SELECT u.file_id, u.at, c.uuid, c.parent, c.type, u.steps + 1 FROM cut_up u
+  JOIN cut_keys c ON c.file_id = u.file_id AND c.key = u.parent AND c.line_no <= u.at
+  WHERE u.type NOT IN ('user','assistant') AND u.steps < {CUT_STEPS}
+),
+cut_clears AS MATERIALIZED (
+  SELECT file_id, line_no FROM cut_marks WHERE explicit AND (NOT rewound OR cut IS NULL)
+  UNION ALL
+  SELECT o.file_id, o.line_no FROM occ o JOIN cut_files k ON k.file_id = o.file_id
+  JOIN cli_base c ON c.file_id = o.file_id AND c.uuid = o.uuid
+  JOIN records r ON r.id = o.id
+  WHERE {COMPACT_BOUNDARY_RECORD.format(r="r")}
+),
+cut AS MATERIALIZED (
+  SELECT DISTINCT t.file_id, t.uuid FROM cut_targets t
+  WHERE t.type NOT IN ('user','assistant')
+    AND NOT EXISTS (SELECT 1 FROM cut_clears c WHERE c.file_id = t.file_id AND c.line_no > t.at)
+    AND NOT EXISTS (SELECT 1 FROM cut_up u WHERE u.file_id = t.file_id AND u.uuid = t.uuid
+                      AND u.type NOT IN ('user','assistant') AND u.at > t.at)
+),
+-- loaded: the nodes the loader loads (no progress, no unreadable records,
+-- none a compaction's relink drops), each with the parent it reads it
+-- under (cli_nodes: bridged, a sentAsUuid read as the record stored anew,
+-- moved by the relink): what the put-back lines follow (derive._orphans,
+-- walk.put_back_with_results).
 loaded AS MATERIALIZED (
-  SELECT n.file_id, n.uuid, n.type, n.subtype, n.is_meta, n.is_tool_result, n.is_sidechain,
-         CAST(CASE WHEN b.uuid IS NOT NULL THEN b.up ELSE n.parent_uuid END AS TEXT) AS parent
-  FROM nodes n LEFT JOIN bridged b ON b.file_id = n.file_id AND b.uuid = n.uuid
-  WHERE n.type <> 'progress' AND NOT n.is_unreadable
+  SELECT c.id, c.file_id, c.uuid, c.type, c.subtype, n.is_meta, n.is_tool_result,
+         c.is_sidechain, c.parent
+  FROM cli_nodes c JOIN nodes n ON n.id = c.id
 ),
 on_chain AS MATERIALIZED (
   SELECT a.file_id, a.uuid, a.depth FROM leaf_ancestry a
@@ -937,10 +1024,14 @@ boundary AS (
     WHERE {COMPACT_BOUNDARY_RECORD.format(r="n")}
   ) WHERE rn = 1
 ),
+-- chain_messages: the API responses on the chain; at: the depth of the
+-- first record of each (the loader takes them root first, the greatest at
+-- first).
 chain_messages AS MATERIALIZED (
-  SELECT DISTINCT a.file_id, n.message_id FROM on_chain a
+  SELECT a.file_id, n.message_id, max(a.depth) AS at FROM on_chain a
   JOIN nodes n ON n.file_id = a.file_id AND n.uuid = a.uuid
   WHERE n.type = 'assistant' AND n.message_id IS NOT NULL
+  GROUP BY a.file_id, n.message_id
 ),
 splice_points AS MATERIALIZED (
   SELECT b.file_id, b.uuid FROM on_chain b
@@ -962,16 +1053,100 @@ put_back(file_id, uuid, type, steps) AS (
   JOIN files b ON b.id = p.file_id
   WHERE c.type IN ('system','attachment','progress') AND p.steps <= b.line_count
     AND {_IS_NODE.format(n="c")}
+    AND NOT EXISTS (SELECT 1 FROM cut k WHERE k.file_id = c.file_id AND k.uuid = c.uuid)
 ),
-parallel AS MATERIALIZED (
-  SELECT n.file_id, n.uuid FROM nodes n JOIN chain_messages m
+-- parallel_direct: the records put back with a response on the chain (its
+-- other records and their tool results), with the response's at.
+parallel_direct AS MATERIALIZED (
+  SELECT n.file_id, n.uuid, m.at FROM nodes n JOIN chain_messages m
     ON m.file_id = n.file_id AND m.message_id = n.message_id
   WHERE n.type = 'assistant'
   UNION
-  SELECT n.file_id, n.uuid FROM nodes n
+  SELECT n.file_id, n.uuid, m.at FROM nodes n
   JOIN nodes p ON p.file_id = n.file_id AND p.uuid = n.parent_uuid AND p.type = 'assistant'
   JOIN chain_messages m ON m.file_id = p.file_id AND m.message_id = p.message_id
   WHERE n.type = 'user' AND n.is_tool_result
+),
+-- Recovery by tool-call id (walk.recovered_by_tool_use_id). tool_ids: the
+-- tool_use ids of the loaded assistant records (uses) and the tool_result
+-- ids of the loaded user records (result_ids; k: their order in the record).
+tool_ids AS MATERIALIZED (
+  SELECT c.file_id, c.uuid, c.type, c.parent, c.is_sidechain, n.message_id, n.line_no,
+         CAST(j.key AS INTEGER) AS k, j.value AS tool_id,
+         c.type = 'user' AND EXISTS (
+           SELECT 1 FROM nodes pn JOIN records pr ON pr.id = pn.id,
+                json_each({TOOL_IDS.format(r="pr")}) pj
+           WHERE pn.file_id = c.file_id AND pn.uuid = c.parent AND pn.type = 'assistant'
+             AND NOT pn.is_unreadable AND pj.value = j.value) AS held
+  FROM loaded c JOIN nodes n ON n.id = c.id JOIN records r ON r.id = c.id,
+       json_each({TOOL_IDS.format(r="r")}) j
+  WHERE c.type = 'assistant' OR (c.type = 'user' AND c.is_tool_result)
+),
+uses AS MATERIALIZED (
+  SELECT file_id, uuid, is_sidechain, message_id, line_no, tool_id FROM tool_ids
+  WHERE type = 'assistant'
+),
+result_ids AS MATERIALIZED (
+  SELECT file_id, uuid, parent, is_sidechain, line_no, k, tool_id, held FROM tool_ids
+  WHERE type = 'user'
+),
+-- holder_of: per tool id held by the records of one API message, the last
+-- of them.
+holder_of AS MATERIALIZED (
+  SELECT file_id, tool_id, message_id, uuid, is_sidechain FROM (
+    SELECT u.*, max(u.line_no) OVER w AS last, min(u.message_id) OVER w AS lo,
+           max(u.message_id) OVER w AS hi
+    FROM uses u WHERE u.message_id IS NOT NULL
+    WINDOW w AS (PARTITION BY u.file_id, u.tool_id))
+  WHERE line_no = last AND lo = hi
+),
+-- strays: the results off the chain, not parallel, that answer a call
+-- their (loaded) parent does not hold.
+strays AS MATERIALIZED (
+  SELECT DISTINCT x.file_id, x.uuid FROM result_ids x
+  WHERE NOT EXISTS (SELECT 1 FROM on_chain a WHERE a.file_id = x.file_id AND a.uuid = x.uuid)
+    AND NOT EXISTS (SELECT 1 FROM parallel_direct q WHERE q.file_id = x.file_id
+                      AND q.uuid = x.uuid)
+    AND NOT x.held
+),
+-- stray_calls: a stray's calls with one holder, on the chain's response,
+-- not its parent, on its side; first_line: the first stray's line for
+-- that call.
+stray_calls AS MATERIALIZED (
+  SELECT c.*, min(c.line_no) OVER (PARTITION BY c.file_id, c.tool_id) AS first_line FROM (
+    SELECT x.file_id, x.uuid, x.line_no, x.k, x.tool_id, h.message_id
+    FROM result_ids x JOIN strays s ON s.file_id = x.file_id AND s.uuid = x.uuid
+    JOIN holder_of h ON h.file_id = x.file_id AND h.tool_id = x.tool_id
+    JOIN chain_messages m ON m.file_id = h.file_id AND m.message_id = h.message_id
+    WHERE h.uuid IS NOT x.parent AND h.is_sidechain = x.is_sidechain) c
+),
+-- answered: the calls a result on the chain answers (message_id NULL) or a
+-- result under a record of a response (its message_id).
+answered AS MATERIALIZED (
+  SELECT y.file_id, y.tool_id, CASE WHEN a.uuid IS NULL THEN p.message_id END AS message_id
+  FROM result_ids y
+  LEFT JOIN on_chain a ON a.file_id = y.file_id AND a.uuid = y.uuid
+  LEFT JOIN nodes p ON p.file_id = y.file_id AND p.uuid = y.parent AND p.type = 'assistant'
+  WHERE a.uuid IS NOT NULL OR p.message_id IS NOT NULL
+),
+-- recovered: a stray with such a call that is the first stray's for it and
+-- that nothing answers; the response (message_id) of its first such call.
+recovered AS MATERIALIZED (
+  SELECT file_id, uuid, message_id FROM (
+    SELECT c.*, row_number() OVER (PARTITION BY c.file_id, c.uuid ORDER BY c.k) AS rn
+    FROM stray_calls c
+    WHERE c.line_no = c.first_line
+      AND NOT EXISTS (SELECT 1 FROM answered a WHERE a.file_id = c.file_id
+                        AND a.tool_id = c.tool_id
+                        AND (a.message_id IS NULL OR a.message_id = c.message_id)))
+  WHERE rn = 1
+),
+-- parallel: put back with a response, directly or recovered by tool-call id.
+parallel AS MATERIALIZED (
+  SELECT file_id, uuid, at FROM parallel_direct
+  UNION
+  SELECT r.file_id, r.uuid, m.at FROM recovered r
+  JOIN chain_messages m ON m.file_id = r.file_id AND m.message_id = r.message_id
 ),
 batches AS MATERIALIZED (
   SELECT b.*, coalesce((
@@ -992,65 +1167,74 @@ batches AS MATERIALIZED (
                   AND n.type = 'assistant' AND {HAS_TOOL_USE.format(r="r")})
 ),
 anchors AS MATERIALIZED (
-  SELECT n.file_id, n.uuid, n.is_sidechain FROM batches b
+  SELECT n.file_id, n.uuid, n.is_sidechain, b.first_depth AS at FROM batches b
   JOIN nodes n ON n.file_id = b.file_id AND n.message_id = b.message_id AND n.type = 'assistant'
   UNION
-  SELECT t.file_id, t.uuid, t.is_sidechain FROM batches b
+  SELECT t.file_id, t.uuid, t.is_sidechain, b.first_depth FROM batches b
   JOIN nodes n ON n.file_id = b.file_id AND n.message_id = b.message_id AND n.type = 'assistant'
   JOIN loaded t ON t.file_id = n.file_id AND t.parent = n.uuid
   WHERE t.type = 'user' AND t.is_tool_result
   UNION
-  SELECT n.file_id, n.uuid, n.is_sidechain FROM batches b
+  SELECT t.file_id, t.uuid, t.is_sidechain, b.first_depth FROM batches b
+  JOIN recovered r ON r.file_id = b.file_id AND r.message_id = b.message_id
+  JOIN loaded t ON t.file_id = r.file_id AND t.uuid = r.uuid
+  UNION
+  SELECT n.file_id, n.uuid, n.is_sidechain, b.first_depth FROM batches b
   JOIN on_chain a ON a.file_id = b.file_id AND a.depth < b.first_depth AND a.depth > b.end_depth
   JOIN nodes n ON n.file_id = a.file_id AND n.uuid = a.uuid
   WHERE {COMPANION_RECORD.format(r="n")}
 ),
--- line: from each anchor down its loaded children while they are companion
--- records of its side off the chain. A progress record, or an unreadable
--- record, is passed through (through = 1: not loaded, no link of the line)
--- to what hangs from it, from a progress record only to the lines written
--- after it (line_no), as resume.bridged reads parents.
-line(file_id, start, side, uuid, steps, through, line_no) AS (
-  SELECT c.file_id, c.uuid, p.is_sidechain, c.uuid, 0, 0, NULL
-  FROM anchors p JOIN loaded c ON c.file_id = p.file_id AND c.parent = p.uuid
-  WHERE {COMPANION_RECORD.format(r="c")} AND c.is_sidechain = p.is_sidechain
+-- links: the loaded records off the chain and not parallel a line may run
+-- through (LINE_LINK: companion records, virtual calls). line: from each
+-- anchor (of the response at `at`) down its loaded children while they are
+-- links of its side.
+links AS MATERIALIZED (
+  SELECT c.file_id, c.uuid, c.parent, c.is_sidechain FROM loaded c
+  JOIN records cr ON cr.id = c.id
+  WHERE {LINE_LINK.format(n="c", raw="cr")}
     AND NOT EXISTS (SELECT 1 FROM on_chain a WHERE a.file_id = c.file_id AND a.uuid = c.uuid)
-  UNION ALL
-  SELECT c.file_id, w.start, w.side, c.uuid, w.steps + 1,
-         c.type = 'progress' OR c.is_unreadable, CASE WHEN c.type = 'progress' THEN c.line_no END
-  FROM line w
-  JOIN records c ON c.file_id = w.file_id AND c.parent_uuid = w.uuid
-  JOIN files b ON b.id = w.file_id
-  WHERE w.steps <= b.line_count AND {_IS_NODE.format(n="c")}
-    AND (w.line_no IS NULL OR c.line_no > w.line_no)
-    AND (c.type = 'progress' OR (c.is_unreadable AND c.type IN ('user','assistant'))
-         OR ({COMPANION_RECORD.format(r="c")} AND c.is_sidechain = w.side
-             AND NOT EXISTS (SELECT 1 FROM leaf_ancestry_cache a WHERE a.file_id = c.file_id
-                             AND a.rule = 'resume' AND a.uuid = c.uuid)))
+    AND NOT EXISTS (SELECT 1 FROM parallel q WHERE q.file_id = c.file_id AND q.uuid = c.uuid)
+    AND NOT EXISTS (SELECT 1 FROM cut k WHERE k.file_id = c.file_id AND k.uuid = c.uuid)
 ),
-lines AS MATERIALIZED (SELECT * FROM line WHERE NOT through),
--- loose: the records neither on the chain nor parallel (what a line meets
--- below a link), with whether each could go on a line.
+line(file_id, start, side, at, uuid, steps) AS (
+  SELECT c.file_id, c.uuid, p.is_sidechain, p.at, c.uuid, 0
+  FROM anchors p JOIN links c ON c.file_id = p.file_id AND c.parent = p.uuid
+  WHERE c.is_sidechain = p.is_sidechain
+  UNION ALL
+  SELECT c.file_id, w.start, w.side, w.at, c.uuid, w.steps + 1
+  FROM line w
+  JOIN links c ON c.file_id = w.file_id AND c.parent = w.uuid
+  JOIN files b ON b.id = w.file_id
+  WHERE w.steps <= b.line_count AND c.is_sidechain = w.side
+),
+lines AS MATERIALIZED (SELECT * FROM line),
+-- loose: the records off the chain (what a line meets below a link), with
+-- whether each could go on a line (LINE_LINK) and, for a parallel record,
+-- the at of its response: it is visited for the lines of that response and
+-- of those before it (at or greater), not for earlier ones (walk.put_back_with_results).
 loose AS MATERIALIZED (
   SELECT c.file_id, c.parent AS parent_uuid, c.is_sidechain,
-         {COMPANION_RECORD.format(r="c")} AS companion
-  FROM loaded c
+         {LINE_LINK.format(n="c", raw="cr")} AND q.uuid IS NULL AS companion, q.at AS par_at
+  FROM loaded c JOIN records cr ON cr.id = c.id
+  LEFT JOIN parallel q ON q.file_id = c.file_id AND q.uuid = c.uuid
   WHERE NOT EXISTS (SELECT 1 FROM on_chain a WHERE a.file_id = c.file_id AND a.uuid = c.uuid)
-    AND NOT EXISTS (SELECT 1 FROM parallel q WHERE q.file_id = c.file_id AND q.uuid = c.uuid)
+    AND NOT EXISTS (SELECT 1 FROM cut k WHERE k.file_id = c.file_id AND k.uuid = c.uuid)
 ),
--- a line is left whole when a link has two unvisited children, or one
--- that is not on the line (another type, the other side); companion
--- records are never parallel, so the walk above needs only the chain.
+-- a line (of one start and one response) is left whole when a link has
+-- two unvisited children, or one that is not on the line (another type,
+-- the other side).
 lines_kept AS MATERIALIZED (
   SELECT w.file_id, w.uuid FROM lines w
   WHERE NOT EXISTS (
     SELECT 1 FROM lines x JOIN files b ON b.id = x.file_id
-    WHERE x.file_id = w.file_id AND x.start = w.start AND (
+    WHERE x.file_id = w.file_id AND x.start = w.start AND x.at = w.at AND (
       x.steps > b.line_count
       OR (SELECT count(*) FROM loose c
-          WHERE c.file_id = x.file_id AND c.parent_uuid = x.uuid) > 1
+          WHERE c.file_id = x.file_id AND c.parent_uuid = x.uuid
+            AND (c.par_at IS NULL OR c.par_at < x.at)) > 1
       OR EXISTS (SELECT 1 FROM loose c
                  WHERE c.file_id = x.file_id AND c.parent_uuid = x.uuid
+                   AND (c.par_at IS NULL OR c.par_at < x.at)
                    AND NOT (c.companion AND c.is_sidechain = x.side))))
 ),
 off AS MATERIALIZED (
@@ -1130,6 +1314,8 @@ SELECT o.file_id, f.session_id, o.uuid, o.type, o.subtype, o.timestamp,
   CASE
     WHEN o.line_no < lb.line_no THEN 'compacted'
     WHEN o.type = 'progress' THEN 'progress'
+    WHEN EXISTS (SELECT 1 FROM recovered v WHERE v.file_id = o.file_id AND v.uuid = o.uuid)
+      THEN 'parallel_tool_branch'
     WHEN o.type = 'assistant' AND EXISTS (
            SELECT 1 FROM chain_messages m
            WHERE m.file_id = o.file_id AND m.message_id = o.message_id)

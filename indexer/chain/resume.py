@@ -47,13 +47,16 @@ own that is not on the walk, within ``FALLBACK_MS`` (ties: the earliest
 line). It stops at a null parent and where no fallback is left.
 
 What is put back after the walk (``orphans.restored``, derive.py): parallel
-tool calls and their results off the walked chain (``parallel_tool_branch``),
+tool calls and their results off the walked chain (``parallel_tool_branch``,
+and the results recovered by tool-call id: walk.recovered_by_tool_use_id),
 the non-message records (system, attachment) that hang from the leaf
 message through non-message records, and (``put_back_with_result``,
 walk.put_back_with_results) the single lines of companion records (an
 attachment, a system record, an isMeta user record such as a Skill body)
-that hang from a tool call's records, their results, or the companion
-records on the chain in the call's region.
+or isVirtual tool calls that hang from a tool call's records, their
+results, or the companion records on the chain in the call's region, read
+under the parents the loader reads, the responses taken root first. A
+rewind cut (``rewind_cut``) keeps what it cut from being put back.
 
 The compaction relink (``relink``) runs first: what a compact boundary says
 its compaction kept hangs from its anchor (the summary), and what came
@@ -70,7 +73,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 
-from indexer.chain.definitions import CLI_NODE_TYPES, FALLBACK_MS
+from indexer.chain.definitions import CLI_NODE_TYPES, CUT_STEPS, FALLBACK_MS
 from indexer.transcripts import records
 from indexer.transcripts.records import MESSAGE_TYPES
 
@@ -99,6 +102,8 @@ class Prompt:
     leaf_uuid: str | None
     leaf_is_null: bool     # leafUuid present and null
     explicit: bool
+    rewound: bool = False          # rewound: true (a rewind)
+    cut_uuid: str | None = None    # cutUuid ('' when there but not a string)
 
 
 @dataclass
@@ -117,6 +122,7 @@ class CliView:
     newest_row: object = None     # the first row with the greatest timestamp (text)
     ever_explicit: bool = False   # a last-prompt record for this checkpoint said explicit
     calls: object = None          # Rec -> Calls (kin's tool facts, read when needed)
+    cut: frozenset = frozenset()  # the records a rewind cut (rewind_cut): never put back
 
 
 def bridged(n, records: dict) -> str | None:
@@ -297,6 +303,8 @@ def cli_view(occ: list, prompts: list[Prompt], nodes_all: dict, calls=None) -> C
     if renames:
         parent = {u: renames.get(p, p) for u, p in parent.items()}
     keeps = any(r.preserved for r in nodes.values())
+    cut = rewind_cut(occ, prompts, nodes, parent, renames) if any(
+        p.rewound for p in prompts) else set()
     nodes, parent, tail = relink(nodes, parent, first_loaded(occ))
     walk_parent = dict(parent)
     for u, p in _fallbacks(nodes, parent).items():
@@ -305,7 +313,8 @@ def cli_view(occ: list, prompts: list[Prompt], nodes_all: dict, calls=None) -> C
     checkpoint = renames.get(seen.checkpoint, seen.checkpoint)
     return CliView(nodes, parent, walk_parent, seen.last_row, checkpoint, seen.explicit,
                    seen.rewound_to_empty, seen.trailing_snapshots, tail, keeps,
-                   seen.prompted, seen.newest_row, seen.ever_explicit, calls)
+                   seen.prompted, seen.newest_row, seen.ever_explicit, calls,
+                   frozenset(cut))
 
 
 @dataclass(slots=True)
@@ -358,6 +367,56 @@ def scan_events(occ: list, prompts: list[Prompt], seen: Scanned) -> Scanned:
             elif item.leaf_is_null and item.explicit:
                 checkpoint, explicit, empty, ever = None, False, True, False
     return Scanned(last_row, checkpoint, explicit, empty, snapshots, prompted, newest, ever)
+
+
+def rewind_cut(occ: list, prompts: list[Prompt], nodes: dict, parent: dict,
+               renames: dict) -> set[str]:
+    """The records a rewind cut (the loader's wsn(), tengu_foamy_spring): in
+    file order, an explicit last-prompt record with ``rewound: true`` and a
+    ``cutUuid`` naming a record loaded before it cuts that record when it
+    is no user/assistant record, and the records above it up to the first
+    user/assistant record are no longer cut, nor are those above a later
+    row; an explicit last-prompt record that is no such rewind, or a compact
+    boundary, ends every cut. The records are the loader's nodes (``nodes``,
+    the last line of each, before the relink) written at or before the line
+    read, under their bridged parents (``parent``: a sentAsUuid names the
+    record stored anew, ``renames``), at most 64 steps up. The loader
+    counts the cut records as visited: none is put back after the walk."""
+    cut: set = set()
+
+    def node(u, line):
+        r = nodes.get(renames.get(u, u)) if u is not None else None
+        return r if r is not None and r.line_no <= line else None
+
+    def uncut_above(r, line):
+        g = node(parent.get(r.uuid), line)
+        for _ in range(CUT_STEPS):
+            if g is None or g.type in MESSAGE_TYPES:
+                return
+            cut.discard(g.uuid)
+            g = node(parent.get(g.uuid), line)
+
+    events = [(r.line_no, "line", r) for r in occ
+              if r.type in CLI_NODE_TYPES and r.uuid in nodes]
+    events += [(p.line_no, "prompt", p) for p in prompts]
+    for line, kind, item in sorted(events, key=lambda e: e[0]):
+        if kind == "line":
+            r = item
+            if cut and not r.is_sidechain and not is_snapshot(r) and not r.fork_briefing:
+                uncut_above(nodes[r.uuid], line)
+            if records.is_compact_boundary(r.type, r.subtype):
+                cut.clear()
+        elif item.explicit:
+            if not item.rewound or item.cut_uuid is None:
+                cut.clear()
+                continue
+            g = node(item.cut_uuid, line) if item.cut_uuid else None
+            if g is None:
+                continue
+            uncut_above(g, line)
+            if g.type not in MESSAGE_TYPES:
+                cut.add(g.uuid)
+    return cut
 
 
 def _node_above(view: CliView, r):

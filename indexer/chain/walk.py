@@ -34,11 +34,14 @@ UUID_RECORDS_SELECT = f"""
 SELECT {_REC_HEAD}, r.leaf_uuid,
        CASE WHEN r.type = 'last-prompt' THEN {definitions.LAST_PROMPT_NULL_LEAF.format(r="r")} END,
        CASE WHEN r.type = 'last-prompt' THEN {definitions.LAST_PROMPT_EXPLICIT.format(r="r")} END,
-       {_HAS_TOOL_USE}, r.sent_as_uuid
+       {_HAS_TOOL_USE}, r.sent_as_uuid,
+       CASE WHEN r.type = 'last-prompt' THEN {definitions.LAST_PROMPT_REWOUND.format(r="r")} END,
+       CASE WHEN r.type = 'last-prompt' THEN {definitions.LAST_PROMPT_CUT.format(r="r")} END
 FROM records r
 """.strip()
 HAS_TOOL_USE_AT = REC_FIELDS + 3
 SENT_AS_AT = REC_FIELDS + 4
+REWOUND_AT, CUT_AT = REC_FIELDS + 5, REC_FIELDS + 6   # a last-prompt record's rewind
 
 # What resume.kin reads of one record's tool calls (records.TOOL_IDS,
 # HAS_TOOL_USE, VIRTUAL_CALL), by record id (CALLS_SQL), or from a line's
@@ -141,17 +144,19 @@ def terminal_key(terminal: Rec, message: Rec, message_line: int) -> tuple:
     return (message.is_main_message, message_line, -terminal.line_no)
 
 
-def put_back(children_of, message: Rec | None) -> set[str]:
+def put_back(children_of, message: Rec | None, cut=frozenset()) -> set[str]:
     """The system and attachment records that hang from the leaf message
     through non-message records (progress passed through, as the CLI
     bridges it): the CLI loads them after its walk. ``children_of(uuid)``
-    gives the non-message chain records whose parent_uuid is that uuid."""
+    gives the non-message chain records whose parent_uuid is that uuid;
+    ``cut``: the records a rewind cut (resume.rewind_cut), passed over with
+    what hangs from them."""
     if message is None:
         return set()
     out, seen, todo = set(), {message.uuid}, [message.uuid]
     while todo:
         for c in children_of(todo.pop()):
-            if c.uuid not in seen:
+            if c.uuid not in seen and c.uuid not in cut:
                 seen.add(c.uuid)
                 todo.append(c.uuid)
                 if c.type != "progress":
@@ -189,29 +194,56 @@ def in_batch_region(r: Rec, message_id: str) -> bool:
                                       and not records.is_compact_boundary(r.type, r.subtype))
 
 
-def put_back_with_results(resume_chain, nodes: dict, children_of, is_visited) -> set[str]:
+def line_link(calls):
+    """Can r be a link of a put-back line (the loader's s_r(): XN() or z8())?
+    A companion record (is_companion), or a virtual call: an isVirtual user
+    tool_result or assistant tool_use record (``calls``: Rec ->
+    resume.Calls, read only for the user and assistant records a line meets)."""
+    def link(r: Rec) -> bool:
+        return is_companion(r) or (r.type in MESSAGE_TYPES and calls is not None
+                                   and calls(r).virtual)
+    return link
+
+
+def put_back_with_results(resume_chain, nodes: dict, children_of, is_visited,
+                          link=is_companion, response_of=None,
+                          recovered: dict | None = None) -> set[str]:
     """What Claude Code 2.1.332 puts back after a parallel tool call's results
-    (its RRr() and nMe()): for each API response on the resume chain
-    (``resume_chain``: (depth, record), leaf first) of which some record
-    holds a tool_use block, the anchors are its records (``nodes``: uuid ->
-    record, every one of that message id), their tool_result children, and
-    the companion records (records.is_companion) on the chain in the
-    response's region (from its first record on the chain past its last,
-    and on while in_batch_region). From each anchor, each child starts a
-    line followed down while it is one line of companion records on the
-    anchor's side (sidechain or not) that are not visited (``is_visited``:
-    on the chain, or put back as parallel_tool_branch); a line that
-    forks (a link with two unvisited children) or meets any other unvisited
-    record is left whole. ``children_of(uuid)``: the chain records whose
-    parent_uuid is uuid. Returns the uuids of the lines put back."""
+    (its RRr() and nMe()): it takes the API responses on the resume chain
+    (``resume_chain``: (depth, record), leaf first) root first, and for each
+    one of which some record holds a tool_use block, the anchors are its
+    records (``nodes``: uuid -> record, every one of that message id), their
+    tool_result children (and the results it recovers by tool-call id:
+    ``recovered``, recovered_by_tool_use_id), and the companion records (records.is_companion)
+    on the chain in the response's region (from its first record on the
+    chain past its last, and on while in_batch_region). From each anchor,
+    each child starts a line followed down while it is one line of records
+    a line may hold (``link``: line_link) on the anchor's side (sidechain or
+    not) that are not visited; a line that forks (a link with two unvisited
+    children) or meets any other unvisited record is left whole. Visited:
+    on the chain, put back already, or put back as parallel_tool_branch
+    (``is_visited``) with a response the loader has reached
+    (``response_of(uuid)``: the message id a parallel record is put back
+    with, None for the others): a record of a later response is not
+    visited yet. ``children_of(uuid)``: the records the loader reads under
+    uuid. Returns the uuids of the lines put back."""
     order = [r for _, r in reversed(resume_chain)]
     position = {r.uuid: i for i, r in enumerate(order)}
     members: dict[str, list[Rec]] = {}
     for n in nodes.values():
         if n.type == "assistant" and n.message_id is not None:
             members.setdefault(n.message_id, []).append(n)
-    anchors: dict[str, Rec] = {}
-    done = set()
+    done: set = set()
+    out: set[str] = set()
+
+    def visited(u) -> bool:
+        if u in out:
+            return True
+        if not is_visited(u):
+            return False
+        m = response_of(u) if response_of is not None else None
+        return m is None or m in done
+
     for i, r in enumerate(order):
         m = r.message_id
         if r.type != "assistant" or m is None or m in done:
@@ -223,28 +255,122 @@ def put_back_with_results(resume_chain, nodes: dict, children_of, is_visited) ->
         end = max([i + 1] + [position[a.uuid] + 1 for a in batch if a.uuid in position])
         while end < len(order) and in_batch_region(order[end], m):
             end += 1
+        anchors: dict[str, Rec] = {}
         for a in batch:
             anchors[a.uuid] = a
             for t in children_of(a.uuid):
                 if t.type == "user" and t.is_tool_result:
                     anchors[t.uuid] = t
+        for u, by in (recovered or {}).items():
+            if by == m:
+                anchors[u] = nodes[u]
         for x in order[i + 1:end]:
             if is_companion(x):
                 anchors[x.uuid] = x
-    out: set[str] = set()
-    for po in anchors.values():
-        for start in children_of(po.uuid):
-            out.update(companion_line(start, po, children_of, is_visited))
+        for po in anchors.values():
+            for start in children_of(po.uuid):
+                out.update(companion_line(start, po, children_of, visited, link))
     return out
 
 
-def companion_line(start: Rec, anchor: Rec, children_of, is_visited) -> list[str]:
-    """The loader's nMe(): the one line of unvisited companion records on the
-    anchor's side from ``start`` down, or [] when it forks or meets any
-    other unvisited record."""
+def stray_results(loaded: dict, nodes: dict, calls, keep) -> list[Rec]:
+    """The tool_result user records the loader reads under a parent that does
+    not hold every call they answer (RRr's Q: a parent that is no assistant
+    record holds none), in line order: what it may recover by tool-call id.
+    ``loaded``: uuid -> parent of the records the loader loads
+    (resume.CliView.parent); ``calls``: Rec -> resume.Calls, asked only of
+    the results ``keep(r)`` takes (and their parents)."""
+    out = []
+    for u, p in loaded.items():
+        r = nodes[u]
+        if r.type != "user" or not r.is_tool_result or not keep(r):
+            continue
+        ids = calls(r).ids
+        q = nodes.get(p) if p is not None else None
+        held = calls(q).ids if q is not None and q.type == "assistant" else ()
+        if ids and not all(i in held for i in ids):
+            out.append(r)
+    return sorted(out, key=lambda r: r.line_no)
+
+
+def stray_state(strays: list[Rec], loaded: dict, nodes: dict, calls):
+    """What an append needs to know of the stray results (derive_append):
+    True when one answers a call some loaded assistant record holds (it may
+    be recovered as the chain grows), else the calls they answer, which no
+    record holds (an appended record that holds one gives up)."""
+    ids = {t for r in strays for t in calls(r).ids}
+    if not ids:
+        return []
+    for u in loaded:
+        a = nodes[u]
+        if a.type == "assistant" and a.has_tool_use and ids.intersection(calls(a).ids):
+            return True
+    return sorted(ids)
+
+
+def recovered_by_tool_use_id(strays: list[Rec], loaded: dict, nodes: dict, on_chain,
+                             chain_messages, is_parallel, calls) -> dict[str, str]:
+    """What Claude Code 2.1.332 recovers by tool-call id (RRr with
+    tengu_foamy_spring, on by default): uuid -> the message id of the
+    response that puts it back, for each stray result (``strays``:
+    stray_results) off the chain and not parallel (``is_parallel(r)``:
+    put back with its parent's response) of which some answered call t
+    has one holder: the tool_use block of t is held by assistant records
+    of one API message, on the chain (``chain_messages``), the last of them
+    (in line order) is not the result's parent and is on its side, and t is
+    not answered already: by a tool_result record on the chain, by a result
+    the loader reads under a record of that message, or by an earlier stray
+    result with the same holder."""
+    strays = [r for r in strays if r.uuid not in on_chain and not is_parallel(r)]
+    if not strays:
+        return {}
+    holders: dict[str, tuple] = {}   # tool id -> (message ids, the last holder)
+    members: dict[str, set] = {}
+    for u in loaded:
+        a = nodes[u]
+        if a.type != "assistant" or a.message_id is None:
+            continue
+        members.setdefault(a.message_id, set()).add(u)
+        if a.has_tool_use:
+            for t in calls(a).ids:
+                msgs, last = holders.get(t, (set(), None))
+                msgs.add(a.message_id)
+                holders[t] = (msgs, a if last is None or a.line_no >= last.line_no else last)
+    answered = {t for u in on_chain if u in nodes and nodes[u].type == "user"
+                and nodes[u].is_tool_result for t in calls(nodes[u]).ids}
+    direct: dict[str, set] = {}
+    for u, p in loaded.items():
+        r = nodes[u]
+        if r.type == "user" and r.is_tool_result and p in nodes and nodes[p].type == "assistant" \
+                and nodes[p].message_id is not None:
+            direct.setdefault(nodes[p].message_id, set()).update(calls(r).ids)
+    claimed: set = set()
+    out: dict[str, str] = {}
+    for r in strays:
+        by = None
+        for t in calls(r).ids:
+            msgs, holder = holders.get(t, (set(), None))
+            if (len(msgs) != 1 or holder.message_id not in chain_messages
+                    or holder.uuid == loaded.get(r.uuid)
+                    or bool(holder.is_sidechain) != bool(r.is_sidechain)):
+                continue
+            if t not in answered and t not in direct.get(holder.message_id, ()) \
+                    and t not in claimed and by is None:
+                by = holder.message_id
+            claimed.add(t)
+        if by is not None:
+            out[r.uuid] = by
+    return out
+
+
+def companion_line(start: Rec, anchor: Rec, children_of, is_visited,
+                   link=is_companion) -> list[str]:
+    """The loader's nMe(): the one line of unvisited companion records (or
+    virtual calls: ``link``, line_link) on the anchor's side from ``start``
+    down, or [] when it forks or meets any other unvisited record."""
     line, cur, seen = [], start, set()
     while cur is not None:
-        if (cur.uuid in seen or is_visited(cur.uuid) or not is_companion(cur)
+        if (cur.uuid in seen or is_visited(cur.uuid) or not link(cur)
                 or bool(cur.is_sidechain) != bool(anchor.is_sidechain)):
             return []
         seen.add(cur.uuid)
@@ -292,7 +418,7 @@ def is_concurrent(branch: tuple | None, chain_below: tuple | None) -> bool:
 def cause_of(o: Rec, parent: Rec | None, branch_point: str | None, origin: str | None,
              boundary_line: int | None, in_chain_messages, is_splice_point,
              with_result: bool = False, late_graft: bool = False,
-             concurrent: bool = False) -> str:
+             recovered: bool = False, concurrent: bool = False) -> str:
     """The first matching cause of an off-chain record (orphans.cause):
     ``origin`` is how the top-down walk reached it (ancestry, unlinked,
     dangling_parent; None: never, inside a cycle), ``in_chain_messages(id)``
@@ -301,13 +427,15 @@ def cause_of(o: Rec, parent: Rec | None, branch_point: str | None, origin: str |
     is an api_error record, ``with_result`` whether the CLI puts it back
     with a parallel tool result (put_back_with_results), ``late_graft``
     whether its branch is cut off by a late graft (is_late_graft),
+    ``recovered`` whether the CLI recovers it by its tool-call id
+    (recovered_by_tool_use_id: put back as a parallel result),
     ``concurrent`` whether another process wrote its branch while the
     chain's was written (is_concurrent)."""
     if boundary_line is not None and o.line_no < boundary_line:
         return "compacted"
     if o.type == "progress":
         return "progress"
-    if is_parallel(o, parent, in_chain_messages):
+    if recovered or is_parallel(o, parent, in_chain_messages):
         return "parallel_tool_branch"
     if with_result:
         return "put_back_with_result"
@@ -373,7 +501,8 @@ def read_rows(rows, file_ids=()) -> dict:
         recs, prompts = out.setdefault(row[1], ([], []))
         if row[6] == "last-prompt":
             prompts.append(Prompt(row[2], row[REC_FIELDS], bool(row[REC_FIELDS + 1]),
-                                  bool(row[REC_FIELDS + 2])))
+                                  bool(row[REC_FIELDS + 2]), bool(row[REWOUND_AT]),
+                                  row[CUT_AT]))
         if row[3] is not None:
             recs.append(Rec(*row[:REC_FIELDS], row[HAS_TOOL_USE_AT], row[SENT_AS_AT]))
     return out

@@ -131,6 +131,14 @@ def compute_file(file_id: int, kind: str, session_id, with_uuid: list[Rec],
             resume_chain, lambda r: view.walk_parent.get(r.uuid))
     else:
         state["resume_cycle"] = state["sdk_cycle"]
+    orphan_rows = []
+    if kind == "main":
+        orphan_rows, strays = _orphans(session_id, nodes, resume_chain, resume_message,
+                                       boundary_line, calls, view.parent, view.cut)
+        state["cut"] = bool(view.cut)   # derive_append gives up on a rewind cut
+        # Results off the chain a later append could have recovered by
+        # tool-call id (derive_append gives up on such a file).
+        state["strays"] = chain.stray_state(strays, view.parent, nodes, calls)
     leaves_row = (
         file_id, session_id, kind,
         resume_leaf and resume_leaf.id, resume_leaf and resume_leaf.uuid,
@@ -143,9 +151,6 @@ def compute_file(file_id: int, kind: str, session_id, with_uuid: list[Rec],
                      for d, r in resume_chain]
     ancestry_rows += [(file_id, session_id, "sdk", r.uuid, len(sdk_chain) - 1 - d, r.id)
                       for d, r in sdk_chain]
-    orphan_rows = (_orphans(session_id, nodes, resume_chain, resume_message, boundary_line,
-                            calls)
-                   if kind == "main" else [])
     breaks = [chain.chain_break_row(r, session_id) for r in occ
               if r.parent_uuid is not None and r.parent_uuid not in nodes]
     lines_of: dict[str, list[int]] = {}
@@ -162,10 +167,14 @@ def calls_in(conn):
     return chain.calls_reader(lambda r: conn.execute(chain.CALLS_SQL, [r.id]).fetchone())
 
 
-def _orphans(session_id, nodes: dict[str, Rec], resume_chain, message, boundary_line, calls):
-    """Every non-sidechain chain record off the resume chain, with its cause
-    and whether the CLI puts it back (restored); ``calls``: Rec ->
-    resume.Calls (the tool ids walk.is_late_graft compares)."""
+def _orphans(session_id, nodes: dict[str, Rec], resume_chain, message, boundary_line, calls,
+             loaded: dict, cut=frozenset()):
+    """(rows, strays): every non-sidechain chain record off the resume chain,
+    with its cause and whether the CLI puts it back (restored), and the
+    stray results off the chain (walk.stray_results); ``calls``: Rec ->
+    resume.Calls (the tool ids walk.is_late_graft compares); ``loaded``:
+    uuid -> parent of the records the loader loads (resume.CliView.parent);
+    ``cut``: the records a rewind cut (resume.rewind_cut), never put back."""
     on_chain = {r.uuid: d for d, r in resume_chain}
     by_depth = {d: r for d, r in resume_chain}
     chain_messages = {
@@ -179,23 +188,46 @@ def _orphans(session_id, nodes: dict[str, Rec], resume_chain, message, boundary_
         if n.parent_uuid is not None:
             children_of.setdefault(n.parent_uuid, []).append(n)
     put_back = chain.put_back(
-        lambda u: [c for c in children_of.get(u, ()) if c.type not in MESSAGE_TYPES], message)
+        lambda u: [c for c in children_of.get(u, ()) if c.type not in MESSAGE_TYPES], message,
+        cut)
+
+    def parallel(n):
+        return chain.is_parallel(n, nodes.get(n.parent_uuid), chain_messages.__contains__)
+
+    # Results recovered by tool-call id (uuid -> the response's message id).
+    strays = chain.stray_results(loaded, nodes, calls,
+                                 lambda r: r.uuid not in on_chain and not parallel(r))
+    recovered = chain.recovered_by_tool_use_id(strays, loaded, nodes, on_chain, chain_messages,
+                                               parallel, calls)
+
+    def response_of(u):
+        """The message id of the response a parallel record is put back
+        with (walk.is_parallel, or recovered by tool-call id), None for the
+        others."""
+        n = nodes[u]
+        if u in on_chain:
+            return None
+        if u in recovered:
+            return recovered[u]
+        if not parallel(n):
+            return None
+        return n.message_id if n.type == "assistant" else nodes[n.parent_uuid].message_id
 
     def is_visited(u):
-        n = nodes[u]
-        return u in on_chain or chain.is_parallel(
-            n, nodes.get(n.parent_uuid), chain_messages.__contains__)
+        return u in on_chain or u in cut or response_of(u) is not None
 
-    # The put-back lines follow the parents the loader loads: through
-    # progress and unreadable records (resume.bridged), which it does not load.
+    # The put-back lines follow the parents the loader reads (``loaded``:
+    # resume.CliView.parent): through progress and unreadable records
+    # (resume.bridged), which it does not load, a sentAsUuid read as the
+    # record stored anew, and as a compaction's relink moves them.
     loaded_children: dict[str, list[Rec]] = {}
-    for n in nodes.values():
-        if n.type != "progress" and not n.is_unreadable:
-            p = resume.bridged(n, nodes)
-            if p is not None:
-                loaded_children.setdefault(p, []).append(n)
+    for u, p in loaded.items():
+        if p is not None:
+            loaded_children.setdefault(p, []).append(nodes[u])
+    link = chain.line_link(calls)
     with_result = chain.put_back_with_results(
-        resume_chain, nodes, lambda u: loaded_children.get(u, ()), is_visited)
+        resume_chain, nodes, lambda u: loaded_children.get(u, ()), is_visited,
+        lambda r: response_of(r.uuid) is None and link(r), response_of, recovered)
 
     off = [n for n in nodes.values() if n.uuid not in on_chain]
     parents = {n.uuid: n.eff_parent for n in off}
@@ -252,9 +284,9 @@ def _orphans(session_id, nodes: dict[str, Rec], resume_chain, message, boundary_
                                chain_messages.__contains__, splice_points.__contains__,
                                o.uuid in with_result,
                                root is not None and chain.is_late_graft(root, below, calls),
-                               concurrent)
+                               o.uuid in recovered, concurrent)
         rows.append(chain.orphan_row(o, session_id, cause, bp, put_back))
-    return rows
+    return rows, strays
 
 
 def derive_files(conn, file_ids: list[int]) -> None:

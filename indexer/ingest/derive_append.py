@@ -60,6 +60,14 @@ APPENDED_SQL = UUID_RECORDS_SELECT + """
 WHERE r.file_id = :file_id AND r.byte_offset >= :offset
   AND (r.uuid IS NOT NULL OR r.type = 'last-prompt')
 ORDER BY r.byte_offset"""
+# Does an assistant record of the file hold this tool_use id (a call a stray
+# result answers: walk.stray_state)? The instr() test spares the JSON of the others.
+HOLDER_SQL = f"""
+SELECT 1 FROM records r WHERE r.file_id = ? AND r.type = 'assistant'
+  AND instr(r.raw, '"' || ?2 || '"') > 0
+  AND EXISTS (SELECT 1 FROM json_each({records.TOOL_IDS.format(r="r")}) j WHERE j.value = ?2)
+LIMIT 1
+""".strip()
 # Does an older record share an appended uuid, or name one as its parent?
 CLASH_SQL = """
 SELECT 1 FROM records WHERE file_id = :file_id AND line_no <= :lines
@@ -563,6 +571,14 @@ class _Extension:
             # A compaction's kept tail is put back (resume.relink): it moves
             # records between branches, so the file is derived whole.
             raise Bail("a compaction relinks what it kept")
+        if state.get("cut", True) or any(p.rewound for p in prompts):
+            # A rewind cut a record (resume.rewind_cut): derived whole.
+            raise Bail("a rewind cut")
+        if state.get("strays", True) is True:
+            # A result off the chain its parent does not hold, of a call an
+            # assistant record holds: the CLI may recover it by tool-call
+            # id (walk.recovered_by_tool_use_id, walk.stray_state).
+            raise Bail("a stray tool result")
         scanned = resume.scan_events(new, prompts, resume.Scanned(
             g.get(state["last_row"]), state["checkpoint"], state["explicit"],
             state["rewound_to_empty"], state["trailing_snapshots"], state["prompted"],
@@ -680,10 +696,11 @@ class _Extension:
             row = g.query(CHAIN_MESSAGE_SQL, self.file_id, m, one=True)
             return row[0] is not None and row[0] <= top
 
-        with_result = _WithResult(g, new, on_chain, in_chain_messages)
+        calls = chain.calls_reader(lambda r: g.query(chain.CALLS_SQL, r.id, one=True))
+        with_result = _WithResult(g, new, on_chain, in_chain_messages, chain.line_link(calls))
+        # (a parallel record is no link: derive._orphans)
         with_result.class_again(redo, new, joined, self.cut, added,
                                 added_messages | cut_messages, bottom and g.get(bottom))
-        calls = chain.calls_reader(lambda r: g.query(chain.CALLS_SQL, r.id, one=True))
 
         def chain_below(u):
             """The record below u on the new resume chain (toward the leaf)."""
@@ -696,6 +713,10 @@ class _Extension:
                 return g.get(row[0]) if row else None
             return added[-1] if added else None
 
+        held = set(self.state["strays"])
+        if held and any(set(calls(r).ids) & held for r in new
+                        if r.type == "assistant" and r.has_tool_use):
+            raise Bail("a stray tool result")
         # walk.is_concurrent compares a branch with the chain below its
         # branch point. A branch of messages written after the old leaf
         # message, off the chain, may become concurrent as messages join the
@@ -721,6 +742,12 @@ class _Extension:
         for o in sorted(redo.values(), key=lambda r: r.line_no):
             if o.is_sidechain or on_chain(o.uuid):
                 continue
+            if (o.type == "user" and o.is_tool_result
+                    and not chain.is_parallel(o, g.get(o.parent_uuid), in_chain_messages)):
+                p = with_result.loaded_parent(o)
+                held = calls(p).ids if p is not None and p.type == "assistant" else ()
+                if calls(o).ids and not all(i in held for i in calls(o).ids):
+                    self.stray(o, calls(o).ids)
             bp, origin, root = self.reach(o, on_chain)
             graft = origin == "ancestry" and chain.is_late_graft(root, chain_below(bp), calls)
             concurrent = origin == "ancestry" and chain.is_concurrent(
@@ -728,11 +755,20 @@ class _Extension:
             cause = chain.cause_of(o, g.get(o.parent_uuid), bp, origin,
                                    state.get("boundary_line"), in_chain_messages,
                                    child_is_api_error, with_result.put_back(o), graft,
-                                   concurrent)
+                                   concurrent=concurrent)
             rows.append(chain.orphan_row(o, self.session_id, cause, bp, put_back))
         gone = sorted(set(redo) | {r.uuid for r in joined})
         self.conn.execute(DROP_ORPHANS_SQL, [self.file_id, json.dumps(gone)])
         chain.insert_rows(self.conn, "orphans", rows)
+
+    def stray(self, o: Rec, ids) -> None:
+        """A stray result (walk.stray_results) off the chain: carried on in
+        the state when no assistant record of the file holds a call it
+        answers (walk.stray_state), else give up."""
+        for t in ids:
+            if self.conn.execute(HOLDER_SQL, [self.file_id, t]).fetchone():
+                raise Bail("a stray tool result")
+        self.state["strays"] = sorted(set(self.state["strays"]) | set(ids))
 
     def resume_bottom(self, walk: _Walk) -> str | None:
         """The uuid of the stored record the new resume walk comes down to."""
@@ -781,8 +817,10 @@ class _WithResult:
     response's region), and appends that move a response's region, give
     up (Bail)."""
 
-    def __init__(self, g: _Graph, new: list[Rec], on_chain, in_chain_messages):
+    def __init__(self, g: _Graph, new: list[Rec], on_chain, in_chain_messages,
+                 link=chain.is_companion):
         self.g, self.on_chain, self.in_chain_messages = g, on_chain, in_chain_messages
+        self.link = link   # what a line's records may be (walk.line_link)
         self.new_of_message: dict[str, list[Rec]] = {}
         for r in new:
             if r.type == "assistant" and r.message_id is not None:
@@ -823,7 +861,36 @@ class _WithResult:
         return self.g.get(resume.bridged(r, self.g))
 
     def open_companion(self, r: Rec | None) -> bool:
-        return r is not None and chain.is_companion(r) and not self.on_chain(r.uuid)
+        """Can r be a link of a put-back line: a companion record or a
+        virtual call (self.link) off the chain, not parallel."""
+        return r is not None and self.link(r) and not self.visited(r)
+
+    def response_of(self, r: Rec) -> str | None:
+        """The message id of the response a parallel record is put back with."""
+        if r.type == "assistant":
+            return r.message_id
+        p = self.g.get(r.parent_uuid)
+        return p.message_id if p is not None else None
+
+    def visited_by(self, anchor: Rec):
+        """Is a record visited when the loader walks a line below ``anchor``:
+        on the chain, or parallel with the anchor's own response. A parallel
+        record of another response is visited only when the loader reached
+        that response first (walk.put_back_with_results): give up."""
+        own = anchor.message_id if anchor.type == "assistant" else (
+            self.response_of(anchor) if anchor.type == "user" and anchor.is_tool_result
+            else None)
+
+        def visited(u: str) -> bool:
+            r = self.g.get(u)
+            if r is None or self.on_chain(r.uuid):
+                return r is not None
+            if not self.visited(r):
+                return False
+            if own is None or self.response_of(r) != own:
+                raise Bail("a line meets a record of another response")
+            return True
+        return visited
 
     def start_of(self, r: Rec) -> Rec:
         """The top of the off-chain companion records r hangs below."""
@@ -895,7 +962,8 @@ class _WithResult:
         anchor = self.loaded_parent(start)
         line = []
         if anchor is not None and anchor.uuid != start.uuid:
-            line = chain.companion_line(start, anchor, self.children, lambda u: self.visited(self.g.get(u)))
+            line = chain.companion_line(start, anchor, self.children,
+                                        self.visited_by(anchor), self.link)
             if line and not self.is_anchor(anchor):
                 line = []
         for u in line:

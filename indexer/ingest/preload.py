@@ -436,7 +436,9 @@ _SUBTYPE = _REC_AT[4]
 TIMESTAMPS_MS_SQL = (f"SELECT t.timestamp, {definitions.TIMESTAMP_MS.format(r='t')} "
                      "FROM (SELECT value AS timestamp FROM json_each(?)) t")
 PROMPT_FIELDS_SQL = (f"SELECT {definitions.LAST_PROMPT_NULL_LEAF.format(r='p')}, "
-                     f"{definitions.LAST_PROMPT_EXPLICIT.format(r='p')} "
+                     f"{definitions.LAST_PROMPT_EXPLICIT.format(r='p')}, "
+                     f"{definitions.LAST_PROMPT_REWOUND.format(r='p')}, "
+                     f"{definitions.LAST_PROMPT_CUT.format(r='p')} "
                      "FROM (SELECT CAST(? AS TEXT) AS raw) p")
 # A compact boundary's preserved fields and whether an attachment is a fork
 # briefing (raw, type), as UUID_RECORDS_SELECT reads them.
@@ -465,7 +467,7 @@ def _chain_rows(rows: list, first_id: int, out: list, prompts: list,
             tool_use = raw if r[_TYPE] == "assistant" and _MARKS[
                 raw.__class__ is bytes] in raw else 0
             row = [first_id + i, r[0], r[1], *_rec_fields(r), None, r[_UNREADABLE], None, 0,
-                   r[_LEAF], None, None, tool_use, r[_SENT_AS]]
+                   r[_LEAF], None, None, tool_use, r[_SENT_AS], None, None]
             out.append(row)
             if lines is not None and r[_TYPE] in ("assistant", "user", "attachment"):
                 lines[row[0]] = (r[-1], r[_TYPE])
@@ -487,7 +489,9 @@ def _computed_in_sql(conn, rows: list, prompts: list, boundaries: list) -> None:
     for row in rows:
         row[14] = ms.get(row[8])
     for row, raw in prompts:
-        row[19:21] = conn.execute(PROMPT_FIELDS_SQL, [raw]).fetchone()
+        fields = conn.execute(PROMPT_FIELDS_SQL, [raw]).fetchone()
+        row[19:21] = fields[:2]
+        row[chain.REWOUND_AT:chain.CUT_AT + 1] = fields[2:]
     for row, raw in boundaries:
         row[16:18] = conn.execute(SCANNED_FIELDS_SQL, [raw, row[6]]).fetchone()
     for row in rows:
