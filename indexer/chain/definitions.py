@@ -927,6 +927,10 @@ LINE_LINK = ("(" + COMPANION_RECORD.replace("{r}", "{n}") + " OR "
 # leaf_ancestry, which the tests hold equal to leaf_ancestry_definition:
 # SQLite 3.40 loses the CTEs of leaf_ancestry_definition when a recursive
 # step here reads it ("no such table: main.scope_files").
+# A prompt typed into a turn (walk.is_prompt), of node {n}.
+_PROMPT = ("({n}.type = 'user' AND NOT {n}.is_meta AND NOT {n}.is_tool_result "
+           "AND NOT EXISTS (SELECT 1 FROM nodes pp WHERE pp.file_id = {n}.file_id "
+           "AND pp.uuid = {n}.parent_uuid AND pp.type = 'user'))")
 ORPHANS_DEFINITION_SQL = f"""
 WITH RECURSIVE {NODES_CTES},
 {CLI_CTES},
@@ -1295,10 +1299,12 @@ grafted AS MATERIALIZED (
 ),
 -- concurrent: the branches (by root) another process wrote while the
 -- resume chain below their branch point was written (walk.is_concurrent):
--- the branch's messages and those of the chain below interleave in the file.
+-- the branch's messages and those of the chain below interleave in the
+-- file, and one side's first prompt came before the other side's last message.
 concurrent AS MATERIALIZED (
   SELECT br.file_id, br.root FROM (
-    SELECT d.file_id, d.root, d.branch_point, min(n.line_no) AS lo, max(n.line_no) AS hi
+    SELECT d.file_id, d.root, d.branch_point, min(n.line_no) AS lo, max(n.line_no) AS hi,
+           min(CASE WHEN {_PROMPT.format(n="n")} THEN n.line_no END) AS prompt
     FROM reached d JOIN nodes n ON n.file_id = d.file_id AND n.uuid = d.uuid
     WHERE d.origin = 'ancestry' AND n.type IN ('user', 'assistant') AND NOT n.is_sidechain
     GROUP BY d.file_id, d.root, d.branch_point) br
@@ -1306,8 +1312,10 @@ concurrent AS MATERIALIZED (
   JOIN on_chain c ON c.file_id = br.file_id AND c.depth < b.depth
   JOIN nodes cn ON cn.file_id = c.file_id AND cn.uuid = c.uuid
   WHERE cn.type IN ('user', 'assistant')
-  GROUP BY br.file_id, br.root, br.lo, br.hi
+  GROUP BY br.file_id, br.root, br.lo, br.hi, br.prompt
   HAVING br.lo < max(cn.line_no) AND min(cn.line_no) < br.hi
+    AND (min(CASE WHEN {_PROMPT.format(n="cn")} THEN cn.line_no END) < br.hi
+         OR br.prompt < max(cn.line_no))
 ),
 classed AS (
 SELECT o.file_id, f.session_id, o.uuid, o.type, o.subtype, o.timestamp,

@@ -399,20 +399,59 @@ def is_late_graft(root: Rec, below: Rec | None, calls) -> bool:
             and bool(set(calls(root).ids) & set(calls(below).ids)))
 
 
+def is_prompt(r: Rec, parent: Rec | None) -> bool:
+    """A prompt that starts a turn: a user record, neither meta (a Skill's
+    body, a reminder) nor a tool result, whose parent (``parent``: None when
+    it is not in the file) is no user record (a new turn follows an answer,
+    an attachment or a system record; an interruption's text follows a tool
+    result)."""
+    return (r.type == "user" and not r.is_meta and not r.is_tool_result
+            and (parent is None or parent.type != "user"))
+
+
 def is_concurrent(branch: tuple | None, chain_below: tuple | None) -> bool:
     """Was the off-chain branch written while the resume chain below its
     branch point was, by another process resuming the same session
-    (anthropics/claude-code#48270)? ``branch`` and ``chain_below``: the
-    (first, last) line numbers of the messages (user and assistant records,
-    sidechains aside) of the branch and of the resume chain below the branch
-    point; None without any. Two resumes at once each append their own
-    conversation from the leaf they loaded, so the two branches' messages
-    interleave in the file; a rewind or an edited prompt starts the new
-    branch after the old one ends. Being on the last row's branch, one
+    (anthropics/claude-code#48270)? ``branch`` and ``chain_below``: (the
+    first and last line numbers of the messages, the line of the first
+    prompt or None) of the branch (sidechains aside) and of the resume chain
+    below the branch point; None without any message. Two resumes at once
+    each append their own conversation from the leaf they loaded: the two
+    branches' messages interleave in the file, and one side's prompt was
+    typed before the other side's last message. A rewind or an edited
+    prompt starts the new branch after the old one ends; parallel tool
+    calls interleave without a prompt. Being on the last row's branch, one
     process's conversation is resumed and the other's dropped, though
     nobody abandoned it."""
-    return (branch is not None and chain_below is not None
-            and branch[0] < chain_below[1] and chain_below[0] < branch[1])
+    if branch is None or chain_below is None:
+        return False
+    if not (branch[0] < chain_below[1] and chain_below[0] < branch[1]):
+        return False
+    return ((chain_below[2] is not None and chain_below[2] < branch[1])
+            or (branch[2] is not None and branch[2] < chain_below[1]))
+
+
+def widen_span(span: tuple | None, r: Rec, prompt: bool) -> tuple | None:
+    """is_concurrent's span of some records with ``r`` added (``prompt``:
+    is_prompt(r)): (first and last line of their messages, line of their
+    first prompt or None); None while none is a message."""
+    if r.type not in MESSAGE_TYPES:
+        return span
+    if span is None:
+        return (r.line_no, r.line_no, r.line_no if prompt else None)
+    lo, hi, first = span
+    if prompt and (first is None or r.line_no < first):
+        first = r.line_no
+    return (min(lo, r.line_no), max(hi, r.line_no), first)
+
+
+def message_span(recs, parent_of) -> tuple | None:
+    """is_concurrent's span of some records (widen_span; ``parent_of``: a
+    record's parent record or None)."""
+    span = None
+    for r in recs:
+        span = widen_span(span, r, r.type == "user" and is_prompt(r, parent_of(r)))
+    return span
 
 
 def cause_of(o: Rec, parent: Rec | None, branch_point: str | None, origin: str | None,

@@ -254,22 +254,22 @@ def _orphans(session_id, nodes: dict[str, Rec], resume_chain, message, boundary_
             reached[cur.uuid] = (bp, origin, n)
             todo += [c for c in children.get(cur.uuid, ()) if c.uuid not in reached]
 
-    # walk.is_concurrent's line spans: each branch's messages (by its root),
-    # and the chain's below each depth (toward the leaf).
-    branch_span: dict[str, tuple] = {}
+    # walk.is_concurrent's spans: each branch's (by its root; sidechains
+    # aside), and the chain's below each depth (toward the leaf).
+    members: dict[str, list[Rec]] = {}
     for u, (bp, origin, root) in reached.items():
-        n = nodes[u]
-        if origin == "ancestry" and n.type in MESSAGE_TYPES and not n.is_sidechain:
-            lo, hi = branch_span.get(root.uuid, (n.line_no, n.line_no))
-            branch_span[root.uuid] = (min(lo, n.line_no), max(hi, n.line_no))
+        if origin == "ancestry" and not nodes[u].is_sidechain:
+            members.setdefault(root.uuid, []).append(nodes[u])
+    def parent_of(r):
+        return nodes.get(r.parent_uuid) if r.parent_uuid is not None else None
+
+    branch_span = {root: chain.message_span(recs, parent_of) for root, recs in members.items()}
     below_span: dict[int, tuple | None] = {}
     span = None
     for d in sorted(by_depth):
         below_span[d] = span
         r = by_depth[d]
-        if r.type in MESSAGE_TYPES:
-            span = (r.line_no, r.line_no) if span is None else (
-                min(span[0], r.line_no), max(span[1], r.line_no))
+        span = chain.widen_span(span, r, r.type == "user" and chain.is_prompt(r, parent_of(r)))
 
     rows = []
     for o in sorted(off, key=lambda n: n.line_no):

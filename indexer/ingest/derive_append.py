@@ -177,16 +177,17 @@ CONCURRENT_IN_FILE_SQL = ("SELECT 1 FROM orphans_cache WHERE file_id = ? "
                           "AND cause = 'concurrent_resume' LIMIT 1")
 # The first and last lines of the messages on the stored resume chain
 # between two heights (toward the leaf: greater heights).
+# (walk.is_concurrent's span: and the first prompt's line.)
 CHAIN_SPAN_SQL = """
-SELECT min(r.line_no), max(r.line_no) FROM leaf_ancestry_cache a JOIN records r ON r.id = a.record_id
+SELECT min(r.line_no), max(r.line_no),
+       min(CASE WHEN r.type = 'user' AND NOT r.is_meta AND NOT r.is_tool_result
+                 AND NOT EXISTS (SELECT 1 FROM records pp WHERE pp.file_id = r.file_id
+                                 AND pp.uuid = r.parent_uuid AND pp.type = 'user')
+                THEN r.line_no END)
+FROM leaf_ancestry_cache a JOIN records r ON r.id = a.record_id
 WHERE a.file_id = ? AND a.rule = 'resume' AND a.height > ? AND a.height <= ?
   AND r.type IN ('user', 'assistant')
 """.strip()
-
-
-def _span(lines) -> tuple | None:
-    lines = [n for n in lines if n is not None]
-    return (min(lines), max(lines)) if lines else None
 
 
 class _Spans:
@@ -214,21 +215,29 @@ class _Spans:
             self._members[root.uuid] = out
         return self._members[root.uuid]
 
+    def parent_of(self, r: Rec) -> Rec | None:
+        return self.g.get(r.parent_uuid) if r.parent_uuid is not None else None
+
     def branch(self, root: Rec) -> tuple | None:
-        return _span(r.line_no for r in self.members(root)
-                     if r.type in MESSAGE_TYPES and not r.is_sidechain)
+        return chain.message_span((r for r in self.members(root) if not r.is_sidechain),
+                                  self.parent_of)
 
     def chain_below(self, bp: str) -> tuple | None:
         if bp not in self._below:
             index = next((i for i, r in enumerate(self.added) if r.uuid == bp), None)
             if index is not None:   # added[0] is the leaf
-                lines = [r.line_no for r in self.added[:index] if r.type in MESSAGE_TYPES]
+                span = chain.message_span(self.added[:index], self.parent_of)
             else:
                 h = self.g.old_height("resume", bp)
-                old = (self.g.query(CHAIN_SPAN_SQL, self.file_id, h, self.top, one=True)
-                       if h is not None and self.top is not None else None) or (None, None)
-                lines = [*old, *(r.line_no for r in self.added if r.type in MESSAGE_TYPES)]
-            self._below[bp] = _span(lines)
+                span = None
+                if h is not None and self.top is not None:
+                    row = self.g.query(CHAIN_SPAN_SQL, self.file_id, h, self.top, one=True)
+                    if row and row[0] is not None:
+                        span = tuple(row)
+                for r in self.added:
+                    span = chain.widen_span(span, r, r.type == "user"
+                                            and chain.is_prompt(r, self.parent_of(r)))
+            self._below[bp] = span
         return self._below[bp]
 
 
