@@ -133,8 +133,13 @@ def cli():
               "JetStream server (every host's), drained, then exit; with --watch, keep "
               "consuming until SIGINT or SIGTERM.")
 @metrics_option
+@click.option("--search/--no-search", "search", default=True, show_default=True,
+              help="On an index this run makes (not with --watch or --from): search it "
+                   "by words (`search QUERY`), the word index built in the same run. "
+                   "`search --enable` adds the trigram index; an existing index keeps "
+                   "what it has.")
 def ingest(sources, db_path, config_dir, silent, as_json, watch, from_url, consumer, hosts,
-           gap_wait, metrics, **nats_auth):
+           gap_wait, metrics, search, **nats_auth):
     """Index new lines of the transcripts under SOURCES.
 
     SOURCES are folders and/or .jsonl files; the default is the projects/
@@ -204,7 +209,8 @@ def ingest(sources, db_path, config_dir, silent, as_json, watch, from_url, consu
 
     try:
         summary = fresh_build.ingest(db_path, lambda db: ingestmod.ingest(
-            db, list(sources), progress=progress, plan=plan, config_dir=config_dir))
+            db, list(sources), progress=progress, plan=plan, config_dir=config_dir,
+            search_new=search))
     except IndexError_ as exc:
         raise Failure(str(exc)) from None
     except ingestmod.SourceNotFound as exc:

@@ -223,17 +223,25 @@ def ingest(
     progress: Callable[[int], None] | None = None,
     plan: Callable[[int], None] | None = None,
     config_dir: str | os.PathLike | None = None,
+    search_new: bool = False,
 ) -> Summary:
     """Bring the index up to date with ``sources`` (folders and/or files).
 
     ``plan(total_bytes)`` is called once with the bytes expected to be read;
     ``progress(n)`` after each commit with the bytes consumed. The retention
     in force (retention.py) is resolved against ``config_dir`` (default
-    $CLAUDE_CONFIG_DIR, else ~/.claude).
+    $CLAUDE_CONFIG_DIR, else ~/.claude). ``search_new``: on an index
+    nothing was ingested into and search never turned on or off in, turn
+    search on by words (search.enable(code=False)) first, as
+    `session-index ingest` does unless --no-search.
     """
     started = time.monotonic()
     summary = Summary()
     conn = db.conn
+    if search_new and search_state.untouched(conn):
+        from indexer.index import search   # (a new index only: start-up time of every other run)
+
+        search.enable(db, code=False)   # (nothing to index yet: _end_run catches up)
     # What a run needs of each tracked file to see that it is unchanged
     # (_unchanged); _ingest_file reads the whole row again under the lock.
     # (tuples: a dict is made only for a file that needs work)
