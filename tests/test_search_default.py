@@ -156,3 +156,16 @@ def test_the_canned_query_finds_code_without_the_trigram_index(tmp_path):
     assert response.status_code == 200, response.text[:2000]
     assert [(r["type"], r["timestamp"], r["snippet"]) for r in response.json()] == [
         ("assistant", ts(3), "Grep: [[_recover_orphaned]]_parallel_tool_results\nsdk/")] * 2
+
+
+def test_record_text_reads_what_msgspec_refuses_as_json_does():
+    # The fields are decoded by msgspec; a line it refuses is read by json.loads.
+    assert search.record_text("assistant", '{"message": {"content": [{"type": "tool_use", '
+                              '"name": "X", "input": {"v": NaN, "w": "y"}}]}}') == "X: nan\ny"
+    assert search.record_text("user", '{"message": "not an object", "content": "c"}') is None
+    assert search.record_text("system", '{"content": "a \\ud800 b"}') == "a \ud800 b"
+    assert search.record_text("ai-title", '{"aiTitle": "one", "aiTitle": "two"}') == "two"
+    assert search.record_text("summary", '[1, 2]') is None
+    assert search.record_text("summary", '{"summary": 3}') is None
+    assert search.record_text("user", '{"message": {"content": "x"}, "toolUseResult": '
+                              '{"stdout": "skipped"}}') == "x"

@@ -38,6 +38,9 @@ from __future__ import annotations
 import json
 import re
 from datetime import datetime, timezone
+from typing import Any, Optional
+
+import msgspec
 
 from indexer.index.clock import utcnow
 from indexer.sql import dict_rows, write_lock
@@ -310,27 +313,62 @@ def _content_text(content, out: list) -> None:
             out.append(_cut(_result_text(block.get("content")), TOOL_TEXT_CHARS))
 
 
-def record_text(rtype: str, raw) -> str | None:
-    """The text search indexes for a record (None: nothing to index)."""
+class _Message(msgspec.Struct):
+    content: Any = None
+
+
+class _Fields(msgspec.Struct, rename="camel"):
+    """The fields of a record its text is read from; the rest of the line is
+    skipped, not decoded (a user record's toolUseResult repeats its tool
+    result, often at length)."""
+    message: Optional[_Message] = None
+    content: Any = None
+    summary: Any = None
+    custom_title: Any = None
+    ai_title: Any = None
+
+
+_FIELDS = msgspec.json.Decoder(_Fields)
+_TITLE_FIELD = {"summary": "summary", "custom-title": "custom_title", "ai-title": "ai_title"}
+_JSON_NAME = {"summary": "summary", "custom_title": "customTitle", "ai_title": "aiTitle"}
+
+
+def _fields(raw) -> _Fields | None:
+    """A record's _Fields: decoded by msgspec, or, for what it refuses (a
+    message that is not an object, NaN, a lone surrogate...), read from
+    json.loads as before; None if the line is no JSON object."""
+    try:
+        return _FIELDS.decode(raw)
+    except (msgspec.DecodeError, TypeError):
+        pass
     try:
         data = json.loads(raw)
     except (ValueError, TypeError, RecursionError):
         return None
     if not isinstance(data, dict):
         return None
+    message = data.get("message")
+    return _Fields(message=_Message(message.get("content")) if isinstance(message, dict)
+                   else None, content=data.get("content"),
+                   **{name: data.get(key) for name, key in _JSON_NAME.items()})
+
+
+def record_text(rtype: str, raw) -> str | None:
+    """The text search indexes for a record (None: nothing to index)."""
+    data = _fields(raw)
+    if data is None:
+        return None
     out: list = []
     if rtype in ("user", "assistant"):
-        message = data.get("message")
-        if isinstance(message, dict):
-            _content_text(message.get("content"), out)
+        if data.message is not None:
+            _content_text(data.message.content, out)
     elif rtype == "system":
-        if isinstance(data.get("content"), str):
-            out.append(data["content"])
+        if isinstance(data.content, str):
+            out.append(data.content)
     else:
-        field = {"summary": "summary", "custom-title": "customTitle",
-                 "ai-title": "aiTitle"}.get(rtype)
-        if field and isinstance(data.get(field), str):
-            out.append(data[field])
+        field = _TITLE_FIELD.get(rtype)
+        if field and isinstance(getattr(data, field), str):
+            out.append(getattr(data, field))
     text = _CLEAN.sub(" ", "\n".join(t for t in out if t)).strip()
     return _cut(text, RECORD_TEXT_CHARS) if text else None
 
