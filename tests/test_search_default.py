@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import pytest
 
@@ -169,3 +170,38 @@ def test_record_text_reads_what_msgspec_refuses_as_json_does():
     assert search.record_text("summary", '{"summary": 3}') is None
     assert search.record_text("user", '{"message": {"content": "x"}, "toolUseResult": '
                               '{"stdout": "skipped"}}') == "x"
+
+
+@pytest.mark.parametrize("search_new", [True, False])
+def test_a_watcher_turns_search_on_in_a_new_index(tmp_path, search_new):
+    import threading
+
+    from indexer.ingest import watch as watchmod
+
+    index = Index(tmp_path)
+    write_session(index.projects)
+    log: list[str] = []
+    watcher = watchmod.Watcher(index.path, [str(index.projects)], log=log.append,
+                               search_new=search_new)
+    thread = threading.Thread(target=watcher.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not any(line.startswith("ingest: ") for line in log) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    watcher.request_stop()
+    thread.join(30)
+    assert any(line.startswith("ingest: ") for line in log), log
+    assert bool(state(index)) is search_new
+    if search_new:
+        assert hits(index, "redirect") == ["u1", "a1"]
+
+
+def test_ingest_watch_passes_search_on(tmp_path, monkeypatch):
+    from indexer.ingest import watch as watchmod
+
+    seen = []
+    monkeypatch.setattr(watchmod, "run_until_signal", lambda *a, **k: seen.append(k["search_new"]))
+    for flags in ([], ["--no-search"]):
+        assert run("ingest", str(tmp_path), "--db", str(tmp_path / "i.db"), "--watch",
+                   *flags).exit_code == 0
+    assert seen == [True, False]

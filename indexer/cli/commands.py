@@ -134,8 +134,8 @@ def cli():
               "consuming until SIGINT or SIGTERM.")
 @metrics_option
 @click.option("--search/--no-search", "search", default=True, show_default=True,
-              help="On an index this run makes (not with --watch or --from): search it "
-                   "by words (`search QUERY`), the word index built in the same run. "
+              help="On an index this run makes (not with --from): search it by words "
+                   "(`search QUERY`), the word index built in the same run. "
                    "`search --enable` adds the trigram index; an existing index keeps "
                    "what it has.")
 def ingest(sources, db_path, config_dir, silent, as_json, watch, from_url, consumer, hosts,
@@ -185,7 +185,8 @@ def ingest(sources, db_path, config_dir, silent, as_json, watch, from_url, consu
         from indexer.ingest import watch as watchmod   # (ingest --watch only: start-up time of every other run)
 
         try:
-            watchmod.run_until_signal(db_path, list(sources), config_dir=config_dir)
+            watchmod.run_until_signal(db_path, list(sources), config_dir=config_dir,
+                                      search_new=search)
         except watchmod.WatchError as exc:
             raise Failure(str(exc)) from None
         return
