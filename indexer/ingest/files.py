@@ -176,6 +176,7 @@ class _Writer:
         self.background = None   # derive_worker.Background: told of each commit
         self.preload = None      # preload.Preloader: new files' lines parsed ahead
         self.run_at = utcnow()   # the run's time (record_kinds: when a kind was stored)
+        self.search = False      # search on: each transaction indexes its records' text
 
     def begin(self):
         if not self.open:
@@ -196,6 +197,10 @@ class _Writer:
                 from indexer.ingest import derive   # (only when there is something to derive: a no-op run's start-up time)
 
                 derive.finish_files(self.conn, derived)
+            if self.search:   # the text of the records it stored, in the same transaction
+                from indexer.index import search   # (only when search is on: start-up time)
+
+                search.catch_up_in(self.conn)
             if self.guard is not None:
                 self.guard.capture()
             self.conn.execute("COMMIT")
@@ -252,6 +257,7 @@ def ingest(
         plan(sum(max(st.st_size - (row["ingested_offset"] if row else 0), 0)
                  for _, row, st in work))
     writer = _Writer(conn, progress)
+    writer.search = search_state.state(conn) is not None
     wal = _start_workers(db, writer, work)
     with background_checkpoints(conn, enabled=wal):   # the WAL copied into the index on the other core meanwhile
         _ingest_files(writer, work, summary)
