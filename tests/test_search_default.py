@@ -205,3 +205,31 @@ def test_ingest_watch_passes_search_on(tmp_path, monkeypatch):
         assert run("ingest", str(tmp_path), "--db", str(tmp_path / "i.db"), "--watch",
                    *flags).exit_code == 0
     assert seen == [True, False]
+
+
+def test_each_ingest_transaction_indexes_its_records_but_not_a_backlog(tmp_path, monkeypatch):
+    from indexer.ingest import files as ingest_mod
+
+    index = Index(tmp_path)
+    write_session(index.projects)
+    index.ingest()
+    # A backlog: search on, nothing indexed yet (as right after search --enable's mark).
+    with index.db.conn:
+        for sql in search.ENABLE_SQL:
+            index.db.conn.execute(sql, {"now": "2026-09-01T00:00:00Z", "code": 0}
+                                  if ":now" in sql else {})
+    in_transaction = []
+    original = search.catch_up_in
+
+    def catch_up_in(conn, batch=None):
+        done = original(conn, batch)
+        if conn.in_transaction and batch == search.IN_TRANSACTION_BATCH:
+            in_transaction.append(done[1])
+        return done
+    monkeypatch.setattr(search, "catch_up_in", catch_up_in)
+    monkeypatch.setattr(search, "IN_TRANSACTION_BATCH", 5)
+    write_session(index.projects, SID2, RECORDS, folder="-tmp-other")
+    assert ingest_mod.ingest(index.db, [str(index.projects)]).new_records == len(RECORDS)
+    assert in_transaction == [5]   # (the rest after the run, a batch at a time)
+    assert_consistent(index)
+    assert hits(index, "redirect") == ["u1", "u1", "a1", "a1"]

@@ -51,6 +51,11 @@ TOOL_TEXT_CHARS = 4_000
 RECORD_TEXT_CHARS = 64_000
 # Records per catch-up transaction: the write lock is held about a second.
 BATCH = 2_000
+# At most this many records an ingest transaction indexes before its commit
+# (files._Writer): one transaction's records (TXN_BYTES of lines), not a
+# backlog (search just enabled on a big index), which the batched catch-up
+# after the run does.
+IN_TRANSACTION_BATCH = 4 * BATCH
 FTS_HASH_BYTES = 16 << 20
 # search_text.key = (timestamp in ms << KEY_SHIFT) | (records.id & KEY_MASK):
 # time-ordered, unique (a clash moves the key up one), fits SQLite's

@@ -200,7 +200,7 @@ class _Writer:
             if self.search:   # the text of the records it stored, in the same transaction
                 from indexer.index import search   # (only when search is on: start-up time)
 
-                search.catch_up_in(self.conn)
+                search.catch_up_in(self.conn, search.IN_TRANSACTION_BATCH)
             if self.guard is not None:
                 self.guard.capture()
             self.conn.execute("COMMIT")
