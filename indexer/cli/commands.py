@@ -1071,9 +1071,10 @@ def mcp(db_path, config_dir, http, port):
 @click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True,
               metavar="N", help="At most N records.")
 @click.option("--enable", is_flag=True,
-              help="Make this index searchable: build the search tables from what it holds "
-                   "(progress on stderr); from then on every ingest, watch and store append "
-                   "keeps them current.")
+              help="Make this index searchable with both indexes: build the search tables "
+                   "(the trigram index too, on an index `ingest` made searchable by words) "
+                   "from what it holds (progress on stderr); from then on every ingest, "
+                   "watch and store append keeps them current.")
 @click.option("--disable", is_flag=True,
               help="Empty the search tables and stop keeping them current.")
 @output_options
@@ -1084,7 +1085,10 @@ def search(query, db_path, session_id, project, since, limit, enable, disable, f
     names and inputs, tool results (each input and result up to 4,000
     characters), system messages, summaries and titles.
 
-    Search is off until `search --enable` (exit 3 without it). QUERY is
+    Search is on by words in an index `ingest` made (unless --no-search);
+    `search --enable` turns it on elsewhere and adds the trigram index (exit 3
+    on an index without search). Without the trigram index a code term is
+    matched as a substring of the stored text (ASCII case folded). QUERY is
     words, "quoted phrases" and prefixes (word*); every term must match. No
     FTS syntax is read: quotes, -, ', *, : and AND/OR/NOT are text. Each term
     goes to one of two indexes: terms of 3 characters or more holding a
