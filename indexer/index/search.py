@@ -515,18 +515,21 @@ FROM {source}
   JOIN files f ON f.id = t.file_id
 WHERE {match} t.key >= :since_key
   AND (:session IS NULL OR t.session_id = :session)
-  AND (:project IS NULL OR f.project_dir = :project OR f.cwd = :project)
+  AND {project}
   AND (:typed IS NULL OR NOT EXISTS (SELECT 1 FROM json_each(:typed) p
                                      WHERE instr(lower(t.text), p.value) = 0))
   AND NOT EXISTS (SELECT 1 FROM json_each(:contains) c
                   WHERE instr(lower(t.text), c.value) = 0)
 ORDER BY {order} DESC LIMIT :limit
 """.strip()
+_FALLBACK_PROJECT = projects.PROJECT_MATCH_TEMPLATE.format(dir="f.project_dir", cwd="f.cwd")
 FALLBACK_SQL = {
     WORDS: FALLBACK_TEMPLATE.format(
         source="search_words JOIN search_text t ON t.key = search_words.rowid",
-        match="search_words MATCH :match AND", order="search_words.rowid"),
-    None: FALLBACK_TEMPLATE.format(source="search_text t", match="", order="t.key"),
+        match="search_words MATCH :match AND", order="search_words.rowid",
+        project=_FALLBACK_PROJECT),
+    None: FALLBACK_TEMPLATE.format(source="search_text t", match="", order="t.key",
+                                   project=_FALLBACK_PROJECT),
 }
 # Characters of context a substring snippet keeps before and after a match.
 SNIPPET_BEFORE, SNIPPET_AFTER = 24, 40
@@ -595,7 +598,8 @@ def search(db, query: str, *, session: str | None = None, project: str | None = 
     table = CODE if CODE in compiled else WORDS
     if table == CODE and not code_kept(conn):
         return _search_without_code(conn, query, {
-            "session": session or None, "project": project or None, "limit": limit,
+            "session": session or None, "project": projects.project_value(project),
+            "limit": limit,
             "typed": json.dumps(typed_prefixes(query)) if typed_prefixes(query) else None,
             "since_key": (_ms(since) << KEY_SHIFT) if since else 0})
     words = compiled.get(WORDS)
