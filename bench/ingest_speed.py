@@ -5,11 +5,16 @@
 
 Makes a corpus with bench/make_corpus.py (kept and reused in --workdir if its arguments
 match; else in a temp dir, removed unless --keep), copies it to a scratch tree and times,
-each command a subprocess (wall time; that child's peak RSS from os.wait4):
-- cold ``session-index ingest CORPUS --db X --silent --json`` vs ``sqlite-utils insert
-  DB lines ALL.jsonl --lines`` of the same lines (concatenated first, not timed; each raw
-  line stored unparsed: the floor for writing these bytes to SQLite), alternated
-  --repeat times; with --with-nl also ``--nl --alter`` (each line's keys as columns);
+each command a subprocess (wall time; CPU time, user + system, of that child and the
+children it waited for (the preload and derive workers), and its peak RSS, from os.wait4;
+the size of the index it leaves, its -wal and -shm included):
+- cold ``session-index ingest CORPUS --db X --silent --json`` (search on, the default:
+  the word index), the same with ``--no-search``, then with ``search --enable`` after it
+  (the trigram index too: its time added) vs ``sqlite-utils insert DB lines ALL.jsonl
+  --lines`` of the same lines (concatenated first, not timed; each raw line stored
+  unparsed: the floor for writing these bytes to SQLite), alternated --repeat times,
+  compared as ratios of medians in one run (others may load the machine: the load average
+  is printed); with --with-nl also ``--nl --alter`` (each line's keys as columns);
 - one more cold ingest in this process, timing derive_pending (the caches) apart;
 - a no-op re-ingest of the unchanged corpus (time, % of cold, bytes_read), as a
   process (median of --repeat) and as an ingest() call;
@@ -36,18 +41,40 @@ SESSION_INDEX, SQLITE_UTILS = str(BIN / "session-index"), str(BIN / "sqlite-util
 MB = 1 << 20
 
 
+LAST_CPU = [0.0]   # the CPU seconds of the last run()
+
+
 def run(cmd):
-    """Run ``cmd``: (wall seconds, peak RSS MB of that child, stdout)."""
+    """Run ``cmd``: (wall seconds, peak RSS MB of that child, stdout); its CPU
+    seconds (user + system, with the children it waited for) in LAST_CPU[0]."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
         p = subprocess.Popen([str(c) for c in cmd], stdout=out, stderr=err)
         _, status, usage = os.wait4(p.pid, 0)
         wall = time.perf_counter() - t0
+        LAST_CPU[0] = usage.ru_utime + usage.ru_stime
         p.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0), err.seek(0)
         if p.returncode:
             sys.exit(f"{' '.join(map(str, cmd))} exited {p.returncode}:\n{err.read().decode()[-3000:]}")
         return wall, usage.ru_maxrss / 1024, out.read().decode()
+
+
+def timed(cmd):
+    """run(cmd) as (wall, CPU seconds, peak RSS MB, stdout)."""
+    wall, rss, out = run(cmd)
+    return wall, LAST_CPU[0], rss, out
+
+
+def db_size(db) -> int:
+    """Bytes of an index with its -wal and -shm."""
+    return sum(os.path.getsize(f"{db}{suffix}") for suffix in ("", "-wal", "-shm")
+               if os.path.exists(f"{db}{suffix}"))
+
+
+def remove_db(db) -> None:
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{db}{suffix}").unlink(missing_ok=True)
 
 
 def install(venv) -> str:
@@ -185,32 +212,60 @@ def measure(workdir, size_mb=200, seed=1, repeat=3, with_nl=False) -> dict:
     size = all_jsonl.stat().st_size
 
     rows = []
-    row = lambda *r: rows.append(r)
+    row = lambda name, wall, mbs, rss, note: rows.append((name, wall, None, mbs, rss, None, note))
     # Cold ingest and sqlite-utils, alternated --repeat times on fresh files;
     # the medians are compared (one run on a shared machine can be off by 30%).
     baselines = [("--lines", ["--lines"])] + ([("--nl", ["--nl", "--alter"])] if with_nl else [])
     colds, sus = [], {name: [] for name, _ in baselines}
+    # (wall, CPU, size) of each: search on (default), --no-search, with the
+    # trigram index too (search --enable after it), sqlite-utils --lines.
+    sized = {name: [] for name in ("search", "no-search", "trigram", "--lines")}
+    loads = []
     for i in range(repeat):
-        for name in ("ours.db", "su.db"):
-            for suffix in ("", "-wal", "-shm"):
-                Path(f"{scratch / name}{suffix}").unlink(missing_ok=True)
+        for name in ("ours.db", "su.db", "off.db"):
+            remove_db(scratch / name)
+        loads.append(os.getloadavg()[0])
         colds.append(ingest(corpus, scratch / "ours.db"))
+        sized["search"].append((colds[-1][0], LAST_CPU[0], db_size(scratch / "ours.db")))
+        enable = timed([SESSION_INDEX, "search", "--enable", "--db", scratch / "ours.db"])
+        sized["trigram"].append((colds[-1][0] + enable[0], sized["search"][-1][1] + enable[1],
+                                 db_size(scratch / "ours.db")))
+        off = timed([SESSION_INDEX, "ingest", corpus, "--db", scratch / "off.db", "--silent",
+                     "--json", "--no-search"])
+        sized["no-search"].append((off[0], off[1], db_size(scratch / "off.db")))
         for name, flags in baselines:
-            for suffix in ("", "-wal", "-shm"):
-                Path(f"{scratch / 'su.db'}{suffix}").unlink(missing_ok=True)
+            remove_db(scratch / "su.db")
             sus[name].append(run([SQLITE_UTILS, "insert", scratch / "su.db", "lines", all_jsonl,
                                   *flags]))
+            if name == "--lines":
+                sized[name].append((sus[name][-1][0], LAST_CPU[0], db_size(scratch / "su.db")))
+    loads.append(os.getloadavg()[0])
+    med = {name: [statistics.median(r[k] for r in runs) for k in range(3)]
+           for name, runs in sized.items()}
+    remove_db(scratch / "ours.db")   # (the index the rest of the runs grow, as before: no trigram)
+    colds[-1] = ingest(corpus, scratch / "ours.db")
     cold_s = statistics.median(c[0] for c in colds)
     cold_rss = max(c[1] for c in colds)
     cold = colds[-1][2]
     cold["seconds"] = statistics.median(c[2]["seconds"] for c in colds)
     su_s = {name: statistics.median(r[0] for r in runs) for name, runs in sus.items()}
     runs = ", ".join(f"{c[0]:.1f}/{r[0]:.1f}" for c, r in zip(colds, sus["--lines"]))
+    su_cpu, su_size = med["--lines"][1], med["--lines"][2]
+    for name, label in (("search", "cold ingest, search on (default)"),
+                        ("no-search", "cold ingest --no-search"),
+                        ("trigram", "cold ingest + search --enable")):
+        wall, cpu, db_bytes = med[name]
+        rows.append((f"{label}, median of {repeat}", wall, cpu, size / MB / wall,
+                     cold_rss if name == "search" else None, db_bytes / MB,
+                     f"CPU {cpu / su_cpu:.2f}x sqlite-utils, {cpu / med['no-search'][1]:.2f}x "
+                     f"--no-search; index {db_bytes / size:.2f}x the transcripts, "
+                     f"{db_bytes / med['no-search'][2]:.2f}x --no-search's"))
+    rows.append(("sqlite-utils insert --lines, median", su_s["--lines"], su_cpu,
+                 size / MB / su_s["--lines"], max(r[1] for r in sus["--lines"]), su_size / MB,
+                 f"raw lines unparsed, one file; index {su_size / size:.2f}x the transcripts; "
+                 f"runs ours/theirs s: {runs}; load average {min(loads):.1f}-{max(loads):.1f}"))
     row(f"cold ingest (session-index), median of {repeat}", cold_s, size / MB / cold_s,
         cold_rss, f"{cold['new_records']:,} records, {cold['bytes_read'] / MB:.1f} MB read")
-    row("sqlite-utils insert --lines, median", su_s["--lines"], size / MB / su_s["--lines"],
-        max(r[1] for r in sus["--lines"]),
-        f"raw lines unparsed, one file; runs ours/theirs s: {runs}")
     if with_nl:
         row("sqlite-utils insert --nl --alter, median", su_s["--nl"], size / MB / su_s["--nl"],
             max(r[1] for r in sus["--nl"]), "each line's JSON keys as columns")
@@ -272,9 +327,28 @@ def measure(workdir, size_mb=200, seed=1, repeat=3, with_nl=False) -> dict:
         "noop_process_s": noop_s, "noop_process_pct_of_cold": 100 * noop_s / cold_s,
         "noop_in_process_s": lib_s, "noop_in_process_pct_of_cold": 100 * lib_s / cold_s,
         "help_process_s": start_s,
+        "load_average": [min(loads), max(loads)],
+        **{f"{name}_{k}": med[name][i] for name in med
+           for i, k in enumerate(("wall_s", "cpu_s", "bytes"))},
     }
+    ratios = {"cpu_vs_su": med["no-search"][1] / su_cpu,
+              "size_vs_transcripts": med["no-search"][2] / size,
+              "search_cpu": med["search"][1] / med["no-search"][1],
+              "search_size": med["search"][2] / med["no-search"][2],
+              "wall_vs_su": med["no-search"][0] / su_s["--lines"]}
+    figures.update(ratios)
     targets = [
         (size >= 200 * MB, f"corpus >= 200 MB: {size / MB:.1f} MB"),
+        (ratios["cpu_vs_su"] <= 1.5, f"cold ingest --no-search CPU <= 1.5x sqlite-utils insert "
+                                     f"--lines: {ratios['cpu_vs_su']:.2f}x"),
+        (ratios["size_vs_transcripts"] <= 1.4, f"index (--no-search) <= 1.4x the transcripts: "
+                                               f"{ratios['size_vs_transcripts']:.2f}x"),
+        (ratios["search_cpu"] <= 1.3, f"search on: cold ingest CPU <= 1.3x --no-search: "
+                                      f"{ratios['search_cpu']:.2f}x"),
+        (ratios["search_size"] <= 1.3, f"search on: index <= 1.3x --no-search's: "
+                                       f"{ratios['search_size']:.2f}x"),
+        (ratios["wall_vs_su"] <= 1, f"cold ingest --no-search wall <= sqlite-utils': "
+                                    f"{ratios['wall_vs_su']:.2f}x"),
         (ratio >= 1, f"cold ingest at least as fast as sqlite-utils insert --lines "
                      f"(their time / ours): {ratio:.2f}x"),
         (noop_s / cold_s < 0.02,
@@ -317,11 +391,14 @@ def main():
     print(f"\ningest_speed: corpus {f['corpus_mb']:.1f} MB, {f['files']:,} files, {f['lines']:,} lines "
           f"(make_corpus {' '.join(info['args'])}; {'reused' if info['reused'] else 'made in %ss' % info['seconds']})")
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, workdir {workdir}\n")
-    print(f"{'measurement':<40}{'wall s':>9}{'MB/s':>9}{'peak RSS MB':>13}  note")
-    print("-" * 114)
-    for name, wall, mbs, rss, note in r["rows"]:
-        print(f"{name:<40}{wall:>9.3f}{'' if mbs is None else f'{mbs:.1f}':>9}"
-              f"{'' if rss is None else f'{rss:.0f}':>13}  {note}")
+    print(f"{'measurement':<46}{'wall s':>9}{'CPU s':>9}{'MB/s':>9}{'peak RSS MB':>13}"
+          f"{'index MB':>10}  note")
+    print("-" * 140)
+    for name, wall, cpu, mbs, rss, index_mb, note in r["rows"]:
+        print(f"{name:<46}{wall:>9.3f}{'' if cpu is None else f'{cpu:.2f}':>9}"
+              f"{'' if mbs is None else f'{mbs:.1f}':>9}"
+              f"{'' if rss is None else f'{rss:.0f}':>13}"
+              f"{'' if index_mb is None else f'{index_mb:.1f}':>10}  {note}")
     print("\ntargets")
     for ok, text in r["targets"]:
         print(f"  {'INFO' if ok is None else 'PASS' if ok else 'FAIL'}  {text}")

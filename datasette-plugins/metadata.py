@@ -988,7 +988,8 @@ TABLES["search_state"] = {
                    "high_water (records.id) is in search_text.",
     "hidden": True,
     "columns": {"id": "1", "high_water": "records.id indexed up to",
-                "enabled_at": f"when search --enable ran, {_TS}"},
+                "enabled_at": f"when search was turned on, {_TS}",
+                "code": "1: the trigram index (search_code) is kept too; 0: words only"},
 }
 TABLES["_sqlite_migrations"] = {
     "description": "Schema migrations applied to the index (sqlite-utils).",

@@ -137,8 +137,13 @@ def cli():
               "JetStream server (every host's), drained, then exit; with --watch, keep "
               "consuming until SIGINT or SIGTERM.")
 @metrics_option
+@click.option("--search/--no-search", "search", default=True, show_default=True,
+              help="On an index this run makes (not with --from): search it by words "
+                   "(`search QUERY`), the word index built in the same run. "
+                   "`search --enable` adds the trigram index; an existing index keeps "
+                   "what it has.")
 def ingest(sources, db_path, config_dir, silent, as_json, watch, from_url, consumer, hosts,
-           gap_wait, metrics, **nats_auth):
+           gap_wait, metrics, search, **nats_auth):
     """Index new lines of the transcripts under SOURCES.
 
     SOURCES are folders and/or .jsonl files; the default is the projects/
@@ -184,7 +189,8 @@ def ingest(sources, db_path, config_dir, silent, as_json, watch, from_url, consu
         from indexer.ingest import watch as watchmod   # (ingest --watch only: start-up time of every other run)
 
         try:
-            watchmod.run_until_signal(db_path, list(sources), config_dir=config_dir)
+            watchmod.run_until_signal(db_path, list(sources), config_dir=config_dir,
+                                      search_new=search)
         except watchmod.WatchError as exc:
             raise Failure(str(exc)) from None
         return
@@ -208,7 +214,8 @@ def ingest(sources, db_path, config_dir, silent, as_json, watch, from_url, consu
 
     try:
         summary = fresh_build.ingest(db_path, lambda db: ingestmod.ingest(
-            db, list(sources), progress=progress, plan=plan, config_dir=config_dir))
+            db, list(sources), progress=progress, plan=plan, config_dir=config_dir,
+            search_new=search))
     except IndexError_ as exc:
         raise Failure(str(exc)) from None
     except ingestmod.SourceNotFound as exc:
@@ -1247,9 +1254,10 @@ def mcp(db_path, config_dir, http, port):
 @click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True,
               metavar="N", help="At most N records.")
 @click.option("--enable", is_flag=True,
-              help="Make this index searchable: build the search tables from what it holds "
-                   "(progress on stderr); from then on every ingest, watch and store append "
-                   "keeps them current.")
+              help="Make this index searchable with both indexes: build the search tables "
+                   "(the trigram index too, on an index `ingest` made searchable by words) "
+                   "from what it holds (progress on stderr); from then on every ingest, "
+                   "watch and store append keeps them current.")
 @click.option("--disable", is_flag=True,
               help="Empty the search tables and stop keeping them current.")
 @output_options
@@ -1260,7 +1268,10 @@ def search(query, db_path, session_id, project, since, limit, enable, disable, f
     names and inputs, tool results (each input and result up to 4,000
     characters), system messages, summaries and titles.
 
-    Search is off until `search --enable` (exit 3 without it). QUERY is
+    Search is on by words in an index `ingest` made (unless --no-search);
+    `search --enable` turns it on elsewhere and adds the trigram index (exit 3
+    on an index without search). Without the trigram index a code term is
+    matched as a substring of the stored text (ASCII case folded). QUERY is
     words, "quoted phrases" and prefixes (word*); every term must match. No
     FTS syntax is read: quotes, -, ', *, : and AND/OR/NOT are text. Each term
     goes to one of two indexes: terms of 3 characters or more holding a

@@ -9,6 +9,7 @@ bench/ingest_speed.py):
     session-index check SESSION_ID [--db F] [--config-dir D] [--now T] [--cwd D] [--host H]
         [--json]
     session-index ingest [SOURCES...] [--db F] [--config-dir D] [--silent] [--json]
+        [--search | --no-search]
         (when stderr is not a terminal: no progress bar to draw)
 
 Any other command, ``--help``, an option this parser does not know, or an
@@ -30,7 +31,8 @@ from indexer.cli import visible
 DB = {"--db": ("db_path", "file"), "--config-dir": ("config_dir", "dir")}
 CHECK_OPTIONS = {**DB, "--now": ("now", "text"), "--cwd": ("cwd", "dir"),
                  "--host": ("host", "text"), "--json": ("as_json", None)}
-INGEST_OPTIONS = {**DB, "--silent": ("silent", None), "--json": ("as_json", None)}
+INGEST_OPTIONS = {**DB, "--silent": ("silent", None), "--json": ("as_json", None),
+                  "--search": ("search", None), "--no-search": ("no_search", None)}
 REFUSED = {"file": os.path.isdir, "dir": os.path.isfile, "text": lambda value: False}
 
 
@@ -129,6 +131,8 @@ def fast_ingest(args: list[str]) -> int | None:
     if parsed is None or sys.stderr.isatty():
         return None
     sources, options = parsed
+    if "search" in options and "no_search" in options:
+        return None   # (click's rule: the last one)
     from indexer.transcripts import discover   # (a plain ingest only: start-up time of the fast path)
     from indexer.ingest import files as ingest   # (a plain ingest only: start-up time of the fast path)
 
@@ -142,7 +146,8 @@ def fast_ingest(args: list[str]) -> int | None:
     db_path = _db_path(options)
     try:
         summary = fresh_build.ingest(db_path, lambda index: ingest.ingest(
-            index, sources, config_dir=options.get("config_dir")))
+            index, sources, config_dir=options.get("config_dir"),
+            search_new=not options.get("no_search")))
     except IndexError_:
         return None  # click words the error (exit 3)
     except ingest.SourceNotFound:

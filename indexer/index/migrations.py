@@ -1258,3 +1258,13 @@ def m037_history_tail_digest(db):
     # for a file last read before this: its next read judges by its head
     # alone, and stores it.
     db.execute("ALTER TABLE history_files ADD COLUMN tail_digest TEXT")
+
+
+@migrations()
+def m085_search_code_optional(db):
+    # search_state.code: whether the trigram index (search_code) is kept
+    # too. A default ingest turns search on with the word index alone (code
+    # 0: the trigram index costs several times the rest of an ingest);
+    # `search --enable` builds it (code 1), as it always did, so an index
+    # whose search was enabled before this keeps it (the default 1).
+    db.execute("ALTER TABLE search_state ADD COLUMN code INTEGER NOT NULL DEFAULT 1")

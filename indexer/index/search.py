@@ -1,9 +1,11 @@
 """Full-text search over what was said in the transcripts (FTS5).
 
-Search is enabled per index (``session-index search --enable``), as
-sqlite-utils users know from ``enable-fts``: a default cold ingest pays
-nothing for it. The tables are in every index (migrations.m021_search),
-empty until then, so SQL naming them runs anywhere. Once enabled:
+Search is on in every index ``session-index ingest`` makes (``--no-search``:
+off) with the word index alone (``enable(db, code=False)``), and with the
+trigram index too once ``session-index search --enable`` runs (the
+trigram index costs a cold ingest several times the CPU and disk of the
+rest). The tables are in every index (migrations.m021_search), empty until
+then, so SQL naming them runs anywhere. Once enabled:
 
 - ``search_text`` holds one row per record that carries text: user prompts,
   assistant text and thinking, tool names and tool inputs, tool results (each
@@ -16,7 +18,9 @@ empty until then, so SQL naming them runs anywhere. Once enabled:
   (``porter unicode61``: words, stemmed) and ``search_code`` (``trigram``:
   any substring of 3 characters or more, for code identifiers and CJK text,
   which unicode61 does not segment); ``search_words`` also indexes each
-  row's session id, in a column of its own.
+  row's session id, in a column of its own. ``search_state.code`` says
+  whether ``search_code`` is kept; without it a code term is matched as a
+  substring of the stored text (``FALLBACK_TEMPLATE``).
 - ``catch_up`` indexes the records above the high-water mark in
   ``search_state``; every writer calls it after its commit (ingest, and so
   ``ingest --watch``, ``serve --watch``, ``check``'s fresh ingest, repair's
@@ -34,6 +38,9 @@ from __future__ import annotations
 import json
 import re
 from datetime import datetime, timezone
+from typing import Any, Optional
+
+import msgspec
 
 from indexer.index.clock import utcnow
 from indexer.sql import dict_rows, write_lock
@@ -45,6 +52,11 @@ TOOL_TEXT_CHARS = 4_000
 RECORD_TEXT_CHARS = 64_000
 # Records per catch-up transaction: the write lock is held about a second.
 BATCH = 2_000
+# At most this many records an ingest transaction indexes before its commit
+# (files._Writer): one transaction's records (TXN_BYTES of lines), not a
+# backlog (search just enabled on a big index), which the batched catch-up
+# after the run does.
+IN_TRANSACTION_BATCH = 4 * BATCH
 FTS_HASH_BYTES = 16 << 20
 # search_text.key = (timestamp in ms << KEY_SHIFT) | (records.id & KEY_MASK):
 # time-ordered, unique (a clash moves the key up one), fits SQLite's
@@ -84,21 +96,35 @@ MAX_QUERY_TERMS = 32
 # --- turning it on and off -------------------------------------------------------
 
 ENABLE_SQL = (
-    # A deleted record takes its text out of both indexes; a mark at or past
-    # it goes back below it (its rowid may be reused by the next insert).
-    """CREATE TRIGGER IF NOT EXISTS search_forget_record AFTER DELETE ON records BEGIN
+    # A deleted record takes its text out of both indexes (the trigram
+    # index's only while it is kept); a mark at or past it goes back below it
+    # (its rowid may be reused by the next insert). (Made again at each
+    # enable: an index enabled before search_state.code has the trigger
+    # without its condition, right while code is 1.)
+    "DROP TRIGGER IF EXISTS search_forget_record",
+    """CREATE TRIGGER search_forget_record AFTER DELETE ON records BEGIN
         INSERT INTO search_words (search_words, rowid, text, session_id)
           SELECT 'delete', key, text, session_id FROM search_text WHERE record_id = OLD.id;
         INSERT INTO search_code (search_code, rowid, text)
-          SELECT 'delete', key, text FROM search_text WHERE record_id = OLD.id;
+          SELECT 'delete', key, text FROM search_text
+          WHERE record_id = OLD.id AND (SELECT code FROM search_state) = 1;
         DELETE FROM search_text WHERE record_id = OLD.id;
         UPDATE search_state SET high_water = OLD.id - 1 WHERE high_water >= OLD.id;
     END""",
-    "INSERT OR IGNORE INTO search_state (id, high_water, enabled_at) VALUES (1, 0, :now)",
+    "INSERT OR IGNORE INTO search_state (id, high_water, enabled_at, code) "
+    "VALUES (1, 0, :now, :code)",
     # A catch-up transaction's postings (a trigram index makes many) flushed
     # once, at its commit, rather than at every 1 MB (FTS5's default).
     f"INSERT INTO search_words (search_words, rank) VALUES ('hashsize', {FTS_HASH_BYTES})",
     f"INSERT INTO search_code (search_code, rank) VALUES ('hashsize', {FTS_HASH_BYTES})",
+)
+# Is the trigram index kept? (None: search is off.)
+CODE_KEPT_SQL = "SELECT code FROM search_state"
+# search --enable on an index searched by words alone: the trigram index
+# made from the text already stored, then kept.
+ADD_CODE_SQL = (
+    "INSERT INTO search_code (rowid, text) SELECT key, text FROM search_text",
+    "UPDATE search_state SET code = 1",
 )
 DISABLE_SQL = (
     "DROP TRIGGER IF EXISTS search_forget_record",
@@ -143,14 +169,27 @@ def enabled(conn) -> bool:
     return state(conn) is not None
 
 
-def enable(db, progress=None) -> int:
+def code_kept(conn) -> bool:
+    """Is the trigram index (search_code) kept on this index?"""
+    row = conn.execute(CODE_KEPT_SQL).fetchone()
+    return row is not None and row[0] == 1
+
+
+def enable(db, progress=None, code: bool = True) -> int:
     """Turn search on (the trigger, the mark) and index every stored record
-    with text; the number of records indexed.
-    ``progress(looked_at, total)`` after each batch."""
+    with text; the number of records indexed. ``code``: keep the trigram
+    index too (on an index searched by words alone, it is made from the
+    stored text). ``progress(looked_at, total)`` after each batch."""
 
     with write_lock(db) as conn:
-        for sql in ENABLE_SQL:
-            conn.execute(sql, {"now": utcnow()} if ":now" in sql else {})
+        now = conn.execute(CODE_KEPT_SQL).fetchone()
+        if now is None:
+            for sql in ENABLE_SQL:
+                conn.execute(sql, {"now": utcnow(), "code": int(code)}
+                             if ":now" in sql else {})
+        elif code and now[0] != 1:
+            for sql in ADD_CODE_SQL:
+                conn.execute(sql)
     return catch_up(db, progress)
 
 
@@ -209,7 +248,8 @@ def catch_up_in(conn, batch: int | None = None) -> tuple[int, bool]:
                     row[0] += 1
                 conn.execute(INSERT_TEXT_SQL, row)
     conn.executemany(INDEX_WORDS_SQL, [(row[0], row[-1], row[3]) for row in texts])
-    conn.executemany(INDEX_CODE_SQL, [(row[0], row[-1]) for row in texts])
+    if code_kept(conn):
+        conn.executemany(INDEX_CODE_SQL, [(row[0], row[-1]) for row in texts])
     more = batch is not None and len(rows) == batch
     conn.execute(SET_HIGH_WATER_SQL, {"high_water": rows[-1][0] if more else last})
     return len(texts), len(rows), more
@@ -291,27 +331,62 @@ def _content_text(content, out: list) -> None:
             out.append(_cut(_result_text(block.get("content")), TOOL_TEXT_CHARS))
 
 
-def record_text(rtype: str, raw) -> str | None:
-    """The text search indexes for a record (None: nothing to index)."""
+class _Message(msgspec.Struct):
+    content: Any = None
+
+
+class _Fields(msgspec.Struct, rename="camel"):
+    """The fields of a record its text is read from; the rest of the line is
+    skipped, not decoded (a user record's toolUseResult repeats its tool
+    result, often at length)."""
+    message: Optional[_Message] = None
+    content: Any = None
+    summary: Any = None
+    custom_title: Any = None
+    ai_title: Any = None
+
+
+_FIELDS = msgspec.json.Decoder(_Fields)
+_TITLE_FIELD = {"summary": "summary", "custom-title": "custom_title", "ai-title": "ai_title"}
+_JSON_NAME = {"summary": "summary", "custom_title": "customTitle", "ai_title": "aiTitle"}
+
+
+def _fields(raw) -> _Fields | None:
+    """A record's _Fields: decoded by msgspec, or, for what it refuses (a
+    message that is not an object, NaN, a lone surrogate...), read from
+    json.loads as before; None if the line is no JSON object."""
+    try:
+        return _FIELDS.decode(raw)
+    except (msgspec.DecodeError, TypeError):
+        pass
     try:
         data = json.loads(raw)
     except (ValueError, TypeError, RecursionError):
         return None
     if not isinstance(data, dict):
         return None
+    message = data.get("message")
+    return _Fields(message=_Message(message.get("content")) if isinstance(message, dict)
+                   else None, content=data.get("content"),
+                   **{name: data.get(key) for name, key in _JSON_NAME.items()})
+
+
+def record_text(rtype: str, raw) -> str | None:
+    """The text search indexes for a record (None: nothing to index)."""
+    data = _fields(raw)
+    if data is None:
+        return None
     out: list = []
     if rtype in ("user", "assistant"):
-        message = data.get("message")
-        if isinstance(message, dict):
-            _content_text(message.get("content"), out)
+        if data.message is not None:
+            _content_text(data.message.content, out)
     elif rtype == "system":
-        if isinstance(data.get("content"), str):
-            out.append(data["content"])
+        if isinstance(data.content, str):
+            out.append(data.content)
     else:
-        field = {"summary": "summary", "custom-title": "customTitle",
-                 "ai-title": "aiTitle"}.get(rtype)
-        if field and isinstance(data.get(field), str):
-            out.append(data[field])
+        field = _TITLE_FIELD.get(rtype)
+        if field and isinstance(getattr(data, field), str):
+            out.append(getattr(data, field))
     text = _CLEAN.sub(" ", "\n".join(t for t in out if t)).strip()
     return _cut(text, RECORD_TEXT_CHARS) if text else None
 
@@ -447,6 +522,93 @@ def _phrase(text: str) -> str:
     return '"' + text.replace('"', '""') + '"'
 
 
+# Without the trigram index (search_state.code 0), a code term is a
+# substring of the stored text (:contains, lower case: instr() on lower(),
+# which folds ASCII letters; the trigram index folds every letter). The walk
+# is of the word index when the query has a word term or a code term with
+# a whole word in it (``_inner_words``: a word between two separators of
+# the term is a whole word of any text that holds the term), each hit
+# checked for the substrings; else of search_text by key, newest first,
+# stopping at :limit like any walk (a rare term reads the text of every
+# record in range). The snippet is cut around the first substring in
+# Python (``_substring_snippet``): t.text comes along as _text.
+FALLBACK_TEMPLATE = """
+SELECT t.session_id, t.timestamp, t.type, f.project_dir AS project,
+  NULL AS snippet, t.record_id, t.text AS _text
+FROM {source}
+  JOIN files f ON f.id = t.file_id
+WHERE {match} t.key >= :since_key
+  AND (:session IS NULL OR t.session_id = :session)
+  AND {project}
+  AND (:typed IS NULL OR NOT EXISTS (SELECT 1 FROM json_each(:typed) p
+                                     WHERE instr(lower(t.text), p.value) = 0))
+  AND NOT EXISTS (SELECT 1 FROM json_each(:contains) c
+                  WHERE instr(lower(t.text), c.value) = 0)
+ORDER BY {order} DESC LIMIT :limit
+""".strip()
+_FALLBACK_PROJECT = projects.PROJECT_MATCH_TEMPLATE.format(dir="f.project_dir", cwd="f.cwd")
+FALLBACK_SQL = {
+    WORDS: FALLBACK_TEMPLATE.format(
+        source="search_words JOIN search_text t ON t.key = search_words.rowid",
+        match="search_words MATCH :match AND", order="search_words.rowid",
+        project=_FALLBACK_PROJECT),
+    None: FALLBACK_TEMPLATE.format(source="search_text t", match="", order="t.key",
+                                   project=_FALLBACK_PROJECT),
+}
+# Characters of context a substring snippet keeps before and after a match.
+SNIPPET_BEFORE, SNIPPET_AFTER = 24, 40
+_SEPARATORS = re.compile(r"[\W_]+")
+
+
+def _inner_words(text: str) -> list[str]:
+    """The whole words of a code term: its ASCII words with a separator on
+    both sides in the term (the first and last may be part of a longer
+    word of the text)."""
+    return [w for w in _SEPARATORS.split(text)[1:-1] if w and w.isascii() and w.isalnum()]
+
+
+def _ascii_lower(text: str) -> str:
+    """``text`` with its ASCII letters in lower case, as SQLite's lower()."""
+    return text.lower() if text.isascii() else "".join(
+        c.lower() if c.isascii() else c for c in text)
+
+
+def _substring_snippet(text: str, needles: list[str]) -> str:
+    """``text`` cut around the first of ``needles`` (_ascii_lower) it holds,
+    each of them marked (MARK_START, MARK_END) within the cut."""
+    lower = _ascii_lower(text)
+    first = min((i for i in (lower.find(n) for n in needles) if i >= 0), default=0)
+    start = max(0, first - SNIPPET_BEFORE)
+    end = min(len(text), first + max(map(len, needles), default=0) + SNIPPET_AFTER)
+    out, at = [], start
+    while at < end:
+        hits = [(i, len(n)) for n in needles for i in (lower.find(n, at, end),) if i >= 0]
+        if not hits:
+            break
+        i, n = min(hits)
+        out += [text[at:i], MARK_START, text[i:i + n], MARK_END]
+        at = i + n
+    out.append(text[at:end])
+    return ("…" if start else "") + "".join(out) + ("…" if end < len(text) else "")
+
+
+def _search_without_code(conn, query: str, params: dict) -> list[dict]:
+    """search() on an index without the trigram index (search_state.code
+    0): FALLBACK_SQL."""
+    terms = parse_query(query)
+    contains = [_ascii_lower(t.text) for t in terms if t.index == CODE]
+    words = [t.fts() for t in terms if t.index == WORDS]
+    words += [_phrase(w) for t in terms if t.index == CODE for w in _inner_words(t.text)]
+    match = f"text : ({' AND '.join(words)})" if words else None
+    if match and params["session"]:
+        match = f"({match}) AND session_id : {_phrase(params['session'])}"
+    rows = dict_rows(conn, FALLBACK_SQL[WORDS if match else None],
+                     dict(params, match=match, contains=json.dumps(contains)))
+    for row in rows:
+        row["snippet"] = _substring_snippet(row.pop("_text"), contains)
+    return rows
+
+
 def search(db, query: str, *, session: str | None = None, project: str | None = None,
            since: str | None = None, limit: int = 20) -> list[dict]:
     """The records whose text matches every term of ``query``, newest
@@ -458,6 +620,12 @@ def search(db, query: str, *, session: str | None = None, project: str | None = 
                                "'session-index search --enable' first")
     compiled = compile_query(query)
     table = CODE if CODE in compiled else WORDS
+    if table == CODE and not code_kept(conn):
+        return _search_without_code(conn, query, {
+            "session": session or None, "project": projects.project_value(project),
+            "limit": limit,
+            "typed": json.dumps(typed_prefixes(query)) if typed_prefixes(query) else None,
+            "since_key": (_ms(since) << KEY_SHIFT) if since else 0})
     words = compiled.get(WORDS)
     if words and session:
         words = f"({words}) AND session_id : {_phrase(session)}"
@@ -505,6 +673,16 @@ FROM (
   FROM search_code
   WHERE length(trim(:q)) >= 3 AND (:q GLOB '*[^A-Za-z0-9 ''-]*')
     AND search_code MATCH '"' || replace(:q, '"', '""') || '"'
+  UNION ALL
+  -- (without the trigram index: :q as a substring, ASCII case folded)
+  SELECT key, CASE WHEN at > 25 THEN '…' ELSE '' END
+           || substr(text, max(1, at - 24), at - max(1, at - 24)) || '[['
+           || substr(text, at, length(:q)) || ']]' || substr(text, at + length(:q), 40)
+           || CASE WHEN length(text) >= at + length(:q) + 40 THEN '…' ELSE '' END AS snippet
+  FROM (SELECT key, text, instr(lower(text), lower(:q)) AS at FROM search_text
+        WHERE length(trim(:q)) >= 3 AND (:q GLOB '*[^A-Za-z0-9 ''-]*')
+          AND (SELECT code FROM search_state) = 0)
+  WHERE at > 0
   ORDER BY key DESC LIMIT 100
 ) h JOIN search_text t ON t.key = h.key
 ORDER BY h.key DESC

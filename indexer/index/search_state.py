@@ -18,3 +18,15 @@ def state(conn) -> tuple[int, int] | None:
 def behind(now: tuple[int, int] | None) -> bool:
     """Has search (as ``state`` gave it) records above its mark?"""
     return now is not None and now[0] < now[1]
+
+
+# An index nothing was ingested into, search never turned on: where
+# `session-index ingest` turns search on (unless --no-search).
+UNTOUCHED_SQL = """
+SELECT NOT EXISTS (SELECT 1 FROM files) AND NOT EXISTS (SELECT 1 FROM search_state)
+""".strip()
+
+
+def untouched(conn) -> bool:
+    """Is this an index no ingest has written and no one has turned search on or off in?"""
+    return bool(conn.execute(UNTOUCHED_SQL).fetchone()[0])

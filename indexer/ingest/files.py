@@ -178,6 +178,7 @@ class _Writer:
         self.background = None   # derive_worker.Background: told of each commit
         self.preload = None      # preload.Preloader: new files' lines parsed ahead
         self.run_at = utcnow()   # the run's time (record_kinds: when a kind was stored)
+        self.search = False      # search on: each transaction indexes its records' text
 
     def begin(self):
         if not self.open:
@@ -198,6 +199,10 @@ class _Writer:
                 from indexer.ingest import derive   # (only when there is something to derive: a no-op run's start-up time)
 
                 derive.finish_files(self.conn, derived)
+            if self.search:   # the text of the records it stored, in the same transaction
+                from indexer.index import search   # (only when search is on: start-up time)
+
+                search.catch_up_in(self.conn, search.IN_TRANSACTION_BATCH)
             if self.guard is not None:
                 self.guard.capture()
             self.conn.execute("COMMIT")
@@ -225,17 +230,25 @@ def ingest(
     progress: Callable[[int], None] | None = None,
     plan: Callable[[int], None] | None = None,
     config_dir: str | os.PathLike | None = None,
+    search_new: bool = False,
 ) -> Summary:
     """Bring the index up to date with ``sources`` (folders and/or files).
 
     ``plan(total_bytes)`` is called once with the bytes expected to be read;
     ``progress(n)`` after each commit with the bytes consumed. The retention
     in force (retention.py) is resolved against ``config_dir`` (default
-    $CLAUDE_CONFIG_DIR, else ~/.claude).
+    $CLAUDE_CONFIG_DIR, else ~/.claude). ``search_new``: on an index
+    nothing was ingested into and search never turned on or off in, turn
+    search on by words (search.enable(code=False)) first, as
+    `session-index ingest` does unless --no-search.
     """
     started = time.monotonic()
     summary = Summary()
     conn = db.conn
+    if search_new and search_state.untouched(conn):
+        from indexer.index import search   # (a new index only: start-up time of every other run)
+
+        search.enable(db, code=False)   # (nothing to index yet: _end_run catches up)
     # What a run needs of each tracked file to see that it is unchanged
     # (_unchanged); _ingest_file reads the whole row again under the lock.
     # (tuples: a dict is made only for a file that needs work)
@@ -246,6 +259,7 @@ def ingest(
         plan(sum(max(st.st_size - (row["ingested_offset"] if row else 0), 0)
                  for _, row, st in work))
     writer = _Writer(conn, progress)
+    writer.search = search_state.state(conn) is not None
     wal = _start_workers(db, writer, work)
     with background_checkpoints(conn, enabled=wal):   # the WAL copied into the index on the other core meanwhile
         _ingest_files(writer, work, summary)

@@ -144,8 +144,9 @@ class Watcher:
 
     def __init__(self, db_path, sources, *, config_dir=None,
                  log: Callable[[str], None] = stderr_log, force_polling: bool | None = None,
-                 rescan_seconds: float = RESCAN_SECONDS):
+                 rescan_seconds: float = RESCAN_SECONDS, search_new: bool = False):
         self.db_path = str(db_path)
+        self.search_new = search_new   # (ingest.ingest's: search on in an index it makes)
         self.sources = [os.path.abspath(s) for s in sources]
         self.config_dir = config_dir
         self.log = log
@@ -354,7 +355,7 @@ class Watcher:
         batch retried later, never raised (but SourceNotFound and Stopped)."""
         try:
             summary = ingestmod.ingest(self.db, paths, progress=self._progress,
-                                       config_dir=self.config_dir)
+                                       config_dir=self.config_dir, search_new=self.search_new)
         except (Stopped, ingestmod.SourceNotFound):
             raise
         except Exception as exc:  # the index is locked, the disk full, ...: retry later
@@ -401,10 +402,11 @@ def _under(path: str, sources: list[str]) -> bool:
     return any(path == s or path.startswith(s.rstrip(os.sep) + os.sep) for s in sources)
 
 
-def run_until_signal(db_path, sources, *, config_dir=None, log=stderr_log) -> None:
+def run_until_signal(db_path, sources, *, config_dir=None, log=stderr_log,
+                     search_new: bool = False) -> None:
     """``ingest --watch``: a Watcher in this (the main) thread until SIGINT or
     SIGTERM; the first stops at the next safe point, a second at once."""
-    watcher = Watcher(db_path, sources, config_dir=config_dir, log=log)
+    watcher = Watcher(db_path, sources, config_dir=config_dir, log=log, search_new=search_new)
     running = [True]
 
     def handle(sig, _frame):
