@@ -45,7 +45,7 @@ class _OnUse:
 
 
 checkmod, derive = _OnUse("repair.check"), _OnUse("ingest.derive")
-discover = _OnUse("transcripts.discover")
+discover, agentsmod = _OnUse("transcripts.discover"), _OnUse("transcripts.agents")
 exportmod, ingestmod = _OnUse("repair.export"), _OnUse("ingest.files")
 mainfile = _OnUse("chain.mainfile")
 refsmod, repairmod, showmod = _OnUse("ingest.refs"), _OnUse("repair.repair"), _OnUse("repair.show")
@@ -70,6 +70,11 @@ class UnknownSession(click.ClickException):
 
 class AmbiguousHost(click.ClickException):
     exit_code = EXIT_AMBIGUOUS_HOST
+
+
+class NotClaudeCode(click.ClickException):
+    """A Codex or Gemini CLI session asked of check, repair or verify."""
+    exit_code = 13   # agents.EXIT_NOT_CLAUDE_CODE (held equal by tests/test_agents.py)
 
 
 def _known(db, session_id: str):
@@ -538,6 +543,8 @@ def check(session_id, db_path, config_dir, now, cwd, host, claude_version, as_js
                                  claude_version=claude_version)
     except mainfile.AmbiguousHost as exc:
         raise AmbiguousHost(str(exc)) from None
+    except agentsmod.NotClaudeCode as exc:
+        raise NotClaudeCode(str(exc)) from None
     sys.exit(checkmod.report(verdict, as_json, sys.stdout, sys.stderr))
 
 
@@ -861,6 +868,10 @@ def show(session_id, db_path, fmt, host):
         session-index show 0b1fed78-ad30-4641-94b1-5f6931526c96 --format markdown
     """
     db = _known(_open(db_path, create=False), session_id)
+    agent = agentsmod.session_agent(db.conn, session_id)
+    if agent != agentsmod.CLAUDE_CODE:   # a Codex or Gemini CLI session: its conversation
+        click.echo(showmod.render_agent(showmod.agent_conversation(db, session_id, agent), fmt))
+        return
     if host is None:
         try:
             host = mainfile.default_host(db, session_id)
@@ -911,6 +922,10 @@ def repair(session_id, db_path, write, force, as_json):
         session-index repair 0b1fed78-ad30-4641-94b1-5f6931526c96 --write
     """
     db = _known(_open(db_path, create=False), session_id)
+    try:
+        agentsmod.require_claude_code(db.conn, session_id)
+    except agentsmod.NotClaudeCode as exc:
+        raise NotClaudeCode(str(exc)) from None
     _fresh(db, session_id)
     _say_copies(db, session_id)
     try:

@@ -1258,3 +1258,12 @@ def m037_history_tail_digest(db):
     # for a file last read before this: its next read judges by its head
     # alone, and stores it.
     db.execute("ALTER TABLE history_files ADD COLUMN tail_digest TEXT")
+
+
+@migrations()
+def m075_agents(db):
+    # files.agent / sessions.agent: whose session file it is: 'claude-code'
+    # (every file indexed before this), 'codex' (a Codex CLI rollout) or
+    # 'gemini' (a Gemini CLI chat); indexer/transcripts/agents.py.
+    db.execute("ALTER TABLE files ADD COLUMN agent TEXT NOT NULL DEFAULT 'claude-code'")
+    db.execute("ALTER TABLE sessions ADD COLUMN agent TEXT NOT NULL DEFAULT 'claude-code'")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 from indexer.signals import classes, verdict as verdicts
+from indexer.transcripts.agents import OTHER_AGENTS_SQL
 from indexer.sql import dict_rows
 
 
@@ -46,7 +47,19 @@ SESSION_TITLE_TEMPLATE = """coalesce(
                       THEN u.raw ->> '$.message.content'
                       ELSE u.raw ->> '$.message.content[0].text' END, 1, 120)
      FROM records u WHERE u.file_id = {s}.main_file_id AND u.type = 'user' AND NOT u.is_meta
-       AND json_valid(u.raw) ORDER BY u.line_no LIMIT 1))"""
+       AND json_valid(u.raw) ORDER BY u.line_no LIMIT 1),
+  -- a Codex CLI session: its first user input that is not the CLI's own context
+  (SELECT substr(u.raw ->> '$.payload.content[0].text', 1, 120)
+     FROM records u WHERE u.file_id = {s}.main_file_id AND u.type = 'response_item'
+       AND u.subtype = 'message' AND json_valid(u.raw) AND u.raw ->> '$.payload.role' = 'user'
+       AND substr(u.raw ->> '$.payload.content[0].text', 1, 1) <> '<'
+     ORDER BY u.line_no LIMIT 1),
+  -- a Gemini CLI session: its first user message that is not the CLI's own context
+  (SELECT substr(CASE WHEN json_type(u.raw, '$.content') = 'text' THEN u.raw ->> '$.content'
+                      ELSE u.raw ->> '$.content[0].text' END, 1, 120)
+     FROM records u WHERE u.file_id = {s}.main_file_id AND u.type = 'gemini.user'
+       AND json_valid(u.raw) AND substr(coalesce(u.raw ->> '$.content[0].text', ''), 1, 1) <> '<'
+     ORDER BY u.line_no LIMIT 1))"""
 # session-index sessions: the most recently active first.
 # (title, project, activity and records beside the verdict: state is the
 # verdict's former name, kept for the scripts that read it).
@@ -56,12 +69,16 @@ _RECENT_SESSIONS = """
     AND coalesce(s.last_timestamp, '') >= :since
   ORDER BY s.last_timestamp DESC, s.session_id
   LIMIT :limit"""
+# (a Codex or Gemini CLI session is listed with its agent and no verdict:
+# the resume checks are Claude Code's; agents.py)
 SESSIONS_SQL = f"""
-SELECT v.session_id, {SESSION_TITLE_TEMPLATE.format(s="s")} AS title, s.project_dir,
+SELECT s.session_id, {SESSION_TITLE_TEMPLATE.format(s="s")} AS title, s.project_dir,
   s.cwd, s.last_timestamp AS last_activity, s.records, v.verdict AS state, v.verdict,
-  v.cause, v.fix
-FROM ({verdicts.SESSIONS_VERDICT_TEMPLATE.format(sessions=_RECENT_SESSIONS)}) v
-JOIN sessions s ON s.session_id = v.session_id
+  v.cause, v.fix, s.agent
+FROM ({_RECENT_SESSIONS}) s
+LEFT JOIN ({verdicts.SESSIONS_VERDICT_TEMPLATE.format(
+    sessions=_RECENT_SESSIONS.replace("WHERE (", f"WHERE s.agent NOT IN {OTHER_AGENTS_SQL} AND ("))}) v
+  ON v.session_id = s.session_id
 ORDER BY s.last_timestamp DESC, s.session_id
 """.strip()
 

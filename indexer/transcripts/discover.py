@@ -7,6 +7,8 @@ import os
 import re
 from collections import namedtuple
 
+from indexer.transcripts.codex import is_rollout_head
+from indexer.transcripts.gemini import is_chat_head
 from indexer.transcripts.retention import config_dirs
 from indexer.transcripts.safefiles import open_regular
 
@@ -22,8 +24,10 @@ FIRST_SNIFF_BYTES = 4096   # read first: sniffing 64 KB of each new file was mos
 # ``kind`` main | subagent | execution_log; ``session_id`` from the path,
 # None when only the content can say; ``named``: its name alone says it is a
 # transcript. (A namedtuple: ingest describes files on every run, and a
-# dataclass costs start-up time.)
-Candidate = namedtuple("Candidate", "path kind session_id agent_id project_dir named")
+# dataclass costs start-up time.) ``agent``: None for Claude Code, else
+# agents.CODEX or agents.GEMINI (what the first line says: sniff).
+Candidate = namedtuple("Candidate", "path kind session_id agent_id project_dir named agent",
+                       defaults=(None,))
 
 
 class NoProjectsFolder(Exception):
@@ -140,6 +144,10 @@ def _name(entry) -> str:
 TRANSCRIPT = "transcript"
 EXECUTION_LOG = "execution_log"   # `claude -p --output-format stream-json` output
 OTHER = "other"
+# Another agent's session file: sniff answers its name (agents.OTHER_AGENTS).
+CODEX, GEMINI = "codex", "gemini"
+# How a rollout's session_meta line opens (one too long to sniff whole).
+CODEX_HEAD = re.compile(rb'^\{"timestamp":"[^"]*",(?:"ordinal":\d+,)?"type":"session_meta"')
 
 
 def _is_execution_event(value: dict) -> bool:
@@ -148,9 +156,20 @@ def _is_execution_event(value: dict) -> bool:
     return "session_id" in value and "sessionId" not in value
 
 
+def _other_agent(value: dict) -> str | None:
+    """CODEX for a rollout's first line (its session_meta), GEMINI for a
+    chat's (its header); else None."""
+    if is_rollout_head(value):
+        return CODEX
+    if is_chat_head(value):
+        return GEMINI
+    return None
+
+
 def _told_by_a_line(head: bytes) -> str | None:
-    """EXECUTION_LOG or TRANSCRIPT if a complete line of ``head`` says so."""
-    start = 0
+    """EXECUTION_LOG or TRANSCRIPT if a complete line of ``head`` says so;
+    CODEX or GEMINI if its first line is another agent's (_other_agent)."""
+    start, first = 0, True
     while (end := head.find(b"\n", start)) >= 0:
         line, start = head[start:end], end + 1
         if not line.strip():
@@ -160,6 +179,9 @@ def _told_by_a_line(head: bytes) -> str | None:
         except (ValueError, RecursionError, UnicodeDecodeError):
             continue
         if isinstance(value, dict):
+            if first and (agent := _other_agent(value)) is not None:
+                return agent
+            first = False
             if _is_execution_event(value):
                 return EXECUTION_LOG
             if "type" in value or "uuid" in value:
@@ -176,7 +198,8 @@ def sniff_lines(head: bytes) -> str | None:
 
 def sniff(path: str) -> str | None:
     """What the first complete lines say the file is: TRANSCRIPT,
-    EXECUTION_LOG, OTHER, or None (no complete line yet: decide later)."""
+    EXECUTION_LOG, CODEX, GEMINI, OTHER, or None (no complete line yet:
+    decide later)."""
     try:
         with open_regular(path) as f:
             # (most files tell on their first line: a short read first)
@@ -193,6 +216,8 @@ def sniff(path: str) -> str | None:
         return None
     if b"\n" not in head:
         # One long first line: judge by its opening.
+        if CODEX_HEAD.search(head[:256]):
+            return CODEX
         if head.lstrip(b"\xef\xbb\xbf \t").startswith(b"{"):
             return TRANSCRIPT
         return OTHER
