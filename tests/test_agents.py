@@ -1,0 +1,328 @@
+"""Codex CLI and Gemini CLI sessions in the index (issue 32), over files the
+real binaries wrote against fake model APIs on loopback
+(tests/fixtures/codex/, tests/fixtures/gemini/: their makers beside them,
+with the fake APIs' logs of the calls they answered). The tests marked
+``agents`` run the binaries again (npm @openai/codex, @google/gemini-cli)
+and skip without them."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from indexer.cli.commands import cli
+from indexer.cli import commands
+from indexer.index import generations
+from indexer.index.db import open_index
+from indexer.ingest.files import ingest
+from indexer.transcripts import agents, codex, discover, gemini
+
+FIXTURES = Path(__file__).parent / "fixtures"
+CODEX = FIXTURES / "codex"
+CODEX_OLD = CODEX / "v0.130"
+GEMINI = FIXTURES / "gemini" / "jsonl"
+sys.path.insert(0, str(FIXTURES))
+
+
+def _rollouts(folder: Path) -> list[Path]:
+    return sorted((folder / "sessions").rglob("rollout-*.jsonl"))
+
+
+def _calls(folder: Path) -> dict:
+    return json.loads((folder / "calls.json").read_text())
+
+
+def _run(*args, ok=(0,)):
+    result = CliRunner().invoke(cli, [str(a) for a in args])
+    assert result.exit_code in ok, (result.exit_code, result.output, result.stderr)
+    return result
+
+
+@pytest.fixture()
+def index(tmp_path):
+    """An index of every fixture: Codex 0.171 and 0.130 rollouts, a Gemini
+    0.61 chat."""
+    db_path = tmp_path / "agents.db"
+    db = open_index(str(db_path), create=True)
+    summary = ingest(db, [str(CODEX / "sessions"), str(CODEX_OLD / "sessions"), str(GEMINI)])
+    assert summary.errors == [] and summary.bad_lines == 0
+    return db_path, db
+
+
+def _file_ids(db) -> dict[str, int]:
+    return {path: fid for fid, path in db.conn.execute("SELECT id, path FROM files")}
+
+
+def test_every_line_is_stored_and_exported_byte_for_byte(index, tmp_path):
+    db_path, db = index
+    ids = _file_ids(db)
+    files = _rollouts(CODEX) + _rollouts(CODEX_OLD) + sorted(GEMINI.rglob("*.jsonl"))
+    assert len(files) == 6 and set(map(str, files)) == set(ids)
+    for path in files:
+        stored = b"".join(generations.generation_bytes(db.conn, ids[str(path)]))
+        assert stored == path.read_bytes(), path
+        lines = path.read_bytes().count(b"\n")
+        assert db.conn.execute("SELECT count(*) FROM records WHERE file_id = ?",
+                               [ids[str(path)]]).fetchone()[0] == lines
+    for path in files:   # export (the main file on stdout): the same bytes
+        sid = db.conn.execute("SELECT session_id FROM files WHERE id = ?",
+                              [ids[str(path)]]).fetchone()[0]
+        out = CliRunner().invoke(cli, ["export", sid, "--db", str(db_path), "--out", "-"])
+        assert out.exit_code == 0 and out.stdout_bytes == path.read_bytes()
+
+
+def test_files_and_sessions_carry_their_agent(index):
+    db_path, db = index
+    got = dict(db.conn.execute("SELECT path, agent FROM files"))
+    assert {p: a for p, a in got.items()} == {
+        **{str(p): "codex" for p in _rollouts(CODEX) + _rollouts(CODEX_OLD)},
+        **{str(p): "gemini" for p in GEMINI.rglob("*.jsonl")}}
+    rows = json.loads(_run("sessions", "--db", db_path, "--json").stdout)
+    listed = {r["session_id"]: r for r in rows}
+    log = _calls(CODEX)
+    expected = {log["first_session"], *log["spawn_sessions"], _calls(CODEX_OLD)["first_session"]}
+    assert expected <= set(listed)
+    assert {r["agent"] for r in rows} == {"codex", "gemini"}
+    for row in rows:   # no verdict: the resume checks are Claude Code's
+        assert (row["verdict"], row["state"], row["cause"], row["fix"]) == (None,) * 4
+    assert listed[log["first_session"]]["title"] == "Run the tool: echo codex-tool-output"
+    (chat,) = [r for r in rows if r["agent"] == "gemini"]
+    assert chat["title"] == "List this folder with your tool, please"
+    # nor do Claude Code's retention, verdicts and listings count them
+    for listing in ("expiring", "stale", "poisoned", "wedged", "forks"):
+        out = _run(listing, "--db", db_path, "--json", ok=(0, 1))
+        assert json.loads(out.stdout) == [] and out.exit_code == 0, listing
+    assert db.conn.execute("SELECT count(*) FROM session_verdicts").fetchone()[0] == 0
+
+
+def test_search_finds_each_agents_text(index):
+    db_path, _ = index
+    _run("search", "--enable", "--db", db_path)
+
+    def found(query):
+        return json.loads(_run("search", query, "--db", db_path, "--json").stdout)
+
+    codex_hits = found("codex-tool-output")
+    # the prompt, the tool call, its output and the answers, in two CLI versions' rollouts
+    assert {h["type"] for h in codex_hits} == {"response_item"}
+    assert {h["session_id"] for h in codex_hits} == {
+        _calls(CODEX)["first_session"], _calls(CODEX_OLD)["first_session"]}
+    gemini_hits = found("Resumed what was in the folder")
+    assert [h["type"] for h in gemini_hits] == ["gemini.user"]
+    assert found("helper counted") and found("gemini-notes.txt")
+
+
+def _show(db_path, sid):
+    return json.loads(_run("show", sid, "--db", db_path, "--json").stdout)
+
+
+def test_show_gives_a_codex_conversation_in_order(index):
+    db_path, _ = index
+    turns = [(t["role"], t["text"]) for t in _show(db_path, _calls(CODEX)["first_session"])
+             if not t["text"].startswith("<")]
+    assert [(r, t[:40]) for r, t in turns if r != "developer"] == [
+        ("user", "Run the tool: echo codex-tool-output"),
+        ("tool call", 'exec_command {"cmd": "echo codex-tool-ou'),
+        ("tool result", turns[2][1][:40]),
+        ("assistant", "The tool printed codex-tool-output."),
+        ("user", "Resumed: what did the tool print?"),
+        ("assistant", "It printed codex-tool-output (resumed)."),
+    ]
+    assert "codex-tool-output" in turns[2][1]
+    # the subagent's thread: the parent's history replayed, then its own task
+    (child,) = _calls(CODEX)["spawn_sessions"][1:]
+    said = [t["text"] for t in _show(db_path, child) if t["role"] in ("user", "assistant")]
+    assert said[-3:] == ["Spawn a helper with our history", "Helper task: count to three",
+                         "one, two, three (from the helper)"]
+
+
+def test_show_gives_a_gemini_chat_as_the_cli_rebuilds_it(index):
+    db_path, db = index
+    sid = db.conn.execute("SELECT session_id FROM files WHERE agent = 'gemini'").fetchone()[0]
+    turns = [(t["role"], t["text"]) for t in _show(db_path, sid)]
+    said = [(r, t[:45]) for r, t in turns if not t.startswith("<") and r != "tool result"]
+    assert said == [
+        ("user", "List this folder with your tool, please"),
+        ("tool call", 'list_directory {"dir_path": "."}'),
+        ("assistant", "The folder holds gemini-notes.txt."),
+        ("user", "Resumed: what was in the folder?"),
+        ("assistant", "It held gemini-notes.txt (resumed)."),
+    ]
+    # the tool's results (the resume set the call's response into the history too)
+    results = [i for i, (r, _) in enumerate(turns) if r == "tool result"]
+    assert results and all("gemini-notes.txt" in turns[i][1] for i in results)
+    assert [r for r, _ in turns[results[0] - 1:results[-1] + 2]] == [
+        "tool call", *["tool result"] * len(results), "assistant"]
+    # a reader of the $set records alone loses the user turn after the resume
+    values = [json.loads(line) for line in next(GEMINI.rglob("*.jsonl")).read_text().splitlines()]
+    set_only = [m for v in values if "$set" in v for m in v["$set"].get("messages", [])]
+    assert "Resumed: what was in the folder?" not in json.dumps(set_only)
+    assert "Resumed: what was in the folder?" in json.dumps(gemini.replay(values))
+
+
+def _usage_calls(db_path) -> dict[str, dict]:
+    db = open_index(str(db_path))
+    rows = db.conn.execute("SELECT message_id, model, input_tokens, output_tokens, "
+                           "cache_read_tokens, session_id FROM usage").fetchall()
+    return {r[0]: dict(zip(("model", "input", "output", "cached", "session_id"), r[1:]))
+            for r in rows}
+
+
+def test_codex_usage_counts_each_model_call_once(index):
+    """The fork and the subagent replay their parent's history (the subagent
+    with two session_meta records): each call the fake API answered is
+    counted once, with the tokens it said, under the thread that made it."""
+    db_path, _ = index
+    log = _calls(CODEX)
+    got = {k: v for k, v in _usage_calls(db_path).items() if k.startswith("resp_")}
+    assert sorted(got) == sorted(c["id"] for c in log["calls"])
+    for call in log["calls"]:
+        u = got[call["id"]]
+        assert (u["model"], u["input"] + u["cached"], u["output"]) == (
+            call["model"], call["usage"]["input_tokens"], call["usage"]["output_tokens"])
+        # under the thread that made the call (whose rollout has its token_usage_record
+        # first: a subagent's calls are its own, whatever cache key it shares)
+        (own,) = [p for p in _rollouts(CODEX) if f'"response_id":"{call["id"]}"' in p.read_text()]
+        assert u["session_id"] == codex.session_id_of(str(own))
+    child = log["spawn_sessions"][1]
+    metas = [json.loads(line) for line in next((CODEX / "sessions").rglob(f"*{child}.jsonl"))
+             .read_text().splitlines() if '"type":"session_meta"' in line]
+    assert [m["payload"]["id"] for m in metas] == [child, log["spawn_sessions"][0]]
+
+
+def test_codex_usage_counts_re_emitted_totals_once(index):
+    """codex-cli 0.130 writes no token_usage_record and emits token_count
+    again with unchanged totals (after a tool call, at a resume): summing
+    every event's last_token_usage counts calls twice; the index counts the
+    calls the fake API answered."""
+    db_path, _ = index
+    log = _calls(CODEX_OLD)
+    got = [v for k, v in _usage_calls(db_path).items() if k.startswith("codex-total:")]
+    assert len(got) == len(log["calls"]) == 3
+    assert sorted(u["input"] + u["cached"] for u in got) == sorted(
+        c["usage"]["input_tokens"] for c in log["calls"])
+    assert sum(u["output"] for u in got) == sum(c["usage"]["output_tokens"] for c in log["calls"])
+    naive = 0
+    for path in _rollouts(CODEX_OLD):
+        for line in path.read_text().splitlines():
+            p = json.loads(line).get("payload") or {}
+            if p.get("type") == "token_count" and p.get("info"):
+                naive += p["info"]["last_token_usage"]["input_tokens"]
+    assert naive > sum(c["usage"]["input_tokens"] for c in log["calls"])
+
+
+def test_codex_usage_is_the_same_read_in_pieces(tmp_path):
+    """Read a line at a time (each ingest from the last offset), a rollout's
+    rows, model and call keys included, are those of one read."""
+    source = _rollouts(CODEX)[0]
+    whole = open_index(str(tmp_path / "whole.db"), create=True)
+    ingest(whole, [str(source)])
+    growing = tmp_path / "sessions" / source.name
+    growing.parent.mkdir()
+    pieces = open_index(str(tmp_path / "pieces.db"), create=True)
+    for line in source.read_bytes().splitlines(keepends=True):
+        with open(growing, "ab") as f:
+            f.write(line)
+        ingest(pieces, [str(growing)])
+    cols = ("line_no, type, subtype, session_id, model, message_id, request_id, has_usage, "
+            "input_tokens, output_tokens, raw")
+    assert pieces.conn.execute(f"SELECT {cols} FROM records ORDER BY line_no").fetchall() == \
+        whole.conn.execute(f"SELECT {cols} FROM records ORDER BY line_no").fetchall()
+    assert pieces.conn.execute("SELECT agent, session_id FROM files").fetchall() == [
+        ("codex", codex.session_id_of(str(source)))]
+
+
+def test_check_and_repair_say_they_are_for_claude_code(index):
+    db_path, db = index
+    assert commands.NotClaudeCode.exit_code == agents.EXIT_NOT_CLAUDE_CODE == 13
+    sessions = [_calls(CODEX)["first_session"],
+                db.conn.execute("SELECT session_id FROM files WHERE agent = 'gemini'").fetchone()[0]]
+    for sid, agent in zip(sessions, ("codex", "gemini")):
+        for args in (["check", sid], ["check", sid, "--json"], ["repair", sid],
+                     ["repair", sid, "--write"]):
+            out = CliRunner().invoke(cli, [*args, "--db", str(db_path)])
+            assert out.exit_code == 13, (args, out.output)
+            assert out.stdout == ""
+            assert out.stderr.strip() == "Error: " + agents.NOT_CLAUDE_CODE.format(
+                session=sid, agent=agent)
+    from indexer.repair import check
+
+    with pytest.raises(agents.NotClaudeCode):
+        check.check(db, sessions[0])
+
+
+def test_check_exits_13_through_the_fast_path(index):
+    """`session-index check` as a process (entry.py's fast path leaves it to click)."""
+    import subprocess
+
+    db_path, _ = index
+    sid = _calls(CODEX)["first_session"]
+    out = subprocess.run([sys.executable, "-m", "indexer", "check", sid, "--db", str(db_path)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 13 and "for Claude Code sessions only" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_sniff_names_each_agents_files():
+    for path in _rollouts(CODEX) + _rollouts(CODEX_OLD):
+        assert discover.sniff(str(path)) == discover.CODEX
+        assert codex.session_id_of(str(path)) in path.name
+    for path in GEMINI.rglob("*.jsonl"):
+        assert discover.sniff(str(path)) == discover.GEMINI
+    # a rollout whose session_meta is longer than a sniff reads
+    head = _rollouts(CODEX)[0].read_bytes()[:200]
+    assert discover.CODEX_HEAD.search(head)
+
+
+# --- the real binaries, again -------------------------------------------------
+
+def _maker(folder: str):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"make_{folder}",
+                                                  FIXTURES / folder / "make_fixtures.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+CODEX_MAKER, GEMINI_MAKER = _maker("codex"), _maker("gemini")
+CODEX_BIN, GEMINI_BIN = CODEX_MAKER.find_codex(), GEMINI_MAKER.find_gemini()
+
+
+@pytest.mark.agents
+@pytest.mark.skipif(CODEX_BIN is None, reason="no Codex CLI (npm @openai/codex)")
+def test_a_fresh_codex_run_is_counted_as_its_api_saw_it(tmp_path):
+    log = CODEX_MAKER.make(CODEX_BIN, str(tmp_path))
+    db = open_index(str(tmp_path / "i.db"), create=True)
+    ingest(db, [str(tmp_path / "sessions")])
+    got = _usage_calls(tmp_path / "i.db")
+    ids = [c["id"] for c in log["calls"]]
+    if any(k.startswith("resp_") for k in got):
+        assert sorted(got) == sorted(ids)
+    else:   # a CLI without token_usage_record: one call per cumulative total
+        assert len(got) == len(ids)
+    assert sum(u["output"] for u in got.values()) == sum(
+        c["usage"]["output_tokens"] for c in log["calls"])
+
+
+@pytest.mark.agents
+@pytest.mark.skipif(GEMINI_BIN is None, reason="no Gemini CLI (npm @google/gemini-cli)")
+def test_a_fresh_gemini_run_is_indexed(tmp_path):
+    form, log = GEMINI_MAKER.make(GEMINI_BIN, str(tmp_path))
+    if form != "jsonl":
+        pytest.skip(f"this Gemini CLI writes the {form} form")
+    db = open_index(str(tmp_path / "i.db"), create=True)
+    ingest(db, [str(tmp_path / form)])
+    sid = db.conn.execute("SELECT session_id FROM files").fetchone()[0]
+    assert db.conn.execute("SELECT agent FROM sessions").fetchone()[0] == "gemini"
+    got = _usage_calls(tmp_path / "i.db")
+    assert len(got) == len(log["calls"])
+    assert {u["session_id"] for u in got.values()} == {sid}
+    assert shutil.which("node") is not None or os.path.exists(GEMINI_BIN)
