@@ -326,3 +326,55 @@ def test_a_fresh_gemini_run_is_indexed(tmp_path):
     assert len(got) == len(log["calls"])
     assert {u["session_id"] for u in got.values()} == {sid}
     assert shutil.which("node") is not None or os.path.exists(GEMINI_BIN)
+
+
+def test_usage_prices_the_agents_models(index):
+    """`usage` adds the packaged agent prices (agent_prices.json) and costs
+    each call the fake APIs logged at its model's rates."""
+    db_path, _ = index
+    rows = json.loads(_run("usage", "--db", db_path, "--by", "model", "--json").stdout)
+    by_model = {r["model"]: r for r in rows}
+    rates = json.loads((Path(agents.__file__).parents[1] / "index" / "agent_prices.json")
+                       .read_text())["models"]
+    logged = {}
+    for log in (_calls(CODEX), _calls(CODEX_OLD),
+                json.loads((FIXTURES / "gemini" / "jsonl-calls.json").read_text())):
+        for c in log["calls"]:
+            u = c["usage"]
+            tokens = (u["input_tokens"], u["output_tokens"]) if "input_tokens" in u else (
+                u["promptTokenCount"], u["candidatesTokenCount"])
+            logged.setdefault(c["model"], []).append(tokens)
+    assert set(by_model) == set(logged) == {"gpt-5-codex", "gemini-2.5-pro"}
+    for model, calls in logged.items():
+        r = rates[model]
+        assert by_model[model]["calls"] == len(calls)
+        assert by_model[model]["unpriced_calls"] == 0
+        assert by_model[model]["cost_usd"] == pytest.approx(
+            sum(i * r["input"] + o * r["output"] for i, o in calls) / 1e6, abs=1e-6)
+
+
+def test_verify_the_mcp_check_and_the_session_store_say_so_too(index):
+    import asyncio
+
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    from indexer.cli import mcp_server
+    from indexer.index import db as dbmod
+    from indexer.ingest.store import IndexSessionStore, NotClaudeCodeSession
+
+    db_path, _ = index
+    sid = _calls(CODEX)["first_session"]
+    said = agents.NOT_CLAUDE_CODE.format(session=sid, agent="codex")
+    out = CliRunner().invoke(cli, ["verify", sid, "--db", str(db_path)])
+    assert (out.exit_code, out.stderr.strip()) == (13, "Error: " + said)
+    tools = mcp_server.Tools(dbmod.open_readonly(str(db_path)))
+    with pytest.raises(ToolError, match="for Claude Code sessions only"):
+        tools.check_session(sid)
+    store = IndexSessionStore(db_path)
+    try:
+        key = {"project_key": "-tmp-x", "session_id": sid}
+        for call in (store.load(key), store.append(key, [{"type": "user"}])):
+            with pytest.raises(NotClaudeCodeSession, match="for Claude Code sessions only"):
+                asyncio.run(call)
+    finally:
+        store.close()

@@ -9,6 +9,7 @@ outside the folder, a symlink or a different file: refused; for search: search
 is not enabled on the index); 4/5/6/11 the check verdicts
 missing/poisoned/spliced/wedged; 7 a repair refused (the file is live); 8 a repair
 rolled back; 9 show/export/restore/repair/verify: no such session in the index;
+13 check/repair/verify: a Codex or Gemini CLI session, not Claude Code's (agents.py);
 10 check: the session is on several hosts of a fleet, none of them this machine, and
 --host names none; 11 check: wedged.
 """
@@ -120,7 +121,8 @@ def cli():
 
     Exit codes: 0 ok; 1 a finding; 2 usage; 3 the index or a source cannot
     be used; 4/5/6/11 check: missing/poisoned/spliced/wedged; 7/8 repair: refused/rolled
-    back; 9 the session id is not in the index.
+    back; 9 the session id is not in the index; 13 check/repair/verify: a Codex or
+    Gemini CLI session (the resume checks are for Claude Code's).
     """
 
 
@@ -523,6 +525,9 @@ def check(session_id, db_path, config_dir, now, cwd, host, claude_version, as_js
     the only one named so in any project folder (several: missing). Without
     --cwd, the cwd is the session's own (the one its records carry); other
     copies of the session are listed as warnings.
+
+    A Codex CLI or Gemini CLI session (sessions lists its agent) has no
+    verdict: check says the resume checks are for Claude Code and exits 13.
 
     On a fleet's central index each host's copies are its own: the answer is
     for the session on --host, by default this machine when it holds the
@@ -1009,6 +1014,10 @@ def verify(session_id, db_path, claude, as_json):
     from indexer.repair import oracle, verify as verifymod   # (verify only: it runs the real Claude Code)
 
     db = _known(_open(db_path, create=False), session_id)
+    try:
+        agentsmod.require_claude_code(db.conn, session_id)
+    except agentsmod.NotClaudeCode as exc:
+        raise NotClaudeCode(str(exc)) from None
     try:
         binary = oracle.find_claude(claude)
     except oracle.NoClaudeBinary as exc:

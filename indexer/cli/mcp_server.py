@@ -39,6 +39,7 @@ from mcp.types import ToolAnnotations
 from pydantic import Field, ValidationError
 
 from indexer.chain import mainfile
+from indexer.transcripts import agents
 from indexer.index import db as dbmod, generations, search as searchmod, usage as usagemod
 from indexer.index.connection import IndexError_
 from indexer.repair import check as checkmod, repair as repairmod, show as showmod
@@ -181,7 +182,7 @@ class Tools:
             try:
                 verdict = checkmod.check(self.db, session_id, config_dir=self.config_dir,
                                          cwd=cwd, freshen=False)
-            except mainfile.AmbiguousHost as exc:
+            except (mainfile.AmbiguousHost, agents.NotClaudeCode) as exc:
                 raise ToolError(str(exc)) from None
             answer = verdict.as_dict()
             main = verdict.details.get("main_file") or {}

@@ -16,7 +16,7 @@ from datetime import date, datetime, timezone
 
 from sqlite_utils import Migrations
 
-from indexer.index import views
+from indexer.index import prices, views
 from indexer.sql import write_lock
 
 migrations = Migrations("session-index")
@@ -1267,3 +1267,6 @@ def m075_agents(db):
     # 'gemini' (a Gemini CLI chat); indexer/transcripts/agents.py.
     db.execute("ALTER TABLE files ADD COLUMN agent TEXT NOT NULL DEFAULT 'claude-code'")
     db.execute("ALTER TABLE sessions ADD COLUMN agent TEXT NOT NULL DEFAULT 'claude-code'")
+    # The prices of the models they call (prices.AGENT_PACKAGED), as a new
+    # index has them; refresh_packaged keeps them current.
+    prices.store(db.conn, prices.read(prices.AGENT_PACKAGED))
