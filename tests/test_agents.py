@@ -378,3 +378,58 @@ def test_verify_the_mcp_check_and_the_session_store_say_so_too(index):
                 asyncio.run(call)
     finally:
         store.close()
+
+
+def test_ingest_reads_the_agents_folders_by_default(tmp_path, monkeypatch):
+    """With no SOURCES: Claude Code's projects folders and, where they exist,
+    $CODEX_HOME/sessions and ~/.gemini/tmp."""
+    shutil.copytree(CODEX / "sessions", tmp_path / "codex-home" / "sessions")
+    shutil.copytree(GEMINI / "tmp", tmp_path / "home" / ".gemini" / "tmp")
+    (tmp_path / "claude" / "projects").mkdir(parents=True)
+    monkeypatch.setenv("CODEX_HOME", str(tmp_path / "codex-home"))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(tmp_path / "claude"))
+    assert discover.default_sources([]) == [
+        str(tmp_path / "claude" / "projects"), str(tmp_path / "codex-home" / "sessions"),
+        str(tmp_path / "home" / ".gemini" / "tmp")]
+    db_path = tmp_path / "i.db"
+    _run("ingest", "--db", db_path)
+    agents_of = dict(open_index(str(db_path)).conn.execute(
+        "SELECT agent, count(*) FROM files GROUP BY agent"))
+    assert agents_of == {"codex": 4, "gemini": 1}
+    # --config-dir names Claude Code's folder alone
+    assert discover.default_sources([], str(tmp_path / "claude")) == [
+        str(tmp_path / "claude" / "projects")]
+
+
+@pytest.mark.skipif(shutil.which("nats-server") is None, reason="no nats-server")
+def test_ship_carries_the_agent_and_the_central_reads_its_lines(tmp_path):
+    """`ship` sends a Codex rollout and a Gemini chat with their agent in the
+    header (fleet_wire); the central's rows are local ingest's, byte for byte."""
+    from test_fleet import Server, drain, exported, ship_once
+
+    server = Server(tmp_path / "jetstream")
+    server.start()
+    try:
+        folder = tmp_path / "host"
+        shutil.copytree(CODEX / "sessions", folder / "codex")
+        shutil.copytree(GEMINI / "tmp", folder / "gemini")
+        ship_once(server, "box-1", folder, tmp_path)
+        central = tmp_path / "central.db"
+        drain(server, central)
+        local = tmp_path / "local.db"
+        _run("ingest", folder, "--db", local)
+        cols = ("agent, kind, session_id, records, first_timestamp, last_timestamp, cwd, "
+                "version")
+        rows = {db: open_index(str(db)).conn.execute(
+            f"SELECT {cols} FROM files ORDER BY session_id").fetchall() for db in (central, local)}
+        assert rows[central] == rows[local] and {r[0] for r in rows[local]} == {"codex",
+                                                                                  "gemini"}
+        usage = {db: open_index(str(db)).conn.execute(
+            "SELECT message_id, session_id, model, input_tokens, output_tokens FROM usage "
+            "ORDER BY 1").fetchall() for db in (central, local)}
+        assert usage[central] == usage[local] and len(usage[local]) == 8 + 3
+        for (sid,) in open_index(str(local)).conn.execute("SELECT session_id FROM files"):
+            assert exported(central, sid) == exported(local, sid)
+    finally:
+        server.kill()

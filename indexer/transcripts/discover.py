@@ -7,8 +7,8 @@ import os
 import re
 from collections import namedtuple
 
-from indexer.transcripts.codex import is_rollout_head
-from indexer.transcripts.gemini import is_chat_head
+from indexer.transcripts.codex import default_folder as codex_folder, is_rollout_head
+from indexer.transcripts.gemini import default_folder as gemini_folder, is_chat_head
 from indexer.transcripts.retention import config_dirs
 from indexer.transcripts.safefiles import open_regular
 
@@ -36,13 +36,16 @@ class NoProjectsFolder(Exception):
 
 def default_sources(sources, config_dir=None) -> list[str]:
     """The SOURCES given, else the projects folder of ``config_dir``, else
-    those of every config dir (retention.config_dirs): what ingest reads by
-    default."""
+    those of every config dir (retention.config_dirs) and the Codex CLI's and
+    Gemini CLI's session folders that exist ($CODEX_HOME/sessions or
+    ~/.codex/sessions; ~/.gemini/tmp): what ingest reads by default."""
     if sources:
         return [os.fspath(s) for s in sources]
     candidates = [os.path.join(d, "projects") for d in ([config_dir] if config_dir
                                                         else config_dirs())]
     found = [p for p in candidates if os.path.isdir(p)]
+    if not config_dir:   # and the other agents' folders that exist (agents.py)
+        found += [p for p in (codex_folder(), gemini_folder()) if os.path.isdir(p)]
     if not found:
         raise NoProjectsFolder(f"{' or '.join(candidates)} does not exist: name the transcript "
                                "folders to index")
