@@ -433,3 +433,24 @@ def test_ship_carries_the_agent_and_the_central_reads_its_lines(tmp_path):
             assert exported(central, sid) == exported(local, sid)
     finally:
         server.kill()
+
+
+def test_the_session_page_of_another_agent_shows_its_conversation(index):
+    import asyncio
+
+    from indexer.cli import web
+    from session_index_web.format import session_path
+
+    db_path, db = index
+    ds = web.make_datasette(str(db_path))
+    asyncio.run(ds.invoke_startup())
+    sid = _calls(CODEX)["first_session"]
+    html = asyncio.run(ds.client.get(session_path(sid))).text
+    assert 'data-agent="codex"' in html and "data-verdict" not in html
+    assert "for Claude Code sessions only" in html
+    turns = _show(db_path, sid)
+    assert f'data-turns="{len(turns)}"' in html
+    assert "Run the tool: echo codex-tool-output" in html
+    gid = db.conn.execute("SELECT session_id FROM files WHERE agent = 'gemini'").fetchone()[0]
+    html = asyncio.run(ds.client.get(session_path(gid))).text
+    assert 'data-agent="gemini"' in html and "Resumed: what was in the folder?" in html

@@ -875,7 +875,7 @@ def show(session_id, db_path, fmt, host):
     db = _known(_open(db_path, create=False), session_id)
     agent = agentsmod.session_agent(db.conn, session_id)
     if agent != agentsmod.CLAUDE_CODE:   # a Codex or Gemini CLI session: its conversation
-        click.echo(showmod.render_agent(showmod.agent_conversation(db, session_id, agent), fmt))
+        click.echo(showmod.render_agent(showmod.agent_conversation(db.conn, session_id, agent), fmt))
         return
     if host is None:
         try:

@@ -134,14 +134,14 @@ ORDER BY f.id, r.byte_offset
 """.strip()
 
 
-def agent_conversation(db, session_id: str, agent: str) -> list[dict]:
+def agent_conversation(conn, session_id: str, agent: str) -> list[dict]:
     """The conversation of another agent's session, in order: [{id, role,
     timestamp, text}]. A Codex rollout's response items (messages, tool
     calls and their output, reasoning summaries, compactions) as written
     (a fork's or subagent's replayed history included: it is what the
     thread holds); a Gemini CLI chat's messages as the CLI rebuilds them
     (gemini.replay)."""
-    rows = db.conn.execute(AGENT_LINES_SQL, {"session_id": session_id, "agent": agent})
+    rows = conn.execute(AGENT_LINES_SQL, {"session_id": session_id, "agent": agent})
     out = []
     if agent == agents.GEMINI:
         by_file: dict[int, list] = {}
