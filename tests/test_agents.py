@@ -275,6 +275,9 @@ def test_sniff_names_each_agents_files():
         assert codex.session_id_of(str(path)) in path.name
     for path in GEMINI.rglob("*.jsonl"):
         assert discover.sniff(str(path)) == discover.GEMINI
+    json_chat = _one(FIXTURES / "gemini" / "json")   # the older .json form, walked in chats/
+    assert discover.sniff(str(json_chat)) == discover.GEMINI
+    assert str(json_chat) in discover.walk(str(FIXTURES / "gemini" / "json"))
     # a rollout whose session_meta is longer than a sniff reads
     head = _rollouts(CODEX)[0].read_bytes()[:200]
     assert discover.CODEX_HEAD.search(head)
@@ -454,3 +457,52 @@ def test_the_session_page_of_another_agent_shows_its_conversation(index):
     gid = db.conn.execute("SELECT session_id FROM files WHERE agent = 'gemini'").fetchone()[0]
     html = asyncio.run(ds.client.get(session_path(gid))).text
     assert 'data-agent="gemini"' in html and "Resumed: what was in the folder?" in html
+
+
+GEMINI_FORMS = FIXTURES / "gemini"
+
+
+def _one(folder: Path) -> Path:
+    (path,) = folder.rglob("session-*.json*")
+    return path
+
+
+@pytest.mark.parametrize("form", ["json", "jsonl"])
+def test_a_gemini_chat_resumed_is_kept_in_its_generations(tmp_path, form):
+    """The resume rewrites a .json chat whole (Gemini CLI 0.30): the index
+    keeps the first run's document as generation 1 and reads the new one
+    as generation 2; it appends to a .jsonl chat (0.61): read on from the
+    offset, one generation. Both: the conversation after the resume."""
+    first, final = _one(GEMINI_FORMS / f"{form}-after-first-run"), _one(GEMINI_FORMS / form)
+    chat = tmp_path / "tmp" / "project" / "chats" / final.name
+    chat.parent.mkdir(parents=True)
+    chat.write_bytes(first.read_bytes())
+    db = open_index(str(tmp_path / "i.db"), create=True)
+    assert ingest(db, [str(tmp_path / "tmp")]).new_records > 0
+    chat.write_bytes(final.read_bytes())
+    summary = ingest(db, [str(tmp_path / "tmp")])
+    (file_id, agent, sid), = db.conn.execute("SELECT id, agent, session_id FROM files")
+    assert agent == "gemini" and sid == json.loads(final.read_text().splitlines()[0]
+                                                   if form == "jsonl" else final.read_text()
+                                                   )["sessionId"]
+    assert b"".join(generations.generation_bytes(db.conn, file_id)) == final.read_bytes()
+    if form == "json":
+        assert summary.rewritten_files == 1
+        assert generations.generations(db.conn, file_id) == [1, 2]
+        assert b"".join(generations.generation_bytes(db.conn, file_id, 1)) == first.read_bytes()
+        assert db.conn.execute("SELECT type, length(raw) FROM records").fetchall() == [
+            ("gemini.chat", len(final.read_text()))]
+    else:
+        assert summary.rewritten_files == 0
+        assert generations.generations(db.conn, file_id) == [1]
+    said = [(t["role"], t["text"]) for t in agent_turns(db, sid)
+            if t["role"] in ("user", "assistant") and not t["text"].startswith("<")]
+    assert said[0] == ("user", "List this folder with your tool, please")
+    assert said[-2:] == [("user", "Resumed: what was in the folder?"),
+                         ("assistant", "It held gemini-notes.txt (resumed).")]
+
+
+def agent_turns(db, session_id):
+    from indexer.repair import show
+
+    return show.agent_conversation(db.conn, session_id, agents.session_agent(db.conn, session_id))

@@ -493,7 +493,7 @@ def _ingest_file(writer: _Writer, cand, row: dict | None, st, summary: Summary) 
                 "agent": cand.agent or agents.CLAUDE_CODE})
             row = {"id": cur.lastrowid, "session_id": cand.session_id, "ingested_offset": 0,
                    "line_count": 0, "head_len": 0, "head_hash": None, "deleted_at": None,
-                   "unterminated_tail": 0, "agent": cand.agent}
+                   "unterminated_tail": 0, "agent": cand.agent, "path": cand.path}
             rewrite = None
         elif st.st_size < row["ingested_offset"]:
             rewrite = "shrunk"
@@ -597,10 +597,18 @@ def _read_new_lines(writer: _Writer, row: dict, f, summary: Summary) -> tuple[bo
     or changed anything, the bytes after the last line: the pending tail)."""
     from indexer.transcripts import lines   # (msgspec: only when there are lines to read)
 
-    parser = agents.line_parser(row.get("agent"), writer.conn, row["id"]) or lines
+    parser = agents.line_parser(row.get("agent"), writer.conn, row["id"], row.get("path")) \
+        or lines
     reader = _NewLines(writer, row, f, summary, parser)
     reader.settle_unterminated()
     reader.start_reading()
+    if getattr(parser, "whole_document", False):   # a Gemini .json chat: one record, all of it
+        if reader.offset == 0 and (data := f.read()):
+            reader.summary.bytes_read += len(data)
+            reader.buf = bytearray(data)
+            reader.take_tail_record()
+        reader.store()
+        return reader.stored_any, bytes(reader.buf)
     while True:
         chunk = f.read(READ_CHUNK)
         if not chunk:

@@ -72,13 +72,16 @@ def candidate(cand, agent: str):
                          project_dir=project, named=True)
 
 
-def line_parser(agent: str | None, conn=None, file_id: int | None = None):
+def line_parser(agent: str | None, conn=None, file_id: int | None = None,
+                path: str | None = None):
     """The parser of a file of ``agent`` (None for Claude Code: its caller
     uses indexer.transcripts.lines), set up from what the index holds of
     the file already (``conn``, ``file_id``) when it is read on from an
     offset."""
     if agent == CODEX:
         return codex.RolloutLines(conn, file_id)
+    if agent == GEMINI and path is not None and path.endswith(".json"):
+        return gemini.JsonChat(conn, file_id)
     if agent == GEMINI:
         return gemini.ChatLines(conn, file_id)
     return None

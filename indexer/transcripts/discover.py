@@ -8,7 +8,8 @@ import re
 from collections import namedtuple
 
 from indexer.transcripts.codex import default_folder as codex_folder, is_rollout_head
-from indexer.transcripts.gemini import default_folder as gemini_folder, is_chat_head
+from indexer.transcripts.gemini import default_folder as gemini_folder, is_chat_head, \
+    is_json_chat
 from indexer.transcripts.retention import config_dirs
 from indexer.transcripts.safefiles import open_regular
 
@@ -78,6 +79,7 @@ def walk(root: str):
     followed). One scandir a folder, whose entries say which are folders
     without a stat each: every run walks every source (os.walk, which also
     stats each folder found, was half of a no-op ingest's own time)."""
+    in_chats = os.path.basename(root) == "chats"
     try:
         with os.scandir(root) as entries:
             files, folders = [], []
@@ -89,7 +91,8 @@ def walk(root: str):
                 if is_dir:
                     if entry.name not in SKIP_DIRS:
                         folders.append(entry)
-                elif entry.name.endswith(".jsonl"):
+                elif entry.name.endswith(".jsonl") or (
+                        in_chats and entry.name.endswith(".json")):   # a Gemini CLI .json chat
                     files.append(entry.path)
     except OSError:
         return
@@ -217,6 +220,8 @@ def sniff(path: str) -> str | None:
         return verdict
     if not head.strip():
         return None
+    if is_json_chat(path, head):
+        return GEMINI
     if b"\n" not in head:
         # One long first line: judge by its opening.
         if CODEX_HEAD.search(head[:256]):

@@ -24,15 +24,27 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 from indexer.transcripts.agent_lines import LineParser, count, fields, text_or_none
 
 TYPE_PREFIX = "gemini."
 SESSION = TYPE_PREFIX + "session"
 SET = TYPE_PREFIX + "$set"
+CHAT = TYPE_PREFIX + "chat"   # a whole .json chat: one record
 MESSAGE_KINDS = ("user", "gemini", "info", "error", "warning")
 # The record types whose lines carry conversation text (search, show).
-TEXT_TYPES = tuple(TYPE_PREFIX + k for k in MESSAGE_KINDS) + (SET,)
+TEXT_TYPES = tuple(TYPE_PREFIX + k for k in MESSAGE_KINDS) + (SET, CHAT)
+# A .json chat's opening, as the CLI writes it (JSON.stringify(chat, null, 2)).
+JSON_CHAT_HEAD = re.compile(rb'^\{\s*"sessionId":\s*"[^"]*",\s*"projectHash":')
+
+
+def is_json_chat(path: str, head: bytes) -> bool:
+    """A ``session-*.json`` chat (the older form, one JSON document written
+    whole): its name and first bytes."""
+    name = os.path.basename(path)
+    return name.startswith("session-") and name.endswith(".json") \
+        and JSON_CHAT_HEAD.match(head.lstrip(b"\xef\xbb\xbf")) is not None
 
 
 def is_chat_head(value: dict) -> bool:
@@ -97,6 +109,25 @@ class ChatLines(LineParser):
         return fields(**common, message_id=mid)
 
 
+class JsonChat(LineParser):
+    """A ``.json`` chat's parser: the whole document is one record (raw its
+    exact bytes, newlines and all), read again whole at each rewrite (each a
+    generation of the file: index/generations.py). Its messages' tokens are
+    not counted by usage (one record, many calls): the .jsonl form's are."""
+
+    whole_document = True
+
+    def __init__(self, conn=None, file_id: int | None = None):
+        pass
+
+    def entry_fields(self, value: dict) -> tuple:
+        messages = value.get("messages") if isinstance(value.get("messages"), list) else []
+        model = next((m.get("model") for m in reversed(messages) if isinstance(m, dict)
+                      and isinstance(m.get("model"), str)), None)
+        return fields(type=CHAT, session_id=text_or_none(value.get("sessionId")),
+                      timestamp=text_or_none(value.get("lastUpdated")), model=model)
+
+
 def _parts_text(content) -> list[tuple[str, str]]:
     """[(role, text)] of a message's content: text parts, function calls and
     their responses."""
@@ -141,8 +172,10 @@ def turns(value: dict) -> list[tuple[str | None, str, str]]:
         messages = changes.get("messages")
         return [t for m in (messages if isinstance(messages, list) else [])
                 for t in message_turns(m)]
-    if is_chat_head(value):
-        return []
+    if is_chat_head(value):   # a header; a whole .json chat has its messages
+        messages = value.get("messages")
+        return [t for m in (messages if isinstance(messages, list) else [])
+                for t in message_turns(m)]
     return message_turns(value)
 
 
@@ -158,6 +191,9 @@ def replay(values) -> list[dict]:
             changes = value["$set"]
             if isinstance(changes, dict) and isinstance(changes.get("messages"), list):
                 messages = [m for m in changes["messages"] if isinstance(m, dict)]
+            continue
+        if is_chat_head(value) and isinstance(value.get("messages"), list):   # a .json chat
+            messages = [m for m in value["messages"] if isinstance(m, dict)]
             continue
         if is_chat_head(value) or not isinstance(value.get("type"), str):
             continue
