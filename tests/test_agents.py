@@ -506,3 +506,45 @@ def agent_turns(db, session_id):
     from indexer.repair import show
 
     return show.agent_conversation(db.conn, session_id, agents.session_agent(db.conn, session_id))
+
+
+@pytest.mark.slow
+def test_watch_follows_a_rollout_and_a_json_chat(tmp_path):
+    """`ingest --watch` on a folder: a rollout written line by line is
+    indexed as it grows; a Gemini .json chat rewritten whole becomes its
+    second generation."""
+    import sqlite3
+    import test_watch
+
+    src = tmp_path / "src"
+    (src / "codex").mkdir(parents=True)
+    chat = src / "gemini" / "tmp" / "p" / "chats" / _one(GEMINI_FORMS / "json").name
+    chat.parent.mkdir(parents=True)
+    db = tmp_path / "index.db"
+    proc = test_watch.Proc(["ingest", "--watch", "--db", str(db), str(src)], tmp_path,
+                           dict(os.environ, CLAUDE_CONFIG_DIR=str(tmp_path / "claude")))
+    try:
+        proc.wait_for_log(r" watching ")
+        rollout = _rollouts(CODEX)[0]
+        target = src / "codex" / rollout.name
+        lines = rollout.read_bytes().splitlines(keepends=True)
+
+        def value(sql):
+            with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+                row = conn.execute(sql).fetchone()
+            return row[0] if row else None
+
+        for n in (1, len(lines) // 2, len(lines)):
+            target.write_bytes(b"".join(lines[:n]))
+            test_watch.poll(lambda: value("SELECT count(*) FROM records r JOIN files f ON "
+                                          "f.id = r.file_id AND f.agent = 'codex'") == n,
+                            f"{n} rollout lines")
+        chat.write_bytes(_one(GEMINI_FORMS / "json-after-first-run").read_bytes())
+        test_watch.poll(lambda: value("SELECT generation FROM files WHERE agent = 'gemini'") == 1,
+                        "the chat's first generation")
+        chat.write_bytes(_one(GEMINI_FORMS / "json").read_bytes())
+        test_watch.poll(lambda: value("SELECT generation FROM files WHERE agent = 'gemini'") == 2,
+                        "the chat's second generation")
+        assert proc.stop() == 0
+    finally:
+        proc.kill()

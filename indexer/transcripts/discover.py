@@ -108,6 +108,13 @@ def walk(root: str):
             yield from walk(folder.path)
 
 
+def may_be_session_file(path: str) -> bool:
+    """Whether ``walk`` would yield a file of this name: a ``.jsonl``, or a
+    ``.json`` in a ``chats`` folder (a Gemini CLI chat)."""
+    return path.endswith(".jsonl") or (
+        path.endswith(".json") and os.path.basename(os.path.dirname(path)) == "chats")
+
+
 def walked(root: str, path: str) -> bool:
     """Whether ``walk(root)`` would reach ``path`` (a file or folder under
     ``root``): no folder on the way, nor ``path``, is skipped (SKIP_DIRS),
