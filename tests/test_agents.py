@@ -417,10 +417,12 @@ def test_ship_carries_the_agent_and_the_central_reads_its_lines(tmp_path):
         folder = tmp_path / "host"
         shutil.copytree(CODEX / "sessions", folder / "codex")
         shutil.copytree(GEMINI / "tmp", folder / "gemini")
+        shutil.copytree(GEMINI_FORMS / "json" / "tmp", folder / "gemini-json")
         ship_once(server, "box-1", folder, tmp_path)
         central = tmp_path / "central.db"
         drain(server, central)
         local = tmp_path / "local.db"
+        shutil.rmtree(folder / "gemini-json")   # (a .json chat is not shipped)
         _run("ingest", folder, "--db", local)
         cols = ("agent, kind, session_id, records, first_timestamp, last_timestamp, cwd, "
                 "version")

@@ -176,6 +176,8 @@ class Shipper:
         """Is a file the ledger does not know yet one to ship? As ingest
         decides: a transcript's name, else its first complete lines say it
         is a transcript or an execution log (none yet: not now)."""
+        if path.endswith(".json"):
+            return False   # a Gemini .json chat, one document rewritten whole: not shipped
         if discover.describe(path).named or self.ledger.get(path) is not None:
             return True
         try:
