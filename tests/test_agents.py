@@ -384,25 +384,30 @@ def test_verify_the_mcp_check_and_the_session_store_say_so_too(index):
 
 
 def test_ingest_reads_the_agents_folders_by_default(tmp_path, monkeypatch):
-    """With no SOURCES: Claude Code's projects folders and, where they exist,
-    $CODEX_HOME/sessions and ~/.gemini/tmp."""
+    """With no SOURCES: Claude Code's default projects folders and, where
+    they exist, $CODEX_HOME/sessions and ~/.gemini/tmp; a config dir named
+    ($CLAUDE_CONFIG_DIR, --config-dir) is read alone."""
+    home = tmp_path / "home"
     shutil.copytree(CODEX / "sessions", tmp_path / "codex-home" / "sessions")
-    shutil.copytree(GEMINI / "tmp", tmp_path / "home" / ".gemini" / "tmp")
-    (tmp_path / "claude" / "projects").mkdir(parents=True)
+    shutil.copytree(GEMINI / "tmp", home / ".gemini" / "tmp")
+    (home / ".claude" / "projects").mkdir(parents=True)
     monkeypatch.setenv("CODEX_HOME", str(tmp_path / "codex-home"))
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(tmp_path / "claude"))
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
+    monkeypatch.delenv("CLAUDE_CONFIG_DIR", raising=False)
     assert discover.default_sources([]) == [
-        str(tmp_path / "claude" / "projects"), str(tmp_path / "codex-home" / "sessions"),
-        str(tmp_path / "home" / ".gemini" / "tmp")]
+        str(home / ".claude" / "projects"), str(tmp_path / "codex-home" / "sessions"),
+        str(home / ".gemini" / "tmp")]
     db_path = tmp_path / "i.db"
     _run("ingest", "--db", db_path)
     agents_of = dict(open_index(str(db_path)).conn.execute(
         "SELECT agent, count(*) FROM files GROUP BY agent"))
     assert agents_of == {"codex": 4, "gemini": 1}
-    # --config-dir names Claude Code's folder alone
-    assert discover.default_sources([], str(tmp_path / "claude")) == [
-        str(tmp_path / "claude" / "projects")]
+    # a config dir named: its projects folder alone
+    assert discover.default_sources([], str(home / ".claude")) == [
+        str(home / ".claude" / "projects")]
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(home / ".claude"))
+    assert discover.default_sources([]) == [str(home / ".claude" / "projects")]
 
 
 @pytest.mark.skipif(shutil.which("nats-server") is None, reason="no nats-server")

@@ -37,15 +37,19 @@ class NoProjectsFolder(Exception):
 
 def default_sources(sources, config_dir=None) -> list[str]:
     """The SOURCES given, else the projects folder of ``config_dir``, else
-    those of every config dir (retention.config_dirs) and the Codex CLI's and
-    Gemini CLI's session folders that exist ($CODEX_HOME/sessions or
-    ~/.codex/sessions; ~/.gemini/tmp): what ingest reads by default."""
+    those of every config dir (retention.config_dirs) and, when neither
+    ``config_dir`` nor $CLAUDE_CONFIG_DIR names one and a projects folder
+    exists, the Codex CLI's and Gemini CLI's session folders that exist
+    ($CODEX_HOME/sessions or ~/.codex/sessions; ~/.gemini/tmp): what ingest
+    reads by default."""
     if sources:
         return [os.fspath(s) for s in sources]
     candidates = [os.path.join(d, "projects") for d in ([config_dir] if config_dir
                                                         else config_dirs())]
     found = [p for p in candidates if os.path.isdir(p)]
-    if not config_dir:   # and the other agents' folders that exist (agents.py)
+    if found and not config_dir and not os.environ.get("CLAUDE_CONFIG_DIR"):
+        # and the other agents' folders that exist (agents.py), beside Claude
+        # Code's own default ones (a config dir named: its projects/ alone)
         found += [p for p in (codex_folder(), gemini_folder()) if os.path.isdir(p)]
     if not found:
         raise NoProjectsFolder(f"{' or '.join(candidates)} does not exist: name the transcript "
