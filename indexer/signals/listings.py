@@ -63,12 +63,16 @@ SESSION_TITLE_TEMPLATE = """coalesce(
 # session-index sessions: the most recently active first.
 # (title, project, activity and records beside the verdict: state is the
 # verdict's former name, kept for the scripts that read it).
-_RECENT_SESSIONS = """
+_RECENT_SESSIONS_TEMPLATE = """
   SELECT s.* FROM sessions s
   WHERE (:project = '' OR s.project_dir = :project OR s.cwd = :project)
-    AND coalesce(s.last_timestamp, '') >= :since
+    AND coalesce(s.last_timestamp, '') >= :since{agents}
   ORDER BY s.last_timestamp DESC, s.session_id
   LIMIT :limit"""
+_RECENT_SESSIONS = _RECENT_SESSIONS_TEMPLATE.format(agents="")
+# (of them, Claude Code's: those a verdict is for)
+_RECENT_CLAUDE_CODE_SESSIONS = _RECENT_SESSIONS_TEMPLATE.format(
+    agents=f"\n    AND s.agent NOT IN {OTHER_AGENTS_SQL}")
 # (a Codex or Gemini CLI session is listed with its agent and no verdict:
 # the resume checks are Claude Code's; agents.py)
 SESSIONS_SQL = f"""
@@ -76,8 +80,7 @@ SELECT s.session_id, {SESSION_TITLE_TEMPLATE.format(s="s")} AS title, s.project_
   s.cwd, s.last_timestamp AS last_activity, s.records, v.verdict AS state, v.verdict,
   v.cause, v.fix, s.agent
 FROM ({_RECENT_SESSIONS}) s
-LEFT JOIN ({verdicts.SESSIONS_VERDICT_TEMPLATE.format(
-    sessions=_RECENT_SESSIONS.replace("WHERE (", f"WHERE s.agent NOT IN {OTHER_AGENTS_SQL} AND ("))}) v
+LEFT JOIN ({verdicts.SESSIONS_VERDICT_TEMPLATE.format(sessions=_RECENT_CLAUDE_CODE_SESSIONS)}) v
   ON v.session_id = s.session_id
 ORDER BY s.last_timestamp DESC, s.session_id
 """.strip()
