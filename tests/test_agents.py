@@ -373,6 +373,8 @@ def test_verify_the_mcp_check_and_the_session_store_say_so_too(index):
     tools = mcp_server.Tools(dbmod.open_readonly(str(db_path)))
     with pytest.raises(ToolError, match="for Claude Code sessions only"):
         tools.check_session(sid)
+    with pytest.raises(ToolError, match="for Claude Code sessions only"):
+        tools.show_session(sid)
     store = IndexSessionStore(db_path)
     try:
         key = {"project_key": "-tmp-x", "session_id": sid}

@@ -219,8 +219,8 @@ class Tools:
                                 "no conversation to show (check_session says why)")
             try:
                 messages = showmod.recovered_conversation(self.db, session_id, host)
-            except repairmod.RepairError as exc:
-                raise ToolError(str(exc)) from None
+            except (repairmod.RepairError, agents.NotClaudeCode) as exc:
+                raise ToolError(str(exc)) from None   # (another agent's: `show` gives it)
             verdict = showmod.verdict_on(conn, session_id, host)
             revision = _revision(conn, [main[0]])
         start = 0
