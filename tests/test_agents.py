@@ -557,3 +557,57 @@ def test_watch_follows_a_rollout_and_a_json_chat(tmp_path):
         assert proc.stop() == 0
     finally:
         proc.kill()
+
+
+HOSTILE_ROLLOUT = [
+    {"timestamp": "2026-12-01T00:00:00Z", "type": "session_meta",
+     "payload": {"id": "01a23e03-0000-7000-8000-00000000dead", "cwd": "/w\ud800",
+                 "git": ["not", "an", "object"]}},
+    {"timestamp": 5, "type": "turn_context", "payload": {"model": "\ud800model"}},
+    {"type": "token_usage_record", "payload": {"response_id": "resp_x", "usage": {
+        "input_tokens": 2 ** 70, "cached_input_tokens": float("nan"),
+        "output_tokens": float("inf")}}},
+    {"type": "token_usage_record", "payload": {"response_id": "resp_y", "usage": [1, 2]}},
+    {"type": "event_msg", "payload": {"type": "token_count", "info": "none"}},
+    {"type": "response_item", "payload": {"type": "message", "role": 7, "content": {"x": 1}}},
+    {"type": "response_item", "payload": "a string"},
+    {"type": ["list"], "payload": None},
+]
+HOSTILE_CHAT = [
+    {"sessionId": "dead0000-0000-4000-8000-00000000beef", "projectHash": "x", "kind": 3},
+    {"$set": ["not", "an", "object"]},
+    {"$set": {"messages": "not a list", "sessionId": 5}},
+    {"id": "m1", "type": "gemini", "content": [None, {"functionCall": "x"}],
+     "tokens": {"input": 2 ** 62, "tool": 2 ** 62, "output": -(2 ** 63), "thoughts": -1}},
+    {"id": ["m2"], "type": None, "tokens": "many", "toolCalls": [None, 5]},
+]
+
+
+def test_hostile_lines_are_kept_and_never_stop_ingest(tmp_path):
+    """NaN, infinities, numbers no SQLite integer holds, lone surrogates,
+    fields of the wrong type: each line is stored as it is, read or NULL."""
+    def lines(values):
+        return "".join(json.dumps(v) + "\n" for v in values).encode()
+
+    rollout = tmp_path / "codex" / "rollout-2026-12-01T00-00-00-01a23e03-0000-7000-8000-00000000dead.jsonl"
+    chat = tmp_path / "gemini" / "p" / "chats" / "session-2026-12-01T00-00-dead0000.jsonl"
+    for path, data in ((rollout, lines(HOSTILE_ROLLOUT)), (chat, lines(HOSTILE_CHAT))):
+        path.parent.mkdir(parents=True)
+        path.write_bytes(data)
+    db_path = tmp_path / "i.db"
+    db = open_index(str(db_path), create=True)
+    summary = ingest(db, [str(tmp_path / "codex"), str(tmp_path / "gemini")])
+    assert (summary.errors, summary.new_records, summary.bad_lines) == (
+        [], len(HOSTILE_ROLLOUT) + len(HOSTILE_CHAT), 0)
+    for path in (rollout, chat):
+        fid = db.conn.execute("SELECT id FROM files WHERE path = ?", [str(path)]).fetchone()[0]
+        assert b"".join(generations.generation_bytes(db.conn, fid)) == path.read_bytes()
+    assert db.conn.execute(
+        "SELECT message_id, input_tokens, output_tokens, cache_read_tokens, model FROM records "
+        "WHERE has_usage ORDER BY id").fetchall() == [   # (a count not read counts 0)
+        ("resp_x", 0, 0, 0, "\\ud800model"), ("m1", None, None, 0, None)]
+    for sid in ("01a23e03-0000-7000-8000-00000000dead", "dead0000-0000-4000-8000-00000000beef"):
+        for args in (["show", sid], ["show", sid, "--json"], ["sessions"], ["usage"]):
+            out = CliRunner().invoke(cli, [*args, "--db", str(db_path)])
+            assert out.exit_code == 0 and out.exception is None, (args, out.output)
+    _run("search", "--enable", "--db", db_path)

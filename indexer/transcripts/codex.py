@@ -26,7 +26,7 @@ import json
 import os
 import re
 
-from indexer.transcripts.agent_lines import LineParser, count, fields, text_or_none
+from indexer.transcripts.agent_lines import LineParser, count, fields, fits, text_or_none
 
 # rollout-2026-12-03T22-25-20-01a23e03-1bec-77a0-bcae-9ca48503d3bc.jsonl
 ROLLOUT_NAME = re.compile(
@@ -76,7 +76,7 @@ def _usage(u) -> dict:
     total_in = count(u.get("input_tokens")) or 0
     cached = count(u.get("cached_input_tokens")) or 0
     written = count(u.get("cache_write_input_tokens")) or 0
-    return {"has_usage": 1, "input_tokens": max(total_in - cached - written, 0),
+    return {"has_usage": 1, "input_tokens": fits(max(total_in - cached - written, 0)),
             "output_tokens": count(u.get("output_tokens")) or 0,
             "cache_read_tokens": cached, "cache_creation_tokens": written}
 

@@ -26,7 +26,7 @@ import json
 import os
 import re
 
-from indexer.transcripts.agent_lines import LineParser, count, fields, text_or_none
+from indexer.transcripts.agent_lines import LineParser, count, fields, fits, text_or_none
 
 TYPE_PREFIX = "gemini."
 SESSION = TYPE_PREFIX + "session"
@@ -67,10 +67,10 @@ def _usage(tokens) -> dict:
         return {}
     cached = count(tokens.get("cached")) or 0
     return {"has_usage": 1,
-            "input_tokens": max((count(tokens.get("input")) or 0) - cached, 0)
-            + (count(tokens.get("tool")) or 0),
-            "output_tokens": (count(tokens.get("output")) or 0)
-            + (count(tokens.get("thoughts")) or 0),
+            "input_tokens": fits(max((count(tokens.get("input")) or 0) - cached, 0)
+                                 + (count(tokens.get("tool")) or 0)),
+            "output_tokens": fits((count(tokens.get("output")) or 0)
+                                  + (count(tokens.get("thoughts")) or 0)),
             "cache_read_tokens": cached}
 
 
