@@ -16,7 +16,7 @@ from datasette.utils.asgi import NotFound, Response
 from indexer.chain import resume
 from indexer.index import search
 from indexer.repair import show
-from indexer.transcripts import agents
+from indexer.transcripts import agents, codex
 from indexer.signals import listings as signals, verdict as verdicts
 from indexer.signals.classes import SEVERITIES, thinking_faults_where
 from session_index_web import health as web_health, tree as web_tree
@@ -317,7 +317,12 @@ async def _agent_session_page(datasette, request, db, session_id, agent, session
     """Another agent's session (agents.py): its files, to download, and its
     conversation as `show` gives it; the resume checks are Claude Code's."""
     turns = await db.execute_fn(lambda conn: show.agent_conversation(conn, session_id, agent))
+    parent = (await db.execute(codex.PARENT_SQL, {"session_id": session_id})).first()
+    links = [(what, sid, datasette.urls.path(session_path(sid))) for what, sid in (
+        ("subagent of", parent["spawned_by"] if parent else None),
+        ("forked from", parent["forked_from"] if parent else None)) if isinstance(sid, str)]
     return await render(datasette, request, "session_agent.html", {
+        "parents": links[:1],   # (a subagent spawned with the history is both: say subagent)
         "session_id": session_id, "agent": agent, "session": session, "turns": turns,
         "not_claude_code": agents.NOT_CLAUDE_CODE.format(session=session_id, agent=agent),
         "files": [dict(f, download_url=datasette.urls.path(

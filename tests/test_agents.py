@@ -463,6 +463,15 @@ def test_the_session_page_of_another_agent_shows_its_conversation(index):
     turns = _show(db_path, sid)
     assert f'data-turns="{len(turns)}"' in html
     assert "Run the tool: echo codex-tool-output" in html
+    assert "data-parent" not in html
+    log = _calls(CODEX)
+    parent, child = log["spawn_sessions"]
+    html = asyncio.run(ds.client.get(session_path(child))).text
+    assert f'<span data-parent="{parent}">subagent of' in html
+    fork = next(c["prompt_cache_key"] for c in log["calls"]
+                if c["prompt_cache_key"] not in (log["first_session"], parent, child))
+    html = asyncio.run(ds.client.get(session_path(fork))).text
+    assert f'<span data-parent="{log["first_session"]}">forked from' in html
     gid = db.conn.execute("SELECT session_id FROM files WHERE agent = 'gemini'").fetchone()[0]
     html = asyncio.run(ds.client.get(session_path(gid))).text
     assert 'data-agent="gemini"' in html and "Resumed: what was in the folder?" in html

@@ -49,6 +49,18 @@ SELECT
 """.strip()
 
 
+# A Codex thread's parent, from its own (first) session_meta: the thread it
+# was forked from, or the one that spawned it as a subagent (:session_id).
+PARENT_SQL = """
+SELECT r.raw ->> '$.payload.forked_from_id' AS forked_from,
+  r.raw ->> '$.payload.source.subagent.thread_spawn.parent_thread_id' AS spawned_by
+FROM files f JOIN records r ON r.file_id = f.id
+WHERE f.session_id = :session_id AND f.agent = 'codex' AND r.type = 'session_meta'
+  AND json_valid(r.raw)
+ORDER BY f.id, r.byte_offset LIMIT 1
+""".strip()
+
+
 def session_id_of(path: str) -> str | None:
     """The thread id a rollout's name ends with."""
     m = ROLLOUT_NAME.match(os.path.basename(path))
