@@ -183,7 +183,7 @@ def test_hostile_transcript_runs_nothing(server, page):
     assert_inert(page)
 
 
-# Set SESSION_INDEX_SCREENSHOTS=docs/screenshots to refresh the README's pictures.
+# Set SESSION_INDEX_SCREENSHOTS=docs/screenshots to refresh the docs' pictures.
 SHOTS = os.environ.get("SESSION_INDEX_SCREENSHOTS")
 
 

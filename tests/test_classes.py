@@ -1,6 +1,6 @@
 """Problem classes (indexer/signals/classes.py): each declared once, and on
 every surface it declares (its view, listing command, metadata, canned query,
-health rows); and the class the README's "Contributing" section adds as its
+health rows); and the class docs/contributing.md adds as its
 example, sessions with more than N compactions, on each of them."""
 
 from __future__ import annotations
@@ -254,10 +254,10 @@ def test_the_canned_query(compacted):
 
 
 def test_the_readmes_example_is_the_declaration():
-    """README, "Contributing": every line of its example stands in classes.py
-    as written (its "..." lines shorten it)."""
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("### Adding a problem class"):]
+    """docs/contributing.md (the README's "Contributing" before): every line
+    of its example stands in classes.py as written (its "..." lines shorten it)."""
+    readme = (ROOT / "docs" / "contributing.md").read_text()
+    section = readme[readme.index("## Adding a problem class"):]
     block = section[section.index("```python\n") + 10:section.index("```\n", section.index("```python"))]
     source = {line.rstrip() for line in (ROOT / "indexer" / "signals" / "classes.py")
               .read_text().splitlines()}

@@ -660,8 +660,8 @@ def test_tls_with_the_servers_ca_and_a_wrong_ca_refused(tmp_path):
         t.append(3)
         p = run("ship", tmp_path / "host", "--to", url, "--tls-ca", ca, "--host", "h",
                 "--ledger", tmp_path / "l.db", "--once")
-        assert p.stderr.decode() == "ship h: 1 messages, 3 lines, %d bytes sent\n" % len(
-            t.complete())   # nothing else on stderr (asyncio's TLS warnings)
+        assert p.stderr.decode() == "ship h: 1 message, 3 lines, {:,} bytes sent\n".format(len(
+            t.complete()))   # nothing else on stderr (asyncio's TLS warnings)
         db = tmp_path / "c.db"
         assert json.loads(run("ingest", "--from", url, "--tls-ca", ca, "--db", db,
                               "--json").stdout)["new_lines"] == 3

@@ -225,7 +225,7 @@ def test_the_central_quarantines_every_malformed_message_and_goes_on(server, tmp
 
 
 def host_permissions(token: str) -> str:
-    """A host's NATS permissions as README's fleet section gives them: its
+    """A host's NATS permissions as the fleet guide (docs/guides/fleet.md) gives them: its
     own subject, its own heartbeat key, the two stream look-ups and its
     replies; nothing else."""
     return (f'{{ publish: {{ allow: ["session-index.{token}.>", '
@@ -259,7 +259,7 @@ def publish_as(url, subject, payload, headers=None) -> str:
 
 
 def test_a_host_writes_only_its_own_data(tmp_path):
-    """Each host's NATS user may publish only on its own subject (README):
+    """Each host's NATS user may publish only on its own subject (docs/guides/fleet.md):
     the server refuses h1 publishing on h2's subject or h2's heartbeat key;
     what a host sends on its own subject under another host's name, or what
     anyone sends on a host's subject with another host's header, the
@@ -530,7 +530,7 @@ def test_the_central_answers_as_a_local_index_for_every_corpus_session(server, t
     sid = sessions[0]
     assert run("show", sid, "--db", central).stdout == run("show", sid, "--db", local).stdout
     status = run("status", "--db", central).stdout.decode()
-    assert "last ingest: never" not in status and "fleet: 1 hosts" in status
+    assert "last ingest: never" not in status and "fleet: 1 host, " in status
     assert dict_rows(c.conn, "SELECT value FROM index_meta WHERE key = 'last_ingest_at'")
 
 

@@ -214,7 +214,7 @@ def test_seed000_the_cli_drops_the_otter_reply_and_repair_brings_it_back(index, 
 
 # --- The corpus -----------------------------------------------------------
 
-# Known differences, each with its reason (README, "Resume rules"): none.
+# Known differences, each with its reason (docs/how-it-works/resume-rules.md): none.
 KNOWN: frozenset = frozenset()
 
 

@@ -1,4 +1,4 @@
-"""Issue 26, item 1: the loader cases the README listed as "not modelled",
+"""Issue 26, item 1: the loader cases the README (now docs/how-it-works/resume-rules.md) listed as "not modelled",
 each a generated tree resumed by the real Claude Code (2.1.332) against the
 fake Messages API and compared with the index (indexer/repair/verify.py), and
 the user text records (which verify does not compare) with what was sent.
@@ -7,7 +7,7 @@ A case the index already gets right is a plain test; one it gets wrong is
 ``xfail(strict=True)`` with what the CLI does in its reason, so that it
 flips to a failure (XPASS) the day the index models it. Each shape names
 the rule it shows; the rules, with the minified code, are in the report of
-this branch (and, once modelled, in README "The resume rules")."""
+this branch (and, once modelled, in docs/how-it-works/resume-rules.md)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """When and what Claude Code sends as previous_message_id (seed 001's 400), asked of the binary.
 
-Claude Code 2.1.332 (read in its JavaScript, held here; README "Older Claude
+Claude Code 2.1.332 (read in its JavaScript, held here; docs/how-it-works/resume-rules.md "Older Claude
 Code versions" for the others): the request body carries
 ``diagnostics: {previous_message_id: ID}`` only when the CLI takes the API for
 Anthropic's own (provider firstParty and the base URL api.anthropic.com or

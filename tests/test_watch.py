@@ -44,8 +44,8 @@ START_DEADLINE = 30.0
 TIME = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z "
 LOG_LINE = re.compile(TIME + "(" + "|".join([
     r"watching .+ \((inotify|polling)\)",
-    r"ingest: \d+ files \(\d+ changed, \d+ deleted, \d+ rewritten\), \d+ new lines, "
-    r"\d+\.\d{3}s",
+    r"ingest: [\d,]+ files? \(\d+ changed, \d+ deleted, \d+ rewritten\), [\d,]+ new lines?, "
+    r"\d+\.\d{3}s(: .+)?",
     r"error: .+",
     r"warning: .+",
     r"stopped on (SIGTERM|SIGINT|request)",
@@ -255,6 +255,10 @@ def test_watch_follows_files_through_appends_partial_lines_rewrites_and_deletion
     assert proc.p.poll() is None
     assert proc.stop() == 0
     assert_clean_log(proc)
+    # Each batch's line names the files it read and their sessions.
+    assert re.search(rf" ingest: 1 file \(1 changed.*, 1 new line, .*: {re.escape(str(path))} "
+                     rf"\(session {SID}\)$", proc.log(), re.M), proc.log()
+    assert f"{sub} (session {SID2})" in proc.log()
     assert live.value("SELECT count(*) FROM files WHERE path LIKE '%tool-results%'") == 0
     assert live.value("SELECT count(*) FROM files") == 2
     assert live.value("PRAGMA integrity_check") == "ok"
@@ -580,3 +584,14 @@ def test_serve_watch_shows_an_appended_line_and_stops_on_sigterm(live):
     assert proc.stop() == 0
     assert_clean_log(proc)
     assert proc.log().startswith(f"Serving {live.db} at http://127.0.0.1:{port}/")
+
+
+def test_the_batch_line_names_three_changed_files_and_counts_the_rest():
+    from indexer.ingest.watch import named_files
+
+    assert named_files([]) == ""
+    assert named_files([("/p/a.jsonl", "s1"), ("/l/run.log", None)]) == (
+        ": /p/a.jsonl (session s1), /l/run.log")
+    five = [(f"/p/{n}.jsonl", str(n)) for n in range(5)]
+    assert named_files(five) == (": /p/0.jsonl (session 0), /p/1.jsonl (session 1), "
+                                 "/p/2.jsonl (session 2) and 2 more")

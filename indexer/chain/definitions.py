@@ -1252,7 +1252,7 @@ CACHED_VIEWS = ("leaves", "leaf_ancestry", "orphans", "chain_breaks", "duplicate
 # --- Which main transcript `claude --resume` opens ------------------------
 
 # Claude Code 2.1.332, `claude --resume <id>` (the experiment and the code it
-# rests on are in the README): (1) <config>/projects/<folder of the cwd>/<id>.jsonl,
+# rests on are in docs/how-it-works/problem-classes.md): (1) <config>/projects/<folder of the cwd>/<id>.jsonl,
 # when that file holds a user or assistant message; (2) the same name in the
 # project folders of the cwd's other git worktrees; (3) every
 # projects/*/<id>.jsonl with a line holding '"type":"user"' or

@@ -4,7 +4,7 @@ A session id can be on several main transcripts: a copy in another project
 folder, a fork that kept the id in a file named otherwise, a stub, a deleted
 file, a session-store copy. Claude Code 2.1.332 opens, for ``--resume <id>``
 run from a working directory CWD (found by running the bundled binary
-against a fake Messages API; the README has the experiment and the code):
+against a fake Messages API; docs/how-it-works/problem-classes.md has the experiment and the code):
 
 1. ``projects/<folder of CWD>/<id>.jsonl``, when it holds a user or assistant
    message;

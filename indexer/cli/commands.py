@@ -27,10 +27,13 @@ from indexer.cli.options import nats_auth_options, nats_options
 from indexer.index import db as dbmod
 from indexer.cli.options import (config_dir_option, db_option, from_options, generation_option,
                                  json_option, now_option,
-                                 metrics_option, output_options,
+                                 metrics_option, output_options, project_option,
                                  since_option)
+from indexer.signals import projects
 from indexer.signals.classes import EXPIRING_WINDOW_DAYS, LISTED, listing_help
 from indexer.index.connection import IndexError_
+from indexer.ingest.log import counted
+from indexer.index.clock import WEEKDAYS
 
 
 class _OnUse:
@@ -54,6 +57,7 @@ signals, statusmod = _OnUse("signals.listings"), _OnUse("index.status")
 verdicts = _OnUse("signals.verdict")
 record_kinds = _OnUse("index.record_kinds")
 pricesmod, usagemod = _OnUse("index.prices"), _OnUse("index.usage")
+reportmod, statuslinemod = _OnUse("index.usage_report"), _OnUse("repair.statusline")
 
 EXIT_FINDING = 1
 EXIT_UNUSABLE = 3
@@ -271,8 +275,9 @@ def _ingest_from(db_path, url, consumer, hosts, watch, as_json, auth, gap_wait, 
     if as_json:
         click.echo(json.dumps(dict(summary.as_dict(), db=db_path)))
     else:
-        click.echo(f"{summary.messages} messages from {len(summary.hosts)} hosts: "
-                   f"{summary.new_lines} new lines ({summary.duplicates} duplicates skipped, "
+        click.echo(f"{counted(summary.messages, 'message')} from "
+                   f"{counted(len(summary.hosts), 'host')}: "
+                   f"{counted(summary.new_lines, 'new line')} ({summary.duplicates} duplicates skipped, "
                    f"{summary.gaps} held for earlier bytes, {summary.recorded_gaps} gaps "
                    f"recorded, {summary.bad_messages} quarantined) in {summary.seconds:.1f}s; "
                    f"index {db_path}")
@@ -345,8 +350,8 @@ def ship(sources, to_url, host, ledger, once, config_dir, metrics, **auth):
     finally:
         if endpoint is not None:
             endpoint.close()
-    log(f"{shipper.messages} messages, {shipper.sent_lines} lines, "
-        f"{shipper.sent_bytes} bytes sent")
+    log(f"{counted(shipper.messages, 'message')}, {counted(shipper.sent_lines, 'line')}, "
+        f"{counted(shipper.sent_bytes, 'byte')} sent")
 
 
 @cli.command()
@@ -387,7 +392,8 @@ def status(db_path, as_json):
         click.echo(f"  {cause:22} {n}")
     click.echo(f"last ingest: {s['last_ingest_at'] or 'never'}")
     if s["fleet_hosts"] or s["fleet_quarantined"] or s["fleet_gaps"]:
-        click.echo(f"fleet: {s['fleet_hosts']} hosts, {s['fleet_files']} files shipped; oldest "
+        click.echo(f"fleet: {counted(s['fleet_hosts'], 'host')}, "
+                   f"{counted(s['fleet_files'], 'file')} shipped; oldest "
                    f"last heartbeat {s['oldest_heartbeat_at'] or 'none'}; sessions on several "
                    f"hosts: {s['sessions_on_several_hosts']} "
                    f"({s['sessions_diverged_across_hosts']} diverged, see host_copies); "
@@ -416,7 +422,7 @@ def quarantined(db_path, fmt):
     from indexer.cli import output   # (csv and the formats: only for a command that prints a listing)
 
     rows = statusmod.quarantined(_open(db_path, create=False))
-    output.write_rows(rows, fmt or "tsv", sys.stdout)
+    output.write_rows(rows, fmt, sys.stdout)
     if rows:
         sys.exit(EXIT_FINDING)
 
@@ -440,7 +446,7 @@ def fleet_gaps(db_path, fmt):
     from indexer.cli import output   # (csv and the formats: only for a command that prints a listing)
 
     rows = statusmod.gaps(_open(db_path, create=False))
-    output.write_rows(rows, fmt or "tsv", sys.stdout)
+    output.write_rows(rows, fmt, sys.stdout)
     if rows:
         sys.exit(EXIT_FINDING)
 
@@ -558,7 +564,7 @@ def _listing(name, db_path, now=None, fmt=None, **options):
 
     db = _open(db_path, create=False)
     rows = signals.listing(db, name, now=now, **options)
-    output.write_rows(rows, fmt or "tsv", sys.stdout)
+    output.write_rows(rows, fmt, sys.stdout, shown=LISTED[name].listing.columns)
     if rows:
         sys.exit(EXIT_FINDING)
 
@@ -610,15 +616,14 @@ def record_types(db_path, only_new, since, fmt):
     from indexer.cli import output   # (csv and the formats: only for a command that prints a listing)
 
     rows = record_kinds.listing(_open(db_path, create=False), new=only_new, since=since)
-    output.write_rows(rows, fmt or "tsv", sys.stdout)
+    output.write_rows(rows, fmt, sys.stdout)
     if only_new and rows:
         sys.exit(EXIT_FINDING)
 
 
 @cli.command()
 @db_option
-@click.option("--project", default=None, metavar="P",
-              help="Only sessions of this project folder (as in ~/.claude/projects) or cwd.")
+@project_option("sessions")
 @since_option("sessions active")
 @click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
 @output_options
@@ -635,21 +640,68 @@ def sessions(db_path, project, since, limit, fmt):
     """
     from indexer.cli import output   # (csv and the formats: only for a command that prints a listing)
 
-    rows = signals.sessions(_open(db_path, create=False), project=project, since=since,
-                            limit=limit)
-    output.write_rows(rows, fmt or "tsv", sys.stdout)
+    db = _open(db_path, create=False)
+    rows = signals.sessions(db, project=project, since=since, limit=limit)
+    output.write_rows(rows, fmt, sys.stdout, shown=signals.SESSIONS_SHOWN)
+    _say_unmatched(db, project)
+
+
+def _say_unmatched(db, project) -> None:
+    """A --project that matches no session says so on stderr (the listing
+    is empty either way; the exit code stays the listing's)."""
+    note = projects.unmatched(db.conn, project)
+    if note:
+        click.echo(f"note: {note}", err=True)
 
 
 
 
-@cli.command()
+def _usage_time(value: str | None, option: str, tz, now, end: bool = False):
+    """--since/--until of a usage command as an aware time (None: open)."""
+    if value is None:
+        return None
+    try:
+        return reportmod.when(value, tz, now, end=end)
+    except reportmod.BadTime as exc:
+        raise click.BadParameter(str(exc), param_hint=option) from None
+
+
+def _usage_zone(ctx, param, value):
+    try:
+        return reportmod.zone(value)
+    except reportmod.BadZone as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+USAGE_WHEN_HELP = ("a date (YYYY-MM-DD or YYYYMMDD), an ISO-8601 time, or now, today, "
+                   "yesterday, N hours/days/weeks ago")
+
+
+def _refresh_prices(db) -> None:
+    try:
+        pricesmod.refresh_packaged(db)
+    except pricesmod.PricesError as exc:
+        click.echo(f"warning: the packaged prices were not loaded: {exc}", err=True)
+
+
+def _unpriced_warning(rows: list[dict]) -> None:
+    unpriced = sum(r["unpriced_calls"] for r in rows)
+    if unpriced:
+        models = sorted({m for r in rows for m in (r["unpriced_models"] or "").split(",") if m})
+        click.echo(f"{unpriced} calls of models with no price ({', '.join(models)}): not in "
+                   "cost_usd; load a price file with 'session-index prices load FILE'", err=True)
+
+
+@cli.group(invoke_without_command=True)
 @db_option
 @click.option("--by", type=click.Choice(["day", "session", "model", "project"]), default=None,
               help="One row per day (UTC), session, model or project folder "
                    "[default: one row for all].")
-@since_option("API calls")
+@click.option("--since", default=None, metavar="WHEN",
+              help=f"Only API calls at or after this time (UTC): {USAGE_WHEN_HELP}.")
 @output_options
-def usage(db_path, by, since, fmt):
+@click.pass_context
+def usage(ctx, db_path, by, since, fmt):
     """Tokens and cost of the API calls in the transcripts, each call counted
     once (the usage view: split content blocks, forks, copies and resumed
     sessions repeat a call's lines), priced from the prices table: the
@@ -658,30 +710,163 @@ def usage(db_path, by, since, fmt):
     and left out of cost_usd (never priced at 0). By session, Claude Code's
     own figures for the session are beside it (cost-state records,
     `claude -p` total_cost_usd) with the difference; stderr compares the
-    totals.
+    totals. The reports (daily, weekly, monthly, session, blocks) group the
+    same calls by period in a time zone, with totals; `usage calls` lists
+    the calls any of their figures counts.
 
     Example:
 
     \b
         session-index usage --by project --since 2026-11-24 --table
         session-index usage --by day --json
+        session-index usage daily --since "7 days ago" --breakdown
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    from indexer.cli import output   # (csv and the formats: only for a command that prints a listing)
+
+    if since is not None:
+        now = reportmod.clock()
+        since = reportmod.stored(_usage_time(since, "--since", reportmod.UTC, now))
+    db = _open(db_path, create=False)
+    _refresh_prices(db)
+    rows = usagemod.summary(db, by=by, since=since)
+    output.write_rows(rows, fmt, sys.stdout)
+    _unpriced_warning(rows)
+    for line in usagemod.comparison_lines(usagemod.comparison(db, since=since)):
+        click.echo(line, err=True)
+
+
+def report_options(fn):
+    """The options every usage report takes."""
+    for option in reversed((
+        db_option,
+        click.option("--since", default=None, metavar="WHEN",
+                     help=f"Only calls at or after this time: {USAGE_WHEN_HELP} "
+                          "(in --timezone)."),
+        click.option("--until", default=None, metavar="WHEN",
+                     help="Only calls before this time; a date or a word naming a day "
+                          "includes that day."),
+        click.option("--timezone", "tz", default=None, metavar="ZONE", callback=_usage_zone,
+                     help="The IANA time zone days, weeks and months are counted in (UTC, "
+                          "Europe/Berlin) [default: this machine's]."),
+        click.option("--start-of-week", type=click.Choice(WEEKDAYS), default="sunday",
+                     show_default=True, help="The first day of a week (weekly)."),
+        now_option,
+    )):
+        fn = option(fn)
+    return fn
+
+
+def _report_command(kind: str, doc: str):
+    @usage.command(kind, help=doc)
+    @report_options
+    @click.option("--breakdown", is_flag=True, help="Each row's figures per model too.")
+    @click.option("--evidence", is_flag=True,
+                  help="Each row's API calls too (the files and sessions holding each).")
+    @output_options
+    def command(db_path, since, until, tz, start_of_week, now, breakdown, evidence, fmt):
+        from indexer.cli import usage_output   # (the report's formats: only for a report)
+
+        moment = reportmod.clock(now)
+        _usage_time(since, "--since", tz, moment)
+        _usage_time(until, "--until", tz, moment, end=True)
+        db = _open(db_path, create=False)
+        _refresh_prices(db)
+        found = reportmod.report(db, kind, since=since, until=until, tz=tz, now=moment,
+                                 breakdown=breakdown, start_of_week=start_of_week,
+                                 evidence=evidence)
+        usage_output.write(found, kind, fmt, sys.stdout)
+    return command
+
+
+REPORT_HELP = {
+    "daily": "the calls of each day",
+    "weekly": "the calls of each week (its first day: --start-of-week)",
+    "monthly": "the calls of each month",
+    "session": "the calls of each session, with its title, project folder and last call",
+    "blocks": ("Claude's 5-hour billing windows (ccusage's blocks: a block starts at the "
+               "hour of its first call and ends 5 hours later, or when 5 hours pass without "
+               "a call); the active one with its burn rate and projected to its end"),
+}
+REPORT_EXAMPLES = {
+    "daily": "session-index usage daily --since 2026-11-01 --timezone Europe/Berlin",
+    "weekly": "session-index usage weekly --breakdown",
+    "monthly": "session-index usage monthly --json",
+    "session": "session-index usage session --since yesterday",
+    "blocks": "session-index usage blocks --since today",
+}
+for _kind, _what in REPORT_HELP.items():
+    _report_command(_kind, f"""Tokens and cost of {_what}: each API call once (as the usage
+    view counts it), a totals row, money in dollars, in the --timezone. --json for
+    machines (raw numbers); --evidence lists the calls each row counts (as
+    `session-index usage calls` does).
+
+    Example:
+
+    \b
+        {REPORT_EXAMPLES[_kind]}
+    """)
+
+
+@usage.command("calls")
+@report_options
+@click.option("--day", default=None, metavar="YYYY-MM-DD", help="The calls of this day.")
+@click.option("--week", default=None, metavar="YYYY-MM-DD",
+              help="The calls of the week that starts on this day.")
+@click.option("--month", default=None, metavar="YYYY-MM", help="The calls of this month.")
+@click.option("--session", "session_id", default=None, metavar="ID",
+              help="The calls of this session.")
+@click.option("--block", default=None, metavar="START",
+              help="The calls of the 5-hour block that starts then (as blocks prints it).")
+@click.option("--model", default=None, metavar="MODEL", help="Only this model's calls.")
+@output_options
+def usage_calls(db_path, since, until, tz, start_of_week, now, day, week, month, session_id,
+                block, model, fmt):
+    """The API calls a usage figure counts, the evidence of a report's row:
+    each call once, its time, session, model, message and request ids, its
+    lines and the files and sessions that hold it (a fork, a copy or a
+    resumed session repeats it: counted once), tokens and cost.
+
+    Example:
+
+    \b
+        session-index usage calls --day 2026-11-24 --timezone UTC --table
     """
     from indexer.cli import output   # (csv and the formats: only for a command that prints a listing)
 
+    moment = reportmod.clock(now)
+    _usage_time(since, "--since", tz, moment)
+    _usage_time(until, "--until", tz, moment, end=True)
     db = _open(db_path, create=False)
-    try:
-        pricesmod.refresh_packaged(db)
-    except pricesmod.PricesError as exc:
-        click.echo(f"warning: the packaged prices were not loaded: {exc}", err=True)
-    rows = usagemod.summary(db, by=by, since=since)
-    output.write_rows(rows, fmt or "tsv", sys.stdout)
-    unpriced = sum(r["unpriced_calls"] for r in rows)
-    if unpriced:
-        models = sorted({m for r in rows for m in (r["unpriced_models"] or "").split(",") if m})
-        click.echo(f"{unpriced} calls of models with no price ({', '.join(models)}): not in "
-                   "cost_usd; load a price file with 'session-index prices load FILE'", err=True)
-    for line in usagemod.comparison_lines(usagemod.comparison(db, since=since)):
-        click.echo(line, err=True)
+    _refresh_prices(db)
+    rows = reportmod.calls(db, since=since, until=until, tz=tz, now=moment, day=day, week=week,
+                           month=month, session=session_id, block=block, model=model,
+                           start_of_week=start_of_week)
+    if fmt != "json":
+        rows = [dict(r, sessions=",".join(r["sessions"])) for r in rows]
+    output.write_rows(rows, fmt, sys.stdout)
+
+
+@cli.command()
+@db_option
+@click.option("--freshen", is_flag=True,
+              help="Ingest the session's transcript first when it changed since the last "
+                   "ingest (a write) [default: answer from the index as it stands].")
+def statusline(db_path, freshen):
+    """Claude Code's status line: reads the statusLine JSON Claude Code pipes
+    to the command (session_id, transcript_path, cost...) on stdin and prints
+    one short line: the session's verdict (as `check` gives it, from the
+    index; nothing is ingested without --freshen), the cost of its API calls
+    as the index counts them, and Claude Code's own figure when it differs.
+    Always exits 0 (a status line that fails is blank).
+
+    Example:
+
+    \b
+        session-index statusline < status.json
+    """
+    click.echo(statuslinemod.line(db_path, sys.stdin.read(), freshen=freshen))
 
 
 @cli.group()
@@ -706,11 +891,8 @@ def prices_list(db_path, fmt):
     from indexer.cli import output   # (csv and the formats: only for a command that prints a listing)
 
     db = _open(db_path, create=False)
-    try:
-        pricesmod.refresh_packaged(db)
-    except pricesmod.PricesError as exc:
-        click.echo(f"warning: the packaged prices were not loaded: {exc}", err=True)
-    output.write_rows(pricesmod.listing(db), fmt or "tsv", sys.stdout)
+    _refresh_prices(db)
+    output.write_rows(pricesmod.listing(db), fmt, sys.stdout)
 
 
 @prices.command("load")
@@ -1082,8 +1264,7 @@ def mcp(db_path, config_dir, http, port):
 @db_option
 @click.option("--session", "session_id", default=None, metavar="ID",
               help="Only records of this session.")
-@click.option("--project", default=None, metavar="P",
-              help="Only records of this project folder (as in ~/.claude/projects) or cwd.")
+@project_option("records")
 @since_option("records")
 @click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True,
               metavar="N", help="At most N records.")
@@ -1162,9 +1343,10 @@ def search(query, db_path, session_id, project, since, limit, enable, disable, f
         raise Failure(f"{exc} (on {db_path})") from None
     except searchmod.EmptyQuery as exc:
         raise click.UsageError(str(exc)) from None
-    fmt = fmt or "tsv"
+    fmt = output.chosen(fmt)
     bold = fmt == "tsv" and sys.stdout.isatty()
     for row in rows:
         row["snippet"] = searchmod.marked(
             row["snippet"], style=(lambda match: click.style(match, bold=True)) if bold else None)
     output.write_rows(rows, fmt, sys.stdout)
+    _say_unmatched(db, project)

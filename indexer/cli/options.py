@@ -5,14 +5,39 @@ dir, --now and --since, --json, the output formats of a listing, --generation,
 
 from __future__ import annotations
 
+import os
+
 import click
 
 from indexer.index import db as dbmod
 
+def db_default_help() -> str:
+    """--db's help, naming the index this run opens without it and why."""
+    path = dbmod.default_db_path()
+    home = os.path.expanduser("~").rstrip(os.sep)
+    if home and path.startswith(home + os.sep):
+        path = "~" + path[len(home):]   # as a user writes it (and the docs show it)
+    if os.environ.get("SESSION_INDEX_DB"):
+        why = "from $SESSION_INDEX_DB"
+    elif os.environ.get("XDG_DATA_HOME"):
+        why = "in $XDG_DATA_HOME; $SESSION_INDEX_DB names another"
+    else:
+        why = "$SESSION_INDEX_DB or $XDG_DATA_HOME name another"
+    return f"The index file [default: {path}; {why}]."
+
+
+class DbOption(click.Option):
+    """--db, whose --help names the file this run opens without it (read
+    when --help runs, not when the command was defined)."""
+
+    def get_help_record(self, ctx):
+        self.help = db_default_help()
+        return super().get_help_record(ctx)
+
+
 db_option = click.option(
-    "--db", "db_path", type=click.Path(dir_okay=False), default=dbmod.default_db_path,
-    show_default="$SESSION_INDEX_DB, else $XDG_DATA_HOME/session-index/sessions.db, "
-                 "else ~/.local/share/session-index/sessions.db", help="The index file.")
+    "--db", "db_path", cls=DbOption, type=click.Path(dir_okay=False),
+    default=dbmod.default_db_path, help="The index file.")
 
 CONFIG_DIR_HELP = ("Claude Code's config dir, for settings.json and projects/ "
                    "[default: $CLAUDE_CONFIG_DIR (a comma-separated list allowed), else "
@@ -51,6 +76,15 @@ def since_option(what: str):
                         help=f"Only {what} at or after this time (ISO-8601, UTC if no zone).")
 
 
+def project_option(what: str):
+    """--project P: only ``what`` of the projects P names (signals/projects.py)."""
+    return click.option(
+        "--project", default=None, metavar="P",
+        help=f"Only {what} of a project whose folder (as in ~/.claude/projects) or cwd "
+             "holds P: its name, a part of it, or a folder here ('.'); a note on stderr when "
+             "no session matches.")
+
+
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 generation_option = click.option(
     "--generation", type=click.IntRange(min=1), default=None, metavar="N",
@@ -63,14 +97,44 @@ FORMAT_HELP = {
     "json": "Print a JSON array.",
     "nl": "Print one JSON object per line.",
     "csv": "Print CSV with a header row.",
-    "tsv": "Print tab-separated values with a header row (the default).",
-    "table": "Print aligned columns.",
+    "tsv": "Print tab-separated values with a header row (the default, but for a "
+           "problem listing on a terminal).",
+    "table": "Print aligned columns; a problem listing's show those an operator reads (its "
+             "default on a terminal).",
 }
+
+
+# Where --columns and --all leave their values for output.write_rows.
+COLUMNS_META, ALL_META = "session_index.columns", "session_index.all_columns"
+
+
+def _keep_in_meta(key):
+    def callback(ctx, param, value):
+        if value:
+            ctx.meta[key] = value
+    return callback
+
+
+def _column_list(ctx, param, value):
+    if value is None:
+        return None
+    columns = [c.strip() for c in value.split(",")]
+    if not all(columns):
+        raise click.BadParameter("a comma-separated list of column names, none empty")
+    ctx.meta[COLUMNS_META] = columns
+    return columns
 
 
 def output_options(fn):
     """--json, --nl, --csv, --tsv, --table: one of them (the last given wins),
-    tab-separated by default (indexer/cli/output.py)."""
+    tab-separated unless a listing is on a terminal (indexer/cli/output.py); and
+    --columns / --all, which write_rows reads from the click context."""
+    fn = click.option("--all", "all_columns", is_flag=True, expose_value=False,
+                      callback=_keep_in_meta(ALL_META),
+                      help="Every column (a table shows the ones an operator reads).")(fn)
+    fn = click.option("--columns", metavar="COL,COL", expose_value=False,
+                      callback=_column_list,
+                      help="Only these columns, in this order (any format).")(fn)
     for fmt, help_text in reversed(FORMAT_HELP.items()):
         fn = click.option(f"--{fmt}", "fmt", flag_value=fmt, help=help_text)(fn)
     return fn

@@ -10,6 +10,7 @@ The index is served as a live, mutable database: ingest keeps writing to it
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -64,12 +65,54 @@ def demo_folder(directory) -> Path:
 
 host_option = click.option("--host", default=DEFAULT_HOST, show_default=True,
                            help="Address to listen on (loopback by default).")
-port_option = click.option("--port", default=DEFAULT_PORT, show_default=True, type=int,
+port_option = click.option("-p", "--port", default=DEFAULT_PORT, show_default=True, type=int,
                            help="Port to listen on.")
+
+# What names an index rather than a folder or file to follow: Datasette's
+# habit (`datasette serve sessions.db`), so `serve sessions.db` serves it.
+DB_SUFFIXES = (".db", ".sqlite", ".sqlite3")
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def names_index(path: str) -> bool:
+    """Is this argument an index (a SQLite file, or a file name ending in
+    .db, .sqlite or .sqlite3 that is not a folder) rather than a source?"""
+    if os.path.isdir(path):
+        return False
+    if path.endswith(DB_SUFFIXES):
+        return True
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(SQLITE_HEADER)) == SQLITE_HEADER
+    except OSError:
+        return False
+
+
+def index_argument(ctx, sources, db_path, watch):
+    """serve's arguments as (sources, db): without --watch the one argument
+    is the index (``serve sessions.db``); with it, the argument that names an
+    index is the index and the others are followed. An index named both
+    ways must be the same file."""
+    if watch:
+        named = [s for s in sources if names_index(s)]
+        sources = tuple(s for s in sources if s not in named)
+    else:
+        named, sources = list(sources), ()
+        if named and os.path.isdir(named[0]):
+            raise click.UsageError(f"{named[0]} is a folder: serve DB serves an index; "
+                                   "--watch follows folders")
+    if len(named) > 1:
+        raise click.UsageError("serve takes one index: " + ", ".join(named))
+    if not named:
+        return sources, db_path
+    explicit = ctx.get_parameter_source("db_path") == click.core.ParameterSource.COMMANDLINE
+    if explicit and os.path.abspath(named[0]) != os.path.abspath(db_path):
+        raise click.UsageError(f"two indexes named: {named[0]} and --db {db_path}")
+    return sources, named[0]
 
 
 @click.command()
-@click.argument("sources", nargs=-1, type=click.Path())
+@click.argument("args", nargs=-1, type=click.Path(), metavar="[DB] [SOURCES]...")
 @db_option
 @host_option
 @port_option
@@ -81,29 +124,30 @@ port_option = click.option("--port", default=DEFAULT_PORT, show_default=True, ty
               "JetStream server, as `ingest --from --watch` does (without SOURCES, only "
               "that: a fleet's central index).")
 @metrics_option
-def serve(sources, db_path, host, port, watch, config_dir, from_url, consumer, hosts, gap_wait,
+@click.pass_context
+def serve(ctx, args, db_path, host, port, watch, config_dir, from_url, consumer, hosts, gap_wait,
           metrics, **nats_auth):
     """Browse the index in Datasette, with the session pages.
 
-    Serves the live index (ingest may keep writing) with the metadata, canned
-    queries and plugins of this package: /-/session-health, and
-    /-/sessions/SESSION_ID for each session's record tree. Listens on
-    127.0.0.1 unless --host says otherwise.
+    Serves the live index DB (as `datasette serve DB` does; or --db) with the
+    metadata, canned queries and plugins of this package: /-/session-health,
+    and /-/sessions/SESSION_ID for each session's record tree. Ingest may keep
+    writing to it. Listens on 127.0.0.1 unless --host says otherwise.
 
     With --watch it is the one long-running process of a live index: it
     creates the index if needed, ingests SOURCES (default
     $CLAUDE_CONFIG_DIR/projects, else ~/.claude/projects) and follows them
-    while serving, logging as `ingest --watch` does. Exit 3 if the watcher
-    cannot go on.
+    while serving, logging as `ingest --watch` does; an argument that names
+    an index (a SQLite file, or a name ending in .db, .sqlite or .sqlite3) is
+    the index, the others are SOURCES. Exit 3 if the watcher cannot go on.
 
     Example:
 
     \b
-        session-index serve --db sessions.db --port 8001
-        session-index serve --watch --db sessions.db
+        session-index serve sessions.db -p 8001
+        session-index serve --watch sessions.db ~/.claude/projects
     """
-    if sources and not watch:
-        raise click.UsageError("SOURCES are followed only with --watch")
+    sources, db_path = index_argument(ctx, args, db_path, watch)
     if from_url and not watch:
         raise click.UsageError("--from is followed only with --watch")
     if hosts is not None and not from_url:
@@ -173,7 +217,9 @@ def demo(directory, no_serve, host, port):
     """Build a demo index with one example of every problem class, and serve it.
 
     The transcripts, execution logs and session references are made by the
-    package (nothing is read from ~/.claude). Prints the index's path.
+    package (nothing is read from ~/.claude). Prints the index's path. A
+    temporary folder is removed when the server stops (Ctrl-C); --dir and
+    --no-serve keep what they build.
 
     Example:
 
@@ -181,6 +227,7 @@ def demo(directory, no_serve, host, port):
         session-index demo --port 8001
         session-index demo --dir /tmp/si-demo --no-serve
     """
+    folder = None
     try:
         folder = demo_folder(directory)
         if not no_serve:
@@ -188,6 +235,14 @@ def demo(directory, no_serve, host, port):
         path = demo_data.build_demo(folder)
         click.echo(str(path))
         if not no_serve:
-            run_server(path, host, port)
+            # SIGINT or SIGTERM stop it (exit 0), so the folder goes with it.
+            code = service.serve_and_watch(path, host, port, None)
+            if code:
+                raise SystemExit(code)
     except WebError as exc:
         raise Failure(str(exc)) from None
+    finally:
+        # A temporary folder goes with the server (Ctrl-C, SIGTERM) or a
+        # failed build; --dir and --no-serve keep theirs for the user.
+        if folder is not None and directory is None and not no_serve:
+            shutil.rmtree(folder, ignore_errors=True)

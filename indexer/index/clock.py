@@ -15,3 +15,8 @@ def iso(ts: float) -> str:
     """A POSIX timestamp as the index stores a time."""
     return (datetime.fromtimestamp(ts, timezone.utc)
             .isoformat(timespec="milliseconds").replace("+00:00", "Z"))
+
+
+# The days of the week, Monday first (datetime.weekday()'s order): what
+# `usage weekly --start-of-week` names.
+WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")

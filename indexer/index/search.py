@@ -37,6 +37,7 @@ from datetime import datetime, timezone
 
 from indexer.index.clock import utcnow
 from indexer.sql import dict_rows, write_lock
+from indexer.signals import projects
 from indexer.transcripts import agents, codex, gemini
 from indexer.index.search_state import behind, state
 
@@ -402,7 +403,7 @@ FROM {table} JOIN search_text t ON t.key = {table}.rowid
   JOIN files f ON f.id = t.file_id
 WHERE {table} MATCH :match AND {table}.rowid >= :since_key
   AND (:session IS NULL OR t.session_id = :session)
-  AND (:project IS NULL OR f.project_dir = :project OR f.cwd = :project)
+  AND {project}
   AND (:typed IS NULL OR NOT EXISTS (SELECT 1 FROM json_each(:typed) p
                                      WHERE instr(lower(t.text), p.value) = 0))
   {also} {session}
@@ -417,7 +418,8 @@ SEARCH_SQL = {
     (table, also, session): SEARCH_TEMPLATE.format(
         table=f"search_{table}", tokens=SNIPPET_TOKENS[table],
         also=ALSO_SQL.format(table=f"search_{table}") if also else "",
-        session=SESSION_SQL.format(table=f"search_{table}") if session else "")
+        session=SESSION_SQL.format(table=f"search_{table}") if session else "",
+        project=projects.PROJECT_MATCH_TEMPLATE.format(dir="f.project_dir", cwd="f.cwd"))
     for table, also, session in ((WORDS, False, False), (CODE, False, False),
                                  (CODE, True, False), (CODE, False, True), (CODE, True, True))
 }
@@ -444,7 +446,8 @@ def search(db, query: str, *, session: str | None = None, project: str | None = 
     typed = typed_prefixes(query)
     params = {"match": compiled[CODE] if table == CODE else words,
               "also": words if table == CODE else None,
-              "session": session or None, "project": project or None, "limit": limit,
+              "session": session or None, "project": projects.project_value(project),
+              "limit": limit,
               "typed": json.dumps(typed) if typed else None,
               "since_key": (_ms(since) << KEY_SHIFT) if since else 0}
     sql = SEARCH_SQL[(table, table == CODE and words is not None,

@@ -4,6 +4,9 @@ call, views.USAGE_SQL), and set beside what Claude Code itself reported
 
 from __future__ import annotations
 
+import json
+
+from indexer.signals.listings import SESSION_TITLE_TEMPLATE
 from indexer.sql import dict_rows
 
 # What --by groups on: (the column it prints, its expression on the usage view).
@@ -29,6 +32,13 @@ WHERE coalesce(timestamp, '') >= :since
 {group_by}
 """.strip()
 
+# Each session's title (listings.SESSION_TITLE_TEMPLATE), project folder and
+# cwd, for the sessions in :ids (a JSON array).
+SESSION_FACTS_SQL = f"""
+SELECT s.session_id, {SESSION_TITLE_TEMPLATE.format(s="s")} AS title,
+  s.project_dir, s.cwd
+FROM sessions s WHERE s.session_id IN (SELECT value FROM json_each(:ids))
+""".strip()
 # Per session, the reported figures beside the index's (--by session).
 REPORTED_COLUMNS = ("cost_state_usd", "cost_state_difference_usd", "executions_usd",
                     "executions_difference_usd")
@@ -74,17 +84,29 @@ def summary_sql(by: str | None) -> str:
 def summary(db, by: str | None = None, since: str | None = None) -> list[dict]:
     """Calls, tokens by kind and cost, in total or per day/session/model/
     project, newest day or costliest group first. By session, each row also
-    has Claude Code's own figures for it and the differences (NULL where it
+    has the session's title and project folder, and Claude Code's own figures for it and the differences (NULL where it
     reported none)."""
     rows = dict_rows(db.conn, summary_sql(by), {"since": since or ""})
     if by is None and rows and not rows[0]["calls"]:
         return []
     if by == "session":
         reported = {r["session_id"]: r for r in dict_rows(db.conn, SESSION_REPORTED_SQL)}
-        for row in rows:
-            found = reported.get(row["session_id"], {})
-            row.update({c: found.get(c) for c in REPORTED_COLUMNS})
+        facts = session_facts(db, [r["session_id"] for r in rows])
+        for i, row in enumerate(rows):
+            found, fact = reported.get(row["session_id"], {}), facts.get(row["session_id"], {})
+            rows[i] = {"session_id": row["session_id"], "title": fact.get("title"),
+                       "project": fact.get("project_dir"), **row}
+            rows[i].update({c: found.get(c) for c in REPORTED_COLUMNS})
     return rows
+
+
+def session_facts(db, session_ids) -> dict:
+    """Each session's title (on one line), project folder and cwd, by id."""
+    rows = dict_rows(db.conn, SESSION_FACTS_SQL, {"ids": json.dumps([s for s in session_ids
+                                                                      if s])})
+    for r in rows:
+        r["title"] = " ".join(r["title"].split()) if r["title"] else r["title"]
+    return {r["session_id"]: r for r in rows}
 
 
 def comparison(db, since: str | None = None) -> dict:
@@ -98,7 +120,8 @@ def comparison_lines(found: dict) -> list[str]:
     lines = []
     for key, what in (("cost_state", "cost-state records"),
                       ("executions", "claude -p results (total_cost_usd)")):
-        if found[f"{key}_sessions"]:
+        # (a figure of $0 against $0 says nothing: not printed)
+        if found[f"{key}_sessions"] and (found[f"{key}_usd"] or found[f"{key}_index_usd"]):
             lines.append(
                 f"{what}: ${found[f'{key}_usd']:.6f} over {found[f'{key}_sessions']} "
                 f"sessions; the index computes ${found[f'{key}_index_usd']:.6f} for them "

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from typing import Callable
 
 from indexer.ingest import derive_worker, sidecars
+from indexer.ingest.log import counted
 from indexer.transcripts import agents, discover, retention
 from indexer.index import generations, record_kinds, search_state, views
 from indexer.index.clock import iso, utcnow
@@ -82,16 +83,17 @@ class Summary:
 
     COUNTS = ("files", "changed_files", "skipped_files", "not_regular_files", "deleted_files",
               "rewritten_files", "new_lines", "new_records", "bad_lines", "bytes_read")
-    __slots__ = COUNTS + ("seconds", "errors", "warnings")
+    __slots__ = COUNTS + ("seconds", "errors", "warnings", "changed")
 
     def __init__(self):
         for name in self.COUNTS:
             setattr(self, name, 0)
         self.seconds = 0.0
         self.errors, self.warnings = [], []
+        self.changed = []   # (path, session id or None) of each changed file, for the watch log
 
     def as_dict(self) -> dict:
-        d = {name: getattr(self, name) for name in self.__slots__}
+        d = {name: getattr(self, name) for name in self.__slots__ if name != "changed"}
         d["seconds"] = round(self.seconds, 3)
         return d
 
@@ -350,6 +352,7 @@ def _ingest_files(writer: _Writer, work: list[tuple], summary: Summary) -> None:
             try:
                 if _ingest_file(writer, cand, row, st, summary):
                     summary.changed_files += 1
+                    summary.changed.append((cand.path, cand.session_id))
             except OSError as exc:
                 summary.errors.append(f"{cand.path}: {exc.strerror or exc}")
             except Overtaken:
@@ -427,11 +430,12 @@ def report(summary: Summary, as_json: bool, out, err, style=lambda text: text,
         return
     d = summary
     out.write(
-        f"{d.files} files ({d.changed_files} changed, {d.deleted_files} newly deleted, "
-        f"{d.rewritten_files} rewritten, {d.skipped_files} not transcripts): "
-        f"{d.new_records} new records, {d.bad_lines} bad lines, "
-        f"{d.bytes_read:,} bytes read in {d.seconds:.2f}s"
-        + (f"; {d.not_regular_files} not regular files skipped" if d.not_regular_files else "")
+        f"{counted(d.files, 'file')} ({d.changed_files:,} changed, {d.deleted_files:,} newly "
+        f"deleted, {d.rewritten_files:,} rewritten, {d.skipped_files:,} not transcripts): "
+        f"{counted(d.new_records, 'new record')}, {counted(d.bad_lines, 'bad line')}, "
+        f"{counted(d.bytes_read, 'byte')} read in {d.seconds:.2f}s"
+        + (f"; {counted(d.not_regular_files, 'not regular file')} skipped"
+           if d.not_regular_files else "")
         + (f"; index {os.path.abspath(db_path)}" if db_path is not None else "")
         + "\n")
 

@@ -408,7 +408,7 @@ def quarantine(conn, message: Incoming, reason: str, now: str) -> int:
 def _usable(message: Incoming, hosts: set[str] | None) -> tuple[dict, bytes]:
     """The message's (header, body) when the central may store it; BadMessage
     (the reason) when not: not a shipper's message, a subject that is not its
-    host's (a host's credentials allow it its own subject only: README), a
+    host's (a host's credentials allow it its own subject only: docs/guides/fleet.md), a
     message id that is not its own, a host this central does not take."""
     header, body = fleet_wire.decode(message.data)
     expected = fleet_wire.subject(header["host"], header["kind"])

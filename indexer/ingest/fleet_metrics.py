@@ -17,6 +17,8 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from indexer.ingest.extras import install_hint
+
 # A process whose loop (a batch, a fetch that waited, a shipper's pass) last
 # went round longer ago than this is not healthy.
 HEALTHY_WITHIN_S = 30.0
@@ -76,8 +78,8 @@ def _client():
     try:
         import prometheus_client   # (the fleet extra: only with --metrics)
     except ImportError:
-        raise MetricsError("--metrics needs prometheus-client: pip install "
-                           "'session-index[fleet]'") from None
+        raise MetricsError(f"--metrics needs prometheus-client: {install_hint('fleet')}") \
+            from None
     return prometheus_client
 
 

@@ -11,6 +11,7 @@ import logging
 import signal
 
 from indexer.ingest import fleet_wire
+from indexer.ingest.extras import install_hint
 
 # The hosts' heartbeats: one key per host, its last value only.
 HEARTBEAT_BUCKET = "session_index_hosts"
@@ -47,8 +48,7 @@ def client():
     try:
         import nats   # (nats-py: the optional fleet extra)
     except ImportError:
-        raise FleetError("the NATS client is not installed: pip install 'session-index[fleet]'") \
-            from None
+        raise FleetError(f"the NATS client is not installed: {install_hint('fleet')}") from None
     return nats
 
 
@@ -94,8 +94,8 @@ async def connect(options: ConnectOptions, *, name: str, follow: bool = False,
         try:
             import nkeys  # noqa: F401  (nats-py signs the server's nonce with it)
         except ImportError:
-            raise FleetError("--creds needs the nkeys package: pip install "
-                             "'session-index[fleet]'") from None
+            raise FleetError(f"--creds needs the nkeys package: {install_hint('fleet')}") \
+                from None
         kwargs["user_credentials"] = options.creds
     if options.tls_ca or options.url.startswith("tls://"):
         logging.getLogger("asyncio").addFilter(_QUIET_SSL_EOF)

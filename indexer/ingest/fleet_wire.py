@@ -43,7 +43,7 @@ STREAM = "SESSION_INDEX"
 SUBJECT_PREFIX = "session-index"
 STREAM_SUBJECTS = [SUBJECT_PREFIX + ".>"]
 # How long the stream keeps a message (a stream made by ship or ingest
-# --from; README: durability): a week, then the oldest go first.
+# --from; docs/guides/fleet.md: durability): a week, then the oldest go first.
 STREAM_MAX_AGE_S = 7 * 86400
 # How long JetStream remembers a message id to drop its re-send.
 DUPLICATE_WINDOW_S = 600

@@ -17,3 +17,9 @@ def stderr_line(line: str) -> None:
         sys.stderr.flush()
     except (AttributeError, OSError, ValueError):   # None, ENOSPC/EPIPE, closed
         pass
+
+
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """``n`` and its noun, singular for exactly one: "1 file", "3 files"
+    (``plural``: when it is not the noun and an s)."""
+    return f"{n:,} {noun if n == 1 else (plural or noun + 's')}"

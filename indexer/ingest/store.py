@@ -55,6 +55,7 @@ from urllib.parse import quote
 
 import msgspec
 
+from indexer.ingest.extras import install_hint
 from indexer.ingest import derive
 from indexer.index import record_kinds, search, views
 from indexer.index.db import OpenedFile, open_db
@@ -405,7 +406,7 @@ class _Backend:
                 summary = self._refold(file_id, project_key, session_id)
                 if summary is None:
                     raise StoreError("session summaries need claude-agent-sdk "
-                                     "(pip install 'session-index[store]')")
+                                     f"({install_hint('store')})")
             out.append({"session_id": session_id, "mtime": mtime, "data": json.loads(summary)})
         return out
 

@@ -30,7 +30,7 @@ An index file deleted or replaced while the watcher runs stops it
 its connection would otherwise write into the unlinked file.
 
 The log goes to stderr, one line each, never a traceback (formats in
-LOG_FORMATS below and in the README). An error on one file, or a failed
+LOG_FORMATS below and in docs/guides/agent-server.md). An error on one file, or a failed
 batch, is logged and the watcher goes on (a failed batch is retried with a
 growing delay).
 """
@@ -49,7 +49,7 @@ from indexer.index.clock import utcnow
 from indexer.index.connection import IndexError_
 from indexer.transcripts import discover
 from indexer.ingest import files as ingestmod, sidecars
-from indexer.ingest.log import stderr_line
+from indexer.ingest.log import counted, stderr_line
 
 # Group notifications for at most this long, and yield once this long passes
 # without a new one: a write is seen after about STEP_MS, at most DEBOUNCE_MS.
@@ -69,8 +69,8 @@ RETRY_SECONDS, MAX_RETRY_SECONDS = 1.0, 60.0
 # The log's lines (after an ISO-8601 UTC time and a space).
 LOG_FORMATS = {
     "watching": "watching {sources} ({mode})",
-    "batch": ("ingest: {files} files ({changed} changed, {deleted} deleted, {rewritten} "
-              "rewritten), {new_lines} new lines, {seconds:.3f}s"),
+    "batch": ("ingest: {files} ({changed} changed, {deleted} deleted, {rewritten} "
+              "rewritten), {new_lines}, {seconds:.3f}s{named}"),
     "error": "error: {message}",
     "warning": "warning: {message}",
     "unwritten": "warning: unwritten transcript {session_id} ({cause}): {reason}",
@@ -101,6 +101,19 @@ def default_sources(sources, config_dir=None) -> list[str]:
         return discover.default_sources(sources, config_dir)
     except discover.NoProjectsFolder as exc:
         raise WatchError(str(exc)) from None
+
+
+NAMED_FILES = 3   # the changed files a batch's log line names; the rest are counted
+
+
+def named_files(changed: list[tuple]) -> str:
+    """The batch line's tail: ": PATH (session ID), ..." for the first
+    NAMED_FILES changed files, "and N more" for the others; none: ""."""
+    if not changed:
+        return ""
+    named = [path + (f" (session {sid})" if sid else "") for path, sid in changed[:NAMED_FILES]]
+    more = len(changed) - NAMED_FILES
+    return ": " + ", ".join(named) + (f" and {more:,} more" if more > 0 else "")
 
 
 def stderr_log(line: str) -> None:
@@ -352,9 +365,10 @@ class Watcher:
             self.retry_delay = min(self.retry_delay * 2, MAX_RETRY_SECONDS)
             return
         self.retry_delay = RETRY_SECONDS
-        self._say("batch", files=summary.files, changed=summary.changed_files,
+        self._say("batch", files=counted(summary.files, "file"), changed=summary.changed_files,
                   deleted=summary.deleted_files, rewritten=summary.rewritten_files,
-                  new_lines=summary.new_lines, seconds=summary.seconds)
+                  new_lines=counted(summary.new_lines, "new line"), seconds=summary.seconds,
+                  named=named_files(summary.changed))
         failed = {error.rsplit(": ", 1)[0]: error for error in summary.errors}
         for path, error in failed.items():
             if self.last_errors.get(path) != error:

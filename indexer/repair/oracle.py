@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from indexer.ingest.extras import install_hint
+
 PING = "session-index-oracle-ping"
 REPLY = "pong"
 RUN_TIMEOUT = 120
@@ -57,7 +59,7 @@ def find_claude(explicit: str | None = None) -> str:
             return str(bundled)
     raise NoClaudeBinary(
         "no Claude Code binary: put `claude` on PATH, pass --claude PATH, "
-        "or pip install claude-agent-sdk")
+        f"or {install_hint('verify')} (it bundles one)")
 
 
 def claude_version(binary: str) -> str:

@@ -16,8 +16,8 @@ surfaces are generated from these declarations and never restate them:
 
 The file is one block per class (its SQL, its view, its canned query, its
 declaration), then CLASSES, every class in the health page's order. Adding a
-class is one block here, its name in CLASSES, and its tests (README,
-"Contributing"); tests/test_classes.py fails for a class that is declared
+class is one block here, its name in CLASSES, and its tests (docs/contributing.md,
+"Adding a problem class"); tests/test_classes.py fails for a class that is declared
 for a surface and missing from it.
 
 This module sits below the index (the view registry imports it): it imports
@@ -83,13 +83,15 @@ class Param(namedtuple("Param", "name type default help metavar", defaults=(None
         return "--" + self.name.replace("_", "-")
 
 
-class Listing(namedtuple("Listing", "command summary example order_by where now args params",
-                         defaults=("", False, {}, ()))):
+class Listing(namedtuple("Listing", "command summary example order_by where now args params "
+                                    "columns", defaults=("", False, {}, (), ()))):
     """A listing command: ``SELECT * FROM <the view> [WHERE where] ORDER BY
     order_by``; with ``args``, from the view's template filled with them
     instead (``:now``, ``:days``: answered at --now, given with ``now``).
     ``summary`` says what it lists, ``example`` is a command line (its
-    --help: listing_help); ``params`` are its other options (Param)."""
+    --help: listing_help); ``params`` are its other options (Param);
+    ``columns`` the ones an operator reads (``--table``; blank: all), the
+    view's others being for ``--all``, ``--columns`` and the machine formats."""
 
     __slots__ = ()
 
@@ -350,6 +352,7 @@ POISONED = ProblemClass(
         "the next resume fails with the previous_message_id 400) or failed resumes of "
         "that kind.",
         "session-index poisoned --json",
+        columns=("session_id", "at_resume_tail", "synthetic_on_chain", "failed_resumes", "last_seen"),
         order_by="at_resume_tail DESC, last_seen DESC"),
     query=CannedQuery("poisoned", "Poisoned sessions",
                       "Sessions whose resume fails with the previous_message_id 400.",
@@ -447,6 +450,7 @@ WEDGED = ProblemClass(
         "resume: the session is wedged; else that version drops every thinking block and "
         "the resume loses the thinking).",
         "session-index wedged --json",
+        columns=("session_id", "fault", "block", "model", "resumer_version", "stuck", "last_seen"),
         order_by="stuck DESC, last_seen DESC, session_id, line_no, block", where="latest"),
     query=CannedQuery("wedged", "Wedged sessions",
                       "Thinking blocks the API refuses in the latest assistant message, the "
@@ -657,6 +661,7 @@ FAILED = ProblemClass(
         "those a parser reading `result` records as success (an empty result with the "
         "message in errors[], or subtype success with is_error).",
         "session-index failed --json",
+        columns=("session_id", "error_class", "error_message", "subtype", "num_turns", "log_mtime"),
         order_by="log_mtime DESC, line_no DESC"),
     query=CannedQuery("failed_runs", "Failed executions",
                       "claude -p runs that failed, including ones reported as success.",
@@ -759,6 +764,7 @@ STALE = ProblemClass(
         "resume cannot use: never_indexed, deleted, unopenable (no file a resume opens: "
         "none named SESSION_ID.jsonl with a message), or expired.",
         "session-index stale --now 2026-12-01T00:00:00Z",
+        columns=("session_id", "reason", "refs", "last_execution_class", "path"),
         order_by="reason, session_id", now=True, args={"now": ":now"}),
     query=CannedQuery("stale_refs", "Stale session references",
                       "Session ids applications hold that a resume cannot use.",
@@ -839,6 +845,7 @@ EXPIRING = ProblemClass(
         "Transcripts Claude Code's cleanup will delete within --days, has already made "
         "due (expired, still on disk), or deleted (kept in the index).",
         "session-index expiring --days 7 --json",
+        columns=("session_id", "status", "days_left", "expires_at", "kind", "path"),
         order_by="days_left IS NULL, days_left, path", now=True,
         args={"now": ":now", "window": ":days"},
         params=(Param("days", float, EXPIRING_WINDOW_DAYS,
@@ -980,6 +987,7 @@ COMPACTIONS = ProblemClass(
         "(compact_boundary records), the most compacted first: each compaction replaces "
         "the conversation before it with a summary.",
         "session-index compactions --more-than 20 --table",
+        columns=("session_id", "compactions", "first_compaction_at", "last_compaction_at"),
         order_by="compactions DESC, session_id", where="compactions > :more_than",
         params=(Param("more_than", int, COMPACTIONS_MORE_THAN,
                       "List sessions compacted more than this many times.", "N"),)),
@@ -1043,6 +1051,7 @@ COMPACTION_AUDIT = ProblemClass(
         "(anthropics/claude-code#92089, #46603); the compaction_segments view holds every "
         "compaction.",
         "session-index compaction-segments --json",
+        columns=("session_id", "position", "compacted_at", "lost", "truncated", "preserved_finding"),
         order_by="truncated IS NULL, session_id, position", where=_SEGMENT_FINDING),
     query=CannedQuery("compaction_findings", "Compactions with a finding",
                       "Compactions where a resume loses conversation, a preservedSegment link "
@@ -1114,6 +1123,7 @@ UNWRITTEN = ProblemClass(
         "stopped (prompts or tool results after its newest record), or a husk (deleted "
         "while its folder's tool results survive).",
         "session-index unwritten --json",
+        columns=("session_id", "cause", "project", "last_prompt_at", "last_sidecar_at", "reason"),
         order_by="evidence_at DESC, session_id", now=True, args={"now": ":now"}),
     query=CannedQuery("unwritten", "Transcripts never written or stopped",
                       "Sessions that ran while Claude Code wrote no transcript of them.",
@@ -1176,6 +1186,7 @@ FORKS = ProblemClass(
         "desktop forks whose copies keep the parent's sessionId) with their parent, and empty "
         "forks holding only title rows.",
         "session-index forks --json",
+        columns=("session_id", "kind", "parent_session_id", "forked_at", "records"),
         order_by="kind = 'empty' DESC, forked_at DESC, session_id"),
     query=CannedQuery("forks", "Forks and their parents",
                       "Transcripts copied from another session, and empty forks; "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from indexer.signals import classes, verdict as verdicts
+from indexer.signals import classes, projects, verdict as verdicts
 from indexer.transcripts.agents import OTHER_AGENTS_SQL
 from indexer.sql import dict_rows
 
@@ -63,10 +63,10 @@ SESSION_TITLE_TEMPLATE = """coalesce(
 # session-index sessions: the most recently active first.
 # (title, project, activity and records beside the verdict: state is the
 # verdict's former name, kept for the scripts that read it).
-_RECENT_SESSIONS_TEMPLATE = """
+_RECENT_SESSIONS_TEMPLATE = f"""
   SELECT s.* FROM sessions s
-  WHERE (:project = '' OR s.project_dir = :project OR s.cwd = :project)
-    AND coalesce(s.last_timestamp, '') >= :since{agents}
+  WHERE {projects.PROJECT_MATCH_TEMPLATE.format(dir="s.project_dir", cwd="s.cwd")}
+    AND coalesce(s.last_timestamp, '') >= :since{{agents}}
   ORDER BY s.last_timestamp DESC, s.session_id
   LIMIT :limit"""
 _RECENT_SESSIONS = _RECENT_SESSIONS_TEMPLATE.format(agents="")
@@ -86,10 +86,14 @@ ORDER BY s.last_timestamp DESC, s.session_id
 """.strip()
 
 
+# The columns of `sessions` an operator reads (--table; --all for the rest).
+SESSIONS_SHOWN = ("session_id", "title", "last_activity", "records", "verdict", "cause")
+
+
 def sessions_params(project: str | None = None, since: str | None = None,
                     limit: int = 50) -> dict:
     """SESSIONS_SQL's parameters (blank: any project, any time)."""
-    return {"project": project or "", "since": iso_now(since) if since else "", "limit": limit}
+    return {"project": projects.project_value(project), "since": iso_now(since) if since else "", "limit": limit}
 
 
 def sessions(db, project: str | None = None, since: str | None = None,

@@ -1,7 +1,7 @@
 """Gemini CLI chats: ``~/.gemini/tmp/<project>/chats/session-<time>-<id>.jsonl``
 (``<project>`` the sha256 of the project's path in older CLIs, a short
 name from ``~/.gemini/projects.json`` in newer ones). The append-only
-``.jsonl`` form (the CLIs from about 0.40 on: 0.57 and 0.61 write it) has
+``.jsonl`` form (0.57 and 0.61 write it; 0.30 writes the ``.json`` one) has
 three kinds of line: a header ``{"sessionId", "projectHash", "startTime",
 "lastUpdated", "kind"}`` (written again when the session is resumed),
 mutation records ``{"$set": {...}}`` (``messages`` sets the whole list, as
