@@ -391,6 +391,9 @@ def test_ingest_reads_the_agents_folders_by_default(tmp_path, monkeypatch):
     ($CLAUDE_CONFIG_DIR, --config-dir) is read alone."""
     home = tmp_path / "home"
     shutil.copytree(CODEX / "sessions", tmp_path / "codex-home" / "sessions")
+    archived = tmp_path / "codex-home" / "archived_sessions"   # (`codex archive` moves one there)
+    archived.mkdir()
+    shutil.copy(_rollouts(CODEX_OLD)[0], archived)
     shutil.copytree(GEMINI / "tmp", home / ".gemini" / "tmp")
     (home / ".claude" / "projects").mkdir(parents=True)
     monkeypatch.setenv("CODEX_HOME", str(tmp_path / "codex-home"))
@@ -399,12 +402,12 @@ def test_ingest_reads_the_agents_folders_by_default(tmp_path, monkeypatch):
     monkeypatch.delenv("CLAUDE_CONFIG_DIR", raising=False)
     assert discover.default_sources([]) == [
         str(home / ".claude" / "projects"), str(tmp_path / "codex-home" / "sessions"),
-        str(home / ".gemini" / "tmp")]
+        str(archived), str(home / ".gemini" / "tmp")]
     db_path = tmp_path / "i.db"
     _run("ingest", "--db", db_path)
     agents_of = dict(open_index(str(db_path)).conn.execute(
         "SELECT agent, count(*) FROM files GROUP BY agent"))
-    assert agents_of == {"codex": 4, "gemini": 1}
+    assert agents_of == {"codex": 5, "gemini": 1}
     # a config dir named: its projects folder alone
     assert discover.default_sources([], str(home / ".claude")) == [
         str(home / ".claude" / "projects")]

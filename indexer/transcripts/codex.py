@@ -74,10 +74,11 @@ def is_rollout_head(value: dict) -> bool:
         and isinstance(payload.get("id"), str)
 
 
-def default_folder() -> str:
-    """Where the Codex CLI writes its rollouts: $CODEX_HOME/sessions, else ~/.codex/sessions."""
+def default_folders() -> list[str]:
+    """Where the Codex CLI keeps its rollouts: $CODEX_HOME (else ~/.codex)
+    /sessions, and /archived_sessions, where `codex archive` moves them."""
     home = os.environ.get("CODEX_HOME") or os.path.join(os.path.expanduser("~"), ".codex")
-    return os.path.join(home, "sessions")
+    return [os.path.join(home, "sessions"), os.path.join(home, "archived_sessions")]
 
 
 def _usage(u) -> dict:

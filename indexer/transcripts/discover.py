@@ -7,7 +7,7 @@ import os
 import re
 from collections import namedtuple
 
-from indexer.transcripts.codex import default_folder as codex_folder, is_rollout_head
+from indexer.transcripts.codex import default_folders as codex_folders, is_rollout_head
 from indexer.transcripts.gemini import default_folder as gemini_folder, is_chat_head, \
     is_json_chat
 from indexer.transcripts.retention import config_dirs
@@ -40,8 +40,8 @@ def default_sources(sources, config_dir=None) -> list[str]:
     those of every config dir (retention.config_dirs) and, when neither
     ``config_dir`` nor $CLAUDE_CONFIG_DIR names one and a projects folder
     exists, the Codex CLI's and Gemini CLI's session folders that exist
-    ($CODEX_HOME/sessions or ~/.codex/sessions; ~/.gemini/tmp): what ingest
-    reads by default."""
+    ($CODEX_HOME, else ~/.codex: sessions/ and archived_sessions/;
+    ~/.gemini/tmp): what ingest reads by default."""
     if sources:
         return [os.fspath(s) for s in sources]
     candidates = [os.path.join(d, "projects") for d in ([config_dir] if config_dir
@@ -50,7 +50,7 @@ def default_sources(sources, config_dir=None) -> list[str]:
     if found and not config_dir and not os.environ.get("CLAUDE_CONFIG_DIR"):
         # and the other agents' folders that exist (agents.py), beside Claude
         # Code's own default ones (a config dir named: its projects/ alone)
-        found += [p for p in (codex_folder(), gemini_folder()) if os.path.isdir(p)]
+        found += [p for p in (*codex_folders(), gemini_folder()) if os.path.isdir(p)]
     if not found:
         raise NoProjectsFolder(f"{' or '.join(candidates)} does not exist: name the transcript "
                                "folders to index")
