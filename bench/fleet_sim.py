@@ -3,7 +3,7 @@
     python bench/fleet_sim.py [--hosts 20] [--sessions 5] [--seconds 60] [--rate 0.26]
                               [--outage 60] [--workdir DIR]
     python bench/fleet_sim.py --generate 10000 [--sessions 1] [--rate 0.26]
-                              [--lines-per-message 1] [--seconds 60]
+                              [--lines-per-message 1[,50]] [--seconds 60] [--profile FILE]
 
 Starts ``nats-server -js`` on a loopback port and one central ``session-index ingest
 --from --watch``. By default: --hosts folders of --sessions live transcripts each, one
@@ -20,7 +20,11 @@ until it has caught up), writing stopped, and a final count.
 With --generate N, no files and no shippers: a load generator in this process publishes
 the wire format (fleet_wire) for N hosts of --sessions sessions each at --rate lines/s a
 session, --lines-per-message lines a message (a shipper's batching), so that the central
-is measured alone; no outage phase.
+is measured alone; no outage phase. Several --lines-per-message values (1,50) run one
+after the other, each with its own server and index, and the last line gives the
+central's CPU per line at each and their ratio (measured in one invocation, under the
+same load on the machine: compare ratios, not absolute figures, on a shared machine).
+--profile FILE runs the central under cProfile (FILE.N, N the lines a message).
 
 Prints: lines/s and MB/s written; p50/p99 lag from a line's write to its row in the
 central index (a reader polls the index every 50 ms); the central's CPU per line stored in
@@ -191,9 +195,8 @@ class Generator(threading.Thread):
                 continue
             next_at += self.rng.expovariate(rate)
             delay = next_at - time.monotonic()
-            if delay > 0:
-                await nc.flush()
-                await asyncio.sleep(delay)
+            if delay > 0:   # (no flush here: a round trip to the server per message
+                await asyncio.sleep(delay)   # capped the generator near 1,000 messages/s)
             entry = self.rng.choice(self.files)
             host, path, sid, parent, state, offset, line = entry
             now, lines = time.time(), []
@@ -283,13 +286,32 @@ def main():
     ap.add_argument("--outage", type=int, default=60)
     ap.add_argument("--generate", type=int, default=0, metavar="HOSTS",
                     help="no files or shippers: publish the wire format for HOSTS hosts")
-    ap.add_argument("--lines-per-message", type=int, default=1,
-                    help="with --generate: lines a message")
+    ap.add_argument("--lines-per-message", default="1",
+                    help="with --generate: lines a message; several (1,50): a run each, one "
+                         "after the other, and the ratio of the central's CPU per line")
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--profile", default=None, metavar="FILE",
+                    help="run the central under cProfile, its stats written to FILE.N "
+                         "(N: lines a message)")
     args = ap.parse_args()
+    batchings = [int(n) for n in args.lines_per_message.split(",")]
+    if not args.generate and batchings != [1]:
+        ap.error("--lines-per-message is for --generate")
+    per_line = {n: simulate(args, n) for n in batchings}
+    if len(per_line) > 1:
+        low, high = min(per_line.values()), max(per_line.values())
+        print("central CPU per line: " + ", ".join(
+            f"{per_line[n]:.3f} ms at {n} lines a message" for n in batchings)
+            + f"; highest/lowest {high / low:.2f}x; load {os.getloadavg()[0]:.1f}")
+
+
+def simulate(args, per_message: int) -> float:
+    """One run (a work dir, nats-server and central of its own); prints its
+    figures and returns the central's CPU per line stored (ms)."""
     nats_server = shutil.which("nats-server") or "/usr/sbin/nats-server"
-    root = Path(args.workdir or tempfile.mkdtemp(prefix="fleet-sim-"))
+    root = Path(f"{args.workdir}-{per_message}" if args.workdir
+                else tempfile.mkdtemp(prefix="fleet-sim-"))
     if root.exists() and args.workdir:
         shutil.rmtree(root)
     root.mkdir(parents=True, exist_ok=True)
@@ -317,7 +339,7 @@ def main():
                 time.sleep(0.05)
         if args.generate:
             writer = Generator(url, args.generate, args.sessions, args.rate,
-                               args.lines_per_message, args.seed)
+                               per_message, args.seed)
         else:
             writer = Writer(root, args.hosts, args.sessions, args.rate, args.seed)
         writer.start()
@@ -325,7 +347,9 @@ def main():
             for h in range(args.hosts):
                 spawn([*CLI, "ship", root / f"host-{h:02d}", "--to", url, "--host",
                        f"host-{h:02d}", "--ledger", root / f"ledger-{h:02d}.db"])
-        central = spawn([*CLI, "ingest", "--from", url, "--watch", "--db", db])
+        profiled = [sys.executable, "-m", "cProfile", "-o", f"{args.profile}.{per_message}",
+                    "-m", "indexer"] if args.profile else CLI
+        central = spawn([*profiled, "ingest", "--from", url, "--watch", "--db", db])
         probe = LagProbe(str(db))
         probe.start()
         writer.running.set()
@@ -373,7 +397,7 @@ def main():
                 p.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 p.kill()
-    mode = (f"load generator: {args.generate} hosts, {args.lines_per_message} lines a message"
+    mode = (f"load generator: {args.generate} hosts, {per_message} lines a message"
             if args.generate else f"{args.hosts} hosts with a shipper each")
     print(f"fleet_sim: {mode}; {hosts * args.sessions} sessions at {args.rate} lines/s each, "
           f"{args.seconds} s steady" + ("" if args.generate else
@@ -396,7 +420,8 @@ def main():
     print(f"lines written        {total_lines:10d} ({total_bytes / MB:.1f} MB)")
     print(f"rows stored          {stored:10d} ({distinct} distinct (file, offset)); "
           f"{'nothing lost or doubled' if stored == distinct == total_lines else 'MISMATCH'}")
-    print(f"\ntotal {time.perf_counter() - started:.0f} s; work dir {root}")
+    print(f"\ntotal {time.perf_counter() - started:.0f} s; work dir {root}\n")
+    return cpu / stored_steady * 1000 if stored_steady else float("nan")
 
 
 if __name__ == "__main__":

@@ -7,9 +7,10 @@ rendering, the SQL functions and the canned queries; ``session-index serve``
 is the same Datasette with the package's metadata (descriptions, facets).
 The core (``indexer``) never imports it."""
 
-from session_index_web.hooks import (canned_queries, extra_css_urls, menu_links,
-                                     permission_allowed, prepare_connection,
-                                     register_routes, render_cell)
+from session_index_web.hooks import (canned_queries, extra_css_urls, extra_template_vars,
+                                     menu_links, permission_allowed, prepare_connection,
+                                     prepare_jinja2_environment, register_routes, render_cell)
 
-__all__ = ["canned_queries", "extra_css_urls", "menu_links", "permission_allowed",
-           "prepare_connection", "register_routes", "render_cell"]
+__all__ = ["canned_queries", "extra_css_urls", "extra_template_vars", "menu_links",
+           "permission_allowed", "prepare_connection", "prepare_jinja2_environment",
+           "register_routes", "render_cell"]

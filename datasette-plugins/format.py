@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import datetime, timezone
 from urllib.parse import quote
 
 from markupsafe import Markup
@@ -25,6 +26,7 @@ CAUSE_COLOURS = {
     "parallel_tool_branch": "#ef6c00",
     "put_back_with_result": "#f9a825",
     "late_graft": "#d84315",
+    "concurrent_resume": "#00838f",
     "abandoned_branch": "#6a1b9a",
     "dangling_parent": "#ad1457",
     "unlinked": "#4e342e",
@@ -197,3 +199,39 @@ def session_path(session_id: str) -> str:
 def css_class(word, known) -> str:
     """A CSS class suffix for a word from a view, only if it is a known word."""
     return word if word in known else "unknown"
+
+
+_AGO_UNITS = ((365 * 86400, "year"), (30 * 86400, "month"), (7 * 86400, "week"),
+              (86400, "day"), (3600, "hour"), (60, "minute"), (1, "second"))
+
+
+def relative_time(iso: str | None, now: datetime | None = None) -> str:
+    """An ISO-8601 time as '3 hours ago' (or 'in 2 days') from ``now`` (the
+    clock): the largest whole unit; '' for what is not a time."""
+    if not iso:
+        return ""
+    try:
+        moment = datetime.fromisoformat(str(iso).replace("Z", "+00:00"))
+    except ValueError:
+        return ""
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    seconds = int(((now or datetime.now(timezone.utc)) - moment).total_seconds())
+    if abs(seconds) < 1:
+        return "just now"
+    size, unit = next((s, u) for s, u in _AGO_UNITS if abs(seconds) >= s)
+    n = abs(seconds) // size
+    words = f"{n} {unit}{'' if n == 1 else 's'}"
+    return f"{words} ago" if seconds > 0 else f"in {words}"
+
+
+def when(iso: str | None, now: datetime | None = None) -> Markup:
+    """A stored time as the pages show it: the ISO time as stored, and
+    beside it how long ago that was (``relative_time``)."""
+    if not iso:
+        return Markup("")
+    ago = relative_time(iso, now)
+    if not ago:
+        return Markup("{}").format(iso)
+    return Markup('<time datetime="{}">{}</time> <span class="si-ago">({})</span>').format(
+        iso, iso, ago)

@@ -6,10 +6,14 @@ SQL functions for the pages and operators' own queries:
 is_synthetic(type, model) and json_excerpt(raw, length) (format.py).
 Everything acts only in databases that are session indexes."""
 
+import sqlite3
+
 from datasette import hookimpl
 
+from indexer.index import search
+from indexer.signals.listings import plain_title
 from session_index_web import cells, metadata as web_metadata, pages as web_pages
-from session_index_web.format import is_synthetic, json_excerpt
+from session_index_web.format import is_synthetic, json_excerpt, relative_time, when
 
 
 @hookimpl
@@ -21,6 +25,10 @@ def register_routes():
         (r"^/-/session-record/(?P<record_id>[0-9]+)$", web_pages.record_raw),
         (r"^/-/session-download/(?P<file_id>[0-9]+)/(?P<which>original|repaired)$",
          web_pages.download),
+        (r"^/$", web_pages.index_page),
+        (r"^/-/charts$", web_pages.charts_page),
+        (r"^/-/charts/(?P<name>[^/]+)$", web_pages.charts_page),
+        (r"^/-/search$", web_pages.search_page),
     ]
 
 
@@ -72,6 +80,42 @@ def render_cell(row, value, column, table, database, datasette):
 
 
 @hookimpl
-def prepare_connection(conn):
+def prepare_jinja2_environment(env):
+    """The pages' filters: a session title as a person reads it (markup
+    stripped) and a stored time with how long ago it was."""
+    env.filters["si_title"] = plain_title
+    env.filters["si_when"] = when
+    env.filters["si_ago"] = relative_time
+
+
+@hookimpl
+def extra_template_vars(database, request, datasette):
+    """Every page of a Datasette with a session index: the global search
+    box's target (templates/base.html) and, on a session index's table or
+    view page, that its descriptions fold away (templates/table.html)."""
+    async def inner():
+        names = [n for n in datasette.databases
+                 if await web_pages.is_session_index(datasette, n)]
+        if not names:
+            return {}
+        target = database if database in names else names[0]
+        return {"si_search_url": datasette.urls.path("/-/search"),
+                "si_search_database": target,
+                # the query as search reads it (a NUL is a space, at most
+                # MAX_QUERY_CHARS): a hostile ?q= is not echoed whole
+                "si_search_q": search.clean_query(request.args.get("q") or "")[
+                    :search.MAX_QUERY_CHARS] if request is not None else "",
+                "si_index": database in names}
+
+    return inner
+
+
+@hookimpl
+def prepare_connection(conn, database, datasette):
     conn.create_function("is_synthetic", 2, is_synthetic, deterministic=True)
     conn.create_function("json_excerpt", 2, json_excerpt, deterministic=True)
+    config = datasette.plugin_config(web_metadata.PLUGIN, database=database) or {}
+    if config.get("sql_value_limit_bytes"):   # (metadata.SQL_MEMORY_LIMITS)
+        conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, int(config["sql_value_limit_bytes"]))
+    if config.get("sql_heap_limit_bytes"):
+        conn.execute(f"PRAGMA hard_heap_limit = {int(config['sql_heap_limit_bytes'])}")

@@ -23,8 +23,8 @@ import sys
 
 import yaml
 
-from indexer.index import search
-from indexer.signals import classes
+from indexer.index import search, usage
+from indexer.signals import charts, classes
 
 PLUGIN = "session-index"
 TITLE = "session-index"
@@ -47,8 +47,9 @@ _EXCERPT = """CASE WHEN json_valid({r}.raw) THEN substr(coalesce(
 # transcript, and how many of each problem it has. orphans_by_cause is a JSON
 # object {cause: count}; poisoned_tail 1 when the next resume will get the
 # previous_message_id 400; expiry_status expiring|expired|deleted or NULL;
-# verdict, cause, fix: the session's verdict (session_verdicts, read for
-# :session_id: a join on a column would compute every session's).
+# verdict, cause, fix: the session's verdict (session_verdicts, read once for
+# :session_id: a join on a column would compute every session's, and a
+# subquery per column computed it three times).
 SESSION_HEALTH_SQL = """
 SELECT s.session_id, s.project_dir, s.cwd, s.main_files, s.subagent_files, s.records,
   s.first_timestamp, s.last_timestamp, s.version, s.git_branch, s.deleted_at,
@@ -69,13 +70,10 @@ SELECT s.session_id, s.project_dir, s.cwd, s.main_files, s.subagent_files, s.rec
   (SELECT count(*) FROM failed_executions x WHERE x.session_id = s.session_id
      OR x.init_session_id = s.session_id OR x.resume_target = s.session_id)
     AS failed_executions,
-  (SELECT v.verdict FROM session_verdicts v
-   WHERE v.session_id = :session_id AND v.host = s.host) AS verdict,
-  (SELECT v.cause FROM session_verdicts v
-   WHERE v.session_id = :session_id AND v.host = s.host) AS cause,
-  (SELECT v.fix FROM session_verdicts v
-   WHERE v.session_id = :session_id AND v.host = s.host) AS fix
+  v.verdict, v.cause, v.fix
 FROM sessions s LEFT JOIN leaves l ON l.file_id = s.main_file_id
+  LEFT JOIN (SELECT verdict, cause, fix, host FROM session_verdicts
+             WHERE session_id = :session_id) v ON v.host = s.host
 WHERE s.session_id = :session_id
 """.strip()
 
@@ -138,6 +136,10 @@ WHERE coalesce(timestamp, '') >= coalesce(nullif(:since, ''), '')
 GROUP BY project ORDER BY cost_usd DESC, project
 """.strip()
 
+# cost_by_day: what `session-index usage --by day --since :since` prints
+# (usage.summary_sql: the same SQL), the newest day first.
+COST_BY_DAY_SQL = usage.summary_sql("day")
+
 QUERIES = {
     "session_health": ("Session health", SESSION_HEALTH_SQL,
                        "One session's facts, both leaves and a count of each problem."),
@@ -155,6 +157,11 @@ QUERIES = {
                      "new=1: those the last ingest brought."),
     "cost_by_project": ("Cost by project", COST_BY_PROJECT_SQL,
                         "Tokens and cost per project folder since a time, each API call once."),
+    # the charts' data (signals/charts.py; the pages draw them from these)
+    **{q.name: (q.title, q.sql, q.description) for q in charts.CHARTS},
+    "cost_by_day": ("Cost by day", COST_BY_DAY_SQL,
+                    "Tokens and cost per day (UTC) since a time, each API call once, the newest "
+                    "day first: session-index usage --by day."),
 }
 # search_transcripts: records whose text holds :q as a phrase, newest first
 # (search.py; needs session-index search --enable).
@@ -213,7 +220,8 @@ _ORPHANS_COLS = _cols(
     "file_id", "session_id", "uuid", "type", "subtype", "timestamp", "record_id", "line_no",
     "message_id",
     cause="why it is off the chain: compacted, progress, parallel_tool_branch, "
-          "put_back_with_result, api_error_splice, api_error_record, late_graft, dangling_parent, "
+          "put_back_with_result, api_error_splice, api_error_record, late_graft, "
+          "concurrent_resume, dangling_parent, "
           "unlinked, abandoned_branch, other",
     branch_point_uuid="the record on the resume chain where its branch leaves it",
     restored="1 when the CLI puts it back after its walk (loaded, not dropped)",
@@ -996,9 +1004,20 @@ TABLES["_sqlite_migrations"] = {
 
 def canned_queries() -> dict:
     """The canned queries, as the plugin's canned_queries hook gives them to
-    every database that is a session index."""
-    return {name: {"title": title, "description": description, "sql": sql}
+    every database that is a session index. Their pages open with the rows:
+    the SQL is folded away (hide_sql; Datasette's "show" link unfolds it)."""
+    return {name: {"title": title, "description": description, "sql": sql, "hide_sql": True}
             for name, (title, sql, description) in QUERIES.items()}
+
+
+# The memory SQL may take on a served index (anyone who can see the page can
+# run SQL: `select zeroblob(1e9)` grew the server past 7 GB): no string or
+# blob longer than sql_value_limit_bytes (SQLITE_LIMIT_LENGTH on each of
+# Datasette's connections to the index; far above any transcript line), and
+# no more than sql_heap_limit_bytes for all of SQLite in the process (PRAGMA
+# hard_heap_limit). Past either, the query fails ("string or blob too big",
+# "out of memory") and Datasette answers 400.
+SQL_MEMORY_LIMITS = {"sql_value_limit_bytes": 256 << 20, "sql_heap_limit_bytes": 2 << 30}
 
 
 def metadata(database: str = "sessions", queries: bool = True) -> dict:
@@ -1012,8 +1031,9 @@ def metadata(database: str = "sessions", queries: bool = True) -> dict:
         "databases": {
             database: {
                 "description": "A session index (session-index ingest).",
-                # Marks the database the plugins act on (render_cell, pages).
-                "plugins": {PLUGIN: {"index": True}},
+                # Marks the database the plugins act on (render_cell, pages),
+                # and bounds the memory of the SQL run on it (hooks.py).
+                "plugins": {PLUGIN: {"index": True, **SQL_MEMORY_LIMITS}},
                 # a copy: Datasette fills in what it is handed
                 "tables": copy.deepcopy(TABLES),
                 **({"queries": canned_queries()} if queries else {}),

@@ -8,10 +8,16 @@ Datasette's layout.
 
 from __future__ import annotations
 
+import functools
+import json
+import sqlite3
 from pathlib import Path
 from urllib.parse import quote, unquote, urlencode
 
-from datasette.utils.asgi import NotFound, Response
+from datasette.database import QueryInterrupted
+from datasette.utils import sqlite_timelimit
+from datasette.utils.asgi import NotFound, Request, Response
+from datasette.views.index import IndexView
 
 from indexer.chain import resume
 from indexer.index import search
@@ -19,12 +25,17 @@ from indexer.repair import show
 from indexer.transcripts import agents, codex
 from indexer.signals import listings as signals, verdict as verdicts
 from indexer.signals.classes import SEVERITIES, thinking_faults_where
-from session_index_web import health as web_health, tree as web_tree
+from session_index_web import charts as web_charts, health as web_health, tree as web_tree
 from session_index_web.format import CAUSE_COLOURS, pretty_json, session_path
 from session_index_web.metadata import QUERIES
 
 PAGE_TIME_LIMIT_MS = 20_000
 SESSION_SEARCH_LIMIT = 50   # hits shown on a session page
+SEARCH_LIMIT = 100   # hits shown on the search page
+# The session page's search stops after this long (never later than
+# Datasette's sql_time_limit_ms): a slow query gives its SQL thread back to
+# the other pages in a second, and the page says the search took too long.
+SEARCH_TIME_LIMIT_MS = 1_000
 RECENT_SESSIONS = 15   # on the health page
 RAW_PRETTY_MAX = 5_000_000  # characters; a longer line is shown as written
 
@@ -99,6 +110,12 @@ FILE_THINKING_SQL = (
     "SELECT uuid, line_no, block, fault, latest, stuck, resumer_version FROM ("
     + thinking_faults_where("h.main_file_id = :file_id")
     + ") WHERE file_id = :file_id ORDER BY latest DESC, line_no, block")
+# The title each of the sessions :ids (a JSON array) goes by (listings'
+# SESSION_TITLE_TEMPLATE: custom title, AI title, summary, first prompt).
+SESSION_TITLES_SQL = f"""
+SELECT s.session_id, {signals.SESSION_TITLE_TEMPLATE.format(s="s")} AS title FROM sessions s
+WHERE s.session_id IN (SELECT value FROM json_each(:ids))
+""".strip()
 DOWNLOAD_FILE_SQL = """
 SELECT f.id, f.path, f.session_id, s.main_file_id = f.id AS is_main FROM files f
 LEFT JOIN sessions s ON s.session_id = f.session_id
@@ -139,15 +156,64 @@ async def render(datasette, request, template, context, status=200):
     return Response.html(html, status=status)
 
 
+async def execute_limited(datasette, db, fn, limit_ms: int | None = None):
+    """``fn(conn)`` on one of Datasette's read connections under its SQL time
+    limit (sql_time_limit_ms, or ``limit_ms`` when lower), as ``db.execute``
+    runs SQL: Python of the plugin that runs SQL itself (the search, the
+    downloads) does not escape it. Past it, QueryInterrupted."""
+    ms = datasette.sql_time_limit_ms
+    ms = min(ms, limit_ms) if limit_ms is not None else ms
+
+    def run(conn):
+        with sqlite_timelimit(conn, ms):
+            try:
+                return fn(conn)
+            except sqlite3.OperationalError as exc:
+                if exc.args == ("interrupted",):
+                    raise QueryInterrupted(exc, "", {}) from None
+                raise
+
+    return await db.execute_fn(run)
+
+
+def bounded(handler):
+    """A page handler whose query passed the SQL time limit answers 503 with
+    a one-line reason (Datasette's own pages answer 400 with the SQL), never
+    a 500."""
+    @functools.wraps(handler)
+    async def inner(datasette, request):
+        try:
+            return await handler(datasette, request)
+        except QueryInterrupted:
+            return Response.text(
+                "This page's query took longer than the SQL time limit "
+                f"(sql_time_limit_ms, {datasette.sql_time_limit_ms} ms); "
+                "try again when the server is less busy.", status=503)
+    return inner
+
+
 def _db_query(name: str) -> str:
     return "?" + urlencode({"database": name})
 
 
+async def _section(coroutine, slow: list, label: str, default=None):
+    """A part of a page, or ``default`` (its label added to ``slow``) when
+    its query passed the SQL time limit: the rest of the page still shows."""
+    try:
+        return await coroutine
+    except QueryInterrupted:
+        slow.append(label)
+        return default
+
+
+@bounded
 async def health_page(datasette, request):
     name, db = await index_database(datasette, request)
+    slow = []   # the parts whose query passed the time limit
     results, recent = await web_health.run_checks(db)
     overview = await web_health.overview(db)
-    usage_panel = await web_health.usage_panel(db, signals.iso_now(None))
+    usage_panel = await _section(web_health.usage_panel(db, signals.iso_now(None)), slow,
+                                 "the usage panel")
 
     def check_url(check):
         url = datasette.urls.table(name, check.name)
@@ -160,11 +226,13 @@ async def health_page(datasette, request):
                 "newest": r.newest, "error": r.error, "severity": r.check.severity,
                 "fix": r.check.fix}
                for r in results]
-    recent_sessions = [dict(row, url=session_url(row["session_id"])) for row in await db.execute(
-        signals.SESSIONS_SQL, signals.sessions_params(limit=RECENT_SESSIONS))]
-    kinds = await web_health.new_kinds(db)
+    recent_sessions = [dict(row, url=session_url(row["session_id"])) for row in await _section(
+        db.execute(signals.SESSIONS_SQL, signals.sessions_params(limit=RECENT_SESSIONS)),
+        slow, "the recently active sessions", [])]
+    kinds = await _section(web_health.new_kinds(db), slow, "the new record kinds")
     kinds_url = datasette.urls.table(name, web_health.NEW_KINDS_VIEW)
-    fleet = await web_health.fleet_panel(db, signals.iso_now(None))
+    fleet = await _section(web_health.fleet_panel(db, signals.iso_now(None)), slow,
+                           "the fleet panel")
     return await render(datasette, request, "session_health.html", {
         "database": name,
         "db_url": datasette.urls.database(name),
@@ -192,7 +260,65 @@ async def health_page(datasette, request):
         "fleet_quarantine_url": datasette.urls.table(name, "fleet_quarantine"),
         "fleet_gaps_url": datasette.urls.table(name, "fleet_gaps"),
         "host_copies_url": datasette.urls.table(name, "host_copies") + "?diverged=1",
+        **_charts_context(datasette, name, web_charts.CHARTS),
+        "slow": slow,
+        "time_limit_ms": datasette.sql_time_limit_ms,
     })
+
+
+def _charts_context(datasette, name, chosen, since=""):
+    """The charts a page shows (templates/_charts.html) and its scripts."""
+    return {"charts": [web_charts.figure(c, datasette.urls, name, since) for c in chosen],
+            "chart_scripts": web_charts.script_urls(datasette.urls),
+            "charts_url": datasette.urls.path("/-/charts")}
+
+
+async def charts_page(datasette, request):
+    """``/-/charts`` (every chart) and ``/-/charts/NAME`` (one), with
+    ``?since=`` (an ISO day or time) passed on to their queries."""
+    name, _ = await index_database(datasette, request)
+    wanted = request.url_vars.get("name")
+    if wanted is not None and wanted not in web_charts.BY_NAME:
+        raise NotFound("No such chart")
+    chosen = [web_charts.BY_NAME[wanted]] if wanted else web_charts.CHARTS
+    since = (request.args.get("since") or "").strip()
+    return await render(datasette, request, "session_charts.html", {
+        "database": name, "title": chosen[0].query.title if wanted else "Charts",
+        "one": wanted is not None, "since": since,
+        "health_url": datasette.urls.path("/-/session-health"),
+        **_charts_context(datasette, name, chosen, since)})
+
+
+async def index_page(datasette, request):
+    """``/``: the health page when a session index is attached (as at
+    ``/-/session-health``), else Datasette's own index (the plugin is in
+    every Datasette)."""
+    for db_name in datasette.databases:
+        if await is_session_index(datasette, db_name):
+            return await health_page(datasette, request)
+    scope = dict(request.scope, url_route={"kwargs": {"format": None}})
+    return await IndexView(datasette).get(Request(scope, request.receive))
+
+
+async def search_page(datasette, request):
+    """``/-/search?q=``: what was said, in every session (the search
+    command's query, search.search), newest first, each hit with its
+    session's title and page; snippets escaped, matches in <mark>."""
+    name, db = await index_database(datasette, request)
+    query = (request.args.get("q") or "").strip()
+    found = await _search(datasette, db, query, None, SEARCH_LIMIT)
+    hits, note = found["hits"], found["note"]
+    ids = sorted({h["session_id"] for h in hits if h["session_id"]})
+    titles = {r["session_id"]: signals.plain_title(r["title"]) for r in await db.execute(
+        SESSION_TITLES_SQL, {"ids": json.dumps(ids)})} if ids else {}
+    records_url = datasette.urls.table(name, "records") + "/"
+    return await render(datasette, request, "session_search.html", {
+        "database": name, "q": query, "note": note, "limit": SEARCH_LIMIT,
+        "hits": [dict(h, title=titles.get(h["session_id"]) or "",
+                      session_url=datasette.urls.path(session_path(h["session_id"]))
+                      + "?" + urlencode({"q": query}) if h["session_id"] else None,
+                      record_url=f"{records_url}{int(h['record_id'])}")
+                 for h in hits]}, status=found["status"])
 
 
 async def session_lookup(datasette, request):
@@ -203,6 +329,7 @@ async def session_lookup(datasette, request):
     return Response.redirect(datasette.urls.path(session_path(session_id)))
 
 
+@bounded
 async def session_page(datasette, request):
     session_id = unquote(request.url_vars["session_id"])
     name, db = await index_database(datasette, request)
@@ -260,9 +387,11 @@ async def session_page(datasette, request):
         by_cause[cause] = by_cause.get(cause, 0) + 1
     queries = {q: datasette.urls.query(name, q) + "?" + urlencode(params)
                for q in ("session_health", "resume_chain", "session_orphans", "session_files")}
-    found = await _session_search(db, session_id, request.args.get("q"))
+    found = await _session_search(datasette, db, session_id, request.args.get("q"))
+    title = (await db.execute(SESSION_TITLES_SQL, {"ids": json.dumps([session_id])})).first()
     return await render(datasette, request, "session_tree.html", {
         "session_id": session_id,
+        "title": signals.plain_title(title["title"]) if title else "",
         "search": found,
         "session": dict(session) if session else {},
         "database": name,
@@ -310,7 +439,7 @@ async def session_page(datasette, request):
         "compactions": compactions,
         "compactions_url": datasette.urls.table(name, "compaction_segments") + "?" + urlencode(
             {"file_id": file["id"]}),
-    })
+    }, status=found["status"])
 
 
 async def _agent_session_page(datasette, request, db, session_id, agent, session, files):
@@ -329,24 +458,38 @@ async def _agent_session_page(datasette, request, db, session_id, agent, session
             f"/-/session-download/{int(f['id'])}/")) for f in files]})
 
 
-async def _session_search(db, session_id: str, query: str | None) -> dict:
-    """The session page's search field: ``?q=`` searched within the session
-    (search.search), each snippet escaped with its matches in <mark>."""
-    query = (query or "").strip()
+async def _session_search(datasette, db, session_id: str, query: str | None) -> dict:
+    """The session page's search field: ``?q=`` searched within the session."""
+    return await _search(datasette, db, (query or "").strip(), session_id, SESSION_SEARCH_LIMIT)
+
+
+async def _search(datasette, db, query: str, session_id: str | None, limit: int) -> dict:
+    """``query`` searched (search.search), within the session when one is
+    given, under SEARCH_TIME_LIMIT_MS: {q, hits, note (for the reader, or
+    None), status (400 for a query search refuses: too long, too many
+    terms; else 200)}, each hit's snippet escaped with its matches in
+    <mark>."""
     if not query:
-        return {"q": "", "hits": [], "note": None}
+        return {"q": "", "hits": [], "note": None, "status": 200}
+    shown = search.clean_query(query)[:search.MAX_QUERY_CHARS]
 
     def run(conn):
         try:
-            return search.search(_Conn(conn), query, session=session_id,
-                                 limit=SESSION_SEARCH_LIMIT), None
+            return search.search(_Conn(conn), query, session=session_id, limit=limit), None, 200
         except search.SearchNotEnabled:
-            return [], "Search is not enabled on this index: run session-index search --enable."
+            return [], "Search is not enabled on this index: run session-index search --enable.", 200
         except search.EmptyQuery:
-            return [], "Nothing to search for in that query."
+            return [], "Nothing to search for in that query.", 200
+        except search.QueryRefused as exc:
+            return [], f"Not searched: {exc}.", 400
 
-    hits, note = await db.execute_fn(run)
-    return {"q": query, "note": note,
+    try:
+        hits, note, status = await execute_limited(datasette, db, run, SEARCH_TIME_LIMIT_MS)
+    except QueryInterrupted:
+        hits, status = [], 200
+        note = (f"The search took longer than {SEARCH_TIME_LIMIT_MS:,} ms and was stopped: "
+                "search for fewer or rarer words.")
+    return {"q": shown, "note": note, "status": status,
             "hits": [dict(h, snippet=search.html_snippet(h["snippet"])) for h in hits]}
 
 
@@ -376,6 +519,7 @@ def url_int(text: str, what: str) -> int:
     return n
 
 
+@bounded
 async def record_raw(datasette, request):
     """A record's line, pretty-printed, as text/plain (the session page shows
     it with textContent, never as HTML)."""
@@ -397,6 +541,7 @@ class _Conn:
         self.conn = conn
 
 
+@bounded
 async def download(datasette, request):
     """A transcript file rebuilt from the index: ``original`` (byte for byte as
     last ingested; ``?generation=N``: as it was in generation N) or
@@ -425,7 +570,7 @@ async def download(datasette, request):
                 return None
         return repair.repaired_bytes(index, repair.plan(index, row["session_id"]))
 
-    data = await db.execute_fn(build)
+    data = await execute_limited(datasette, db, build)
     if data is None:
         raise NotFound("No such generation of the transcript")
     filename = Path(row["path"]).name.replace('"', "")

@@ -237,3 +237,66 @@ def test_a_rewind_near_the_leaf_extends_a_far_one_recomputes(index, length, exte
     assert index.ancestry(fid) == ["r1", "m3", "m2", "m1", "m0"]
     assert {u for u, c in index.causes(fid).items() if c == "abandoned_branch"} == {
         f"m{i}" for i in range(4, length)}
+
+
+def sqlite_steps(index, work) -> int:
+    """The SQLite virtual-machine instructions (in hundreds) ``work`` runs
+    on the index's connection: a measure of its cost that no load on the
+    machine changes."""
+    steps = [0]
+
+    def count():
+        steps[0] += 1
+
+    index.db.conn.set_progress_handler(count, 100)
+    try:
+        work()
+    finally:
+        index.db.conn.set_progress_handler(None, 0)
+    return steps[0]
+
+
+def linear_session(session_id: str, n: int) -> list[dict]:
+    """``n`` records of one unbranched conversation: prompts, tool calls and
+    their results, replies."""
+    out = []
+    for i in range(n):
+        kind = ("user", "assistant", "user", "assistant")[i % 4]
+        content = ({"role": "user", "content": f"prompt {i}"} if i % 4 == 0 else
+                   {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"t{i - 1}",
+                                                 "content": "ok"}]} if i % 4 == 2 else
+                   {"id": f"msg{i}", "role": "assistant", "content": [
+                       {"type": "tool_use", "id": f"t{i}", "name": "Bash", "input": {}}
+                       if i % 4 == 1 else {"type": "text", "text": f"reply {i}"}]})
+        out.append({"parentUuid": out[-1]["uuid"] if out else None, "type": kind,
+                    "sessionId": session_id, "uuid": f"{session_id[:8]}-{i:06d}",
+                    "timestamp": f"2026-10-01T{i // 3600 % 24:02d}:{i // 60 % 60:02d}:{i % 60:02d}.000Z",
+                    "message": content})
+    return out
+
+
+@pytest.mark.parametrize("separators", [(",", ":"), (", ", ": ")], ids=["compact", "spaced"])
+def test_a_one_line_append_costs_the_same_at_any_session_size(index, separators):
+    """Issue 29: a one-line append to a session written with spaces after its
+    colons (not Claude Code's compact JSON) cost O(session): the session
+    refresh looked for the compact text '"type":"user"' in every line. The
+    append's SQL work at 4,000 records is at most 2x that at 200 (as bench/live_speed.py
+    asks of its time at 20,000 and 200), for
+    either spacing."""
+    costs = {}
+    for n in (200, 4000):
+        sid = f"{n:08d}-2929-4000-8000-000000000000"
+        path = index.projects / "p" / f"{sid}.jsonl"
+        records = linear_session(sid, n + 1)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(json.dumps(r, separators=separators) + "\n"
+                                for r in records[:-1]))
+        index.ingest()
+        with open(path, "a") as f:
+            f.write(json.dumps(records[-1], separators=separators) + "\n")
+        before = derive.STATS["appended"]
+        costs[n] = sqlite_steps(index, index.ingest)
+        assert derive.STATS["appended"] == before + 1
+        assert index.ancestry(index.file_id(path))[0] == records[-1]["uuid"]
+    index.assert_caches_match_definitions()
+    assert costs[4000] <= 2 * costs[200], costs

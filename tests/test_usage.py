@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import CORPUS, Index, write_jsonl
-from indexer.index import prices as pricesmod
+from indexer.index import prices as pricesmod, usage as usagemod
 from indexer.cli import web
 from indexer.cli.commands import cli
 
@@ -496,3 +496,24 @@ def test_corpus_totals_match_an_independent_count(tmp_path):
     assert totals["cost"] == pytest.approx(sum(priced), rel=1e-9)
     # far fewer calls than assistant lines: split blocks counted once
     assert idx.value("SELECT count(*) FROM records WHERE has_usage") > 1.5 * len(found)
+
+
+def test_the_cost_by_day_canned_query_is_usage_by_day(index):
+    """The web's cost_by_day: the rows `usage --by day` prints, newest day
+    first, each call once, unpriced calls counted apart."""
+    index.projects.joinpath("-work-app").mkdir(parents=True)
+    write_jsonl(index.projects / "-work-app" / f"{S1}.jsonl", [
+        user(S1, "u-1", ts="2026-11-30T09:00:00.000Z"),
+        assistant(S1, "a1", "msg_1", "req_1", usage(1_000_000, 0), model=HAIKU,
+                  ts="2026-11-30T10:00:00.000Z"),
+        assistant(S1, "a2", "msg_2", "req_2", usage(1, 1), model="claude-unknown",
+                  parent="a1", ts="2026-11-30T11:00:00.000Z"),
+        assistant(S1, "a3", "msg_3", "req_3", usage(0, 1_000_000), model=HAIKU,
+                  parent="a2", ts="2026-12-01T08:00:00.000Z")])
+    index.ingest()
+    ds = web.make_datasette(index.path)
+    asyncio.run(ds.invoke_startup())
+    rows = asyncio.run(ds.client.get("/index/cost_by_day.json?_shape=array&since=")).json()
+    assert [(r["day"], r["calls"], r["cost_usd"], r["unpriced_calls"]) for r in rows] == [
+        ("2026-12-01", 1, 5.0, 0), ("2026-11-30", 2, 1.0, 1)]
+    assert rows == usagemod.summary(index.db, by="day")   # what `usage --by day` prints

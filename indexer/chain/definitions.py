@@ -1109,6 +1109,22 @@ grafted AS MATERIALIZED (
     AND EXISTS (SELECT 1 FROM json_each({TOOL_IDS.format(r="xr")}) a
                 JOIN json_each({TOOL_IDS.format(r="rr")}) z ON z.value = a.value)
 ),
+-- concurrent: the branches (by root) another process wrote while the
+-- resume chain below their branch point was written (walk.is_concurrent):
+-- the branch's messages and those of the chain below interleave in the file.
+concurrent AS MATERIALIZED (
+  SELECT br.file_id, br.root FROM (
+    SELECT d.file_id, d.root, d.branch_point, min(n.line_no) AS lo, max(n.line_no) AS hi
+    FROM reached d JOIN nodes n ON n.file_id = d.file_id AND n.uuid = d.uuid
+    WHERE d.origin = 'ancestry' AND n.type IN ('user', 'assistant') AND NOT n.is_sidechain
+    GROUP BY d.file_id, d.root, d.branch_point) br
+  JOIN on_chain b ON b.file_id = br.file_id AND b.uuid = br.branch_point
+  JOIN on_chain c ON c.file_id = br.file_id AND c.depth < b.depth
+  JOIN nodes cn ON cn.file_id = c.file_id AND cn.uuid = c.uuid
+  WHERE cn.type IN ('user', 'assistant')
+  GROUP BY br.file_id, br.root, br.lo, br.hi
+  HAVING br.lo < max(cn.line_no) AND min(cn.line_no) < br.hi
+),
 classed AS (
 SELECT o.file_id, f.session_id, o.uuid, o.type, o.subtype, o.timestamp,
   CASE
@@ -1133,6 +1149,9 @@ SELECT o.file_id, f.session_id, o.uuid, o.type, o.subtype, o.timestamp,
     WHEN d.origin = 'ancestry' AND EXISTS (SELECT 1 FROM grafted g
                                            WHERE g.file_id = o.file_id AND g.root = d.root)
       THEN 'late_graft'
+    WHEN d.origin = 'ancestry' AND EXISTS (SELECT 1 FROM concurrent g
+                                           WHERE g.file_id = o.file_id AND g.root = d.root)
+      THEN 'concurrent_resume'
     WHEN d.origin = 'dangling_parent' THEN 'dangling_parent'
     WHEN d.origin = 'unlinked' THEN 'unlinked'
     WHEN d.origin = 'ancestry' THEN 'abandoned_branch'
@@ -1288,21 +1307,28 @@ IN_CWD_PROJECT_TEMPLATE = """(SELECT CASE WHEN length(folder) <= 200 THEN {proje
 # '"type":"assistant"' text the CLI's all-folders scan looks for),
 # in_cwd_project (its folder is the project folder of the cwd its records
 # carry: the file a resume from the session's own working directory opens).
-MAIN_FILE_FACTS_TEMPLATE = """
+# scan_visible reads every line of a file that has none (a file written with
+# spaces after its colons, by another tool or by hand): the rule below does
+# not use it, so MAIN_FILE_RULE_FACTS_TEMPLATE, which the session refresh of
+# every append runs, leaves it out (an append stays O(1) for any spacing).
+SCAN_VISIBLE_COLUMN = """
+  EXISTS (SELECT 1 FROM records r WHERE r.file_id = f.id
+          AND (instr(r.raw, '"type":"user"') OR instr(r.raw, '"type":"assistant"'))) AS scan_visible,"""
+_MAIN_FILE_FACTS = """
 SELECT f.id AS file_id, f.session_id, coalesce(f.host, '') AS host, f.path, f.project_dir,
   f.cwd, f.origin, f.mtime, f.deleted_at, f.records,
   coalesce(f.origin IN ('file', 'fleet') AND substr(f.path, -length(f.session_id) - 7)
     = '/' || f.session_id || '.jsonl', 0) AS named,
   f.deleted_at IS NULL AS on_disk,
   EXISTS (SELECT 1 FROM records r WHERE r.file_id = f.id AND r.type IN ('user', 'assistant')
-          AND r.uuid IS NOT NULL) AS has_messages,
-  EXISTS (SELECT 1 FROM records r WHERE r.file_id = f.id
-          AND (instr(r.raw, '"type":"user"') OR instr(r.raw, '"type":"assistant"'))) AS scan_visible,
+          AND r.uuid IS NOT NULL) AS has_messages,@SCAN_VISIBLE@
   coalesce(f.cwd <> '' AND """ + IN_CWD_PROJECT_TEMPLATE.format(
     project_dir="f.project_dir", cwd="f.cwd") + """, 0) AS in_cwd_project
 FROM files f
 WHERE f.kind = 'main' AND {where}
 """.strip()
+MAIN_FILE_FACTS_TEMPLATE = _MAIN_FILE_FACTS.replace("@SCAN_VISIBLE@", SCAN_VISIBLE_COLUMN)
+MAIN_FILE_RULE_FACTS_TEMPLATE = _MAIN_FILE_FACTS.replace("@SCAN_VISIBLE@", "")
 
 # The session's chosen main transcript (sessions.main_file_id) and why
 # (sessions.main_file_rule), from the facts above, the first that applies:

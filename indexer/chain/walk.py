@@ -273,9 +273,26 @@ def is_late_graft(root: Rec, below: Rec | None, calls) -> bool:
             and bool(set(calls(root).ids) & set(calls(below).ids)))
 
 
+def is_concurrent(branch: tuple | None, chain_below: tuple | None) -> bool:
+    """Was the off-chain branch written while the resume chain below its
+    branch point was, by another process resuming the same session
+    (anthropics/claude-code#48270)? ``branch`` and ``chain_below``: the
+    (first, last) line numbers of the messages (user and assistant records,
+    sidechains aside) of the branch and of the resume chain below the branch
+    point; None without any. Two resumes at once each append their own
+    conversation from the leaf they loaded, so the two branches' messages
+    interleave in the file; a rewind or an edited prompt starts the new
+    branch after the old one ends. Being on the last row's branch, one
+    process's conversation is resumed and the other's dropped, though
+    nobody abandoned it."""
+    return (branch is not None and chain_below is not None
+            and branch[0] < chain_below[1] and chain_below[0] < branch[1])
+
+
 def cause_of(o: Rec, parent: Rec | None, branch_point: str | None, origin: str | None,
              boundary_line: int | None, in_chain_messages, is_splice_point,
-             with_result: bool = False, late_graft: bool = False) -> str:
+             with_result: bool = False, late_graft: bool = False,
+             concurrent: bool = False) -> str:
     """The first matching cause of an off-chain record (orphans.cause):
     ``origin`` is how the top-down walk reached it (ancestry, unlinked,
     dangling_parent; None: never, inside a cycle), ``in_chain_messages(id)``
@@ -283,7 +300,9 @@ def cause_of(o: Rec, parent: Rec | None, branch_point: str | None, origin: str |
     ``is_splice_point(uuid)`` whether that chain record's child on the chain
     is an api_error record, ``with_result`` whether the CLI puts it back
     with a parallel tool result (put_back_with_results), ``late_graft``
-    whether its branch is cut off by a late graft (is_late_graft)."""
+    whether its branch is cut off by a late graft (is_late_graft),
+    ``concurrent`` whether another process wrote its branch while the
+    chain's was written (is_concurrent)."""
     if boundary_line is not None and o.line_no < boundary_line:
         return "compacted"
     if o.type == "progress":
@@ -298,6 +317,8 @@ def cause_of(o: Rec, parent: Rec | None, branch_point: str | None, origin: str |
         return "api_error_record"
     if late_graft:
         return "late_graft"
+    if concurrent:
+        return "concurrent_resume"
     if origin == "dangling_parent":
         return "dangling_parent"
     if origin == "unlinked":

@@ -255,11 +255,13 @@ def _ingest_from(db_path, url, consumer, hosts, watch, as_json, auth, gap_wait, 
 
     from indexer.ingest.log import stderr_line  # (a log that cannot be written never stops it)
 
+    step = fleet_ingest.CatchUp(db)
+
     def log(summary):
         if watch:
             stderr_line(f"batch: {summary.messages} messages, {summary.new_lines} new lines "
                         f"so far")
-        fleet_ingest.catch_up(db)
+        return step()
 
     try:
         summary = fleet_nats.run(lambda stop: fleet_ingest.consume(
@@ -1341,7 +1343,7 @@ def search(query, db_path, session_id, project, since, limit, enable, disable, f
                                 limit=limit)
     except searchmod.SearchNotEnabled as exc:
         raise Failure(f"{exc} (on {db_path})") from None
-    except searchmod.EmptyQuery as exc:
+    except (searchmod.EmptyQuery, searchmod.QueryRefused) as exc:
         raise click.UsageError(str(exc)) from None
     fmt = output.chosen(fmt)
     bold = fmt == "tsv" and sys.stdout.isatty()

@@ -51,7 +51,7 @@ NAME = "session-index"
 # Bounds on the inputs (characters, hits, messages).
 MAX_ID = 200
 MAX_PATH = 4096
-MAX_QUERY = 1000
+MAX_QUERY = searchmod.MAX_QUERY_CHARS
 MAX_LIMIT = 100
 DEFAULT_LIMIT = 20
 # A page of show_session: at most this many messages, and no more text than
@@ -197,7 +197,8 @@ class Tools:
                 session_id = session_id_of(conn, session_id)
             try:
                 hits = searchmod.search(self.db, query, session=session_id, limit=limit)
-            except (searchmod.SearchNotEnabled, searchmod.EmptyQuery) as exc:
+            except (searchmod.SearchNotEnabled, searchmod.EmptyQuery,
+                    searchmod.QueryRefused) as exc:
                 raise ToolError(str(exc)) from None
             where = generations.record_files(conn, [h["record_id"] for h in hits])
             for hit in hits:

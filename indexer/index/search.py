@@ -73,6 +73,18 @@ class EmptyQuery(ValueError):
     """The query has nothing to search for."""
 
 
+class QueryRefused(ValueError):
+    """The query is longer, or has more terms, than a search takes
+    (MAX_QUERY_CHARS, MAX_QUERY_TERMS)."""
+
+
+# Bounds on one query: each term is a walk of an FTS5 index, and a query of
+# thousands of words (or of 10,000 characters) held a web page's search for
+# a minute on a 1M-record index (issue 29).
+MAX_QUERY_CHARS = 1_000
+MAX_QUERY_TERMS = 32
+
+
 # --- turning it on and off -------------------------------------------------------
 
 ENABLE_SQL = (
@@ -346,11 +358,21 @@ def route(text: str) -> str | None:
     return CODE if len(text.strip()) >= 3 else None
 
 
+def clean_query(query: str) -> str:
+    """``query`` with each control character (a NUL) a space, as in the
+    indexed text (_CLEAN): FTS5 reads a NUL as the end of its query."""
+    return _CLEAN.sub(" ", query)
+
+
 def parse_query(query: str) -> list[Term]:
     """The terms of ``query``: "a phrase" (an unclosed quote runs to the
-    end), or a word; ``word*`` is a prefix. Each is routed (``route``)."""
+    end), or a word; ``word*`` is a prefix. Each is routed (``route``). A
+    control character (a NUL) is a space, as in the indexed text (_CLEAN).
+    QueryRefused past MAX_QUERY_CHARS or MAX_QUERY_TERMS."""
+    if len(query) > MAX_QUERY_CHARS:
+        raise QueryRefused(f"the query is longer than {MAX_QUERY_CHARS:,} characters")
     terms = []
-    for phrase, word in _TERM.findall(query):
+    for phrase, word in _TERM.findall(clean_query(query)):
         prefix = False
         text = phrase
         if word:
@@ -361,6 +383,8 @@ def parse_query(query: str) -> list[Term]:
         index = route(text) if text else None
         if index is not None:
             terms.append(Term(text, prefix, index))
+    if len(terms) > MAX_QUERY_TERMS:
+        raise QueryRefused(f"the query has more than {MAX_QUERY_TERMS} terms")
     return terms
 
 

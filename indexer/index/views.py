@@ -20,6 +20,7 @@ from indexer.chain.definitions import (
     LEAVES_DEFINITION_SQL,
     LEAVES_SQL,
     MAIN_FILE_FACTS_TEMPLATE,
+    MAIN_FILE_RULE_FACTS_TEMPLATE,
     MAIN_FILE_RANK_TEMPLATE,
     MAIN_FILE_RULE_TEMPLATE,
     ORPHANS_DEFINITION_SQL,
@@ -480,17 +481,28 @@ USAGE_CALLS_TEMPLATE = f"""
     CASE WHEN message_id IS NULL THEN id END
 """.strip()
 # The rest of the usage view, from calls.
+# call_files and call_models are read once, not once per call (a files row
+# is wide; the price of a model is looked up twice): about a third of the
+# view's time on a 1M-record index.
 USAGE_PRICED_TEMPLATE = """
+call_files AS MATERIALIZED (
+  SELECT id, project_dir, coalesce(host, '') AS host FROM files
+),
+call_models AS MATERIALIZED (
+  SELECT model, coalesce(
+      (SELECT q.model FROM prices q WHERE q.model = m.model),
+      CASE WHEN m.model GLOB '*-[0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9]'
+           THEN substr(m.model, 1, length(m.model) - 9) END) AS price_model
+  FROM (SELECT DISTINCT model FROM calls WHERE model IS NOT NULL) m
+),
 priced AS (
-  SELECT c.*, f.project_dir, coalesce(f.host, '') AS host, p.model AS price_model, p.*,
+  SELECT c.*, f.project_dir, f.host, p.model AS price_model, p.*,
     coalesce(c.input_tokens, 0) + coalesce(c.cache_read_tokens, 0) + c.w5m + c.w1h
       AS prompt_tokens,
     CASE WHEN c.speed = 'fast' THEN p.fast_multiplier ELSE 1 END AS multiplier
-  FROM calls c JOIN files f ON f.id = c.file_id
-    LEFT JOIN prices p ON p.model = coalesce(
-      (SELECT q.model FROM prices q WHERE q.model = c.model),
-      CASE WHEN c.model GLOB '*-[0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9]'
-           THEN substr(c.model, 1, length(c.model) - 9) END)
+  FROM calls c JOIN call_files f ON f.id = c.file_id
+    LEFT JOIN call_models m ON m.model = c.model
+    LEFT JOIN prices p ON p.model = m.price_model
 ),
 tiered AS (
   SELECT *, (long_context_above IS NOT NULL AND prompt_tokens > long_context_above) AS long
@@ -607,7 +619,7 @@ DEFINITIONS_HASH = sha256("\n".join([
 # else a session-store copy, else what is left).
 REFRESH_SESSION_HOSTS_SQL = f"""
 WITH facts AS MATERIALIZED (
-{MAIN_FILE_FACTS_TEMPLATE.format(where="f.session_id = :session_id")}
+{MAIN_FILE_RULE_FACTS_TEMPLATE.format(where="f.session_id = :session_id")}
 ),
 ruled AS (
   SELECT *, {MAIN_FILE_RULE_TEMPLATE.format(

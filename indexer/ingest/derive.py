@@ -15,6 +15,7 @@ crash between the two leaves the file marked and the next run finishes it.
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
 
 from indexer.chain import walk as chain, resume
@@ -54,6 +55,8 @@ WHERE id IN (SELECT value FROM json_each(?)) AND session_id IS NOT NULL
   AND kind IN {definitions.TRANSCRIPT_KINDS}
 ORDER BY session_id
 """.strip()
+# The files whose caches are to be derived (ingest marks them).
+PENDING_FILES_SQL = "SELECT id FROM files WHERE needs_derive ORDER BY id"
 UNMARK_FILES_SQL = "UPDATE files SET needs_derive = 0 WHERE id IN (SELECT value FROM json_each(?))"
 SESSIONS_HASH = views.SESSIONS_HASH
 
@@ -219,6 +222,23 @@ def _orphans(session_id, nodes: dict[str, Rec], resume_chain, message, boundary_
             reached[cur.uuid] = (bp, origin, n)
             todo += [c for c in children.get(cur.uuid, ()) if c.uuid not in reached]
 
+    # walk.is_concurrent's line spans: each branch's messages (by its root),
+    # and the chain's below each depth (toward the leaf).
+    branch_span: dict[str, tuple] = {}
+    for u, (bp, origin, root) in reached.items():
+        n = nodes[u]
+        if origin == "ancestry" and n.type in MESSAGE_TYPES and not n.is_sidechain:
+            lo, hi = branch_span.get(root.uuid, (n.line_no, n.line_no))
+            branch_span[root.uuid] = (min(lo, n.line_no), max(hi, n.line_no))
+    below_span: dict[int, tuple | None] = {}
+    span = None
+    for d in sorted(by_depth):
+        below_span[d] = span
+        r = by_depth[d]
+        if r.type in MESSAGE_TYPES:
+            span = (r.line_no, r.line_no) if span is None else (
+                min(span[0], r.line_no), max(span[1], r.line_no))
+
     rows = []
     for o in sorted(off, key=lambda n: n.line_no):
         if o.is_sidechain:
@@ -226,10 +246,13 @@ def _orphans(session_id, nodes: dict[str, Rec], resume_chain, message, boundary_
         bp, origin, root = reached.get(o.uuid, (None, None, None))
         parent = nodes.get(o.parent_uuid) if o.parent_uuid is not None else None
         below = by_depth.get(on_chain[bp] - 1) if origin == "ancestry" else None
+        concurrent = origin == "ancestry" and chain.is_concurrent(
+            branch_span.get(root.uuid), below_span[on_chain[bp]])
         cause = chain.cause_of(o, parent, bp, origin, boundary_line,
                                chain_messages.__contains__, splice_points.__contains__,
                                o.uuid in with_result,
-                               root is not None and chain.is_late_graft(root, below, calls))
+                               root is not None and chain.is_late_graft(root, below, calls),
+                               concurrent)
         rows.append(chain.orphan_row(o, session_id, cause, bp, put_back))
     return rows
 
@@ -265,16 +288,33 @@ def derive_files(conn, file_ids: list[int]) -> None:
 def derive_pending(db) -> int:
     """Recompute every file marked ``needs_derive`` (all of them when the
     definitions changed since the caches were built). Returns the count."""
-    conn = db.conn
+    pending = pending_files(db)
+    derive_some(db, pending)
+    return len(pending)
+
+
+def pending_files(db) -> list[int]:
+    """The files marked ``needs_derive`` (every file, marked, when the
+    definitions changed since the caches were built)."""
     mark_all_if_definitions_changed(db)
     refresh_sessions_if_stale(db)
-    pending = [i for (i,) in conn.execute("SELECT id FROM files WHERE needs_derive ORDER BY id")]
-    for i in range(0, len(pending), DERIVE_BATCH):
-        ids = pending[i:i + DERIVE_BATCH]
+    return [i for (i,) in db.conn.execute(PENDING_FILES_SQL)]
+
+
+def derive_some(db, file_ids: list[int], budget_s: float | None = None) -> list[int]:
+    """Derive these files, a transaction per DERIVE_BATCH; with ``budget_s``,
+    no new transaction starts once that many seconds are spent (a fleet's
+    central derives between its batches, so that lines keep coming in).
+    Returns the files left."""
+    started = time.monotonic()
+    for i in range(0, len(file_ids), DERIVE_BATCH):
+        if budget_s is not None and i and time.monotonic() - started >= budget_s:
+            return file_ids[i:]
+        ids = file_ids[i:i + DERIVE_BATCH]
         with write_lock(db):
-            derive_files(conn, ids)
-            finish_files(conn, ids)
-    return len(pending)
+            derive_files(db.conn, ids)
+            finish_files(db.conn, ids)
+    return []
 
 
 def finish_files(conn, file_ids: list[int]) -> None:

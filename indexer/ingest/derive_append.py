@@ -156,6 +156,74 @@ WHERE file_id = :file_id
 """.strip()
 
 
+# Messages stored between the old leaf message (by id) and the appended
+# records that are off the chain as abandoned branches.
+LATE_BRANCH_SQL = """
+SELECT 1 FROM records r JOIN orphans_cache o ON o.file_id = r.file_id AND o.uuid = r.uuid
+WHERE r.id > ?2 AND r.id < ?3 AND r.file_id = ?1 AND r.type IN ('user', 'assistant')
+  AND o.cause = 'abandoned_branch'
+LIMIT 1
+""".strip()
+# Does the file hold a concurrent resume's branch?
+CONCURRENT_IN_FILE_SQL = ("SELECT 1 FROM orphans_cache WHERE file_id = ? "
+                          "AND cause = 'concurrent_resume' LIMIT 1")
+# The first and last lines of the messages on the stored resume chain
+# between two heights (toward the leaf: greater heights).
+CHAIN_SPAN_SQL = """
+SELECT min(r.line_no), max(r.line_no) FROM leaf_ancestry_cache a JOIN records r ON r.id = a.record_id
+WHERE a.file_id = ? AND a.rule = 'resume' AND a.height > ? AND a.height <= ?
+  AND r.type IN ('user', 'assistant')
+""".strip()
+
+
+def _span(lines) -> tuple | None:
+    lines = [n for n in lines if n is not None]
+    return (min(lines), max(lines)) if lines else None
+
+
+class _Spans:
+    """walk.is_concurrent's line spans as the append leaves the chain: a
+    branch's messages (every record below its root off the chain, as
+    derive._orphans reaches them) and the chain's below a branch point (the
+    stored rows kept, up to ``top``, and the ``added`` ones)."""
+
+    def __init__(self, g: _Graph, file_id: int, on_chain, added: list[Rec], top):
+        self.g, self.file_id, self.on_chain, self.added, self.top = g, file_id, on_chain, added, top
+        self._members: dict[str, list[Rec]] = {}
+        self._below: dict[str, tuple | None] = {}
+
+    def members(self, root: Rec) -> list[Rec]:
+        if root.uuid not in self._members:
+            out, todo, seen = [root], [root.uuid], {root.uuid}
+            while todo:
+                for c in self.g.eff_children(todo.pop()):
+                    n = self.g.get(c.uuid)
+                    if n is None or n.uuid in seen or self.on_chain(n.uuid):
+                        continue
+                    seen.add(n.uuid)
+                    out.append(n)
+                    todo.append(n.uuid)
+            self._members[root.uuid] = out
+        return self._members[root.uuid]
+
+    def branch(self, root: Rec) -> tuple | None:
+        return _span(r.line_no for r in self.members(root)
+                     if r.type in MESSAGE_TYPES and not r.is_sidechain)
+
+    def chain_below(self, bp: str) -> tuple | None:
+        if bp not in self._below:
+            index = next((i for i, r in enumerate(self.added) if r.uuid == bp), None)
+            if index is not None:   # added[0] is the leaf
+                lines = [r.line_no for r in self.added[:index] if r.type in MESSAGE_TYPES]
+            else:
+                h = self.g.old_height("resume", bp)
+                old = (self.g.query(CHAIN_SPAN_SQL, self.file_id, h, self.top, one=True)
+                       if h is not None and self.top is not None else None) or (None, None)
+                lines = [*old, *(r.line_no for r in self.added if r.type in MESSAGE_TYPES)]
+            self._below[bp] = _span(lines)
+        return self._below[bp]
+
+
 class Bail(Exception):
     """Not an append at the leaf: the file is recomputed instead."""
 
@@ -628,15 +696,39 @@ class _Extension:
                 return g.get(row[0]) if row else None
             return added[-1] if added else None
 
+        # walk.is_concurrent compares a branch with the chain below its
+        # branch point. A branch of messages written after the old leaf
+        # message, off the chain, may become concurrent as messages join the
+        # chain now; a concurrent one may stop being when the leaf moves:
+        # those files are derived whole. Every branch the append touches is
+        # classed again whole (_Spans.branch reads it).
+        old_message = g.get(state.get("resume_message")) if state.get("resume_message") else None
+        if old_message is not None and new and any(r.type in MESSAGE_TYPES for r in added) \
+                and self.conn.execute(LATE_BRANCH_SQL, [self.file_id, old_message.id,
+                                                        min(r.id for r in new)]).fetchone():
+            raise Bail("a branch of messages after the leaf")
+        if self.cut and self.conn.execute(CONCURRENT_IN_FILE_SQL, [self.file_id]).fetchone():
+            raise Bail("the leaf moves off a concurrent resume's branch")
+        spans = _Spans(g, self.file_id, on_chain, added, top)
+        for o in list(redo.values()):
+            if o.is_sidechain or on_chain(o.uuid):
+                continue
+            bp, origin, root = self.reach(o, on_chain)
+            if origin == "ancestry":
+                for r in spans.members(root):
+                    redo.setdefault(r.uuid, r)
         rows = []
         for o in sorted(redo.values(), key=lambda r: r.line_no):
             if o.is_sidechain or on_chain(o.uuid):
                 continue
             bp, origin, root = self.reach(o, on_chain)
             graft = origin == "ancestry" and chain.is_late_graft(root, chain_below(bp), calls)
+            concurrent = origin == "ancestry" and chain.is_concurrent(
+                spans.branch(root), spans.chain_below(bp))
             cause = chain.cause_of(o, g.get(o.parent_uuid), bp, origin,
                                    state.get("boundary_line"), in_chain_messages,
-                                   child_is_api_error, with_result.put_back(o), graft)
+                                   child_is_api_error, with_result.put_back(o), graft,
+                                   concurrent)
             rows.append(chain.orphan_row(o, self.session_id, cause, bp, put_back))
         gone = sorted(set(redo) | {r.uuid for r in joined})
         self.conn.execute(DROP_ORPHANS_SQL, [self.file_id, json.dumps(gone)])

@@ -21,6 +21,7 @@ import json
 import math
 import sqlite3
 import time
+from collections import Counter
 from datetime import datetime, timezone
 
 from indexer.transcripts import discover
@@ -53,12 +54,33 @@ ASK_EVERY_S = 5.0
 GAP_WAIT_S = 60.0
 # How often a watching consumer reads the hosts' heartbeats.
 HEARTBEAT_READ_S = 2.0
-# The caches (leaves, orphans, the sessions rows) are derived once per this
-# window while batches keep coming, and at once when none is waiting: at live
-# traffic a batch is a message or two, and deriving after each one made the
-# central's cost per line depend on how lines were batched (each session
-# touched in the window is derived once).
-DERIVE_WINDOW_S = 0.5
+# The caches (leaves, orphans, the sessions rows, the record kinds) are
+# derived once per window while batches keep coming, and when none came for
+# IDLE_S: at live traffic a batch is a message or two, and deriving after
+# each one made the central's cost per line depend on how lines were batched
+# (each session touched in the window is derived once; at live rates a
+# session writes a line every few seconds, so a window of half a second
+# derived each session about once a line, 2 s about once per 2-5 lines: the
+# caches are that much behind the lines while they keep coming). A window is at least
+# DERIVE_WINDOW_S and at least DERIVE_GROWTH times as long as the last derive
+# took (so deriving takes at most a quarter of the central's time however
+# many sessions a window touches; at most DERIVE_WINDOW_MAX_S). A derive
+# starts no new transaction past DERIVE_BUDGET_S: the central fetches and
+# stores the next batch, then goes on deriving (lines are not held back by
+# a derive of thousands of sessions).
+DERIVE_WINDOW_S = 2.0
+IDLE_S = 0.5
+DERIVE_GROWTH = 3.0
+DERIVE_WINDOW_MAX_S = 15.0
+DERIVE_BUDGET_S = 0.2
+# A fetch that brought messages goes on taking what comes for this long (up
+# to FETCH_BATCH): a batch is one transaction, and a transaction's cost is
+# mostly the pages it writes (16 KB each: the records' indexes of each file
+# it touches), which a bigger batch shares between more lines.
+GATHER_S = 0.1
+# How long a fetch waits while a derive is under way (it goes on at once
+# when nothing comes).
+DERIVING_WAIT_S = 0.05
 
 FLEET_FILE_SQL = """
 SELECT f.id, f.ingested_offset, f.line_count, f.session_id, f.unterminated_tail,
@@ -115,6 +137,8 @@ HOLD_SQL = """
 INSERT OR IGNORE INTO fleet_held (file_id, generation, offset, at, line, held_at, payload)
 VALUES (:id, :generation, :offset, :at, :line, :now, :payload)
 """.strip()
+# The files with held messages (a batch looks for one to release in those only).
+HELD_FILES_SQL = "SELECT DISTINCT file_id FROM fleet_held"
 DROP_OLD_HELD_SQL = "DELETE FROM fleet_held WHERE file_id = :file_id AND generation < :generation"
 # The file's first held message, when it now meets what is stored.
 NEXT_HELD_SQL = """
@@ -268,10 +292,13 @@ def _file(conn, header: dict, body: bytes, now: str, summary: Summary) -> dict |
     return row
 
 
-def _hold(conn, row: dict, header: dict, payload: bytes, now: str, summary: Summary) -> None:
+def _hold(conn, row: dict, header: dict, payload: bytes, now: str, summary: Summary,
+          held: set | None = None) -> None:
     """An earlier message of the file is not stored yet: keep this one until
     it comes (a batch delivered again, the host's re-send) or the central
     records the gap (resolve_gaps)."""
+    if held is not None:
+        held.add(row["id"])
     summary.gaps += 1
     conn.execute(COUNT_GAP_SQL, {"id": row["id"]})
     conn.execute(HOLD_SQL, {"id": row["id"], "generation": header["generation"],
@@ -341,8 +368,8 @@ def _store_lines(conn, row: dict, start: int, body: bytes, now: str, summary: Su
             bads.append((file_id, line_no, at, str(exc), line))
         at += len(line) + 1
     insert_lines(conn, records, bads)
-    if records:   # their kinds, from what was parsed (else catch_up counts the file)
-        record_kinds.count_stored(conn, file_id, offset, end, records, now)
+    # (their kinds are counted once per window of batches, by catch_up: per
+    # message, counting them cost more than storing a line)
     facts = [r[3:-1] for r in records]
     session_id = row["session_id"] or next((f[_SESSION] for f in facts if f[_SESSION]), None)
     unterminated = len(body) if tail else 0
@@ -434,50 +461,82 @@ UNSTORABLE = (ValueError, TypeError, KeyError, OverflowError, UnicodeError,
               sqlite3.IntegrityError, Misaligned)
 
 
-def apply_message(conn, message: Incoming, now: str, summary: Summary,
-                  hosts: set[str] | None = None) -> None:
+class _Alone(Exception):
+    """A message of a batch written without savepoints cannot be stored:
+    the batch is written again, each message in a savepoint of its own."""
+
+
+class _Batch:
+    """What the messages of one fetched batch share: its time, the hosts
+    this central takes, each host's messages stored (its fleet_hosts row is
+    written once a batch), and the files that may have held messages (only
+    those look for one to release)."""
+
+    __slots__ = ("now", "hosts", "seen", "held")
+
+    def __init__(self, conn, now: str, hosts: set[str] | None):
+        self.now, self.hosts, self.seen = now, hosts, Counter()
+        self.held = {file_id for (file_id,) in conn.execute(HELD_FILES_SQL)}
+
+
+def apply_message(conn, message: Incoming, batch: _Batch, summary: Summary,
+                  alone: bool = True) -> None:
     """One message, inside the caller's transaction: stored, held until the
-    bytes before it come, or (one the central cannot use) quarantined."""
+    bytes before it come, or (one the central cannot use) quarantined.
+    ``alone``: in a savepoint of its own, so that a message that cannot be
+    stored is rolled back alone and quarantined; without it (a batch's first
+    try), such a message raises _Alone and the batch is written again."""
     try:
-        header, body = _usable(message, hosts)
+        header, body = _usable(message, batch.hosts)
     except fleet_wire.BadMessage as exc:
         summary.bad_messages += 1
-        quarantine(conn, message, str(exc), now)
+        quarantine(conn, message, str(exc), batch.now)
+        return
+    if not alone:
+        try:
+            _apply(conn, header, body, bytes(message.data), batch, summary)
+        except UNSTORABLE:
+            raise _Alone() from None
+        batch.seen[header["host"]] += 1
         return
     conn.execute("SAVEPOINT message")
-    before = summary.counts()
+    before, held = summary.counts(), set(batch.held)
     try:
-        _apply(conn, header, body, bytes(message.data), now, summary)
+        _apply(conn, header, body, bytes(message.data), batch, summary)
     except UNSTORABLE as exc:
         conn.execute("ROLLBACK TO message")
         conn.execute("RELEASE message")
         summary.restore(before)
+        batch.held = held
         summary.bad_messages += 1
-        quarantine(conn, message, f"cannot be stored: {type(exc).__name__}: {exc}", now)
+        quarantine(conn, message, f"cannot be stored: {type(exc).__name__}: {exc}", batch.now)
         return
     conn.execute("RELEASE message")
+    batch.seen[header["host"]] += 1
 
 
-def _apply(conn, header: dict, body: bytes, payload: bytes, now: str, summary: Summary) -> None:
+def _apply(conn, header: dict, body: bytes, payload: bytes, batch: _Batch,
+           summary: Summary) -> None:
     summary.messages += 1
     summary.hosts.add(header["host"])
     sent = header.get("sent_at")
     if type(sent) is float and math.isfinite(sent) and \
             sent > summary.sent_at.get(header["host"], 0.0):
         summary.sent_at[header["host"]] = sent
-    conn.execute(SEEN_HOST_SQL, {"host": header["host"], "now": now, "n": 1})
+    now = batch.now
     row = _file(conn, header, body, now, summary)
     if row is None:
         summary.duplicates += 1
         return
-    if _take(conn, row, header, body, payload, now, summary):
+    if _take(conn, row, header, body, payload, now, summary, batch.held) and \
+            row["id"] in batch.held:
         _release(conn, row, now, summary)
 
 
 def _take(conn, row: dict, header: dict, body: bytes, payload: bytes, now: str,
-          summary: Summary) -> bool:
-    """Store a message of the row's file at its generation, or hold it;
-    True when what is stored moved on."""
+          summary: Summary, held: set | None = None) -> bool:
+    """Store a message of the row's file at its generation, or hold it (its
+    file then joins ``held``); True when what is stored moved on."""
     if header["kind"] == "deleted":
         summary.deleted_files += conn.execute(MARK_DELETED_SQL, {"id": row["id"],
                                                                  "now": now}).rowcount
@@ -485,7 +544,7 @@ def _take(conn, row: dict, header: dict, body: bytes, payload: bytes, now: str,
     start = header["offset"]
     if header["kind"] == "tail":
         if not _store_lines(conn, row, start, body, now, summary, tail=True):
-            _hold(conn, row, header, payload, now, summary)
+            _hold(conn, row, header, payload, now, summary, held)
             return False
         return True
     if header["kind"] == "part":
@@ -495,12 +554,12 @@ def _take(conn, row: dict, header: dict, body: bytes, payload: bytes, now: str,
         try:
             body = _part(conn, row, header, body)
         except _Later:
-            _hold(conn, row, header, payload, now, summary)
+            _hold(conn, row, header, payload, now, summary, held)
             return False
         if body is None:
             return False
     if not _store_lines(conn, row, start, body, now, summary):
-        _hold(conn, row, header, payload, now, summary)
+        _hold(conn, row, header, payload, now, summary, held)
         return False
     return True
 
@@ -535,11 +594,27 @@ def _release(conn, row: dict, now: str, summary: Summary) -> None:
 def apply_batch(db, messages: list[Incoming], consumer: str, summary: Summary,
                 hosts: set[str] | None = None) -> None:
     """Write a fetched batch in one transaction, with the stream position it
-    reaches: every message is then acknowledged."""
+    reaches and each host's row once: every message is then acknowledged.
+    The batch is written without a savepoint per message; when one of its
+    messages cannot be stored, it is written again with one each (that
+    message quarantined alone)."""
+    before = summary.counts()
+    try:
+        _write_batch(db, messages, consumer, summary, hosts, alone=False)
+    except _Alone:   # (rolled back)
+        summary.restore(before)
+        _write_batch(db, messages, consumer, summary, hosts, alone=True)
+
+
+def _write_batch(db, messages: list[Incoming], consumer: str, summary: Summary,
+                 hosts: set[str] | None, alone: bool) -> None:
     now = utcnow()
     with write_lock(db) as conn:
+        batch = _Batch(conn, now, hosts)
         for message in messages:
-            apply_message(conn, message, now, summary, hosts)
+            apply_message(conn, message, batch, summary, alone)
+        conn.executemany(SEEN_HOST_SQL, [{"host": host, "now": now, "n": n}
+                                         for host, n in batch.seen.items()])
         conn.execute(POSITION_SQL, {"name": consumer, "now": now,
                                     "seq": max(m.seq for m in messages)})
         conn.execute(LAST_INGEST_AT_SQL, [now])   # (status, the health page: a central ingests)
@@ -731,14 +806,25 @@ async def _why_missing(js, gap_wait: float) -> str:
     return f"not in the stream (lost by the server, or sent to another stream); {why}"
 
 
-async def _fetch(sub, wait: float):
-    """A fetched batch, or [] when nothing came within ``wait``."""
+async def _fetch(sub, wait: float, gather: float = GATHER_S):
+    """A fetched batch, or [] when nothing came within ``wait``; once
+    something came, what else comes within ``gather`` seconds joins it (up
+    to FETCH_BATCH messages)."""
     from nats.errors import TimeoutError as FetchTimeout   # (nats-py: the optional fleet extra)
 
     try:
-        return await sub.fetch(FETCH_BATCH, timeout=wait)
+        msgs = await sub.fetch(FETCH_BATCH, timeout=wait)
     except (FetchTimeout, asyncio.TimeoutError):   # nothing waiting
         return []
+    until = time.monotonic() + gather
+    while len(msgs) < FETCH_BATCH and (left := until - time.monotonic()) > 0.001:
+        try:
+            msgs += await sub.fetch(FETCH_BATCH - len(msgs), timeout=left)
+        except (FetchTimeout, asyncio.TimeoutError):
+            break
+        except fleet_nats.TRANSIENT:   # (what came is written; the rest comes again)
+            break
+    return msgs
 
 
 async def _subscribe(db, nc, consumer: str, hosts: list[str] | None):
@@ -767,7 +853,9 @@ async def consume(db, options: fleet_nats.ConnectOptions, *, consumer: str | Non
                   live=None) -> Summary:
     """Drain what is waiting (or with ``watch``, keep consuming until
     ``stop``); ``after_batch(summary)`` (derive the caches) runs after the
-    batches of each DERIVE_WINDOW_S, and when none is waiting.
+    batches of each window (DERIVE_WINDOW_S and longer), and when none is
+    waiting; while it returns true (files left: its budget is spent) it
+    runs again after the next fetch.
     With ``hosts``, only those hosts' messages (fleet_wire.consumers: a
     consumer per host, each with its own position). A file that waits
     ``gap_wait`` seconds for bytes the stream no longer holds gets a gap
@@ -805,12 +893,15 @@ async def consume(db, options: fleet_nats.ConnectOptions, *, consumer: str | Non
                 return summary
         summary.bad_heartbeats += record_heartbeats(db, *await _read_heartbeats(kv, taken))
         last_beats = derived_at = time.monotonic()
-        underived = False   # batches committed since after_batch last ran
+        underived = False   # batches committed since the caches were last current
+        deriving = False    # after_batch said files are left to derive (its budget)
+        window, spent = DERIVE_WINDOW_S, 0.0   # this window; the derive's time so far
         while not stop.is_set():
             if live is not None:
                 live.beat()
             try:   # every consumer's next batch at once; each is written on its own
-                wait = DERIVE_WINDOW_S if watch and underived else FETCH_WAIT_S
+                wait = DERIVING_WAIT_S if deriving else IDLE_S if watch and underived \
+                    else FETCH_WAIT_S
                 fetched = await asyncio.gather(*(_fetch(sub, wait) for _, sub in subs))
             except fleet_nats.TRANSIENT as exc:
                 if not watch:
@@ -838,17 +929,27 @@ async def consume(db, options: fleet_nats.ConnectOptions, *, consumer: str | Non
             if await _mind_gaps(db, nc, js, gap_wait, asked, summary, log, live):
                 underived = True
             _tell(live, summary, before)
-            if underived and after_batch is not None and (
-                    not any(fetched) or time.monotonic() - derived_at >= DERIVE_WINDOW_S):
-                after_batch(summary)   # each session touched since, derived once
-                underived, derived_at = False, time.monotonic()
-            if not watch and not any(fetched):
+            if after_batch is not None and (deriving or underived and (
+                    not any(fetched) or time.monotonic() - derived_at >= window)):
+                began = time.monotonic()
+                if not deriving:   # a window's derive begins: what is committed so far
+                    underived = False
+                deriving = bool(after_batch(summary))   # each session touched since, once
+                spent += time.monotonic() - began
+                if not deriving:
+                    derived_at = time.monotonic()
+                    window = min(DERIVE_WINDOW_MAX_S, max(DERIVE_WINDOW_S, spent * DERIVE_GROWTH))
+                    spent = 0.0
+            if not watch and not any(fetched) and not deriving:
                 break
             if time.monotonic() - last_beats >= HEARTBEAT_READ_S:
                 summary.bad_heartbeats += record_heartbeats(db, *await _read_heartbeats(kv, taken))
                 last_beats = time.monotonic()
-        if underived and after_batch is not None:
-            after_batch(summary)
+        if after_batch is not None:
+            while deriving:   # the window's derive, to its end
+                deriving = bool(after_batch(summary))
+            while underived:   # then what came during it
+                underived = bool(after_batch(summary))
         if not watch:
             summary.bad_heartbeats += record_heartbeats(db, *await _read_heartbeats(kv, taken))
     finally:
@@ -863,6 +964,30 @@ def catch_up(db) -> None:
     are this window's)."""
     derive.derive_pending(db)
     record_kinds.after_ingest(db)
+
+
+class CatchUp:
+    """catch_up a step at a time, for a following central (its after_batch):
+    the files marked when a window's derive begins are derived, at most
+    ``budget_s`` a call (a transaction of derive.DERIVE_BATCH files at
+    least); a call returns True while some are left (call again after the
+    next batch: lines are not held back by a derive of thousands of
+    sessions). Files marked meanwhile are the next window's. Once none is
+    left, the record kinds are counted as catch_up does."""
+
+    def __init__(self, db, budget_s: float = DERIVE_BUDGET_S):
+        self.db, self.budget_s = db, budget_s
+        self.left: list[int] | None = None   # this window's files still to derive
+
+    def __call__(self) -> bool:
+        if self.left is None:
+            self.left = derive.pending_files(self.db)
+        self.left = derive.derive_some(self.db, self.left, self.budget_s)
+        if self.left:
+            return True
+        self.left = None
+        record_kinds.after_ingest(self.db)
+        return False
 
 
 class Follower:
@@ -880,18 +1005,19 @@ class Follower:
 
     def run(self) -> Summary:
         db = open_db(self.db_path)
+        step = CatchUp(db)
         try:
             return self.loop.run_until_complete(consume(
                 db, self.options, consumer=self.consumer, hosts=self.hosts, watch=True,
                 stop=self.stop, gap_wait=self.gap_wait, live=self.live,
-                after_batch=lambda summary: self._batch(db, summary), log=self.log))
+                after_batch=lambda summary: self._batch(db, summary, step), log=self.log))
         finally:
             db.conn.close()
             self.loop.close()
 
-    def _batch(self, db, summary: Summary) -> None:
-        catch_up(db)
+    def _batch(self, db, summary: Summary, step: CatchUp) -> bool:
         self.log(f"batch: {summary.messages} messages, {summary.new_lines} new lines so far")
+        return step()
 
     def request_stop(self, sig=None) -> None:
         try:

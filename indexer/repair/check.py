@@ -64,6 +64,12 @@ WHERE session_id = ? AND local_file_id = ? AND diverged
 """.strip()
 POISONED_SQL = classes.POISONED_SESSION_SQL  # poisoned_sessions, for one session
 SPLICES_SQL = "SELECT * FROM api_error_splices WHERE file_id = ? ORDER BY first_orphan_at"
+# The messages another process resuming the session wrote on a branch the
+# resume leaves (orphans named concurrent_resume), and the newest of them.
+CONCURRENT_SQL = """
+SELECT count(*) AS messages, max(timestamp) AS newest FROM orphans
+WHERE file_id = ? AND cause = 'concurrent_resume' AND type IN ('user', 'assistant')
+""".strip()
 # A check that does not write (freshen=False) on a transcript that changed,
 # or appeared, since the last ingest.
 UNREAD_WARNING = ("{path} changed on disk since the index last read it: this answer is from "
@@ -171,6 +177,7 @@ def check(db, session_id: str, *, now: str | None = None, config_dir=None,
     _wedged(verdict, row, session_id)
     _spliced(db, verdict, main, row)
     _truncated(verdict, row)
+    _concurrent(db, verdict, main, session_id)
     _retention(verdict, main, config_dir, now_iso)
     if main["origin"] == "fleet":
         _shipped(db, verdict, main, now_iso)
@@ -178,6 +185,20 @@ def check(db, session_id: str, *, now: str | None = None, config_dir=None,
     if not freshen and not views.sessions_current(db.conn):
         verdict.warnings.append(OLD_SESSIONS_WARNING)
     return _done(verdict, started)
+
+
+def _concurrent(db, verdict: Verdict, main: dict, session_id: str) -> None:
+    """A warning when another process resuming the session at the same time
+    wrote conversation the resume leaves (walk.is_concurrent)."""
+    found = dict_rows(db.conn, CONCURRENT_SQL, [main["id"]])[0]
+    if not found["messages"]:
+        return
+    verdict.details["concurrent_resume"] = found
+    verdict.warnings.append(
+        f"{found['messages']} message(s) (the newest at {found['newest']}) were written by "
+        "another process resuming this session at the same time, on a branch the resume does "
+        "not take: they are not sent (anthropics/claude-code#48270); read them with "
+        f"session-index show {session_id}, and resume a session in one process at a time")
 
 
 def _subject(session_id: str, host: str, choice, main, files: list, gone: list) -> dict:

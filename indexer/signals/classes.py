@@ -893,6 +893,11 @@ ORPHANS = (
              "response drained at start-up, anthropics/claude-code#62301) is the last row: a "
              "resume continues from it, and what came after the first answer is not sent; "
              "read it on the session page"),
+    _orphans("concurrent_resume", "Conversation of a concurrent resume dropped",
+             "two processes resumed the session at once (anthropics/claude-code#48270): each "
+             "appended its own conversation, and a resume continues the one written last; the "
+             "other's is not sent. Read it on the session page, or session-index export "
+             "SESSION_ID; resume one session in one process at a time"),
     _orphans("abandoned_branch", "Abandoned branches (rewinds, edits)",
              "none: a rewind or an edited prompt left them; they stay readable here"),
     _orphans("dangling_parent", "Records after a missing parent",

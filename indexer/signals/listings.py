@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timezone
 
 from indexer.signals import classes, projects, verdict as verdicts
@@ -33,9 +34,51 @@ def iso_now(now: str | None) -> str:
 LISTINGS = {name: classes.listing_sql(cls) for name, cls in classes.LISTED.items()}
 
 
+# Markup Claude Code writes into a user message around what the user typed:
+# the context it attaches (the editor's selection or open file, reminders,
+# a slash command's expansion, command output) is no part of a title, and
+# goes with its content; other tags (a slash command's name and arguments, a
+# shell command) are dropped and their text kept (plain_title).
+TITLE_CONTEXT_TAGS = ("ide_selection", "ide_opened_file", "ide_diagnostics", "system-reminder",
+                      "command-message", "local-command-caveat", "local-command-stdout",
+                      "local-command-stderr", "bash-stdout", "bash-stderr", "user-memory-input")
+_CONTEXT = re.compile("|".join(rf"<{t}\b[^>]*>.*?(?:</{t}>|\Z)" for t in TITLE_CONTEXT_TAGS),
+                      re.S)
+_TAG = re.compile(r"</?[A-Za-z][\w-]*(?:\s[^<>]*)?/?>|</?[A-Za-z][^<>]*\Z")
+_WS = re.compile(r"\s+")
+TITLE_LENGTH = 100  # characters of a title shown
+
+
+def plain_title(text: str | None, length: int = TITLE_LENGTH) -> str:
+    """A session's title (SESSION_TITLE_TEMPLATE) as a person reads it:
+    Claude Code's markup stripped (TITLE_CONTEXT_TAGS with their content, other
+    tags alone; a context tag the SQL's cut leaves open drops the rest, and
+    a tag it cuts in two goes),
+    whitespace made one space, cut to ``length`` characters. Plain text: the
+    page that shows it escapes it."""
+    text = _TAG.sub(" ", _CONTEXT.sub(" ", text or ""))
+    text = _WS.sub(" ", text).strip()
+    return text if len(text) <= length else text[:length - 1].rstrip() + "\u2026"
+
+
+# The text of a user message's content: the string, or each text block (a
+# JSON array's elements; json_each of a string is the string itself), {j}
+# the json_each row.
+_PROMPT_TEXT = "CASE {j}.type WHEN 'text' THEN {j}.value ELSE {j}.value ->> '$.text' END"
+# The tags whose blocks are wholly context: Claude Code writes the editor's
+# selection, the open file and its reminders as text blocks of their own
+# before the prompt. A first prompt is the first text that does not begin
+# with one ({t}: the text).
+TITLE_CONTEXT_BLOCK_TAGS = ("ide_selection", "ide_opened_file", "ide_diagnostics",
+                            "system-reminder")
+_NOT_CONTEXT = ("CASE WHEN substr({t}, 1, 1) = '<' THEN substr({t}, 1, instr({t}, '>')) "
+                "ELSE '' END NOT IN ("
+                + ", ".join(f"'<{tag}>'" for tag in TITLE_CONTEXT_BLOCK_TAGS) + ")")
 # The title a session goes by, most recent first of each kind: the user's
 # custom-title, Claude Code's ai-title, an older summary record, else the
-# first prompt of its main transcript (records_titles keeps this cheap).
+# first prompt of its main transcript, its first text that is not wholly
+# context (records_titles keeps this cheap). Pages strip its markup
+# (plain_title).
 SESSION_TITLE_TEMPLATE = """coalesce(
   (SELECT t.raw ->> '$.customTitle' FROM records t WHERE t.file_id = {s}.main_file_id
      AND t.type = 'custom-title' ORDER BY t.line_no DESC LIMIT 1),
@@ -43,11 +86,13 @@ SESSION_TITLE_TEMPLATE = """coalesce(
      AND t.type = 'ai-title' ORDER BY t.line_no DESC LIMIT 1),
   (SELECT t.raw ->> '$.summary' FROM records t WHERE t.file_id = {s}.main_file_id
      AND t.type = 'summary' ORDER BY t.line_no DESC LIMIT 1),
-  (SELECT substr(CASE WHEN json_type(u.raw, '$.message.content') = 'text'
-                      THEN u.raw ->> '$.message.content'
-                      ELSE u.raw ->> '$.message.content[0].text' END, 1, 120)
-     FROM records u WHERE u.file_id = {s}.main_file_id AND u.type = 'user' AND NOT u.is_meta
-       AND json_valid(u.raw) ORDER BY u.line_no LIMIT 1),
+  (SELECT substr(""" + _PROMPT_TEXT.format(j="j") + """, 1, 120)
+     FROM records u, json_each(CASE WHEN json_valid(u.raw) THEN u.raw ELSE '{{}}' END,
+                               '$.message.content') j
+     WHERE u.file_id = {s}.main_file_id AND u.type = 'user' AND NOT u.is_meta
+       AND (j.type = 'text' OR j.value ->> '$.type' = 'text')
+       AND """ + _NOT_CONTEXT.format(t=_PROMPT_TEXT.format(j="j")) + """
+     ORDER BY u.line_no, j.id LIMIT 1),
   -- a Codex CLI session: its first user input that is not the CLI's own context
   (SELECT substr(u.raw ->> '$.payload.content[0].text', 1, 120)
      FROM records u WHERE u.file_id = {s}.main_file_id AND u.type = 'response_item'

@@ -1,0 +1,233 @@
+"""The central's cost per batch, not per message (issue 28, item 6): a fetched
+batch is written in one transaction without a savepoint per message (a
+message that cannot be stored sends the batch round again, each message in a
+savepoint of its own), each host's row once a batch; the caches are derived
+once per window, a derive stops at its budget and goes on after the next
+batch, and a window grows with what the last derive took. The batch tests
+write Incoming messages straight into a real index (no server); the
+consume tests run a real nats-server."""
+
+import asyncio
+import json
+import time
+
+import pytest
+
+from indexer.index.db import open_db
+from indexer.ingest import derive, fleet_central, fleet_wire
+
+HOST_ROWS_SQL = "SELECT host, messages FROM fleet_hosts ORDER BY host"
+
+
+def line(session_id: str, uuid: str, parent: str | None) -> bytes:
+    return json.dumps({"type": "user", "uuid": uuid, "parentUuid": parent,
+                       "sessionId": session_id, "timestamp": "2026-12-01T00:00:00.000Z",
+                       "message": {"role": "user", "content": "x"}},
+                      separators=(",", ":")).encode() + b"\n"
+
+
+def message(seq: int, host: str, session_id: str, body: bytes, offset: int = 0,
+            number: int = 1, generation: int = 1) -> fleet_central.Incoming:
+    """A shipper's ``lines`` message of the session's transcript on ``host``."""
+    header = {"kind": "lines", "host": host, "generation": generation, "offset": offset,
+              "end": offset + len(body), "line": number,
+              "path": f"/home/a/.claude/projects/-w/{session_id}.jsonl"}
+    return fleet_central.Incoming(fleet_wire.encode(header, body), seq,
+                                  fleet_wire.subject(host, "lines"),
+                                  {"Nats-Msg-Id": fleet_wire.message_id(header)})
+
+
+SESSIONS = [f"{n:08d}-0000-4000-8000-000000000000" for n in range(1, 5)]
+
+
+def statements(db) -> list[str]:
+    """Every statement the index's connection runs from now on."""
+    seen = []
+    db.conn.set_trace_callback(seen.append)
+    return seen
+
+
+def test_a_clean_batch_has_no_savepoints_and_writes_each_host_row_once(tmp_path):
+    db = open_db(str(tmp_path / "central.db"))
+    batch = [message(1, "h1", SESSIONS[0], line(SESSIONS[0], "a1", None)),
+             message(2, "h1", SESSIONS[1], line(SESSIONS[1], "b1", None)),
+             message(3, "h2", SESSIONS[2], line(SESSIONS[2], "c1", None))]
+    first = line(SESSIONS[0], "a1", None)
+    batch.append(message(4, "h1", SESSIONS[0], line(SESSIONS[0], "a2", "a1"),
+                         offset=len(first), number=2))
+    seen = statements(db)
+    summary = fleet_central.Summary()
+    fleet_central.apply_batch(db, batch, "c", summary)
+    db.conn.set_trace_callback(None)
+    assert [s for s in seen if "SAVEPOINT" in s.upper()] == []
+    assert sum("INTO fleet_hosts" in s for s in seen) == 2   # one per host
+    assert sum(s.startswith("BEGIN") for s in seen) == 1
+    assert db.conn.execute(HOST_ROWS_SQL).fetchall() == [("h1", 3), ("h2", 1)]
+    assert (summary.messages, summary.new_lines, summary.bad_messages) == (4, 4, 0)
+    assert db.conn.execute("SELECT count(*) FROM records").fetchone() == (4,)
+
+
+def test_a_message_that_cannot_be_stored_is_quarantined_alone(tmp_path):
+    """A generation past SQLite's integers: that message only is kept in
+    quarantine; the batch's other messages are stored once, its host's row
+    counts what was stored."""
+    db = open_db(str(tmp_path / "central.db"))
+    batch = [message(1, "h1", SESSIONS[0], line(SESSIONS[0], "a1", None)),
+             message(2, "h1", SESSIONS[1], line(SESSIONS[1], "b1", None), generation=2 ** 63),
+             message(3, "h2", SESSIONS[2], line(SESSIONS[2], "c1", None))]
+    seen = statements(db)
+    summary = fleet_central.Summary()
+    fleet_central.apply_batch(db, batch, "c", summary)
+    db.conn.set_trace_callback(None)
+    assert sum(s.upper().startswith("SAVEPOINT") for s in seen) == 3   # the second round
+    assert db.conn.execute("SELECT stream_seq, host, reason LIKE 'cannot be stored:%' "
+                           "FROM fleet_quarantine").fetchall() == [(2, "h1", 1)]
+    assert db.conn.execute("SELECT uuid FROM records ORDER BY uuid").fetchall() == [
+        ("a1",), ("c1",)]
+    assert db.conn.execute(HOST_ROWS_SQL).fetchall() == [("h1", 1), ("h2", 1)]
+    assert (summary.messages, summary.new_lines, summary.bad_messages) == (2, 2, 1)
+    assert summary.hosts == {"h1", "h2"}
+
+
+def test_a_held_message_is_released_when_a_later_batch_brings_the_bytes_before_it(tmp_path):
+    """Only files with held messages look for one; the hold is seen by the
+    next batch."""
+    db = open_db(str(tmp_path / "central.db"))
+    first, second = line(SESSIONS[0], "a1", None), line(SESSIONS[0], "a2", "a1")
+    summary = fleet_central.Summary()
+    fleet_central.apply_batch(db, [message(2, "h1", SESSIONS[0], second, offset=len(first),
+                                           number=2)], "c", summary)
+    assert db.conn.execute("SELECT count(*) FROM fleet_held").fetchone() == (1,)
+    fleet_central.apply_batch(db, [message(1, "h1", SESSIONS[0], first)], "c", summary)
+    assert db.conn.execute("SELECT count(*) FROM fleet_held").fetchone() == (0,)
+    assert db.conn.execute("SELECT uuid FROM records ORDER BY byte_offset").fetchall() == [
+        ("a1",), ("a2",)]
+
+
+def test_a_derive_step_stops_at_its_budget_and_the_next_window_waits(tmp_path, monkeypatch):
+    """CatchUp with a budget spent at once derives one transaction's files a
+    call, says files are left until this window's are done, and counts the
+    record kinds (one run) only then; a file marked meanwhile is the next
+    window's."""
+    monkeypatch.setattr(derive, "DERIVE_BATCH", 2)
+    db = open_db(str(tmp_path / "central.db"))
+    fleet_central.apply_batch(db, [message(n + 1, "h1", s, line(s, f"u{n}", None))
+                                   for n, s in enumerate(SESSIONS[:3])], "c",
+                              fleet_central.Summary())
+    marked = "SELECT count(*) FROM files WHERE needs_derive"
+    runs = "SELECT CAST(value AS INTEGER) FROM index_meta WHERE key = 'ingest_runs'"
+    runs_before = db.conn.execute(runs).fetchone()
+    step = fleet_central.CatchUp(db, budget_s=0)
+    assert step() is True
+    assert db.conn.execute(marked).fetchone() == (1,)
+    assert db.conn.execute(runs).fetchone() == runs_before   # (kinds not counted yet)
+    last = SESSIONS[3]
+    fleet_central.apply_batch(db, [message(9, "h1", last, line(last, "u9", None))], "c",
+                              fleet_central.Summary())
+    assert step() is False   # this window's last file; the new one waits
+    assert db.conn.execute(marked).fetchone() == (1,)
+    assert db.conn.execute(runs).fetchone() != runs_before
+    assert db.conn.execute("SELECT records FROM record_types WHERE kind = 'user'"
+                           ).fetchone() == (4,)
+    assert step() is False   # the next window: the new file
+    assert db.conn.execute(marked).fetchone() == (0,)
+    assert db.conn.execute("SELECT count(*) FROM leaves").fetchone() == (4,)
+
+
+def test_derive_some_without_a_budget_derives_them_all(tmp_path, monkeypatch):
+    monkeypatch.setattr(derive, "DERIVE_BATCH", 1)
+    db = open_db(str(tmp_path / "central.db"))
+    fleet_central.apply_batch(db, [message(n + 1, "h1", s, line(s, f"u{n}", None))
+                                   for n, s in enumerate(SESSIONS)], "c", fleet_central.Summary())
+    assert derive.derive_some(db, derive.pending_files(db)) == []
+    assert derive.pending_files(db) == []
+
+
+# -- the consume loop, against a real nats-server ------------------------------------------
+
+nats = pytest.importorskip("nats", reason="the fleet extra (nats-py) is not installed")
+from test_fleet import Server, pytestmark   # noqa: E402,F401  (nats-server, the timing group)
+
+
+@pytest.fixture
+def server(tmp_path):
+    s = Server(tmp_path / "jetstream")
+    s.start()
+    yield s
+    s.kill()
+
+
+async def publish_lines(url: str, count: int, every: float, session_id: str = SESSIONS[0]):
+    """One line a message, ``every`` seconds apart (live traffic)."""
+    from indexer.ingest import fleet_nats
+
+    nc = await nats.connect(url)
+    js = nc.jetstream()
+    await fleet_nats.ensure_stream(js)
+    offset, parent = 0, None
+    for i in range(count):
+        data = line(session_id, f"u-{i}", parent)
+        m = message(i + 1, "h", session_id, data, offset=offset, number=i + 1)
+        await js.publish(m.subject, m.data, headers=m.headers)
+        offset, parent = offset + len(data), f"u-{i}"
+        await asyncio.sleep(every)
+    await nc.close()
+
+
+def test_a_drain_goes_on_deriving_while_files_are_left(server, tmp_path):
+    """after_batch says files are left (its budget spent): the central calls
+    it again after its next fetch, and a drain ends only once none is."""
+    from indexer.ingest import fleet_nats
+
+    db = open_db(str(tmp_path / "central.db"))
+    calls = []
+
+    def after_batch(summary):
+        calls.append(summary.new_lines)
+        return len(calls) < 4   # files left, three times
+
+    async def main():
+        await publish_lines(server.url, 5, 0)
+        return await fleet_central.consume(db, fleet_nats.ConnectOptions(server.url),
+                                           after_batch=after_batch)
+
+    summary = asyncio.run(main())
+    assert summary.new_lines == 5
+    assert len(calls) == 4 and calls[-1] == 5
+
+
+def test_a_window_grows_with_what_the_last_derive_took(server, tmp_path, monkeypatch):
+    """A derive that takes 0.25 s with DERIVE_GROWTH 10: the next window is
+    2.5 s, not DERIVE_WINDOW_S, while one-line messages keep coming every
+    20 ms for 4 s (a fixed 0.5 s window would derive about 6 times)."""
+    from indexer.ingest import fleet_nats
+
+    monkeypatch.setattr(fleet_central, "DERIVE_GROWTH", 10.0)
+    db = open_db(str(tmp_path / "central.db"))
+    derives = []
+
+    def after_batch(summary):
+        derives.append(time.monotonic())
+        time.sleep(0.25)
+        return derive.derive_pending(db) and False
+
+    async def main():
+        stop = asyncio.Event()
+        central = asyncio.ensure_future(fleet_central.consume(
+            db, fleet_nats.ConnectOptions(server.url), watch=True, stop=stop,
+            after_batch=after_batch))
+        await publish_lines(server.url, 200, 0.02)
+        for _ in range(100):
+            if db.conn.execute("SELECT count(*) FROM records").fetchone()[0] == 200:
+                break
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(fleet_central.IDLE_S + 0.5)
+        stop.set()
+        return await central
+
+    summary = asyncio.run(main())
+    assert summary.new_lines == 200
+    gaps = [b - a for a, b in zip(derives, derives[1:])]
+    assert len(derives) <= summary.seconds / 2.5 + 2, gaps
+    assert all(g >= 2.5 for g in gaps[:-1]), gaps   # (the last: when the lines stopped)
+    assert db.conn.execute("SELECT count(*) FROM files WHERE needs_derive").fetchone() == (0,)
