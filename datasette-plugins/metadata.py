@@ -243,7 +243,7 @@ TABLES = {
     "files": {
         "description": "One row per transcript (or execution log) file ever seen; deleted_at "
                        "is set when it is gone from disk, its rows stay.",
-        "facets": ["kind"],
+        "facets": ["kind", "agent"],
         "units": {"size": "B"},
         "columns": _cols(
             "session_id",
@@ -288,6 +288,8 @@ TABLES = {
             origin="file (ingested from disk) or store (mirrored through the SessionStore)",
             project_key="the SessionStore project key (store copies)",
             subpath="the SessionStore key's subpath (store copies; NULL for a main transcript)",
+            agent="whose session file: claude-code, codex (a Codex CLI rollout) or gemini (a "
+                  "Gemini CLI chat)",
         ),
     },
     "records": {
@@ -360,6 +362,8 @@ TABLES = {
             host="the host this row answers for: '' (this machine) when it holds a transcript "
                  "of the session, else the host whose main transcript was written to last; "
                  "every host's own main transcript: session_hosts",
+            agent="whose session: claude-code, codex or gemini (the resume verdicts are "
+                  "Claude Code's only)",
         ),
     },
     "session_hosts": {

@@ -21,6 +21,8 @@ from datasette.views.index import IndexView
 
 from indexer.chain import resume
 from indexer.index import search
+from indexer.repair import show
+from indexer.transcripts import agents, codex
 from indexer.signals import listings as signals, verdict as verdicts
 from indexer.signals.classes import SEVERITIES, thinking_faults_where
 from session_index_web import charts as web_charts, health as web_health, tree as web_tree
@@ -347,6 +349,10 @@ async def session_page(datasette, request):
             "unwritten_url": datasette.urls.table(name, "unwritten_transcripts"),
             "sessions_url": datasette.urls.table(name, "sessions")},
             status=200 if verdict else 404)
+    agent = (await db.execute(agents.SESSION_AGENT_SQL, params)).first()
+    if agent is not None:   # a Codex or Gemini CLI session: its conversation, no verdict
+        return await _agent_session_page(datasette, request, db, session_id, agent[0],
+                                         dict(session) if session else {}, files)
     file = _chosen_file(request, session, files)
     fid = {"file_id": file["id"]}
     limit = PAGE_TIME_LIMIT_MS
@@ -434,6 +440,22 @@ async def session_page(datasette, request):
         "compactions_url": datasette.urls.table(name, "compaction_segments") + "?" + urlencode(
             {"file_id": file["id"]}),
     }, status=found["status"])
+
+
+async def _agent_session_page(datasette, request, db, session_id, agent, session, files):
+    """Another agent's session (agents.py): its files, to download, and its
+    conversation as `show` gives it; the resume checks are Claude Code's."""
+    turns = await db.execute_fn(lambda conn: show.agent_conversation(conn, session_id, agent))
+    parent = (await db.execute(codex.PARENT_SQL, {"session_id": session_id})).first()
+    links = [(what, sid, datasette.urls.path(session_path(sid))) for what, sid in (
+        ("subagent of", parent["spawned_by"] if parent else None),
+        ("forked from", parent["forked_from"] if parent else None)) if isinstance(sid, str)]
+    return await render(datasette, request, "session_agent.html", {
+        "parents": links[:1],   # (a subagent spawned with the history is both: say subagent)
+        "session_id": session_id, "agent": agent, "session": session, "turns": turns,
+        "not_claude_code": agents.NOT_CLAUDE_CODE.format(session=session_id, agent=agent),
+        "files": [dict(f, download_url=datasette.urls.path(
+            f"/-/session-download/{int(f['id'])}/")) for f in files]})
 
 
 async def _session_search(datasette, db, session_id: str, query: str | None) -> dict:

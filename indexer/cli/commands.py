@@ -9,6 +9,7 @@ outside the folder, a symlink or a different file: refused; for search: search
 is not enabled on the index); 4/5/6/11 the check verdicts
 missing/poisoned/spliced/wedged; 7 a repair refused (the file is live); 8 a repair
 rolled back; 9 show/export/restore/repair/verify: no such session in the index;
+13 check/repair/verify: a Codex or Gemini CLI session, not Claude Code's (agents.py);
 10 check: the session is on several hosts of a fleet, none of them this machine, and
 --host names none; 11 check: wedged.
 """
@@ -48,7 +49,7 @@ class _OnUse:
 
 
 checkmod, derive = _OnUse("repair.check"), _OnUse("ingest.derive")
-discover = _OnUse("transcripts.discover")
+discover, agentsmod = _OnUse("transcripts.discover"), _OnUse("transcripts.agents")
 exportmod, ingestmod = _OnUse("repair.export"), _OnUse("ingest.files")
 mainfile = _OnUse("chain.mainfile")
 refsmod, repairmod, showmod = _OnUse("ingest.refs"), _OnUse("repair.repair"), _OnUse("repair.show")
@@ -74,6 +75,11 @@ class UnknownSession(click.ClickException):
 
 class AmbiguousHost(click.ClickException):
     exit_code = EXIT_AMBIGUOUS_HOST
+
+
+class NotClaudeCode(click.ClickException):
+    """A Codex or Gemini CLI session asked of check, repair or verify."""
+    exit_code = 13   # agents.EXIT_NOT_CLAUDE_CODE (held equal by tests/test_agents.py)
 
 
 def _known(db, session_id: str):
@@ -119,7 +125,8 @@ def cli():
 
     Exit codes: 0 ok; 1 a finding; 2 usage; 3 the index or a source cannot
     be used; 4/5/6/11 check: missing/poisoned/spliced/wedged; 7/8 repair: refused/rolled
-    back; 9 the session id is not in the index.
+    back; 9 the session id is not in the index; 13 check/repair/verify: a Codex or
+    Gemini CLI session (the resume checks are for Claude Code's).
     """
 
 
@@ -534,6 +541,9 @@ def check(session_id, db_path, config_dir, now, cwd, host, claude_version, as_js
     --cwd, the cwd is the session's own (the one its records carry); other
     copies of the session are listed as warnings.
 
+    A Codex CLI or Gemini CLI session (sessions lists its agent) has no
+    verdict: check says the resume checks are for Claude Code and exits 13.
+
     On a fleet's central index each host's copies are its own: the answer is
     for the session on --host, by default this machine when it holds the
     session, else the one host that does; on several hosts and not here,
@@ -553,6 +563,8 @@ def check(session_id, db_path, config_dir, now, cwd, host, claude_version, as_js
                                  claude_version=claude_version)
     except mainfile.AmbiguousHost as exc:
         raise AmbiguousHost(str(exc)) from None
+    except agentsmod.NotClaudeCode as exc:
+        raise NotClaudeCode(str(exc)) from None
     sys.exit(checkmod.report(verdict, as_json, sys.stdout, sys.stderr))
 
 
@@ -1052,6 +1064,10 @@ def show(session_id, db_path, fmt, host):
         session-index show 0b1fed78-ad30-4641-94b1-5f6931526c96 --format markdown
     """
     db = _known(_open(db_path, create=False), session_id)
+    agent = agentsmod.session_agent(db.conn, session_id)
+    if agent != agentsmod.CLAUDE_CODE:   # a Codex or Gemini CLI session: its conversation
+        click.echo(showmod.render_agent(showmod.agent_conversation(db.conn, session_id, agent), fmt))
+        return
     if host is None:
         try:
             host = mainfile.default_host(db, session_id)
@@ -1102,6 +1118,10 @@ def repair(session_id, db_path, write, force, as_json):
         session-index repair 0b1fed78-ad30-4641-94b1-5f6931526c96 --write
     """
     db = _known(_open(db_path, create=False), session_id)
+    try:
+        agentsmod.require_claude_code(db.conn, session_id)
+    except agentsmod.NotClaudeCode as exc:
+        raise NotClaudeCode(str(exc)) from None
     _fresh(db, session_id)
     _say_copies(db, session_id)
     try:
@@ -1185,6 +1205,10 @@ def verify(session_id, db_path, claude, as_json):
     from indexer.repair import oracle, verify as verifymod   # (verify only: it runs the real Claude Code)
 
     db = _known(_open(db_path, create=False), session_id)
+    try:
+        agentsmod.require_claude_code(db.conn, session_id)
+    except agentsmod.NotClaudeCode as exc:
+        raise NotClaudeCode(str(exc)) from None
     try:
         binary = oracle.find_claude(claude)
     except oracle.NoClaudeBinary as exc:

@@ -119,8 +119,8 @@ def fast_check(args: list[str]) -> int | None:
         verdict = check.check(index, options["session_id"], now=now,
                               config_dir=options.get("config_dir"), cwd=options.get("cwd"),
                               host=options.get("host"))
-    except mainfile.AmbiguousHost:
-        return None  # click words it (exit 10)
+    except (mainfile.AmbiguousHost, check.agents.NotClaudeCode):
+        return None  # click words it (exit 10, 13)
     return check.report(verdict, options.get("as_json", False), sys.stdout, sys.stderr)
 
 

@@ -39,6 +39,7 @@ from mcp.types import ToolAnnotations
 from pydantic import Field, ValidationError
 
 from indexer.chain import mainfile
+from indexer.transcripts import agents
 from indexer.index import db as dbmod, generations, search as searchmod, usage as usagemod
 from indexer.index.connection import IndexError_
 from indexer.repair import check as checkmod, repair as repairmod, show as showmod
@@ -181,7 +182,7 @@ class Tools:
             try:
                 verdict = checkmod.check(self.db, session_id, config_dir=self.config_dir,
                                          cwd=cwd, freshen=False)
-            except mainfile.AmbiguousHost as exc:
+            except (mainfile.AmbiguousHost, agents.NotClaudeCode) as exc:
                 raise ToolError(str(exc)) from None
             answer = verdict.as_dict()
             main = verdict.details.get("main_file") or {}
@@ -219,8 +220,8 @@ class Tools:
                                 "no conversation to show (check_session says why)")
             try:
                 messages = showmod.recovered_conversation(self.db, session_id, host)
-            except repairmod.RepairError as exc:
-                raise ToolError(str(exc)) from None
+            except (repairmod.RepairError, agents.NotClaudeCode) as exc:
+                raise ToolError(str(exc)) from None   # (another agent's: `show` gives it)
             verdict = showmod.verdict_on(conn, session_id, host)
             revision = _revision(conn, [main[0]])
         start = 0

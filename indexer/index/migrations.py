@@ -790,11 +790,11 @@ def _m022_usage(d: dict) -> tuple:
             string(u.get("speed")), string(u.get("service_tier")))
 
 
-def _m022_load_packaged_prices(conn) -> None:
-    """The packaged price file (prices.json beside this file) into the prices
+def _m022_load_packaged_prices(conn, name: str = "prices.json") -> None:
+    """A packaged price file (``name`` beside this file) into the prices
     table, as prices.py loaded it when m022 was written: the cache rates a
     model leaves out default to multiples of its input rate."""
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "prices.json")
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), name)
     with open(path, "rb") as f:
         data = json.loads(f.read().decode("utf-8"))
     snapshot = date.fromisoformat(data["snapshot_date"]).isoformat()
@@ -1268,3 +1268,15 @@ def m085_search_code_optional(db):
     # `search --enable` builds it (code 1), as it always did, so an index
     # whose search was enabled before this keeps it (the default 1).
     db.execute("ALTER TABLE search_state ADD COLUMN code INTEGER NOT NULL DEFAULT 1")
+
+
+@migrations()
+def m075_agents(db):
+    # files.agent / sessions.agent: whose session file it is: 'claude-code'
+    # (every file indexed before this), 'codex' (a Codex CLI rollout) or
+    # 'gemini' (a Gemini CLI chat); indexer/transcripts/agents.py.
+    db.execute("ALTER TABLE files ADD COLUMN agent TEXT NOT NULL DEFAULT 'claude-code'")
+    db.execute("ALTER TABLE sessions ADD COLUMN agent TEXT NOT NULL DEFAULT 'claude-code'")
+    # The prices of the models they call (agent_prices.json), read as m022
+    # reads prices.json; prices.refresh_packaged keeps them current.
+    _m022_load_packaged_prices(db.conn, "agent_prices.json")

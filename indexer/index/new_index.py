@@ -117,6 +117,7 @@ def create(conn, path: str | None = None) -> bool:
         now = str(datetime.datetime.now(datetime.timezone.utc))   # as sqlite-utils records it
         conn.executemany(INSERT_MIGRATION_SQL, [(s, name, now) for s, name in snap["migrations"]])
         prices.store(conn, prices.read(prices.PACKAGED))
+        prices.store(conn, prices.read(prices.AGENT_PACKAGED))   # as m075_agents does
         views.stamp_current(conn)
         conn.execute("COMMIT")
     except BaseException:

@@ -24,6 +24,9 @@ from pathlib import Path
 from indexer.sql import dict_rows, write_lock
 
 PACKAGED = Path(__file__).with_name("prices.json")
+# The models the Codex CLI and the Gemini CLI call (transcripts/agents.py):
+# packaged too, added by refresh_packaged like any packaged model.
+AGENT_PACKAGED = Path(__file__).with_name("agent_prices.json")
 PACKAGE_SOURCE = "package"
 
 # The rates of a model (and of its long-context tier), USD per MTok, and
@@ -126,7 +129,8 @@ def read(path) -> list[dict]:
         raise PricesError(f"{path} cannot be read: {exc.strerror or exc}") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise PricesError(f"{path} is not a JSON file: {exc}") from None
-    return parse(data, PACKAGE_SOURCE if Path(path) == PACKAGED else str(Path(path).resolve()))
+    return parse(data, PACKAGE_SOURCE if Path(path) in (PACKAGED, AGENT_PACKAGED)
+                 else str(Path(path).resolve()))
 
 
 def store(conn, rows: list[dict]) -> None:
@@ -153,7 +157,7 @@ def refresh_packaged(db) -> int:
     from a file are left alone. Returns how many rows changed; writes only
     when some must."""
 
-    rows = read(PACKAGED)
+    rows = read(PACKAGED) + read(AGENT_PACKAGED)
     def stale(conn):
         packaged = dict(conn.execute(PACKAGED_ROWS_SQL).fetchall())
         known = {m for (m,) in conn.execute(ALL_MODELS_SQL)}

@@ -45,6 +45,7 @@ import msgspec
 from indexer.index.clock import utcnow
 from indexer.sql import dict_rows, write_lock
 from indexer.signals import projects
+from indexer.transcripts import agents, codex, gemini
 from indexer.index.search_state import behind, state
 
 # Bounds on the text indexed per record (characters).
@@ -69,8 +70,11 @@ MAX_MS = (1 << (63 - KEY_SHIFT)) - 1
 # index's token is one character).
 MARK_START, MARK_END = "\x02", "\x03"
 SNIPPET_TOKENS = {"words": 16, "code": 64}
-# The record types whose text is indexed.
-TEXT_TYPES = ("user", "assistant", "system", "summary", "custom-title", "ai-title")
+# The record types whose text is indexed (Claude Code's, then the other
+# agents': agents.py).
+CLAUDE_CODE_TEXT_TYPES = ("user", "assistant", "system", "summary", "custom-title", "ai-title")
+AGENT_TEXT_TYPES = codex.TEXT_TYPES + gemini.TEXT_TYPES
+TEXT_TYPES = CLAUDE_CODE_TEXT_TYPES + AGENT_TEXT_TYPES
 
 
 class SearchNotEnabled(Exception):
@@ -373,6 +377,8 @@ def _fields(raw) -> _Fields | None:
 
 def record_text(rtype: str, raw) -> str | None:
     """The text search indexes for a record (None: nothing to index)."""
+    if rtype in AGENT_TEXT_TYPES:
+        return _cut(_CLEAN.sub(" ", agents.record_text(rtype, raw)), RECORD_TEXT_CHARS) or None
     data = _fields(raw)
     if data is None:
         return None

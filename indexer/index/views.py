@@ -669,7 +669,7 @@ own AS MATERIALIZED (   -- the default host's transcripts of the session
 )
 INSERT OR REPLACE INTO sessions (
   session_id, main_file_id, main_file_rule, project_dir, cwd, main_files, subagent_files,
-  records, first_timestamp, last_timestamp, version, git_branch, deleted_at, host)
+  records, first_timestamp, last_timestamp, version, git_branch, deleted_at, host, agent)
 SELECT :session_id,
   (SELECT file_id FROM chosen),
   (SELECT rule FROM chosen),
@@ -686,7 +686,11 @@ SELECT :session_id,
   CASE WHEN sum(kind = 'main') = sum(kind = 'main' AND deleted_at IS NOT NULL)
        AND sum(kind = 'main') > 0
        THEN max(deleted_at) END,
-  (SELECT host FROM home)
+  (SELECT host FROM home),
+  -- whose session (agents.py): its chosen file's agent
+  coalesce((SELECT agent FROM own
+   ORDER BY id IS (SELECT file_id FROM chosen) DESC, kind = 'main' DESC, id LIMIT 1),
+   'claude-code')
 FROM own f,
   -- count the local transcripts, or the store copies when there are none
   (SELECT min(origin) AS origin FROM own) counted

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 from indexer.ingest import derive_worker, sidecars
 from indexer.ingest.log import counted
-from indexer.transcripts import discover, retention
+from indexer.transcripts import agents, discover, retention
 from indexer.index import generations, record_kinds, search_state, views
 from indexer.index.clock import iso, utcnow
 from indexer.index.db import JOURNAL_MODE_SQL, background_checkpoints
@@ -99,8 +99,8 @@ class Summary:
 
 
 TRACK_FILE_SQL = """
-INSERT INTO files (path, kind, session_id, agent_id, project_dir, first_ingested_at)
-VALUES (:path, :kind, :session_id, :agent_id, :project_dir, :now)
+INSERT INTO files (path, kind, session_id, agent_id, project_dir, first_ingested_at, agent)
+VALUES (:path, :kind, :session_id, :agent_id, :project_dir, :now, :agent)
 """.strip()
 # A rewritten file starts again from nothing, as a new generation (the old
 # one's lines were kept by generations.supersede; its caches go with derive).
@@ -328,6 +328,8 @@ def _needing_work(found: list[str], tracked: dict, summary: Summary) -> list[tup
                 continue
             if verdict == discover.EXECUTION_LOG:
                 cand = cand._replace(kind=discover.EXECUTION_LOG, session_id=None)
+            elif verdict in (discover.CODEX, discover.GEMINI):   # another agent's (agents.py)
+                cand = agents.candidate(cand, verdict)
         summary.files += 1
         work.append((cand, row, st))
     return work
@@ -351,7 +353,7 @@ def _start_workers(db, writer: _Writer, work: list[tuple]) -> bool:
 
             writer.preload = preload.start(conn, [   # and their lines parsed there, ahead
                 (cand.path, st.st_size, cand.kind, cand.session_id)
-                for cand, row, st in work if row is None])
+                for cand, row, st in work if row is None and cand.agent is None])
     return wal
 
 
@@ -505,10 +507,11 @@ def _ingest_file(writer: _Writer, cand, row: dict | None, st, summary: Summary) 
         if row is None:
             cur = conn.execute(TRACK_FILE_SQL, {
                 "path": cand.path, "kind": cand.kind, "session_id": cand.session_id,
-                "agent_id": cand.agent_id, "project_dir": cand.project_dir, "now": utcnow()})
+                "agent_id": cand.agent_id, "project_dir": cand.project_dir, "now": utcnow(),
+                "agent": cand.agent or agents.CLAUDE_CODE})
             row = {"id": cur.lastrowid, "session_id": cand.session_id, "ingested_offset": 0,
                    "line_count": 0, "head_len": 0, "head_hash": None, "deleted_at": None,
-                   "unterminated_tail": 0}
+                   "unterminated_tail": 0, "agent": cand.agent, "path": cand.path}
             rewrite = None
         elif st.st_size < row["ingested_offset"]:
             rewrite = "shrunk"
@@ -612,9 +615,18 @@ def _read_new_lines(writer: _Writer, row: dict, f, summary: Summary) -> tuple[bo
     or changed anything, the bytes after the last line: the pending tail)."""
     from indexer.transcripts import lines   # (msgspec: only when there are lines to read)
 
-    reader = _NewLines(writer, row, f, summary, lines)
+    parser = agents.line_parser(row.get("agent"), writer.conn, row["id"], row.get("path")) \
+        or lines
+    reader = _NewLines(writer, row, f, summary, parser)
     reader.settle_unterminated()
     reader.start_reading()
+    if getattr(parser, "whole_document", False):   # a Gemini .json chat: one record, all of it
+        if reader.offset == 0 and (data := f.read()):
+            reader.summary.bytes_read += len(data)
+            reader.buf = bytearray(data)
+            reader.take_tail_record()
+        reader.store()
+        return reader.stored_any, bytes(reader.buf)
     while True:
         chunk = f.read(READ_CHUNK)
         if not chunk:

@@ -29,6 +29,7 @@ from indexer.ingest import fleet_nats, fleet_wire
 from indexer.index import generations, record_kinds
 from indexer.index.db import OpenedFile, open_db
 from indexer.ingest import derive
+from indexer.transcripts import agents
 from indexer.transcripts.lines import BadLine, parse_line_bytes
 from indexer.transcripts.records import RECORD_FIELDS
 from indexer.sql import dict_rows, write_lock
@@ -83,14 +84,14 @@ DERIVING_WAIT_S = 0.05
 
 FLEET_FILE_SQL = """
 SELECT f.id, f.ingested_offset, f.line_count, f.session_id, f.unterminated_tail,
-  ff.remote_generation, ff.host
+  ff.remote_generation, ff.host, f.agent
 FROM fleet_files ff JOIN files f ON f.id = ff.file_id
 WHERE ff.host = :host AND ff.remote_path = :path
 """.strip()
 CREATE_FLEET_FILE_SQL = """
 INSERT INTO files (path, kind, origin, host, session_id, agent_id, project_dir,
-                   first_ingested_at, needs_derive)
-VALUES (:path, :kind, 'fleet', :host, :session_id, :agent_id, :project_dir, :now, 1)
+                   first_ingested_at, needs_derive, agent)
+VALUES (:path, :kind, 'fleet', :host, :session_id, :agent_id, :project_dir, :now, 1, :agent)
 """.strip()
 TRACK_FLEET_FILE_SQL = """
 INSERT INTO fleet_files (file_id, host, remote_path, remote_generation)
@@ -257,17 +258,23 @@ def _file(conn, header: dict, body: bytes, now: str, summary: Summary) -> dict |
     found = cur.fetchone()
     if found is None:
         cand = discover.describe(path)
-        if header["kind"] == "lines" and header["offset"] == 0 and \
-                discover.sniff_lines(body) == discover.EXECUTION_LOG:
+        verdict = discover.sniff_lines(body) if header["kind"] == "lines" and \
+            header["offset"] == 0 else None
+        if verdict == discover.EXECUTION_LOG:
             cand = cand._replace(kind=discover.EXECUTION_LOG, session_id=None)
+        elif header.get("agent") or verdict in (discover.CODEX, discover.GEMINI):
+            # another agent's file: as the host says (fleet_wire), else its first line
+            cand = agents.candidate(cand, header.get("agent") or verdict)
         file_id = conn.execute(CREATE_FLEET_FILE_SQL, {
             "path": fleet_path(host, path), "kind": cand.kind, "host": host,
             "session_id": cand.session_id, "agent_id": cand.agent_id,
-            "project_dir": cand.project_dir, "now": now}).lastrowid
+            "project_dir": cand.project_dir, "now": now,
+            "agent": cand.agent or agents.CLAUDE_CODE}).lastrowid
         conn.execute(TRACK_FLEET_FILE_SQL, {"file_id": file_id, "host": host, "path": path,
                                             "generation": generation})
         return {"id": file_id, "ingested_offset": 0, "line_count": 0, "unterminated_tail": 0,
-                "session_id": cand.session_id, "remote_generation": generation, "host": host}
+                "session_id": cand.session_id, "remote_generation": generation, "host": host,
+                "agent": cand.agent}
     row = dict(zip([d[0] for d in cur.description], found))
     if generation < row["remote_generation"]:
         return None
@@ -348,10 +355,12 @@ def _store_lines(conn, row: dict, start: int, body: bytes, now: str, summary: Su
         return True
     file_id, line_no, at = row["id"], row["line_count"], offset
     records, bads = [], []
+    other = agents.line_parser(row.get("agent"), conn, file_id)   # a Codex or Gemini file's
+    parse = other.parse_line if other is not None else parse_line_bytes
     for line in ([body] if tail else body[skip:].split(b"\n")[:-1]):
         line_no += 1
         try:
-            raw, fields = parse_line_bytes(line)
+            raw, fields = parse(line)
             records.append((file_id, line_no, at, *fields, raw))
         except BadLine as exc:
             if tail:   # (not a record: it waits for its newline, as local ingest has it)

@@ -15,6 +15,11 @@ Every message is one JSON header line, a newline, then a body of raw bytes:
   message once its newline is written (or it went on: it is read again).
 - ``deleted``: the file is gone from the host (its lines stay indexed).
 
+Any message of another agent's file (a Codex CLI rollout, a Gemini CLI
+chat: transcripts/agents.py) says so in ``agent`` (``codex`` or ``gemini``;
+absent for Claude Code's): the central reads its lines with that agent's
+parser and stores it in files.agent.
+
 (A host's heartbeat is not a message: the shipper puts it in a key-value
 bucket, fleet_nats.HEARTBEAT_BUCKET, which keeps the last one per host.)
 
@@ -51,6 +56,8 @@ RESEND_PREFIX = "session-index-resend"
 DEFAULT_CONSUMER = "session-index-central"
 
 KINDS = ("lines", "part", "tail", "deleted")
+# The agents a header's ``agent`` may name (agents.OTHER_AGENTS; none: Claude Code).
+AGENTS = ("codex", "gemini")
 _TOKEN = re.compile(r"[^A-Za-z0-9_-]")
 
 
@@ -179,6 +186,8 @@ def decode(payload: bytes) -> tuple[dict, bytes]:
     if not header["path"].startswith("/"):
         raise BadMessage("path is not absolute")
     _count(header, "generation", 1)
+    if "agent" in header and header["agent"] not in AGENTS:
+        raise BadMessage(f"unknown agent {str(header['agent'])[:40]!r}")
     resend = header.get("resend")
     if resend is not None:
         _count(header, "resend", 1)

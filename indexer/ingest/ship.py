@@ -160,6 +160,7 @@ class Shipper:
         self.said: set[str] = set()   # files not_utf8, logged once
         self.asked: dict[str, tuple[int, int]] = {}   # path: (generation, offset) to send again
         self.others: dict[str, int] = {}   # path: size, of files that are not transcripts
+        self.agents: dict[str, str] = {}   # path: agent, of another agent's files (fleet_wire)
         self.live = None   # a fleet_metrics.Live: told what is sent, and each pass
 
     def transcripts(self) -> list[str]:
@@ -175,6 +176,8 @@ class Shipper:
         """Is a file the ledger does not know yet one to ship? As ingest
         decides: a transcript's name, else its first complete lines say it
         is a transcript or an execution log (none yet: not now)."""
+        if path.endswith(".json"):
+            return False   # a Gemini .json chat, one document rewritten whole: not shipped
         if discover.describe(path).named or self.ledger.get(path) is not None:
             return True
         try:
@@ -183,7 +186,11 @@ class Shipper:
             return False
         if self.others.get(path) == size:
             return False
-        if discover.sniff(path) in (discover.TRANSCRIPT, discover.EXECUTION_LOG):
+        verdict = discover.sniff(path)
+        if verdict in (discover.CODEX, discover.GEMINI):
+            self.agents[path] = verdict
+        if verdict in (discover.TRANSCRIPT, discover.EXECUTION_LOG, discover.CODEX,
+                       discover.GEMINI):
             return True
         self.others[path] = size   # looked at again when it grows
         return False
@@ -306,9 +313,19 @@ class Shipper:
             row.update(size=st.st_size, mtime_ns=st.st_mtime_ns)
             self.ledger.save(row)
 
+    def _agent(self, path: str) -> str | None:
+        """CODEX or GEMINI for another agent's file (its first line says so,
+        once a run), else None."""
+        if path not in self.agents:
+            verdict = discover.sniff(path)
+            self.agents[path] = verdict if verdict in (discover.CODEX, discover.GEMINI) else None
+        return self.agents[path]
+
     async def _send(self, row: dict, f, complete: bytes) -> None:
         generation = row["generation"]
         again = {"resend": row["resend"]} if row.get("resend") else {}
+        agent = self._agent(row["path"])
+        again.update({"agent": agent} if agent else {})
         for header, body in fleet_wire.cut(complete, row["offset"], row["line"]):
             await self.publish(dict(header, path=row["path"], generation=generation, **again),
                                body)

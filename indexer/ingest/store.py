@@ -62,6 +62,7 @@ from indexer.index.db import OpenedFile, open_db
 from indexer.sql import retry_locked, write_lock
 from indexer.index.clock import utcnow
 from indexer.ingest.linerows import RUNNING_FACTS_SET, insert_lines, running_facts
+from indexer.transcripts import agents
 from indexer.transcripts.lines import BadLine, parse_line
 from indexer.transcripts.records import RECORD_FIELDS
 
@@ -159,6 +160,18 @@ class StoreError(Exception):
     """The session store cannot do what was asked."""
 
 
+class NotClaudeCodeSession(StoreError):
+    """The key names a Codex or Gemini CLI session the index holds: the
+    session store is Claude Code's (agents.NOT_CLAUDE_CODE)."""
+
+
+def _claude_code_only(conn, session_id: str) -> None:
+    try:
+        agents.require_claude_code(conn, session_id)
+    except agents.NotClaudeCode as exc:
+        raise NotClaudeCodeSession(str(exc)) from None
+
+
 class InvalidKey(StoreError, ValueError):
     """A SessionKey without a string project_key and session_id."""
 
@@ -250,6 +263,7 @@ class _Backend:
         if not entries:
             return
         project_key, session_id, subpath = _parts(key)
+        _claude_code_only(self.conn, session_id)
         # Serialize and parse outside the write lock.
         lines = []
         for entry in entries:
@@ -367,6 +381,7 @@ class _Backend:
     # --- reads -------------------------------------------------------------
 
     def load(self, key) -> list | None:
+        _claude_code_only(self.conn, _parts(key)[1])
         path = store_path(*_parts(key))
         conn = self.conn
         conn.execute("BEGIN")  # one snapshot for both statements

@@ -315,12 +315,12 @@ class Watcher:
             if not discover.walked(root, path):
                 continue                 # tool outputs, workflow journals, linked folders
             if os.path.isfile(path):
-                if path.endswith(".jsonl"):
+                if discover.may_be_session_file(path):
                     out.add(path)
             elif os.path.isdir(path):
                 if not os.path.islink(path):   # (a plain ingest does not follow it either)
                     out.add(path)        # a new folder: scan it (its files may predate its watch)
-            elif path.endswith(".jsonl") and self._tracked(path):
+            elif discover.may_be_session_file(path) and self._tracked(path):
                 out.add(path)            # a deleted transcript
             elif self._tracked_under(path):
                 out.add(path)            # a deleted folder that held transcripts

@@ -40,7 +40,7 @@ from indexer.sql import dict_rows
 from indexer.chain import mainfile
 from indexer.ingest import sidecars
 from indexer.signals import verdict as verdicts
-from indexer.transcripts import retention, thinking
+from indexer.transcripts import agents, retention, thinking
 from indexer.signals import classes, listings as signals
 from indexer.index import views
 
@@ -156,6 +156,7 @@ def check(db, session_id: str, *, now: str | None = None, config_dir=None,
     ingested; a transcript that changed on disk since the last ingest is
     answered for as the index holds it, with a warning (UNREAD_WARNING)."""
     started = time.monotonic()
+    agents.require_claude_code(db.conn, session_id)   # a Codex or Gemini CLI session: no verdict
     searched = [os.fspath(config_dir)] if config_dir is not None else retention.config_dirs()
     config_dir = os.fspath(config_dir or retention.default_config_dir())
     now_iso = signals.iso_now(now)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from indexer.transcripts.digests import sha256
 from indexer.chain import definitions
 from indexer.transcripts.safefiles import open_regular, temp_beside
-from indexer.transcripts import conversation
+from indexer.transcripts import agents, conversation
 from indexer.sql import write_lock
 from indexer.sql import dict_rows
 from indexer.index.clock import utcnow
@@ -98,7 +98,9 @@ class Plan:
 
 def plan(db, session_id: str, host: str = "") -> Plan:
     """The repair plan of the session's main transcript on ``host`` (''
-    this machine: the one ``repair`` writes; another, a fleet's, for show)."""
+    this machine: the one ``repair`` writes; another, a fleet's, for show).
+    agents.NotClaudeCode for a Codex or Gemini CLI session."""
+    agents.require_claude_code(db.conn, session_id)
     main = db.conn.execute(MAIN_FILE_SQL, [session_id, host]).fetchone()
     if main is None:
         raise RepairError(f"session {session_id} has no main transcript in the index")

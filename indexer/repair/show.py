@@ -13,7 +13,7 @@ import json
 
 from indexer.chain import resume, walk
 from indexer.ingest import derive
-from indexer.transcripts import conversation, records
+from indexer.transcripts import agents, codex, conversation, gemini, records
 from indexer.repair import repair
 from indexer.signals import verdict as verdicts
 from indexer.sql import dict_rows
@@ -119,4 +119,63 @@ def render(messages: list[dict], fmt: str) -> str:
         else:
             out.append(f"[{m['type']}] {m['timestamp'] or ''} {m['uuid']}{_mark(m)}\n"
                        + "\n".join("    " + line for line in text.splitlines()))
+    return "\n".join(out)
+
+
+# --- another agent's session (agents.py) ------------------------------------
+
+# The lines of a Codex or Gemini CLI session, its files in the order they
+# were first ingested (a session is one file; a copy is another), each in
+# file order: record type, time and line.
+AGENT_LINES_SQL = """
+SELECT f.id AS file_id, r.type, r.timestamp, r.raw FROM files f JOIN records r ON r.file_id = f.id
+WHERE f.session_id = :session_id AND f.agent = :agent AND f.host IS NULL
+ORDER BY f.id, r.byte_offset
+""".strip()
+
+
+def agent_conversation(conn, session_id: str, agent: str) -> list[dict]:
+    """The conversation of another agent's session, in order: [{id, role,
+    timestamp, text}]. A Codex rollout's response items (messages, tool
+    calls and their output, reasoning summaries, compactions) as written
+    (a fork's or subagent's replayed history included: it is what the
+    thread holds); a Gemini CLI chat's messages as the CLI rebuilds them
+    (gemini.replay)."""
+    rows = conn.execute(AGENT_LINES_SQL, {"session_id": session_id, "agent": agent})
+    out = []
+    if agent == agents.GEMINI:
+        by_file: dict[int, list] = {}
+        for file_id, _, _, raw in rows:
+            by_file.setdefault(file_id, []).append(_loads(raw))
+        for values in by_file.values():
+            for m in gemini.replay(values):
+                for mid, role, text in gemini.message_turns(m):
+                    out.append({"id": mid, "role": role, "timestamp": m.get("timestamp"),
+                                "text": text})
+        return out
+    for _, _, timestamp, raw in rows:
+        value = _loads(raw)
+        for item_id, role, text in codex.turns(value) if isinstance(value, dict) else []:
+            out.append({"id": item_id, "role": role, "timestamp": timestamp, "text": text})
+    return out
+
+
+def _loads(raw):
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+
+
+def render_agent(turns: list[dict], fmt: str) -> str:
+    """agent_conversation's turns as text, markdown or JSON."""
+    if fmt == "json":
+        return json.dumps(turns, indent=2, ensure_ascii=False)
+    out = []
+    for t in turns:
+        if fmt == "markdown":
+            out.append(f"### {t['role']} · {t['timestamp'] or ''}\n\n{t['text']}\n")
+        else:
+            out.append(f"[{t['role']}] {t['timestamp'] or ''}\n"
+                       + "\n".join("    " + line for line in t["text"].splitlines()))
     return "\n".join(out)

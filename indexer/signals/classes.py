@@ -791,7 +791,8 @@ WITH subject AS (
          strftime('%Y-%m-%dT%H:%M:%fZ', julianday(f.mtime) + coalesce(f.retention_days, {DEFAULT_RETENTION_DAYS}))
            AS expires_at
   FROM files f
-  WHERE f.kind = 'main' OR (f.kind = 'subagent' AND f.path NOT LIKE '%/subagents/%')
+  WHERE (f.kind = 'main' OR (f.kind = 'subagent' AND f.path NOT LIKE '%/subagents/%'))
+    AND f.agent = 'claude-code'   -- (another agent's files are not Claude Code's to delete)
 ),
 judged AS (
   SELECT *,

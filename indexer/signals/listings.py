@@ -6,6 +6,7 @@ import re
 from datetime import datetime, timezone
 
 from indexer.signals import classes, projects, verdict as verdicts
+from indexer.transcripts.agents import OTHER_AGENTS_SQL
 from indexer.sql import dict_rows
 
 
@@ -91,22 +92,41 @@ SESSION_TITLE_TEMPLATE = """coalesce(
      WHERE u.file_id = {s}.main_file_id AND u.type = 'user' AND NOT u.is_meta
        AND (j.type = 'text' OR j.value ->> '$.type' = 'text')
        AND """ + _NOT_CONTEXT.format(t=_PROMPT_TEXT.format(j="j")) + """
-     ORDER BY u.line_no, j.id LIMIT 1))"""
+     ORDER BY u.line_no, j.id LIMIT 1),
+  -- a Codex CLI session: its first user input that is not the CLI's own context
+  (SELECT substr(u.raw ->> '$.payload.content[0].text', 1, 120)
+     FROM records u WHERE u.file_id = {s}.main_file_id AND u.type = 'response_item'
+       AND u.subtype = 'message' AND json_valid(u.raw) AND u.raw ->> '$.payload.role' = 'user'
+       AND substr(u.raw ->> '$.payload.content[0].text', 1, 1) <> '<'
+     ORDER BY u.line_no LIMIT 1),
+  -- a Gemini CLI session: its first user message that is not the CLI's own context
+  (SELECT substr(CASE WHEN json_type(u.raw, '$.content') = 'text' THEN u.raw ->> '$.content'
+                      ELSE u.raw ->> '$.content[0].text' END, 1, 120)
+     FROM records u WHERE u.file_id = {s}.main_file_id AND u.type = 'gemini.user'
+       AND json_valid(u.raw) AND substr(coalesce(u.raw ->> '$.content[0].text', ''), 1, 1) <> '<'
+     ORDER BY u.line_no LIMIT 1))"""
 # session-index sessions: the most recently active first.
 # (title, project, activity and records beside the verdict: state is the
 # verdict's former name, kept for the scripts that read it).
-_RECENT_SESSIONS = f"""
+_RECENT_SESSIONS_TEMPLATE = f"""
   SELECT s.* FROM sessions s
   WHERE {projects.PROJECT_MATCH_TEMPLATE.format(dir="s.project_dir", cwd="s.cwd")}
-    AND coalesce(s.last_timestamp, '') >= :since
+    AND coalesce(s.last_timestamp, '') >= :since{{agents}}
   ORDER BY s.last_timestamp DESC, s.session_id
   LIMIT :limit"""
+_RECENT_SESSIONS = _RECENT_SESSIONS_TEMPLATE.format(agents="")
+# (of them, Claude Code's: those a verdict is for)
+_RECENT_CLAUDE_CODE_SESSIONS = _RECENT_SESSIONS_TEMPLATE.format(
+    agents=f"\n    AND s.agent NOT IN {OTHER_AGENTS_SQL}")
+# (a Codex or Gemini CLI session is listed with its agent and no verdict:
+# the resume checks are Claude Code's; agents.py)
 SESSIONS_SQL = f"""
-SELECT v.session_id, {SESSION_TITLE_TEMPLATE.format(s="s")} AS title, s.project_dir,
+SELECT s.session_id, {SESSION_TITLE_TEMPLATE.format(s="s")} AS title, s.project_dir,
   s.cwd, s.last_timestamp AS last_activity, s.records, v.verdict AS state, v.verdict,
-  v.cause, v.fix
-FROM ({verdicts.SESSIONS_VERDICT_TEMPLATE.format(sessions=_RECENT_SESSIONS)}) v
-JOIN sessions s ON s.session_id = v.session_id
+  v.cause, v.fix, s.agent
+FROM ({_RECENT_SESSIONS}) s
+LEFT JOIN ({verdicts.SESSIONS_VERDICT_TEMPLATE.format(sessions=_RECENT_CLAUDE_CODE_SESSIONS)}) v
+  ON v.session_id = s.session_id
 ORDER BY s.last_timestamp DESC, s.session_id
 """.strip()
 

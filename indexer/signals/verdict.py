@@ -25,6 +25,7 @@ own subject row.
 
 from __future__ import annotations
 
+from indexer.transcripts.agents import OTHER_AGENTS_SQL
 from indexer.chain import definitions
 from indexer.signals import compaction
 from indexer.signals import unwritten as unwritten_
@@ -409,10 +410,12 @@ WHERE {unwritten_.CAUSE_TEMPLATE.format(deleted_at="deleted_at", last_timestamp=
 # subagent transcripts left). `WHERE session_id = ?` reads that session only.
 SESSION_VERDICTS_SQL = VERDICT_TEMPLATE.format(subject=f"""(
   SELECT session_id, host, main_file_id AS file_id, main_file_rule AS rule, {_PLAIN}
-  FROM session_hosts
+  FROM session_hosts h
+  WHERE NOT EXISTS (SELECT 1 FROM sessions o WHERE o.session_id = h.session_id
+                    AND o.agent IN {OTHER_AGENTS_SQL})   -- (a Codex or Gemini CLI session: no verdict)
   UNION ALL
   SELECT s.session_id, s.host, NULL, NULL, {_PLAIN} FROM sessions s
-  WHERE NOT EXISTS (SELECT 1 FROM session_hosts h
+  WHERE s.agent NOT IN {OTHER_AGENTS_SQL} AND NOT EXISTS (SELECT 1 FROM session_hosts h
                     WHERE h.session_id = s.session_id AND h.host = s.host)
   UNION ALL
   SELECT session_id, '', NULL, NULL, {_PLAIN} FROM ({NEVER_WRITTEN_SQL}))""")

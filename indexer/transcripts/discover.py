@@ -7,6 +7,9 @@ import os
 import re
 from collections import namedtuple
 
+from indexer.transcripts.codex import default_folders as codex_folders, is_rollout_head
+from indexer.transcripts.gemini import default_folder as gemini_folder, is_chat_head, \
+    is_json_chat
 from indexer.transcripts.retention import config_dirs
 from indexer.transcripts.safefiles import open_regular
 
@@ -22,8 +25,10 @@ FIRST_SNIFF_BYTES = 4096   # read first: sniffing 64 KB of each new file was mos
 # ``kind`` main | subagent | execution_log; ``session_id`` from the path,
 # None when only the content can say; ``named``: its name alone says it is a
 # transcript. (A namedtuple: ingest describes files on every run, and a
-# dataclass costs start-up time.)
-Candidate = namedtuple("Candidate", "path kind session_id agent_id project_dir named")
+# dataclass costs start-up time.) ``agent``: None for Claude Code, else
+# agents.CODEX or agents.GEMINI (what the first line says: sniff).
+Candidate = namedtuple("Candidate", "path kind session_id agent_id project_dir named agent",
+                       defaults=(None,))
 
 
 class NoProjectsFolder(Exception):
@@ -32,13 +37,20 @@ class NoProjectsFolder(Exception):
 
 def default_sources(sources, config_dir=None) -> list[str]:
     """The SOURCES given, else the projects folder of ``config_dir``, else
-    those of every config dir (retention.config_dirs): what ingest reads by
-    default."""
+    those of every config dir (retention.config_dirs) and, when neither
+    ``config_dir`` nor $CLAUDE_CONFIG_DIR names one and a projects folder
+    exists, the Codex CLI's and Gemini CLI's session folders that exist
+    ($CODEX_HOME, else ~/.codex: sessions/ and archived_sessions/;
+    ~/.gemini/tmp): what ingest reads by default."""
     if sources:
         return [os.fspath(s) for s in sources]
     candidates = [os.path.join(d, "projects") for d in ([config_dir] if config_dir
                                                         else config_dirs())]
     found = [p for p in candidates if os.path.isdir(p)]
+    if found and not config_dir and not os.environ.get("CLAUDE_CONFIG_DIR"):
+        # and the other agents' folders that exist (agents.py), beside Claude
+        # Code's own default ones (a config dir named: its projects/ alone)
+        found += [p for p in (*codex_folders(), gemini_folder()) if os.path.isdir(p)]
     if not found:
         raise NoProjectsFolder(f"{' or '.join(candidates)} does not exist: name the transcript "
                                "folders to index")
@@ -71,6 +83,7 @@ def walk(root: str):
     followed). One scandir a folder, whose entries say which are folders
     without a stat each: every run walks every source (os.walk, which also
     stats each folder found, was half of a no-op ingest's own time)."""
+    in_chats = os.path.basename(root) == "chats"
     try:
         with os.scandir(root) as entries:
             files, folders = [], []
@@ -82,7 +95,8 @@ def walk(root: str):
                 if is_dir:
                     if entry.name not in SKIP_DIRS:
                         folders.append(entry)
-                elif entry.name.endswith(".jsonl"):
+                elif entry.name.endswith(".jsonl") or (
+                        in_chats and entry.name.endswith(".json")):   # a Gemini CLI .json chat
                     files.append(entry.path)
     except OSError:
         return
@@ -96,6 +110,13 @@ def walk(root: str):
             continue
         if not link:
             yield from walk(folder.path)
+
+
+def may_be_session_file(path: str) -> bool:
+    """Whether ``walk`` would yield a file of this name: a ``.jsonl``, or a
+    ``.json`` in a ``chats`` folder (a Gemini CLI chat)."""
+    return path.endswith(".jsonl") or (
+        path.endswith(".json") and os.path.basename(os.path.dirname(path)) == "chats")
 
 
 def walked(root: str, path: str) -> bool:
@@ -140,6 +161,10 @@ def _name(entry) -> str:
 TRANSCRIPT = "transcript"
 EXECUTION_LOG = "execution_log"   # `claude -p --output-format stream-json` output
 OTHER = "other"
+# Another agent's session file: sniff answers its name (agents.OTHER_AGENTS).
+CODEX, GEMINI = "codex", "gemini"
+# How a rollout's session_meta line opens (one too long to sniff whole).
+CODEX_HEAD = re.compile(rb'^\{"timestamp":"[^"]*",(?:"ordinal":\d+,)?"type":"session_meta"')
 
 
 def _is_execution_event(value: dict) -> bool:
@@ -148,9 +173,20 @@ def _is_execution_event(value: dict) -> bool:
     return "session_id" in value and "sessionId" not in value
 
 
+def _other_agent(value: dict) -> str | None:
+    """CODEX for a rollout's first line (its session_meta), GEMINI for a
+    chat's (its header); else None."""
+    if is_rollout_head(value):
+        return CODEX
+    if is_chat_head(value):
+        return GEMINI
+    return None
+
+
 def _told_by_a_line(head: bytes) -> str | None:
-    """EXECUTION_LOG or TRANSCRIPT if a complete line of ``head`` says so."""
-    start = 0
+    """EXECUTION_LOG or TRANSCRIPT if a complete line of ``head`` says so;
+    CODEX or GEMINI if its first line is another agent's (_other_agent)."""
+    start, first = 0, True
     while (end := head.find(b"\n", start)) >= 0:
         line, start = head[start:end], end + 1
         if not line.strip():
@@ -160,6 +196,9 @@ def _told_by_a_line(head: bytes) -> str | None:
         except (ValueError, RecursionError, UnicodeDecodeError):
             continue
         if isinstance(value, dict):
+            if first and (agent := _other_agent(value)) is not None:
+                return agent
+            first = False
             if _is_execution_event(value):
                 return EXECUTION_LOG
             if "type" in value or "uuid" in value:
@@ -176,7 +215,8 @@ def sniff_lines(head: bytes) -> str | None:
 
 def sniff(path: str) -> str | None:
     """What the first complete lines say the file is: TRANSCRIPT,
-    EXECUTION_LOG, OTHER, or None (no complete line yet: decide later)."""
+    EXECUTION_LOG, CODEX, GEMINI, OTHER, or None (no complete line yet:
+    decide later)."""
     try:
         with open_regular(path) as f:
             # (most files tell on their first line: a short read first)
@@ -191,8 +231,12 @@ def sniff(path: str) -> str | None:
         return verdict
     if not head.strip():
         return None
+    if is_json_chat(path, head):
+        return GEMINI
     if b"\n" not in head:
         # One long first line: judge by its opening.
+        if CODEX_HEAD.search(head[:256]):
+            return CODEX
         if head.lstrip(b"\xef\xbb\xbf \t").startswith(b"{"):
             return TRANSCRIPT
         return OTHER

@@ -116,7 +116,7 @@ FILES_BY_CWD_SQL = """
 SELECT coalesce(s.cwd, f.cwd) AS cwd, f.retention_days, f.retention_source,
        json_group_array(f.id) AS ids
 FROM files f LEFT JOIN sessions s ON s.session_id = f.session_id
-WHERE f.kind IN ('main', 'subagent')
+WHERE f.kind IN ('main', 'subagent') AND f.agent = 'claude-code'   -- (Claude Code's cleanup deletes only its own)
 GROUP BY 1, 2, 3
 """.strip()
 SET_RETENTION_SQL = "UPDATE files SET retention_days = ?, retention_source = ? WHERE id = ?"
