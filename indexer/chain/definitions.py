@@ -1300,19 +1300,23 @@ grafted AS MATERIALIZED (
 -- concurrent: the branches (by root) another process wrote while the
 -- resume chain below their branch point was written (walk.is_concurrent):
 -- the branch's messages and those of the chain below interleave in the
--- file, and one side's first prompt came before the other side's last message.
+-- file, one side's first prompt came before the other side's last message,
+-- and the branch starts with a message that is not meta and holds an answer.
 concurrent AS MATERIALIZED (
   SELECT br.file_id, br.root FROM (
     SELECT d.file_id, d.root, d.branch_point, min(n.line_no) AS lo, max(n.line_no) AS hi,
-           min(CASE WHEN {_PROMPT.format(n="n")} THEN n.line_no END) AS prompt
+           min(CASE WHEN {_PROMPT.format(n="n")} THEN n.line_no END) AS prompt,
+           max(n.type = 'assistant') AS answered
     FROM reached d JOIN nodes n ON n.file_id = d.file_id AND n.uuid = d.uuid
     WHERE d.origin = 'ancestry' AND n.type IN ('user', 'assistant') AND NOT n.is_sidechain
     GROUP BY d.file_id, d.root, d.branch_point) br
+  JOIN nodes rn ON rn.file_id = br.file_id AND rn.uuid = br.root
   JOIN on_chain b ON b.file_id = br.file_id AND b.uuid = br.branch_point
   JOIN on_chain c ON c.file_id = br.file_id AND c.depth < b.depth
   JOIN nodes cn ON cn.file_id = c.file_id AND cn.uuid = c.uuid
-  WHERE cn.type IN ('user', 'assistant')
-  GROUP BY br.file_id, br.root, br.lo, br.hi, br.prompt
+  WHERE cn.type IN ('user', 'assistant') AND rn.type IN ('user', 'assistant')
+    AND NOT rn.is_meta AND br.answered
+  GROUP BY br.file_id, br.root, br.lo, br.hi, br.prompt, br.answered
   HAVING br.lo < max(cn.line_no) AND min(cn.line_no) < br.hi
     AND (min(CASE WHEN {_PROMPT.format(n="cn")} THEN cn.line_no END) < br.hi
          OR br.prompt < max(cn.line_no))

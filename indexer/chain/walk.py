@@ -409,7 +409,7 @@ def is_prompt(r: Rec, parent: Rec | None) -> bool:
             and (parent is None or parent.type != "user"))
 
 
-def is_concurrent(branch: tuple | None, chain_below: tuple | None) -> bool:
+def is_concurrent(root: Rec, branch: tuple | None, chain_below: tuple | None) -> bool:
     """Was the off-chain branch written while the resume chain below its
     branch point was, by another process resuming the same session
     (anthropics/claude-code#48270)? ``branch`` and ``chain_below``: (the
@@ -420,10 +420,14 @@ def is_concurrent(branch: tuple | None, chain_below: tuple | None) -> bool:
     branches' messages interleave in the file, and one side's prompt was
     typed before the other side's last message. A rewind or an edited
     prompt starts the new branch after the old one ends; parallel tool
-    calls interleave without a prompt. Being on the last row's branch, one
-    process's conversation is resumed and the other's dropped, though
-    nobody abandoned it."""
-    if branch is None or chain_below is None:
+    calls interleave without a prompt. The branch starts (``root``) with a
+    message that is not meta: a process's answer, tool call, result or
+    prompt, not a line of Skill bodies, hooks or progress records), and
+    holds an assistant record (the other process answered). Being on
+    the last row's branch, one process's conversation is resumed and the
+    other's dropped, though nobody abandoned it."""
+    if branch is None or chain_below is None or root.type not in MESSAGE_TYPES or root.is_meta \
+            or not branch[3]:
         return False
     if not (branch[0] < chain_below[1] and chain_below[0] < branch[1]):
         return False
@@ -434,15 +438,16 @@ def is_concurrent(branch: tuple | None, chain_below: tuple | None) -> bool:
 def widen_span(span: tuple | None, r: Rec, prompt: bool) -> tuple | None:
     """is_concurrent's span of some records with ``r`` added (``prompt``:
     is_prompt(r)): (first and last line of their messages, line of their
-    first prompt or None); None while none is a message."""
+    first prompt or None, whether one is an assistant record); None while
+    none is a message."""
     if r.type not in MESSAGE_TYPES:
         return span
     if span is None:
-        return (r.line_no, r.line_no, r.line_no if prompt else None)
-    lo, hi, first = span
+        return (r.line_no, r.line_no, r.line_no if prompt else None, r.type == "assistant")
+    lo, hi, first, answered = span
     if prompt and (first is None or r.line_no < first):
         first = r.line_no
-    return (min(lo, r.line_no), max(hi, r.line_no), first)
+    return (min(lo, r.line_no), max(hi, r.line_no), first, answered or r.type == "assistant")
 
 
 def message_span(recs, parent_of) -> tuple | None:

@@ -650,7 +650,8 @@ def sessions(db_path, project, since, limit, fmt):
     from indexer.cli import output   # (csv and the formats: only for a command that prints a listing)
 
     db = _open(db_path, create=False)
-    rows = signals.sessions(db, project=project, since=since, limit=limit)
+    rows = [dict(r, title=signals.plain_title(r["title"]) or None)   # as the web pages show it
+            for r in signals.sessions(db, project=project, since=since, limit=limit)]
     output.write_rows(rows, fmt, sys.stdout, shown=signals.SESSIONS_SHOWN)
     _say_unmatched(db, project)
 

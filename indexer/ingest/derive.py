@@ -279,7 +279,7 @@ def _orphans(session_id, nodes: dict[str, Rec], resume_chain, message, boundary_
         parent = nodes.get(o.parent_uuid) if o.parent_uuid is not None else None
         below = by_depth.get(on_chain[bp] - 1) if origin == "ancestry" else None
         concurrent = origin == "ancestry" and chain.is_concurrent(
-            branch_span.get(root.uuid), below_span[on_chain[bp]])
+            root, branch_span.get(root.uuid), below_span[on_chain[bp]])
         cause = chain.cause_of(o, parent, bp, origin, boundary_line,
                                chain_messages.__contains__, splice_points.__contains__,
                                o.uuid in with_result,

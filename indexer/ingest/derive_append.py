@@ -183,7 +183,8 @@ SELECT min(r.line_no), max(r.line_no),
        min(CASE WHEN r.type = 'user' AND NOT r.is_meta AND NOT r.is_tool_result
                  AND NOT EXISTS (SELECT 1 FROM records pp WHERE pp.file_id = r.file_id
                                  AND pp.uuid = r.parent_uuid AND pp.type = 'user')
-                THEN r.line_no END)
+                THEN r.line_no END),
+       max(r.type = 'assistant')
 FROM leaf_ancestry_cache a JOIN records r ON r.id = a.record_id
 WHERE a.file_id = ? AND a.rule = 'resume' AND a.height > ? AND a.height <= ?
   AND r.type IN ('user', 'assistant')
@@ -760,7 +761,7 @@ class _Extension:
             bp, origin, root = self.reach(o, on_chain)
             graft = origin == "ancestry" and chain.is_late_graft(root, chain_below(bp), calls)
             concurrent = origin == "ancestry" and chain.is_concurrent(
-                spans.branch(root), spans.chain_below(bp))
+                root, spans.branch(root), spans.chain_below(bp))
             cause = chain.cause_of(o, g.get(o.parent_uuid), bp, origin,
                                    state.get("boundary_line"), in_chain_messages,
                                    child_is_api_error, with_result.put_back(o), graft,

@@ -143,10 +143,8 @@ def sessions_params(project: str | None = None, since: str | None = None,
 
 def sessions(db, project: str | None = None, since: str | None = None,
              limit: int = 50) -> list[dict]:
-    """The sessions most recently active, with their title (plain_title:
-    markup stripped) and state."""
-    rows = dict_rows(db.conn, SESSIONS_SQL, sessions_params(project, since, limit))
-    return [dict(r, title=plain_title(r["title"]) or None) for r in rows]
+    """The sessions most recently active, with their title and state."""
+    return dict_rows(db.conn, SESSIONS_SQL, sessions_params(project, since, limit))
 
 
 def listing(db, name: str, now: str | None = None, **options):
