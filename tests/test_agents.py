@@ -208,6 +208,11 @@ def test_codex_usage_counts_re_emitted_totals_once(index):
     assert sorted(u["input"] + u["cached"] for u in got) == sorted(
         c["usage"]["input_tokens"] for c in log["calls"])
     assert sum(u["output"] for u in got) == sum(c["usage"]["output_tokens"] for c in log["calls"])
+    # each under the rollout's session (its session_meta), as usage --by session and the
+    # status line read them
+    assert {u["session_id"] for u in got} == {
+        json.loads(path.read_text().splitlines()[0])["payload"]["id"]
+        for path in _rollouts(CODEX_OLD)}
     naive = 0
     for path in _rollouts(CODEX_OLD):
         for line in path.read_text().splitlines():
@@ -623,3 +628,23 @@ def test_hostile_lines_are_kept_and_never_stop_ingest(tmp_path):
             out = CliRunner().invoke(cli, [*args, "--db", str(db_path)])
             assert out.exit_code == 0 and out.exception is None, (args, out.output)
     _run("search", "--enable", "--db", db_path)
+
+
+def test_the_status_line_of_another_agents_session_names_it_and_its_cost(index):
+    """statusline: no verdict for a Codex or Gemini session (the checks are
+    Claude Code's), its agent and the cost of its calls instead; exit 0."""
+    from click.testing import CliRunner
+
+    from indexer.cli.commands import cli
+
+    db_path, db = index
+    for agent in ("codex", "gemini"):
+        (sid,) = db.conn.execute("SELECT session_id FROM files WHERE agent = ? ORDER BY id "
+                                 "LIMIT 1", [agent]).fetchone()
+        calls = db.conn.execute("SELECT count(DISTINCT message_id) FROM usage "
+                                "WHERE session_id = ?", [sid]).fetchone()[0]
+        out = CliRunner().invoke(cli, ["statusline", "--db", str(db_path)],
+                                 input=json.dumps({"session_id": sid}))
+        assert out.exit_code == 0, out.output
+        assert out.output.startswith(f"{agent} session · $")
+        assert f"({calls:,} call" in out.output and calls > 0

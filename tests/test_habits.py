@@ -276,3 +276,21 @@ def test_titles_read_without_claude_codes_markup(tmp_path):
 
     facts = usage.session_facts(dbmod.open_db(str(db)), [SID])
     assert facts[SID]["title"] == "the login redirect"
+
+
+def test_a_table_of_sessions_names_the_agent_when_another_agents_are_there(tmp_path):
+    codex = ROOT / "tests" / "fixtures" / "codex"
+    if not codex.is_dir():
+        pytest.skip("no Codex fixtures")
+    db = tmp_path / "x.db"
+    t = Transcript(SID)
+    t.add("a", None, "user")
+    t.add("b", "a", "assistant")
+    t.write(tmp_path / "projects" / "-tmp-demo")
+    run("ingest", tmp_path / "projects", "--db", db, "--silent")
+    alone = run("sessions", "--db", db, "--table").output
+    assert header(alone)[:2] == ["session_id", "title"]   # Claude Code's alone: no column
+    run("ingest", codex, "--db", db, "--silent")
+    mixed = run("sessions", "--db", db, "--table").output.splitlines()
+    assert mixed[0].split()[:2] == ["session_id", "agent"]
+    assert {line.split()[1] for line in mixed[2:]} >= {"claude-code", "codex"}

@@ -7,7 +7,8 @@ at all on stdout (``--json``: ``[]``), so the exit code and an empty output
 both say "none".
 
 Which columns: ``--table`` shows those an operator reads (the listing's
-``shown`` columns, and ``host`` when a row has one); the other formats, and
+``shown`` columns, ``agent`` when a row is another agent's, and ``host`` when a row
+has one); the other formats, and
 ``--all``, every column; ``--columns a,b`` those, in that order, in any
 format (options.output_options puts these two in the click context's meta)."""
 
@@ -20,6 +21,7 @@ import sys
 import click
 
 from indexer.cli.options import ALL_META, COLUMNS_META
+from indexer.transcripts import agents
 
 FORMATS = ("tsv", "json", "nl", "csv", "table")
 
@@ -48,6 +50,9 @@ def _columns(rows: list[dict], fmt: str, shown) -> list[str]:
     if meta.get(ALL_META) or fmt != "table" or not shown:
         return every
     columns = [c for c in shown if c in every]
+    if "agent" in every and "agent" not in columns and any(
+            row.get("agent") not in (None, agents.CLAUDE_CODE) for row in rows):
+        columns.insert(1, "agent")   # sessions of other agents among them
     if "host" in every and "host" not in columns and any(row.get("host") for row in rows):
         columns.append("host")
     return columns

@@ -30,6 +30,7 @@ from indexer.index import db as dbmod
 from indexer.index import usage_report
 from indexer.index.connection import IndexError_
 from indexer.repair import check as checkmod
+from indexer.transcripts import agents
 
 PREFIX = "session-index"
 DIFFERS_USD = 0.01
@@ -61,15 +62,20 @@ def line(db_path, payload: str, freshen: bool = False) -> str:
         if db.conn.execute(mainfile.KNOWN_SESSION_SQL,
                                            [session_id]).fetchone() is None:
             return f"{PREFIX}: session not indexed yet (session-index ingest)"
-        verdict = checkmod.check(db, session_id, freshen=freshen)
         cost = usage_report.session_cost(db, session_id)
+        try:
+            verdict = checkmod.check(db, session_id, freshen=freshen)
+        except agents.NotClaudeCode:   # another agent's session: no verdict, its cost
+            verdict = None
+            parts = [f"{agents.session_agent(db.conn, session_id)} session"]
     except (IndexError_, OSError, mainfile.AmbiguousHost) as exc:
         return f"{PREFIX}: {exc}"
-    parts = [verdict.verdict]
-    if any(w.endswith(checkmod.UNREAD_WARNING.split("}", 1)[1]) for w in verdict.warnings):
-        parts[0] += " (as of the last ingest)"
-    if verdict.verdict != "resumable":
-        parts.append(f"session-index check {session_id}")
+    if verdict is not None:
+        parts = [verdict.verdict]
+        if any(w.endswith(checkmod.UNREAD_WARNING.split("}", 1)[1]) for w in verdict.warnings):
+            parts[0] += " (as of the last ingest)"
+        if verdict.verdict != "resumable":
+            parts.append(f"session-index check {session_id}")
     calls = cost["calls"] or 0
     figure = _money(cost["cost_usd"] or 0.0) + ("+" if cost["unpriced_calls"] else "")
     parts.append(f"{figure} ({calls:,} call{'' if calls == 1 else 's'})")

@@ -142,7 +142,8 @@ class RolloutLines(LineParser):
             key = _total_key(info.get("total_token_usage"))
             if key is not None and isinstance(info.get("last_token_usage"), dict):
                 call = f"codex-total:{self.scope}:{key}"
-                return fields(**common, model=self.model, message_id=call, request_id=call,
+                return fields(**common, session_id=self.scope, model=self.model,
+                              message_id=call, request_id=call,
                               **_usage(info.get("last_token_usage")))
         return fields(**common)
 
