@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from session_index_web import charts as web_charts, format as web_format, metadata as web_metadata
-from test_browser import CHROMIUM, CHROMIUM_ARGS, assert_inert, free_port
+from test_browser import CHROMIUM, assert_inert, browser, free_port  # noqa: F401 (browser: the fixture)
 from test_web import HOSTILE_SID
 from test_web_pages import (COMMAND_SID, COMMAND_TITLE, SEARCH_WORD, SELECTION_SID,
                             SELECTION_TITLE, build_pages_index)
@@ -67,16 +67,8 @@ def server(tmp_path_factory):
     log.close()
 
 
-@pytest.fixture(scope="module")
-def browser():
-    with playwright.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        yield b
-        b.close()
-
-
 @pytest.fixture
-def page(browser, server):
+def page(browser, server):   # noqa: F811 (the fixture imported from test_browser)
     base = server[0]
     context = browser.new_context(viewport=SCREEN)
     page = context.new_page()

@@ -146,15 +146,7 @@ def test_derive_some_without_a_budget_derives_them_all(tmp_path, monkeypatch):
 # -- the consume loop, against a real nats-server ------------------------------------------
 
 nats = pytest.importorskip("nats", reason="the fleet extra (nats-py) is not installed")
-from test_fleet import Server, pytestmark   # noqa: E402,F401  (nats-server, the timing group)
-
-
-@pytest.fixture
-def server(tmp_path):
-    s = Server(tmp_path / "jetstream")
-    s.start()
-    yield s
-    s.kill()
+from test_fleet import pytestmark, server   # noqa: E402,F401  (nats-server, the timing group)
 
 
 async def publish_lines(url: str, count: int, every: float, session_id: str = SESSIONS[0]):
@@ -174,7 +166,7 @@ async def publish_lines(url: str, count: int, every: float, session_id: str = SE
     await nc.close()
 
 
-def test_a_drain_goes_on_deriving_while_files_are_left(server, tmp_path):
+def test_a_drain_goes_on_deriving_while_files_are_left(server, tmp_path):   # noqa: F811 (the fixture imported from test_fleet)
     """after_batch says files are left (its budget spent): the central calls
     it again after its next fetch, and a drain ends only once none is."""
     from indexer.ingest import fleet_nats
@@ -196,7 +188,7 @@ def test_a_drain_goes_on_deriving_while_files_are_left(server, tmp_path):
     assert len(calls) == 4 and calls[-1] == 5
 
 
-def test_a_window_grows_with_what_the_last_derive_took(server, tmp_path, monkeypatch):
+def test_a_window_grows_with_what_the_last_derive_took(server, tmp_path, monkeypatch):   # noqa: F811 (the fixture imported from test_fleet)
     """A derive that takes 0.25 s with DERIVE_GROWTH 10: the next window is
     2.5 s, not DERIVE_WINDOW_S, while one-line messages keep coming every
     20 ms for 4 s (a fixed 0.5 s window would derive about 6 times)."""

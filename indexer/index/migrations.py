@@ -714,7 +714,7 @@ def fill_usage_columns(db):
     read from raw as lines.py reads them (tests/test_ingest.py holds the
     two equal)."""
     def count(path):
-        # a JSON number that a SQLite integer holds, truncated (lines._count)
+        # a JSON number that a SQLite integer holds, truncated (lines.count)
         return (f"CASE WHEN json_type(u, '{path}') IN ('integer', 'real') "
                 f"AND abs(json_extract(u, '{path}')) < 9223372036854775807.0 "
                 f"THEN CAST(json_extract(u, '{path}') AS INTEGER) END")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+from indexer.transcripts.lines import INT_RANGE, count, storable  # noqa: F401 (count: the parsers' API)
 from indexer.transcripts.records import RECORD_FIELDS
 from indexer.transcripts.rows import BadLine, NeedsText
 
@@ -25,37 +26,15 @@ def fields(**values) -> tuple:
     return tuple(row)
 
 
-# The integers SQLite holds.
-_INT_RANGE = 1 << 63
-
-
 def text_or_none(value) -> str | None:
-    """A JSON string as a column (a lone surrogate, from a \\ud800 escape,
-    written as its backslash escape, as lines.py does); None for an empty
-    one or anything else."""
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return value.encode("utf-8", "backslashreplace").decode("ascii")
-    return value
-
-
-def count(value) -> int | None:
-    """A token count: a JSON number as an integer (a fraction truncated),
-    as lines.py reads Claude Code's; None for anything else (a string, a
-    bool, NaN, an infinity) and for a number no SQLite integer holds."""
-    if value.__class__ is int:
-        return value if -_INT_RANGE <= value < _INT_RANGE else None
-    if value.__class__ is float and -_INT_RANGE < value < _INT_RANGE:   # NaN fails both
-        return int(value)
-    return None
+    """A JSON string as a column (lines.storable: a lone surrogate as its
+    backslash escape); None for an empty one or anything else."""
+    return storable(value) if isinstance(value, str) and value else None
 
 
 def fits(n: int) -> int | None:
     """``n`` when an SQLite integer holds it (a sum of counts may not), else None."""
-    return n if -_INT_RANGE <= n < _INT_RANGE else None
+    return n if -INT_RANGE <= n < INT_RANGE else None
 
 
 def decode(data) -> tuple[str, dict]:

@@ -30,7 +30,7 @@ class _Block(msgspec.Struct):
     type: Any = None
 
 
-# A token count as the usage view reads it: a JSON number (lines._count
+# A token count as the usage view reads it: a JSON number (lines.count
 # makes it an integer); anything else sends the line down the slow path.
 _Number = Union[int, float, None]
 
@@ -110,7 +110,7 @@ def _text(value: Any) -> str | None:
     if value is None:
         return None
     if isinstance(value, str):
-        return _storable(value) if value else None
+        return storable(value) if value else None
     if isinstance(value, bool):
         return "true" if value else "false"
     try:
@@ -146,19 +146,19 @@ def _unreadable(type_, message_is_object: bool, content, is_block) -> int:
     return int(bool(content) and not any(is_block(b) for b in content))
 
 
-_INT_RANGE = 1 << 63
+INT_RANGE = 1 << 63
 # The usage columns of a record that has none (not an assistant record, or
 # its message.usage is not an object).
 NO_USAGE = (0, None, None, None, None, None, None, None, None)
 
 
-def _count(value: Any) -> int | None:
+def count(value: Any) -> int | None:
     """A token count: a JSON number as an integer (a fraction truncated
     toward zero, as SQLite's CAST does); NULL for anything else (a string, a
     bool, null, NaN, an infinity) and for a number no SQLite integer holds."""
     if value.__class__ is int:
-        return value if -_INT_RANGE <= value < _INT_RANGE else None
-    if value.__class__ is float and -_INT_RANGE < value < _INT_RANGE:  # NaN fails both
+        return value if -INT_RANGE <= value < INT_RANGE else None
+    if value.__class__ is float and -INT_RANGE < value < INT_RANGE:  # NaN fails both
         return int(value)
     return None
 
@@ -166,10 +166,10 @@ def _count(value: Any) -> int | None:
 def _string(value: Any) -> str | None:
     """usage.speed / service_tier: a JSON string as it is (an empty one
     too); NULL for anything else."""
-    return _storable(value) if value.__class__ is str else None
+    return storable(value) if value.__class__ is str else None
 
 
-def _storable(value: str) -> str:
+def storable(value: str) -> str:
     """A string SQLite can store as UTF-8: a lone surrogate (from a \\ud800
     escape) written as its backslash escape."""
     try:
@@ -181,10 +181,10 @@ def _storable(value: str) -> str:
 
 def _usage_struct(u: _Usage) -> tuple:
     cc = u.cache_creation
-    return (1, _count(u.input_tokens), _count(u.output_tokens), _count(u.cache_read_input_tokens),
-            _count(u.cache_creation_input_tokens),
-            None if cc is None else _count(cc.ephemeral_5m_input_tokens),
-            None if cc is None else _count(cc.ephemeral_1h_input_tokens),
+    return (1, count(u.input_tokens), count(u.output_tokens), count(u.cache_read_input_tokens),
+            count(u.cache_creation_input_tokens),
+            None if cc is None else count(cc.ephemeral_5m_input_tokens),
+            None if cc is None else count(cc.ephemeral_1h_input_tokens),
             u.speed, u.service_tier)
 
 
@@ -192,10 +192,10 @@ def _usage_dict(u: dict) -> tuple:
     cc = u.get("cache_creation")
     if not isinstance(cc, dict):
         cc = {}
-    return (1, _count(u.get("input_tokens")), _count(u.get("output_tokens")),
-            _count(u.get("cache_read_input_tokens")), _count(u.get("cache_creation_input_tokens")),
-            _count(cc.get("ephemeral_5m_input_tokens")),
-            _count(cc.get("ephemeral_1h_input_tokens")),
+    return (1, count(u.get("input_tokens")), count(u.get("output_tokens")),
+            count(u.get("cache_read_input_tokens")), count(u.get("cache_creation_input_tokens")),
+            count(cc.get("ephemeral_5m_input_tokens")),
+            count(cc.get("ephemeral_1h_input_tokens")),
             _string(u.get("speed")), _string(u.get("service_tier")))
 
 
