@@ -294,3 +294,13 @@ def test_a_table_of_sessions_names_the_agent_when_another_agents_are_there(tmp_p
     mixed = run("sessions", "--db", db, "--table").output.splitlines()
     assert mixed[0].split()[:2] == ["session_id", "agent"]
     assert {line.split()[1] for line in mixed[2:]} >= {"claude-code", "codex"}
+
+
+def test_the_readmes_tour_searches_the_demo(demo):
+    """README's tour runs `session-index search "coupon test"` on the demo
+    index, made as `ingest` makes one: search on."""
+    readme = (ROOT / "README.md").read_text()
+    assert 'session-index search "coupon test"' in readme
+    result = run("search", "coupon test", "--db", demo, "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)

@@ -457,7 +457,8 @@ def build_demo(directory: str | os.PathLike, now: datetime | None = None) -> Pat
         os.utime(path, (stamp, stamp))
 
     db = dbmod.open_db(db_path)
-    ingestmod.ingest(db, [str(projects), str(logs)], config_dir=root)
+    # as `session-index ingest` makes an index: search on (the word index)
+    ingestmod.ingest(db, [str(projects), str(logs)], config_dir=root, search_new=True)
     deleted.unlink()
     ingestmod.ingest(db, [str(projects), str(logs)], config_dir=root)
 
