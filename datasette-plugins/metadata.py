@@ -319,6 +319,9 @@ TABLES = {
             sent_as_uuid="sentAsUuid of a prompt Claude Code stored anew: the uuid it was "
                          "sent under, which its loader loads it under when no earlier line "
                          "has it",
+            rows_ahead="rowsAheadOfPutBack of a tool_result record (a JSON array): the rows "
+                       "(a prompt queued while the tool ran, companion records) Claude "
+                       "Code's loader puts back ahead of it",
             raw="the exact text of the line (pretty-printed here)",
             has_usage="1 for an assistant record whose message.usage is an object (the "
                       "usage view reads these lines; the counts below are NULL on others)",

@@ -549,6 +549,121 @@ def shape_rows_ahead_not_named():
     return shape_rows_ahead_of_put_back(named=False)
 
 
+def queued_text(t, uuid, parent, words):
+    """A prompt queued while a tool ran (``queueTranscriptOnly``): a row the
+    CLI's writer (Ct(), behind a flag) names in the result's
+    ``rowsAheadOfPutBack``; l_r() takes it as a row to put back."""
+    return t.add(uuid, parent, "user", queueTranscriptOnly=True,
+                 message={"role": "user", "content": [{"type": "text", "text": words}]})
+
+
+def shape_rows_ahead_under_the_call():
+    """The writer's shape: a queued prompt written under the tool_use record
+    while the tool ran, named by the result: put back after the call."""
+    t = Transcript(SID)
+    t.add(u(1), None, "user")
+    t.add(u(2), u(1), "assistant", message=tool_use("msg_P", "toolu_a"))
+    queued_text(t, u(10), u(2), "the queued row")
+    t.add(u(3), u(2), "user", message=tool_result("toolu_a"), rowsAheadOfPutBack=[u(10)])
+    t.add(u(4), u(3), "assistant", message=text("msg_Q", "after the result"))
+    return t.records
+
+
+def shape_rows_ahead_of_a_plain_prompt():
+    """l_r's row_kind: a row that is neither a companion record nor a
+    queued prompt (a plain prompt) is not put back, nor are the others."""
+    t = Transcript(SID)
+    t.add(u(1), None, "user")
+    t.add(u(2), u(1), "assistant", message=tool_use("msg_P", "toolu_a"))
+    queued_text(t, u(10), u(2), "the queued row")
+    t.add(u(11), u(10), "user", message={"role": "user", "content": "the plain row"})
+    t.add(u(3), u(2), "user", message=tool_result("toolu_a"),
+          rowsAheadOfPutBack=[u(10), u(11)])
+    t.add(u(4), u(3), "assistant", message=text("msg_Q", "after the result"))
+    return t.records
+
+
+def shape_rows_ahead_not_loaded():
+    """l_r's row_not_loaded: a named row that is not in the file: none of
+    them is put back."""
+    t = Transcript(SID)
+    t.add(u(1), None, "user")
+    t.add(u(2), u(1), "assistant", message=tool_use("msg_P", "toolu_a"))
+    queued_text(t, u(10), u(2), "the queued row")
+    t.add(u(3), u(2), "user", message=tool_result("toolu_a"),
+          rowsAheadOfPutBack=[u(10), u(99)])
+    t.add(u(4), u(3), "assistant", message=text("msg_Q", "after the result"))
+    return t.records
+
+
+def shape_rows_ahead_one_on_the_chain():
+    """A named row already visited (the prompt on the chain) is skipped;
+    the other is put back."""
+    t = Transcript(SID)
+    t.add(u(1), None, "user")
+    t.add(u(2), u(1), "assistant", message=tool_use("msg_P", "toolu_a"))
+    queued_text(t, u(10), u(2), "the queued row")
+    t.add(u(3), u(2), "user", message=tool_result("toolu_a"),
+          rowsAheadOfPutBack=[u(1), u(10)])
+    t.add(u(4), u(3), "assistant", message=text("msg_Q", "after the result"))
+    return t.records
+
+
+def shape_rows_ahead_hang_before_the_reply():
+    """Krn: rows that hang under a record before the reply's first record's
+    parent (an earlier answer) are not put back (row_hangs_elsewhere)."""
+    t = Transcript(SID)
+    t.add(u(1), None, "user")
+    t.add(u(2), u(1), "assistant", message=text("msg_A", "the first answer"))
+    meta_text(t, u(10), u(2), "the row under the first answer")
+    t.add(u(5), u(2), "user")
+    t.add(u(6), u(5), "assistant", message=tool_use("msg_P", "toolu_a"))
+    t.add(u(3), u(6), "user", message=tool_result("toolu_a"), rowsAheadOfPutBack=[u(10)])
+    t.add(u(4), u(3), "assistant", message=text("msg_Q", "after the result"))
+    return t.records
+
+
+def rows_ahead_in_a_batch(under, result_on_chain):
+    """One response (msg_P) with two calls as two records (u2, u3), a
+    queued row under ``under``; the result naming it is the chain's (u5,
+    of the second call) or the first call's, put back (u4)."""
+    t = Transcript(SID)
+    two_calls(t)
+    queued_text(t, u(10), under, "the queued row")
+    ahead = {"rowsAheadOfPutBack": [u(10)]}
+    t.add(u(4), u(2), "user", message=tool_result("toolu_a"),
+          **({} if result_on_chain else ahead))
+    t.add(u(5), u(3), "user", message=tool_result("toolu_b"), **(ahead if result_on_chain else {}))
+    t.add(u(6), u(5), "assistant", message=text("msg_Q", "after the batch"))
+    return t.records
+
+
+def shape_rows_ahead_past_an_open_call():
+    """Krn's a_r(): the row hangs under the first call's record (u2), whose
+    call is not answered before it, and another record of the reply (u3)
+    comes between it and the result: not put back."""
+    return rows_ahead_in_a_batch(u(2), result_on_chain=True)
+
+
+def shape_rows_ahead_under_the_last_call():
+    """The row under the reply's last record (u3), named by the chain's
+    result: put back."""
+    return rows_ahead_in_a_batch(u(3), result_on_chain=True)
+
+
+def shape_rows_ahead_of_a_put_back_result():
+    """The result naming the row is put back with the batch (u4, of the
+    first call), the row hangs under the last record (u3), which comes
+    before that result: put back."""
+    return rows_ahead_in_a_batch(u(3), result_on_chain=False)
+
+
+def shape_rows_ahead_of_a_put_back_result_past_a_call():
+    """The put-back result (u4) names a row under the first record (u2):
+    the other record (u3) comes between: not put back."""
+    return rows_ahead_in_a_batch(u(2), result_on_chain=False)
+
+
 def shape_result_recovered_under_the_other_result():
     """RRr's recovery by tool-call id: a result (u4) whose parent does not
     hold its tool_use (here the other call's result) is put back with the
@@ -655,6 +770,18 @@ EXPECTED = {
                                            []),
     "rows_ahead_of_put_back": (["after the result"], ["the row ahead"], []),
     "rows_ahead_not_named": (["after the result"], [], ["the row ahead"]),
+    "rows_ahead_under_the_call": (["after the result"], ["the queued row"], []),
+    "rows_ahead_of_a_plain_prompt": (["after the result"], [],
+                                     ["the queued row", "the plain row"]),
+    "rows_ahead_not_loaded": (["after the result"], [], ["the queued row"]),
+    "rows_ahead_one_on_the_chain": (["after the result"], ["the queued row"], []),
+    "rows_ahead_hang_before_the_reply": (["the first answer", "after the result"], [],
+                                         ["the row under the first answer"]),
+    "rows_ahead_past_an_open_call": (["after the batch"], [], ["the queued row"]),
+    "rows_ahead_under_the_last_call": (["after the batch"], ["the queued row"], []),
+    "rows_ahead_of_a_put_back_result": (["after the batch"], ["the queued row"], []),
+    "rows_ahead_of_a_put_back_result_past_a_call": (["after the batch"], [],
+                                                    ["the queued row"]),
     "result_recovered_under_the_other_result": (["after the batch"], [], []),
     "reply_split_around_an_attachment": (["after the batch"], [], []),
     "rewind_cut_attachment": (["after the batch"], [], []),
@@ -672,11 +799,7 @@ SENT_ANYWHERE = {
 }
 
 # The shapes where the index (as of this commit) differs from the CLI: why.
-DIFFERS: dict = {
-    "rows_ahead_of_put_back": (
-        "Krn (tengu_foamy_spring): rowsAheadOfPutBack puts the named row on the chain; "
-        "the index calls it an abandoned_branch"),
-}
+DIFFERS: dict = {}
 
 SHAPES = {name: globals()[f"shape_{name}"] for name in EXPECTED}
 _SENT: dict = {}

@@ -335,7 +335,13 @@ def test_search_page_lists_what_was_said_with_titles_escaped(site):
 
 
 def test_search_page_says_when_search_is_not_enabled(tmp_path):
-    web = Web(build_fixture_index(tmp_path))
+    from indexer.index import search as searchmod
+
+    path = build_fixture_index(tmp_path)
+    db = open_db(path)
+    assert searchmod.disable(db)   # (the demo's index has search on, as ingest makes one)
+    db.conn.close()
+    web = Web(path)
     html = web.get("/-/search?q=anything").text
     assert "Search is not enabled on this index: run session-index search --enable." in html
 

@@ -89,10 +89,12 @@ def is_snapshot(r) -> bool:
 @dataclass(frozen=True, slots=True)
 class Calls:
     """What the loader reads of a record's tool calls (records.TOOL_IDS,
-    HAS_TOOL_USE, VIRTUAL_CALL), asked for by ``kin`` record by record."""
+    HAS_TOOL_USE, VIRTUAL_CALL), asked for by ``kin`` record by record, and
+    whether it may be a row a rowsAheadOfPutBack puts back (records.AHEAD_ROW)."""
     ids: tuple = ()          # tool_use ids / tool_result ids / the attachment's toolUseID
     has_tool_use: bool = False
     virtual: bool = False
+    ahead: int = 0           # records.AHEAD_ROW
 
 
 @dataclass(slots=True)

@@ -18,36 +18,40 @@ from indexer.transcripts.records import MESSAGE_TYPES
 # preserved: what a compact boundary says the compaction kept (records.PRESERVED);
 # fork_briefing: a background fork's briefing (records.FORK_BRIEFING_RECORD);
 # has_tool_use: an assistant record holds a tool_use block (records.HAS_TOOL_USE);
-# sent_as_uuid: the uuid a prompt stored anew was sent under (resume.sent_as_renames).
+# sent_as_uuid: the uuid a prompt stored anew was sent under (resume.sent_as_renames);
+# rows_ahead: a tool_result record's rowsAheadOfPutBack (rows_ahead_put_back).
 _REC_HEAD = f"""r.id, r.file_id, r.line_no, r.uuid, r.parent_uuid, r.logical_parent_uuid,
        r.type, r.subtype, r.timestamp, r.is_sidechain, r.is_meta, r.team_name,
        r.message_id, r.is_tool_result, {definitions.TIMESTAMP_MS.format(r="r")} AS ts_ms,
        r.is_unreadable, {records.PRESERVED.format(r="r")} AS preserved,
        {records.FORK_BRIEFING_RECORD.format(r="r")} AS fork_briefing"""
 _HAS_TOOL_USE = f'{records.HAS_TOOL_USE.format(r="r")} AS has_tool_use'
-REC_COLUMNS = f"{_REC_HEAD}, {_HAS_TOOL_USE}, r.sent_as_uuid"
+REC_COLUMNS = f"{_REC_HEAD}, {_HAS_TOOL_USE}, r.sent_as_uuid, r.rows_ahead"
 REC_FIELDS = 18   # the columns before the last-prompt fields (UUID_RECORDS_SELECT)
 # Records with a uuid and last-prompt records, as read_rows() reads them:
 # the Rec columns but the last, then the last-prompt fields read from the
-# line itself, then has_tool_use (at HAS_TOOL_USE_AT) and sent_as_uuid.
+# line itself, then has_tool_use (at HAS_TOOL_USE_AT) and sent_as_uuid, a
+# last-prompt record's rewind fields, and rows_ahead (at ROWS_AHEAD_AT).
 UUID_RECORDS_SELECT = f"""
 SELECT {_REC_HEAD}, r.leaf_uuid,
        CASE WHEN r.type = 'last-prompt' THEN {definitions.LAST_PROMPT_NULL_LEAF.format(r="r")} END,
        CASE WHEN r.type = 'last-prompt' THEN {definitions.LAST_PROMPT_EXPLICIT.format(r="r")} END,
        {_HAS_TOOL_USE}, r.sent_as_uuid,
        CASE WHEN r.type = 'last-prompt' THEN {definitions.LAST_PROMPT_REWOUND.format(r="r")} END,
-       CASE WHEN r.type = 'last-prompt' THEN {definitions.LAST_PROMPT_CUT.format(r="r")} END
+       CASE WHEN r.type = 'last-prompt' THEN {definitions.LAST_PROMPT_CUT.format(r="r")} END,
+       r.rows_ahead
 FROM records r
 """.strip()
 HAS_TOOL_USE_AT = REC_FIELDS + 3
 SENT_AS_AT = REC_FIELDS + 4
 REWOUND_AT, CUT_AT = REC_FIELDS + 5, REC_FIELDS + 6   # a last-prompt record's rewind
+ROWS_AHEAD_AT = REC_FIELDS + 7
 
 # What resume.kin reads of one record's tool calls (records.TOOL_IDS,
 # HAS_TOOL_USE, VIRTUAL_CALL), by record id (CALLS_SQL), or from a line's
 # text and type (CALLS_OF_LINE_SQL: a preload batch keeps no raw).
 _CALLS = ", ".join(x.format(r="r") for x in (
-    records.TOOL_IDS, records.HAS_TOOL_USE, records.VIRTUAL_CALL))
+    records.TOOL_IDS, records.HAS_TOOL_USE, records.VIRTUAL_CALL, records.AHEAD_ROW))
 CALLS_SQL = f"SELECT {_CALLS} FROM records r WHERE r.id = ?"
 CALLS_OF_LINE_SQL = f"SELECT {_CALLS} FROM (SELECT CAST(? AS TEXT) AS raw, ? AS type) r"
 
@@ -60,8 +64,8 @@ def calls_reader(row_of):
     def calls(r) -> Calls:
         if r.id not in memo:
             row = row_of(r)
-            memo[r.id] = Calls(tuple(json.loads(row[0])), bool(row[1]), bool(row[2])) \
-                if row else Calls()
+            memo[r.id] = Calls(tuple(json.loads(row[0])), bool(row[1]), bool(row[2]),
+                               row[3]) if row else Calls()
         return memo[r.id]
     return calls
 
@@ -88,6 +92,7 @@ class Rec:
     fork_briefing: int = 0         # records.FORK_BRIEFING_RECORD: a node, never a row
     has_tool_use: int = 0          # an assistant record with a tool_use block
     sent_as_uuid: str | None = None  # a prompt stored anew: the uuid it was sent under
+    rows_ahead: str | None = None    # rowsAheadOfPutBack (a JSON array): rows_ahead_put_back
 
     @property
     def eff_parent(self) -> str | None:
@@ -270,6 +275,89 @@ def put_back_with_results(resume_chain, nodes: dict, children_of, is_visited,
         for po in anchors.values():
             for start in children_of(po.uuid):
                 out.update(companion_line(start, po, children_of, visited, link))
+    return out
+
+
+def _rows_ahead_of(y: Rec, nodes: dict, loaded: dict, seen, calls):
+    """l_r(): (the rows ``y``'s rowsAheadOfPutBack names that are not seen
+    yet, the seen record they hang under), or None when the loader puts
+    none back: not an array of at most
+    definitions.AHEAD_MAX, ``y`` holds no
+    tool_result, a name that is not a loaded record, a row of another side
+    or kind (a companion record, or a prompt queued while the tool ran:
+    records.AHEAD_ROW), one that reaches no seen record within definitions.AHEAD_MAX
+    steps up the loaded parents, or rows that hang under different ones."""
+    names = json.loads(y.rows_ahead)
+    if names.__class__ is not list or len(names) > definitions.AHEAD_MAX or not y.is_tool_result or \
+            any(n.__class__ is not str or n not in loaded for n in names):
+        return None
+    rows, hang = [], None
+    for name in dict.fromkeys(names):
+        if name in seen:
+            continue
+        row = nodes[name]
+        kind = 1 if row.type not in ("attachment", "user") else calls(row).ahead
+        if row.is_sidechain != y.is_sidechain or not kind or not (
+                is_companion(row) or (kind == 2 and row.type == "user"
+                                      and not row.is_tool_result)):
+            return None
+        up, steps = loaded[name], 0
+        while up is None or up not in seen:
+            if up is None or up not in loaded or steps > definitions.AHEAD_MAX:
+                return None
+            up, steps = loaded[up], steps + 1
+        if rows and up != hang:
+            return None
+        rows.append(name)
+        hang = up
+    return (rows, hang) if rows else None
+
+
+def rows_ahead_put_back(chain: set, seen: set, first_of: dict, nodes: dict, loaded: dict,
+                        calls) -> set[str]:
+    """The rows Claude Code 2.1.332 puts back ahead of a tool result (its
+    Krn(), the tengu_foamy_spring family, on by default): a user record on
+    the loader's chain (``chain``: the resume chain and what is put back
+    with its responses, parallel_tool_branch and put_back_with_result)
+    whose ``rowsAheadOfPutBack`` names rows (_rows_ahead_of) that hang
+    under a record on that chain; its parent is a record of a response
+    whose first record on the resume chain (``first_of``: message id ->
+    that record) comes before where they hang (or they hang under that
+    record's parent), and where they hang comes before the result. When
+    they hang under an assistant record while a call the response made
+    from its first record up to there is not answered there, no other
+    assistant record of the chain may come between them and the result.
+    Places on the chain are compared by line (the loader orders what it
+    puts back by its load order). ``seen``: ``chain`` and what a rewind cut;
+    ``loaded``: uuid -> the parent the loader reads; ``calls``: Rec ->
+    resume.Calls. A row another result put back counts as not seen for the
+    rest (the loader's chain grows as it goes: rows named by two results
+    are taken once either way)."""
+    out: set[str] = set()
+    on = sorted((nodes[u] for u in chain), key=lambda r: r.line_no)
+    for y in on:
+        if y.type != "user" or y.rows_ahead is None:
+            continue
+        found = _rows_ahead_of(y, nodes, loaded, seen, calls)
+        if found is None:
+            continue
+        rows, hang = found
+        parent = nodes.get(loaded[y.uuid]) if loaded.get(y.uuid) is not None else None
+        first = first_of.get(parent.message_id) if parent is not None and \
+            parent.type == "assistant" else None
+        if first is None or hang not in chain:
+            continue
+        h = nodes[hang]
+        if hang != loaded.get(first.uuid) and not (first.line_no <= h.line_no < y.line_no):
+            continue
+        if h.type == "assistant":
+            span = [r for r in on if first.line_no <= r.line_no <= h.line_no]
+            open_calls = {i for r in span if r.type == "assistant" for i in calls(r).ids}
+            open_calls -= {i for r in span if r.type == "user" for i in calls(r).ids}
+            if open_calls and any(r.type == "assistant" and h.line_no < r.line_no < y.line_no
+                                  for r in on):
+                continue
+        out.update(rows)
     return out
 
 
@@ -548,5 +636,6 @@ def read_rows(rows, file_ids=()) -> dict:
                                   bool(row[REC_FIELDS + 2]), bool(row[REWOUND_AT]),
                                   row[CUT_AT]))
         if row[3] is not None:
-            recs.append(Rec(*row[:REC_FIELDS], row[HAS_TOOL_USE_AT], row[SENT_AS_AT]))
+            recs.append(Rec(*row[:REC_FIELDS], row[HAS_TOOL_USE_AT], row[SENT_AS_AT],
+                            row[ROWS_AHEAD_AT]))
     return out

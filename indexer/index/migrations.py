@@ -1280,3 +1280,19 @@ def m075_agents(db):
     # The prices of the models they call (agent_prices.json), read as m022
     # reads prices.json; prices.refresh_packaged keeps them current.
     _m022_load_packaged_prices(db.conn, "agent_prices.json")
+
+
+@migrations()
+def m086_records_rows_ahead(db):
+    # rowsAheadOfPutBack: a tool_result record naming the rows (a prompt
+    # queued while its tool ran, companion records) Claude Code's loader
+    # puts back ahead of it (walk.rows_ahead_put_back). Kept only when it is
+    # a JSON array; read from the line for the rows already in the index;
+    # the partial index serves the few that carry it.
+    db.execute("ALTER TABLE records ADD COLUMN rows_ahead TEXT")
+    db.execute(
+        "UPDATE records SET rows_ahead = json(raw -> '$.rowsAheadOfPutBack') "
+        "WHERE instr(raw, '\"rowsAheadOfPutBack\"') > 0 AND json_valid(raw) "
+        "AND json_type(raw, '$.rowsAheadOfPutBack') = 'array'")
+    db.execute("CREATE INDEX records_rows_ahead ON records(file_id, line_no) "
+               "WHERE rows_ahead IS NOT NULL")

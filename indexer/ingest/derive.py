@@ -228,6 +228,15 @@ def _orphans(session_id, nodes: dict[str, Rec], resume_chain, message, boundary_
     with_result = chain.put_back_with_results(
         resume_chain, nodes, lambda u: loaded_children.get(u, ()), is_visited,
         lambda r: response_of(r.uuid) is None and link(r), response_of, recovered)
+    # The rows a result on the loader's chain names in rowsAheadOfPutBack.
+    if any(n.rows_ahead is not None for n in nodes.values()):
+        on_loader_chain = {u for u in loaded if is_visited(u) and u not in cut} | with_result
+        first_of = {}
+        for d, r in resume_chain:   # (leaf first: the last one kept is the first record)
+            if r.type == "assistant" and r.message_id is not None:
+                first_of[r.message_id] = r
+        with_result = with_result | chain.rows_ahead_put_back(
+            on_loader_chain, on_loader_chain | set(cut), first_of, nodes, loaded, calls)
 
     off = [n for n in nodes.values() if n.uuid not in on_chain]
     parents = {n.uuid: n.eff_parent for n in off}

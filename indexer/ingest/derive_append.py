@@ -90,6 +90,10 @@ LINE_SQL = f"SELECT {REC_COLUMNS} FROM records r WHERE r.id = ?"
 # Does the file hold a record with a sentAsUuid (the partial index
 # records_sent_as)? Its renames are recomputed with the whole file.
 SENT_AS_SQL = "SELECT 1 FROM records WHERE file_id = ? AND sent_as_uuid IS NOT NULL LIMIT 1"
+# Does the file hold a result naming rows ahead of it (the partial index
+# records_rows_ahead)? Those rows are found with the whole file
+# (walk.rows_ahead_put_back).
+ROWS_AHEAD_SQL = "SELECT 1 FROM records WHERE file_id = ? AND rows_ahead IS NOT NULL LIMIT 1"
 OLDER_CHILDREN_SQL = f"""
 SELECT {REC_COLUMNS} FROM records r
 WHERE r.file_id = ? AND r.parent_uuid = ? AND r.type IN {CHAIN_TYPES_SQL} AND r.line_no <= ?
@@ -474,6 +478,8 @@ class _Extension:
             raise Bail(f"rule {self.rule}")
         if self.kind == "main" and conn.execute(SENT_AS_SQL, [file_id]).fetchone():
             raise Bail("a prompt stored anew (resume.sent_as_renames)")
+        if self.kind == "main" and conn.execute(ROWS_AHEAD_SQL, [file_id]).fetchone():
+            raise Bail("rows ahead of a put-back result (walk.rows_ahead_put_back)")
         g = self.g = _Graph(conn, file_id, self.state["lines"], new)
         sdk_leaf, branch_count = self.sdk_terminals(new)
         if self.kind == "main":

@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import json
 
-from indexer.transcripts.lines import INT_RANGE, count, storable  # noqa: F401 (count: the parsers' API)
 from indexer.transcripts.records import RECORD_FIELDS
-from indexer.transcripts.rows import BadLine, NeedsText
+from indexer.transcripts.rows import INT_RANGE, BadLine, NeedsText, count, storable  # noqa: F401 (count: the parsers' API)
 
 _FLAGS = {"is_sidechain", "is_meta", "is_api_error", "is_compact_summary", "is_tool_result",
           "is_unreadable", "has_usage"}

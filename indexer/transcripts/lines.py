@@ -22,6 +22,7 @@ import msgspec
 
 from indexer.transcripts.records import RECORD_FIELDS  # noqa: F401 (the parser's API)
 from indexer.transcripts.rows import LARGE_LINE_BYTES, BadLine, NeedsText  # noqa: F401 (the parser's API)
+from indexer.transcripts.rows import INT_RANGE, count, storable  # noqa: F401 (the parser's API)
 
 BOM = "\ufeff"
 
@@ -91,6 +92,7 @@ class _Record(msgspec.Struct, rename="camel"):
     git_branch: Optional[str] = None
     leaf_uuid: Optional[str] = None
     sent_as_uuid: Optional[str] = None
+    rows_ahead_of_put_back: Optional[msgspec.Raw] = None
     message: Optional[_Message] = None
 
 
@@ -117,6 +119,14 @@ def _text(value: Any) -> str | None:
         return json.dumps(value, ensure_ascii=True)[:200]
     except (TypeError, ValueError, RecursionError):
         return repr(value)[:200]
+
+
+def _rows_ahead(value: Any) -> str | None:
+    """rowsAheadOfPutBack: kept (compact JSON) only when it is an array, the
+    one shape the loader reads (any other is ignored as malformed)."""
+    if value.__class__ is not list:
+        return None
+    return json.dumps(value, separators=(",", ":"))   # (ASCII: a lone surrogate stays escaped)
 
 
 def _id(value: Any) -> str | None:
@@ -146,37 +156,15 @@ def _unreadable(type_, message_is_object: bool, content, is_block) -> int:
     return int(bool(content) and not any(is_block(b) for b in content))
 
 
-INT_RANGE = 1 << 63
 # The usage columns of a record that has none (not an assistant record, or
 # its message.usage is not an object).
 NO_USAGE = (0, None, None, None, None, None, None, None, None)
-
-
-def count(value: Any) -> int | None:
-    """A token count: a JSON number as an integer (a fraction truncated
-    toward zero, as SQLite's CAST does); NULL for anything else (a string, a
-    bool, null, NaN, an infinity) and for a number no SQLite integer holds."""
-    if value.__class__ is int:
-        return value if -INT_RANGE <= value < INT_RANGE else None
-    if value.__class__ is float and -INT_RANGE < value < INT_RANGE:  # NaN fails both
-        return int(value)
-    return None
 
 
 def _string(value: Any) -> str | None:
     """usage.speed / service_tier: a JSON string as it is (an empty one
     too); NULL for anything else."""
     return storable(value) if value.__class__ is str else None
-
-
-def storable(value: str) -> str:
-    """A string SQLite can store as UTF-8: a lone surrogate (from a \\ud800
-    escape) written as its backslash escape."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return value.encode("utf-8", "backslashreplace").decode("ascii")
-    return value
 
 
 def _usage_struct(u: _Usage) -> tuple:
@@ -229,6 +217,8 @@ def _from_struct(r: _Record) -> tuple:
         1 if r.is_compact_summary else 0, is_tool_result, r.cwd or None,
         r.version or None, r.git_branch or None, r.leaf_uuid or None, unreadable,
         r.sent_as_uuid or None,
+        None if r.rows_ahead_of_put_back is None else _rows_ahead(
+            msgspec.json.decode(r.rows_ahead_of_put_back)),
     ) + usage
 
 
@@ -256,7 +246,7 @@ def _from_dict(d: dict) -> tuple:
         g("agentId"), message_id, model, g("requestId"), g("isApiErrorMessage"),
         g("isCompactSummary"), is_tool_result, g("cwd"), g("version"), g("gitBranch"),
         g("leafUuid"),
-    ), unreadable, _id(g("sentAsUuid")), *usage)
+    ), unreadable, _id(g("sentAsUuid")), _rows_ahead(g("rowsAheadOfPutBack")), *usage)
 
 
 def _row(type_, subtype, uuid, parent, logical_parent, session_id, timestamp,

@@ -46,6 +46,8 @@ RECORD_FIELD_SOURCES = {
     "leaf_uuid": "leafUuid (summary and last-prompt records)",
     "is_unreadable": "1 when Claude Code's loader drops the user/assistant record as unreadable",
     "sent_as_uuid": "sentAsUuid (a prompt Claude Code stored anew: the uuid it was sent under)",
+    "rows_ahead": ("rowsAheadOfPutBack, a JSON array (a tool_result record naming the rows "
+                   "the loader puts back ahead of it: walk.rows_ahead_put_back)"),
     # message.usage of an assistant record (lines._usage_struct): has_usage
     # 1 when it is an object; each count an integer only when it is a JSON
     # number, speed and service_tier text only when strings, else NULL.
@@ -194,6 +196,26 @@ COMPANION_RECORD = ("({r}.type = 'attachment' OR ({r}.type = 'system' AND {r}.su
 def is_companion(type_, subtype, is_meta, is_tool_result) -> bool:
     return (type_ == "attachment" or (type_ == "system" and subtype != COMPACT_BOUNDARY)
             or (type_ == "user" and bool(is_meta) and not is_tool_result))
+
+
+# What the loader's l_r() reads of a row a rowsAheadOfPutBack names, from its
+# line: 0, never put back so (an attachment of no type or of a kind the loader
+# leaves out, AHEAD_LEFT_OUT; a user record with a taskDelivery); 2, a user
+# record with queueTranscriptOnly: true (put back as a queued prompt when it
+# holds no tool_result); else 1 (put back when it is a companion record).
+AHEAD_LEFT_OUT = ("queued_command", "project_doc_reads", "message_pdf_reads")
+AHEAD_ROW = (
+    "CASE WHEN {r}.type NOT IN ('attachment', 'user') THEN 1 "
+    "WHEN {r}.type = 'user' AND instr({r}.raw, '\"taskDelivery\"') = 0 "
+    "AND instr({r}.raw, '\"queueTranscriptOnly\"') = 0 THEN 1 "   # (the JSON is not read)
+    "WHEN NOT json_valid({r}.raw) THEN 0 "
+    "WHEN {r}.type = 'attachment' THEN CASE "
+    "WHEN json_type({r}.raw, '$.attachment.type') IS NULL THEN 0 "
+    "WHEN json_type({r}.raw, '$.attachment.type') = 'text' AND "
+    "json_extract({r}.raw, '$.attachment.type') IN ("
+    + ", ".join(f"'{k}'" for k in AHEAD_LEFT_OUT) + ") THEN 0 ELSE 1 END "
+    "WHEN json_type({r}.raw, '$.taskDelivery') IS NOT NULL THEN 0 "
+    "WHEN json_type({r}.raw, '$.queueTranscriptOnly') = 'true' THEN 2 ELSE 1 END")
 
 
 # An assistant record whose message.content holds a tool_use block (an

@@ -32,3 +32,28 @@ def bindable(rows):
 # and stored with incremental blob I/O (ingest.py), so memory stays bounded
 # by the longest line, not several copies of it.
 LARGE_LINE_BYTES = 4 << 20
+
+
+# A token count outside this (an integer no SQLite integer holds) is NULL.
+INT_RANGE = 1 << 63
+
+
+def count(value: object) -> int | None:
+    """A token count: a JSON number as an integer (a fraction truncated
+    toward zero, as SQLite's CAST does); NULL for anything else (a string, a
+    bool, null, NaN, an infinity) and for a number no SQLite integer holds."""
+    if value.__class__ is int:
+        return value if -INT_RANGE <= value < INT_RANGE else None
+    if value.__class__ is float and -INT_RANGE < value < INT_RANGE:  # NaN fails both
+        return int(value)
+    return None
+
+
+def storable(value: str) -> str:
+    """A string SQLite can store as UTF-8: a lone surrogate (from a \\ud800
+    escape) written as its backslash escape."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return value.encode("utf-8", "backslashreplace").decode("ascii")
+    return value
