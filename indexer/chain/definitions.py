@@ -1246,60 +1246,68 @@ lines_kept AS MATERIALIZED (
                    AND (c.par_at IS NULL OR c.par_at < x.at)
                    AND NOT (c.companion AND c.is_sidechain = x.side))))
 ),
--- Rows ahead of a put-back result (walk.rows_ahead_put_back): in_chain, the
--- loader's chain (the resume chain, what is put back with its responses,
--- the lines), seen (and what a rewind cut); ahead_named, the names of each
--- result on it that has a rowsAheadOfPutBack; ahead_rows, each name's loaded
--- record, whether it is seen and whether it may be such a row; ahead_up,
--- each unseen row's walk up the loaded parents (at most AHEAD_MAX steps) to
--- the seen record it hangs under (ahead_hang); ahead_ok, the results whose
--- names are all loaded records and whose unseen rows may be such rows and
--- hang under one record; ahead_put, those whose places on the chain allow it
--- (by line: the first record on the chain of the parent's response, where
--- the rows hang, the result; an open call before an assistant record in
--- between); ahead_taken, their unseen rows.
-in_chain AS MATERIALIZED (
-  SELECT l.file_id, l.uuid FROM loaded l
-  WHERE (EXISTS (SELECT 1 FROM on_chain a WHERE a.file_id = l.file_id AND a.uuid = l.uuid)
-         OR EXISTS (SELECT 1 FROM parallel q WHERE q.file_id = l.file_id AND q.uuid = l.uuid)
-         OR EXISTS (SELECT 1 FROM lines_kept k WHERE k.file_id = l.file_id AND k.uuid = l.uuid))
-    AND NOT EXISTS (SELECT 1 FROM cut k WHERE k.file_id = l.file_id AND k.uuid = l.uuid)
+-- Rows ahead of a put-back result (walk.rows_ahead_put_back), in the files
+-- that have a record naming them (ahead_files). ahead_marks: their loaded
+-- records, each with its depth on the resume chain, whether it is on the
+-- loader's chain (placed: on the resume chain, or put back with a response
+-- on it, parallel_direct; not recovered by tool-call id nor on a line: the
+-- view is prepared anew for every reference to a CTE, and those two cost it
+-- about a second) or cut by a rewind, whether it is a companion record, and
+-- records.AHEAD_ROW. ahead_named: the names of each
+-- result on the loader's chain that has a rowsAheadOfPutBack; ahead_rows:
+-- each name's loaded record, whether it is seen (placed or cut) and whether
+-- it may be such a row; ahead_up: each unseen row's walk up the loaded
+-- parents (at most AHEAD_MAX steps) to the seen record it hangs under
+-- (ahead_hang); ahead_ok: the results whose names are all loaded records and
+-- whose unseen rows may be such rows and hang under one record; ahead_put:
+-- those whose places on the chain allow it (by line: the first record on
+-- the resume chain of the parent's response, where the rows hang, the
+-- result; an open call before an assistant record in between); ahead_taken:
+-- their unseen rows.
+ahead_files AS MATERIALIZED (
+  SELECT DISTINCT r.file_id FROM records r
+  JOIN scope_files f ON f.file_id = r.file_id AND f.kind = 'main'
+  WHERE r.rows_ahead IS NOT NULL
 ),
-seen AS MATERIALIZED (
-  SELECT file_id, uuid FROM in_chain UNION SELECT file_id, uuid FROM cut
+ahead_marks AS MATERIALIZED (
+  SELECT l.id, l.file_id, l.uuid, l.type, l.parent, l.is_sidechain, l.is_tool_result,
+         n.line_no, n.message_id, a.depth,
+         (a.uuid IS NOT NULL OR EXISTS (
+            SELECT 1 FROM parallel_direct q WHERE q.file_id = l.file_id AND q.uuid = l.uuid)) AS placed,
+         EXISTS (SELECT 1 FROM cut k WHERE k.file_id = l.file_id AND k.uuid = l.uuid) AS is_cut,
+         {COMPANION_RECORD.format(r="l")} AS companion, {AHEAD_ROW.format(r="r")} AS ahead_kind,
+         r.rows_ahead
+  FROM ahead_files af JOIN loaded l ON l.file_id = af.file_id
+  JOIN nodes n ON n.id = l.id JOIN records r ON r.id = l.id
+  LEFT JOIN on_chain a ON a.file_id = l.file_id AND a.uuid = l.uuid
 ),
 ahead_named AS MATERIALIZED (
   SELECT y.file_id, y.uuid AS result, y.is_sidechain, j.value AS name, j.type AS name_type
-  FROM records r JOIN scope_files f ON f.file_id = r.file_id AND f.kind = 'main'
-  JOIN loaded y ON y.id = r.id
-  JOIN in_chain c ON c.file_id = y.file_id AND c.uuid = y.uuid,
-       json_each(r.rows_ahead) j
-  WHERE r.rows_ahead IS NOT NULL AND y.type = 'user' AND y.is_tool_result
-    AND json_array_length(r.rows_ahead) <= {AHEAD_MAX}
+  FROM ahead_marks y, json_each(y.rows_ahead) j
+  WHERE y.rows_ahead IS NOT NULL AND y.placed AND NOT y.is_cut AND y.type = 'user'
+    AND y.is_tool_result AND json_array_length(y.rows_ahead) <= {AHEAD_MAX}
 ),
 ahead_rows AS MATERIALIZED (
   SELECT a.file_id, a.result, a.name, l.uuid AS row_uuid, l.parent,
-         EXISTS (SELECT 1 FROM seen s WHERE s.file_id = a.file_id AND s.uuid = l.uuid) AS is_seen,
+         coalesce(l.placed OR l.is_cut, 0) AS is_seen,
          coalesce(l.is_sidechain = a.is_sidechain AND (
-           ({COMPANION_RECORD.format(r="l")} AND {AHEAD_ROW.format(r="lr")} > 0)
-           OR (l.type = 'user' AND NOT l.is_tool_result AND {AHEAD_ROW.format(r="lr")} = 2)),
-           0) AS may_be
+           (l.companion AND l.ahead_kind > 0)
+           OR (l.type = 'user' AND NOT l.is_tool_result AND l.ahead_kind = 2)), 0) AS may_be
   FROM ahead_named a
-  LEFT JOIN loaded l ON l.file_id = a.file_id AND l.uuid = a.name AND a.name_type = 'text'
-  LEFT JOIN records lr ON lr.id = l.id
+  LEFT JOIN ahead_marks l ON l.file_id = a.file_id AND l.uuid = a.name AND a.name_type = 'text'
 ),
 ahead_up(file_id, result, name, at, steps) AS (
   SELECT file_id, result, name, parent, 0 FROM ahead_rows
   WHERE row_uuid IS NOT NULL AND NOT is_seen AND may_be
   UNION ALL
-  SELECT u.file_id, u.result, u.name, l.parent, u.steps + 1 FROM ahead_up u
-  JOIN loaded l ON l.file_id = u.file_id AND l.uuid = u.at
-  WHERE u.steps <= {AHEAD_MAX}
-    AND NOT EXISTS (SELECT 1 FROM seen s WHERE s.file_id = u.file_id AND s.uuid = u.at)
+  SELECT u.file_id, u.result, u.name, l.parent, u.steps + 1
+  FROM ahead_up u JOIN ahead_marks l ON l.file_id = u.file_id AND l.uuid = u.at
+  WHERE u.steps <= {AHEAD_MAX} AND NOT (l.placed OR l.is_cut)
 ),
 ahead_hang AS MATERIALIZED (
   SELECT u.file_id, u.result, u.name, u.at AS hang FROM ahead_up u
-  WHERE EXISTS (SELECT 1 FROM seen s WHERE s.file_id = u.file_id AND s.uuid = u.at)
+  JOIN ahead_marks l ON l.file_id = u.file_id AND l.uuid = u.at
+  WHERE l.placed OR l.is_cut
 ),
 ahead_ok AS MATERIALIZED (
   SELECT a.file_id, a.result, min(h.hang) AS hang FROM ahead_rows a
@@ -1309,34 +1317,34 @@ ahead_ok AS MATERIALIZED (
     AND sum(NOT a.is_seen AND (NOT a.may_be OR h.hang IS NULL)) = 0
     AND count(DISTINCT CASE WHEN NOT a.is_seen THEN h.hang END) = 1
 ),
+ahead_chain AS MATERIALIZED (
+  SELECT * FROM ahead_marks WHERE placed AND NOT is_cut
+),
 ahead_put AS MATERIALIZED (
   SELECT a.file_id, a.result FROM ahead_ok a
-  JOIN loaded y ON y.file_id = a.file_id AND y.uuid = a.result
-  JOIN nodes yn ON yn.id = y.id
-  JOIN nodes p ON p.file_id = y.file_id AND p.uuid = y.parent AND p.type = 'assistant'
-  JOIN chain_messages m ON m.file_id = p.file_id AND m.message_id = p.message_id
-  JOIN on_chain fc ON fc.file_id = m.file_id AND fc.depth = m.at
-  JOIN loaded f ON f.file_id = fc.file_id AND f.uuid = fc.uuid
-  JOIN nodes fn ON fn.id = f.id
-  JOIN in_chain hc ON hc.file_id = a.file_id AND hc.uuid = a.hang
-  JOIN nodes h ON h.file_id = a.file_id AND h.uuid = a.hang
-  WHERE (a.hang = f.parent OR (fn.line_no <= h.line_no AND h.line_no < yn.line_no))
+  JOIN ahead_chain y ON y.file_id = a.file_id AND y.uuid = a.result
+  JOIN ahead_marks p ON p.file_id = y.file_id AND p.uuid = y.parent AND p.type = 'assistant'
+  JOIN ahead_marks f ON f.id = (
+    SELECT x.id FROM ahead_marks x WHERE x.file_id = p.file_id AND x.type = 'assistant'
+      AND x.message_id = p.message_id AND x.depth IS NOT NULL
+    ORDER BY x.depth DESC LIMIT 1)
+  JOIN ahead_chain h ON h.file_id = a.file_id AND h.uuid = a.hang
+  WHERE (a.hang = f.parent OR (f.line_no <= h.line_no AND h.line_no < y.line_no))
     AND NOT (h.type = 'assistant'
       AND EXISTS (
-        SELECT 1 FROM in_chain sc JOIN nodes sn ON sn.file_id = sc.file_id AND sn.uuid = sc.uuid
-        JOIN records sr ON sr.id = sn.id, json_each({TOOL_IDS.format(r="sr")}) sj
-        WHERE sc.file_id = a.file_id AND sn.type = 'assistant'
-          AND sn.line_no BETWEEN fn.line_no AND h.line_no
+        SELECT 1 FROM ahead_chain sn JOIN records sr ON sr.id = sn.id,
+             json_each({TOOL_IDS.format(r="sr")}) sj
+        WHERE sn.file_id = a.file_id AND sn.type = 'assistant'
+          AND sn.line_no BETWEEN f.line_no AND h.line_no
           AND NOT EXISTS (
-            SELECT 1 FROM in_chain tc JOIN nodes tn ON tn.file_id = tc.file_id
-              AND tn.uuid = tc.uuid
-            JOIN records tr ON tr.id = tn.id, json_each({TOOL_IDS.format(r="tr")}) tj
-            WHERE tc.file_id = a.file_id AND tn.type = 'user'
-              AND tn.line_no BETWEEN fn.line_no AND h.line_no AND tj.value = sj.value))
+            SELECT 1 FROM ahead_chain tn JOIN records tr ON tr.id = tn.id,
+                 json_each({TOOL_IDS.format(r="tr")}) tj
+            WHERE tn.file_id = a.file_id AND tn.type = 'user'
+              AND tn.line_no BETWEEN f.line_no AND h.line_no AND tj.value = sj.value))
       AND EXISTS (
-        SELECT 1 FROM in_chain bc JOIN nodes bn ON bn.file_id = bc.file_id AND bn.uuid = bc.uuid
-        WHERE bc.file_id = a.file_id AND bn.type = 'assistant'
-          AND bn.line_no > h.line_no AND bn.line_no < yn.line_no))
+        SELECT 1 FROM ahead_chain bn
+        WHERE bn.file_id = a.file_id AND bn.type = 'assistant'
+          AND bn.line_no > h.line_no AND bn.line_no < y.line_no))
 ),
 ahead_taken AS MATERIALIZED (
   SELECT DISTINCT a.file_id, a.row_uuid AS uuid FROM ahead_rows a

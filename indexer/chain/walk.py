@@ -318,7 +318,8 @@ def rows_ahead_put_back(chain: set, seen: set, first_of: dict, nodes: dict, load
     """The rows Claude Code 2.1.332 puts back ahead of a tool result (its
     Krn(), the tengu_foamy_spring family, on by default): a user record on
     the loader's chain (``chain``: the resume chain and what is put back
-    with its responses, parallel_tool_branch and put_back_with_result)
+    with a response on it, is_parallel; not what is recovered by tool-call
+    id nor the put-back lines)
     whose ``rowsAheadOfPutBack`` names rows (_rows_ahead_of) that hang
     under a record on that chain; its parent is a record of a response
     whose first record on the resume chain (``first_of``: message id ->
@@ -342,7 +343,7 @@ def rows_ahead_put_back(chain: set, seen: set, first_of: dict, nodes: dict, load
         if found is None:
             continue
         rows, hang = found
-        parent = nodes.get(loaded[y.uuid]) if loaded.get(y.uuid) is not None else None
+        parent = nodes[loaded[y.uuid]] if loaded.get(y.uuid) in loaded else None
         first = first_of.get(parent.message_id) if parent is not None and \
             parent.type == "assistant" else None
         if first is None or hang not in chain:
