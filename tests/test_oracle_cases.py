@@ -676,6 +676,18 @@ def shape_result_recovered_under_the_other_result():
     return t.records
 
 
+def shape_result_of_another_agent_not_recovered():
+    """RRr's Y(): a stray result is attached to the holder of its call only
+    when both have the same agentId: one written with another agent's is
+    not recovered (nor is what hangs from it)."""
+    t = Transcript(SID)
+    two_calls(t)
+    t.add(u(5), u(3), "user", message=tool_result("toolu_b"))
+    t.add(u(4), u(5), "user", message=tool_result("toolu_a"), agentId="a0000000000000001")
+    t.add(u(6), u(5), "assistant", message=text("msg_Q", "after the batch"))
+    return t.records
+
+
 def shape_reply_split_around_an_attachment():
     """A reply written around an attachment: the first call's result hangs
     from the attachment; recovered by its tool-call id, it frees the
@@ -783,6 +795,7 @@ EXPECTED = {
     "rows_ahead_of_a_put_back_result_past_a_call": (["after the batch"], [],
                                                     ["the queued row"]),
     "result_recovered_under_the_other_result": (["after the batch"], [], []),
+    "result_of_another_agent_not_recovered": (["after the batch"], [], []),
     "reply_split_around_an_attachment": (["after the batch"], [], []),
     "rewind_cut_attachment": (["after the batch"], [], []),
     "rewind_uncut_attachment": (["after the batch"], [], []),
@@ -793,6 +806,7 @@ EXPECTED = {
 SENT_ANYWHERE = {
     "virtual_user_record_on_a_line": ([], ["out toolu_v"]),
     "result_recovered_under_the_other_result": (["out toolu_a", "out toolu_b"], []),
+    "result_of_another_agent_not_recovered": (["out toolu_b"], ["out toolu_a"]),
     "reply_split_around_an_attachment": (["out toolu_a", "context between the records"], []),
     "rewind_cut_attachment": ([], ["context after the first call"]),
     "rewind_uncut_attachment": (["context after the first call"], []),

@@ -1080,8 +1080,8 @@ parallel_direct AS MATERIALIZED (
 -- tool_use ids of the loaded assistant records (uses) and the tool_result
 -- ids of the loaded user records (result_ids; k: their order in the record).
 tool_ids AS MATERIALIZED (
-  SELECT c.file_id, c.uuid, c.type, c.parent, c.is_sidechain, n.message_id, n.line_no,
-         CAST(j.key AS INTEGER) AS k, j.value AS tool_id,
+  SELECT c.file_id, c.uuid, c.type, c.parent, c.is_sidechain, r.agent_id, n.message_id,
+         n.line_no, CAST(j.key AS INTEGER) AS k, j.value AS tool_id,
          c.type = 'user' AND EXISTS (
            SELECT 1 FROM nodes pn JOIN records pr ON pr.id = pn.id,
                 json_each({TOOL_IDS.format(r="pr")}) pj
@@ -1092,17 +1092,17 @@ tool_ids AS MATERIALIZED (
   WHERE c.type = 'assistant' OR (c.type = 'user' AND c.is_tool_result)
 ),
 uses AS MATERIALIZED (
-  SELECT file_id, uuid, is_sidechain, message_id, line_no, tool_id FROM tool_ids
+  SELECT file_id, uuid, is_sidechain, agent_id, message_id, line_no, tool_id FROM tool_ids
   WHERE type = 'assistant'
 ),
 result_ids AS MATERIALIZED (
-  SELECT file_id, uuid, parent, is_sidechain, line_no, k, tool_id, held FROM tool_ids
+  SELECT file_id, uuid, parent, is_sidechain, agent_id, line_no, k, tool_id, held FROM tool_ids
   WHERE type = 'user'
 ),
 -- holder_of: per tool id held by the records of one API message, the last
 -- of them.
 holder_of AS MATERIALIZED (
-  SELECT file_id, tool_id, message_id, uuid, is_sidechain FROM (
+  SELECT file_id, tool_id, message_id, uuid, is_sidechain, agent_id FROM (
     SELECT u.*, max(u.line_no) OVER w AS last, min(u.message_id) OVER w AS lo,
            max(u.message_id) OVER w AS hi
     FROM uses u WHERE u.message_id IS NOT NULL
@@ -1119,7 +1119,7 @@ strays AS MATERIALIZED (
     AND NOT x.held
 ),
 -- stray_calls: a stray's calls with one holder, on the chain's response,
--- not its parent, on its side; first_line: the first stray's line for
+-- not its parent, on its side, of its agentId; first_line: the first stray's line for
 -- that call.
 stray_calls AS MATERIALIZED (
   SELECT c.*, min(c.line_no) OVER (PARTITION BY c.file_id, c.tool_id) AS first_line FROM (
@@ -1127,7 +1127,8 @@ stray_calls AS MATERIALIZED (
     FROM result_ids x JOIN strays s ON s.file_id = x.file_id AND s.uuid = x.uuid
     JOIN holder_of h ON h.file_id = x.file_id AND h.tool_id = x.tool_id
     JOIN chain_messages m ON m.file_id = h.file_id AND m.message_id = h.message_id
-    WHERE h.uuid IS NOT x.parent AND h.is_sidechain = x.is_sidechain) c
+    WHERE h.uuid IS NOT x.parent AND h.is_sidechain = x.is_sidechain
+      AND h.agent_id IS x.agent_id) c
 ),
 -- answered: the calls a result on the chain answers (message_id NULL) or a
 -- result under a record of a response (its message_id).
