@@ -1249,7 +1249,9 @@ lines_kept AS MATERIALIZED (
 ),
 -- Rows ahead of a put-back result (walk.rows_ahead_put_back), in the files
 -- that have a record naming them (ahead_files). ahead_marks: their loaded
--- records, each with its depth on the resume chain, whether it is on the
+-- records, each with its depth on the resume chain (and, for an assistant
+-- record, the line and parent of its response's first record on it),
+-- whether it is on the
 -- loader's chain (placed: on the resume chain, or put back with a response
 -- on it, parallel_direct; not recovered by tool-call id nor on a line: the
 -- view is prepared anew for every reference to a CTE, and those two cost it
@@ -1277,10 +1279,13 @@ ahead_marks AS MATERIALIZED (
             SELECT 1 FROM parallel_direct q WHERE q.file_id = l.file_id AND q.uuid = l.uuid)) AS placed,
          EXISTS (SELECT 1 FROM cut k WHERE k.file_id = l.file_id AND k.uuid = l.uuid) AS is_cut,
          {COMPANION_RECORD.format(r="l")} AS companion, {AHEAD_ROW.format(r="r")} AS ahead_kind,
-         r.rows_ahead
+         r.rows_ahead,
+         first_value(CASE WHEN a.depth IS NOT NULL THEN n.line_no END) OVER w AS first_line,
+         first_value(CASE WHEN a.depth IS NOT NULL THEN l.parent END) OVER w AS first_parent
   FROM ahead_files af JOIN loaded l ON l.file_id = af.file_id
   JOIN nodes n ON n.id = l.id JOIN records r ON r.id = l.id
   LEFT JOIN on_chain a ON a.file_id = l.file_id AND a.uuid = l.uuid
+  WINDOW w AS (PARTITION BY l.file_id, l.type, n.message_id ORDER BY a.depth IS NULL, a.depth DESC)
 ),
 ahead_named AS MATERIALIZED (
   SELECT y.file_id, y.uuid AS result, y.is_sidechain, j.value AS name, j.type AS name_type
@@ -1325,23 +1330,20 @@ ahead_put AS MATERIALIZED (
   SELECT a.file_id, a.result FROM ahead_ok a
   JOIN ahead_chain y ON y.file_id = a.file_id AND y.uuid = a.result
   JOIN ahead_marks p ON p.file_id = y.file_id AND p.uuid = y.parent AND p.type = 'assistant'
-  JOIN ahead_marks f ON f.id = (
-    SELECT x.id FROM ahead_marks x WHERE x.file_id = p.file_id AND x.type = 'assistant'
-      AND x.message_id = p.message_id AND x.depth IS NOT NULL
-    ORDER BY x.depth DESC LIMIT 1)
+    AND p.message_id IS NOT NULL AND p.first_line IS NOT NULL
   JOIN ahead_chain h ON h.file_id = a.file_id AND h.uuid = a.hang
-  WHERE (a.hang = f.parent OR (f.line_no <= h.line_no AND h.line_no < y.line_no))
+  WHERE (a.hang = p.first_parent OR (p.first_line <= h.line_no AND h.line_no < y.line_no))
     AND NOT (h.type = 'assistant'
       AND EXISTS (
         SELECT 1 FROM ahead_chain sn JOIN records sr ON sr.id = sn.id,
              json_each({TOOL_IDS.format(r="sr")}) sj
         WHERE sn.file_id = a.file_id AND sn.type = 'assistant'
-          AND sn.line_no BETWEEN f.line_no AND h.line_no
+          AND sn.line_no BETWEEN p.first_line AND h.line_no
           AND NOT EXISTS (
             SELECT 1 FROM ahead_chain tn JOIN records tr ON tr.id = tn.id,
                  json_each({TOOL_IDS.format(r="tr")}) tj
             WHERE tn.file_id = a.file_id AND tn.type = 'user'
-              AND tn.line_no BETWEEN f.line_no AND h.line_no AND tj.value = sj.value))
+              AND tn.line_no BETWEEN p.first_line AND h.line_no AND tj.value = sj.value))
       AND EXISTS (
         SELECT 1 FROM ahead_chain bn
         WHERE bn.file_id = a.file_id AND bn.type = 'assistant'
