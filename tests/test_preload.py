@@ -60,6 +60,17 @@ def make_sources(root: Path) -> Path:
         {"type": "system", "subtype": "init", "session_id": sid[4], "uuid": "i-1"},
         {"type": "result", "subtype": "success", "session_id": sid[4], "uuid": "r-1"}])
     (p / f"{sid[5]}.jsonl").write_bytes(b"")
+    # Loader cases the workers derive from the parsed lines alone: rows ahead
+    # of a result (records.rows_ahead, records.AHEAD_ROW read from the line),
+    # a stray result of another agent (Rec.agent_id).
+    from test_oracle_cases import SHAPES
+    for n, name in enumerate(("rows_ahead_under_the_call", "rows_ahead_of_a_plain_prompt",
+                              "result_of_another_agent_not_recovered")):
+        case = SID.format(10 + n)
+        records = SHAPES[name]()
+        for r in records:
+            r["sessionId"] = case
+        write_jsonl(p / f"{case}.jsonl", records)
     return projects
 
 
@@ -134,7 +145,9 @@ def test_preloaded_ingest_equals_ingest_alone(tmp_path, monkeypatch, private_tmp
     assert dump(ours) == dump(alone)
     ours.assert_caches_match_definitions()
     assert ours.value("SELECT count(*) FROM files WHERE needs_derive") == 0
-    assert list(private_tmp.iterdir()) == []   # the workers' folder went
+    # The workers' folder went (conftest's copy of the definitions, made in
+    # the temp folder by the first test of a process that asks, stays).
+    assert [x for x in private_tmp.iterdir() if not x.name.startswith("definitions-")] == []
 
 
 def test_a_file_changed_after_the_worker_read_it(tmp_path, monkeypatch, private_tmp):
