@@ -1015,7 +1015,7 @@ class _WithResult:
                     changed.append(c)
         for z in changed:
             for x in (z, self.loaded_parent(z)):
-                if self.open_companion(x) and g.is_old(x):
+                if x is not None and g.is_old(x) and self.open_companion(x):
                     for r in self.below(self.start_of(x)):
                         if g.is_old(r):
                             redo.setdefault(r.uuid, r)
