@@ -135,29 +135,34 @@ def lines_of(session_id: str, count: int, host: str = "h1", seq: int = 1):
 
 
 def test_a_batch_reads_and_writes_each_file_row_once(tmp_path):
-    """Three messages of one file and one of another in a batch: each
-    file's row is read once and written once, with what all its messages
-    added (offset, lines, records, first and last times), and the records
-    are those of a batch written message by message."""
+    """Two messages of one file and one of another in a batch: the files'
+    rows are read with one query and each written once, with what all its
+    messages added (offset, lines, records, first and last times); the
+    records are those of the messages written one by one."""
     db = open_db(str(tmp_path / "central.db"))
     three, at = lines_of(SESSIONS[0], 3)
-    one, _ = lines_of(SESSIONS[1], 1, seq=4)
+    two, at2 = lines_of(SESSIONS[1], 2, seq=4)
+    fleet_central.apply_batch(db, [three[0], two[0]], "c", fleet_central.Summary())
     seen = statements(db)
     summary = fleet_central.Summary()
-    fleet_central.apply_batch(db, [three[0], one[0], three[1], three[2]], "c", summary)
+    fleet_central.apply_batch(db, [three[1], two[1], three[2]], "c", summary)
     db.conn.set_trace_callback(None)
-    assert sum(s.lstrip().startswith("SELECT f.id, f.ingested_offset") for s in seen) == 2
+    assert sum(s.lstrip().startswith("SELECT ff.remote_path, f.id") for s in seen) == 1
+    assert sum(s.lstrip().startswith("SELECT f.id, f.ingested_offset") for s in seen) == 0
     assert sum(s.lstrip().startswith("UPDATE files SET ingested_offset") for s in seen) == 2
-    ends = [m.data.index(b"\n") for m in (three[2], one[0])]   # (header lengths)
+    body = [m.data.split(b"\n", 1)[1] for m in (three[2], two[1])]
     assert db.conn.execute(FILE_ROW_SQL, [f"{SESSIONS[0]}.jsonl"]).fetchone() == (
-        at[2] + len(three[2].data) - ends[0] - 1, 3, 3, "2026-12-01T00:00:00.000Z", "2026-12-01T00:00:02.000Z", None)
+        at[2] + len(body[0]), 3, 3, "2026-12-01T00:00:00.000Z", "2026-12-01T00:00:02.000Z",
+        None)
     assert db.conn.execute(FILE_ROW_SQL, [f"{SESSIONS[1]}.jsonl"]).fetchone() == (
-        len(one[0].data) - ends[1] - 1, 1, 1, "2026-12-01T00:00:00.000Z", "2026-12-01T00:00:00.000Z", None)
+        at2[1] + len(body[1]), 2, 2, "2026-12-01T00:00:00.000Z", "2026-12-01T00:00:01.000Z",
+        None)
     assert db.conn.execute("SELECT file_id, line_no, byte_offset, uuid FROM records "
                            "ORDER BY id").fetchall() == [
-        (1, 1, at[0], f"{SESSIONS[0]}-0"), (2, 1, 0, f"{SESSIONS[1]}-0"),
-        (1, 2, at[1], f"{SESSIONS[0]}-1"), (1, 3, at[2], f"{SESSIONS[0]}-2")]
-    assert summary.new_lines == 4
+        (1, 1, 0, f"{SESSIONS[0]}-0"), (2, 1, 0, f"{SESSIONS[1]}-0"),
+        (1, 2, at[1], f"{SESSIONS[0]}-1"), (2, 2, at2[1], f"{SESSIONS[1]}-1"),
+        (1, 3, at[2], f"{SESSIONS[0]}-2")]
+    assert summary.new_lines == 3
 
 
 def test_a_file_deleted_within_a_batch_is_deleted_after_its_earlier_lines_only(tmp_path):

@@ -86,11 +86,19 @@ GATHERED_WAIT_S = 0.01
 # when nothing comes).
 DERIVING_WAIT_S = 0.05
 
-FLEET_FILE_SQL = """
-SELECT f.id, f.ingested_offset, f.line_count, f.session_id, f.unterminated_tail,
-  ff.remote_generation, ff.host, f.agent
+# A host's file as the central reads it (one, or a batch's: [[host, path], ...]).
+_FLEET_FILE_COLUMNS = """f.id, f.ingested_offset, f.line_count, f.session_id, f.unterminated_tail,
+  ff.remote_generation, ff.host, f.agent"""
+FLEET_FILE_SQL = f"""
+SELECT {_FLEET_FILE_COLUMNS}
 FROM fleet_files ff JOIN files f ON f.id = ff.file_id
 WHERE ff.host = :host AND ff.remote_path = :path
+""".strip()
+FLEET_FILES_SQL = f"""
+SELECT ff.remote_path, {_FLEET_FILE_COLUMNS}
+FROM json_each(:files) k
+JOIN fleet_files ff ON ff.host = k.value ->> 0 AND ff.remote_path = k.value ->> 1
+JOIN files f ON f.id = ff.file_id
 """.strip()
 CREATE_FLEET_FILE_SQL = """
 INSERT INTO files (path, kind, origin, host, session_id, agent_id, project_dir,
@@ -333,6 +341,17 @@ class _Lines:
         self.records, self.bads, self.rows = [], [], {}
         self.files: dict[int, tuple[list, dict]] = {}   # file id: (facts, ADVANCE's values)
 
+    def read(self, conn, headers: list[dict]) -> None:
+        """The rows of these messages' files, with one query."""
+        keys = sorted({(h["host"], h["path"]) for h in headers} - set(self.rows))
+        if not keys:
+            return
+        cur = conn.execute(FLEET_FILES_SQL, {"files": json.dumps(keys)})
+        names = [d[0] for d in cur.description][1:]
+        for path, *row in cur:
+            found = dict(zip(names, row))
+            self.rows[found["host"], path] = found
+
     def add(self, file_id: int, records: list, bads: list, advance: dict) -> None:
         self.records += records
         self.bads += bads
@@ -554,19 +573,28 @@ class _Batch:
         self.held = {file_id for (file_id,) in conn.execute(HELD_FILES_SQL)}
 
 
+def _checked(message: Incoming, hosts: set[str] | None):
+    """_usable's (header, body), or the BadMessage it raised."""
+    try:
+        return _usable(message, hosts)
+    except fleet_wire.BadMessage as exc:
+        return exc
+
+
 def apply_message(conn, message: Incoming, batch: _Batch, summary: Summary,
-                  alone: bool = True) -> None:
+                  alone: bool = True, checked=None) -> None:
     """One message, inside the caller's transaction: stored, held until the
-    bytes before it come, or (one the central cannot use) quarantined.
+    bytes before it come, or (one the central cannot use) quarantined
+    (``checked``: what _checked made of it already).
     ``alone``: in a savepoint of its own, so that a message that cannot be
     stored is rolled back alone and quarantined; without it (a batch's first
     try), such a message raises _Alone and the batch is written again."""
-    try:
-        header, body = _usable(message, batch.hosts)
-    except fleet_wire.BadMessage as exc:
+    usable = _checked(message, batch.hosts) if checked is None else checked
+    if isinstance(usable, fleet_wire.BadMessage):
         summary.bad_messages += 1
-        quarantine(conn, message, str(exc), batch.now)
+        quarantine(conn, message, str(usable), batch.now)
         return
+    header, body = usable
     if not alone:
         try:
             _apply(conn, header, body, bytes(message.data), batch, summary)
@@ -694,8 +722,10 @@ def _write_batch(db, messages: list[Incoming], consumer: str, summary: Summary,
     now = utcnow()
     with write_lock(db) as conn:
         batch = _Batch(conn, now, hosts)
-        for message in messages:
-            apply_message(conn, message, batch, summary, alone)
+        checked = [_checked(m, hosts) for m in messages]
+        batch.lines.read(conn, [c[0] for c in checked if not isinstance(c, Exception)])
+        for message, usable in zip(messages, checked):
+            apply_message(conn, message, batch, summary, alone, usable)
         if not alone:   # (alone, each message's lines were written in its savepoint)
             try:
                 batch.lines.flush(conn)
