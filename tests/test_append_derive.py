@@ -300,3 +300,31 @@ def test_a_one_line_append_costs_the_same_at_any_session_size(index, separators)
         assert index.ancestry(index.file_id(path))[0] == records[-1]["uuid"]
     index.assert_caches_match_definitions()
     assert costs[4000] <= 2 * costs[200], costs
+
+
+def test_an_extension_reads_no_older_children_of_appended_records(index):
+    """No older record names an appended one as its parent (the extension
+    gives up first), so the extension reads the children of appended
+    records from the append alone: no query of the index for them."""
+    sid = "00000208-2929-4000-8000-000000000000"
+    path = index.projects / "p" / f"{sid}.jsonl"
+    records = linear_session(sid, 208)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in records[:200]))
+    index.ingest()
+    with open(path, "a") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in records[200:]))
+    before = derive.STATS["appended"]
+    seen = []
+    index.db.conn.set_trace_callback(seen.append)
+    try:
+        index.ingest()
+    finally:
+        index.db.conn.set_trace_callback(None)
+    assert derive.STATS["appended"] == before + 1
+    appended = {r["uuid"] for r in records[200:]}
+    asked = [s for s in seen for u in appended
+             if f"r.parent_uuid = '{u}'" in s or f"r.logical_parent_uuid = '{u}'" in s]
+    assert asked == []
+    assert any("r.parent_uuid = '" in s for s in seen)   # (older records' children: asked)
+    index.assert_caches_match_definitions()

@@ -104,6 +104,82 @@ def test_a_held_message_is_released_when_a_later_batch_brings_the_bytes_before_i
         ("a1",), ("a2",)]
 
 
+FILE_ROW_SQL = """
+SELECT ingested_offset, line_count, records, first_timestamp, last_timestamp, deleted_at
+FROM files WHERE path LIKE '%' || ?
+""".strip()
+
+
+def deleted(seq: int, host: str, session_id: str) -> fleet_central.Incoming:
+    header = {"kind": "deleted", "host": host, "generation": 1,
+              "path": f"/home/a/.claude/projects/-w/{session_id}.jsonl"}
+    return fleet_central.Incoming(fleet_wire.encode(header), seq,
+                                  fleet_wire.subject(host, "deleted"),
+                                  {"Nats-Msg-Id": fleet_wire.message_id(header)})
+
+
+def lines_of(session_id: str, count: int, host: str = "h1", seq: int = 1):
+    """``count`` one-line messages of the session's file, in order, and
+    where each line starts."""
+    out, offsets, offset, parent = [], [], 0, None
+    for i in range(count):
+        data = json.dumps({"type": "user", "uuid": f"{session_id}-{i}", "parentUuid": parent,
+                           "sessionId": session_id,
+                           "timestamp": f"2026-12-01T00:00:{i:02d}.000Z",
+                           "message": {"role": "user", "content": "x"}},
+                          separators=(",", ":")).encode() + b"\n"
+        out.append(message(seq + i, host, session_id, data, offset=offset, number=i + 1))
+        offsets.append(offset)
+        offset, parent = offset + len(data), f"{session_id}-{i}"
+    return out, offsets
+
+
+def test_a_batch_reads_and_writes_each_file_row_once(tmp_path):
+    """Two messages of one file and one of another in a batch: the files'
+    rows are read with one query and each written once, with what all its
+    messages added (offset, lines, records, first and last times); the
+    records are those of the messages written one by one."""
+    db = open_db(str(tmp_path / "central.db"))
+    three, at = lines_of(SESSIONS[0], 3)
+    two, at2 = lines_of(SESSIONS[1], 2, seq=4)
+    fleet_central.apply_batch(db, [three[0], two[0]], "c", fleet_central.Summary())
+    seen = statements(db)
+    summary = fleet_central.Summary()
+    fleet_central.apply_batch(db, [three[1], two[1], three[2]], "c", summary)
+    db.conn.set_trace_callback(None)
+    assert sum(s.lstrip().startswith("SELECT ff.remote_path, f.id") for s in seen) == 1
+    assert sum(s.lstrip().startswith("SELECT f.id, f.ingested_offset") for s in seen) == 0
+    assert sum(s.lstrip().startswith("UPDATE files SET ingested_offset") for s in seen) == 2
+    body = [m.data.split(b"\n", 1)[1] for m in (three[2], two[1])]
+    assert db.conn.execute(FILE_ROW_SQL, [f"{SESSIONS[0]}.jsonl"]).fetchone() == (
+        at[2] + len(body[0]), 3, 3, "2026-12-01T00:00:00.000Z", "2026-12-01T00:00:02.000Z",
+        None)
+    assert db.conn.execute(FILE_ROW_SQL, [f"{SESSIONS[1]}.jsonl"]).fetchone() == (
+        at2[1] + len(body[1]), 2, 2, "2026-12-01T00:00:00.000Z", "2026-12-01T00:00:01.000Z",
+        None)
+    assert db.conn.execute("SELECT file_id, line_no, byte_offset, uuid FROM records "
+                           "ORDER BY id").fetchall() == [
+        (1, 1, 0, f"{SESSIONS[0]}-0"), (2, 1, 0, f"{SESSIONS[1]}-0"),
+        (1, 2, at[1], f"{SESSIONS[0]}-1"), (2, 2, at2[1], f"{SESSIONS[1]}-1"),
+        (1, 3, at[2], f"{SESSIONS[0]}-2")]
+    assert summary.new_lines == 3
+
+
+def test_a_file_deleted_within_a_batch_is_deleted_after_its_earlier_lines_only(tmp_path):
+    """Lines, then the file's deletion, in one batch: it is deleted; lines
+    after a deletion in one batch: it is not (as when each message is a
+    batch of its own)."""
+    db = open_db(str(tmp_path / "central.db"))
+    first, _ = lines_of(SESSIONS[0], 2)
+    fleet_central.apply_batch(db, [first[0], deleted(3, "h1", SESSIONS[0])], "c",
+                              fleet_central.Summary())
+    assert db.conn.execute(FILE_ROW_SQL, [f"{SESSIONS[0]}.jsonl"]).fetchone()[5] is not None
+    fleet_central.apply_batch(db, [deleted(4, "h1", SESSIONS[0]), first[1]], "c",
+                              fleet_central.Summary())
+    row = db.conn.execute(FILE_ROW_SQL, [f"{SESSIONS[0]}.jsonl"]).fetchone()
+    assert row[1:3] == (2, 2) and row[5] is None
+
+
 def test_a_derive_step_stops_at_its_budget_and_the_next_window_waits(tmp_path, monkeypatch):
     """CatchUp with a budget spent at once derives one transaction's files a
     call, says files are left until this window's are done, and counts the
@@ -186,6 +262,25 @@ def test_a_drain_goes_on_deriving_while_files_are_left(server, tmp_path):   # no
     summary = asyncio.run(main())
     assert summary.new_lines == 5
     assert len(calls) == 4 and calls[-1] == 5
+
+
+def test_the_central_keeps_its_temporary_btrees_in_memory(server, tmp_path):   # noqa: F811 (the fixture imported from test_fleet)
+    """The central's connection sorts and materializes in memory (a sessions
+    row's refresh makes several temporary b-trees; in temporary files each
+    cost more than the rest of the refresh)."""
+    from indexer.ingest import fleet_nats
+
+    db = open_db(str(tmp_path / "central.db"))
+    assert db.conn.execute("PRAGMA temp_store").fetchone() == (0,)   # (SQLite's default)
+
+    async def main():
+        await publish_lines(server.url, 2, 0)
+        return await fleet_central.consume(db, fleet_nats.ConnectOptions(server.url),
+                                           after_batch=lambda summary: fleet_central.catch_up(db))
+
+    assert asyncio.run(main()).new_lines == 2
+    assert db.conn.execute("PRAGMA temp_store").fetchone() == (2,)   # MEMORY
+    assert db.conn.execute("SELECT records FROM sessions").fetchall() == [(2,)]
 
 
 def test_a_window_grows_with_what_the_last_derive_took(server, tmp_path, monkeypatch):   # noqa: F811 (the fixture imported from test_fleet)

@@ -307,11 +307,15 @@ def extend(conn, file_id: int, kind: str, session_id, covers) -> bool:
 
 class _Graph:
     """A file's chain records by uuid: the appended ones in memory, the
-    older ones read from the index when asked for (counted: STEP_BOUND)."""
+    older ones read from the index when asked for (counted: STEP_BOUND).
+    No older record names an appended one as its parent or logical parent
+    (_Extension.run gives up first: CLASH_SQL), so the children of an
+    appended record are appended ones, known without a query."""
 
     def __init__(self, conn, file_id: int, lines: int, new: list[Rec]):
         self.conn, self.file_id, self.lines = conn, file_id, lines
         self.known: dict[str, Rec | None] = {r.uuid: r for r in new}
+        self.new_uuids = set(self.known)
         self.new_by_id = {r.id: r for r in new}
         self.new_children: dict[str, list[Rec]] = {}
         self.new_logical_children: dict[str, list[Rec]] = {}
@@ -363,10 +367,14 @@ class _Graph:
 
     def children(self, uuid: str) -> list[Rec]:
         """The chain records whose parent_uuid is ``uuid``."""
+        if uuid in self.new_uuids:
+            return list(self.new_children.get(uuid, []))
         return self._older(OLDER_CHILDREN_SQL, uuid) + self.new_children.get(uuid, [])
 
     def eff_children(self, uuid: str) -> list[Rec]:
         """The chain records whose eff_parent is ``uuid``."""
+        if uuid in self.new_uuids:
+            return self.children(uuid) + self.new_logical_children.get(uuid, [])
         return (self.children(uuid) + self._older(OLDER_LOGICAL_CHILDREN_SQL, uuid)
                 + self.new_logical_children.get(uuid, []))
 
@@ -1021,7 +1029,7 @@ class _WithResult:
                     changed.append(c)
         for z in changed:
             for x in (z, self.loaded_parent(z)):
-                if self.open_companion(x) and g.is_old(x):
+                if x is not None and g.is_old(x) and self.open_companion(x):
                     for r in self.below(self.start_of(x)):
                         if g.is_old(r):
                             redo.setdefault(r.uuid, r)

@@ -82,11 +82,19 @@ GATHER_S = 0.1
 # when nothing comes).
 DERIVING_WAIT_S = 0.05
 
-FLEET_FILE_SQL = """
-SELECT f.id, f.ingested_offset, f.line_count, f.session_id, f.unterminated_tail,
-  ff.remote_generation, ff.host, f.agent
+# A host's file as the central reads it (one, or a batch's: [[host, path], ...]).
+_FLEET_FILE_COLUMNS = """f.id, f.ingested_offset, f.line_count, f.session_id, f.unterminated_tail,
+  ff.remote_generation, ff.host, f.agent"""
+FLEET_FILE_SQL = f"""
+SELECT {_FLEET_FILE_COLUMNS}
 FROM fleet_files ff JOIN files f ON f.id = ff.file_id
 WHERE ff.host = :host AND ff.remote_path = :path
+""".strip()
+FLEET_FILES_SQL = f"""
+SELECT ff.remote_path, {_FLEET_FILE_COLUMNS}
+FROM json_each(:files) k
+JOIN fleet_files ff ON ff.host = k.value ->> 0 AND ff.remote_path = k.value ->> 1
+JOIN files f ON f.id = ff.file_id
 """.strip()
 CREATE_FLEET_FILE_SQL = """
 INSERT INTO files (path, kind, origin, host, session_id, agent_id, project_dir,
@@ -207,6 +215,13 @@ ON CONFLICT (name) DO UPDATE SET stream_seq = max(stream_seq, excluded.stream_se
 """.strip()
 
 CONSUMER_POSITION_SQL = "SELECT stream_seq FROM fleet_consumers WHERE name = ?"
+# The central's temporary b-trees (an ORDER BY, a materialized CTE) in memory,
+# not in temporary files: refreshing a sessions row (views.REFRESH_SESSION_SQL)
+# makes several for one session, and at a live fleet's rates the central
+# refreshes thousands a minute (in temporary files, about 0.4 ms each; in
+# memory, 0.05 ms). Its transactions are small (a batch, a derive of
+# derive.DERIVE_BATCH files), so are its temporary b-trees.
+TEMP_STORE_SQL = "PRAGMA temp_store = MEMORY"
 # A message or heartbeat the central cannot use: kept, once per (subject, seq).
 QUARANTINE_SQL = """
 INSERT OR IGNORE INTO fleet_quarantine (received_at, subject, stream_seq, host, reason,
@@ -248,11 +263,40 @@ class Summary:
                 for n in self.FIELDS}
 
 
-def _file(conn, header: dict, body: bytes, now: str, summary: Summary) -> dict | None:
+def _file(conn, header: dict, body: bytes, now: str, summary: Summary,
+          lines: _Lines | None = None) -> dict | None:
     """The files row for the message's file at its generation (made, or
     restarted for a newer generation); None for an older generation. A new
     file is described by its path, and by its first lines as local ingest
-    sniffs them (a `claude -p` log is an execution log, not a transcript)."""
+    sniffs them (a `claude -p` log is an execution log, not a transcript).
+    With ``lines`` (a batch's), a file's row is read once a batch and kept
+    there as its messages change it."""
+    host, path, generation = header["host"], header["path"], int(header["generation"])
+    row = lines.rows.get((host, path)) if lines is not None else None
+    if row is None:
+        row = _read_file(conn, header, body, now)
+        if lines is not None:
+            lines.rows[host, path] = row
+    if generation < row["remote_generation"]:
+        return None
+    if generation > row["remote_generation"]:
+        if lines is not None:   # (what is stored of it so far, before it is superseded)
+            lines.flush(conn)
+        if row["ingested_offset"]:
+            generations.supersede(conn, row["id"], "changed", now)
+        derive.forget_file(conn, row["id"])
+        for sql in FORGET_LINES_SQL:
+            conn.execute(sql, {"id": row["id"], "now": now})
+        for sql in (*RESTART_FLEET_FILE_SQL, DROP_OLD_HELD_SQL):
+            conn.execute(sql, {"file_id": row["id"], "generation": generation})
+        summary.new_generations += 1
+        row.update(ingested_offset=0, line_count=0, unterminated_tail=0,
+                   remote_generation=generation)
+    return row
+
+
+def _read_file(conn, header: dict, body: bytes, now: str) -> dict:
+    """The message's file's row as stored, or made (at the message's generation)."""
     host, path, generation = header["host"], header["path"], int(header["generation"])
     cur = conn.execute(FLEET_FILE_SQL, {"host": host, "path": path})
     found = cur.fetchone()
@@ -275,21 +319,56 @@ def _file(conn, header: dict, body: bytes, now: str, summary: Summary) -> dict |
         return {"id": file_id, "ingested_offset": 0, "line_count": 0, "unterminated_tail": 0,
                 "session_id": cand.session_id, "remote_generation": generation, "host": host,
                 "agent": cand.agent}
-    row = dict(zip([d[0] for d in cur.description], found))
-    if generation < row["remote_generation"]:
-        return None
-    if generation > row["remote_generation"]:
-        if row["ingested_offset"]:
-            generations.supersede(conn, row["id"], "changed", now)
-        derive.forget_file(conn, row["id"])
-        for sql in FORGET_LINES_SQL:
-            conn.execute(sql, {"id": row["id"], "now": now})
-        for sql in (*RESTART_FLEET_FILE_SQL, DROP_OLD_HELD_SQL):
-            conn.execute(sql, {"file_id": row["id"], "generation": generation})
-        summary.new_generations += 1
-        row.update(ingested_offset=0, line_count=0, unterminated_tail=0,
-                   remote_generation=generation)
-    return row
+    return dict(zip([d[0] for d in cur.description], found))
+
+
+class _Lines:
+    """What a batch's messages store, written together (``flush``): the
+    records and bad lines in message order, one executemany each, and each
+    file's row once with what its messages added (its running facts over
+    all of them: RUNNING_FACTS_SET folds in file order). ``rows``: the
+    batch's files rows, read once a batch, as its messages change them.
+    Whatever reads or writes a file's records or row otherwise flushes
+    first."""
+
+    __slots__ = ("records", "bads", "files", "rows")
+
+    def __init__(self):
+        self.records, self.bads, self.rows = [], [], {}
+        self.files: dict[int, tuple[list, dict]] = {}   # file id: (facts, ADVANCE's values)
+
+    def read(self, conn, headers: list[dict]) -> None:
+        """The rows of these messages' files, with one query."""
+        keys = sorted({(h["host"], h["path"]) for h in headers} - set(self.rows))
+        if not keys:
+            return
+        cur = conn.execute(FLEET_FILES_SQL, {"files": json.dumps(keys)})
+        names = [d[0] for d in cur.description][1:]
+        for path, *row in cur:
+            found = dict(zip(names, row))
+            self.rows[found["host"], path] = found
+
+    def add(self, file_id: int, records: list, bads: list, advance: dict) -> None:
+        self.records += records
+        self.bads += bads
+        facts = [r[3:-1] for r in records]
+        known = self.files.get(file_id)
+        if known is not None:
+            known[0].extend(facts)
+            facts = known[0]
+        self.files[file_id] = (facts, advance)
+
+    def flush(self, conn) -> None:
+        if self.records or self.bads:
+            insert_lines(conn, self.records, self.bads)
+        if self.files:
+            conn.executemany(ADVANCE_FLEET_FILE_SQL, [
+                {**advance, **running_facts(facts)} for facts, advance in self.files.values()])
+        self.records, self.bads, self.files = [], [], {}
+
+    def forget(self) -> None:
+        """Drop what is not written (the message that added it was rolled back)."""
+        self.records, self.bads, self.files, self.rows = [], [], {}, {}
 
 
 def _hold(conn, row: dict, header: dict, payload: bytes, now: str, summary: Summary,
@@ -311,15 +390,18 @@ class Misaligned(Exception):
     line of theirs: not the bytes stored (quarantined)."""
 
 
-def _settle_tail(conn, row: dict, start: int, body: bytes) -> None:
+def _settle_tail(conn, row: dict, start: int, body: bytes, lines: _Lines | None = None) -> None:
     """The file's last line was stored without its newline (a ``tail``) and
     a message holds that line again (from ``start``): with its newline now,
     the newline is taken; gone on, the stored line is taken back to be read
-    again whole (as local ingest does)."""
+    again whole (as local ingest does). (``lines``: the batch's, written
+    first.)"""
     n = row.get("unterminated_tail") or 0
     at = row["ingested_offset"] - n
     if not n or not start <= at < start + max(len(body), 1):
         return   # (an empty body: a line that went on; it is taken back)
+    if lines is not None:
+        lines.flush(conn)
     i = at - start
     found = conn.execute(TAIL_RAW_SQL, {"id": row["id"], "at": at}).fetchone()
     if found is not None and body[i:i + n] == bytes(found[0]) and body[i + n:i + n + 1] == b"\n":
@@ -334,12 +416,13 @@ def _settle_tail(conn, row: dict, start: int, body: bytes) -> None:
 
 
 def _store_lines(conn, row: dict, start: int, body: bytes, now: str, summary: Summary,
-                 tail: bool = False) -> bool:
+                 tail: bool = False, lines: _Lines | None = None) -> bool:
     """Store the complete lines ``body`` (from byte ``start`` of the file)
     that are past what is stored, or with ``tail`` the file's last line
-    without its newline; False if they do not meet what is stored."""
+    without its newline; False if they do not meet what is stored. With
+    ``lines`` (a batch's), they are written with the batch's others."""
     if not tail:
-        _settle_tail(conn, row, start, body)
+        _settle_tail(conn, row, start, body, lines)
     offset, end = row["ingested_offset"], start + len(body)
     if end <= offset:
         summary.duplicates += 1
@@ -355,6 +438,8 @@ def _store_lines(conn, row: dict, start: int, body: bytes, now: str, summary: Su
         return True
     file_id, line_no, at = row["id"], row["line_count"], offset
     records, bads = [], []
+    if lines is not None and row.get("agent") in agents.OTHER_AGENTS:
+        lines.flush(conn)   # (its parser reads what is stored of the file)
     other = agents.line_parser(row.get("agent"), conn, file_id)   # a Codex or Gemini file's
     parse = other.parse_line if other is not None else parse_line_bytes
     for line in ([body] if tail else body[skip:].split(b"\n")[:-1]):
@@ -367,15 +452,19 @@ def _store_lines(conn, row: dict, start: int, body: bytes, now: str, summary: Su
                 return True
             bads.append((file_id, line_no, at, str(exc), line))
         at += len(line) + 1
-    insert_lines(conn, records, bads)
     # (their kinds are counted once per window of batches, by catch_up: per
     # message, counting them cost more than storing a line)
-    facts = [r[3:-1] for r in records]
-    session_id = row["session_id"] or next((f[_SESSION] for f in facts if f[_SESSION]), None)
+    session_id = row["session_id"] or next(
+        (r[3 + _SESSION] for r in records if r[3 + _SESSION]), None)
     unterminated = len(body) if tail else 0
-    conn.execute(ADVANCE_FLEET_FILE_SQL, {
-        "id": file_id, "offset": end, "line_count": line_no, "session_id": session_id,
-        "unterminated": unterminated, "now": now, **running_facts(facts)})
+    advance = {"id": file_id, "offset": end, "line_count": line_no, "session_id": session_id,
+               "unterminated": unterminated, "now": now}
+    if lines is None:
+        insert_lines(conn, records, bads)
+        conn.execute(ADVANCE_FLEET_FILE_SQL, {**advance,
+                                              **running_facts([r[3:-1] for r in records])})
+    else:
+        lines.add(file_id, records, bads, advance)
     row.update(ingested_offset=end, line_count=line_no, session_id=session_id,
                unterminated_tail=unterminated)
     summary.new_lines += len(records) + len(bads)
@@ -469,29 +558,39 @@ class _Alone(Exception):
 class _Batch:
     """What the messages of one fetched batch share: its time, the hosts
     this central takes, each host's messages stored (its fleet_hosts row is
-    written once a batch), and the files that may have held messages (only
-    those look for one to release)."""
+    written once a batch), the files that may have held messages (only
+    those look for one to release), and what its messages store (written
+    together: _Lines)."""
 
-    __slots__ = ("now", "hosts", "seen", "held")
+    __slots__ = ("now", "hosts", "seen", "held", "lines")
 
     def __init__(self, conn, now: str, hosts: set[str] | None):
-        self.now, self.hosts, self.seen = now, hosts, Counter()
+        self.now, self.hosts, self.seen, self.lines = now, hosts, Counter(), _Lines()
         self.held = {file_id for (file_id,) in conn.execute(HELD_FILES_SQL)}
 
 
+def _checked(message: Incoming, hosts: set[str] | None):
+    """_usable's (header, body), or the BadMessage it raised."""
+    try:
+        return _usable(message, hosts)
+    except fleet_wire.BadMessage as exc:
+        return exc
+
+
 def apply_message(conn, message: Incoming, batch: _Batch, summary: Summary,
-                  alone: bool = True) -> None:
+                  alone: bool = True, checked=None) -> None:
     """One message, inside the caller's transaction: stored, held until the
-    bytes before it come, or (one the central cannot use) quarantined.
+    bytes before it come, or (one the central cannot use) quarantined
+    (``checked``: what _checked made of it already).
     ``alone``: in a savepoint of its own, so that a message that cannot be
     stored is rolled back alone and quarantined; without it (a batch's first
     try), such a message raises _Alone and the batch is written again."""
-    try:
-        header, body = _usable(message, batch.hosts)
-    except fleet_wire.BadMessage as exc:
+    usable = _checked(message, batch.hosts) if checked is None else checked
+    if isinstance(usable, fleet_wire.BadMessage):
         summary.bad_messages += 1
-        quarantine(conn, message, str(exc), batch.now)
+        quarantine(conn, message, str(usable), batch.now)
         return
+    header, body = usable
     if not alone:
         try:
             _apply(conn, header, body, bytes(message.data), batch, summary)
@@ -499,15 +598,17 @@ def apply_message(conn, message: Incoming, batch: _Batch, summary: Summary,
             raise _Alone() from None
         batch.seen[header["host"]] += 1
         return
-    conn.execute("SAVEPOINT message")
+    conn.execute("SAVEPOINT message")   # (the batch's lines so far are written)
     before, held = summary.counts(), set(batch.held)
     try:
         _apply(conn, header, body, bytes(message.data), batch, summary)
+        batch.lines.flush(conn)   # (inside its savepoint)
     except UNSTORABLE as exc:
         conn.execute("ROLLBACK TO message")
         conn.execute("RELEASE message")
         summary.restore(before)
         batch.held = held
+        batch.lines.forget()
         summary.bad_messages += 1
         quarantine(conn, message, f"cannot be stored: {type(exc).__name__}: {exc}", batch.now)
         return
@@ -524,33 +625,36 @@ def _apply(conn, header: dict, body: bytes, payload: bytes, batch: _Batch,
             sent > summary.sent_at.get(header["host"], 0.0):
         summary.sent_at[header["host"]] = sent
     now = batch.now
-    row = _file(conn, header, body, now, summary)
+    row = _file(conn, header, body, now, summary, batch.lines)
     if row is None:
         summary.duplicates += 1
         return
-    if _take(conn, row, header, body, payload, now, summary, batch.held) and \
+    if _take(conn, row, header, body, payload, now, summary, batch.held, batch.lines) and \
             row["id"] in batch.held:
-        _release(conn, row, now, summary)
+        _release(conn, row, now, summary, batch.lines)
 
 
 def _take(conn, row: dict, header: dict, body: bytes, payload: bytes, now: str,
-          summary: Summary, held: set | None = None) -> bool:
+          summary: Summary, held: set | None = None, lines: _Lines | None = None) -> bool:
     """Store a message of the row's file at its generation, or hold it (its
-    file then joins ``held``); True when what is stored moved on."""
+    file then joins ``held``); True when what is stored moved on. (``lines``:
+    the batch's, _store_lines.)"""
     if header["kind"] == "deleted":
+        if lines is not None:   # (its row as the lines before left it)
+            lines.flush(conn)
         summary.deleted_files += conn.execute(MARK_DELETED_SQL, {"id": row["id"],
                                                                  "now": now}).rowcount
         return False
     start = header["offset"]
     if header["kind"] == "tail":
-        if not _store_lines(conn, row, start, body, now, summary, tail=True):
+        if not _store_lines(conn, row, start, body, now, summary, tail=True, lines=lines):
             _hold(conn, row, header, payload, now, summary, held)
             return False
         return True
     if header["kind"] == "part":
         if row.get("unterminated_tail") and start == row["ingested_offset"] - \
                 row["unterminated_tail"]:
-            _settle_tail(conn, row, start, b"")   # (a line that went on past a message)
+            _settle_tail(conn, row, start, b"", lines)   # (a line that went on past a message)
         try:
             body = _part(conn, row, header, body)
         except _Later:
@@ -558,15 +662,16 @@ def _take(conn, row: dict, header: dict, body: bytes, payload: bytes, now: str,
             return False
         if body is None:
             return False
-    if not _store_lines(conn, row, start, body, now, summary):
+    if not _store_lines(conn, row, start, body, now, summary, lines=lines):
         _hold(conn, row, header, payload, now, summary, held)
         return False
     return True
 
 
-def _release(conn, row: dict, now: str, summary: Summary) -> None:
+def _release(conn, row: dict, now: str, summary: Summary, lines: _Lines | None = None) -> None:
     """Store the held messages of the file that now meet what is stored,
-    in order (each taken once: it leaves fleet_held first)."""
+    in order (each taken once: it leaves fleet_held first). (``lines``: the
+    batch's, written before each held message's savepoint.)"""
     while True:
         found = conn.execute(NEXT_HELD_SQL, {"id": row["id"]}).fetchone()
         if found is None:
@@ -579,9 +684,11 @@ def _release(conn, row: dict, now: str, summary: Summary) -> None:
         if generation != row["remote_generation"]:
             continue
         header, body = fleet_wire.decode(payload)
+        if lines is not None:
+            lines.flush(conn)
         conn.execute("SAVEPOINT held")
         try:
-            _take(conn, row, header, body, payload, now, summary)
+            _take(conn, row, header, body, payload, now, summary, lines=lines)
         except Misaligned as exc:   # (held before what was stored since met it)
             conn.execute("ROLLBACK TO held")
             summary.bad_messages += 1
@@ -611,8 +718,15 @@ def _write_batch(db, messages: list[Incoming], consumer: str, summary: Summary,
     now = utcnow()
     with write_lock(db) as conn:
         batch = _Batch(conn, now, hosts)
-        for message in messages:
-            apply_message(conn, message, batch, summary, alone)
+        checked = [_checked(m, hosts) for m in messages]
+        batch.lines.read(conn, [c[0] for c in checked if not isinstance(c, Exception)])
+        for message, usable in zip(messages, checked):
+            apply_message(conn, message, batch, summary, alone, usable)
+        if not alone:   # (alone, each message's lines were written in its savepoint)
+            try:
+                batch.lines.flush(conn)
+            except UNSTORABLE:   # (rolled back: write_lock)
+                raise _Alone() from None
         conn.executemany(SEEN_HOST_SQL, [{"host": host, "now": now, "n": n}
                                          for host, n in batch.seen.items()])
         conn.execute(POSITION_SQL, {"name": consumer, "now": now,
@@ -862,6 +976,7 @@ async def consume(db, options: fleet_nats.ConnectOptions, *, consumer: str | Non
     (_mind_gaps). ``live`` (a fleet_metrics.Live) is told each batch and each
     round of the loop (the metrics endpoint and /healthz)."""
     started = time.monotonic()
+    db.conn.execute(TEMP_STORE_SQL)
     asked: dict[int, float] = {}   # file id: when its host was last asked to re-send
     summary = Summary()
     opened = OpenedFile(db.conn)
