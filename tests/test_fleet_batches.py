@@ -318,3 +318,38 @@ def test_a_window_grows_with_what_the_last_derive_took(server, tmp_path, monkeyp
     assert len(derives) <= summary.seconds / 2.5 + 2, gaps
     assert all(g >= 2.5 for g in gaps[:-1]), gaps   # (the last: when the lines stopped)
     assert db.conn.execute("SELECT count(*) FROM files WHERE needs_derive").fetchone() == (0,)
+
+
+def test_what_comes_while_a_batch_gathers_is_taken_with_one_pull(server, tmp_path):   # noqa: F811 (the fixture imported from test_fleet)
+    """One message waiting, five more published one by one within GATHER_S:
+    the batch holds all six, taken with two pulls (the first message's, and
+    one at the end of the gathering), not a pull per message or two."""
+    import nats
+
+    from indexer.ingest import fleet_nats
+
+    pulls = []
+
+    async def main():
+        nc = await nats.connect(server.url)
+        js = nc.jetstream()
+        await fleet_nats.ensure_stream(js)
+        sub = await js.pull_subscribe(fleet_wire.STREAM_SUBJECTS[0], durable="gather",
+                                      stream=fleet_wire.STREAM)
+        fetch = sub.fetch
+
+        async def counted(batch, timeout=None):
+            pulls.append(batch)
+            return await fetch(batch, timeout=timeout)
+
+        sub.fetch = counted
+        await publish_lines(server.url, 1, 0)
+        later = asyncio.ensure_future(publish_lines(server.url, 5, 0.01, SESSIONS[1]))
+        msgs = await fleet_central._fetch(sub, 1.0, gather=0.5)
+        await later
+        await nc.close()
+        return msgs
+
+    msgs = asyncio.run(main())
+    assert len(msgs) == 6
+    assert len(pulls) == 2, pulls

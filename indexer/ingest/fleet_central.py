@@ -73,11 +73,15 @@ IDLE_S = 0.5
 DERIVE_GROWTH = 3.0
 DERIVE_WINDOW_MAX_S = 15.0
 DERIVE_BUDGET_S = 0.2
-# A fetch that brought messages goes on taking what comes for this long (up
-# to FETCH_BATCH): a batch is one transaction, and a transaction's cost is
-# mostly the pages it writes (16 KB each: the records' indexes of each file
-# it touches), which a bigger batch shares between more lines.
+# A fetch that brought fewer than FETCH_BATCH messages waits this long, then
+# takes what came meanwhile: a batch is one transaction, and a transaction's
+# cost is mostly the pages it writes (16 KB each: the records' indexes of each
+# file it touches), which a bigger batch shares between more lines. What came
+# is taken with one pull request (a request per message or two, as messages
+# trickle in at live rates, cost the central as much as storing them).
 GATHER_S = 0.1
+# How long the pull for what came meanwhile waits when nothing did.
+GATHERED_WAIT_S = 0.01
 # How long a fetch waits while a derive is under way (it goes on at once
 # when nothing comes).
 DERIVING_WAIT_S = 0.05
@@ -922,21 +926,28 @@ async def _why_missing(js, gap_wait: float) -> str:
 
 async def _fetch(sub, wait: float, gather: float = GATHER_S):
     """A fetched batch, or [] when nothing came within ``wait``; once
-    something came, what else comes within ``gather`` seconds joins it (up
-    to FETCH_BATCH messages)."""
+    something came (fewer than FETCH_BATCH messages), what else came within
+    ``gather`` seconds joins it (up to FETCH_BATCH messages), taken at the
+    end of those seconds (a pull takes every message waiting, up to the
+    number asked for)."""
     from nats.errors import TimeoutError as FetchTimeout   # (nats-py: the optional fleet extra)
 
     try:
         msgs = await sub.fetch(FETCH_BATCH, timeout=wait)
     except (FetchTimeout, asyncio.TimeoutError):   # nothing waiting
         return []
-    until = time.monotonic() + gather
-    while len(msgs) < FETCH_BATCH and (left := until - time.monotonic()) > 0.001:
+    if len(msgs) < FETCH_BATCH:
+        await asyncio.sleep(gather)
+    while len(msgs) < FETCH_BATCH:
+        asked = FETCH_BATCH - len(msgs)
         try:
-            msgs += await sub.fetch(FETCH_BATCH - len(msgs), timeout=left)
+            more = await sub.fetch(asked, timeout=GATHERED_WAIT_S)
         except (FetchTimeout, asyncio.TimeoutError):
             break
         except fleet_nats.TRANSIENT:   # (what came is written; the rest comes again)
+            break
+        msgs += more
+        if len(more) < asked:   # (every one waiting)
             break
     return msgs
 
