@@ -557,56 +557,43 @@ def queued_text(t, uuid, parent, words):
                  message={"role": "user", "content": [{"type": "text", "text": words}]})
 
 
-def shape_rows_ahead_under_the_call():
-    """The writer's shape: a queued prompt written under the tool_use record
-    while the tool ran, named by the result: put back after the call."""
+def rows_ahead_of_the_call(names, more=None):
+    """The writer's shape: a prompt, a call (msg_P), a queued prompt (u10)
+    written under the call's record while the tool ran (and what ``more``
+    adds), the result naming ``names``, the answer after it."""
     t = Transcript(SID)
     t.add(u(1), None, "user")
     t.add(u(2), u(1), "assistant", message=tool_use("msg_P", "toolu_a"))
     queued_text(t, u(10), u(2), "the queued row")
-    t.add(u(3), u(2), "user", message=tool_result("toolu_a"), rowsAheadOfPutBack=[u(10)])
+    if more:
+        more(t)
+    t.add(u(3), u(2), "user", message=tool_result("toolu_a"), rowsAheadOfPutBack=names)
     t.add(u(4), u(3), "assistant", message=text("msg_Q", "after the result"))
     return t.records
+
+
+def shape_rows_ahead_under_the_call():
+    """The queued prompt named by the result: put back after the call."""
+    return rows_ahead_of_the_call([u(10)])
 
 
 def shape_rows_ahead_of_a_plain_prompt():
     """l_r's row_kind: a row that is neither a companion record nor a
     queued prompt (a plain prompt) is not put back, nor are the others."""
-    t = Transcript(SID)
-    t.add(u(1), None, "user")
-    t.add(u(2), u(1), "assistant", message=tool_use("msg_P", "toolu_a"))
-    queued_text(t, u(10), u(2), "the queued row")
-    t.add(u(11), u(10), "user", message={"role": "user", "content": "the plain row"})
-    t.add(u(3), u(2), "user", message=tool_result("toolu_a"),
-          rowsAheadOfPutBack=[u(10), u(11)])
-    t.add(u(4), u(3), "assistant", message=text("msg_Q", "after the result"))
-    return t.records
+    return rows_ahead_of_the_call([u(10), u(11)], lambda t: t.add(
+        u(11), u(10), "user", message={"role": "user", "content": "the plain row"}))
 
 
 def shape_rows_ahead_not_loaded():
     """l_r's row_not_loaded: a named row that is not in the file: none of
     them is put back."""
-    t = Transcript(SID)
-    t.add(u(1), None, "user")
-    t.add(u(2), u(1), "assistant", message=tool_use("msg_P", "toolu_a"))
-    queued_text(t, u(10), u(2), "the queued row")
-    t.add(u(3), u(2), "user", message=tool_result("toolu_a"),
-          rowsAheadOfPutBack=[u(10), u(99)])
-    t.add(u(4), u(3), "assistant", message=text("msg_Q", "after the result"))
-    return t.records
+    return rows_ahead_of_the_call([u(10), u(99)])
 
 
 def shape_rows_ahead_one_on_the_chain():
     """A named row already visited (the prompt on the chain) is skipped;
     the other is put back."""
-    t = Transcript(SID)
-    t.add(u(1), None, "user")
-    t.add(u(2), u(1), "assistant", message=tool_use("msg_P", "toolu_a"))
-    queued_text(t, u(10), u(2), "the queued row")
-    t.add(u(3), u(2), "user", message=tool_result("toolu_a"),
-          rowsAheadOfPutBack=[u(1), u(10)])
-    t.add(u(4), u(3), "assistant", message=text("msg_Q", "after the result"))
-    return t.records
+    return rows_ahead_of_the_call([u(1), u(10)])
 
 
 def shape_rows_ahead_hang_before_the_reply():
