@@ -236,7 +236,14 @@ async def publish_lines(url: str, count: int, every: float, session_id: str = SE
     for i in range(count):
         data = line(session_id, f"u-{i}", parent)
         m = message(i + 1, "h", session_id, data, offset=offset, number=i + 1)
-        await js.publish(m.subject, m.data, headers=m.headers)
+        for attempt in range(5):   # (as ship does: a resend is deduplicated by its Nats-Msg-Id)
+            try:
+                await js.publish(m.subject, m.data, headers=m.headers)
+                break
+            except fleet_nats.TRANSIENT:   # (no answer from the stream in time, under load)
+                if attempt == 4:
+                    raise
+                await asyncio.sleep(0.2)
         offset, parent = offset + len(data), f"u-{i}"
         await asyncio.sleep(every)
     await nc.close()
