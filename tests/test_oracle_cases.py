@@ -690,6 +690,33 @@ def shape_reply_split_around_an_attachment():
     return t.records
 
 
+def result_of(tid, words):
+    """A tool_result for ``tid`` whose output is ``words``."""
+    return {"role": "user", "content": [{"type": "tool_result", "tool_use_id": tid,
+                                         "content": words}]}
+
+
+def shape_result_under_a_later_response_claims_its_call():
+    """RRr takes the chain's responses root first: a result (u4) written
+    under a record of a later response (u6, msg_B) that does not hold its
+    call is attached to its call's holder (u2, msg_A) too, so msg_A, reached
+    first, recovers it and its call is answered; a second result for that
+    call (u9, under the prompt), written after it, is not recovered, nor is
+    the line under it (u11)."""
+    t = Transcript(SID)
+    t.add(u(1), None, "user")
+    t.add(u(2), u(1), "assistant", message=tool_use("msg_A", "toolu_a"))
+    t.add(u(3), u(2), "assistant", message=tool_use("msg_A", "toolu_b"))
+    t.add(u(5), u(3), "user", message=tool_result("toolu_b"))
+    t.add(u(6), u(5), "assistant", message=tool_use("msg_B", "toolu_c"))
+    t.add(u(4), u(6), "user", message=result_of("toolu_a", "first out toolu_a"))
+    t.add(u(9), u(1), "user", message=result_of("toolu_a", "second out toolu_a"))
+    meta_text(t, u(11), u(9), "the line under the second result")
+    t.add(u(7), u(6), "user", message=tool_result("toolu_c"))
+    t.add(u(8), u(7), "assistant", message=text("msg_Q", "after the calls"))
+    return t.records
+
+
 def rewind_cut(cut: bool):
     """wsn(): an explicit ``last-prompt`` with ``rewound: true`` and a
     ``cutUuid`` naming a non-message record marks it visited before RRr (and
@@ -785,6 +812,8 @@ EXPECTED = {
     "result_of_another_agent_not_recovered": (["after the batch"], [], []),
     "reply_split_around_an_attachment": (["after the batch"], [], []),
     "rewind_cut_attachment": (["after the batch"], [], []),
+    "result_under_a_later_response_claims_its_call": (
+        ["after the calls"], [], ["the line under the second result"]),
     "rewind_uncut_attachment": (["after the batch"], [], []),
 }
 
@@ -797,10 +826,16 @@ SENT_ANYWHERE = {
     "reply_split_around_an_attachment": (["out toolu_a", "context between the records"], []),
     "rewind_cut_attachment": ([], ["context after the first call"]),
     "rewind_uncut_attachment": (["context after the first call"], []),
+    "result_under_a_later_response_claims_its_call": (["first out toolu_a"],
+                                                      ["second out toolu_a"]),
 }
 
 # The shapes where the index (as of this commit) differs from the CLI: why.
-DIFFERS: dict = {}
+DIFFERS: dict = {
+    "result_under_a_later_response_claims_its_call": (
+        "the index counts a result under a later response's record as never stray: the loader "
+        "recovers it with the earlier response that holds its call, which answers the call"),
+}
 
 SHAPES = {name: globals()[f"shape_{name}"] for name in EXPECTED}
 _SENT: dict = {}
