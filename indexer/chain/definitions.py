@@ -1109,18 +1109,20 @@ holder_of AS MATERIALIZED (
     WINDOW w AS (PARTITION BY u.file_id, u.tool_id))
   WHERE line_no = last AND lo = hi
 ),
--- strays: the results off the chain, not parallel, that answer a call
--- their (loaded) parent does not hold.
+-- strays: the results off the chain that answer a call their (loaded)
+-- parent does not hold; par_at: the at of the response a result under a
+-- record of a response on the chain is put back with (parallel_direct).
 strays AS MATERIALIZED (
-  SELECT DISTINCT x.file_id, x.uuid FROM result_ids x
+  SELECT DISTINCT x.file_id, x.uuid, q.at AS par_at FROM result_ids x
+  LEFT JOIN parallel_direct q ON q.file_id = x.file_id AND q.uuid = x.uuid
   WHERE NOT EXISTS (SELECT 1 FROM on_chain a WHERE a.file_id = x.file_id AND a.uuid = x.uuid)
-    AND NOT EXISTS (SELECT 1 FROM parallel_direct q WHERE q.file_id = x.file_id
-                      AND q.uuid = x.uuid)
     AND NOT x.held
 ),
 -- stray_calls: a stray's calls with one holder, on the chain's response,
--- not its parent, on its side, of its agentId; first_line: the first stray's line for
--- that call.
+-- not its parent, on its side, of its agentId, and (for a result under a
+-- record of a response on the chain) a response the loader reaches before
+-- that one (root first: a greater at; one it reaches after has put the
+-- result back already); first_line: the first stray's line for that call.
 stray_calls AS MATERIALIZED (
   SELECT c.*, min(c.line_no) OVER (PARTITION BY c.file_id, c.tool_id) AS first_line FROM (
     SELECT x.file_id, x.uuid, x.line_no, x.k, x.tool_id, h.message_id
@@ -1128,7 +1130,7 @@ stray_calls AS MATERIALIZED (
     JOIN holder_of h ON h.file_id = x.file_id AND h.tool_id = x.tool_id
     JOIN chain_messages m ON m.file_id = h.file_id AND m.message_id = h.message_id
     WHERE h.uuid IS NOT x.parent AND h.is_sidechain = x.is_sidechain
-      AND h.agent_id IS x.agent_id) c
+      AND h.agent_id IS x.agent_id AND (s.par_at IS NULL OR m.at > s.par_at)) c
 ),
 -- answered: the calls a result on the chain answers (message_id NULL) or a
 -- result under a record of a response (its message_id).
@@ -1151,12 +1153,16 @@ recovered AS MATERIALIZED (
                         AND (a.message_id IS NULL OR a.message_id = c.message_id)))
   WHERE rn = 1
 ),
--- parallel: put back with a response, directly or recovered by tool-call id.
+-- parallel: put back with a response, directly or recovered by tool-call id
+-- (a result under a later response's record recovered by an earlier one is
+-- put back with the earlier: the greater at).
 parallel AS MATERIALIZED (
-  SELECT file_id, uuid, at FROM parallel_direct
-  UNION
-  SELECT r.file_id, r.uuid, m.at FROM recovered r
-  JOIN chain_messages m ON m.file_id = r.file_id AND m.message_id = r.message_id
+  SELECT file_id, uuid, max(at) AS at FROM (
+    SELECT file_id, uuid, at FROM parallel_direct
+    UNION ALL
+    SELECT r.file_id, r.uuid, m.at FROM recovered r
+    JOIN chain_messages m ON m.file_id = r.file_id AND m.message_id = r.message_id)
+  GROUP BY file_id, uuid
 ),
 batches AS MATERIALIZED (
   SELECT b.*, coalesce((

@@ -400,20 +400,25 @@ def stray_state(strays: list[Rec], loaded: dict, nodes: dict, calls):
 
 
 def recovered_by_tool_use_id(strays: list[Rec], loaded: dict, nodes: dict, on_chain,
-                             chain_messages, is_parallel, calls) -> dict[str, str]:
+                             chain_messages: dict, is_parallel, calls) -> dict[str, str]:
     """What Claude Code 2.1.332 recovers by tool-call id (RRr with
     tengu_foamy_spring, on by default): uuid -> the message id of the
     response that puts it back, for each stray result (``strays``:
-    stray_results) off the chain and not parallel (``is_parallel(r)``:
-    put back with its parent's response) of which some answered call t
+    stray_results) off the chain of which some answered call t
     has one holder: the tool_use block of t is held by assistant records
-    of one API message, on the chain (``chain_messages``), the last of them
+    of one API message, on the chain (``chain_messages``: message id -> the
+    depth of its first record on the chain), the last of them
     (in line order) is not the result's parent, is on its side and has its
     agentId (none, or the same), and t is
     not answered already: by a tool_result record on the chain, by a result
     the loader reads under a record of that message, or by an earlier stray
-    result with the same holder."""
-    strays = [r for r in strays if r.uuid not in on_chain and not is_parallel(r)]
+    result with the same holder. A result put back with its parent's
+    response (``is_parallel(r)``: under a record of a response on the chain)
+    is one when the holder's response comes before that one on the chain
+    (the loader takes the responses root first: it recovers the result
+    with the earlier one, where the call counts as answered; the later one
+    finds it put back already)."""
+    strays = [r for r in strays if r.uuid not in on_chain]
     if not strays:
         return {}
     holders: dict[str, tuple] = {}   # tool id -> (message ids, the last holder)
@@ -440,12 +445,14 @@ def recovered_by_tool_use_id(strays: list[Rec], loaded: dict, nodes: dict, on_ch
     out: dict[str, str] = {}
     for r in strays:
         by = None
+        after = chain_messages[nodes[r.parent_uuid].message_id] if is_parallel(r) else None
         for t in calls(r).ids:
             msgs, holder = holders.get(t, (set(), None))
             if (len(msgs) != 1 or holder.message_id not in chain_messages
                     or holder.uuid == loaded.get(r.uuid)
                     or bool(holder.is_sidechain) != bool(r.is_sidechain)
-                    or holder.agent_id != r.agent_id):
+                    or holder.agent_id != r.agent_id
+                    or (after is not None and chain_messages[holder.message_id] <= after)):
                 continue
             if t not in answered and t not in direct.get(holder.message_id, ()) \
                     and t not in claimed and by is None:

@@ -194,10 +194,14 @@ def _orphans(session_id, nodes: dict[str, Rec], resume_chain, message, boundary_
     def parallel(n):
         return chain.is_parallel(n, nodes.get(n.parent_uuid), chain_messages.__contains__)
 
-    # Results recovered by tool-call id (uuid -> the response's message id).
-    strays = chain.stray_results(loaded, nodes, calls,
-                                 lambda r: r.uuid not in on_chain and not parallel(r))
-    recovered = chain.recovered_by_tool_use_id(strays, loaded, nodes, on_chain, chain_messages,
+    # Results recovered by tool-call id (uuid -> the response's message id);
+    # message_at: each response on the chain, the depth of its first record.
+    message_at: dict[str, int] = {}
+    for d, r in resume_chain:
+        if r.type == "assistant" and r.message_id is not None:
+            message_at[r.message_id] = max(d, message_at.get(r.message_id, d))
+    strays = chain.stray_results(loaded, nodes, calls, lambda r: r.uuid not in on_chain)
+    recovered = chain.recovered_by_tool_use_id(strays, loaded, nodes, on_chain, message_at,
                                                parallel, calls)
 
     def response_of(u):

@@ -766,8 +766,9 @@ class _Extension:
         for o in sorted(redo.values(), key=lambda r: r.line_no):
             if o.is_sidechain or on_chain(o.uuid):
                 continue
-            if (o.type == "user" and o.is_tool_result
-                    and not chain.is_parallel(o, g.get(o.parent_uuid), in_chain_messages)):
+            if o.type == "user" and o.is_tool_result:
+                # (one under a record of a response on the chain too: an
+                # earlier response may recover it, walk.recovered_by_tool_use_id)
                 p = with_result.loaded_parent(o)
                 held = calls(p).ids if p is not None and p.type == "assistant" else ()
                 if calls(o).ids and not all(i in held for i in calls(o).ids):
