@@ -416,3 +416,41 @@ def test_a_rewind_cut_of_a_record_below_the_leaf(index):
     assert orphans(index, path)[u(3)][1] == 0
     path = derived(index, t.records + [last_prompt(u(2))])
     assert orphans(index, path)[u(3)][1] == 1
+
+
+def test_a_rewind_cut_reads_the_lines_written_by_then(index):
+    """wsn() reads each uuid as the loader has loaded it by the line it
+    reads: a cut record (u7) written again after the rewind stays cut (the
+    index once read its last line, written after the rewind: no cut)."""
+    cut = last_prompt(u(6), rewound=True, cutUuid=u(7))
+    keep = last_prompt(u(6), rewound=True, cutUuid="ffffffff-0000-0000-0000-00000000dead")
+    again = lambda t: t.records.append(dict(next(r for r in t.records if r.get("uuid") == u(7))))
+    path = derived(index, cut_shape(cut, again, keep))
+    assert orphans(index, path)[u(7)] == ("abandoned_branch", 0)
+    # Without the cut, the copy is put back with the parallel result.
+    path = derived(index, cut_shape(last_prompt(u(6)), again, keep))
+    assert orphans(index, path)[u(7)] == ("put_back_with_result", 1)
+
+
+def test_a_row_after_a_rewind_uncuts_through_an_earlier_line(index):
+    """A row (u8) written after the rewind under u9, whose line written by
+    then hangs under a progress record (u12) below the cut record (u7):
+    the walk up from the row reads u9's earlier line, bridged through the
+    progress record, and uncuts u7; u9's later line hangs under u4."""
+    cut = last_prompt(u(6), rewound=True, cutUuid=u(7))
+    keep = last_prompt(u(6), rewound=True, cutUuid="ffffffff-0000-0000-0000-00000000dead")
+
+    def below(t):
+        t.add(u(12), u(7), "progress", data={"type": "hook_progress"})
+        hook_context(t, u(9), u(12))
+
+    def after(t):
+        t.add(u(8), u(9), "system", subtype="stop_hook_summary")
+        hook_context(t, u(9), u(4))
+
+    path = derived(index, cut_shape(below, cut, after, keep))
+    got = orphans(index, path)
+    assert [got[u(n)] for n in (7, 9, 8)] == [("put_back_with_result", 1)] * 3
+    # Without the row below u9's earlier line, u7 stays cut.
+    path = derived(index, cut_shape(below, cut, lambda t: hook_context(t, u(9), u(4)), keep))
+    assert orphans(index, path)[u(7)] == ("abandoned_branch", 0)

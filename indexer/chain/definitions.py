@@ -941,7 +941,9 @@ WITH RECURSIVE {NODES_CTES},
 {CLI_CTES},
 -- The rewind cut (resume.rewind_cut): cut_marks, the last-prompt records
 -- of the main files; cut_targets, the record each explicit rewind's cutUuid
--- names (a node written at or before it; `at`: the rewind's line);
+-- names (its line written by then, of a node; `at`: the rewind's line:
+-- every lookup reads a uuid's line the loader has loaded by the line it
+-- reads, cut_keys);
 -- cut_starts, where each walk up that uncuts starts (the parent of a row
 -- after the first rewind, at its line, and of each cut record); cut_up,
 -- those walks up the bridged parents through non-message records (at most
@@ -958,28 +960,69 @@ cut_files AS MATERIALIZED (
   SELECT file_id, min(line_no) AS from_line FROM cut_marks
   WHERE explicit AND rewound AND cut IS NOT NULL AND cut <> '' GROUP BY file_id
 ),
--- cut_keys: the nodes of those files by the uuid a lookup names (their
--- own, and the sentAsUuid of a record stored anew).
+-- cut_lines: the lines of those files the loader loads (a readable user,
+-- assistant, system or attachment line of a uuid that is a node), each
+-- until the line of its uuid the loader loads next (NULL: the last, the
+-- node), with its parent: the node's (cli_base) for the last line; an
+-- earlier line's read up through the progress records written before it
+-- and unreadable records (cut_climb, as bridge reads them; NULL round a
+-- cycle: the step bound).
+cut_lines AS MATERIALIZED (
+  SELECT o.file_id, o.line_no, o.uuid, o.type, o.parent_uuid, c.parent AS node_parent,
+         lead(o.line_no) OVER (PARTITION BY o.file_id, o.uuid ORDER BY o.line_no) AS until
+  FROM occ o JOIN cut_files k ON k.file_id = o.file_id
+  JOIN records r ON r.id = o.id
+  JOIN cli_base c ON c.file_id = o.file_id AND c.uuid = o.uuid
+  WHERE o.type IN {CLI_NODE_TYPES_SQL} AND NOT r.is_unreadable
+),
+cut_climb(file_id, line_no, up, up_line, steps) AS (
+  SELECT file_id, line_no, parent_uuid, line_no, 0 FROM cut_lines WHERE until IS NOT NULL
+  UNION ALL
+  SELECT w.file_id, w.line_no, p.parent_uuid, p.line_no, w.steps + 1
+  FROM cut_climb w
+  JOIN records p ON p.file_id = w.file_id AND p.uuid = w.up
+  JOIN files f ON f.id = w.file_id
+  WHERE ((p.type = 'progress' AND p.line_no < w.up_line)
+         OR (p.is_unreadable AND p.type IN ('user','assistant')))
+    AND w.steps <= f.line_count AND {_IS_NODE.format(n="p")}
+),
+cut_climbed AS MATERIALIZED (
+  SELECT w.file_id, w.line_no, CASE WHEN w.steps > f.line_count THEN NULL ELSE w.up END AS up
+  FROM (SELECT file_id, line_no, up, steps, row_number() OVER (
+               PARTITION BY file_id, line_no ORDER BY steps DESC) AS rn
+        FROM cut_climb) w JOIN files f ON f.id = w.file_id
+  WHERE w.rn = 1
+),
+-- cut_keys: those lines by the uuid a lookup names (their own, and the
+-- sentAsUuid of a record stored anew), with the parent (a sentAsUuid read
+-- as the record stored anew); a lookup at line L reads the line with
+-- line_no <= L < until.
 cut_keys AS MATERIALIZED (
-  SELECT c.file_id, CASE w.which WHEN 0 THEN c.uuid ELSE s.as_uuid END AS key, c.uuid,
-         c.line_no, c.type, c.parent
-  FROM cli_base c JOIN cut_files k ON k.file_id = c.file_id
+  SELECT l.file_id, CASE w.which WHEN 0 THEN l.uuid ELSE s.as_uuid END AS key, l.uuid,
+         l.line_no, l.until, l.type,
+         CASE WHEN l.until IS NULL THEN l.node_parent
+              ELSE coalesce((SELECT a.uuid FROM sent_as a WHERE a.file_id = l.file_id
+                               AND a.as_uuid = b.up AND NOT a.replaced), b.up) END AS parent
+  FROM cut_lines l
+  LEFT JOIN cut_climbed b ON b.file_id = l.file_id AND b.line_no = l.line_no
   JOIN (SELECT 0 AS which UNION ALL SELECT 1) w
-  LEFT JOIN sent_as s ON s.file_id = c.file_id AND s.uuid = c.uuid AND NOT s.replaced
+  LEFT JOIN sent_as s ON s.file_id = l.file_id AND s.uuid = l.uuid AND NOT s.replaced
   WHERE CASE w.which WHEN 0 THEN NOT EXISTS (
-          SELECT 1 FROM sent_as x WHERE x.file_id = c.file_id AND x.as_uuid = c.uuid
+          SELECT 1 FROM sent_as x WHERE x.file_id = l.file_id AND x.as_uuid = l.uuid
             AND NOT x.replaced)
         ELSE s.as_uuid IS NOT NULL END
 ),
 cut_targets AS MATERIALIZED (
   SELECT m.file_id, m.line_no AS at, c.uuid, c.type, c.parent FROM cut_marks m
   JOIN cut_keys c ON c.file_id = m.file_id AND c.key = m.cut AND c.line_no <= m.line_no
+    AND (c.until IS NULL OR c.until > m.line_no)
   WHERE m.explicit AND m.rewound AND m.cut IS NOT NULL AND m.cut <> ''
 ),
 cut_starts AS MATERIALIZED (
   SELECT o.file_id, o.line_no AS at, c.parent AS up FROM occ o
   JOIN cut_files k ON k.file_id = o.file_id AND o.line_no > k.from_line
   JOIN cut_keys c ON c.file_id = o.file_id AND c.uuid = o.uuid AND c.key = o.uuid
+    AND c.line_no = o.line_no
   JOIN records r ON r.id = o.id
   WHERE o.type IN {CLI_NODE_TYPES_SQL} AND NOT r.is_sidechain
     AND NOT (r.type = 'system' AND r.subtype IS 'file_snapshot')
@@ -990,9 +1033,11 @@ cut_starts AS MATERIALIZED (
 cut_up(file_id, at, uuid, parent, type, steps) AS (
   SELECT s.file_id, s.at, c.uuid, c.parent, c.type, 1 FROM cut_starts s
   JOIN cut_keys c ON c.file_id = s.file_id AND c.key = s.up AND c.line_no <= s.at
+    AND (c.until IS NULL OR c.until > s.at)
   UNION ALL
   SELECT u.file_id, u.at, c.uuid, c.parent, c.type, u.steps + 1 FROM cut_up u
   JOIN cut_keys c ON c.file_id = u.file_id AND c.key = u.parent AND c.line_no <= u.at
+    AND (c.until IS NULL OR c.until > u.at)
   WHERE u.type NOT IN ('user','assistant') AND u.steps < {CUT_STEPS}
 ),
 cut_clears AS MATERIALIZED (

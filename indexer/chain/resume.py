@@ -305,7 +305,7 @@ def cli_view(occ: list, prompts: list[Prompt], nodes_all: dict, calls=None) -> C
     if renames:
         parent = {u: renames.get(p, p) for u, p in parent.items()}
     keeps = any(r.preserved for r in nodes.values())
-    cut = rewind_cut(occ, prompts, nodes, parent, renames) if any(
+    cut = rewind_cut(occ, prompts, nodes, parent, renames, nodes_all) if any(
         p.rewound for p in prompts) else set()
     nodes, parent, tail = relink(nodes, parent, first_loaded(occ))
     walk_parent = dict(parent)
@@ -372,52 +372,62 @@ def scan_events(occ: list, prompts: list[Prompt], seen: Scanned) -> Scanned:
 
 
 def rewind_cut(occ: list, prompts: list[Prompt], nodes: dict, parent: dict,
-               renames: dict) -> set[str]:
+               renames: dict, nodes_all: dict) -> set[str]:
     """The records a rewind cut (the loader's wsn(), tengu_foamy_spring): in
     file order, an explicit last-prompt record with ``rewound: true`` and a
     ``cutUuid`` naming a record loaded before it cuts that record when it
     is no user/assistant record, and the records above it up to the first
     user/assistant record are no longer cut, nor are those above a later
     row; an explicit last-prompt record that is no such rewind, or a compact
-    boundary, ends every cut. The records are the loader's nodes (``nodes``,
-    the last line of each, before the relink) written at or before the line
-    read, under their bridged parents (``parent``: a sentAsUuid names the
-    record stored anew, ``renames``), at most 64 steps up. The loader
-    counts the cut records as visited: none is put back after the walk."""
+    boundary, ends every cut. The records are read as the loader has them
+    when it reads each line: of a uuid written on several lines, the last
+    line written by then (``occ``: every chain record line; the loader's
+    nodes, ``nodes``, name the uuids it loads), under its bridged parent
+    (``parent``: the last line's; an earlier line's read through
+    ``nodes_all`` as bridged() reads it; a sentAsUuid names the record
+    stored anew, ``renames``), at most 64 steps up. The loader counts the
+    cut records (by uuid) as visited: none is put back after the walk."""
     cut: set = set()
+    then: dict = {}   # uuid -> (its line loaded by the line read, that line's parent)
 
-    def node(u, line):
-        r = nodes.get(renames.get(u, u)) if u is not None else None
-        return r if r is not None and r.line_no <= line else None
+    def node(u):
+        return then.get(renames.get(u, u)) if u is not None else None
 
-    def uncut_above(r, line):
-        g = node(parent.get(r.uuid), line)
+    def uncut_above(p):
+        g = node(p)
         for _ in range(CUT_STEPS):
-            if g is None or g.type in MESSAGE_TYPES:
+            if g is None or g[0].type in MESSAGE_TYPES:
                 return
-            cut.discard(g.uuid)
-            g = node(parent.get(g.uuid), line)
+            cut.discard(g[0].uuid)
+            g = node(g[1])
+
+    def line_parent(r):
+        if r.id == nodes[r.uuid].id:
+            return parent.get(r.uuid)
+        p = bridged(r, nodes_all)
+        return renames.get(p, p)
 
     events = [(r.line_no, "line", r) for r in occ
-              if r.type in CLI_NODE_TYPES and r.uuid in nodes]
+              if r.type in CLI_NODE_TYPES and r.uuid in nodes and not r.is_unreadable]
     events += [(p.line_no, "prompt", p) for p in prompts]
     for line, kind, item in sorted(events, key=lambda e: e[0]):
         if kind == "line":
             r = item
+            then[r.uuid] = (r, line_parent(r))
             if cut and not r.is_sidechain and not is_snapshot(r) and not r.fork_briefing:
-                uncut_above(nodes[r.uuid], line)
+                uncut_above(then[r.uuid][1])
             if records.is_compact_boundary(r.type, r.subtype):
                 cut.clear()
         elif item.explicit:
             if not item.rewound or item.cut_uuid is None:
                 cut.clear()
                 continue
-            g = node(item.cut_uuid, line) if item.cut_uuid else None
+            g = node(item.cut_uuid) if item.cut_uuid else None
             if g is None:
                 continue
-            uncut_above(g, line)
-            if g.type not in MESSAGE_TYPES:
-                cut.add(g.uuid)
+            uncut_above(g[1])
+            if g[0].type not in MESSAGE_TYPES:
+                cut.add(g[0].uuid)
     return cut
 
 
