@@ -965,8 +965,10 @@ cut_files AS MATERIALIZED (
 -- until the line of its uuid the loader loads next (NULL: the last, the
 -- node), with its parent: the node's (cli_base) for the last line; an
 -- earlier line's read up through the progress records written before it
--- and unreadable records (cut_climb, as bridge reads them; NULL round a
--- cycle: the step bound).
+-- and unreadable records (cut_climb, from every loaded line that is not
+-- the last of its uuid, as bridge reads them; NULL round a cycle: the step
+-- bound). (Each part names as few others as it can: `cut` is named at
+-- every put-back step, and SQLite copies what it rests on each time.)
 cut_lines AS MATERIALIZED (
   SELECT o.file_id, o.line_no, o.uuid, o.type, o.parent_uuid, c.parent AS node_parent,
          lead(o.line_no) OVER (PARTITION BY o.file_id, o.uuid ORDER BY o.line_no) AS until
@@ -976,7 +978,12 @@ cut_lines AS MATERIALIZED (
   WHERE o.type IN {CLI_NODE_TYPES_SQL} AND NOT r.is_unreadable
 ),
 cut_climb(file_id, line_no, up, up_line, steps) AS (
-  SELECT file_id, line_no, parent_uuid, line_no, 0 FROM cut_lines WHERE until IS NOT NULL
+  SELECT r.file_id, r.line_no, r.parent_uuid, r.line_no, 0 FROM records r
+  JOIN cut_files k ON k.file_id = r.file_id
+  WHERE r.uuid IS NOT NULL AND r.type IN {CLI_NODE_TYPES_SQL} AND NOT r.is_unreadable
+    AND EXISTS (SELECT 1 FROM records z WHERE z.file_id = r.file_id AND z.uuid = r.uuid
+                  AND z.line_no > r.line_no AND z.type IN {CLI_NODE_TYPES_SQL}
+                  AND NOT z.is_unreadable)
   UNION ALL
   SELECT w.file_id, w.line_no, p.parent_uuid, p.line_no, w.steps + 1
   FROM cut_climb w
