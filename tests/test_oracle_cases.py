@@ -651,6 +651,37 @@ def shape_rows_ahead_of_a_put_back_result_past_a_call():
     return rows_ahead_in_a_batch(u(2), result_on_chain=False)
 
 
+def shape_rows_ahead_one_on_a_put_back_line():
+    """Krn() reads the chain RRr hands it, the put-back lines on it: a named
+    row already there (u7, the line under the first call's result) is
+    skipped, and the queued row under the call (u10) is put back."""
+    t = Transcript(SID)
+    two_calls(t)
+    queued_text(t, u(10), u(3), "the queued row")
+    t.add(u(4), u(2), "user", message=tool_result("toolu_a"))
+    meta_text(t, u(7), u(4), "the line under the first result")
+    t.add(u(5), u(3), "user", message=tool_result("toolu_b"), rowsAheadOfPutBack=[u(7), u(10)])
+    t.add(u(6), u(5), "assistant", message=text("msg_Q", "after the batch"))
+    return t.records
+
+
+def shape_rows_ahead_under_a_recovered_result():
+    """A result recovered by tool-call id (u4, written under an attachment
+    that split the reply) is on the chain RRr hands Krn(): a queued row
+    under it (u11), named by the chain's result (u5), hangs there, after
+    the reply's last record, and is put back."""
+    t = Transcript(SID)
+    t.add(u(1), None, "user")
+    t.add(u(2), u(1), "assistant", message=tool_use("msg_P", "toolu_a"))
+    hook_context(t, u(10), u(2), "context between the records")
+    t.add(u(3), u(2), "assistant", message=tool_use("msg_P", "toolu_b"))
+    t.add(u(4), u(10), "user", message=tool_result("toolu_a"))
+    queued_text(t, u(11), u(4), "the queued row")
+    t.add(u(5), u(3), "user", message=tool_result("toolu_b"), rowsAheadOfPutBack=[u(11)])
+    t.add(u(6), u(5), "assistant", message=text("msg_Q", "after the batch"))
+    return t.records
+
+
 def shape_result_recovered_under_the_other_result():
     """RRr's recovery by tool-call id: a result (u4) whose parent does not
     hold its tool_use (here the other call's result) is put back with the
@@ -822,6 +853,9 @@ EXPECTED = {
     "rows_ahead_of_a_put_back_result_past_a_call": (["after the batch"], [],
                                                     ["the queued row"]),
     "result_recovered_under_the_other_result": (["after the batch"], [], []),
+    "rows_ahead_one_on_a_put_back_line": (
+        ["after the batch"], ["the queued row", "the line under the first result"], []),
+    "rows_ahead_under_a_recovered_result": (["after the batch"], ["the queued row"], []),
     "result_of_another_agent_not_recovered": (["after the batch"], [], []),
     "reply_split_around_an_attachment": (["after the batch"], [], []),
     "rewind_cut_attachment": (["after the batch"], [], []),
@@ -846,7 +880,14 @@ SENT_ANYWHERE = {
 }
 
 # The shapes where the index (as of this commit) differs from the CLI: why.
-DIFFERS: dict = {}
+DIFFERS: dict = {
+    "rows_ahead_one_on_a_put_back_line": (
+        "the index takes the loader's chain as the walked chain and parallel_direct: a named row "
+        "on a put-back line counts as not seen, and the rows no longer hang under one record"),
+    "rows_ahead_under_a_recovered_result": (
+        "a result recovered by tool-call id is not on the index's chain for rows ahead: the row "
+        "under it hangs, for the index, under the reply's first record, past an open call"),
+}
 
 SHAPES = {name: globals()[f"shape_{name}"] for name in EXPECTED}
 _SENT: dict = {}
