@@ -668,16 +668,16 @@ def shape_rows_ahead_one_on_a_put_back_line():
 def shape_rows_ahead_under_a_recovered_result():
     """A result recovered by tool-call id (u4, written under an attachment
     that split the reply) is on the chain RRr hands Krn(): a queued row
-    under it (u11), named by the chain's result (u5), hangs there, after
+    under it (u10), named by the chain's result (u5), hangs there, after
     the reply's last record, and is put back."""
     t = Transcript(SID)
     t.add(u(1), None, "user")
     t.add(u(2), u(1), "assistant", message=tool_use("msg_P", "toolu_a"))
-    hook_context(t, u(10), u(2), "context between the records")
+    hook_context(t, u(12), u(2), "context between the records")
     t.add(u(3), u(2), "assistant", message=tool_use("msg_P", "toolu_b"))
-    t.add(u(4), u(10), "user", message=tool_result("toolu_a"))
-    queued_text(t, u(11), u(4), "the queued row")
-    t.add(u(5), u(3), "user", message=tool_result("toolu_b"), rowsAheadOfPutBack=[u(11)])
+    t.add(u(4), u(12), "user", message=tool_result("toolu_a"))
+    queued_text(t, u(10), u(4), "the queued row")
+    t.add(u(5), u(3), "user", message=tool_result("toolu_b"), rowsAheadOfPutBack=[u(10)])
     t.add(u(6), u(5), "assistant", message=text("msg_Q", "after the batch"))
     return t.records
 
@@ -880,14 +880,7 @@ SENT_ANYWHERE = {
 }
 
 # The shapes where the index (as of this commit) differs from the CLI: why.
-DIFFERS: dict = {
-    "rows_ahead_one_on_a_put_back_line": (
-        "the index takes the loader's chain as the walked chain and parallel_direct: a named row "
-        "on a put-back line counts as not seen, and the rows no longer hang under one record"),
-    "rows_ahead_under_a_recovered_result": (
-        "a result recovered by tool-call id is not on the index's chain for rows ahead: the row "
-        "under it hangs, for the index, under the reply's first record, past an open call"),
-}
+DIFFERS: dict = {}
 
 SHAPES = {name: globals()[f"shape_{name}"] for name in EXPECTED}
 _SENT: dict = {}

@@ -1306,111 +1306,132 @@ lines_kept AS MATERIALIZED (
                    AND NOT (c.companion AND c.is_sidechain = x.side))))
 ),
 -- Rows ahead of a put-back result (walk.rows_ahead_put_back), in the files
--- that have a record naming them (ahead_files). ahead_marks: their loaded
--- records, each with its depth on the resume chain (and, for an assistant
--- record, the line and parent of its response's first record on it),
--- whether it is on the
--- loader's chain (placed: on the resume chain, or put back with a response
--- on it, parallel_direct; not recovered by tool-call id nor on a line: the
--- view is prepared anew for every reference to a CTE, and those two cost it
--- about a second) or cut by a rewind, whether it is a companion record, and
--- records.AHEAD_ROW. ahead_named: the names of each
--- result on the loader's chain that has a rowsAheadOfPutBack; ahead_rows:
--- each name's loaded record, whether it is seen (placed or cut) and whether
--- it may be such a row; ahead_up: each unseen row's walk up the loaded
--- parents (at most AHEAD_MAX steps) to the seen record it hangs under
--- (ahead_hang); ahead_ok: the results whose names are all loaded records and
--- whose unseen rows may be such rows and hang under one record; ahead_put:
--- those whose places on the chain allow it (by line: the first record on
--- the resume chain of the parent's response, where the rows hang, the
--- result; an open call before an assistant record in between); ahead_taken:
--- their unseen rows.
+-- that have a record naming them (ahead_files). Each part below is named
+-- once, by the next (SQLite copies a CTE and all it rests on wherever it
+-- is named, and ahead_marks rests on the put-back lines): what a later
+-- part reads of the records travels as JSON, keyed by record id.
+-- ahead_marks: the loaded records, each with the record id of its parent
+-- (parent_id), whether it is on the loader's chain (placed: on the resume
+-- chain, put back with a response on it, directly or recovered by
+-- tool-call id, or on a put-back line) or cut by a rewind, whether it may
+-- be a row (a companion record or a prompt queued while the tool ran,
+-- records.AHEAD_ROW), its tool ids (records.TOOL_IDS), and, for an
+-- assistant record, the line and parent of its response's first record on
+-- the resume chain. ahead_map: per file, `map` (id -> [parent_id, seen,
+-- line, type, sidechain, row kind, on the chain, first line, first
+-- parent]), `chain` (the records on it: [line, type, tool ids]) and the
+-- results on it that name rows ([id, sidechain, names]). ahead_up: each
+-- name's loaded record: seen (skipped), not such a row or not loaded (the
+-- result puts back none), or walked up the parents (at most AHEAD_MAX
+-- steps) to the seen record it hangs under. ahead_ok: the results whose
+-- rows all hang under one record; ahead_put: those whose places on the
+-- chain allow it (by line: the first record on the resume chain of the
+-- parent's response, where the rows hang, the result; an open call before
+-- an assistant record in between); ahead_taken: their rows.
 ahead_files AS MATERIALIZED (
   SELECT DISTINCT r.file_id FROM records r
   JOIN scope_files f ON f.file_id = r.file_id AND f.kind = 'main'
   WHERE r.rows_ahead IS NOT NULL
 ),
 ahead_marks AS MATERIALIZED (
-  SELECT l.id, l.file_id, l.uuid, l.type, l.parent, l.is_sidechain, l.is_tool_result,
-         n.line_no, n.message_id, a.depth,
-         (a.uuid IS NOT NULL OR EXISTS (
-            SELECT 1 FROM parallel_direct q WHERE q.file_id = l.file_id AND q.uuid = l.uuid)) AS placed,
+  SELECT l.id, l.file_id, l.uuid, l.type, l.is_sidechain, l.is_tool_result, n.line_no,
+         (SELECT p.id FROM nodes p WHERE p.file_id = l.file_id AND p.uuid = l.parent) AS parent_id,
+         n.message_id, a.depth,
+         (a.uuid IS NOT NULL
+          OR EXISTS (SELECT 1 FROM parallel q WHERE q.file_id = l.file_id AND q.uuid = l.uuid)
+          OR EXISTS (SELECT 1 FROM lines_kept q WHERE q.file_id = l.file_id AND q.uuid = l.uuid))
+           AS placed,
          EXISTS (SELECT 1 FROM cut k WHERE k.file_id = l.file_id AND k.uuid = l.uuid) AS is_cut,
-         {COMPANION_RECORD.format(r="l")} AS companion, {AHEAD_ROW.format(r="r")} AS ahead_kind,
-         r.rows_ahead,
-         first_value(CASE WHEN a.depth IS NOT NULL THEN n.line_no END) OVER w AS first_line,
-         first_value(CASE WHEN a.depth IS NOT NULL THEN l.parent END) OVER w AS first_parent
+         CASE WHEN {COMPANION_RECORD.format(r="l")} AND {AHEAD_ROW.format(r="r")} > 0 THEN 1
+              WHEN l.type = 'user' AND NOT l.is_tool_result AND {AHEAD_ROW.format(r="r")} = 2
+              THEN 1 ELSE 0 END AS row_kind,
+         CASE WHEN l.type IN ('user', 'assistant') THEN {TOOL_IDS.format(r="r")} END AS ids,
+         r.rows_ahead
   FROM ahead_files af JOIN loaded l ON l.file_id = af.file_id
   JOIN nodes n ON n.id = l.id JOIN records r ON r.id = l.id
   LEFT JOIN on_chain a ON a.file_id = l.file_id AND a.uuid = l.uuid
-  WINDOW w AS (PARTITION BY l.file_id, l.type, n.message_id ORDER BY a.depth IS NULL, a.depth DESC)
 ),
-ahead_named AS MATERIALIZED (
-  SELECT y.file_id, y.uuid AS result, y.is_sidechain, j.value AS name, j.type AS name_type
-  FROM ahead_marks y, json_each(y.rows_ahead) j
-  WHERE y.rows_ahead IS NOT NULL AND y.placed AND NOT y.is_cut AND y.type = 'user'
-    AND y.is_tool_result AND json_array_length(y.rows_ahead) <= {AHEAD_MAX}
+ahead_map AS MATERIALIZED (
+  SELECT file_id,
+    json_group_object(id, json_array(parent_id, placed OR is_cut, line_no, type, is_sidechain,
+                                     row_kind, placed AND NOT is_cut, first_line, first_parent))
+      AS map,
+    json_group_array(json_array(line_no, type, json(coalesce(ids, '[]'))))
+      FILTER (WHERE placed AND NOT is_cut) AS chain,
+    json_group_array(json_array(id, is_sidechain, json(rows_ahead)))
+      FILTER (WHERE placed AND NOT is_cut AND type = 'user' AND is_tool_result
+              AND rows_ahead IS NOT NULL AND json_array_length(rows_ahead) <= {AHEAD_MAX})
+      AS results
+  FROM (SELECT m.*,
+          CASE WHEN m.message_id IS NOT NULL THEN first_value(
+            CASE WHEN m.depth IS NOT NULL THEN m.line_no END) OVER w END AS first_line,
+          first_value(CASE WHEN m.depth IS NOT NULL THEN m.parent_id END) OVER w AS first_parent
+        FROM ahead_marks m
+        WINDOW w AS (PARTITION BY m.file_id, m.type, m.message_id
+                     ORDER BY m.depth IS NULL, m.depth DESC))
+  GROUP BY file_id
 ),
-ahead_rows AS MATERIALIZED (
-  SELECT a.file_id, a.result, a.name, l.uuid AS row_uuid, l.parent,
-         coalesce(l.placed OR l.is_cut, 0) AS is_seen,
-         coalesce(l.is_sidechain = a.is_sidechain AND (
-           (l.companion AND l.ahead_kind > 0)
-           OR (l.type = 'user' AND NOT l.is_tool_result AND l.ahead_kind = 2)), 0) AS may_be
-  FROM ahead_named a
-  LEFT JOIN ahead_marks l ON l.file_id = a.file_id AND l.uuid = a.name AND a.name_type = 'text'
-),
-ahead_up(file_id, result, name, at, steps) AS (
-  SELECT file_id, result, name, parent, 0 FROM ahead_rows
-  WHERE row_uuid IS NOT NULL AND NOT is_seen AND may_be
+ahead_up(file_id, map, chain, result, k, name, state, at, steps) AS (
+  SELECT n.file_id, n.map, n.chain, n.result, n.k, n.name, CASE
+      WHEN n.row IS NULL THEN 'missing'
+      WHEN n.row ->> '$[1]' THEN 'seen'
+      WHEN n.row ->> '$[4]' IS NOT n.side OR NOT n.row ->> '$[5]' THEN 'missing'
+      ELSE 'walk' END, n.row ->> '$[0]', 0
+  FROM (SELECT m.file_id, m.map, m.chain, y.value ->> '$[0]' AS result,
+               y.value ->> '$[1]' AS side, j.key AS k, j.value AS name,
+               json_extract(m.map, '$."' || (SELECT p.id FROM nodes p WHERE p.file_id = m.file_id
+                                               AND p.uuid = j.value AND j.type = 'text') || '"')
+                 AS row
+        FROM ahead_map m, json_each(m.results) y, json_each(y.value, '$[2]') j) n
   UNION ALL
-  SELECT u.file_id, u.result, u.name, l.parent, u.steps + 1
-  FROM ahead_up u JOIN ahead_marks l ON l.file_id = u.file_id AND l.uuid = u.at
-  WHERE u.steps <= {AHEAD_MAX} AND NOT (l.placed OR l.is_cut)
+  SELECT u.file_id, u.map, u.chain, u.result, u.k, u.name, u.state,
+         json_extract(u.map, '$."' || u.at || '"[0]'), u.steps + 1
+  FROM ahead_up u
+  WHERE u.state = 'walk' AND u.steps <= {AHEAD_MAX}
+    AND NOT json_extract(u.map, '$."' || u.at || '"[1]')
 ),
-ahead_hang AS MATERIALIZED (
-  SELECT u.file_id, u.result, u.name, u.at AS hang FROM ahead_up u
-  JOIN ahead_marks l ON l.file_id = u.file_id AND l.uuid = u.at
-  WHERE l.placed OR l.is_cut
-),
+-- ahead_ok: per result, each name's walk at its end (hang: the seen
+-- record it reached); rows: the names it puts back.
 ahead_ok AS MATERIALIZED (
-  SELECT a.file_id, a.result, min(h.hang) AS hang FROM ahead_rows a
-  LEFT JOIN ahead_hang h ON h.file_id = a.file_id AND h.result = a.result AND h.name = a.name
-  GROUP BY a.file_id, a.result
-  HAVING count(a.row_uuid) = count(*) AND sum(NOT a.is_seen) > 0
-    AND sum(NOT a.is_seen AND (NOT a.may_be OR h.hang IS NULL)) = 0
-    AND count(DISTINCT CASE WHEN NOT a.is_seen THEN h.hang END) = 1
-),
-ahead_chain AS MATERIALIZED (
-  SELECT * FROM ahead_marks WHERE placed AND NOT is_cut
+  SELECT file_id, min(map) AS map, min(chain) AS chain, result, min(hang) AS hang,
+         json_group_array(name) FILTER (WHERE state = 'walk') AS rows
+  FROM (SELECT u.*,
+          CASE WHEN u.state = 'walk' AND json_extract(u.map, '$."' || u.at || '"[1]')
+               THEN u.at END AS hang,
+          row_number() OVER (PARTITION BY u.file_id, u.result, u.k ORDER BY u.steps DESC) AS rn
+        FROM ahead_up u)
+  WHERE rn = 1
+  GROUP BY file_id, result
+  HAVING sum(state = 'missing') = 0 AND sum(state = 'walk') > 0
+    AND sum(state = 'walk' AND hang IS NULL) = 0
+    AND count(DISTINCT CASE WHEN state = 'walk' THEN hang END) = 1
 ),
 ahead_put AS MATERIALIZED (
-  SELECT a.file_id, a.result FROM ahead_ok a
-  JOIN ahead_chain y ON y.file_id = a.file_id AND y.uuid = a.result
-  JOIN ahead_marks p ON p.file_id = y.file_id AND p.uuid = y.parent AND p.type = 'assistant'
-    AND p.message_id IS NOT NULL AND p.first_line IS NOT NULL
-  JOIN ahead_chain h ON h.file_id = a.file_id AND h.uuid = a.hang
-  WHERE (a.hang = p.first_parent OR (p.first_line <= h.line_no AND h.line_no < y.line_no))
-    AND NOT (h.type = 'assistant'
+  SELECT a.file_id, a.rows FROM (
+    SELECT a.*, json_extract(a.map, '$."' || a.result || '"') AS y,
+           json_extract(a.map, '$."' || a.hang || '"') AS h,
+           json_extract(a.map, '$."' || json_extract(a.map, '$."' || a.result || '"[0]') || '"')
+             AS p
+    FROM ahead_ok a) a
+  WHERE a.p ->> '$[3]' = 'assistant' AND a.p ->> '$[7]' IS NOT NULL AND a.h ->> '$[6]'
+    AND (a.hang = a.p ->> '$[8]'
+         OR (a.p ->> '$[7]' <= a.h ->> '$[2]' AND a.h ->> '$[2]' < a.y ->> '$[2]'))
+    AND NOT (a.h ->> '$[3]' = 'assistant'
       AND EXISTS (
-        SELECT 1 FROM ahead_chain sn JOIN records sr ON sr.id = sn.id,
-             json_each({TOOL_IDS.format(r="sr")}) sj
-        WHERE sn.file_id = a.file_id AND sn.type = 'assistant'
-          AND sn.line_no BETWEEN p.first_line AND h.line_no
+        SELECT 1 FROM json_each(a.chain) sn, json_each(sn.value, '$[2]') sj
+        WHERE sn.value ->> '$[1]' = 'assistant'
+          AND sn.value ->> '$[0]' BETWEEN a.p ->> '$[7]' AND a.h ->> '$[2]'
           AND NOT EXISTS (
-            SELECT 1 FROM ahead_chain tn JOIN records tr ON tr.id = tn.id,
-                 json_each({TOOL_IDS.format(r="tr")}) tj
-            WHERE tn.file_id = a.file_id AND tn.type = 'user'
-              AND tn.line_no BETWEEN p.first_line AND h.line_no AND tj.value = sj.value))
+            SELECT 1 FROM json_each(a.chain) tn, json_each(tn.value, '$[2]') tj
+            WHERE tn.value ->> '$[1]' = 'user' AND tj.value = sj.value
+              AND tn.value ->> '$[0]' BETWEEN a.p ->> '$[7]' AND a.h ->> '$[2]'))
       AND EXISTS (
-        SELECT 1 FROM ahead_chain bn
-        WHERE bn.file_id = a.file_id AND bn.type = 'assistant'
-          AND bn.line_no > h.line_no AND bn.line_no < y.line_no))
+        SELECT 1 FROM json_each(a.chain) bn
+        WHERE bn.value ->> '$[1]' = 'assistant'
+          AND bn.value ->> '$[0]' > a.h ->> '$[2]' AND bn.value ->> '$[0]' < a.y ->> '$[2]'))
 ),
 ahead_taken AS MATERIALIZED (
-  SELECT DISTINCT a.file_id, a.row_uuid AS uuid FROM ahead_rows a
-  JOIN ahead_put p ON p.file_id = a.file_id AND p.result = a.result
-  WHERE NOT a.is_seen
+  SELECT DISTINCT p.file_id, j.value AS uuid FROM ahead_put p, json_each(p.rows) j
 ),
 off AS MATERIALIZED (
   SELECT n.* FROM nodes n JOIN scope_files f ON f.file_id = n.file_id

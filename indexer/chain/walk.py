@@ -320,8 +320,8 @@ def rows_ahead_put_back(chain: set, seen: set, first_of: dict, nodes: dict, load
     """The rows Claude Code 2.1.332 puts back ahead of a tool result (its
     Krn(), the tengu_foamy_spring family, on by default): a user record on
     the loader's chain (``chain``: the resume chain and what is put back
-    with a response on it, is_parallel; not what is recovered by tool-call
-    id nor the put-back lines)
+    with a response on it, is_parallel or recovered by tool-call id, and
+    the put-back lines: what RRr hands Krn)
     whose ``rowsAheadOfPutBack`` names rows (_rows_ahead_of) that hang
     under a record on that chain; its parent is a record of a response
     whose first record on the resume chain (``first_of``: message id ->

@@ -234,11 +234,10 @@ def _orphans(session_id, nodes: dict[str, Rec], resume_chain, message, boundary_
         lambda r: response_of(r.uuid) is None and link(r), response_of, recovered)
     # The rows a result on the loader's chain names in rowsAheadOfPutBack.
     if any(n.rows_ahead is not None for n in nodes.values()):
-        # (the resume chain and the records put back with a response on it,
-        # walk.is_parallel; not those recovered by tool-call id nor the
-        # put-back lines, as the SQL definition leaves them out)
+        # (the resume chain, the records put back with a response on it,
+        # directly or recovered by tool-call id, and the put-back lines)
         on_loader_chain = {u for u in loaded if u not in cut and (
-            u in on_chain or parallel(nodes[u]))}
+            u in on_chain or response_of(u) is not None or u in with_result)}
         first_of = {}
         for d, r in resume_chain:   # (leaf first: the last one kept is the first record)
             if r.type == "assistant" and r.message_id is not None:
