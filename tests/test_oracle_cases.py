@@ -682,6 +682,22 @@ def shape_rows_ahead_under_a_recovered_result():
     return t.records
 
 
+def shape_rows_ahead_taken_by_an_earlier_result():
+    """Krn() takes the results in the chain's order, and the rows one puts
+    back are on the chain for the next: the put-back result (u4) puts back
+    the queued row under the second call (u10); the chain's result (u5)
+    names it too, with another queued row under the prompt (u11): u10 is
+    skipped, so u11 alone hangs under one record and is put back."""
+    records = rows_ahead_in_a_batch(u(3), result_on_chain=False)
+    prompt_row = next(i for i, r in enumerate(records) if r.get("uuid") == u(10))
+    t = Transcript(SID)
+    queued_text(t, u(11), u(1), "the second queued row")
+    records[prompt_row + 1:prompt_row + 1] = t.records
+    result = next(r for r in records if r.get("uuid") == u(5))
+    result["rowsAheadOfPutBack"] = [u(10), u(11)]
+    return records
+
+
 def shape_result_recovered_under_the_other_result():
     """RRr's recovery by tool-call id: a result (u4) whose parent does not
     hold its tool_use (here the other call's result) is put back with the
@@ -856,6 +872,8 @@ EXPECTED = {
     "rows_ahead_one_on_a_put_back_line": (
         ["after the batch"], ["the queued row", "the line under the first result"], []),
     "rows_ahead_under_a_recovered_result": (["after the batch"], ["the queued row"], []),
+    "rows_ahead_taken_by_an_earlier_result": (
+        ["after the batch"], ["the queued row", "the second queued row"], []),
     "result_of_another_agent_not_recovered": (["after the batch"], [], []),
     "reply_split_around_an_attachment": (["after the batch"], [], []),
     "rewind_cut_attachment": (["after the batch"], [], []),
@@ -880,7 +898,12 @@ SENT_ANYWHERE = {
 }
 
 # The shapes where the index (as of this commit) differs from the CLI: why.
-DIFFERS: dict = {}
+DIFFERS: dict = {
+    "rows_ahead_taken_by_an_earlier_result": (
+        "rows a result puts back do not count as on the chain for another result's rows in the "
+        "index: the chain's result names a row the put-back result took and one under the "
+        "prompt, which for the index hang under two records"),
+}
 
 SHAPES = {name: globals()[f"shape_{name}"] for name in EXPECTED}
 _SENT: dict = {}

@@ -24,6 +24,7 @@ PUT_BACK = {
     "rows_ahead_of_a_put_back_result": True,
     "rows_ahead_one_on_a_put_back_line": True,
     "rows_ahead_under_a_recovered_result": True,
+    "rows_ahead_taken_by_an_earlier_result": True,
     "rows_ahead_not_named": False,
     "rows_ahead_of_a_plain_prompt": False,
     "rows_ahead_not_loaded": False,
