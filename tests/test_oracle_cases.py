@@ -698,6 +698,39 @@ def shape_rows_ahead_taken_by_an_earlier_result():
     return records
 
 
+def shape_rows_ahead_under_a_row_put_back_before():
+    """A row an earlier result put back is on the chain for the next: the
+    put-back result (u4) puts back the queued row under the second call
+    (u10); the chain's result (u8, of a third call) names a queued row
+    under u10 (u11), which hangs there (a user record), so the open calls
+    and the call record between (u7) do not hold it back."""
+    t = Transcript(SID)
+    two_calls(t)
+    queued_text(t, u(10), u(3), "the queued row")
+    queued_text(t, u(11), u(10), "the row under the queued row")
+    t.add(u(4), u(2), "user", message=tool_result("toolu_a"), rowsAheadOfPutBack=[u(10)])
+    t.add(u(7), u(3), "assistant", message=tool_use("msg_P", "toolu_c"))
+    t.add(u(5), u(3), "user", message=tool_result("toolu_b"))
+    t.add(u(8), u(7), "user", message=tool_result("toolu_c"), rowsAheadOfPutBack=[u(11)])
+    t.add(u(9), u(8), "assistant", message=text("msg_Q", "after the batch"))
+    return t.records
+
+
+def shape_rows_ahead_of_a_result_written_before_its_call():
+    """Krn() compares places in the chain's order: a result flushed before
+    the call it answers (u3, written before u2) comes after it on the
+    chain, so the queued row under the call (u10) hangs before the result
+    and is put back (the index compares lines, where the result comes
+    first)."""
+    t = Transcript(SID)
+    t.add(u(1), None, "user")
+    t.add(u(3), u(2), "user", message=tool_result("toolu_a"), rowsAheadOfPutBack=[u(10)])
+    t.add(u(2), u(1), "assistant", message=tool_use("msg_P", "toolu_a"))
+    queued_text(t, u(10), u(2), "the queued row")
+    t.add(u(4), u(3), "assistant", message=text("msg_Q", "after the result"))
+    return t.records
+
+
 def shape_result_recovered_under_the_other_result():
     """RRr's recovery by tool-call id: a result (u4) whose parent does not
     hold its tool_use (here the other call's result) is put back with the
@@ -872,6 +905,10 @@ EXPECTED = {
     "rows_ahead_one_on_a_put_back_line": (
         ["after the batch"], ["the queued row", "the line under the first result"], []),
     "rows_ahead_under_a_recovered_result": (["after the batch"], ["the queued row"], []),
+    "rows_ahead_of_a_result_written_before_its_call": (
+        ["after the result"], ["the queued row"], []),
+    "rows_ahead_under_a_row_put_back_before": (
+        ["after the batch"], ["the queued row", "the row under the queued row"], []),
     "rows_ahead_taken_by_an_earlier_result": (
         ["after the batch"], ["the queued row", "the second queued row"], []),
     "result_of_another_agent_not_recovered": (["after the batch"], [], []),
@@ -899,10 +936,9 @@ SENT_ANYWHERE = {
 
 # The shapes where the index (as of this commit) differs from the CLI: why.
 DIFFERS: dict = {
-    "rows_ahead_taken_by_an_earlier_result": (
-        "rows a result puts back do not count as on the chain for another result's rows in the "
-        "index: the chain's result names a row the put-back result took and one under the "
-        "prompt, which for the index hang under two records"),
+    "rows_ahead_of_a_result_written_before_its_call": (
+        "rows ahead: the index compares places on the chain by line, where the loader takes "
+        "the chain's order (a result flushed before its call comes after it)"),
 }
 
 SHAPES = {name: globals()[f"shape_{name}"] for name in EXPECTED}

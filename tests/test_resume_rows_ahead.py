@@ -13,9 +13,10 @@ import pytest
 import sqlite_utils
 
 from conftest import write_jsonl
-from test_oracle_cases import SHAPES
+from test_oracle_cases import DIFFERS, SHAPES
 
-# Shape -> is the named row put back (the CLI sends it: EXPECTED there).
+# Shape -> is the named row put back (the CLI sends it: EXPECTED there); the
+# shapes the index does not model yet (DIFFERS) aside.
 PUT_BACK = {
     "rows_ahead_of_put_back": True,
     "rows_ahead_under_the_call": True,
@@ -25,6 +26,7 @@ PUT_BACK = {
     "rows_ahead_one_on_a_put_back_line": True,
     "rows_ahead_under_a_recovered_result": True,
     "rows_ahead_taken_by_an_earlier_result": True,
+    "rows_ahead_under_a_row_put_back_before": True,
     "rows_ahead_not_named": False,
     "rows_ahead_of_a_plain_prompt": False,
     "rows_ahead_not_loaded": False,
@@ -55,7 +57,7 @@ def verdict(index, fid, uuid=ROW):
 
 
 def test_the_named_rows_are_put_back_where_the_cli_puts_them_back(index):
-    assert set(PUT_BACK) == {n for n in SHAPES if n.startswith("rows_ahead")}
+    assert set(PUT_BACK) == {n for n in SHAPES if n.startswith("rows_ahead") and n not in DIFFERS}
     paths = {name: write(index, n, SHAPES[name]()) for n, name in enumerate(sorted(PUT_BACK))}
     index.ingest()
     index.assert_caches_match_definitions()

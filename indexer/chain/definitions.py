@@ -1323,11 +1323,9 @@ lines_kept AS MATERIALIZED (
 -- results on it that name rows ([id, sidechain, names]). ahead_up: each
 -- name's loaded record: seen (skipped), not such a row or not loaded (the
 -- result puts back none), or walked up the parents (at most AHEAD_MAX
--- steps) to the seen record it hangs under. ahead_ok: the results whose
--- rows all hang under one record; ahead_put: those whose places on the
--- chain allow it (by line: the first record on the resume chain of the
--- parent's response, where the rows hang, the result; an open call before
--- an assistant record in between); ahead_taken: their rows.
+-- steps) to the seen record it hangs under. ahead_list and ahead_seq take
+-- the results one by one, as Krn() does, the rows each puts back on the
+-- chain for the next; ahead_taken: the rows put back.
 ahead_files AS MATERIALIZED (
   SELECT DISTINCT r.file_id FROM records r
   JOIN scope_files f ON f.file_id = r.file_id AND f.kind = 'main'
@@ -1371,67 +1369,117 @@ ahead_map AS MATERIALIZED (
                      ORDER BY m.depth IS NULL, m.depth DESC))
   GROUP BY file_id
 ),
-ahead_up(file_id, map, chain, result, k, name, state, at, steps) AS (
-  SELECT n.file_id, n.map, n.chain, n.result, n.k, n.name, CASE
+ahead_up(file_id, map, chain, result, k, name, name_id, state, at, path, steps) AS (
+  SELECT n.file_id, n.map, n.chain, n.result, n.k, n.name, n.name_id, CASE
       WHEN n.row IS NULL THEN 'missing'
       WHEN n.row ->> '$[1]' THEN 'seen'
       WHEN n.row ->> '$[4]' IS NOT n.side OR NOT n.row ->> '$[5]' THEN 'missing'
-      ELSE 'walk' END, n.row ->> '$[0]', 0
-  FROM (SELECT m.file_id, m.map, m.chain, y.value ->> '$[0]' AS result,
-               y.value ->> '$[1]' AS side, j.key AS k, j.value AS name,
-               json_extract(m.map, '$."' || (SELECT p.id FROM nodes p WHERE p.file_id = m.file_id
-                                               AND p.uuid = j.value AND j.type = 'text') || '"')
-                 AS row
-        FROM ahead_map m, json_each(m.results) y, json_each(y.value, '$[2]') j) n
+      ELSE 'walk' END, n.row ->> '$[0]', json_array(n.row ->> '$[0]'), 0
+  FROM (SELECT n.*, json_extract(n.map, '$."' || n.name_id || '"') AS row
+        FROM (SELECT m.file_id, m.map, m.chain, y.value ->> '$[0]' AS result,
+                     y.value ->> '$[1]' AS side, j.key AS k, j.value AS name,
+                     (SELECT p.id FROM nodes p WHERE p.file_id = m.file_id
+                        AND p.uuid = j.value AND j.type = 'text') AS name_id
+              FROM ahead_map m, json_each(m.results) y, json_each(y.value, '$[2]') j) n) n
   UNION ALL
-  SELECT u.file_id, u.map, u.chain, u.result, u.k, u.name, u.state,
-         json_extract(u.map, '$."' || u.at || '"[0]'), u.steps + 1
+  SELECT u.file_id, u.map, u.chain, u.result, u.k, u.name, u.name_id, u.state,
+         json_extract(u.map, '$."' || u.at || '"[0]'),
+         json_insert(u.path, '$[#]', json_extract(u.map, '$."' || u.at || '"[0]')), u.steps + 1
   FROM ahead_up u
   WHERE u.state = 'walk' AND u.steps <= {AHEAD_MAX}
     AND NOT json_extract(u.map, '$."' || u.at || '"[1]')
 ),
--- ahead_ok: per result, each name's walk at its end (hang: the seen
--- record it reached); rows: the names it puts back.
-ahead_ok AS MATERIALIZED (
-  SELECT file_id, min(map) AS map, min(chain) AS chain, result, min(hang) AS hang,
-         json_group_array(name) FILTER (WHERE state = 'walk') AS rows
-  FROM (SELECT u.*,
-          CASE WHEN u.state = 'walk' AND json_extract(u.map, '$."' || u.at || '"[1]')
-               THEN u.at END AS hang,
-          row_number() OVER (PARTITION BY u.file_id, u.result, u.k ORDER BY u.steps DESC) AS rn
-        FROM ahead_up u)
-  WHERE rn = 1
-  GROUP BY file_id, result
-  HAVING sum(state = 'missing') = 0 AND sum(state = 'walk') > 0
-    AND sum(state = 'walk' AND hang IS NULL) = 0
-    AND count(DISTINCT CASE WHEN state = 'walk' THEN hang END) = 1
+-- ahead_list: per file, the results in line order (the order Krn() takes
+-- them in, by line), each [id, its line, its parent's record, names]; a
+-- name [uuid, id, state, hang, path]: hang, the seen record its walk
+-- reached; path, the records the walk went through (a row an earlier
+-- result put back there is where it hangs).
+ahead_list AS MATERIALIZED (
+  SELECT file_id, min(map) AS map, min(chain) AS chain,
+         json_group_array(json_array(result, json_extract(map, '$."' || result || '"[2]'),
+           json(json_extract(map, '$."' || json_extract(map, '$."' || result || '"[0]') || '"')),
+           json(names))) AS results
+  FROM (SELECT file_id, min(map) AS map, min(chain) AS chain, result,
+               json_group_array(json_array(name, name_id, state, hang, json(path))) AS names
+        FROM (SELECT u.*,
+                CASE WHEN u.state = 'walk' AND json_extract(u.map, '$."' || u.at || '"[1]')
+                     THEN u.at END AS hang,
+                row_number() OVER (PARTITION BY u.file_id, u.result, u.k
+                                   ORDER BY u.steps DESC) AS rn
+              FROM ahead_up u)
+        WHERE rn = 1
+        GROUP BY file_id, result
+        ORDER BY file_id, json_extract(min(map), '$."' || result || '"[2]'))
+  GROUP BY file_id
 ),
-ahead_put AS MATERIALIZED (
-  SELECT a.file_id, a.rows FROM (
-    SELECT a.*, json_extract(a.map, '$."' || a.result || '"') AS y,
-           json_extract(a.map, '$."' || a.hang || '"') AS h,
-           json_extract(a.map, '$."' || json_extract(a.map, '$."' || a.result || '"[0]') || '"')
-             AS p
-    FROM ahead_ok a) a
-  WHERE a.p ->> '$[3]' = 'assistant' AND a.p ->> '$[7]' IS NOT NULL AND a.h ->> '$[6]'
-    AND (a.hang = a.p ->> '$[8]'
-         OR (a.p ->> '$[7]' <= a.h ->> '$[2]' AND a.h ->> '$[2]' < a.y ->> '$[2]'))
-    AND NOT (a.h ->> '$[3]' = 'assistant'
-      AND EXISTS (
-        SELECT 1 FROM json_each(a.chain) sn, json_each(sn.value, '$[2]') sj
-        WHERE sn.value ->> '$[1]' = 'assistant'
-          AND sn.value ->> '$[0]' BETWEEN a.p ->> '$[7]' AND a.h ->> '$[2]'
-          AND NOT EXISTS (
-            SELECT 1 FROM json_each(a.chain) tn, json_each(tn.value, '$[2]') tj
-            WHERE tn.value ->> '$[1]' = 'user' AND tj.value = sj.value
-              AND tn.value ->> '$[0]' BETWEEN a.p ->> '$[7]' AND a.h ->> '$[2]'))
-      AND EXISTS (
-        SELECT 1 FROM json_each(a.chain) bn
-        WHERE bn.value ->> '$[1]' = 'assistant'
-          AND bn.value ->> '$[0]' > a.h ->> '$[2]' AND bn.value ->> '$[0]' < a.y ->> '$[2]'))
+-- ahead_seq: the results taken one by one (i), with the ids of the rows
+-- put back so far (taken: on the chain, seen, for the next) and their
+-- uuids (rows). A result puts its rows back when each name is loaded and
+-- seen or such a row of its side, the unseen ones hang under one record
+-- (the first taken row on a name's walk, else where the walk ended), and
+-- the places on the chain allow it (by line: the first record on the
+-- resume chain of the parent's response, where the rows hang, the result;
+-- an open call before an assistant record in between).
+ahead_seq(file_id, map, chain, results, i, taken, rows) AS (
+  SELECT file_id, map, chain, results, 0, '[]', '[]' FROM ahead_list
+  UNION ALL
+  SELECT s.file_id, s.map, s.chain, s.results, s.i + 1,
+    CASE WHEN v.value IS NULL THEN s.taken ELSE (SELECT json_group_array(x.value) FROM (
+      SELECT value FROM json_each(s.taken) UNION ALL
+      SELECT value FROM json_each(v.value, '$.ids')) x) END,
+    CASE WHEN v.value IS NULL THEN s.rows ELSE (SELECT json_group_array(x.value) FROM (
+      SELECT value FROM json_each(s.rows) UNION ALL
+      SELECT value FROM json_each(v.value, '$.rows')) x) END
+  FROM ahead_seq s, json_each(json_array((
+    SELECT CASE WHEN a.ok AND a.p ->> '$[3]' = 'assistant' AND a.p ->> '$[7]' IS NOT NULL
+      AND a.on_chain
+      AND (a.hang = a.p ->> '$[8]'
+           OR (a.p ->> '$[7]' <= a.h ->> '$[2]' AND a.h ->> '$[2]' < a.y_line))
+      AND NOT (a.h ->> '$[3]' = 'assistant'
+        AND EXISTS (
+          SELECT 1 FROM json_each(s.chain) sn, json_each(sn.value, '$[2]') sj
+          WHERE sn.value ->> '$[1]' = 'assistant'
+            AND sn.value ->> '$[0]' BETWEEN a.p ->> '$[7]' AND a.h ->> '$[2]'
+            AND NOT EXISTS (
+              SELECT 1 FROM json_each(s.chain) tn, json_each(tn.value, '$[2]') tj
+              WHERE tn.value ->> '$[1]' = 'user' AND tj.value = sj.value
+                AND tn.value ->> '$[0]' BETWEEN a.p ->> '$[7]' AND a.h ->> '$[2]'))
+        AND EXISTS (
+          SELECT 1 FROM json_each(s.chain) bn
+          WHERE bn.value ->> '$[1]' = 'assistant'
+            AND bn.value ->> '$[0]' > a.h ->> '$[2]' AND bn.value ->> '$[0]' < a.y_line))
+      THEN json_object('ids', json(a.ids), 'rows', json(a.names)) END
+    FROM (SELECT a.*, json_extract(s.map, '$."' || a.hang || '"') AS h,
+                 a.hang IN (SELECT value FROM json_each(s.taken))
+                   OR json_extract(s.map, '$."' || a.hang || '"[6]') AS on_chain
+          FROM (SELECT json_extract(s.results, '$[' || s.i || '][2]') AS p,
+                       json_extract(s.results, '$[' || s.i || '][1]') AS y_line,
+                       sum(e.value ->> '$[2]' = 'missing') = 0
+                         AND sum(e.value ->> '$[2]' = 'walk') > 0
+                         AND sum(e.value ->> '$[2]' = 'walk' AND e.value ->> '$[3]' IS NULL) = 0
+                         AND count(DISTINCT CASE WHEN e.value ->> '$[2]' = 'walk'
+                                                 THEN e.value ->> '$[3]' END) = 1 AS ok,
+                       min(CASE WHEN e.value ->> '$[2]' = 'walk'
+                                THEN e.value ->> '$[3]' END) AS hang,
+                       json_group_array(e.value ->> '$[1]')
+                         FILTER (WHERE e.value ->> '$[2]' = 'walk') AS ids,
+                       json_group_array(e.value ->> '$[0]')
+                         FILTER (WHERE e.value ->> '$[2]' = 'walk') AS names
+                -- each name as the loader reads it now: [uuid, id, state, hang]
+                FROM json_each((
+                  SELECT json_group_array(json_array(n.value ->> '$[0]', n.value ->> '$[1]',
+                    CASE WHEN n.value ->> '$[1]' IN (SELECT value FROM json_each(s.taken))
+                         THEN 'seen' ELSE n.value ->> '$[2]' END,
+                    CASE WHEN n.value ->> '$[2]' = 'walk' THEN coalesce((
+                      SELECT w.value FROM json_each(n.value, '$[4]') w
+                      WHERE w.value IN (SELECT value FROM json_each(s.taken))
+                      ORDER BY CAST(w.key AS INTEGER) LIMIT 1), n.value ->> '$[3]') END))
+                  FROM json_each(s.results, '$[' || s.i || '][3]') n)) e) a) a))) v
+  WHERE s.i < json_array_length(s.results)
 ),
 ahead_taken AS MATERIALIZED (
-  SELECT DISTINCT p.file_id, j.value AS uuid FROM ahead_put p, json_each(p.rows) j
+  SELECT DISTINCT s.file_id, j.value AS uuid FROM ahead_seq s, json_each(s.rows) j
+  WHERE s.i = json_array_length(s.results)
 ),
 off AS MATERIALIZED (
   SELECT n.* FROM nodes n JOIN scope_files f ON f.file_id = n.file_id

@@ -333,10 +333,11 @@ def rows_ahead_put_back(chain: set, seen: set, first_of: dict, nodes: dict, load
     Places on the chain are compared by line (the loader orders what it
     puts back by its load order). ``seen``: ``chain`` and what a rewind cut;
     ``loaded``: uuid -> the parent the loader reads; ``calls``: Rec ->
-    resume.Calls. A row another result put back counts as not seen for the
-    rest (the loader's chain grows as it goes: rows named by two results
-    are taken once either way)."""
+    resume.Calls. The results are taken in order (by line), and the rows one
+    puts back are on the chain for the next (seen: skipped when named, and
+    rows may hang under them)."""
     out: set[str] = set()
+    seen = set(seen)
     on = sorted((nodes[u] for u in chain), key=lambda r: r.line_no)
     for y in on:
         if y.type != "user" or y.rows_ahead is None:
@@ -348,7 +349,7 @@ def rows_ahead_put_back(chain: set, seen: set, first_of: dict, nodes: dict, load
         parent = nodes[loaded[y.uuid]] if loaded.get(y.uuid) in loaded else None
         first = first_of.get(parent.message_id) if parent is not None and \
             parent.type == "assistant" else None
-        if first is None or hang not in chain:
+        if first is None or (hang not in chain and hang not in out):
             continue
         h = nodes[hang]
         if hang != loaded.get(first.uuid) and not (first.line_no <= h.line_no < y.line_no):
@@ -361,6 +362,7 @@ def rows_ahead_put_back(chain: set, seen: set, first_of: dict, nodes: dict, load
                                   for r in on):
                 continue
         out.update(rows)
+        seen.update(rows)
     return out
 
 
