@@ -220,3 +220,66 @@ def test_caches_follow_appends(index):
         index.ingest()
         index.assert_caches_match_definitions()
         assert list(reversed(index.ancestry(index.file_id(path), "sdk"))) == sdk_chain(path)
+
+
+def with_loader_marks(rng: random.Random, records: list, session_id: str) -> list:
+    """The random records with what the loader's later rules read, from a
+    stream of their own: prompts queued while a tool ran, results naming
+    rows ahead (walk.rows_ahead_put_back), results moved under another
+    response's record (walk.recovered_by_tool_use_id), rewinds that cut a
+    record (resume.rewind_cut), and records written again after them."""
+    out = []
+    for r in records:
+        out.append(r)
+        uuids = [x["uuid"] for x in out if "uuid" in x]
+        if r.get("type") == "user" and rng.random() < 0.2:
+            r["queueTranscriptOnly"] = True
+        content = r.get("message", {}).get("content") if isinstance(r.get("message"), dict) \
+            else None
+        is_result = r.get("type") == "user" and isinstance(content, list) and any(
+            isinstance(b, dict) and b.get("type") == "tool_result" for b in content)
+        if is_result and rng.random() < 0.5:
+            # the writer's shape: a prompt queued while the tool ran, under
+            # the call (or near it), written before the result naming it
+            names = []
+            for k in range(rng.choice([1, 1, 2])):
+                q = {"type": "user", "uuid": f"q-{r['uuid']}-{k}", "sessionId": session_id,
+                     "parentUuid": names[-1] if names and rng.random() < 0.5 else
+                     (r.get("parentUuid") if rng.random() < 0.7 else rng.choice(uuids)),
+                     "queueTranscriptOnly": True, "timestamp": r.get("timestamp"),
+                     "message": {"role": "user", "content": [{"type": "text", "text": "q"}]}}
+                if rng.random() < 0.3:
+                    q.update(isMeta=True, queueTranscriptOnly=False)
+                out.insert(len(out) - 1, q)
+                names.append(q["uuid"])
+            if rng.random() < 0.3:
+                names.append(rng.choice(uuids))
+            r["rowsAheadOfPutBack"] = names
+        if is_result and rng.random() < 0.2:
+            calls = [x["uuid"] for x in out if x.get("type") == "assistant" and "uuid" in x]
+            if calls:
+                r["parentUuid"] = rng.choice(calls)
+        if rng.random() < 0.06 and uuids:
+            out.append({"type": "last-prompt", "sessionId": session_id,
+                        "leafUuid": rng.choice(uuids), "explicit": True, "rewound": True,
+                        "cutUuid": rng.choice(uuids) if rng.random() < 0.9 else "missing"})
+        if rng.random() < 0.04 and uuids:
+            again = dict(rng.choice([x for x in out if "uuid" in x]))
+            if rng.random() < 0.5:
+                again["parentUuid"] = rng.choice(uuids)
+            out.append(again)
+    return out
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_caches_equal_definitions_with_the_loader_marks(index, seed):
+    """Rows ahead, rewind cuts, results under another response's record and
+    records written again, on random trees: the caches equal the SQL."""
+    rng = random.Random(seed)
+    marks = random.Random(f"marks/{seed}")
+    for k in range(30):
+        sid = f"{seed:08d}-1111-4000-8000-{k:012d}"
+        records = with_loader_marks(marks, random_transcript(rng, rng.randrange(1, 60), sid), sid)
+        write_jsonl(index.projects / "p" / f"{sid}.jsonl", records)
+    index.ingest()
+    index.assert_caches_match_definitions()

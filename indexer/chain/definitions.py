@@ -1325,35 +1325,47 @@ lines_kept AS MATERIALIZED (
 -- result puts back none), or walked up the parents (at most AHEAD_MAX
 -- steps) to the seen record it hangs under. ahead_list and ahead_seq take
 -- the results one by one, as Krn() does, the rows each puts back on the
--- chain for the next; ahead_taken: the rows put back.
+-- chain for the next.
 ahead_files AS MATERIALIZED (
   SELECT DISTINCT r.file_id FROM records r
   JOIN scope_files f ON f.file_id = r.file_id AND f.kind = 'main'
   WHERE r.rows_ahead IS NOT NULL
 ),
+-- kept_by_file: the put-back lines of each file (lines_kept, named here
+-- only: it rests on most of the put-back rules), which travel through the
+-- parts below to put_lines, with the rows put back ahead of results.
+kept_by_file AS MATERIALIZED (
+  SELECT file_id, json_group_array(uuid) AS lines FROM lines_kept GROUP BY file_id
+),
 ahead_marks AS MATERIALIZED (
-  SELECT l.id, l.file_id, l.uuid, l.type, l.is_sidechain, l.is_tool_result, n.line_no,
-         (SELECT p.id FROM nodes p WHERE p.file_id = l.file_id AND p.uuid = l.parent) AS parent_id,
-         n.message_id, a.depth,
-         (a.uuid IS NOT NULL
-          OR EXISTS (SELECT 1 FROM parallel q WHERE q.file_id = l.file_id AND q.uuid = l.uuid)
-          OR EXISTS (SELECT 1 FROM lines_kept q WHERE q.file_id = l.file_id AND q.uuid = l.uuid))
-           AS placed,
-         EXISTS (SELECT 1 FROM cut k WHERE k.file_id = l.file_id AND k.uuid = l.uuid) AS is_cut,
-         CASE WHEN {COMPANION_RECORD.format(r="l")} AND {AHEAD_ROW.format(r="r")} > 0 THEN 1
-              WHEN l.type = 'user' AND NOT l.is_tool_result AND {AHEAD_ROW.format(r="r")} = 2
-              THEN 1 ELSE 0 END AS row_kind,
-         CASE WHEN l.type IN ('user', 'assistant') THEN {TOOL_IDS.format(r="r")} END AS ids,
-         r.rows_ahead
-  FROM ahead_files af JOIN loaded l ON l.file_id = af.file_id
-  JOIN nodes n ON n.id = l.id JOIN records r ON r.id = l.id
-  LEFT JOIN on_chain a ON a.file_id = l.file_id AND a.uuid = l.uuid
+  SELECT x.id, coalesce(x.file_id, kb.file_id) AS file_id, x.uuid, x.type, x.is_sidechain,
+         x.is_tool_result, x.line_no, x.parent_id, x.message_id, x.depth,
+         (x.on_chain OR x.parallel OR EXISTS (
+            SELECT 1 FROM json_each(kb.lines) k WHERE k.value = x.uuid)) AS placed,
+         x.is_cut, x.row_kind, x.ids, x.rows_ahead, kb.lines
+  FROM kept_by_file kb FULL JOIN (
+    SELECT l.id, l.file_id, l.uuid, l.type, l.is_sidechain, l.is_tool_result, n.line_no,
+           (SELECT p.id FROM nodes p WHERE p.file_id = l.file_id AND p.uuid = l.parent)
+             AS parent_id,
+           n.message_id, a.depth, a.uuid IS NOT NULL AS on_chain,
+           EXISTS (SELECT 1 FROM parallel q WHERE q.file_id = l.file_id AND q.uuid = l.uuid)
+             AS parallel,
+           EXISTS (SELECT 1 FROM cut k WHERE k.file_id = l.file_id AND k.uuid = l.uuid) AS is_cut,
+           CASE WHEN {COMPANION_RECORD.format(r="l")} AND {AHEAD_ROW.format(r="r")} > 0 THEN 1
+                WHEN l.type = 'user' AND NOT l.is_tool_result AND {AHEAD_ROW.format(r="r")} = 2
+                THEN 1 ELSE 0 END AS row_kind,
+           CASE WHEN l.type IN ('user', 'assistant') THEN {TOOL_IDS.format(r="r")} END AS ids,
+           r.rows_ahead
+    FROM ahead_files af JOIN loaded l ON l.file_id = af.file_id
+    JOIN nodes n ON n.id = l.id JOIN records r ON r.id = l.id
+    LEFT JOIN on_chain a ON a.file_id = l.file_id AND a.uuid = l.uuid) x
+  ON x.file_id = kb.file_id
 ),
 ahead_map AS MATERIALIZED (
-  SELECT file_id,
+  SELECT file_id, min(lines) AS lines,
     json_group_object(id, json_array(parent_id, placed OR is_cut, line_no, type, is_sidechain,
                                      row_kind, placed AND NOT is_cut, first_line, first_parent))
-      AS map,
+      FILTER (WHERE id IS NOT NULL) AS map,
     json_group_array(json_array(line_no, type, json(coalesce(ids, '[]'))))
       FILTER (WHERE placed AND NOT is_cut) AS chain,
     json_group_array(json_array(id, is_sidechain, json(rows_ahead)))
@@ -1369,20 +1381,24 @@ ahead_map AS MATERIALIZED (
                      ORDER BY m.depth IS NULL, m.depth DESC))
   GROUP BY file_id
 ),
-ahead_up(file_id, map, chain, result, k, name, name_id, state, at, path, steps) AS (
-  SELECT n.file_id, n.map, n.chain, n.result, n.k, n.name, n.name_id, CASE
+ahead_up(file_id, lines, map, chain, result, k, name, name_id, state, at, path, steps) AS (
+  SELECT n.file_id, n.lines, n.map, n.chain, n.result, n.k, n.name, n.name_id, CASE
+      WHEN n.carrier THEN 'carrier'
       WHEN n.row IS NULL THEN 'missing'
       WHEN n.row ->> '$[1]' THEN 'seen'
       WHEN n.row ->> '$[4]' IS NOT n.side OR NOT n.row ->> '$[5]' THEN 'missing'
       ELSE 'walk' END, n.row ->> '$[0]', json_array(n.row ->> '$[0]'), 0
   FROM (SELECT n.*, json_extract(n.map, '$."' || n.name_id || '"') AS row
-        FROM (SELECT m.file_id, m.map, m.chain, y.value ->> '$[0]' AS result,
+        -- (a null result after the others carries the file's lines)
+        FROM (SELECT m.file_id, m.lines, m.map, m.chain, y.value ->> '$[0]' AS result,
+                     y.value IS NULL AS carrier,
                      y.value ->> '$[1]' AS side, j.key AS k, j.value AS name,
                      (SELECT p.id FROM nodes p WHERE p.file_id = m.file_id
                         AND p.uuid = j.value AND j.type = 'text') AS name_id
-              FROM ahead_map m, json_each(m.results) y, json_each(y.value, '$[2]') j) n) n
+              FROM ahead_map m, json_each(json_insert(m.results, '$[#]', NULL)) y
+              LEFT JOIN json_each(y.value, '$[2]') j) n) n
   UNION ALL
-  SELECT u.file_id, u.map, u.chain, u.result, u.k, u.name, u.name_id, u.state,
+  SELECT u.file_id, u.lines, u.map, u.chain, u.result, u.k, u.name, u.name_id, u.state,
          json_extract(u.map, '$."' || u.at || '"[0]'),
          json_insert(u.path, '$[#]', json_extract(u.map, '$."' || u.at || '"[0]')), u.steps + 1
   FROM ahead_up u
@@ -1395,11 +1411,11 @@ ahead_up(file_id, map, chain, result, k, name, name_id, state, at, path, steps) 
 -- reached; path, the records the walk went through (a row an earlier
 -- result put back there is where it hangs).
 ahead_list AS MATERIALIZED (
-  SELECT file_id, min(map) AS map, min(chain) AS chain,
+  SELECT file_id, min(lines) AS lines, min(map) AS map, min(chain) AS chain,
          json_group_array(json_array(result, json_extract(map, '$."' || result || '"[2]'),
            json(json_extract(map, '$."' || json_extract(map, '$."' || result || '"[0]') || '"')),
-           json(names))) AS results
-  FROM (SELECT file_id, min(map) AS map, min(chain) AS chain, result,
+           json(names))) FILTER (WHERE result IS NOT NULL) AS results
+  FROM (SELECT file_id, min(lines) AS lines, min(map) AS map, min(chain) AS chain, result,
                json_group_array(json_array(name, name_id, state, hang, json(path))) AS names
         FROM (SELECT u.*,
                 CASE WHEN u.state = 'walk' AND json_extract(u.map, '$."' || u.at || '"[1]')
@@ -1420,10 +1436,10 @@ ahead_list AS MATERIALIZED (
 -- the places on the chain allow it (by line: the first record on the
 -- resume chain of the parent's response, where the rows hang, the result;
 -- an open call before an assistant record in between).
-ahead_seq(file_id, map, chain, results, i, taken, rows) AS (
-  SELECT file_id, map, chain, results, 0, '[]', '[]' FROM ahead_list
+ahead_seq(file_id, lines, map, chain, results, i, taken, rows) AS (
+  SELECT file_id, lines, map, chain, results, 0, '[]', '[]' FROM ahead_list
   UNION ALL
-  SELECT s.file_id, s.map, s.chain, s.results, s.i + 1,
+  SELECT s.file_id, s.lines, s.map, s.chain, s.results, s.i + 1,
     CASE WHEN v.value IS NULL THEN s.taken ELSE (SELECT json_group_array(x.value) FROM (
       SELECT value FROM json_each(s.taken) UNION ALL
       SELECT value FROM json_each(v.value, '$.ids')) x) END,
@@ -1477,8 +1493,12 @@ ahead_seq(file_id, map, chain, results, i, taken, rows) AS (
                   FROM json_each(s.results, '$[' || s.i || '][3]') n)) e) a) a))) v
   WHERE s.i < json_array_length(s.results)
 ),
-ahead_taken AS MATERIALIZED (
-  SELECT DISTINCT s.file_id, j.value AS uuid FROM ahead_seq s, json_each(s.rows) j
+-- put_lines: what is put back with a parallel result: the put-back lines
+-- and the rows put back ahead of results.
+put_lines AS MATERIALIZED (
+  SELECT DISTINCT s.file_id, j.value AS uuid FROM ahead_seq s
+  JOIN (SELECT 0 AS w UNION ALL SELECT 1) w
+  JOIN json_each(CASE w.w WHEN 0 THEN s.rows ELSE s.lines END) j
   WHERE s.i = json_array_length(s.results)
 ),
 off AS MATERIALIZED (
@@ -1578,8 +1598,7 @@ SELECT o.file_id, f.session_id, o.uuid, o.type, o.subtype, o.timestamp,
            WHERE p.file_id = o.file_id AND p.uuid = o.parent_uuid
              AND p.type = 'assistant')
       THEN 'parallel_tool_branch'
-    WHEN EXISTS (SELECT 1 FROM lines_kept k WHERE k.file_id = o.file_id AND k.uuid = o.uuid)
-      OR EXISTS (SELECT 1 FROM ahead_taken k WHERE k.file_id = o.file_id AND k.uuid = o.uuid)
+    WHEN EXISTS (SELECT 1 FROM put_lines k WHERE k.file_id = o.file_id AND k.uuid = o.uuid)
       THEN 'put_back_with_result'
     WHEN EXISTS (SELECT 1 FROM splice_points s
                  WHERE s.file_id = o.file_id AND s.uuid = d.branch_point)
