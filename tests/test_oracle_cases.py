@@ -755,6 +755,24 @@ def shape_result_of_another_agent_not_recovered():
     return t.records
 
 
+def shape_result_attached_by_its_source_tool_assistant_uuid():
+    """RRr also attaches a stray result under the record its
+    ``sourceToolAssistantUUID`` names (not its parent) when both have the
+    same agentId; it recovers it with that record's response when a call
+    it answers is held by that response: here the holder (u2) has no
+    agentId, the named record (u3) has the result's."""
+    t = Transcript(SID)
+    t.add(u(1), None, "user")
+    t.add(u(2), u(1), "assistant", message=tool_use("msg_P", "toolu_a"))
+    t.add(u(3), u(2), "assistant", message=tool_use("msg_P", "toolu_b"),
+          agentId="a0000000000000001")
+    t.add(u(5), u(3), "user", message=tool_result("toolu_b"))
+    t.add(u(4), u(5), "user", message=tool_result("toolu_a"), agentId="a0000000000000001",
+          sourceToolAssistantUUID=u(3))
+    t.add(u(6), u(5), "assistant", message=text("msg_Q", "after the batch"))
+    return t.records
+
+
 def shape_reply_split_around_an_attachment():
     """A reply written around an attachment: the first call's result hangs
     from the attachment; recovered by its tool-call id, it frees the
@@ -913,6 +931,7 @@ EXPECTED = {
         ["after the batch"], ["the queued row", "the second queued row"], []),
     "result_of_another_agent_not_recovered": (["after the batch"], [], []),
     "reply_split_around_an_attachment": (["after the batch"], [], []),
+    "result_attached_by_its_source_tool_assistant_uuid": (["after the batch"], [], []),
     "rewind_cut_attachment": (["after the batch"], [], []),
     "rewind_cut_of_a_uuid_written_again": (["after the batch"], [], []),
     "result_under_a_later_response_claims_its_call": (
@@ -927,6 +946,7 @@ SENT_ANYWHERE = {
     "result_recovered_under_the_other_result": (["out toolu_a", "out toolu_b"], []),
     "result_of_another_agent_not_recovered": (["out toolu_b"], ["out toolu_a"]),
     "reply_split_around_an_attachment": (["out toolu_a", "context between the records"], []),
+    "result_attached_by_its_source_tool_assistant_uuid": (["out toolu_a", "out toolu_b"], []),
     "rewind_cut_attachment": ([], ["context after the first call"]),
     "rewind_cut_of_a_uuid_written_again": ([], ["context after the first call"]),
     "rewind_uncut_attachment": (["context after the first call"], []),
@@ -936,6 +956,10 @@ SENT_ANYWHERE = {
 
 # The shapes where the index (as of this commit) differs from the CLI: why.
 DIFFERS: dict = {
+    "result_attached_by_its_source_tool_assistant_uuid": (
+        "the index does not read sourceToolAssistantUUID: the result, whose call's holder has "
+        "another agentId, is not recovered; the loader attaches it under the record it names "
+        "and recovers it with that record's response"),
     "rows_ahead_of_a_result_written_before_its_call": (
         "rows ahead: the index compares places on the chain by line, where the loader takes "
         "the chain's order (a result flushed before its call comes after it)"),
