@@ -331,6 +331,15 @@ def test_counting_many_files_at_once_writes_what_counting_each_does(tmp_path):
                for s in seen) == 2
 
 
+def test_a_messages_stream_sequence_is_read_from_its_reply_subject():
+    """As nats-py's metadata reads it, without and with a domain."""
+    Msg = pytest.importorskip("nats.aio.msg", reason="the fleet extra (nats-py)").Msg
+    for reply in ("$JS.ACK.SESSION_INDEX.c.1.42.7.1764806400000000000.3",
+                  "$JS.ACK.hub.ACCHASH.SESSION_INDEX.c.1.42.7.1764806400000000000.3.x1"):
+        m = Msg(None, subject="session-index.h.lines", reply=reply, data=b"")
+        assert fleet_central.stream_seq(m) == m.metadata.sequence.stream == 42
+
+
 # -- the consume loop, against a real nats-server ------------------------------------------
 
 nats = pytest.importorskip("nats", reason="the fleet extra (nats-py) is not installed")
