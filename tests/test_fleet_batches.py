@@ -15,6 +15,7 @@ import pytest
 
 from indexer.index.db import open_db
 from indexer.ingest import derive, fleet_central, fleet_wire
+from indexer.sql import write_lock
 
 HOST_ROWS_SQL = "SELECT host, messages FROM fleet_hosts ORDER BY host"
 
@@ -217,6 +218,126 @@ def test_derive_some_without_a_budget_derives_them_all(tmp_path, monkeypatch):
                                    for n, s in enumerate(SESSIONS)], "c", fleet_central.Summary())
     assert derive.derive_some(db, derive.pending_files(db)) == []
     assert derive.pending_files(db) == []
+
+
+def turn(session_id: str, n: int, parent: str | None) -> list[bytes]:
+    """A prompt, an assistant tool call and its result, an assistant answer:
+    compact JSON lines as Claude Code writes them (``n`` names the uuids)."""
+    at = iter(range(4))
+
+    def rec(kind, uuid, parent_uuid, **fields):
+        return json.dumps({"parentUuid": parent_uuid, "isSidechain": False,
+                           "userType": "external", "cwd": "/w", "sessionId": session_id,
+                           "version": "2.1.332", "gitBranch": "main", "type": kind,
+                           "uuid": uuid,
+                           "timestamp": f"2026-12-01T00:{n:02d}:{next(at):02d}.000Z",
+                           **fields},
+                          separators=(",", ":")).encode() + b"\n"
+    tool = f"toolu_{n:04d}"
+    return [
+        rec("user", f"p{n}", parent, message={"role": "user", "content": "go"}),
+        rec("assistant", f"c{n}", f"p{n}", message={
+            "id": f"msg_c{n}", "role": "assistant", "content": [
+                {"type": "tool_use", "id": tool, "name": "Bash", "input": {"command": "ls"}}]}),
+        rec("user", f"r{n}", f"c{n}", message={"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": tool, "content": "ok"}]}),
+        rec("assistant", f"a{n}", f"r{n}", message={
+            "id": f"msg_a{n}", "role": "assistant",
+            "content": [{"type": "text", "text": "done, tool_use or not"}]}),
+    ]
+
+
+def test_a_window_reads_what_its_files_appended_with_a_query_for_all_of_them(index):
+    """Three sessions, each derived, then a turn appended to each: the
+    derive asks the leaves rows, the appended records and whether an older
+    record knows an appended uuid once for the three files (not once a
+    file), extends each, and the caches equal their definitions."""
+    db, seq, offsets = index.db, 0, {}
+    for n, s in enumerate(SESSIONS[:3]):
+        body = b"".join(turn(s, n, None))
+        seq += 1
+        fleet_central.apply_batch(db, [message(seq, "h1", s, body, number=1)], "c",
+                                  fleet_central.Summary())
+        offsets[s] = (len(body), 5)
+    derive.derive_some(db, derive.pending_files(db))
+    batch = []
+    for n, s in enumerate(SESSIONS[:3]):
+        body = b"".join(turn(s, 10 + n, f"a{n}"))
+        seq += 1
+        batch.append(message(seq, "h1", s, body, offset=offsets[s][0], number=offsets[s][1]))
+    fleet_central.apply_batch(db, batch, "c", fleet_central.Summary())
+    appended = derive.STATS["appended"]
+    seen = statements(db)
+    derive.derive_some(db, derive.pending_files(db))
+    db.conn.set_trace_callback(None)
+    assert derive.STATS["appended"] - appended == 3
+    for fragment in ("CROSS JOIN records r ON r.file_id = j.value ->> 0",   # APPENDED_SQL
+                     "WITH appended AS MATERIALIZED",                       # CLASH_SQL
+                     "FROM leaves_cache\nWHERE file_id IN"):                # PREVIOUS_OF_FILES_SQL
+        assert sum(fragment in s for s in seen) == 1, fragment
+    assert not any("FROM leaves_cache WHERE file_id = " in s for s in seen)
+    assert index.value("SELECT count(*) FROM records") == 24
+    index.assert_caches_match_definitions()
+
+
+KIND_TABLES = ("record_kinds", "record_kind_files", "record_kind_scans")
+
+
+def test_counting_many_files_at_once_writes_what_counting_each_does(tmp_path):
+    """record_kinds.count_many over files never counted, counted up to an
+    earlier line, counted to their end, rewritten since (a new generation:
+    counted again whole), and an id that is no transcript: the same rows as
+    count_file a file at a time, with three reads for all the files."""
+    from indexer.index import record_kinds
+
+    db = open_db(str(tmp_path / "central.db"))
+    bodies = {s: turn(s, n, None) + turn(s, 10 + n, f"a{n}") for n, s in enumerate(SESSIONS)}
+
+    def send(s, first, last, seq, generation=1):
+        lines = bodies[s][first:last]
+        offset = sum(len(x) for x in bodies[s][:first])
+        fleet_central.apply_batch(db, [message(seq, "h1", s, b"".join(lines), offset=offset,
+                                               number=first + 1, generation=generation)],
+                                  "c", fleet_central.Summary())
+
+    for n, s in enumerate(SESSIONS):
+        send(s, 0, 4, n + 1)
+    record_kinds.after_ingest(db)   # each counted to its fourth line
+    send(SESSIONS[1], 4, 8, 11)     # counted up to an earlier line
+    send(SESSIONS[2], 0, 6, 12, generation=2)   # rewritten
+    send(SESSIONS[3], 4, 8, 13)
+    # SESSIONS[0]: counted to its end; a fifth session: never counted
+    fifth = "00000005-0000-4000-8000-000000000000"
+    bodies[fifth] = turn(fifth, 5, None)
+    send(fifth, 0, 4, 14)
+    ids = [i for (i,) in db.conn.execute("SELECT id FROM files ORDER BY id")] + [999]
+    twin = open_db(str(tmp_path / "twin.db"))
+    db.conn.backup(twin.conn)
+    run, now = 7, "2026-12-04T00:00:00.000Z"
+    with write_lock(twin) as conn:
+        one_by_one = sum(record_kinds.count_file(conn, i, run=run, now=now) for i in ids)
+    seen = statements(db)
+    with write_lock(db) as conn:
+        counted = record_kinds.count_many(conn, ids, run=run, now=now)
+    db.conn.set_trace_callback(None)
+    assert counted == (one_by_one, len(ids)) == (18, 6)
+    for table in KIND_TABLES:
+        rows = f"SELECT * FROM {table} ORDER BY 1, 2, 3"
+        assert db.conn.execute(rows).fetchall() == twin.conn.execute(rows).fetchall(), table
+    reads = [s for s in seen if s.lstrip().upper().startswith(("SELECT", "WITH"))]
+    assert sum("json_each" in s for s in reads) == 3   # the reads for all the files
+    # count_file's own, for the rewritten file and the id that is no transcript only
+    assert sum("SELECT generation, ingested_offset FROM files WHERE id = " in s
+               for s in seen) == 2
+
+
+def test_a_messages_stream_sequence_is_read_from_its_reply_subject():
+    """As nats-py's metadata reads it, without and with a domain."""
+    Msg = pytest.importorskip("nats.aio.msg", reason="the fleet extra (nats-py)").Msg
+    for reply in ("$JS.ACK.SESSION_INDEX.c.1.42.7.1764806400000000000.3",
+                  "$JS.ACK.hub.ACCHASH.SESSION_INDEX.c.1.42.7.1764806400000000000.3.x1"):
+        m = Msg(None, subject="session-index.h.lines", reply=reply, data=b"")
+        assert fleet_central.stream_seq(m) == m.metadata.sequence.stream == 42
 
 
 # -- the consume loop, against a real nats-server ------------------------------------------

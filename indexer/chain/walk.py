@@ -26,7 +26,10 @@ _REC_HEAD = f"""r.id, r.file_id, r.line_no, r.uuid, r.parent_uuid, r.logical_par
        r.message_id, r.is_tool_result, {definitions.TIMESTAMP_MS.format(r="r")} AS ts_ms,
        r.is_unreadable, {records.PRESERVED.format(r="r")} AS preserved,
        {records.FORK_BRIEFING_RECORD.format(r="r")} AS fork_briefing"""
-_HAS_TOOL_USE = f'{records.HAS_TOOL_USE.format(r="r")} AS has_tool_use'
+# (read only for an assistant record that names "tool_use", as preload.py reads
+# it: the others' JSON is not parsed)
+_HAS_TOOL_USE = (f"CASE WHEN r.type = 'assistant' AND instr(r.raw, '{records.TOOL_USE_MARK}') > 0 "
+                 f'THEN {records.HAS_TOOL_USE.format(r="r")} ELSE 0 END AS has_tool_use')
 REC_COLUMNS = f"{_REC_HEAD}, {_HAS_TOOL_USE}, r.sent_as_uuid, r.rows_ahead, r.agent_id"
 REC_FIELDS = 18   # the columns before the last-prompt fields (UUID_RECORDS_SELECT)
 # Records with a uuid and last-prompt records, as read_rows() reads them:

@@ -34,6 +34,7 @@ none) counts those of the nearest earlier record of its file that has one.
 
 from __future__ import annotations
 
+import json
 import re
 
 from indexer.transcripts.records import RECORD_FIELDS
@@ -49,6 +50,8 @@ _TYPE, _SUBTYPE, _VERSION, _TIMESTAMP = (
 # Records counted per transaction at the end of an ingest run (the write
 # lock is let go between two), as ingest commits its slices.
 CHUNK_RECORDS = 50_000
+# Files counted with one query each (count_many).
+COUNT_FILES = 500
 
 # Transcript files whose records changed since they were last counted.
 PENDING_FILES_SQL = f"""
@@ -81,6 +84,40 @@ SELECT id, byte_offset, coalesce(type, ''),
     ELSE '' END,
   version, timestamp
 FROM records WHERE file_id = ? AND byte_offset > ? ORDER BY byte_offset
+""".strip()
+# count_file's first reads for a batch of files at once (count_many; :ids a
+# JSON array): per file, in the array's order, its generation and
+# ingested_offset now (NULL: gone, or not a transcript), whether it was
+# counted before, how far (SCAN_SQL's columns), and whether the last record
+# counted is still there (RECORD_AT_SQL; 1 when none was).
+FILES_STATE_SQL = f"""
+SELECT j.value, f.generation, f.ingested_offset, s.file_id IS NOT NULL,
+  s.generation, s.ingested_offset, s.last_offset, s.last_record_id, s.version, s.timestamp,
+  s.last_record_id IS NULL OR EXISTS (
+    SELECT 1 FROM records r WHERE r.file_id = j.value AND r.byte_offset = s.last_offset
+      AND r.id = s.last_record_id)
+FROM json_each(:ids) j
+LEFT JOIN files f ON f.id = j.value AND f.kind IN {TRANSCRIPT_KINDS}
+LEFT JOIN record_kind_scans s ON s.file_id = j.value
+ORDER BY j.key
+""".strip()
+# The kinds a batch of files have rows for (FILE_KINDS_SQL, :ids a JSON array).
+FILES_KINDS_SQL = """
+SELECT file_id, type, subtype FROM record_kind_files
+WHERE file_id IN (SELECT value FROM json_each(:ids))
+""".strip()
+# NEW_RECORDS_SQL for a batch of files (:files a JSON array of [file id,
+# byte offset]), file by file in the array's order, each file's in file order.
+NEW_RECORDS_MANY_SQL = """
+SELECT r.file_id, r.id, r.byte_offset, coalesce(r.type, ''),
+  CASE r.type WHEN 'system' THEN coalesce(r.subtype, '')
+    WHEN 'attachment' THEN coalesce(CASE WHEN json_valid(r.raw)
+                                    THEN CAST(r.raw ->> '$.attachment.type' AS TEXT) END, '')
+    ELSE '' END,
+  r.version, r.timestamp
+FROM json_each(:files) j CROSS JOIN records r
+  ON r.file_id = j.value ->> 0 AND r.byte_offset > j.value ->> 1
+ORDER BY j.key, r.byte_offset
 """.strip()
 # An attachment's type, as NEW_RECORDS_SQL reads it (raw bound twice).
 ATTACHMENT_TYPE_SQL = "SELECT CASE WHEN json_valid(?) THEN CAST(? ->> '$.attachment.type' AS TEXT) END"
@@ -192,6 +229,70 @@ def count_file(conn, file_id: int, *, run: int | None, now: str | None) -> int:
     _save(conn, file_id, kinds, held, run, now,
           (generation, ingested_offset, after, last_id, version, timestamp))
     return n
+
+
+def count_many(conn, file_ids: list[int], *, run: int | None, now: str | None,
+               limit: int | None = None) -> tuple[int, int]:
+    """count_file for each of ``file_ids`` in turn (inside the caller's write
+    transaction), with a query each for all of them rather than several a
+    file (a fleet's central counts thousands of files a minute, a few
+    records each): the same rows written. A file counted again from its
+    first record (rewritten, or its last counted record went) or gone is
+    left to count_file. With ``limit``, no file is begun once that many
+    records are counted. Returns (records counted, files done: the first
+    that many of ``file_ids``)."""
+    state = conn.execute(FILES_STATE_SQL, {"ids": json.dumps(file_ids)}).fetchall()
+    plain = []   # (file id, generation, ingested_offset, after, last id, version, timestamp)
+    for (file_id, generation, offset, scanned, s_generation, s_offset, after, last_id,
+         version, timestamp, there) in state:
+        if generation is None or scanned and (s_generation != generation or not there):
+            plain.append((file_id, None))   # gone, or counted again whole: count_file
+        elif scanned and s_offset == offset:
+            plain.append((file_id, False))   # counted meanwhile
+        elif scanned:
+            plain.append((file_id, (generation, offset, after, last_id, version, timestamp)))
+        else:
+            plain.append((file_id, (generation, offset, -1, None, None, None)))
+    counted_before = [row[0] for row in state if row[3]]
+    held: dict[int, set] = {}
+    if counted_before:
+        for file_id, t, st in conn.execute(FILES_KINDS_SQL, {"ids": json.dumps(counted_before)}):
+            held.setdefault(file_id, set()).add((t, st))
+    rows = iter(conn.execute(NEW_RECORDS_MANY_SQL, {"files": json.dumps(
+        [[i, todo[2]] for i, todo in plain if todo])}))
+    row = next(rows, None)
+    n = done = 0
+    file_kinds, kinds_rows, scans = [], [], []
+    for file_id, todo in plain:
+        if limit is not None and n >= limit:
+            break
+        done += 1
+        if todo is None:
+            n += count_file(conn, file_id, run=run, now=now)
+            continue
+        if todo is False:
+            continue
+        generation, offset, after, last_id, version, timestamp = todo
+
+        def own():
+            nonlocal row
+            while row is not None and row[0] == file_id:
+                yield row[1:]
+                row = next(rows, None)
+
+        kinds: dict[tuple[str, str], list] = {}
+        k, after, last_id, version, timestamp = _fold(kinds, own(), after, last_id, version,
+                                                     timestamp)
+        n += k
+        mine = held.get(file_id, set())
+        file_kinds += [(file_id, t, st, *facts, now) for (t, st), facts in kinds.items()]
+        kinds_rows += [(t, st, run, now, 0 if (t, st) in mine else 1, *facts, now)
+                       for (t, st), facts in kinds.items()]
+        scans.append((file_id, generation, offset, after, last_id, version, timestamp))
+    conn.executemany(ADD_FILE_KIND_SQL, file_kinds)
+    conn.executemany(ADD_KIND_SQL, kinds_rows)
+    conn.executemany(SAVE_SCAN_SQL, scans)
+    return n, done
 
 
 def _fold(kinds: dict, rows, after, last_id, version, timestamp):
@@ -334,12 +435,15 @@ def after_ingest(db, now: str | None = None, at_end=None) -> None:
     Kinds first seen now are that run's, at ``now`` (the run's time:
     default, the clock)."""
     now = now or utcnow()
-    pending = [file_id for (file_id,) in db.conn.execute(PENDING_FILES_SQL)][::-1]
+    pending = [file_id for (file_id,) in db.conn.execute(PENDING_FILES_SQL)]
     while True:
         with write_lock(db) as conn:
             run, counted = current_run(conn) + 1, 0
             while pending and counted < CHUNK_RECORDS:
-                counted += count_file(conn, pending.pop(), run=run, now=now)
+                n, done = count_many(conn, pending[:COUNT_FILES], run=run, now=now,
+                                     limit=CHUNK_RECORDS - counted)
+                counted += n
+                del pending[:done]
             if not pending:
                 conn.execute(BUMP_RUNS_SQL)
                 if at_end is not None:

@@ -310,8 +310,9 @@ def derive_files(conn, file_ids: list[int]) -> None:
     transaction): extended by what was appended where derive_append.py can
     (a chain grown at its leaf), else recomputed from all their records."""
     files = conn.execute(FILES_SQL, {"file_ids": json.dumps(file_ids)}).fetchall()
+    known = derive_append.Known(conn, files)
     extended = {file_id for file_id, kind, session_id, *covers in files
-                if derive_append.extend(conn, file_id, kind, session_id, covers)}
+                if derive_append.extend(conn, file_id, kind, session_id, covers, known)}
     STATS["appended"] += len(extended)
     todo = [i for i in file_ids if i not in extended]
     if not todo:

@@ -50,16 +50,33 @@ BAILS: Counter = Counter()
 # The rules an extension carries on from (the others recompute the file).
 EXTENDABLE_RULES = ("checkpoint", "last_row", "subagent_last_message")
 
-PREVIOUS_SQL = """
-SELECT resume_leaf_uuid, sdk_leaf_uuid, resume_rule, resume_length, sdk_length, branch_count,
-       derive_state
-FROM leaves_cache WHERE file_id = ?
+_PREVIOUS_COLUMNS = """resume_leaf_uuid, sdk_leaf_uuid, resume_rule, resume_length, sdk_length,
+       branch_count, derive_state"""
+# What extend asks of each file, asked of a batch of files at once (Known):
+# their leaves rows (file_id, then what an extension carries on from), and
+# which of them hold a record with a sentAsUuid (its renames are recomputed
+# with the whole file) or a rowsAheadOfPutBack (those rows are found with
+# the whole file: walk.rows_ahead_put_back), by the partial indexes
+# records_sent_as and records_rows_ahead.
+PREVIOUS_OF_FILES_SQL = f"""
+SELECT file_id, {_PREVIOUS_COLUMNS} FROM leaves_cache
+WHERE file_id IN (SELECT value FROM json_each(?))
 """.strip()
-# The lines after the ones the caches cover (records_file_offset index).
-APPENDED_SQL = UUID_RECORDS_SELECT + """
-WHERE r.file_id = :file_id AND r.byte_offset >= :offset
-  AND (r.uuid IS NOT NULL OR r.type = 'last-prompt')
-ORDER BY r.byte_offset"""
+SENT_AS_FILES_SQL = """
+SELECT DISTINCT file_id FROM records
+WHERE file_id IN (SELECT value FROM json_each(?)) AND sent_as_uuid IS NOT NULL
+""".strip()
+ROWS_AHEAD_FILES_SQL = """
+SELECT DISTINCT file_id FROM records
+WHERE file_id IN (SELECT value FROM json_each(?)) AND rows_ahead IS NOT NULL
+""".strip()
+# The lines after the ones the caches cover, of a batch of files (:files a
+# JSON array of [file id, byte offset]; the records_file_offset index), each
+# file's in file order.
+APPENDED_SQL = UUID_RECORDS_SELECT.replace("FROM records r", """FROM json_each(:files) j
+CROSS JOIN records r ON r.file_id = j.value ->> 0 AND r.byte_offset >= j.value ->> 1""") + """
+WHERE r.uuid IS NOT NULL OR r.type = 'last-prompt'
+ORDER BY j.key, r.byte_offset"""
 # Does an assistant record of the file hold this tool_use id (a call a stray
 # result answers: walk.stray_state)? The instr() test spares the JSON of the others.
 HOLDER_SQL = f"""
@@ -68,18 +85,23 @@ SELECT 1 FROM records r WHERE r.file_id = ? AND r.type = 'assistant'
   AND EXISTS (SELECT 1 FROM json_each({records.TOOL_IDS.format(r="r")}) j WHERE j.value = ?2)
 LIMIT 1
 """.strip()
-# Does an older record share an appended uuid, or name one as its parent?
+# The files of a batch (:files a JSON array of [file id, lines covered, [the
+# appended uuids]]) where an older record (at or before the lines covered)
+# shares an appended uuid, or names one as its parent or logical parent.
 CLASH_SQL = """
-SELECT 1 FROM records WHERE file_id = :file_id AND line_no <= :lines
-  AND uuid IN (SELECT value FROM json_each(:uuids))
-UNION ALL
-SELECT 1 FROM records WHERE file_id = :file_id AND line_no <= :lines
-  AND parent_uuid IN (SELECT value FROM json_each(:uuids))
-UNION ALL
-SELECT 1 FROM records WHERE file_id = :file_id AND line_no <= :lines
-  AND logical_parent_uuid IS NOT NULL
-  AND logical_parent_uuid IN (SELECT value FROM json_each(:uuids))
-LIMIT 1
+WITH appended AS MATERIALIZED (
+  SELECT j.value ->> 0 AS file_id, j.value ->> 1 AS lines, u.value AS uuid
+  FROM json_each(:files) j, json_each(j.value -> 2) u
+)
+SELECT a.file_id FROM appended a CROSS JOIN records r
+  ON r.file_id = a.file_id AND r.uuid = a.uuid AND r.line_no <= a.lines
+UNION
+SELECT a.file_id FROM appended a CROSS JOIN records r
+  ON r.file_id = a.file_id AND r.parent_uuid = a.uuid AND r.line_no <= a.lines
+UNION
+SELECT a.file_id FROM appended a CROSS JOIN records r
+  ON r.file_id = a.file_id AND r.logical_parent_uuid = a.uuid
+  AND r.logical_parent_uuid IS NOT NULL AND r.line_no <= a.lines
 """.strip()
 OLDER_BY_UUID_SQL = f"""
 SELECT {REC_COLUMNS} FROM records r
@@ -87,13 +109,23 @@ WHERE r.file_id = ? AND r.uuid = ? AND r.type IN {CHAIN_TYPES_SQL} AND r.line_no
 ORDER BY r.line_no DESC LIMIT 1
 """.strip()
 LINE_SQL = f"SELECT {REC_COLUMNS} FROM records r WHERE r.id = ?"
-# Does the file hold a record with a sentAsUuid (the partial index
-# records_sent_as)? Its renames are recomputed with the whole file.
-SENT_AS_SQL = "SELECT 1 FROM records WHERE file_id = ? AND sent_as_uuid IS NOT NULL LIMIT 1"
-# Does the file hold a result naming rows ahead of it (the partial index
-# records_rows_ahead)? Those rows are found with the whole file
-# (walk.rows_ahead_put_back).
-ROWS_AHEAD_SQL = "SELECT 1 FROM records WHERE file_id = ? AND rows_ahead IS NOT NULL LIMIT 1"
+# OLDER_BY_UUID_SQL and OLDER_OF_MESSAGE_SQL for a batch of files (Known: :asked a
+# JSON array of [file id, lines covered, uuid or message id]): j.key (the
+# question), then the row(s) its own query gives (OLDER_OF_MESSAGE_SQL's in
+# record order, as its index gives them).
+OLDER_BY_UUIDS_SQL = f"""
+SELECT j.key, {REC_COLUMNS} FROM json_each(:asked) j CROSS JOIN records r
+  ON r.id = (SELECT o.id FROM records o
+             WHERE o.file_id = j.value ->> 0 AND o.uuid = j.value ->> 2
+               AND o.type IN {CHAIN_TYPES_SQL} AND o.line_no <= j.value ->> 1
+             ORDER BY o.line_no DESC LIMIT 1)
+""".strip()
+OLDER_OF_MESSAGES_SQL = f"""
+SELECT j.key, {REC_COLUMNS} FROM json_each(:asked) j CROSS JOIN records r
+  ON r.file_id = j.value ->> 0 AND r.message_id = j.value ->> 2 AND r.type = 'assistant'
+  AND r.line_no <= j.value ->> 1
+ORDER BY j.key, r.id
+""".strip()
 OLDER_CHILDREN_SQL = f"""
 SELECT {REC_COLUMNS} FROM records r
 WHERE r.file_id = ? AND r.parent_uuid = ? AND r.type IN {CHAIN_TYPES_SQL} AND r.line_no <= ?
@@ -277,20 +309,87 @@ def main_state(view: resume.CliView, resume_chain, resume_message, boundary_line
             "resume_message": resume_message.uuid if resume_message is not None else None}
 
 
-def extend(conn, file_id: int, kind: str, session_id, covers) -> bool:
+class Known:
+    """What extend asks of each file, asked of a batch of files with a
+    query each (not several queries a file): their leaves rows, the files
+    that hold a record with a sentAsUuid or a rowsAheadOfPutBack, the
+    records appended past what each file's caches cover, and the files
+    where an older record knows an appended uuid (CLASH_SQL). Each file's
+    extension changes only its own cached rows, and no record: what is read
+    here holds for each file until it is derived."""
+
+    __slots__ = ("previous", "states", "sent_as", "rows_ahead", "appended", "clash", "primed")
+
+    def __init__(self, conn, files: list[tuple]):
+        """``files``: (file id, kind, ...) rows of derive.FILES_SQL."""
+        ids = json.dumps([f[0] for f in files])
+        self.previous = {row[0]: row[1:] for row in conn.execute(PREVIOUS_OF_FILES_SQL, [ids])}
+        self.sent_as = {i for (i,) in conn.execute(SENT_AS_FILES_SQL, [ids])}
+        self.rows_ahead = {i for (i,) in conn.execute(ROWS_AHEAD_FILES_SQL, [ids])}
+        self.states = states = {}   # (each file's derive_state, read once)
+        for file_id, kind, *_ in files:
+            prev = self.previous.get(file_id)
+            if kind in ("main", "subagent") and prev is not None and prev[-1] is not None:
+                states[file_id] = json.loads(prev[-1])
+        from_offset = [[i, st["offset"]] for i, st in states.items()
+                       if st.get("lines") is not None and st.get("offset") is not None]
+        self.appended = chain.read_rows(
+            conn.execute(APPENDED_SQL, {"files": json.dumps(from_offset)}),
+            [i for i, _ in from_offset]) if from_offset else {}
+        asked = [[i, states[i]["lines"], [r.uuid for r in recs]]
+                 for i, (recs, _) in self.appended.items() if recs]
+        self.clash = {i for (i,) in conn.execute(CLASH_SQL, {"files": json.dumps(asked)})} \
+            if asked else set()
+        self.primed: dict[int, dict] = {}   # file id: _Graph.memo's answers, asked here
+        self._prime(conn, states)
+
+    def _prime(self, conn, states: dict) -> None:
+        """The lookups of older records every extension of a file makes,
+        made for all the files at once: the records its appended ones name
+        as parent (the old leaf, mostly), its scan's last and newest rows and
+        leaf message, and the older records of its appended API responses."""
+        by_uuid, of_message = [], []
+        for file_id, (recs, _) in self.appended.items():
+            if not recs:
+                continue
+            lines = states[file_id]["lines"]
+            new = {r.uuid for r in recs}
+            wanted = {r.parent_uuid for r in recs if r.parent_uuid is not None} | {
+                states[file_id].get(k) for k in ("last_row", "newest_row", "resume_message")}
+            by_uuid += [[file_id, lines, u] for u in sorted(wanted - new - {None})]
+            of_message += [[file_id, lines, m] for m in sorted(
+                {r.message_id for r in recs if r.type == "assistant" and r.message_id})]
+        for sql, rows_sql, asked, one in (
+                (OLDER_BY_UUID_SQL, OLDER_BY_UUIDS_SQL, by_uuid, True),
+                (OLDER_OF_MESSAGE_SQL, OLDER_OF_MESSAGES_SQL, of_message, False)):
+            if not asked:
+                continue
+            found: dict[int, list] = {}
+            for key, *row in conn.execute(rows_sql, {"asked": json.dumps(asked)}):
+                found.setdefault(key, []).append(tuple(row))
+            for key, (file_id, lines, value) in enumerate(asked):
+                rows = found.get(key, [])
+                self.primed.setdefault(file_id, {})[(sql, (file_id, value, lines))] = \
+                    (rows[0] if rows else None) if one else rows
+
+
+def extend(conn, file_id: int, kind: str, session_id, covers, known: Known | None = None
+           ) -> bool:
     """Extend one file's caches by its appended records (inside the caller's
     transaction). False, having changed nothing, when the file must be
-    recomputed instead."""
-    prev = conn.execute(PREVIOUS_SQL, [file_id]).fetchone()
+    recomputed instead. ``known``: the file's facts read with its batch's."""
+    if known is None:
+        known = Known(conn, [(file_id, kind)])
+    prev = known.previous.get(file_id)
     if prev is None or prev[-1] is None or kind not in ("main", "subagent"):
         return False
-    state = json.loads(prev[-1])
+    state = known.states[file_id]
     lines, offset = covers
     if state.get("lines") is None or lines is None or lines < state["lines"]:
         return False
     conn.execute("SAVEPOINT derive_append")
     try:
-        _Extension(conn, file_id, kind, session_id, prev, state, covers).run()
+        _Extension(conn, file_id, kind, session_id, prev, state, covers, known).run()
     except Bail as why:
         BAILS[str(why)] += 1
         conn.execute("ROLLBACK TO derive_append")
@@ -312,7 +411,7 @@ class _Graph:
     (_Extension.run gives up first: CLASH_SQL), so the children of an
     appended record are appended ones, known without a query."""
 
-    def __init__(self, conn, file_id: int, lines: int, new: list[Rec]):
+    def __init__(self, conn, file_id: int, lines: int, new: list[Rec], primed=None):
         self.conn, self.file_id, self.lines = conn, file_id, lines
         self.known: dict[str, Rec | None] = {r.uuid: r for r in new}
         self.new_uuids = set(self.known)
@@ -325,7 +424,7 @@ class _Graph:
             elif r.eff_parent is not None:
                 self.new_logical_children.setdefault(r.eff_parent, []).append(r)
         self.steps = 0
-        self.memo: dict = {}
+        self.memo: dict = dict(primed or {})   # (Known's answers, asked with its batch's)
 
     def query(self, sql: str, *params, one=False):
         key = (sql, params)
@@ -457,17 +556,16 @@ class _Walk:
 
 
 class _Extension:
-    def __init__(self, conn, file_id, kind, session_id, prev, state, covers):
+    def __init__(self, conn, file_id, kind, session_id, prev, state, covers, known: Known):
         self.conn, self.file_id, self.kind, self.session_id = conn, file_id, kind, session_id
+        self.known = known
         (self.resume_leaf_uuid, self.sdk_leaf_uuid, self.rule, self.resume_length,
          self.sdk_length, self.branch_count, _) = prev
         self.state, self.covers = state, covers
 
     def run(self) -> None:
         conn, file_id = self.conn, self.file_id
-        read = chain.read_rows(conn.execute(
-            APPENDED_SQL, {"file_id": file_id, "offset": self.state["offset"]}), [file_id])
-        recs, prompts = read[file_id]
+        recs, prompts = self.known.appended.get(file_id, ([], []))
         lines, offset = self.covers
         if not recs and not prompts:  # bad lines, records without a uuid, or none
             self.state.update(lines=lines, offset=offset)
@@ -478,17 +576,16 @@ class _Extension:
         uuids = [r.uuid for r in recs]
         if len(set(uuids)) < len(uuids):
             raise Bail("a repeated uuid")
-        if uuids and conn.execute(CLASH_SQL, {
-                "file_id": file_id, "lines": self.state["lines"],
-                "uuids": json.dumps(uuids)}).fetchone():
+        if uuids and file_id in self.known.clash:
             raise Bail("an appended uuid an older record knows")
         if self.rule not in EXTENDABLE_RULES:
             raise Bail(f"rule {self.rule}")
-        if self.kind == "main" and conn.execute(SENT_AS_SQL, [file_id]).fetchone():
+        if self.kind == "main" and file_id in self.known.sent_as:
             raise Bail("a prompt stored anew (resume.sent_as_renames)")
-        if self.kind == "main" and conn.execute(ROWS_AHEAD_SQL, [file_id]).fetchone():
+        if self.kind == "main" and file_id in self.known.rows_ahead:
             raise Bail("rows ahead of a put-back result (walk.rows_ahead_put_back)")
-        g = self.g = _Graph(conn, file_id, self.state["lines"], new)
+        g = self.g = _Graph(conn, file_id, self.state["lines"], new,
+                            self.known.primed.get(file_id))
         sdk_leaf, branch_count = self.sdk_terminals(new)
         if self.kind == "main":
             leaf, rule, resume_walk = self.resume_main(new, prompts)
@@ -887,8 +984,12 @@ class _WithResult:
 
     def open_companion(self, r: Rec | None) -> bool:
         """Can r be a link of a put-back line: a companion record or a
-        virtual call (self.link) off the chain, not parallel."""
-        return r is not None and self.link(r) and not self.visited(r)
+        virtual call (self.link) off the chain, not parallel. (On the chain
+        first: a user or assistant record's calls are read from its JSON
+        for self.link, and the old leaf, asked about at every append, is
+        on the chain.)"""
+        return r is not None and not self.on_chain(r.uuid) and self.link(r) \
+            and not self.visited(r)
 
     def response_of(self, r: Rec) -> str | None:
         """The message id of the response a parallel record is put back with."""
@@ -1028,9 +1129,13 @@ class _WithResult:
                         changed.append(c)
                 for c in self.children(a.uuid):
                     changed.append(c)
+        asked = set()   # (a record met twice is asked about once: the answer is the same)
         for z in changed:
             for x in (z, self.loaded_parent(z)):
-                if x is not None and g.is_old(x) and self.open_companion(x):
+                if x is None or x.id in asked:
+                    continue
+                asked.add(x.id)
+                if g.is_old(x) and self.open_companion(x):
                     for r in self.below(self.start_of(x)):
                         if g.is_old(r):
                             redo.setdefault(r.uuid, r)
