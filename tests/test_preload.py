@@ -76,7 +76,7 @@ def make_sources(root: Path) -> Path:
 
 # Columns that hold a record's id: compared as the record's (file, line).
 RECORD_IDS = {"record_id", "resume_leaf_id", "sdk_leaf_id", "message_record_id",
-              "last_record_id"}
+              "last_record_id", "first_user", "first_assistant"}
 
 
 def dump(index: Index) -> dict:

@@ -380,15 +380,15 @@ POISONED = ProblemClass(
 # session_hosts h that narrows it before it is computed (THINKING_FAULTS_ARGS:
 # all; thinking_faults_where: some sessions or files, for a session's page or
 # repair, which the view's materialized steps would not let SQLite narrow).
-THINKING_FAULTS_TEMPLATE = f"""
+_THINKING_FAULTS_SHAPE = f"""
 WITH mains AS MATERIALIZED (
   SELECT h.session_id, h.host, h.main_file_id AS file_id,
     {verdict.LATEST_MESSAGE_ID_TEMPLATE.format(file="h.main_file_id")} AS latest_message_id,
     {verdict.WRITER_VERSION_TEMPLATE.format(file="h.main_file_id")} AS resumer_version
-  FROM session_hosts h WHERE h.main_file_id IS NOT NULL AND {{hosts}}
+  FROM session_hosts h WHERE h.main_file_id IS NOT NULL AND {{hosts}}@CACHED@
 ),
 faults AS MATERIALIZED (
-{thinking.thinking_faults_sql("{a}.file_id IN (SELECT file_id FROM mains)")}
+@FAULTS@
 )
 SELECT m.session_id, t.file_id, t.uuid, t.line_no, t.message_id, t.model, t.version,
   t.block, t.fault, t.message_id IS m.latest_message_id AS latest, m.resumer_version,
@@ -400,6 +400,17 @@ JOIN leaf_ancestry_cache k ON k.file_id = t.file_id AND k.rule = 'resume'
   AND k.record_id = t.record_id
 JOIN files f ON f.id = t.file_id
 """.strip()
+
+THINKING_FAULTS_TEMPLATE = _THINKING_FAULTS_SHAPE.replace("@CACHED@", "").replace(
+    "@FAULTS@", thinking.thinking_faults_sql("{a}.file_id IN (SELECT file_id FROM mains)"))
+# The view reads the faults ingest keeps (thinking_cache: thinking.py), for
+# the main transcripts that have any; thinking_faults_definition is
+# THINKING_FAULTS_TEMPLATE over every session, and the tests hold the two
+# equal (chain/definitions.CACHED_VIEWS).
+THINKING_FAULTS_CACHED_SQL = _THINKING_FAULTS_SHAPE.replace(
+    "@CACHED@", "\n    AND h.main_file_id IN (SELECT file_id FROM thinking_cache WHERE kind <> 'shown')"
+).replace("@FAULTS@", thinking.CACHED_FAULTS_TEMPLATE.format(
+    files="c.file_id IN (SELECT file_id FROM mains)")).format(hosts="1")
 
 THINKING_FAULTS_ARGS = {"hosts": "1"}
 
@@ -432,8 +443,7 @@ THINKING_FAULTS = SignalView(
               "message",
      "last_seen": f"the file's newest record, {TS}",
      "host": "the host of file_id ('' for this machine)"},
-    common=("file_id", "session_id"), template=THINKING_FAULTS_TEMPLATE,
-    view_args=THINKING_FAULTS_ARGS,
+    common=("file_id", "session_id"), sql=THINKING_FAULTS_CACHED_SQL,
     facets=("fault", "latest", "stuck"))
 
 WEDGED = ProblemClass(

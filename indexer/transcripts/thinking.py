@@ -186,6 +186,55 @@ def thinking_faults_sql(files: str, displayed: str | None = None, once: bool = T
         how="MATERIALIZED" if once else "NOT MATERIALIZED")
 
 
+
+# --- The same rule kept at ingest (thinking_cache) -------------------------------
+
+# Judging every main transcript's thinking at query time reads the JSON of
+# every assistant record that mentions thinking (seconds to tens of seconds
+# at a million records), so ingest keeps what each record's blocks are in
+# thinking_cache (derive.scan_thinking: the records a derive adds, a
+# file's all when it is recomputed), one row per
+#   shown block's record: kind 'shown' (block NULL), any assistant record
+#     with a block the API showed (SHOWN): the displayed pairs' evidence
+#   faulty block of a first-party record: kind unsigned or truncated, or
+#     'blanked' for a block that is blanked when its file has shown thinking
+#     of the same model and version (BLOCK_FAULT with {displayed} true),
+# with the record's model and version. What depends on the rest of the
+# file (is it displayed?) is answered when it is read (CACHED_FAULTS_TEMPLATE),
+# so adding records never changes an older row.
+# THINKING_CACHE_ROWS_TEMPLATE: the rows of the records {files} picks (a
+# condition on records r): file_id, record_id, block, kind, model, version.
+THINKING_CACHE_ROWS_TEMPLATE = """
+SELECT r.file_id, r.id AS record_id, NULL AS block, 'shown' AS kind, r.model, r.version
+FROM records r
+WHERE {files} AND r.type = 'assistant' AND instr(r.raw, 'thinking') > 0 AND EXISTS (
+  SELECT 1 FROM """ + BLOCKS.format(r="r") + """ x
+  WHERE x.type = 'object' AND """ + SHOWN.format(b="x.value") + """)
+UNION ALL
+SELECT * FROM (
+  SELECT r.file_id, r.id AS record_id, CAST(b.key AS INTEGER) AS block,
+    """ + BLOCK_FAULT.replace("{b}", "(CASE WHEN b.type = 'object' THEN b.value END)").replace(
+        "{displayed}", "1") + """ AS kind, r.model, r.version
+  FROM records r, """ + BLOCKS.format(r="r") + """ b
+  WHERE {files} AND r.type = 'assistant' AND instr(r.raw, 'thinking') > 0
+    AND """ + FIRST_PARTY.format(r="r") + """
+) WHERE kind IS NOT NULL
+""".strip()
+
+# THINKING_FAULTS_TEMPLATE's rows, read from thinking_cache: the faulty blocks
+# of the cached files {files} picks (a condition on thinking_cache c), a
+# 'blanked' one only where its file shows thinking of its model and version.
+CACHED_FAULTS_TEMPLATE = """
+SELECT * FROM (
+  SELECT c.file_id, c.record_id, r.line_no, r.uuid, r.message_id, r.model, r.version, c.block,
+    CASE WHEN c.kind <> 'blanked' OR EXISTS (
+      SELECT 1 FROM thinking_cache p WHERE p.file_id = c.file_id AND p.kind = 'shown'
+        AND p.model IS c.model AND p.version IS c.version) THEN c.kind END AS fault
+  FROM thinking_cache c JOIN records r ON r.id = c.record_id
+  WHERE c.kind <> 'shown' AND {files}
+) WHERE fault IS NOT NULL
+""".strip()
+
 # --- Which Claude Code stays stuck ----------------------------------------------
 
 # What a Claude Code version does when the API refuses the latest assistant
