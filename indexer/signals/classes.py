@@ -159,14 +159,18 @@ _ON_HOST = "CASE WHEN host <> '' THEN 'host ' || host || ': ' ELSE '' END || "
 
 
 def _verdict_row(verdict_: str, label: str, detail: str, main_files: str = "",
-                 narrow: str = "") -> HealthRow:
+                 narrow: str = "", hosts: str = "") -> HealthRow:
     """A health row of one verdict, narrowed before the view is computed for
     every session: to the sessions whose main transcript can have it
-    (``main_files``, a query of files.id), or by a condition on the view's
-    columns that SQLite pushes into it (``narrow``); tests/test_one_answer.py
-    holds each row equal to the view's filter."""
+    (``main_files``, a query of files.id), to the session_hosts rows
+    ``hosts`` picks (a condition on session_hosts h; the sessions without a
+    main transcript kept), or by a condition on the view's columns
+    (``narrow``); tests/test_one_answer.py holds each row equal to the
+    view's filter."""
     source = (f"({verdict.verdicts_of_main_files(main_files)}) session_verdicts"
               if main_files else "")
+    if hosts:
+        source = f"({verdict.verdicts_of_hosts(hosts)}) session_verdicts"
     return HealthRow(label, at=_VERDICT_AT, detail=_ON_HOST + detail, source=source,
                      where=f"verdict = '{verdict_}'" + (f" AND {narrow}" if narrow else ""),
                      link=f"verdict={verdict_}")
@@ -221,7 +225,10 @@ VERDICTS = ProblemClass(
     health=(
         _verdict_row("missing", "Missing: a resume opens no transcript", "cause",
                      narrow="(" + verdict.NOT_LOADED_TEMPLATE.format(rule="main_file_rule")
-                     + f" OR session_id IN ({_WITH_EVIDENCE}))"),
+                     + f" OR session_id IN ({_WITH_EVIDENCE}))",
+                     # (the same, before the verdict is computed: an OR is not pushed)
+                     hosts=verdict.NOT_LOADED_TEMPLATE.format(rule="h.main_file_rule")
+                     + f" OR h.session_id IN ({_WITH_EVIDENCE})"),
         _verdict_row("poisoned", "Poisoned: a resume names an id the API refuses",
                      "'previous_message_id ' || coalesce(tail_message_id, '?')",
                      "SELECT r.file_id FROM records r WHERE "
