@@ -96,8 +96,19 @@ def _sql_faults(tmp_path, entries) -> list[tuple[int, int, str]]:
     path.parent.mkdir(parents=True)
     path.write_text("".join(json.dumps(e) + "\n" for e in entries))
     index.ingest()
+    assert_cache_rows_agree(index)
     return sorted((r["line_no"] - 1, r["block"], r["fault"]) for r in index.rows(
         thinking.thinking_faults_sql("1")))
+
+
+def assert_cache_rows_agree(index):
+    """thinking_cache's rows as ingest classifies them in Python
+    (thinking.cache_rows) are the SQL's (THINKING_CACHE_ROWS_TEMPLATE)."""
+    conn = index.db.conn
+    python = thinking.cache_rows(conn.execute(
+        thinking.CACHE_CANDIDATES_TEMPLATE.format(files="1")))
+    sql = conn.execute(thinking.THINKING_CACHE_ROWS_TEMPLATE.format(files="1")).fetchall()
+    assert sorted(python, key=repr) == sorted(sql, key=repr)
 
 
 @pytest.mark.parametrize("name, entries, expected", CASES, ids=[c[0] for c in CASES])
@@ -123,6 +134,7 @@ def test_the_rule_agrees_on_every_fixture_and_corpus_file(tmp_path):
         sql = sorted((r["line_no"], r["block"], r["fault"]) for r in index.rows(
             thinking.thinking_faults_sql("{a}.file_id = " + str(file_id))))
         assert python == sql, path
+    assert_cache_rows_agree(index)
 
 
 def _chained(n, blocks, *, model="claude-opus-4-7", version=STUCK, sid="s"):

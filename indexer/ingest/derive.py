@@ -76,10 +76,12 @@ THINKING_SCAN_STATE_SQL = """
 SELECT f.kind, f.generation, s.generation, s.scanned_offset
 FROM files f LEFT JOIN thinking_scans s ON s.file_id = f.id WHERE f.id = ?
 """.strip()
-# The rows of the file's records after :after (a byte_offset; -1: all).
-THINKING_SCAN_SQL = ("INSERT INTO thinking_cache (file_id, record_id, block, kind, model, "
-                     "version)\n" + thinking.THINKING_CACHE_ROWS_TEMPLATE.format(
-                         files="r.file_id = :file_id AND r.byte_offset > :after"))
+# The records to classify (thinking.cache_rows): the file's after :after
+# (a byte_offset; -1: all).
+THINKING_CANDIDATES_SQL = thinking.CACHE_CANDIDATES_TEMPLATE.format(
+    files="r.file_id = :file_id AND r.byte_offset > :after")
+INSERT_THINKING_SQL = ("INSERT INTO thinking_cache (file_id, record_id, block, kind, model, "
+                       "version) VALUES (?, ?, ?, ?, ?, ?)")
 FORGET_THINKING_SQL = "DELETE FROM thinking_cache WHERE file_id = ?"
 # Where the scan stopped: the file's last record (by the records_file_offset index).
 SAVE_THINKING_SCAN_SQL = """
@@ -103,7 +105,8 @@ def scan_thinking(conn, file_ids) -> None:
         if after == -1:
             conn.execute(FORGET_THINKING_SQL, [file_id])
         params = {"file_id": file_id, "after": after, "generation": generation}
-        conn.execute(THINKING_SCAN_SQL, params)
+        conn.executemany(INSERT_THINKING_SQL, thinking.cache_rows(
+            conn.execute(THINKING_CANDIDATES_SQL, params)))
         conn.execute(SAVE_THINKING_SCAN_SQL, params)
 
 

@@ -45,6 +45,8 @@ The faults, per block:
 
 from __future__ import annotations
 
+import json
+
 # The fixed fields of a decoded signature (see above): 136 bytes, 184 base64
 # characters at least. A shorter signature was cut.
 MIN_SIGNATURE_CHARS = 184
@@ -220,6 +222,55 @@ SELECT * FROM (
     AND """ + FIRST_PARTY.format(r="r") + """
 ) WHERE kind IS NOT NULL
 """.strip()
+
+# THINKING_CACHE_ROWS_TEMPLATE's condition on the records it reads, and the
+# columns cache_rows takes from them (derive.scan_thinking: SQLite's JSON
+# functions parse a record's line once per call, several times a record:
+# 30 s for the 52,381 such records of a 1M-record index, against a few
+# seconds read with this and classified in Python).
+CACHE_CANDIDATES_TEMPLATE = """
+SELECT r.file_id, r.id, r.message_id, r.model, r.version, r.raw FROM records r
+WHERE {files} AND r.type = 'assistant' AND instr(r.raw, 'thinking') > 0
+""".strip()
+
+
+def _first_key(pairs):
+    """A JSON object as SQLite's JSON functions read it: a key's first value."""
+    out = {}
+    for key, value in pairs:
+        out.setdefault(key, value)
+    return out
+
+
+def _no_constant(name):
+    raise ValueError(name)   # NaN, Infinity: not JSON to SQLite
+
+
+def cache_rows(candidates) -> list[tuple]:
+    """THINKING_CACHE_ROWS_TEMPLATE's rows, in Python, from the rows of
+    CACHE_CANDIDATES_TEMPLATE (file_id, id, message_id, model, version, raw):
+    the same rule (shown, block_fault with displayed true, first_party over
+    the record's columns); tests/test_wedged.py holds the two equal. A
+    change here that the SQL does not share: bump views.DERIVE_VERSION."""
+    out = []
+    for file_id, record_id, message_id, model, version, raw in candidates:
+        try:
+            entry = json.loads(raw, object_pairs_hook=_first_key, parse_constant=_no_constant)
+        except (ValueError, TypeError, RecursionError):
+            continue
+        message = entry.get("message") if isinstance(entry, dict) else None
+        content = message.get("content") if isinstance(message, dict) else None
+        if not isinstance(content, list):
+            continue
+        if any(shown(b) for b in content):
+            out.append((file_id, record_id, None, "shown", model, version))
+        if first_party(message_id, model):
+            for i, b in enumerate(content):
+                kind = block_fault(b, True)
+                if kind:
+                    out.append((file_id, record_id, i, kind, model, version))
+    return out
+
 
 # THINKING_FAULTS_TEMPLATE's rows, read from thinking_cache: the faulty blocks
 # of the cached files {files} picks (a condition on thinking_cache c), a
