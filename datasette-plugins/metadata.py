@@ -946,6 +946,45 @@ for _signal in classes.SIGNAL_VIEWS:
         **({"units": dict(_signal.units)} if _signal.units else {}),
         "columns": _cols(*_signal.common, **_signal.columns),
     }
+# thinking_faults and session_forks read what ingest keeps in SQL
+# (derive.keep_sql_caches); their *_definition views read the records.
+for _view in ("thinking_faults", "session_forks"):
+    TABLES[f"{_view}_definition"] = {
+        "description": f"The SQL the {_view} view is held equal to (by the tests), over the "
+                       f"records. Slow: seconds per query on a large index; query {_view} "
+                       "instead.",
+        "columns": TABLES[_view]["columns"]}
+TABLES["thinking_cache"] = {
+    "description": "What the thinking blocks of each main transcript's assistant records are, "
+                   "kept by ingest (thinking.py); query thinking_faults instead.",
+    "hidden": True,
+    "columns": _cols(
+        "file_id", record_id="records.id of the assistant record",
+        block="the block's index in message.content (empty for kind shown)",
+        kind="shown (the record has a thinking block the API showed), unsigned, truncated, or "
+             "blanked (empty text, signed: refused where the file shows thinking of the same "
+             "model and version)",
+        model="the record's message.model", version="the Claude Code version that wrote it"),
+}
+TABLES["thinking_scans"] = {
+    "description": "How far ingest read each main transcript for thinking_cache.",
+    "hidden": True,
+    "columns": {"file_id": "files.id", "generation": "the file's generation read",
+                "scanned_offset": "byte_offset of the last record read (-1: none)"},
+}
+TABLES["fork_heads_cache"] = {
+    "description": "Each main transcript's first user and assistant records and what they say "
+                   "of another session, kept by ingest (forks.py); query session_forks instead.",
+    "hidden": True,
+    "columns": _cols(
+        "file_id", first_user="records.id of its first user record (by offset)",
+        first_assistant="records.id of its first assistant record",
+        forked_from="the first user record's forkedFrom.sessionId",
+        assistant_forked_from="the first assistant record's forkedFrom.sessionId",
+        user_session_id="the first user record's sessionId",
+        assistant_session_id="the first assistant record's sessionId",
+        request_session_id="the first assistant record's requestSessionId"),
+}
 TABLES["sdk_terminals"] = {
     "description": "The Agent SDK's leaf candidates per file: each record no record names as "
                    "parent, with the message it walks up to (kept by ingest; the SDK leaf "

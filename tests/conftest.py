@@ -106,10 +106,10 @@ class Index:
         """Each cache-backed contract view equals its recursive definition,
         the definitions read on a copy of the tables they read (see
         _DefinitionsCopy: preparing them costs seconds, once per process)."""
-        from indexer.chain.definitions import CACHED_VIEWS
+        from indexer.chain.definitions import CACHED_VIEWS, SQL_CACHED_VIEWS
 
         copy = _DefinitionsCopy.of(self.db.conn)
-        for view in CACHED_VIEWS:
+        for view in CACHED_VIEWS + SQL_CACHED_VIEWS:
             extra, missing = views_differ(self.db.conn, view, f"{view}_definition", copy)
             assert (extra, missing) == ([], []), view
 

@@ -122,6 +122,41 @@ def test_the_view_links_each_fork_to_its_parent(world):
     assert found[FORK_OF_FORK]["copied_records"] > found[FORK1]["copied_records"]
 
 
+def test_the_view_reads_what_ingest_keeps_as_lines_come(world):
+    """Issue 29: session_forks reads fork_heads_cache (each main
+    transcript's first user and assistant records, what they say of another
+    session), kept as derive adds records, equal to session_forks_definition
+    (the same over the records) as a copy of FORK1 is written line by line
+    (no fork before its first user line); rewritten with records naming only
+    itself, it is none."""
+    from conftest import views_differ
+
+    db, proj = world["db"], world["proj"]
+    assert views_differ(db.conn, "session_forks", "session_forks_definition") == ([], [])
+    late = "f0f0f0f0-1111-4222-8333-444444444444"
+    lines = (proj / f"{FORK1}.jsonl").read_text().splitlines(keepends=True)
+    seen = []
+    for line in lines:
+        with open(proj / f"{late}.jsonl", "a") as f:
+            f.write(line)
+        ingest(db, [str(proj.parent)])
+        assert views_differ(db.conn, "session_forks", "session_forks_definition") == ([], [])
+        seen.append([(r["kind"], r["parent_session_id"]) for r in rows(
+            db, "SELECT * FROM session_forks WHERE session_id = ?", [late])])
+    assert seen[0] == [] and seen[-1] == [("fork", FORK1)]   # its lines carry FORK1's id
+    assert db.conn.execute("SELECT count(*) FROM fork_heads_cache").fetchone()[0] == \
+        db.conn.execute("SELECT count(*) FROM files WHERE kind = 'main'").fetchone()[0]
+    own = [json.loads(line) for line in lines]
+    for record in own:
+        record.pop("requestSessionId", None)
+        record.pop("forkedFrom", None)
+        record["sessionId"] = late
+    (proj / f"{late}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in own[:3]))
+    ingest(db, [str(proj.parent)])
+    assert views_differ(db.conn, "session_forks", "session_forks_definition") == ([], [])
+    assert rows(db, "SELECT * FROM session_forks WHERE session_id = ?", [late]) == []
+
+
 def test_the_listing(world):
     result = CliRunner().invoke(cli, ["forks", "--db", str(world["path"]), "--json"])
     assert result.exit_code == 1

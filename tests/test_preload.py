@@ -51,6 +51,18 @@ def make_sources(root: Path) -> Path:
         {"type": "user", "uuid": "unreadable-1", "parentUuid": None, "sessionId": sid[0]},
         {"type": "last-prompt", "lastPrompt": "x", "leafUuid": None, "explicit": True}])
     write_jsonl(p / f"{sid[1]}.jsonl", _chain(sid[1], 6), newline_at_end=False)
+    # Thinking the API refuses and thinking it showed (thinking_cache: the
+    # workers classify it from the lines they parsed, ingest alone from the index).
+    thinks = _chain(SID.format(20), 8)
+    signature = "EqgCClkIDBgCKkB" + "Ab9+/" * 60
+    for i, blocks in ((1, [{"type": "thinking", "thinking": "why", "signature": signature}]),
+                      (3, [{"type": "thinking", "thinking": "", "signature": signature},
+                           {"type": "text", "text": "x"}]),
+                      (5, [{"type": "thinking", "thinking": "", "signature": ""}]),
+                      (7, [{"type": "redacted_thinking"}])):
+        thinks[i]["message"] = {"id": f"msg_{i:04d}", "role": "assistant",
+                                "model": "claude-opus-4-7", "content": blocks}
+    write_jsonl(p / f"{SID.format(20)}.jsonl", thinks)
     (p / f"{sid[2]}.jsonl").write_bytes(
         write_jsonl(p / f"{sid[2]}.jsonl", _chain(sid[2], 4)).read_bytes() + b'{"type": "us')
     big = _chain(sid[3], 3)
@@ -76,7 +88,7 @@ def make_sources(root: Path) -> Path:
 
 # Columns that hold a record's id: compared as the record's (file, line).
 RECORD_IDS = {"record_id", "resume_leaf_id", "sdk_leaf_id", "message_record_id",
-              "last_record_id"}
+              "last_record_id", "first_user", "first_assistant"}
 
 
 def dump(index: Index) -> dict:

@@ -96,8 +96,19 @@ def _sql_faults(tmp_path, entries) -> list[tuple[int, int, str]]:
     path.parent.mkdir(parents=True)
     path.write_text("".join(json.dumps(e) + "\n" for e in entries))
     index.ingest()
+    assert_cache_rows_agree(index)
     return sorted((r["line_no"] - 1, r["block"], r["fault"]) for r in index.rows(
         thinking.thinking_faults_sql("1")))
+
+
+def assert_cache_rows_agree(index):
+    """thinking_cache's rows as ingest classifies them in Python
+    (thinking.cache_rows) are the SQL's (THINKING_CACHE_ROWS_TEMPLATE)."""
+    conn = index.db.conn
+    python = thinking.cache_rows(conn.execute(
+        thinking.CACHE_CANDIDATES_TEMPLATE.format(files="1")))
+    sql = conn.execute(thinking.THINKING_CACHE_ROWS_TEMPLATE.format(files="1")).fetchall()
+    assert sorted(python, key=repr) == sorted(sql, key=repr)
 
 
 @pytest.mark.parametrize("name, entries, expected", CASES, ids=[c[0] for c in CASES])
@@ -123,6 +134,55 @@ def test_the_rule_agrees_on_every_fixture_and_corpus_file(tmp_path):
         sql = sorted((r["line_no"], r["block"], r["fault"]) for r in index.rows(
             thinking.thinking_faults_sql("{a}.file_id = " + str(file_id))))
         assert python == sql, path
+    assert_cache_rows_agree(index)
+
+
+def _chained(n, blocks, *, model="claude-opus-4-7", version=STUCK, sid="s"):
+    """A prompt and its reply with ``blocks``, the n-th turn of a chain."""
+    prompt = {"type": "user", "uuid": f"u{n}", "parentUuid": f"a{n - 1}" if n else None,
+              "sessionId": sid, "version": version,
+              "timestamp": f"2026-05-28T00:{n:02d}:00.000Z",
+              "message": {"role": "user", "content": f"turn {n}"}}
+    answer = reply(blocks, model=model, version=version, message_id=f"msg_{n:04d}", n=n)
+    answer.update(parentUuid=f"u{n}", sessionId=sid,
+                  timestamp=f"2026-05-28T00:{n:02d}:01.000Z")
+    return [prompt, answer]
+
+
+def test_the_view_reads_what_ingest_keeps_as_lines_come(index):
+    """Issue 29: thinking_faults reads thinking_cache, kept as derive adds
+    records (a file's new records only, all of them when it is rewritten),
+    equal to thinking_faults_definition (its SQL over the records) after
+    every append: a blanked block shows once a later line shows thinking of
+    its model and version; a rewrite drops what the old lines held."""
+    sid = "27272727-2929-4000-8000-000000000000"
+    path = index.projects / "p" / f"{sid}.jsonl"
+    path.parent.mkdir(parents=True)
+    turns = [
+        _chained(0, [EMPTY_SIGNED, {"type": "text", "text": "hi"}], sid=sid),
+        _chained(1, [{"type": "thinking", "thinking": "", "signature": SIG[:24]}], sid=sid),
+        _chained(2, [{"type": "redacted_thinking"}], model="claude-sonnet-4-5", sid=sid),
+        _chained(3, [SHOWN], sid=sid),                       # the evidence turn 0 was blanked
+        _chained(4, [{"type": "thinking", "thinking": "", "signature": ""}], sid=sid),
+    ]
+    seen = []
+    for turn in turns:
+        with open(path, "a") as f:
+            f.write("".join(json.dumps(e) + "\n" for e in turn))
+        index.ingest()
+        index.assert_caches_match_definitions()
+        seen.append(sorted((r["line_no"], r["fault"], r["latest"]) for r in index.rows(
+            "SELECT * FROM thinking_faults")))
+    assert seen[0] == []            # no evidence yet: an omitted display
+    assert seen[2] == [(4, "truncated", 0), (6, "unsigned", 1)]
+    assert seen[3] == [(2, "blanked", 0), (4, "truncated", 0), (6, "unsigned", 0)]
+    assert seen[4] == [(2, "blanked", 0), (4, "truncated", 0), (6, "unsigned", 0),
+                       (10, "unsigned", 1)]
+    assert index.value("SELECT count(*) FROM thinking_cache") > 0
+    path.write_text("".join(json.dumps(e) + "\n" for e in turns[3]))   # rewritten shorter
+    index.ingest()
+    index.assert_caches_match_definitions()
+    assert index.rows("SELECT * FROM thinking_faults") == []
 
 
 @pytest.mark.parametrize("version, key, fault, stuck", [

@@ -1725,6 +1725,11 @@ DUPLICATE_UUIDS_SQL = (f"SELECT {prefixed(DUPLICATE_UUIDS_COLUMNS, 'c')}, "
 
 # Each cache-backed view, with its definition (tests hold them equal).
 CACHED_VIEWS = ("leaves", "leaf_ancestry", "orphans", "chain_breaks", "duplicate_uuids")
+# The views that read what ingest keeps in SQL as it derives (not the walk's
+# caches above), each with its X_definition too (tests hold them equal):
+# thinking_faults reads thinking_cache (signals/classes.py), session_forks
+# fork_heads_cache (signals/forks.py).
+SQL_CACHED_VIEWS = ("thinking_faults", "session_forks")
 
 # --- Which main transcript `claude --resume` opens ------------------------
 

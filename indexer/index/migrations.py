@@ -1296,3 +1296,59 @@ def m086_records_rows_ahead(db):
         "AND json_type(raw, '$.rowsAheadOfPutBack') = 'array'")
     db.execute("CREATE INDEX records_rows_ahead ON records(file_id, line_no) "
                "WHERE rows_ahead IS NOT NULL")
+
+
+@migrations()
+def m087_thinking_cache(db):
+    # thinking_cache: what each assistant record's thinking blocks are
+    # (transcripts/thinking.py, THINKING_CACHE_ROWS_TEMPLATE), kept by derive
+    # for main transcripts, so the thinking_faults view reads a small table
+    # instead of every assistant record's JSON. thinking_scans: how far each
+    # file was read for it (its generation and the last record's
+    # byte_offset; -1 none). Filled at the next ingest: the definitions'
+    # hash changes with them, and every file is derived again.
+    db.execute(
+        """
+        CREATE TABLE thinking_cache (
+            file_id INTEGER NOT NULL,
+            record_id INTEGER NOT NULL,
+            block INTEGER,                 -- the block's index in message.content; NULL: shown
+            kind TEXT NOT NULL,            -- shown | unsigned | truncated | blanked
+            model TEXT,
+            version TEXT
+        )
+        """
+    )
+    db.execute("CREATE INDEX thinking_cache_file ON thinking_cache(file_id, kind)")
+    db.execute(
+        """
+        CREATE TABLE thinking_scans (
+            file_id INTEGER PRIMARY KEY,
+            generation INTEGER NOT NULL,
+            scanned_offset INTEGER NOT NULL
+        )
+        """
+    )
+
+
+@migrations()
+def m088_fork_heads_cache(db):
+    # fork_heads_cache: per main transcript, its first user and assistant
+    # records and what they say of another session (signals/forks.py,
+    # FORK_HEADS_TEMPLATE), kept by derive, so session_forks (the forks
+    # listing, the health page, every session page) reads no JSON. Filled
+    # at the next ingest: the definitions' hash changes with it.
+    db.execute(
+        """
+        CREATE TABLE fork_heads_cache (
+            file_id INTEGER PRIMARY KEY,
+            first_user INTEGER,            -- records.id of its first user record, by offset
+            first_assistant INTEGER,       -- and of its first assistant record
+            forked_from TEXT,              -- the first user record's forkedFrom.sessionId
+            assistant_forked_from TEXT,    -- the first assistant record's
+            user_session_id TEXT,          -- their sessionId
+            assistant_session_id TEXT,
+            request_session_id TEXT        -- the first assistant record's requestSessionId
+        )
+        """
+    )

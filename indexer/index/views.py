@@ -28,7 +28,8 @@ from indexer.chain.definitions import (
     TRANSCRIPT_KINDS,
     with_host,
 )
-from indexer.signals import classes, compaction, verdict
+from indexer.signals import classes, compaction, forks, verdict
+from indexer.transcripts import thinking
 from indexer.transcripts.digests import sha256
 from indexer.transcripts.records import (
     API_ERROR_RECORD,
@@ -591,6 +592,11 @@ VIEWS = {
     "duplicate_uuids": DUPLICATE_UUIDS_SQL,
     # the signal views, as the problem classes declare them
     **{view.name: view.definition() for view in classes.SIGNAL_VIEWS},
+    # what thinking_faults reads from thinking_cache, from the records
+    "thinking_faults_definition": classes.THINKING_FAULTS_TEMPLATE.format(
+        **classes.THINKING_FAULTS_ARGS),
+    # what session_forks reads from fork_heads_cache, from the records
+    "session_forks_definition": forks.SESSION_FORKS_DEFINITION_SQL,
     "repair_plan": REPAIR_PLAN_SQL,
     "session_copies": SESSION_COPIES_SQL,
     "host_copies": HOST_COPIES_SQL,
@@ -606,6 +612,7 @@ VIEWS = {
 DEFINITIONS_HASH = sha256("\n".join([
     CLI_DEFINITION_SQL, LEAVES_DEFINITION_SQL, LEAF_ANCESTRY_DEFINITION_SQL,
     ORPHANS_DEFINITION_SQL, CHAIN_BREAKS_DEFINITION_SQL, DUPLICATE_UUIDS_DEFINITION_SQL,
+    thinking.THINKING_CACHE_ROWS_TEMPLATE, forks.FORK_HEADS_TEMPLATE,
 ]).encode()).hexdigest()[:16]
 
 

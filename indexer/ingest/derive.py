@@ -25,7 +25,8 @@ from indexer.index import views
 from indexer.chain.walk import UUID_RECORDS_SELECT, Rec
 from indexer.sql import write_lock
 from indexer.chain.resume import CHAIN_TYPES
-from indexer.transcripts import records
+from indexer.signals import forks
+from indexer.transcripts import records, thinking
 
 DERIVE_BATCH = 200
 CACHES = tuple(chain.CACHE_TABLES.values())
@@ -61,6 +62,61 @@ UNMARK_FILES_SQL = "UPDATE files SET needs_derive = 0 WHERE id IN (SELECT value 
 SESSIONS_HASH = views.SESSIONS_HASH
 
 
+# thinking_cache (transcripts/thinking.py): kept for main transcripts by
+# scan_thinking, from where thinking_scans says the last scan stopped.
+THINKING_TABLES = ("thinking_cache", "thinking_scans")
+# fork_heads_cache (signals/forks.py): a main transcript's row again.
+FORK_HEADS_SQL = (f"INSERT OR REPLACE INTO fork_heads_cache ({forks.FORK_HEADS_COLUMNS})\n"
+                  + forks.FORK_HEADS_TEMPLATE.format(
+                      files="f.id IN (SELECT value FROM json_each(:file_ids))"))
+SQL_CACHE_TABLES = THINKING_TABLES + ("fork_heads_cache",)
+# A file's kind and generation, and how far its thinking was scanned (NULL:
+# never, or its rows were forgotten).
+THINKING_SCAN_STATE_SQL = """
+SELECT f.kind, f.generation, s.generation, s.scanned_offset
+FROM files f LEFT JOIN thinking_scans s ON s.file_id = f.id WHERE f.id = ?
+""".strip()
+# The records to classify (thinking.cache_rows): the file's after :after
+# (a byte_offset; -1: all).
+THINKING_CANDIDATES_SQL = thinking.CACHE_CANDIDATES_TEMPLATE.format(
+    files="r.file_id = :file_id AND r.byte_offset > :after")
+INSERT_THINKING_SQL = ("INSERT INTO thinking_cache (file_id, record_id, block, kind, model, "
+                       "version) VALUES (?, ?, ?, ?, ?, ?)")
+FORGET_THINKING_SQL = "DELETE FROM thinking_cache WHERE file_id = ?"
+# Where the scan stopped: the file's last record (by the records_file_offset index).
+SAVE_THINKING_SCAN_SQL = """
+INSERT OR REPLACE INTO thinking_scans (file_id, generation, scanned_offset)
+SELECT :file_id, :generation, coalesce(max(byte_offset), :after) FROM records
+WHERE file_id = :file_id
+""".strip()
+
+
+def scan_thinking(conn, file_ids) -> None:
+    """Bring these files' thinking_cache rows up to date (inside the
+    caller's transaction): a main transcript's records after the last scan
+    of its generation, all of them when it has none (a new, rewritten or
+    recomputed file: forget_files drops its scan)."""
+    for file_id in file_ids:
+        row = conn.execute(THINKING_SCAN_STATE_SQL, [file_id]).fetchone()
+        if row is None or row[0] != "main":
+            continue
+        _kind, generation, scanned_generation, scanned = row
+        after = scanned if scanned_generation == generation else -1
+        if after == -1:
+            conn.execute(FORGET_THINKING_SQL, [file_id])
+        params = {"file_id": file_id, "after": after, "generation": generation}
+        conn.executemany(INSERT_THINKING_SQL, thinking.cache_rows(
+            conn.execute(THINKING_CANDIDATES_SQL, params)))
+        conn.execute(SAVE_THINKING_SCAN_SQL, params)
+
+
+def keep_sql_caches(conn, file_ids) -> None:
+    """The caches kept in SQL for these files, after their records changed
+    (inside the caller's transaction): thinking_cache, fork_heads_cache."""
+    scan_thinking(conn, file_ids)
+    conn.execute(FORK_HEADS_SQL, {"file_ids": json.dumps(list(file_ids))})
+
+
 def forget_file(conn, file_id: int) -> None:
     """Drop a file's cached rows (inside the caller's transaction)."""
     forget_files(conn, [file_id])
@@ -69,7 +125,7 @@ def forget_file(conn, file_id: int) -> None:
 def forget_files(conn, file_ids: list[int]) -> None:
     """Drop these files' cached rows, one statement per cache."""
     ids = json.dumps(file_ids)
-    for table in CACHES:
+    for table in CACHES + SQL_CACHE_TABLES:
         conn.execute(
             f"DELETE FROM {table} WHERE file_id IN (SELECT value FROM json_each(?))", [ids])
 
@@ -368,7 +424,9 @@ def derive_some(db, file_ids: list[int], budget_s: float | None = None) -> list[
 
 def finish_files(conn, file_ids: list[int]) -> None:
     """Once these files' caches are written (inside the caller's
-    transaction): their sessions' rows again, and the files unmarked."""
+    transaction): the caches kept in SQL (keep_sql_caches) and their
+    sessions' rows again, and the files unmarked."""
+    keep_sql_caches(conn, file_ids)
     ids = json.dumps(file_ids)
     for (session_id,) in conn.execute(SESSIONS_OF_FILES_SQL, [ids]).fetchall():
         views.refresh_session(conn, session_id)

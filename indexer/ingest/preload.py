@@ -54,6 +54,7 @@ from indexer.ingest.linerows import (
 from indexer.transcripts.records import (
     FORK_BRIEFING, FORK_BRIEFING_RECORD, HAS_TOOL_USE, PRESERVED, RECORD_FIELDS, TOOL_USE_MARK,
     is_compact_boundary)
+from indexer.transcripts import thinking
 from indexer.transcripts.rows import LARGE_LINE_BYTES, bindable
 from indexer.transcripts.safefiles import open_regular
 
@@ -136,6 +137,41 @@ def copy_cache_sql(name: str) -> str:
 
 
 COPY_CACHE_SQL = {name: copy_cache_sql(name) for name in CACHE_COLUMNS}
+
+# thinking_cache's rows of a batch's main transcripts (thinking.cache_rows,
+# from the lines the worker parsed: ingest need not read them back), and
+# where each one's scan stopped (its last record's byte_offset): copied with
+# the caches, so derive.scan_thinking reads only what ingest stored after it.
+CREATE_THINKING_SQL = (
+    "CREATE TABLE thinking_cache (file_id, record_id, block, kind, model, version)",
+    "CREATE TABLE thinking_scans (file_id, scanned_offset)",
+)
+INSERT_THINKING_SQL = "INSERT INTO thinking_cache VALUES (?, ?, ?, ?, ?, ?)"
+INSERT_THINKING_SCAN_SQL = "INSERT INTO thinking_scans VALUES (?, ?)"
+_MAP = ("WITH m(key, file_id, shift) AS MATERIALIZED (SELECT value ->> 0, value ->> 1, "
+        "value ->> 2 FROM json_each(:map)) ")
+COPY_THINKING_SQL = (
+    _MAP + "INSERT INTO main.thinking_cache (file_id, record_id, block, kind, model, version) "
+    f"SELECT m.file_id, c.record_id + m.shift, c.block, c.kind, c.model, c.version "
+    f"FROM m JOIN {SCHEMA}.thinking_cache c ON c.file_id = m.key",
+    _MAP + "INSERT OR REPLACE INTO main.thinking_scans (file_id, generation, scanned_offset) "
+    f"SELECT m.file_id, f.generation, c.scanned_offset FROM m "
+    f"JOIN {SCHEMA}.thinking_scans c ON c.file_id = m.key JOIN main.files f ON f.id = m.file_id",
+)
+# Where a record row (RECORD_COLUMNS, then its line) holds what cache_rows reads.
+_TYPE_AT, _MESSAGE_ID_AT, _MODEL_AT, _VERSION_AT, _OFFSET_AT = (
+    RECORD_COLUMNS.index(c) for c in ("type", "message_id", "model", "version", "byte_offset"))
+
+
+def _thinking_rows(key: int, first_record: int, records: list) -> list:
+    """thinking.cache_rows of one main transcript's records (batch ids from
+    ``first_record``, in file order), as derive.scan_thinking finds them in
+    the index: assistant lines that mention thinking."""
+    return thinking.cache_rows(
+        (key, first_record + i, r[_MESSAGE_ID_AT], r[_MODEL_AT], r[_VERSION_AT], r[-1])
+        for i, r in enumerate(records)
+        if r[_TYPE_AT] == "assistant"
+        and (b"thinking" if r[-1].__class__ is bytes else "thinking") in r[-1])
 
 # The worker's writes to a batch.
 INSERT_FILE_SQL = (f"INSERT INTO files ({', '.join(FILE_COLUMNS)}) VALUES "
@@ -289,6 +325,8 @@ class Preloader:
         params = {"map": json.dumps(self.kept)}
         for name in CACHE_COLUMNS:
             conn.execute(COPY_CACHE_SQL[name], params)
+        for sql in COPY_THINKING_SQL:
+            conn.execute(sql, params)
         ids = [file_id for _, file_id, _ in self.kept]
         self.kept = []
         return ids
@@ -544,6 +582,8 @@ def write_batch(target: str, records_sql: str, files: list[list]) -> None:
         conn.execute("BEGIN")
         for sql in (records_sql, *CREATE_BATCH_SQL):
             conn.execute(sql)
+        for sql in CREATE_THINKING_SQL:
+            conn.execute(sql)
         to_derive, chain_rows, prompts, boundaries, lines = {}, [], [], [], {}
         for key, (path, kind, named_session) in enumerate(files):
             records, bads = [], []
@@ -565,6 +605,10 @@ def write_batch(target: str, records_sql: str, files: list[list]) -> None:
                     row[first] = row[last] - len(rows) + 1
             if key in to_derive:
                 _chain_rows(records, row["first_record"], chain_rows, prompts, boundaries, lines)
+                if kind == "main" and records:
+                    conn.executemany(INSERT_THINKING_SQL, _thinking_rows(
+                        key, row["first_record"], records))
+                    conn.execute(INSERT_THINKING_SCAN_SQL, [key, records[-1][_OFFSET_AT]])
             conn.execute(INSERT_FILE_SQL, row)
         if to_derive:
             _derive(conn, to_derive, chain_rows, prompts, boundaries, lines)

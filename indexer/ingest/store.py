@@ -331,6 +331,7 @@ class _Backend:
             conn.execute(UPSERT_STORE_KEY_SQL, {
                 "file_id": file_id, "mtime_ms": mtime_ms, "summary": summary})
             derive.derive_files(conn, [file_id])
+            derive.keep_sql_caches(conn, [file_id])
             views.refresh_session(conn, session_id)
             record_kinds.count_files(conn, [file_id])
             search.catch_up_in(conn)   # the batch's text, when search is enabled

@@ -159,14 +159,18 @@ _ON_HOST = "CASE WHEN host <> '' THEN 'host ' || host || ': ' ELSE '' END || "
 
 
 def _verdict_row(verdict_: str, label: str, detail: str, main_files: str = "",
-                 narrow: str = "") -> HealthRow:
+                 narrow: str = "", hosts: str = "") -> HealthRow:
     """A health row of one verdict, narrowed before the view is computed for
     every session: to the sessions whose main transcript can have it
-    (``main_files``, a query of files.id), or by a condition on the view's
-    columns that SQLite pushes into it (``narrow``); tests/test_one_answer.py
-    holds each row equal to the view's filter."""
+    (``main_files``, a query of files.id), to the session_hosts rows
+    ``hosts`` picks (a condition on session_hosts h; the sessions without a
+    main transcript kept), or by a condition on the view's columns
+    (``narrow``); tests/test_one_answer.py holds each row equal to the
+    view's filter."""
     source = (f"({verdict.verdicts_of_main_files(main_files)}) session_verdicts"
               if main_files else "")
+    if hosts:
+        source = f"({verdict.verdicts_of_hosts(hosts)}) session_verdicts"
     return HealthRow(label, at=_VERDICT_AT, detail=_ON_HOST + detail, source=source,
                      where=f"verdict = '{verdict_}'" + (f" AND {narrow}" if narrow else ""),
                      link=f"verdict={verdict_}")
@@ -221,7 +225,10 @@ VERDICTS = ProblemClass(
     health=(
         _verdict_row("missing", "Missing: a resume opens no transcript", "cause",
                      narrow="(" + verdict.NOT_LOADED_TEMPLATE.format(rule="main_file_rule")
-                     + f" OR session_id IN ({_WITH_EVIDENCE}))"),
+                     + f" OR session_id IN ({_WITH_EVIDENCE}))",
+                     # (the same, before the verdict is computed: an OR is not pushed)
+                     hosts=verdict.NOT_LOADED_TEMPLATE.format(rule="h.main_file_rule")
+                     + f" OR h.session_id IN ({_WITH_EVIDENCE})"),
         _verdict_row("poisoned", "Poisoned: a resume names an id the API refuses",
                      "'previous_message_id ' || coalesce(tail_message_id, '?')",
                      "SELECT r.file_id FROM records r WHERE "
@@ -380,15 +387,15 @@ POISONED = ProblemClass(
 # session_hosts h that narrows it before it is computed (THINKING_FAULTS_ARGS:
 # all; thinking_faults_where: some sessions or files, for a session's page or
 # repair, which the view's materialized steps would not let SQLite narrow).
-THINKING_FAULTS_TEMPLATE = f"""
+_THINKING_FAULTS_SHAPE = f"""
 WITH mains AS MATERIALIZED (
   SELECT h.session_id, h.host, h.main_file_id AS file_id,
     {verdict.LATEST_MESSAGE_ID_TEMPLATE.format(file="h.main_file_id")} AS latest_message_id,
     {verdict.WRITER_VERSION_TEMPLATE.format(file="h.main_file_id")} AS resumer_version
-  FROM session_hosts h WHERE h.main_file_id IS NOT NULL AND {{hosts}}
+  FROM session_hosts h WHERE h.main_file_id IS NOT NULL AND {{hosts}}@CACHED@
 ),
 faults AS MATERIALIZED (
-{thinking.thinking_faults_sql("{a}.file_id IN (SELECT file_id FROM mains)")}
+@FAULTS@
 )
 SELECT m.session_id, t.file_id, t.uuid, t.line_no, t.message_id, t.model, t.version,
   t.block, t.fault, t.message_id IS m.latest_message_id AS latest, m.resumer_version,
@@ -400,6 +407,17 @@ JOIN leaf_ancestry_cache k ON k.file_id = t.file_id AND k.rule = 'resume'
   AND k.record_id = t.record_id
 JOIN files f ON f.id = t.file_id
 """.strip()
+
+THINKING_FAULTS_TEMPLATE = _THINKING_FAULTS_SHAPE.replace("@CACHED@", "").replace(
+    "@FAULTS@", thinking.thinking_faults_sql("{a}.file_id IN (SELECT file_id FROM mains)"))
+# The view reads the faults ingest keeps (thinking_cache: thinking.py), for
+# the main transcripts that have any; thinking_faults_definition is
+# THINKING_FAULTS_TEMPLATE over every session, and the tests hold the two
+# equal (chain/definitions.CACHED_VIEWS).
+THINKING_FAULTS_CACHED_SQL = _THINKING_FAULTS_SHAPE.replace(
+    "@CACHED@", "\n    AND h.main_file_id IN (SELECT file_id FROM thinking_cache WHERE kind <> 'shown')"
+).replace("@FAULTS@", thinking.CACHED_FAULTS_TEMPLATE.format(
+    files="c.file_id IN (SELECT file_id FROM mains)")).format(hosts="1")
 
 THINKING_FAULTS_ARGS = {"hosts": "1"}
 
@@ -432,8 +450,7 @@ THINKING_FAULTS = SignalView(
               "message",
      "last_seen": f"the file's newest record, {TS}",
      "host": "the host of file_id ('' for this machine)"},
-    common=("file_id", "session_id"), template=THINKING_FAULTS_TEMPLATE,
-    view_args=THINKING_FAULTS_ARGS,
+    common=("file_id", "session_id"), sql=THINKING_FAULTS_CACHED_SQL,
     facets=("fault", "latest", "stuck"))
 
 WEDGED = ProblemClass(

@@ -61,27 +61,47 @@ def _text(raw: str, path: str) -> str:
 #   forked_at: its first user or assistant record not copied from the parent
 #   records, host
 # The parent is read from the first user and assistant records by offset
-# (records_file_offset): a few records a transcript; for a fork, the last
-# record naming another session (the session it was made from).
-SESSION_FORKS_SQL = f"""
-WITH heads AS (
-  SELECT f.id AS file_id, f.session_id, f.path, f.records, coalesce(f.host, '') AS host,
+# (records_file_offset): a few records a transcript, kept by ingest in
+# fork_heads_cache (FORK_HEADS_TEMPLATE: reading their JSON for every main
+# transcript at query time took seconds at a million records); for a fork,
+# the last record naming another session (the session it was made from).
+# SESSION_FORKS_TEMPLATE: {heads}, the fork_heads rows it reads (the cache,
+# or FORK_HEADS_TEMPLATE for every main transcript: session_forks_definition,
+# which the tests hold equal to it).
+# fork_heads: per main transcript {files} picks (a condition on files f),
+# its first user and first assistant record (by offset) and what they say
+# of another session: forkedFrom.sessionId of each, their sessionId, and the
+# assistant's requestSessionId. Only the file's own first records: derive
+# recomputes a file's row whenever its records change (derive.keep_sql_caches).
+FORK_HEADS_TEMPLATE = f"""
+SELECT h.file_id, h.first_user, h.first_assistant,
+  {_text("u.raw", "$.forkedFrom.sessionId")} AS forked_from,
+  {_text("a.raw", "$.forkedFrom.sessionId")} AS assistant_forked_from,
+  u.session_id AS user_session_id, a.session_id AS assistant_session_id,
+  {_text("a.raw", "$.requestSessionId")} AS request_session_id
+FROM (
+  SELECT f.id AS file_id,
     (SELECT r.id FROM records r WHERE r.file_id = f.id AND r.type = 'user'
      ORDER BY r.byte_offset LIMIT 1) AS first_user,
     (SELECT r.id FROM records r WHERE r.file_id = f.id AND r.type = 'assistant'
      ORDER BY r.byte_offset LIMIT 1) AS first_assistant
-  FROM files f WHERE f.kind = 'main'
+  FROM files f WHERE f.kind = 'main' AND {{files}}
+) h
+LEFT JOIN records u ON u.id = h.first_user
+LEFT JOIN records a ON a.id = h.first_assistant
+""".strip()
+FORK_HEADS_COLUMNS = ("file_id, first_user, first_assistant, forked_from, assistant_forked_from, "
+                      "user_session_id, assistant_session_id, request_session_id")
+
+SESSION_FORKS_TEMPLATE = f"""
+WITH linked AS MATERIALIZED (
+  SELECT f.id AS file_id, f.session_id, f.path, f.records, coalesce(f.host, '') AS host,
+    c.first_user, c.first_assistant, c.forked_from, c.assistant_forked_from,
+    c.user_session_id, c.assistant_session_id, c.request_session_id
+  FROM files f JOIN {{heads}} c ON c.file_id = f.id
+  WHERE f.kind = 'main'
 ),
-linked AS (
-  SELECT h.*,
-    {_text("u.raw", "$.forkedFrom.sessionId")} AS forked_from,
-    {_text("a.raw", "$.forkedFrom.sessionId")} AS assistant_forked_from,
-    u.session_id AS user_session_id, a.session_id AS assistant_session_id,
-    {_text("a.raw", "$.requestSessionId")} AS request_session_id
-  FROM heads h LEFT JOIN records u ON u.id = h.first_user
-  LEFT JOIN records a ON a.id = h.first_assistant
-),
-judged AS (
+judged AS MATERIALIZED (
   SELECT *,
     CASE
       WHEN coalesce(forked_from, assistant_forked_from) <> session_id
@@ -101,8 +121,11 @@ judged AS (
       WHEN EXISTS (SELECT 1 FROM session_links l WHERE l.session_id = linked.session_id
                    AND l.deleted_at IS NULL) THEN 'job_state'
     END AS link,
-    first_user IS NULL AND first_assistant IS NULL AND EXISTS (
-      SELECT 1 FROM records t WHERE t.file_id = linked.file_id AND t.type IN {_TITLES}) AS empty
+    -- (a CASE: SQLite ran the EXISTS for every transcript under an AND,
+    -- reading all of each one's records: 2 s at a million records)
+    CASE WHEN first_user IS NULL AND first_assistant IS NULL THEN EXISTS (
+      SELECT 1 FROM records t WHERE t.file_id = linked.file_id AND t.type IN {_TITLES})
+    ELSE 0 END AS empty
   FROM linked
 ),
 named AS (  -- the parent: the session the fork was made from, not the first one copied
@@ -140,3 +163,6 @@ SELECT j.file_id, j.session_id, j.path, CASE WHEN j.empty THEN 'empty' ELSE 'for
   j.records, j.host
 FROM named j
 """.strip()
+SESSION_FORKS_SQL = SESSION_FORKS_TEMPLATE.format(heads="fork_heads_cache")
+SESSION_FORKS_DEFINITION_SQL = SESSION_FORKS_TEMPLATE.format(
+    heads="(" + FORK_HEADS_TEMPLATE.format(files="1") + ")")

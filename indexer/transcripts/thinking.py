@@ -45,6 +45,8 @@ The faults, per block:
 
 from __future__ import annotations
 
+import json
+
 # The fixed fields of a decoded signature (see above): 136 bytes, 184 base64
 # characters at least. A shorter signature was cut.
 MIN_SIGNATURE_CHARS = 184
@@ -185,6 +187,104 @@ def thinking_faults_sql(files: str, displayed: str | None = None, once: bool = T
         files_r=files.format(a="r"), files_d=(displayed or files).format(a="d"),
         how="MATERIALIZED" if once else "NOT MATERIALIZED")
 
+
+
+# --- The same rule kept at ingest (thinking_cache) -------------------------------
+
+# Judging every main transcript's thinking at query time reads the JSON of
+# every assistant record that mentions thinking (seconds to tens of seconds
+# at a million records), so ingest keeps what each record's blocks are in
+# thinking_cache (derive.scan_thinking: the records a derive adds, a
+# file's all when it is recomputed), one row per
+#   shown block's record: kind 'shown' (block NULL), any assistant record
+#     with a block the API showed (SHOWN): the displayed pairs' evidence
+#   faulty block of a first-party record: kind unsigned or truncated, or
+#     'blanked' for a block that is blanked when its file has shown thinking
+#     of the same model and version (BLOCK_FAULT with {displayed} true),
+# with the record's model and version. What depends on the rest of the
+# file (is it displayed?) is answered when it is read (CACHED_FAULTS_TEMPLATE),
+# so adding records never changes an older row.
+# THINKING_CACHE_ROWS_TEMPLATE: the rows of the records {files} picks (a
+# condition on records r): file_id, record_id, block, kind, model, version.
+THINKING_CACHE_ROWS_TEMPLATE = """
+SELECT r.file_id, r.id AS record_id, NULL AS block, 'shown' AS kind, r.model, r.version
+FROM records r
+WHERE {files} AND r.type = 'assistant' AND instr(r.raw, 'thinking') > 0 AND EXISTS (
+  SELECT 1 FROM """ + BLOCKS.format(r="r") + """ x
+  WHERE x.type = 'object' AND """ + SHOWN.format(b="x.value") + """)
+UNION ALL
+SELECT * FROM (
+  SELECT r.file_id, r.id AS record_id, CAST(b.key AS INTEGER) AS block,
+    """ + BLOCK_FAULT.replace("{b}", "(CASE WHEN b.type = 'object' THEN b.value END)").replace(
+        "{displayed}", "1") + """ AS kind, r.model, r.version
+  FROM records r, """ + BLOCKS.format(r="r") + """ b
+  WHERE {files} AND r.type = 'assistant' AND instr(r.raw, 'thinking') > 0
+    AND """ + FIRST_PARTY.format(r="r") + """
+) WHERE kind IS NOT NULL
+""".strip()
+
+# THINKING_CACHE_ROWS_TEMPLATE's condition on the records it reads, and the
+# columns cache_rows takes from them (derive.scan_thinking: SQLite's JSON
+# functions parse a record's line once per call, several times a record:
+# 30 s for the 52,381 such records of a 1M-record index, against a few
+# seconds read with this and classified in Python).
+CACHE_CANDIDATES_TEMPLATE = """
+SELECT r.file_id, r.id, r.message_id, r.model, r.version, r.raw FROM records r
+WHERE {files} AND r.type = 'assistant' AND instr(r.raw, 'thinking') > 0
+""".strip()
+
+
+def _first_key(pairs):
+    """A JSON object as SQLite's JSON functions read it: a key's first value."""
+    out = {}
+    for key, value in pairs:
+        out.setdefault(key, value)
+    return out
+
+
+def _no_constant(name):
+    raise ValueError(name)   # NaN, Infinity: not JSON to SQLite
+
+
+def cache_rows(candidates) -> list[tuple]:
+    """THINKING_CACHE_ROWS_TEMPLATE's rows, in Python, from the rows of
+    CACHE_CANDIDATES_TEMPLATE (file_id, id, message_id, model, version, raw):
+    the same rule (shown, block_fault with displayed true, first_party over
+    the record's columns); tests/test_wedged.py holds the two equal. A
+    change here that the SQL does not share: bump views.DERIVE_VERSION."""
+    out = []
+    for file_id, record_id, message_id, model, version, raw in candidates:
+        try:
+            entry = json.loads(raw, object_pairs_hook=_first_key, parse_constant=_no_constant)
+        except (ValueError, TypeError, RecursionError):
+            continue
+        message = entry.get("message") if isinstance(entry, dict) else None
+        content = message.get("content") if isinstance(message, dict) else None
+        if not isinstance(content, list):
+            continue
+        if any(shown(b) for b in content):
+            out.append((file_id, record_id, None, "shown", model, version))
+        if first_party(message_id, model):
+            for i, b in enumerate(content):
+                kind = block_fault(b, True)
+                if kind:
+                    out.append((file_id, record_id, i, kind, model, version))
+    return out
+
+
+# THINKING_FAULTS_TEMPLATE's rows, read from thinking_cache: the faulty blocks
+# of the cached files {files} picks (a condition on thinking_cache c), a
+# 'blanked' one only where its file shows thinking of its model and version.
+CACHED_FAULTS_TEMPLATE = """
+SELECT * FROM (
+  SELECT c.file_id, c.record_id, r.line_no, r.uuid, r.message_id, r.model, r.version, c.block,
+    CASE WHEN c.kind <> 'blanked' OR EXISTS (
+      SELECT 1 FROM thinking_cache p WHERE p.file_id = c.file_id AND p.kind = 'shown'
+        AND p.model IS c.model AND p.version IS c.version) THEN c.kind END AS fault
+  FROM thinking_cache c JOIN records r ON r.id = c.record_id
+  WHERE c.kind <> 'shown' AND {files}
+) WHERE fault IS NOT NULL
+""".strip()
 
 # --- Which Claude Code stays stuck ----------------------------------------------
 
