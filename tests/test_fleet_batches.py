@@ -346,13 +346,17 @@ nats = pytest.importorskip("nats", reason="the fleet extra (nats-py) is not inst
 from test_fleet import pytestmark, server   # noqa: E402,F401  (nats-server, the timing group)
 
 
-async def publish_lines(url: str, count: int, every: float, session_id: str = SESSIONS[0]):
-    """One line a message, ``every`` seconds apart (live traffic)."""
+async def publish_lines(url: str, count: int, every: float, session_id: str = SESSIONS[0],
+                        connected=None):
+    """One line a message, ``every`` seconds apart (live traffic); with
+    ``connected`` (an asyncio.Event), set once connected, before the first."""
     from indexer.ingest import fleet_nats
 
     nc = await nats.connect(url)
     js = nc.jetstream()
     await fleet_nats.ensure_stream(js)
+    if connected is not None:
+        connected.set()
     offset, parent = 0, None
     for i in range(count):
         data = line(session_id, f"u-{i}", parent)
@@ -472,8 +476,10 @@ def test_what_comes_while_a_batch_gathers_is_taken_with_one_pull(server, tmp_pat
 
         sub.fetch = counted
         await publish_lines(server.url, 1, 0)
-        later = asyncio.ensure_future(publish_lines(server.url, 5, 0.01, SESSIONS[1]))
-        msgs = await fleet_central._fetch(sub, 1.0, gather=0.5)
+        connected = asyncio.Event()   # (its connection made first: under load that takes a while)
+        later = asyncio.ensure_future(publish_lines(server.url, 5, 0.01, SESSIONS[1], connected))
+        await connected.wait()
+        msgs = await fleet_central._fetch(sub, 1.0, gather=1.0)
         await later
         await nc.close()
         return msgs
