@@ -1296,3 +1296,24 @@ def m086_records_rows_ahead(db):
         "AND json_type(raw, '$.rowsAheadOfPutBack') = 'array'")
     db.execute("CREATE INDEX records_rows_ahead ON records(file_id, line_no) "
                "WHERE rows_ahead IS NOT NULL")
+
+
+@migrations()
+def m089_records_source_tool_assistant(db):
+    # sourceToolAssistantUUID: the assistant record a tool_result record
+    # answers, kept only when it names another uuid than parentUuid (the one
+    # case Claude Code's loader reads it: it recovers a stray result under
+    # the record it names, walk.recovered_by_tool_use_id). Read from the
+    # line for the rows already in the index, a range of ids at a time; the
+    # instr() test spares the JSON of the lines that do not name it.
+    db.execute("ALTER TABLE records ADD COLUMN source_tool_assistant_uuid TEXT")
+    top = db.execute("SELECT coalesce(max(id), 0) FROM records").fetchone()[0]
+    for low in range(0, top, 50_000):
+        db.execute(
+            "UPDATE records SET source_tool_assistant_uuid = "
+            "raw ->> '$.sourceToolAssistantUUID' "
+            "WHERE id > ? AND id <= ? AND instr(raw, '\"sourceToolAssistantUUID\"') > 0 "
+            "AND json_valid(raw) AND json_type(raw, '$.sourceToolAssistantUUID') = 'text' "
+            "AND raw ->> '$.sourceToolAssistantUUID' <> '' "
+            "AND raw ->> '$.sourceToolAssistantUUID' IS NOT json_extract(raw, '$.parentUuid')",
+            [low, low + 50_000])
