@@ -322,6 +322,10 @@ TABLES = {
             rows_ahead="rowsAheadOfPutBack of a tool_result record (a JSON array): the rows "
                        "(a prompt queued while the tool ran, companion records) Claude "
                        "Code's loader puts back ahead of it",
+            source_tool_assistant_uuid="sourceToolAssistantUUID of a tool_result record, "
+                                       "kept only when it is not its parentUuid: Claude "
+                                       "Code's loader also reads a stray result under the "
+                                       "record it names",
             raw="the exact text of the line (pretty-printed here)",
             has_usage="1 for an assistant record whose message.usage is an object (the "
                       "usage view reads these lines; the counts below are NULL on others)",

@@ -283,3 +283,87 @@ def test_caches_equal_definitions_with_the_loader_marks(index, seed):
         write_jsonl(index.projects / "p" / f"{sid}.jsonl", records)
     index.ingest()
     index.assert_caches_match_definitions()
+
+
+def with_sources(rng: random.Random, records: list) -> list:
+    """Results naming an assistant record in sourceToolAssistantUUID (one
+    of their call's response, another of the file's, their parent, or none
+    loaded) and agentIds on some records, a result's often its named
+    record's: the loader reads a stray result under the record it names
+    too (walk.recovered_by_tool_use_id)."""
+    def blocks(r, kind):
+        content = r.get("message", {}).get("content") if isinstance(r.get("message"), dict) \
+            else None
+        return [b for b in content if isinstance(b, dict) and b.get("type") == kind] \
+            if isinstance(content, list) else []
+
+    # the API's tool ids are its own for each batch (batch_episode's repeat)
+    for r in records:
+        batch = r.get("uuid", "").split("-")[0] if str(r.get("uuid", "")).startswith("b") \
+            else None
+        for b in blocks(r, "tool_use") + blocks(r, "tool_result"):
+            key = "id" if b["type"] == "tool_use" else "tool_use_id"
+            if batch and isinstance(b.get(key), str):
+                b[key] = f"{b[key]}_{batch}"
+    assistants = [r for r in records if r.get("type") == "assistant" and "uuid" in r]
+    response_of = {b.get("id"): r.get("message", {}).get("id")
+                   for r in assistants for b in blocks(r, "tool_use")}
+    for r in records:
+        if r.get("type") in ("user", "assistant") and rng.random() < 0.3:
+            r["agentId"] = rng.choice(["a1", "a2"])
+    for r in records:
+        results = blocks(r, "tool_result") if r.get("type") == "user" else []
+        if not results or not assistants or rng.random() < 0.3:
+            continue
+        call = results[0].get("tool_use_id")
+        mid = response_of.get(call)
+        kin = [a for a in assistants if mid is not None and a.get("message", {}).get("id") == mid]
+        others = [a for a in kin if not any(b.get("id") == call for b in blocks(a, "tool_use"))]
+        if others and rng.random() < 0.6:
+            # the shape the rule is for: the result and the record it names,
+            # of its call's response but not holding the call, share an
+            # agentId the holder may lack
+            named = rng.choice(others)
+            named["agentId"] = r["agentId"] = "a3"
+            siblings = [x["uuid"] for x in records if x is not r and blocks(x, "tool_result")
+                        and str(x.get("uuid", "")).split("-")[0] == r["uuid"].split("-")[0]]
+            if siblings and rng.random() < 0.5:
+                r["parentUuid"] = rng.choice(siblings)   # a stray: under another result
+        else:
+            named = rng.choice(kin if kin and rng.random() < 0.7 else assistants)
+            if rng.random() < 0.6:
+                r.pop("agentId", None)
+                if "agentId" in named:
+                    r["agentId"] = named["agentId"]
+        r["sourceToolAssistantUUID"] = rng.choice(
+            [named["uuid"]] * 6 + [r.get("parentUuid"), "missing"])
+    return records
+
+
+def ingest_with_sources(index, seed: int) -> None:
+    rng = random.Random(seed)
+    marks = random.Random(f"marks/{seed}")
+    sources = random.Random(f"sources/{seed}")
+    for k in range(30):
+        sid = f"{seed:08d}-2222-4000-8000-{k:012d}"
+        records = with_sources(sources, with_loader_marks(
+            marks, random_transcript(rng, rng.randrange(1, 60), sid), sid))
+        write_jsonl(index.projects / "p" / f"{sid}.jsonl", records)
+    index.ingest()
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_caches_equal_definitions_with_sources(index, seed):
+    """Results read under the record their sourceToolAssistantUUID names,
+    with the loader's later marks, on random trees: the caches equal the
+    SQL. With seed 0 the trees reach the rule: without the field, fewer
+    results are recovered."""
+    ingest_with_sources(index, seed)
+    index.assert_caches_match_definitions()
+    if seed == 0:
+        restored = ("SELECT file_id, uuid FROM orphans_definition "
+                    "WHERE cause = 'parallel_tool_branch' ORDER BY 1, 2")
+        with_them = index.rows(restored)
+        index.db.conn.execute("UPDATE records SET source_tool_assistant_uuid = NULL")
+        pairs = lambda rows: {(r["file_id"], r["uuid"]) for r in rows}  # noqa: E731
+        assert pairs(index.rows(restored)) < pairs(with_them)

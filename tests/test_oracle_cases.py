@@ -773,6 +773,36 @@ def shape_result_attached_by_its_source_tool_assistant_uuid():
     return t.records
 
 
+def shape_result_named_source_of_another_agent():
+    """The control of the shape above: the record the result's
+    ``sourceToolAssistantUUID`` names (u3) has another agentId than the
+    result, as its call's holder (u2) has: RRr reads the result under
+    neither, so it is not recovered."""
+    records = shape_result_attached_by_its_source_tool_assistant_uuid()
+    named = next(r for r in records if r.get("uuid") == u(3))
+    named["agentId"] = "a0000000000000002"
+    return records
+
+
+def shape_result_named_source_of_another_response():
+    """The record the result's ``sourceToolAssistantUUID`` names (u7, of
+    the later response msg_Q) has the result's agentId, but that response
+    holds none of its calls, and the holder (u2) has another agentId: the
+    result is read under u7 and not recovered there."""
+    t = Transcript(SID)
+    t.add(u(1), None, "user")
+    t.add(u(2), u(1), "assistant", message=tool_use("msg_P", "toolu_a"))
+    t.add(u(3), u(2), "assistant", message=tool_use("msg_P", "toolu_b"))
+    t.add(u(5), u(3), "user", message=tool_result("toolu_b"))
+    t.add(u(7), u(5), "assistant", message=tool_use("msg_Q", "toolu_c"),
+          agentId="a0000000000000001")
+    t.add(u(4), u(5), "user", message=tool_result("toolu_a"), agentId="a0000000000000001",
+          sourceToolAssistantUUID=u(7))
+    t.add(u(8), u(7), "user", message=tool_result("toolu_c"))
+    t.add(u(6), u(8), "assistant", message=text("msg_R", "after the batch"))
+    return t.records
+
+
 def shape_reply_split_around_an_attachment():
     """A reply written around an attachment: the first call's result hangs
     from the attachment; recovered by its tool-call id, it frees the
@@ -932,6 +962,8 @@ EXPECTED = {
     "result_of_another_agent_not_recovered": (["after the batch"], [], []),
     "reply_split_around_an_attachment": (["after the batch"], [], []),
     "result_attached_by_its_source_tool_assistant_uuid": (["after the batch"], [], []),
+    "result_named_source_of_another_agent": (["after the batch"], [], []),
+    "result_named_source_of_another_response": (["after the batch"], [], []),
     "rewind_cut_attachment": (["after the batch"], [], []),
     "rewind_cut_of_a_uuid_written_again": (["after the batch"], [], []),
     "result_under_a_later_response_claims_its_call": (
@@ -947,6 +979,8 @@ SENT_ANYWHERE = {
     "result_of_another_agent_not_recovered": (["out toolu_b"], ["out toolu_a"]),
     "reply_split_around_an_attachment": (["out toolu_a", "context between the records"], []),
     "result_attached_by_its_source_tool_assistant_uuid": (["out toolu_a", "out toolu_b"], []),
+    "result_named_source_of_another_agent": (["out toolu_b"], ["out toolu_a"]),
+    "result_named_source_of_another_response": (["out toolu_b", "out toolu_c"], ["out toolu_a"]),
     "rewind_cut_attachment": ([], ["context after the first call"]),
     "rewind_cut_of_a_uuid_written_again": ([], ["context after the first call"]),
     "rewind_uncut_attachment": (["context after the first call"], []),
@@ -956,10 +990,6 @@ SENT_ANYWHERE = {
 
 # The shapes where the index (as of this commit) differs from the CLI: why.
 DIFFERS: dict = {
-    "result_attached_by_its_source_tool_assistant_uuid": (
-        "the index does not read sourceToolAssistantUUID: the result, whose call's holder has "
-        "another agentId, is not recovered; the loader attaches it under the record it names "
-        "and recovers it with that record's response"),
     "rows_ahead_of_a_result_written_before_its_call": (
         "rows ahead: the index compares places on the chain by line, where the loader takes "
         "the chain's order (a result flushed before its call comes after it)"),

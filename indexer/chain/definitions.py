@@ -1134,6 +1134,7 @@ parallel_direct AS MATERIALIZED (
 tool_ids AS MATERIALIZED (
   SELECT c.file_id, c.uuid, c.type, c.parent, c.is_sidechain, r.agent_id, n.message_id,
          n.line_no, CAST(j.key AS INTEGER) AS k, j.value AS tool_id,
+         r.source_tool_assistant_uuid AS source,
          c.type = 'user' AND EXISTS (
            SELECT 1 FROM nodes pn JOIN records pr ON pr.id = pn.id,
                 json_each({TOOL_IDS.format(r="pr")}) pj
@@ -1148,8 +1149,8 @@ uses AS MATERIALIZED (
   WHERE type = 'assistant'
 ),
 result_ids AS MATERIALIZED (
-  SELECT file_id, uuid, parent, is_sidechain, agent_id, line_no, k, tool_id, held FROM tool_ids
-  WHERE type = 'user'
+  SELECT file_id, uuid, parent, is_sidechain, agent_id, line_no, k, tool_id, held, source
+  FROM tool_ids WHERE type = 'user'
 ),
 -- holder_of: per tool id held by the records of one API message, the last
 -- of them.
@@ -1163,15 +1164,29 @@ holder_of AS MATERIALIZED (
 ),
 -- strays: the results off the chain that answer a call their (loaded)
 -- parent does not hold; par_at: the at of the response a result under a
--- record of a response on the chain is put back with (parallel_direct).
+-- record of a response on the chain is put back with (parallel_direct);
+-- src_message: the response of the loaded assistant record its
+-- sourceToolAssistantUUID names (a readable node the relink does not drop),
+-- when the loader reads the result under it too (not its parent, on its
+-- side, of its agentId).
 strays AS MATERIALIZED (
-  SELECT DISTINCT x.file_id, x.uuid, q.at AS par_at FROM result_ids x
+  SELECT DISTINCT x.file_id, x.uuid, q.at AS par_at, (
+           SELECT sn.message_id FROM nodes sn JOIN records sr ON sr.id = sn.id
+           WHERE sn.file_id = x.file_id AND sn.uuid = x.source AND sn.type = 'assistant'
+             AND NOT sn.is_unreadable AND sn.uuid IS NOT x.parent
+             AND sn.is_sidechain = x.is_sidechain AND sr.agent_id IS x.agent_id
+             AND NOT EXISTS (SELECT 1 FROM relinking k WHERE k.file_id = sn.file_id
+                               AND {FIRST_LOADED.format(n="sn")} < k.last_line
+                               AND NOT EXISTS (SELECT 1 FROM json_each(k.kept) j
+                                               WHERE j.value = sn.uuid))) AS src_message
+  FROM result_ids x
   LEFT JOIN parallel_direct q ON q.file_id = x.file_id AND q.uuid = x.uuid
   WHERE NOT EXISTS (SELECT 1 FROM on_chain a WHERE a.file_id = x.file_id AND a.uuid = x.uuid)
     AND NOT x.held
 ),
 -- stray_calls: a stray's calls with one holder, on the chain's response,
--- not its parent, on its side, of its agentId, and (for a result under a
+-- not its parent, on its side, of its agentId (or a record of the
+-- holder's response is the stray's src_message), and (for a result under a
 -- record of a response on the chain) a response the loader reaches before
 -- that one (root first: a greater at; one it reaches after has put the
 -- result back already); first_line: the first stray's line for that call.
@@ -1181,8 +1196,9 @@ stray_calls AS MATERIALIZED (
     FROM result_ids x JOIN strays s ON s.file_id = x.file_id AND s.uuid = x.uuid
     JOIN holder_of h ON h.file_id = x.file_id AND h.tool_id = x.tool_id
     JOIN chain_messages m ON m.file_id = h.file_id AND m.message_id = h.message_id
-    WHERE h.uuid IS NOT x.parent AND h.is_sidechain = x.is_sidechain
-      AND h.agent_id IS x.agent_id AND (s.par_at IS NULL OR m.at > s.par_at)) c
+    WHERE ((h.uuid IS NOT x.parent AND h.is_sidechain = x.is_sidechain
+            AND h.agent_id IS x.agent_id) OR s.src_message = h.message_id)
+      AND (s.par_at IS NULL OR m.at > s.par_at)) c
 ),
 -- answered: the calls a result on the chain answers (message_id NULL) or a
 -- result under a record of a response (its message_id).

@@ -20,7 +20,9 @@ from indexer.transcripts.records import MESSAGE_TYPES
 # has_tool_use: an assistant record holds a tool_use block (records.HAS_TOOL_USE);
 # sent_as_uuid: the uuid a prompt stored anew was sent under (resume.sent_as_renames);
 # rows_ahead: a tool_result record's rowsAheadOfPutBack (rows_ahead_put_back);
-# agent_id: agentId (recovered_by_tool_use_id compares a result's and its holder's).
+# agent_id: agentId (recovered_by_tool_use_id compares a result's and its holder's);
+# source_tool: a tool_result record's sourceToolAssistantUUID when it is not
+# its parent (records.source_tool_assistant_uuid: recovered_by_tool_use_id).
 _REC_HEAD = f"""r.id, r.file_id, r.line_no, r.uuid, r.parent_uuid, r.logical_parent_uuid,
        r.type, r.subtype, r.timestamp, r.is_sidechain, r.is_meta, r.team_name,
        r.message_id, r.is_tool_result, {definitions.TIMESTAMP_MS.format(r="r")} AS ts_ms,
@@ -30,12 +32,14 @@ _REC_HEAD = f"""r.id, r.file_id, r.line_no, r.uuid, r.parent_uuid, r.logical_par
 # it: the others' JSON is not parsed)
 _HAS_TOOL_USE = (f"CASE WHEN r.type = 'assistant' AND instr(r.raw, '{records.TOOL_USE_MARK}') > 0 "
                  f'THEN {records.HAS_TOOL_USE.format(r="r")} ELSE 0 END AS has_tool_use')
-REC_COLUMNS = f"{_REC_HEAD}, {_HAS_TOOL_USE}, r.sent_as_uuid, r.rows_ahead, r.agent_id"
+REC_COLUMNS = (f"{_REC_HEAD}, {_HAS_TOOL_USE}, r.sent_as_uuid, r.rows_ahead, r.agent_id, "
+               "r.source_tool_assistant_uuid")
 REC_FIELDS = 18   # the columns before the last-prompt fields (UUID_RECORDS_SELECT)
 # Records with a uuid and last-prompt records, as read_rows() reads them:
 # the Rec columns but the last, then the last-prompt fields read from the
 # line itself, then has_tool_use (at HAS_TOOL_USE_AT) and sent_as_uuid, a
-# last-prompt record's rewind fields, rows_ahead (at ROWS_AHEAD_AT) and agent_id.
+# last-prompt record's rewind fields, rows_ahead (at ROWS_AHEAD_AT), agent_id
+# and source_tool_assistant_uuid.
 UUID_RECORDS_SELECT = f"""
 SELECT {_REC_HEAD}, r.leaf_uuid,
        CASE WHEN r.type = 'last-prompt' THEN {definitions.LAST_PROMPT_NULL_LEAF.format(r="r")} END,
@@ -43,13 +47,13 @@ SELECT {_REC_HEAD}, r.leaf_uuid,
        {_HAS_TOOL_USE}, r.sent_as_uuid,
        CASE WHEN r.type = 'last-prompt' THEN {definitions.LAST_PROMPT_REWOUND.format(r="r")} END,
        CASE WHEN r.type = 'last-prompt' THEN {definitions.LAST_PROMPT_CUT.format(r="r")} END,
-       r.rows_ahead, r.agent_id
+       r.rows_ahead, r.agent_id, r.source_tool_assistant_uuid
 FROM records r
 """.strip()
 HAS_TOOL_USE_AT = REC_FIELDS + 3
 SENT_AS_AT = REC_FIELDS + 4
 REWOUND_AT, CUT_AT = REC_FIELDS + 5, REC_FIELDS + 6   # a last-prompt record's rewind
-ROWS_AHEAD_AT, AGENT_AT = REC_FIELDS + 7, REC_FIELDS + 8
+ROWS_AHEAD_AT, AGENT_AT, SOURCE_AT = REC_FIELDS + 7, REC_FIELDS + 8, REC_FIELDS + 9
 
 # What resume.kin reads of one record's tool calls (records.TOOL_IDS,
 # HAS_TOOL_USE, VIRTUAL_CALL), by record id (CALLS_SQL), or from a line's
@@ -98,6 +102,7 @@ class Rec:
     sent_as_uuid: str | None = None  # a prompt stored anew: the uuid it was sent under
     rows_ahead: str | None = None    # rowsAheadOfPutBack (a JSON array): rows_ahead_put_back
     agent_id: str | None = None      # agentId
+    source_tool: str | None = None   # sourceToolAssistantUUID, when not the parent
 
     @property
     def eff_parent(self) -> str | None:
@@ -414,7 +419,9 @@ def recovered_by_tool_use_id(strays: list[Rec], loaded: dict, nodes: dict, on_ch
     of one API message, on the chain (``chain_messages``: message id -> the
     depth of its first record on the chain), the last of them
     (in line order) is not the result's parent, is on its side and has its
-    agentId (none, or the same), and t is
+    agentId (none, or the same), or the record the result's
+    sourceToolAssistantUUID names is a record of that message with those
+    three marks (the loader reads the result under both), and t is
     not answered already: by a tool_result record on the chain, by a result
     the loader reads under a record of that message, or by an earlier stray
     result with the same holder. A result put back with its parent's
@@ -446,6 +453,19 @@ def recovered_by_tool_use_id(strays: list[Rec], loaded: dict, nodes: dict, on_ch
         if r.type == "user" and r.is_tool_result and p in nodes and nodes[p].type == "assistant" \
                 and nodes[p].message_id is not None:
             direct.setdefault(nodes[p].message_id, set()).update(calls(r).ids)
+
+    def attaches(a: Rec, r: Rec) -> bool:
+        """Y(): the loader reads a stray result under an assistant record
+        that is not its parent, of its side and its agentId."""
+        return (a.uuid != loaded.get(r.uuid) and bool(a.is_sidechain) == bool(r.is_sidechain)
+                and a.agent_id == r.agent_id)
+
+    # source: the loaded assistant record a stray's sourceToolAssistantUUID
+    # names, when the result attaches under it.
+    source = {r.uuid: nodes[r.source_tool] for r in strays
+              if r.source_tool in loaded and nodes[r.source_tool].type == "assistant"
+              and nodes[r.source_tool].message_id is not None
+              and attaches(nodes[r.source_tool], r)}
     claimed: set = set()
     out: dict[str, str] = {}
     for r in strays:
@@ -454,9 +474,9 @@ def recovered_by_tool_use_id(strays: list[Rec], loaded: dict, nodes: dict, on_ch
         for t in calls(r).ids:
             msgs, holder = holders.get(t, (set(), None))
             if (len(msgs) != 1 or holder.message_id not in chain_messages
-                    or holder.uuid == loaded.get(r.uuid)
-                    or bool(holder.is_sidechain) != bool(r.is_sidechain)
-                    or holder.agent_id != r.agent_id
+                    or not (attaches(holder, r) or (
+                        source.get(r.uuid) is not None
+                        and source[r.uuid].message_id == holder.message_id))
                     or (after is not None and chain_messages[holder.message_id] <= after)):
                 continue
             if t not in answered and t not in direct.get(holder.message_id, ()) \
@@ -654,5 +674,5 @@ def read_rows(rows, file_ids=()) -> dict:
                                   row[CUT_AT]))
         if row[3] is not None:
             recs.append(Rec(*row[:REC_FIELDS], row[HAS_TOOL_USE_AT], row[SENT_AS_AT],
-                            row[ROWS_AHEAD_AT], row[AGENT_AT]))
+                            row[ROWS_AHEAD_AT], row[AGENT_AT], row[SOURCE_AT]))
     return out

@@ -1352,3 +1352,24 @@ def m088_fork_heads_cache(db):
         )
         """
     )
+
+
+@migrations()
+def m089_records_source_tool_assistant(db):
+    # sourceToolAssistantUUID: the assistant record a tool_result record
+    # answers, kept only when it names another uuid than parentUuid (the one
+    # case Claude Code's loader reads it: it recovers a stray result under
+    # the record it names, walk.recovered_by_tool_use_id). Read from the
+    # line for the rows already in the index, a range of ids at a time; the
+    # instr() test spares the JSON of the lines that do not name it.
+    db.execute("ALTER TABLE records ADD COLUMN source_tool_assistant_uuid TEXT")
+    top = db.execute("SELECT coalesce(max(id), 0) FROM records").fetchone()[0]
+    for low in range(0, top, 50_000):
+        db.execute(
+            "UPDATE records SET source_tool_assistant_uuid = "
+            "raw ->> '$.sourceToolAssistantUUID' "
+            "WHERE id > ? AND id <= ? AND instr(raw, '\"sourceToolAssistantUUID\"') > 0 "
+            "AND json_valid(raw) AND json_type(raw, '$.sourceToolAssistantUUID') = 'text' "
+            "AND raw ->> '$.sourceToolAssistantUUID' <> '' "
+            "AND raw ->> '$.sourceToolAssistantUUID' IS NOT json_extract(raw, '$.parentUuid')",
+            [low, low + 50_000])

@@ -464,8 +464,10 @@ _REC_AT = [3 + RECORD_FIELDS.index(c) for c in (
     "is_sidechain", "is_meta", "team_name", "message_id", "is_tool_result")]
 _UUID, _TYPE = _REC_AT[0], _REC_AT[3]
 _rec_fields = operator.itemgetter(*_REC_AT)
-_UNREADABLE, _LEAF, _SENT_AS, _ROWS_AHEAD, _AGENT = (3 + RECORD_FIELDS.index(c) for c in (
-    "is_unreadable", "leaf_uuid", "sent_as_uuid", "rows_ahead", "agent_id"))
+_UNREADABLE, _LEAF, _SENT_AS, _ROWS_AHEAD, _AGENT, _SOURCE = (
+    3 + RECORD_FIELDS.index(c) for c in (
+        "is_unreadable", "leaf_uuid", "sent_as_uuid", "rows_ahead", "agent_id",
+        "source_tool_assistant_uuid"))
 _SUBTYPE = _REC_AT[4]
 
 
@@ -506,7 +508,7 @@ def _chain_rows(rows: list, first_id: int, out: list, prompts: list,
                 raw.__class__ is bytes] in raw else 0
             row = [first_id + i, r[0], r[1], *_rec_fields(r), None, r[_UNREADABLE], None, 0,
                    r[_LEAF], None, None, tool_use, r[_SENT_AS], None, None, r[_ROWS_AHEAD],
-                   r[_AGENT]]
+                   r[_AGENT], r[_SOURCE]]
             out.append(row)
             if lines is not None and r[_TYPE] in ("assistant", "user", "attachment"):
                 lines[row[0]] = (r[-1], r[_TYPE])

@@ -93,6 +93,8 @@ class _Record(msgspec.Struct, rename="camel"):
     leaf_uuid: Optional[str] = None
     sent_as_uuid: Optional[str] = None
     rows_ahead_of_put_back: Optional[msgspec.Raw] = None
+    source_tool_assistant_uuid: Optional[str] = msgspec.field(
+        default=None, name="sourceToolAssistantUUID")
     message: Optional[_Message] = None
 
 
@@ -127,6 +129,15 @@ def _rows_ahead(value: Any) -> str | None:
     if value.__class__ is not list:
         return None
     return json.dumps(value, separators=(",", ":"))   # (ASCII: a lone surrogate stays escaped)
+
+
+def _source_tool(value: Any, parent: Any) -> str | None:
+    """sourceToolAssistantUUID: kept only when it is a string other than
+    parentUuid, the one case the loader reads it (RRr: a stray tool_result
+    is attached under the record it names)."""
+    if value.__class__ is not str or not value or value == parent:
+        return None
+    return storable(value)
 
 
 def _id(value: Any) -> str | None:
@@ -219,6 +230,7 @@ def _from_struct(r: _Record) -> tuple:
         r.sent_as_uuid or None,
         None if r.rows_ahead_of_put_back is None else _rows_ahead(
             msgspec.json.decode(r.rows_ahead_of_put_back)),
+        _source_tool(r.source_tool_assistant_uuid, r.parent_uuid),
     ) + usage
 
 
@@ -246,7 +258,8 @@ def _from_dict(d: dict) -> tuple:
         g("agentId"), message_id, model, g("requestId"), g("isApiErrorMessage"),
         g("isCompactSummary"), is_tool_result, g("cwd"), g("version"), g("gitBranch"),
         g("leafUuid"),
-    ), unreadable, _id(g("sentAsUuid")), _rows_ahead(g("rowsAheadOfPutBack")), *usage)
+    ), unreadable, _id(g("sentAsUuid")), _rows_ahead(g("rowsAheadOfPutBack")),
+        _source_tool(g("sourceToolAssistantUUID"), g("parentUuid")), *usage)
 
 
 def _row(type_, subtype, uuid, parent, logical_parent, session_id, timestamp,

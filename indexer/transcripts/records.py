@@ -48,6 +48,10 @@ RECORD_FIELD_SOURCES = {
     "sent_as_uuid": "sentAsUuid (a prompt Claude Code stored anew: the uuid it was sent under)",
     "rows_ahead": ("rowsAheadOfPutBack, a JSON array (a tool_result record naming the rows "
                    "the loader puts back ahead of it: walk.rows_ahead_put_back)"),
+    "source_tool_assistant_uuid": (
+        "sourceToolAssistantUUID, kept only when it names another uuid than parentUuid (the one "
+        "case the loader reads it: it recovers a stray tool_result under the record it names, "
+        "walk.recovered_by_tool_use_id)"),
     # message.usage of an assistant record (lines._usage_struct): has_usage
     # 1 when it is an object; each count an integer only when it is a JSON
     # number, speed and service_tier text only when strings, else NULL.
