@@ -71,6 +71,14 @@ def canned_queries(datasette, database):
 
 @hookimpl
 def render_cell(row, value, column, table, database, datasette):
+    # Called for every cell of a page (a canned query's HTML page holds up
+    # to 1,000 rows): once the database is known, answered at once, with no
+    # coroutine for Datasette to await (bench/web_speed.py --only resume_chain).
+    known = web_pages.known_session_index(datasette, database)
+    if known is not None:
+        return cells.render_cell(row, value, column, table, database, datasette.urls) \
+            if known else None
+
     async def inner():
         if not await web_pages.is_session_index(datasette, database):
             return None

@@ -136,6 +136,11 @@ async def index_database(datasette, request):
     return name, datasette.get_database(name)
 
 
+def known_session_index(datasette, name: str) -> bool | None:
+    """What is_session_index answered for ``name`` already (None: not asked yet)."""
+    return datasette.__dict__.get("_session_index_databases", {}).get(name)
+
+
 async def is_session_index(datasette, name: str) -> bool:
     """Is the attached database ``name`` a session index (it has the
     views)? Asked once per database and Datasette instance."""
