@@ -623,6 +623,18 @@ def test_title_lookups_use_the_titles_index(site):
     assert sum("USING INDEX records_titles" in step for step in plan) == 3, plan
 
 
+def test_session_page_reads_refused_thinking_from_the_cache(site):
+    """The session page's thinking alerts read thinking_cache (kept at
+    ingest, held equal to its definition by the cache tests), not every
+    record of the file."""
+    from session_index_web import pages as web_pages
+    conn = sqlite3.connect(site.path)
+    plan = [r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + web_pages.FILE_THINKING_SQL,
+                                       {"file_id": 1})]
+    conn.close()
+    assert any("thinking_cache" in step for step in plan), plan
+
+
 def test_pretty_json_changes_only_whitespace():
     raw = ('{"a":1,"a":2,"n":NaN,"big":123456789012345678901234567890,'
            '"s":"x\\ud800\\"{[,:]}","e":{},"l":[],"deep":[[{"k":[1,2]}]]}')
