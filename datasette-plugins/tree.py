@@ -96,6 +96,7 @@ class Node:
     on_spine: bool = False
     cause: str | None = None
     marks: list = field(default_factory=list)
+    marked: bool = False
 
     @property
     def is_progress(self):
@@ -108,14 +109,13 @@ def build(rows, ancestry, causes, leaves) -> dict:
     leaves view (or None). Returns {"top": [...], "spine": [...],
     "groups": [(label, cause, [...])], "counts": {...}}, each list of Node
     in the order drawn (``window`` folds the part a page shows)."""
-    by_uuid = {r["uuid"]: Node(dict(r)) for r in rows}
+    by_uuid = {r["uuid"]: Node(r) for r in _dicts(rows)}
     spine = [a["uuid"] for a in ancestry if a["rule"] == "resume" and a["uuid"] in by_uuid]
     sdk = {a["uuid"] for a in ancestry if a["rule"] == "sdk"}
     spine_set = set(spine)
     for uuid, cause in causes.items():
         if uuid in by_uuid:
             by_uuid[uuid].cause = cause
-    _mark(by_uuid, spine_set, sdk, leaves)
 
     children, roots = {}, []
     for uuid, node in by_uuid.items():  # file order
@@ -152,7 +152,19 @@ def build(rows, ancestry, causes, leaves) -> dict:
         "spine": spine_rows,
         "groups": [(GROUP_LABELS[k], k, v) for k, v in groups.items()],
         "counts": {"nodes": len(by_uuid), "spine": len(spine)},
+        # what _mark needs for the records a window draws
+        "marking": (by_uuid, spine_set, sdk, leaves),
     }
+
+
+def _dicts(rows):
+    """Rows (sqlite3.Row or dict) as dicts: zip is twice as fast as dict(row)
+    for the 10,000 rows of a large session."""
+    rows = list(rows)
+    if not rows or isinstance(rows[0], dict):
+        return [dict(r) for r in rows]
+    columns = rows[0].keys()
+    return [dict(zip(columns, r)) for r in rows]
 
 
 def drawn(tree) -> list:
@@ -185,6 +197,7 @@ def window(tree, start: int, size: int = WINDOW) -> dict:
     for kind, key, nodes in sections:
         part = nodes[max(0, start - at):max(0, end - at)]
         at += len(nodes)
+        _mark(part, *tree["marking"])
         out["nodes"].extend(part)
         if kind == "group":
             if part:
@@ -244,13 +257,17 @@ def _synthetic_mark(raw) -> str:
     return "synthetic placeholder, " + records.synthetic_label(kind)
 
 
-def _mark(by_uuid, spine_set, sdk, leaves):
-    """What each record's row says besides its type: leaves, api_error,
-    synthetic placeholder, compaction, missing parent, SDK-only chain."""
+def _mark(nodes, by_uuid, spine_set, sdk, leaves):
+    """What each of ``nodes`` (those a window draws) says besides its type:
+    leaves, api_error, synthetic placeholder, compaction, missing parent,
+    SDK-only chain."""
     resume_leaf = leaves and leaves.get("resume_leaf_uuid")
     sdk_leaf = leaves and leaves.get("sdk_leaf_uuid")
-    for uuid, node in by_uuid.items():
-        r, marks = node.row, node.marks
+    for node in nodes:
+        r, marks, uuid = node.row, node.marks, node.row["uuid"]
+        if node.marked:
+            continue
+        node.marked = True
         if uuid == resume_leaf and uuid == sdk_leaf:
             marks.append(("leaf", "leaf (both readers)"))
         else:
