@@ -409,9 +409,8 @@ async def session_page(datasette, request):
                "total": total,
                "previous": window_url(max(0, start - size)) if start > 0 else None,
                "next": window_url(start + size) if start + size < total else None,
-               "start": window_url(0) if start > 0 else None,
-               "end": window_url((total - 1) - (total - 1) % size)
-               if start + size < total else None}
+               "first_url": window_url(0),
+               "last_url": window_url(max(0, total - 1) - max(0, total - 1) % size)}
     by_cause = {}
     for cause in causes.values():
         by_cause[cause] = by_cause.get(cause, 0) + 1

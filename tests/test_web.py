@@ -463,6 +463,10 @@ def test_session_page_draws_a_window_and_links_the_others(site, monkeypatch):
         assert re.search(r'data-verdict="([^"]*)" data-cause="([^"]*)"', page).groups() == verdict
         assert "records on the resume chain of 422 chain records" in page
     assert seen == order
+    middle = site.get(session_url(sid("long-session"), start=250)).text   # the window of 200
+    for rel, at_start in (("first", 0), ("prev", 100), ("next", 300), ("last", 400)):
+        url = session_url(sid("long-session"), file=f["id"], database=site.name, start=at_start)
+        assert f'<a href="{url.replace("&", "&amp;")}" rel="{rel}">' in middle, rel
     last = site.get(session_url(sid("long-session"), start=999)).text
     assert "Records 401&ndash;422 of 422" in last and 'rel="next"' not in last
     # A record's link opens the window that draws it; the leaf's link in the
