@@ -18,7 +18,7 @@ from session_index_web.format import CAUSE_COLOURS, ERROR_CLASS_COLOURS, STATUS_
 # Columns holding a session id: each links to its session page.
 SESSION_COLUMNS = frozenset({"session_id", "init_session_id", "resume_target"})
 # Columns holding a record uuid of the row's session: each links to that
-# record on the session page.
+# record on the session page (the window of it that draws the record).
 UUID_COLUMNS = frozenset({"uuid", "parent_uuid", "logical_parent_uuid", "branch_point_uuid",
                           "resume_leaf_uuid", "sdk_leaf_uuid", "api_error_uuid"})
 # Columns whose words get a coloured badge.
@@ -45,7 +45,9 @@ def render_cell(row, value, column, table, database, urls):
         return _LINK.format(urls.path(session_path(value)), value)
     if column in UUID_COLUMNS and isinstance(value, str) and value \
             and "session_id" in keys and row["session_id"]:
-        query = "?" + urlencode({"file": row["file_id"]}) if "file_id" in keys else ""
+        # ?at= opens the window of the session page that draws the record.
+        args = {"file": row["file_id"]} if "file_id" in keys else {}
+        query = "?" + urlencode(dict(args, at=value))
         href = urls.path(session_path(row["session_id"])) + query + "#u-" + quote(value, safe="")
         return _LINK.format(href, value)
     if column == "message_id" and isinstance(value, str) and "model" in keys \

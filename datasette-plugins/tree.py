@@ -12,6 +12,10 @@ Large files stay readable: runs of progress records fold into one line, and
 long linear stretches (nothing hanging off them, nothing marked) show their
 first and last records with the middle folded. Folds are ``<details>``.
 
+A page draws a window of ``WINDOW`` records of that order (``window``),
+reading the text of those alone; links move to the next and previous
+windows, and a link to a record opens the window holding it.
+
 Layout is iterative (an explicit stack), so a 100,000-deep chain or a deeply
 nested fork does not hit Python's recursion limit, and each record is
 placed once, so parent cycles end.
@@ -29,15 +33,14 @@ from indexer.transcripts import records
 from indexer.transcripts.records import CHAIN_TYPES_SQL, effective_parent
 from session_index_web.format import CAUSE_COLOURS, css_class
 
-# Columns of one chain record as the page draws it.
-_NODE_COLUMNS = f"""r.id, r.line_no, r.uuid, r.parent_uuid, r.logical_parent_uuid, r.type,
+# Columns of one chain record that place it in the tree and mark it (no
+# text: the excerpts are read only for the records a page draws).
+_NODE_COLUMNS = """r.id, r.line_no, r.uuid, r.parent_uuid, r.logical_parent_uuid, r.type,
   r.subtype, r.timestamp, r.is_sidechain, r.model, r.message_id, r.is_api_error,
-  r.is_compact_summary, json_excerpt(r.raw, 160) AS excerpt,
-  CASE WHEN {records.SYNTHETIC_RECORD.format(r="r")} THEN r.raw END AS synthetic_raw"""
+  r.is_compact_summary"""
 
 # The chain records of one file, one per uuid (its last line, as both readers
-# resolve a duplicated uuid), in file order. json_excerpt() is the plugin's
-# SQL function.
+# resolve a duplicated uuid), in file order.
 TREE_NODES_SQL = f"""
 SELECT {_NODE_COLUMNS}
 FROM records r
@@ -47,6 +50,15 @@ WHERE r.file_id = :file_id AND r.uuid IS NOT NULL
     WHERE later.file_id = r.file_id AND later.uuid = r.uuid AND later.line_no > r.line_no
       AND later.type IN {CHAIN_TYPES_SQL})
 ORDER BY r.line_no
+""".strip()
+
+# The text of the records :ids (a JSON array of records.id) a page draws:
+# a one-line excerpt (json_excerpt() is the plugin's SQL function) and, for
+# a synthetic placeholder, its line (what kind of placeholder it is).
+NODE_TEXTS_SQL = f"""
+SELECT r.id, json_excerpt(r.raw, 160) AS excerpt,
+  CASE WHEN {records.SYNTHETIC_RECORD.format(r="r")} THEN r.raw END AS synthetic_raw
+FROM records r WHERE r.id IN (SELECT value FROM json_each(:ids))
 """.strip()
 
 # uuid and rule of every record on either reader's chain of the file.
@@ -65,6 +77,7 @@ WHERE file_id = :file_id AND (uuid IS NULL
 GROUP BY type ORDER BY n DESC
 """.strip()
 
+WINDOW = 500        # records a session page draws (the rest: links to other windows)
 EDGE = 3            # records kept visible at each end of a folded stretch
 MIN_STRETCH = 10    # a linear stretch longer than this is folded
 GROUP_LABELS = {
@@ -83,6 +96,7 @@ class Node:
     on_spine: bool = False
     cause: str | None = None
     marks: list = field(default_factory=list)
+    marked: bool = False
 
     @property
     def is_progress(self):
@@ -93,15 +107,15 @@ def build(rows, ancestry, causes, leaves) -> dict:
     """Lay out one file: ``rows`` from TREE_NODES_SQL, ``ancestry`` rows from
     ANCESTRY_SQL, ``causes`` {uuid: cause}, ``leaves`` the file's row of the
     leaves view (or None). Returns {"top": [...], "spine": [...],
-    "groups": [(label, cause, [...])]}, each list of Node and fold tuples."""
-    by_uuid = {r["uuid"]: Node(dict(r)) for r in rows}
+    "groups": [(label, cause, [...])], "counts": {...}}, each list of Node
+    in the order drawn (``window`` folds the part a page shows)."""
+    by_uuid = {r["uuid"]: Node(r) for r in _dicts(rows)}
     spine = [a["uuid"] for a in ancestry if a["rule"] == "resume" and a["uuid"] in by_uuid]
     sdk = {a["uuid"] for a in ancestry if a["rule"] == "sdk"}
     spine_set = set(spine)
     for uuid, cause in causes.items():
         if uuid in by_uuid:
             by_uuid[uuid].cause = cause
-    _mark(by_uuid, spine_set, sdk, leaves)
 
     children, roots = {}, []
     for uuid, node in by_uuid.items():  # file order
@@ -134,11 +148,75 @@ def build(rows, ancestry, causes, leaves) -> dict:
     if cyclic:
         groups.setdefault("other", []).extend(cyclic)
     return {
-        "top": fold(top),
-        "spine": fold(spine_rows),
-        "groups": [(GROUP_LABELS[k], k, fold(v)) for k, v in groups.items()],
+        "top": top,
+        "spine": spine_rows,
+        "groups": [(GROUP_LABELS[k], k, v) for k, v in groups.items()],
         "counts": {"nodes": len(by_uuid), "spine": len(spine)},
+        # what _mark needs for the records a window draws
+        "marking": (by_uuid, spine_set, sdk, leaves),
     }
+
+
+def _dicts(rows):
+    """Rows (sqlite3.Row or dict) as dicts: zip is twice as fast as dict(row)
+    for the 10,000 rows of a large session."""
+    rows = list(rows)
+    if not rows or isinstance(rows[0], dict):
+        return [dict(r) for r in rows]
+    columns = rows[0].keys()
+    return [dict(zip(columns, r)) for r in rows]
+
+
+def drawn(tree) -> list:
+    """Every node of a laid-out file in the order the page draws them: the
+    compacted history, the spine with its branches, then each group."""
+    return tree["top"] + tree["spine"] + [n for _, _, nodes in tree["groups"] for n in nodes]
+
+
+def window_start(tree, start: int, size: int = WINDOW, uuid: str | None = None) -> int:
+    """The first record (its place in ``drawn``) of the window a page
+    shows: the one holding ``uuid`` when the file has it, else ``start``;
+    windows begin at multiples of ``size``, so a record's link is stable."""
+    total = tree["counts"]["nodes"]
+    if uuid is not None:
+        for i, node in enumerate(drawn(tree)):
+            if node.row["uuid"] == uuid:
+                return i - i % size
+    start = min(max(0, start), max(0, total - 1))
+    return start - start % size
+
+
+def window(tree, start: int, size: int = WINDOW) -> dict:
+    """The records ``start`` to ``start + size`` of ``drawn(tree)``, by
+    section, each folded: {"top": units, "spine": units, "groups":
+    [(label, cause, units)], "nodes": [Node]} (a section the window does not
+    reach is empty)."""
+    end, at, out = start + size, 0, {"groups": [], "nodes": []}
+    sections = [("top", None, tree["top"]), ("spine", None, tree["spine"])] + [
+        ("group", (label, cause), nodes) for label, cause, nodes in tree["groups"]]
+    for kind, key, nodes in sections:
+        part = nodes[max(0, start - at):max(0, end - at)]
+        at += len(nodes)
+        _mark(part, *tree["marking"])
+        out["nodes"].extend(part)
+        if kind == "group":
+            if part:
+                out["groups"].append((key[0], key[1], fold(part)))
+        else:
+            out[kind] = fold(part)
+    return out
+
+
+def attach_texts(nodes, texts) -> None:
+    """Give the drawn ``nodes`` their excerpt and a placeholder's kind from
+    ``texts`` (rows of NODE_TEXTS_SQL)."""
+    by_id = {t["id"]: t for t in texts}
+    for node in nodes:
+        text = by_id.get(node.row["id"])
+        node.row["excerpt"] = text["excerpt"] if text else None
+        node.marks[:] = [(cls, _synthetic_mark(text["synthetic_raw"] if text else None)
+                          if cls == "synthetic" and label is None else label)
+                         for cls, label in node.marks]
 
 
 def _effective_parent(row):
@@ -179,13 +257,17 @@ def _synthetic_mark(raw) -> str:
     return "synthetic placeholder, " + records.synthetic_label(kind)
 
 
-def _mark(by_uuid, spine_set, sdk, leaves):
-    """What each record's row says besides its type: leaves, api_error,
-    synthetic placeholder, compaction, missing parent, SDK-only chain."""
+def _mark(nodes, by_uuid, spine_set, sdk, leaves):
+    """What each of ``nodes`` (those a window draws) says besides its type:
+    leaves, api_error, synthetic placeholder, compaction, missing parent,
+    SDK-only chain."""
     resume_leaf = leaves and leaves.get("resume_leaf_uuid")
     sdk_leaf = leaves and leaves.get("sdk_leaf_uuid")
-    for uuid, node in by_uuid.items():
-        r, marks = node.row, node.marks
+    for node in nodes:
+        r, marks, uuid = node.row, node.marks, node.row["uuid"]
+        if node.marked:
+            continue
+        node.marked = True
         if uuid == resume_leaf and uuid == sdk_leaf:
             marks.append(("leaf", "leaf (both readers)"))
         else:
@@ -196,7 +278,7 @@ def _mark(by_uuid, spine_set, sdk, leaves):
         if records.is_api_error_record(r["type"], r["subtype"]):
             marks.append(("api-error", "api_error"))
         if records.is_synthetic(r["type"], r["model"]):
-            marks.append(("synthetic", _synthetic_mark(r["synthetic_raw"])))
+            marks.append(("synthetic", None))   # its kind: attach_texts
         elif r["is_api_error"]:
             marks.append(("api-error", "API error message"))
         if records.is_compact_boundary(r["type"], r["subtype"]):
@@ -320,6 +402,6 @@ def _node_html(node: Node, row_url) -> str:
         f'<span class="si-cause">{e(cause)}</span>'
         f'<span class="si-type">{e(r["type"])}{subtype}</span>'
         f'<time>{e(r["timestamp"] or "")}</time>{marks}'
-        f'<span class="si-excerpt">{e(r["excerpt"] or "")}</span>'
+        f'<span class="si-excerpt">{e(r.get("excerpt") or "")}</span>'
         f'<a class="si-line" href="{e(row_url(r["id"]))}" title="the record\'s row">'
         f'line {int(r["line_no"])}</a></div>')

@@ -141,6 +141,14 @@ def test_session_page_click_shows_raw_json(server, page):
     page.goto(session_url(base, sid("long-session")) + "#u-" + uuid)
     page.wait_for_function(f"document.getElementById('u-{uuid}').classList.contains('si-selected')")
     assert page.locator(f"#u-{uuid}").is_visible()
+    # A link to a record the window does not draw (an old #u- link, or a
+    # record of another window) reloads the page with ?at=: the server
+    # draws the window that holds it (test_web), and it loads only once.
+    page.goto(session_url(base, sid("long-session")) + "?database=index#u-not-drawn")
+    page.wait_for_url("**at=not-drawn#u-not-drawn")
+    assert "database=index" in page.url and page.locator(".si-node").count() == 422
+    page.wait_for_timeout(300)
+    assert page.url.endswith("?database=index&at=not-drawn#u-not-drawn")
 
 
 def assert_inert(page):

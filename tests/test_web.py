@@ -441,6 +441,55 @@ def test_session_page_folds_a_long_session_and_reaches_its_subagent(site):
     site.get(session_url(sid("long-session"), file=999999), status=404)
 
 
+def test_session_page_draws_a_window_and_links_the_others(site, monkeypatch):
+    whole = site.get(session_url(sid("long-session"))).text
+    order = [u for u, _, _ in nodes(whole)]
+    verdict = re.search(r'data-verdict="([^"]*)" data-cause="([^"]*)"', whole).groups()
+    assert len(order) == 422 and 'class="si-window"' not in whole
+    monkeypatch.setattr(web_tree, "WINDOW", 100)
+    [f] = site.rows("SELECT main_file_id AS id FROM sessions WHERE session_id = ?",
+                    [sid("long-session")])
+    first = site.get(session_url(sid("long-session"))).text
+    assert [u for u, _, _ in nodes(first)] == order[:100]
+    assert "Records 1&ndash;100 of 422 in the order drawn" in first
+    nxt = session_url(sid("long-session"), file=f["id"], database=site.name, start=100)
+    assert f'<a href="{nxt.replace("&", "&amp;")}" rel="next">next</a>' in first
+    assert 'rel="prev"' not in first
+    seen = []
+    for start in (0, 100, 200, 300, 400):
+        page = site.get(session_url(sid("long-session"), start=start)).text
+        seen += [u for u, _, _ in nodes(page)]
+        # the verdict and the summary are the whole file's on every window
+        assert re.search(r'data-verdict="([^"]*)" data-cause="([^"]*)"', page).groups() == verdict
+        assert "records on the resume chain of 422 chain records" in page
+    assert seen == order
+    middle = site.get(session_url(sid("long-session"), start=250)).text   # the window of 200
+    for rel, at_start in (("first", 0), ("prev", 100), ("next", 300), ("last", 400)):
+        url = session_url(sid("long-session"), file=f["id"], database=site.name, start=at_start)
+        assert f'<a href="{url.replace("&", "&amp;")}" rel="{rel}">' in middle, rel
+    last = site.get(session_url(sid("long-session"), start=999)).text
+    assert "Records 401&ndash;422 of 422" in last and 'rel="next"' not in last
+    # A record's link opens the window that draws it; the leaf's link in the
+    # summary, drawn in the last window, leads there from the first.
+    target = order[250]
+    at = site.get(session_url(sid("long-session"), at=target)).text
+    assert [u for u, _, _ in nodes(at)] == order[200:300]
+    [row] = site.rows("SELECT resume_leaf_uuid FROM leaves WHERE file_id = ?", [f["id"]])
+    leaf = row["resume_leaf_uuid"]
+    href = session_url(sid("long-session"), file=f["id"], database=site.name, at=leaf) \
+        + "#u-" + quote(leaf, safe="")
+    if leaf not in order[:100]:
+        assert f'href="{href.replace("&", "&amp;")}"' in first
+    assert f'href="#u-{quote(leaf, safe="")}"' in site.get(
+        session_url(sid("long-session"), at=leaf)).text
+    # a hostile or unknown ?start= / ?at= is the first window, never an error
+    for args in ({"start": "-5"}, {"start": "9" * 40}, {"start": quote("\u00b2")},
+                 {"at": quote("<script>")}):
+        page = site.get(session_url(sid("long-session"), **args)).text
+        assert [u for u, _, _ in nodes(page)] == order[:100]
+        no_live_markup(page)
+
+
 def test_session_page_broken_transcript(site):
     html = site.get(session_url(BROKEN_SID)).text
     causes = dict((u, c) for u, c, _ in nodes(html))
@@ -482,7 +531,8 @@ def test_hostile_transcript_renders_as_text(site):
 def test_render_cell_in_tables(site):
     html = site.get(f"/{site.name}/orphans?session_id={sid('api-error-splice')}").text
     assert f'<a href="{session_url(sid("api-error-splice"))}">' in html
-    assert re.search(r'<a href="/-/sessions/[^"]+\?file=\d+#u-[^"]+">', html)
+    # a uuid opens the window of the session page that draws it (?at=)
+    assert re.search(r'<a href="/-/sessions/[^"]+\?file=\d+&amp;at=[^"#]+#u-[^"]+">', html)
     assert 'class="si-badge" style="background:#c62828" title="cause">api_error_splice' in html
     [rec] = site.rows("SELECT id FROM records WHERE message_id LIKE '%-%' AND type = 'assistant' "
                       "AND session_id = ?", [sid("poisoned-tail")])
@@ -509,7 +559,7 @@ def test_render_cell_unit():
     assert web_cells.render_cell(r, "s 1", "session_id", "records", "d", urls) == \
         '<a href="/base/-/sessions/s%201">s 1</a>'
     assert web_cells.render_cell(r, '"x', "uuid", "records", "d", urls) == \
-        '<a href="/base/-/sessions/s%201?file=4#u-%22x">&#34;x</a>'
+        '<a href="/base/-/sessions/s%201?file=4&amp;at=%22x#u-%22x">&#34;x</a>'
     # a user record's message_id is not a placeholder's
     assert web_cells.render_cell(r, "abc", "message_id", "records", "d", urls) is None
     assert "synthetic" in web_cells.render_cell(Row(model="<synthetic>"), "abc", "message_id",
@@ -565,6 +615,31 @@ def test_sql_functions(site):
     assert web_format.json_excerpt(None) is None
 
 
+def test_title_lookups_use_the_titles_index(site):
+    """The session page's title (listings.SESSION_TITLE_TEMPLATE): each of
+    custom-title, ai-title and summary is found through records_titles, not
+    by reading every record of the file (a 10,000-record session: 140 ms
+    -> 45 ms for the title)."""
+    from session_index_web import pages as web_pages
+    conn = sqlite3.connect(site.path)
+    plan = [r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + web_pages.SESSION_TITLES_SQL,
+                                       {"ids": json.dumps([sid("seed-000")])})]
+    conn.close()
+    assert sum("USING INDEX records_titles" in step for step in plan) == 3, plan
+
+
+def test_session_page_reads_refused_thinking_from_the_cache(site):
+    """The session page's thinking alerts read thinking_cache (kept at
+    ingest, held equal to its definition by the cache tests), not every
+    record of the file."""
+    from session_index_web import pages as web_pages
+    conn = sqlite3.connect(site.path)
+    plan = [r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + web_pages.FILE_THINKING_SQL,
+                                       {"file_id": 1})]
+    conn.close()
+    assert any("thinking_cache" in step for step in plan), plan
+
+
 def test_pretty_json_changes_only_whitespace():
     raw = ('{"a":1,"a":2,"n":NaN,"big":123456789012345678901234567890,'
            '"s":"x\\ud800\\"{[,:]}","e":{},"l":[],"deep":[[{"k":[1,2]}]]}')
@@ -599,12 +674,27 @@ def test_tree_layout_is_iterative_and_folds():
     causes = {f"a{i}": "abandoned_branch" for i in range(3000)}
     tree = web_tree.build(rows, ancestry, causes, {"resume_leaf_uuid": f"n{n - 1}",
                                                    "sdk_leaf_uuid": f"n{n - 1}"})
-    html = str(web_tree.render(tree["spine"], lambda i: f"/r/{i}"))
+    whole = web_tree.window(tree, 0, size=10**6)
+    html = str(web_tree.render(whole["spine"], lambda i: f"/r/{i}"))
     assert html.count('<div class="si-node') == n + 3000 + 2000 + 50
     assert "50 progress records" in html
     assert 'class="si-fold si-fold-stretch"' in html
-    [(_, cause, cyclic)] = tree["groups"]
+    [(_, cause, cyclic)] = whole["groups"]
     assert cause == "other" and len(list(web_tree._flatten(cyclic))) == 2
+    # Windows of 500 split the drawn order: each record in exactly one, the
+    # window of a record the one drawing it.
+    order = [node.row["uuid"] for node in web_tree.drawn(tree)]
+    assert len(order) == len(set(order)) == n + 3000 + 2000 + 50 + 2
+    seen = []
+    for start in range(0, len(order), 500):
+        part = web_tree.window(tree, start, 500)
+        seen += [node.row["uuid"] for node in part["nodes"]]
+        assert len(part["nodes"]) == min(500, len(order) - start)
+    assert seen == order
+    assert web_tree.window_start(tree, 0, 500, "c2") == (len(order) - 1) // 500 * 500
+    assert web_tree.window_start(tree, 0, 500, "a7") == order.index("a7") // 500 * 500
+    assert web_tree.window_start(tree, 777, 500, "no such uuid") == 500
+    assert web_tree.window_start(tree, 10**9, 500) == (len(order) - 1) // 500 * 500
 
 
 # --- the commands and the plugins folder ----------------------------------------------

@@ -77,15 +77,17 @@ _NOT_CONTEXT = ("CASE WHEN substr({t}, 1, 1) = '<' THEN substr({t}, 1, instr({t}
 # The title a session goes by, most recent first of each kind: the user's
 # custom-title, Claude Code's ai-title, an older summary record, else the
 # first prompt of its main transcript, its first text that is not wholly
-# context (records_titles keeps this cheap). Pages strip its markup
+# context (records_titles keeps this cheap: SQLite uses a partial index only
+# when the query repeats its WHERE, hence each type's IN list; without it
+# each of the three read every record of the file). Pages strip its markup
 # (plain_title).
 SESSION_TITLE_TEMPLATE = """coalesce(
   (SELECT t.raw ->> '$.customTitle' FROM records t WHERE t.file_id = {s}.main_file_id
-     AND t.type = 'custom-title' ORDER BY t.line_no DESC LIMIT 1),
+     AND t.type = 'custom-title' AND t.type IN ('custom-title', 'ai-title', 'summary') ORDER BY t.line_no DESC LIMIT 1),
   (SELECT t.raw ->> '$.aiTitle' FROM records t WHERE t.file_id = {s}.main_file_id
-     AND t.type = 'ai-title' ORDER BY t.line_no DESC LIMIT 1),
+     AND t.type = 'ai-title' AND t.type IN ('custom-title', 'ai-title', 'summary') ORDER BY t.line_no DESC LIMIT 1),
   (SELECT t.raw ->> '$.summary' FROM records t WHERE t.file_id = {s}.main_file_id
-     AND t.type = 'summary' ORDER BY t.line_no DESC LIMIT 1),
+     AND t.type = 'summary' AND t.type IN ('custom-title', 'ai-title', 'summary') ORDER BY t.line_no DESC LIMIT 1),
   (SELECT substr(""" + _PROMPT_TEXT.format(j="j") + """, 1, 120)
      FROM records u, json_each(CASE WHEN json_valid(u.raw) THEN u.raw ELSE '{{}}' END,
                                '$.message.content') j
