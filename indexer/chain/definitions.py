@@ -129,6 +129,18 @@ NOT_DROPPED = ("({c}.last_line IS NULL OR {x}.first_line >= {c}.last_line OR EXI
 # it does not load (resume.bridged); each step is to an earlier line or an
 # unreadable record, and the step bound ends a cycle. In CLI_CTES and in the
 # put-back lines of ORPHANS_DEFINITION_SQL.
+# One step of a climb over progress records and unreadable ones to the
+# parent a line is bridged to ({cte}: the recursive CTE, its alias {b}, and
+# the column it carries, {key}; up, up_line, steps): BRIDGE_CTES and the
+# rewind cut's cut_climb.
+BRIDGE_STEP = f"""  SELECT {{b}}.file_id, {{key}}, p.parent_uuid, p.line_no, {{b}}.steps + 1
+  FROM {{cte}} {{b}}
+  JOIN records p ON p.file_id = {{b}}.file_id AND p.uuid = {{b}}.up
+  JOIN files f ON f.id = {{b}}.file_id
+  WHERE ((p.type = 'progress' AND p.line_no < {{b}}.up_line)
+         OR (p.is_unreadable AND p.type IN ('user','assistant')))
+    AND {{b}}.steps <= f.line_count AND {_IS_NODE.format(n="p")}
+"""
 BRIDGE_CTES = f"""
 bridge(file_id, uuid, up, up_line, steps) AS (
   SELECT n.file_id, n.uuid, n.parent_uuid, n.line_no, 0 FROM nodes n
@@ -136,14 +148,7 @@ bridge(file_id, uuid, up, up_line, steps) AS (
     SELECT 1 FROM nodes p WHERE p.file_id = n.file_id AND p.uuid = n.parent_uuid
       AND ((p.type = 'progress' AND p.line_no < n.line_no) OR p.is_unreadable))
   UNION ALL
-  SELECT b.file_id, b.uuid, p.parent_uuid, p.line_no, b.steps + 1
-  FROM bridge b
-  JOIN records p ON p.file_id = b.file_id AND p.uuid = b.up
-  JOIN files f ON f.id = b.file_id
-  WHERE ((p.type = 'progress' AND p.line_no < b.up_line)
-         OR (p.is_unreadable AND p.type IN ('user','assistant')))
-    AND b.steps <= f.line_count AND {_IS_NODE.format(n="p")}
-),
+{BRIDGE_STEP.format(cte="bridge", b="b", key="b.uuid")}),
 -- bridged: the end of each climb; NULL when it went round a cycle of
 -- unreadable records (the step bound).
 bridged AS MATERIALIZED (
@@ -985,14 +990,7 @@ cut_climb(file_id, line_no, up, up_line, steps) AS (
                   AND z.line_no > r.line_no AND z.type IN {CLI_NODE_TYPES_SQL}
                   AND NOT z.is_unreadable)
   UNION ALL
-  SELECT w.file_id, w.line_no, p.parent_uuid, p.line_no, w.steps + 1
-  FROM cut_climb w
-  JOIN records p ON p.file_id = w.file_id AND p.uuid = w.up
-  JOIN files f ON f.id = w.file_id
-  WHERE ((p.type = 'progress' AND p.line_no < w.up_line)
-         OR (p.is_unreadable AND p.type IN ('user','assistant')))
-    AND w.steps <= f.line_count AND {_IS_NODE.format(n="p")}
-),
+{BRIDGE_STEP.format(cte="cut_climb", b="w", key="w.line_no")}),
 cut_climbed AS MATERIALIZED (
   SELECT w.file_id, w.line_no, CASE WHEN w.steps > f.line_count THEN NULL ELSE w.up END AS up
   FROM (SELECT file_id, line_no, up, steps, row_number() OVER (
