@@ -127,9 +127,15 @@ class _DefinitionsCopy:
     @classmethod
     def of(cls, src):
         if cls.conn is None:
+            import atexit
+            import shutil
             import tempfile
-            path = Path(tempfile.mkdtemp(prefix="definitions-")) / "index.db"
-            cls.conn = open_db(path).conn
+            folder = tempfile.mkdtemp(prefix="definitions-")
+            cls.conn = open_db(Path(folder) / "index.db").conn
+            # the copy goes with the test process (it left a 6 MB folder
+            # in the temporary directory per process and run)
+            atexit.register(shutil.rmtree, folder, True)
+            atexit.register(cls.conn.close)
             virtual = [r[0] for r in cls.conn.execute(
                 "SELECT name FROM sqlite_master WHERE sql LIKE 'CREATE VIRTUAL%'")]
             names = [r[0] for r in cls.conn.execute(
