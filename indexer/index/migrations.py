@@ -1378,7 +1378,8 @@ def m089_records_source_tool_assistant(db):
 @migrations()
 def m090_usage_calls(db):
     # usage_calls: one row per API call, the usage view's first step
-    # (views.USAGE_CALLS_TEMPLATE) kept at ingest (derive.keep_usage_calls),
+    # (views.USAGE_CALLS_TEMPLATE) with its file's project folder and host
+    # (never changed), kept at ingest (derive.keep_usage_calls),
     # so the usage view, `usage --by`, cost_by_project, cost_by_day and the
     # charts read 175k rows, not 311k lines grouped across files. A call is
     # one across files (message_id + request_id; else message_id within a
@@ -1405,7 +1406,9 @@ def m090_usage_calls(db):
             cache_read_tokens INTEGER,
             speed TEXT,
             w1h INTEGER NOT NULL,          -- 1-hour cache writes
-            w5m INTEGER NOT NULL           -- 5-minute cache writes
+            w5m INTEGER NOT NULL,          -- 5-minute cache writes
+            project TEXT,                  -- the kept line's file's project_dir
+            host TEXT NOT NULL             -- and host ('': this machine)
         )
         """
     )
@@ -1444,16 +1447,18 @@ def m090_usage_calls(db):
     db.execute(
         """
         INSERT INTO usage_calls
-        SELECT max(coalesce(output_tokens, 0) * 4294967296 - id), count(*), id, file_id,
-          session_id, message_id, request_id, model, timestamp, input_tokens, output_tokens,
-          cache_read_tokens, speed, coalesce(cache_1h_tokens, 0),
-          CASE WHEN cache_5m_tokens IS NULL AND cache_1h_tokens IS NULL
-               THEN coalesce(cache_creation_tokens, 0) ELSE coalesce(cache_5m_tokens, 0) END
-        FROM records INDEXED BY records_usage
-        WHERE has_usage AND model IS NOT '<synthetic>'
-          AND file_id IN (SELECT id FROM files WHERE kind IN ('main', 'subagent'))
-        GROUP BY message_id, request_id, CASE WHEN request_id IS NULL THEN session_id END,
-          CASE WHEN message_id IS NULL THEN id END
+        SELECT c.*, f.project_dir, coalesce(f.host, '') FROM (
+          SELECT max(coalesce(output_tokens, 0) * 4294967296 - id), count(*), id AS record_id,
+            file_id, session_id, message_id, request_id, model, timestamp, input_tokens,
+            output_tokens, cache_read_tokens, speed, coalesce(cache_1h_tokens, 0),
+            CASE WHEN cache_5m_tokens IS NULL AND cache_1h_tokens IS NULL
+                 THEN coalesce(cache_creation_tokens, 0) ELSE coalesce(cache_5m_tokens, 0) END
+          FROM records INDEXED BY records_usage
+          WHERE has_usage AND model IS NOT '<synthetic>'
+            AND file_id IN (SELECT id FROM files WHERE kind IN ('main', 'subagent'))
+          GROUP BY message_id, request_id, CASE WHEN request_id IS NULL THEN session_id END,
+            CASE WHEN message_id IS NULL THEN id END) c
+        JOIN files f ON f.id = c.file_id
         """
     )
     db.execute(

@@ -490,13 +490,24 @@ USAGE_CALLS_TEMPLATE = f"""
 USAGE_CALLS_COLUMNS = ("pick, lines, record_id, file_id, session_id, message_id, request_id, "
                        "model, timestamp, input_tokens, output_tokens, cache_read_tokens, "
                        "speed, w1h, w5m")
+# Storing {calls} (rows of USAGE_CALLS_TEMPLATE), with the project folder
+# and host of the kept line's file.
+KEEP_USAGE_CALLS_TEMPLATE = (
+    f"INSERT INTO usage_calls ({USAGE_CALLS_COLUMNS}, project, host)\n"
+    f"SELECT {', '.join('c.' + c.strip() for c in USAGE_CALLS_COLUMNS.split(','))}, "
+    "f.project_dir, coalesce(f.host, '')\nFROM ({calls}) c JOIN files f ON f.id = c.file_id")
 USAGE_CALLS_DEFINITION = USAGE_CALLS_TEMPLATE.format(indexed="INDEXED BY records_usage", files="",
                                                      where="")
 # The rest of the usage view, from calls.
 # call_files and call_models are read once, not once per call (a files row
 # is wide; the price of a model is looked up twice): about a third of the
 # view's time on a 1M-record index.
-USAGE_PRICED_TEMPLATE = """
+# USAGE_PRICING_TEMPLATE: {models} the calls whose distinct models are
+# looked up, {place} the project_dir and host columns when calls lacks
+# them, {placed} where priced reads them (USAGE_PRICED_TEMPLATE: calls from
+# the records, placed by call_files; USAGE_SQL: from usage_calls, which
+# holds them).
+USAGE_PRICING_TEMPLATE = """
 call_files AS MATERIALIZED (
   SELECT id, project_dir, coalesce(host, '') AS host FROM files
 ),
@@ -505,14 +516,14 @@ call_models AS MATERIALIZED (
       (SELECT q.model FROM prices q WHERE q.model = m.model),
       CASE WHEN m.model GLOB '*-[0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9]'
            THEN substr(m.model, 1, length(m.model) - 9) END) AS price_model
-  FROM (SELECT DISTINCT model FROM calls WHERE model IS NOT NULL) m
+  FROM (SELECT DISTINCT model FROM {models} WHERE model IS NOT NULL) m
 ),
 priced AS (
-  SELECT c.*, f.project_dir, f.host, p.model AS price_model, p.*,
+  SELECT c.*{place}, p.model AS price_model, p.*,
     coalesce(c.input_tokens, 0) + coalesce(c.cache_read_tokens, 0) + c.w5m + c.w1h
       AS prompt_tokens,
     CASE WHEN c.speed = 'fast' THEN p.fast_multiplier ELSE 1 END AS multiplier
-  FROM calls c JOIN call_files f ON f.id = c.file_id
+  FROM {placed}
     LEFT JOIN call_models m ON m.model = c.model
     LEFT JOIN prices p ON p.model = m.price_model
 ),
@@ -534,10 +545,15 @@ SELECT record_id, session_id, project_dir AS project, file_id, model, timestamp,
   host
 FROM tiered
 """.strip()
-# usage reads the calls from usage_calls; usage_definition is the same view
-# computed from the records (tests hold them equal).
-USAGE_SQL = (f"WITH calls AS (SELECT {USAGE_CALLS_COLUMNS} FROM usage_calls),\n"
-             + USAGE_PRICED_TEMPLATE)
+USAGE_PRICED_TEMPLATE = USAGE_PRICING_TEMPLATE.format(
+    models="calls", place=", f.project_dir, f.host",
+    placed="calls c JOIN call_files f ON f.id = c.file_id")
+# usage reads the calls from usage_calls (with their file's project folder
+# and host, kept there: a file's never change); usage_definition is the same
+# view computed from the records (tests hold them equal).
+USAGE_SQL = (f"WITH calls AS (SELECT {USAGE_CALLS_COLUMNS}, project AS project_dir, host "
+             "FROM usage_calls),\n"
+             + USAGE_PRICING_TEMPLATE.format(models="usage_calls", place="", placed="calls c"))
 USAGE_DEFINITION_SQL = ("WITH calls AS (" + USAGE_CALLS_DEFINITION + "\n),\n"
                         + USAGE_PRICED_TEMPLATE)
 

@@ -151,8 +151,8 @@ UNPICK_USAGE_SQLS = (
     "AND record_id IN (SELECT value FROM json_each(:lines))",
 )
 PICK_USAGE_SQLS = tuple(
-    f"INSERT INTO usage_calls ({views.USAGE_CALLS_COLUMNS})\n"
-    + views.USAGE_CALLS_TEMPLATE.format(indexed=index, files="", where=where)
+    views.KEEP_USAGE_CALLS_TEMPLATE.format(calls=views.USAGE_CALLS_TEMPLATE.format(
+        indexed=index, files="", where=where))
     for where, index in _REPICKED.values())
 
 
@@ -529,7 +529,7 @@ def mark_all_if_definitions_changed(db) -> bool:
 REFILL_USAGE_CALLS_SQLS = (
     "DELETE FROM usage_calls",
     "DELETE FROM usage_dropped",
-    f"INSERT INTO usage_calls ({views.USAGE_CALLS_COLUMNS})\n" + views.USAGE_CALLS_DEFINITION,
+    views.KEEP_USAGE_CALLS_TEMPLATE.format(calls=views.USAGE_CALLS_DEFINITION),
     "DELETE FROM usage_scans",
     """INSERT INTO usage_scans (file_id, generation, scanned_offset)
        SELECT f.id, f.generation,
