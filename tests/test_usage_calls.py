@@ -8,6 +8,7 @@ rewrites delete them."""
 
 from __future__ import annotations
 
+import json
 import random
 import re
 
@@ -201,4 +202,30 @@ def test_a_changed_definition_fills_usage_calls_again(index):
         index.db.conn.execute("UPDATE usage_calls SET output_tokens = 0")
         index.db.conn.execute("UPDATE index_meta SET value = 'old' WHERE key = 'usage_calls_hash'")
     index.ingest()
+    assert_surfaces_match(index)
+
+
+def test_a_one_line_append_keeps_usage_calls_in_flat_cost(index):
+    """An append reads only the usage lines it added (usage_scans) and picks
+    their calls again: its SQL work at 4,000 records is at most 2x that at
+    200 (as test_append_derive asks of the whole append)."""
+    from test_append_derive import linear_session, sqlite_steps
+
+    costs = {}
+    for n in (200, 4000):
+        sid = f"{n:08d}-2929-4000-8000-000000000001"
+        records = linear_session(sid, n + 1)
+        for i, r in enumerate(records):
+            if r["type"] == "assistant":
+                r["requestId"] = f"req{n}-{i}"
+                r["message"].update(model=SONNET, usage={"input_tokens": 1, "output_tokens": i})
+        path = index.projects / "p" / f"{sid}.jsonl"
+        write_jsonl(path, records[:-1])
+        index.ingest()
+        with open(path, "a") as f:
+            f.write(json.dumps(records[-1]) + "\n")
+        costs[n] = sqlite_steps(index, index.ingest)
+        assert index.value("SELECT count(*) FROM usage WHERE session_id = ?", [sid]) == \
+            sum(r["type"] == "assistant" for r in records)
+    assert costs[4000] <= 2 * costs[200], costs
     assert_surfaces_match(index)
