@@ -1442,7 +1442,13 @@ def m090_usage_calls(db):
         END
         """
     )
-    db.execute("CREATE INDEX records_usage_message ON records(message_id) WHERE has_usage")
+    # (covering: the usage columns come after raw in a records row, and a
+    # lookup by rowid would read every line's raw to reach them)
+    db.execute(
+        "CREATE INDEX records_usage_message ON records(message_id, request_id, session_id, "
+        "file_id, model, timestamp, input_tokens, output_tokens, cache_read_tokens, "
+        "cache_creation_tokens, cache_5m_tokens, cache_1h_tokens, speed, has_usage) "
+        "WHERE has_usage")
     # Every call as the usage view picked it on the day of this migration.
     db.execute(
         """
