@@ -1415,7 +1415,6 @@ def m090_usage_calls(db):
     db.execute("CREATE INDEX usage_calls_message ON usage_calls(message_id)")
     db.execute("CREATE UNIQUE INDEX usage_calls_record ON usage_calls(record_id)")
     db.execute("CREATE INDEX usage_calls_timestamp ON usage_calls(timestamp)")
-    db.execute("CREATE INDEX usage_calls_session ON usage_calls(session_id)")
     db.execute(
         """
         CREATE TABLE usage_scans (
