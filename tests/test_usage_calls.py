@@ -229,3 +229,33 @@ def test_a_one_line_append_keeps_usage_calls_in_flat_cost(index):
             sum(r["type"] == "assistant" for r in records)
     assert costs[4000] <= 2 * costs[200], costs
     assert_surfaces_match(index)
+
+
+def test_a_store_delete_picks_the_calls_of_its_lines_again(index):
+    """A session store copy holds a call's kept line (more output tokens than
+    the local file's) and a call of its own; deleting the copy picks the
+    first again from the local file and drops the second."""
+    import asyncio
+
+    from indexer.ingest.store import IndexSessionStore
+
+    sid = "dddddddd-0000-0000-0000-000000000004"
+    local = assistant(sid, "a1", None, "msg_1", "req_1", 10, SONNET, "2026-11-30T10:00:00Z")
+    World(index, 0).write(sid, [local])
+    index.ingest()
+    store = IndexSessionStore(index.path)
+    try:
+        key = {"project_key": "-work-p1", "session_id": sid}
+        asyncio.run(store.append(key, [
+            assistant(sid, "a1", None, "msg_1", "req_1", 90, SONNET, "2026-11-30T10:00:00Z"),
+            assistant(sid, "a2", "a1", "msg_9", "req_9", 5, SONNET, "2026-11-30T10:00:02Z")]))
+        assert index.rows("SELECT message_id, output_tokens, lines FROM usage "
+                          "ORDER BY message_id") == [
+            {"message_id": "msg_1", "output_tokens": 90, "lines": 2},
+            {"message_id": "msg_9", "output_tokens": 5, "lines": 1}]
+        asyncio.run(store.delete(key))
+    finally:
+        store.close()
+    assert index.rows("SELECT message_id, output_tokens, lines FROM usage") == [
+        {"message_id": "msg_1", "output_tokens": 10, "lines": 1}]
+    assert_surfaces_match(index)
