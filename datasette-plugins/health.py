@@ -161,14 +161,10 @@ async def fleet_panel(db, now: str) -> dict | None:
 
 
 # The usage panel: the API calls of the last USAGE_WINDOW_DAYS (at or after
-# :since), each counted once, as the usage view counts them but reading the
-# lines of the files written to since then only (files.last_timestamp), so
-# that it costs what the window holds, not the whole index (the view on a
-# 1M-record index takes seconds: bench/usage_speed.py); tokens of every
-# kind; the price snapshot in use.
-WINDOW_USAGE_SQL = ("(WITH calls AS (" + views.USAGE_CALLS_TEMPLATE.format(
-    files=" AND last_timestamp >= :since", where=" AND timestamp >= :since")
-    + "\n),\n" + views.USAGE_PRICED_TEMPLATE + ")")
+# :since), each counted once: the usage view's calls whose time is in the
+# window (usage_calls_timestamp); tokens of every kind; the price snapshot
+# in use.
+WINDOW_USAGE_SQL = "(SELECT * FROM usage WHERE timestamp >= :since)"
 USAGE_PANEL_SQL = f"""
 SELECT count(*) AS calls, round(sum(cost_usd), 2) AS cost_usd,
   sum(cost_usd IS NULL) AS unpriced_calls,

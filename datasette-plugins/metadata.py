@@ -952,7 +952,7 @@ for _signal in classes.SIGNAL_VIEWS:
     }
 # thinking_faults and session_forks read what ingest keeps in SQL
 # (derive.keep_sql_caches); their *_definition views read the records.
-for _view in ("thinking_faults", "session_forks"):
+for _view in ("thinking_faults", "session_forks", "usage"):
     TABLES[f"{_view}_definition"] = {
         "description": f"The SQL the {_view} view is held equal to (by the tests), over the "
                        f"records. Slow: seconds per query on a large index; query {_view} "
@@ -988,6 +988,33 @@ TABLES["fork_heads_cache"] = {
         user_session_id="the first user record's sessionId",
         assistant_session_id="the first assistant record's sessionId",
         request_session_id="the first assistant record's requestSessionId"),
+}
+TABLES["usage_calls"] = {
+    "description": "One row per API call, before pricing: the line kept of its copies in "
+                   "every file, kept by ingest (derive.keep_usage_calls); query usage instead.",
+    "hidden": True,
+    "columns": dict(
+        {c: TABLES["usage"]["columns"][c] for c in (
+            "file_id", "session_id", "message_id", "request_id", "model", "timestamp",
+            "input_tokens", "output_tokens", "cache_read_tokens", "speed")},
+        pick="output_tokens * 2^32 - record_id of the kept line (the largest is kept)",
+        lines="the call's lines in every copy",
+        record_id="records.id of the kept line (most output tokens, then the lowest id)",
+        w1h="1-hour cache writes", w5m="5-minute cache writes",
+        project=TABLES["usage"]["columns"]["project"], host=TABLES["usage"]["columns"]["host"]),
+}
+TABLES["usage_scans"] = {
+    "description": "How far ingest read each file's usage lines for usage_calls.",
+    "hidden": True,
+    "columns": {"file_id": "files.id", "generation": "the file's generation read",
+                "scanned_offset": "byte_offset of the last record read (-1: none)"},
+}
+TABLES["usage_dropped"] = {
+    "description": "Usage lines deleted since usage_calls was last kept (a trigger notes "
+                   "them; ingest picks their calls again and empties it).",
+    "hidden": True,
+    "columns": {"message_id": "the deleted line's message id",
+                "record_id": "its records.id, when it has no message id"},
 }
 TABLES["sdk_terminals"] = {
     "description": "The Agent SDK's leaf candidates per file: each record no record names as "

@@ -1373,3 +1373,104 @@ def m089_records_source_tool_assistant(db):
             "AND raw ->> '$.sourceToolAssistantUUID' <> '' "
             "AND raw ->> '$.sourceToolAssistantUUID' IS NOT json_extract(raw, '$.parentUuid')",
             [low, low + 50_000])
+
+
+@migrations()
+def m090_usage_calls(db):
+    # usage_calls: one row per API call, the usage view's first step
+    # (views.USAGE_CALLS_TEMPLATE) with its file's project folder and host
+    # (never changed), kept at ingest (derive.keep_usage_calls),
+    # so the usage view, `usage --by`, cost_by_project, cost_by_day and the
+    # charts read 175k rows, not 311k lines grouped across files. A call is
+    # one across files (message_id + request_id; else message_id within a
+    # session; else the line itself): it is picked again from all its
+    # copies whenever a line of it is added (usage_scans: how far each
+    # file's lines were read, per generation) or deleted (the trigger
+    # usage_lines_dropped notes the deleted line's message id, or its id when
+    # it has none, in usage_dropped), through records_usage_message (the
+    # lines of a message id in every file).
+    db.execute(
+        """
+        CREATE TABLE usage_calls (
+            pick INTEGER NOT NULL,         -- output_tokens * 2^32 - record_id of the kept line
+            lines INTEGER NOT NULL,        -- the call's lines in every copy
+            record_id INTEGER NOT NULL,    -- the kept line (most output tokens, then lowest id)
+            file_id INTEGER NOT NULL,      -- and the rest is the kept line's
+            session_id TEXT,
+            message_id TEXT,
+            request_id TEXT,
+            model TEXT,
+            timestamp TEXT,
+            input_tokens INTEGER,
+            output_tokens INTEGER,
+            cache_read_tokens INTEGER,
+            speed TEXT,
+            w1h INTEGER NOT NULL,          -- 1-hour cache writes
+            w5m INTEGER NOT NULL,          -- 5-minute cache writes
+            project TEXT,                  -- the kept line's file's project_dir
+            host TEXT NOT NULL             -- and host ('': this machine)
+        )
+        """
+    )
+    db.execute("CREATE INDEX usage_calls_message ON usage_calls(message_id)")
+    db.execute("CREATE UNIQUE INDEX usage_calls_record ON usage_calls(record_id)")
+    db.execute("CREATE INDEX usage_calls_timestamp ON usage_calls(timestamp)")
+    db.execute(
+        """
+        CREATE TABLE usage_scans (
+            file_id INTEGER PRIMARY KEY,
+            generation INTEGER NOT NULL,
+            scanned_offset INTEGER NOT NULL   -- the last line's byte_offset read; -1 none
+        )
+        """
+    )
+    db.execute(
+        """
+        CREATE TABLE usage_dropped (
+            message_id TEXT,                  -- a deleted usage line's message id
+            record_id INTEGER                 -- its id, when it has no message id
+        )
+        """
+    )
+    db.execute(
+        """
+        CREATE TRIGGER usage_lines_dropped AFTER DELETE ON records WHEN old.has_usage
+        BEGIN
+            INSERT INTO usage_dropped (message_id, record_id)
+            VALUES (old.message_id, CASE WHEN old.message_id IS NULL THEN old.id END);
+        END
+        """
+    )
+    # (covering: the usage columns come after raw in a records row, and a
+    # lookup by rowid would read every line's raw to reach them)
+    db.execute(
+        "CREATE INDEX records_usage_message ON records(message_id, request_id, session_id, "
+        "file_id, model, timestamp, input_tokens, output_tokens, cache_read_tokens, "
+        "cache_creation_tokens, cache_5m_tokens, cache_1h_tokens, speed, has_usage) "
+        "WHERE has_usage")
+    # Every call as the usage view picked it on the day of this migration.
+    db.execute(
+        """
+        INSERT INTO usage_calls
+        SELECT c.*, f.project_dir, coalesce(f.host, '') FROM (
+          SELECT max(coalesce(output_tokens, 0) * 4294967296 - id), count(*), id AS record_id,
+            file_id, session_id, message_id, request_id, model, timestamp, input_tokens,
+            output_tokens, cache_read_tokens, speed, coalesce(cache_1h_tokens, 0),
+            CASE WHEN cache_5m_tokens IS NULL AND cache_1h_tokens IS NULL
+                 THEN coalesce(cache_creation_tokens, 0) ELSE coalesce(cache_5m_tokens, 0) END
+          FROM records INDEXED BY records_usage
+          WHERE has_usage AND model IS NOT '<synthetic>'
+            AND file_id IN (SELECT id FROM files WHERE kind IN ('main', 'subagent'))
+          GROUP BY message_id, request_id, CASE WHEN request_id IS NULL THEN session_id END,
+            CASE WHEN message_id IS NULL THEN id END) c
+        JOIN files f ON f.id = c.file_id
+        """
+    )
+    db.execute(
+        """
+        INSERT INTO usage_scans (file_id, generation, scanned_offset)
+        SELECT f.id, f.generation,
+          coalesce((SELECT max(byte_offset) FROM records r WHERE r.file_id = f.id), -1)
+        FROM files f
+        """
+    )

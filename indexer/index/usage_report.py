@@ -58,7 +58,7 @@ OPEN_UNTIL = "9999-12-31T23:59:59.999"
 # stored time with microseconds ('...00.000500Z') or none ('...00Z')
 # compares as the instant it is; a call with no time is in the range only
 # when the range is open at both ends.
-RANGE_USAGE = ("(WITH calls AS (" + views.USAGE_CALLS_TEMPLATE.format(
+RANGE_USAGE = ("(WITH calls AS (" + views.USAGE_CALLS_TEMPLATE.format(indexed="INDEXED BY records_usage",
     files=" AND coalesce(last_timestamp, '') >= :since "
           "AND coalesce(first_timestamp, '') < :until", where="")
     + "\n),\n" + views.USAGE_PRICED_TEMPLATE + ")")
@@ -87,7 +87,7 @@ GROUP BY 1, 2, 3
 SESSION_USAGE_SQL = f"""
 SELECT count(*) AS calls, round(sum(cost_usd), 6) AS cost_usd,
   sum(cost_usd IS NULL) AS unpriced_calls
-FROM (WITH calls AS ({views.USAGE_CALLS_TEMPLATE.format(
+FROM (WITH calls AS ({views.USAGE_CALLS_TEMPLATE.format(indexed="INDEXED BY records_usage",
     files=" AND session_id = :session_id", where="")}
 ),
 {views.USAGE_PRICED_TEMPLATE})

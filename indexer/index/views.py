@@ -467,25 +467,47 @@ WHERE k.records > 0
 # prompt_tokens is above the model's long_context_above, times
 # fast_multiplier when usage.speed is "fast". NULL (unpriced, never 0) for a
 # model with no price, or a fast call of a model with no fast multiplier.
-# USAGE_CALLS_TEMPLATE is its first step, {where} narrowing the lines read
-# (the health page's panel reads the last days' files only).
+# USAGE_CALLS_TEMPLATE is its first step (one row per call, before
+# pricing), {files} narrowing the files read, {where} the lines; {indexed}
+# how it reads records ("INDEXED BY records_usage", by file; by message id,
+# records_usage_message, or by id, when derive picks some calls again).
 USAGE_CALLS_TEMPLATE = f"""
   SELECT max(coalesce(output_tokens, 0) * 4294967296 - id) AS pick, count(*) AS lines,
     id AS record_id, file_id, session_id, message_id, request_id, model, timestamp, input_tokens,
     output_tokens, cache_read_tokens, speed, coalesce(cache_1h_tokens, 0) AS w1h,
     CASE WHEN cache_5m_tokens IS NULL AND cache_1h_tokens IS NULL
          THEN coalesce(cache_creation_tokens, 0) ELSE coalesce(cache_5m_tokens, 0) END AS w5m
-  FROM records INDEXED BY records_usage
+  FROM records {{indexed}}
   WHERE has_usage AND model IS NOT '{SYNTHETIC_MODEL}'
     AND file_id IN (SELECT id FROM files WHERE kind IN {TRANSCRIPT_KINDS}{{files}}){{where}}
   GROUP BY message_id, request_id, CASE WHEN request_id IS NULL THEN session_id END,
     CASE WHEN message_id IS NULL THEN id END
 """.strip()
+# usage_calls (migrations.m090_usage_calls) holds USAGE_CALLS_TEMPLATE's
+# rows over every file, kept at ingest (derive.keep_usage_calls: a call is
+# picked again whenever a line of it is added or deleted, in any file);
+# USAGE_CALLS_COLUMNS are its columns, in the template's order.
+USAGE_CALLS_COLUMNS = ("pick, lines, record_id, file_id, session_id, message_id, request_id, "
+                       "model, timestamp, input_tokens, output_tokens, cache_read_tokens, "
+                       "speed, w1h, w5m")
+# Storing {calls} (rows of USAGE_CALLS_TEMPLATE), with the project folder
+# and host of the kept line's file.
+KEEP_USAGE_CALLS_TEMPLATE = (
+    f"INSERT INTO usage_calls ({USAGE_CALLS_COLUMNS}, project, host)\n"
+    f"SELECT {', '.join('c.' + c.strip() for c in USAGE_CALLS_COLUMNS.split(','))}, "
+    "f.project_dir, coalesce(f.host, '')\nFROM ({calls}) c JOIN files f ON f.id = c.file_id")
+USAGE_CALLS_DEFINITION = USAGE_CALLS_TEMPLATE.format(indexed="INDEXED BY records_usage", files="",
+                                                     where="")
 # The rest of the usage view, from calls.
 # call_files and call_models are read once, not once per call (a files row
 # is wide; the price of a model is looked up twice): about a third of the
 # view's time on a 1M-record index.
-USAGE_PRICED_TEMPLATE = """
+# USAGE_PRICING_TEMPLATE: {models} the calls whose distinct models are
+# looked up, {place} the project_dir and host columns when calls lacks
+# them, {placed} where priced reads them (USAGE_PRICED_TEMPLATE: calls from
+# the records, placed by call_files; USAGE_SQL: from usage_calls, which
+# holds them).
+USAGE_PRICING_TEMPLATE = """
 call_files AS MATERIALIZED (
   SELECT id, project_dir, coalesce(host, '') AS host FROM files
 ),
@@ -494,14 +516,14 @@ call_models AS MATERIALIZED (
       (SELECT q.model FROM prices q WHERE q.model = m.model),
       CASE WHEN m.model GLOB '*-[0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9]'
            THEN substr(m.model, 1, length(m.model) - 9) END) AS price_model
-  FROM (SELECT DISTINCT model FROM calls WHERE model IS NOT NULL) m
+  FROM (SELECT DISTINCT model FROM {models} WHERE model IS NOT NULL) m
 ),
 priced AS (
-  SELECT c.*, f.project_dir, f.host, p.model AS price_model, p.*,
+  SELECT c.*{place}, p.model AS price_model, p.*,
     coalesce(c.input_tokens, 0) + coalesce(c.cache_read_tokens, 0) + c.w5m + c.w1h
       AS prompt_tokens,
     CASE WHEN c.speed = 'fast' THEN p.fast_multiplier ELSE 1 END AS multiplier
-  FROM calls c JOIN call_files f ON f.id = c.file_id
+  FROM {placed}
     LEFT JOIN call_models m ON m.model = c.model
     LEFT JOIN prices p ON p.model = m.price_model
 ),
@@ -523,8 +545,17 @@ SELECT record_id, session_id, project_dir AS project, file_id, model, timestamp,
   host
 FROM tiered
 """.strip()
-USAGE_SQL = ("WITH calls AS (" + USAGE_CALLS_TEMPLATE.format(files="", where="") + "\n),\n"
-             + USAGE_PRICED_TEMPLATE)
+USAGE_PRICED_TEMPLATE = USAGE_PRICING_TEMPLATE.format(
+    models="calls", place=", f.project_dir, f.host",
+    placed="calls c JOIN call_files f ON f.id = c.file_id")
+# usage reads the calls from usage_calls (with their file's project folder
+# and host, kept there: a file's never change); usage_definition is the same
+# view computed from the records (tests hold them equal).
+USAGE_SQL = (f"WITH calls AS (SELECT {USAGE_CALLS_COLUMNS}, project AS project_dir, host "
+             "FROM usage_calls),\n"
+             + USAGE_PRICING_TEMPLATE.format(models="usage_calls", place="", placed="calls c"))
+USAGE_DEFINITION_SQL = ("WITH calls AS (" + USAGE_CALLS_DEFINITION + "\n),\n"
+                        + USAGE_PRICED_TEMPLATE)
 
 # usage_reported: one row per session for which Claude Code says what it
 # cost, beside what the usage view computes: cost_state_usd, the largest
@@ -604,6 +635,7 @@ VIEWS = {
     "session_main_copies": SESSION_MAIN_COPIES_SQL,
     "record_types": RECORD_TYPES_SQL,
     "usage": USAGE_SQL,
+    "usage_definition": USAGE_DEFINITION_SQL,
     "usage_reported": USAGE_REPORTED_SQL,
 }
 
@@ -732,6 +764,19 @@ CACHES_HASH_SQL = "SELECT value FROM index_meta WHERE key = 'definitions_hash'"
 PENDING_DERIVE_SQL = "SELECT 1 FROM files WHERE needs_derive LIMIT 1"
 
 
+# usage_calls is refilled from its definition when the definition changed
+# (derive.refresh_usage_calls_if_stale compares this with index_meta): not
+# a full derive, the calls alone.
+USAGE_CALLS_HASH = sha256(USAGE_CALLS_DEFINITION.encode()).hexdigest()[:16]
+USAGE_CALLS_HASH_SQL = "SELECT value FROM index_meta WHERE key = 'usage_calls_hash'"
+
+
+def usage_calls_current(conn) -> bool:
+    """Was usage_calls filled by USAGE_CALLS_TEMPLATE as it is now?"""
+    stored = conn.execute(USAGE_CALLS_HASH_SQL).fetchone()
+    return stored is not None and stored[0] == USAGE_CALLS_HASH
+
+
 def sessions_current(conn) -> bool:
     """Were the sessions rows computed by REFRESH_SESSION_SQL as it is now?"""
     stored = conn.execute(SESSIONS_HASH_SQL).fetchone()
@@ -748,13 +793,14 @@ def stamp_current(conn) -> None:
     """Record that the caches and sessions rows are those of today's
     definitions (true of an index with nothing in it yet)."""
     conn.executemany("INSERT OR REPLACE INTO index_meta VALUES (?, ?)",
-                     [("definitions_hash", CACHES_HASH), ("sessions_hash", SESSIONS_HASH)])
+                     [("definitions_hash", CACHES_HASH), ("sessions_hash", SESSIONS_HASH),
+                      ("usage_calls_hash", USAGE_CALLS_HASH)])
 
 
 def nothing_to_derive(conn) -> bool:
     """Would derive.derive_pending do nothing? (A run with nothing new then
     need not import derive.py.)"""
-    return (caches_current(conn) and sessions_current(conn)
+    return (caches_current(conn) and sessions_current(conn) and usage_calls_current(conn)
             and conn.execute(PENDING_DERIVE_SQL).fetchone() is None)
 
 

@@ -69,7 +69,7 @@ THINKING_TABLES = ("thinking_cache", "thinking_scans")
 FORK_HEADS_SQL = (f"INSERT OR REPLACE INTO fork_heads_cache ({forks.FORK_HEADS_COLUMNS})\n"
                   + forks.FORK_HEADS_TEMPLATE.format(
                       files="f.id IN (SELECT value FROM json_each(:file_ids))"))
-SQL_CACHE_TABLES = THINKING_TABLES + ("fork_heads_cache",)
+SQL_CACHE_TABLES = THINKING_TABLES + ("fork_heads_cache", "usage_scans")
 # A file's kind and generation, and how far its thinking was scanned (NULL:
 # never, or its rows were forgotten).
 THINKING_SCAN_STATE_SQL = """
@@ -110,11 +110,87 @@ def scan_thinking(conn, file_ids) -> None:
         conn.execute(SAVE_THINKING_SCAN_SQL, params)
 
 
+# usage_calls (views.USAGE_CALLS_TEMPLATE's rows, migrations.m090_usage_calls):
+# each file's usage lines after where usage_scans says its last scan of its
+# generation stopped (all of them when none did: a new, rewritten or
+# recomputed file), and the lines deleted since (usage_dropped, noted by a
+# trigger), name the calls to pick again from all their copies.
+# A file's generation and where its last scan stopped (NULL: none of this generation).
+USAGE_SCAN_STATE_SQL = """
+SELECT f.generation, CASE WHEN s.generation = f.generation THEN s.scanned_offset END
+FROM files f LEFT JOIN usage_scans s ON s.file_id = f.id WHERE f.id = ?
+""".strip()
+# The usage lines of a file (message id, and id when it has none): all of
+# them (by records_usage), or those after a byte offset (records_file_offset).
+USAGE_LINES_OF_FILE_SQL = """
+SELECT message_id, CASE WHEN message_id IS NULL THEN id END
+FROM records INDEXED BY records_usage WHERE has_usage AND file_id = ?
+""".strip()
+USAGE_LINES_AFTER_SQL = """
+SELECT message_id, CASE WHEN message_id IS NULL THEN id END
+FROM records WHERE file_id = ? AND byte_offset > ? AND has_usage
+""".strip()
+SAVE_USAGE_SCAN_SQL = """
+INSERT OR REPLACE INTO usage_scans (file_id, generation, scanned_offset)
+SELECT :file_id, :generation, coalesce(max(byte_offset), -1) FROM records WHERE file_id = :file_id
+""".strip()
+TAKE_USAGE_DROPPED_SQL = "SELECT DISTINCT message_id, record_id FROM usage_dropped"
+CLEAR_USAGE_DROPPED_SQL = "DELETE FROM usage_dropped"
+# The calls of the message ids :ids and of the lines :lines (ids of lines
+# without one) out, then picked again from the records: first every DELETE,
+# then the INSERTs (a kept line's id is unique in usage_calls).
+_REPICKED = {
+    "ids": (" AND message_id IN (SELECT value FROM json_each(:ids))",
+            "INDEXED BY records_usage_message"),
+    "lines": (" AND message_id IS NULL AND id IN (SELECT value FROM json_each(:lines))",
+              "NOT INDEXED"),
+}
+UNPICK_USAGE_SQLS = (
+    "DELETE FROM usage_calls WHERE message_id IN (SELECT value FROM json_each(:ids))",
+    "DELETE FROM usage_calls WHERE message_id IS NULL "
+    "AND record_id IN (SELECT value FROM json_each(:lines))",
+)
+PICK_USAGE_SQLS = tuple(
+    views.KEEP_USAGE_CALLS_TEMPLATE.format(calls=views.USAGE_CALLS_TEMPLATE.format(
+        indexed=index, files="", where=where))
+    for where, index in _REPICKED.values())
+
+
+def keep_usage_calls(conn, file_ids) -> None:
+    """Bring usage_calls up to date after these files' records changed and
+    any were deleted (inside the caller's transaction): every call with a
+    line added to them since their last scan, or deleted anywhere, is picked
+    again from all its copies."""
+    ids, lines = set(), set()
+    for file_id in file_ids:
+        state = conn.execute(USAGE_SCAN_STATE_SQL, [file_id]).fetchone()
+        if state is None:
+            continue
+        generation, scanned = state
+        found = (conn.execute(USAGE_LINES_OF_FILE_SQL, [file_id]) if scanned is None
+                 else conn.execute(USAGE_LINES_AFTER_SQL, [file_id, scanned]))
+        for message_id, line in found:
+            (ids.add(message_id) if message_id is not None else lines.add(line))
+        conn.execute(SAVE_USAGE_SCAN_SQL, {"file_id": file_id, "generation": generation})
+    dropped = conn.execute(TAKE_USAGE_DROPPED_SQL).fetchall()
+    if dropped:
+        conn.execute(CLEAR_USAGE_DROPPED_SQL)
+        for message_id, line in dropped:
+            (ids.add(message_id) if message_id is not None else lines.add(line))
+    if not ids and not lines:
+        return
+    params = {"ids": json.dumps(sorted(ids)), "lines": json.dumps(sorted(lines))}
+    for sql in UNPICK_USAGE_SQLS + PICK_USAGE_SQLS:
+        conn.execute(sql, params)
+
+
 def keep_sql_caches(conn, file_ids) -> None:
     """The caches kept in SQL for these files, after their records changed
-    (inside the caller's transaction): thinking_cache, fork_heads_cache."""
+    (inside the caller's transaction): thinking_cache, fork_heads_cache,
+    usage_calls."""
     scan_thinking(conn, file_ids)
     conn.execute(FORK_HEADS_SQL, {"file_ids": json.dumps(list(file_ids))})
+    keep_usage_calls(conn, file_ids)
 
 
 def forget_file(conn, file_id: int) -> None:
@@ -403,6 +479,7 @@ def pending_files(db) -> list[int]:
     definitions changed since the caches were built)."""
     mark_all_if_definitions_changed(db)
     refresh_sessions_if_stale(db)
+    refresh_usage_calls_if_stale(db)
     return [i for (i,) in db.conn.execute(PENDING_FILES_SQL)]
 
 
@@ -444,6 +521,32 @@ def mark_all_if_definitions_changed(db) -> bool:
         conn.execute("UPDATE leaves_cache SET derive_state = NULL")  # recompute each
         conn.execute("INSERT OR REPLACE INTO index_meta VALUES ('definitions_hash', ?)",
                      [views.CACHES_HASH])
+    return True
+
+
+# usage_calls again from its definition, and every file's usage lines
+# read (after a change to the definition, or an index the migration filled).
+REFILL_USAGE_CALLS_SQLS = (
+    "DELETE FROM usage_calls",
+    "DELETE FROM usage_dropped",
+    views.KEEP_USAGE_CALLS_TEMPLATE.format(calls=views.USAGE_CALLS_DEFINITION),
+    "DELETE FROM usage_scans",
+    """INSERT INTO usage_scans (file_id, generation, scanned_offset)
+       SELECT f.id, f.generation,
+         coalesce((SELECT max(byte_offset) FROM records r WHERE r.file_id = f.id), -1)
+       FROM files f""",
+    "INSERT OR REPLACE INTO index_meta VALUES ('usage_calls_hash', :hash)",
+)
+
+
+def refresh_usage_calls_if_stale(db) -> bool:
+    """Fill usage_calls again when it was filled by another definition
+    (index_meta.usage_calls_hash); True if it did."""
+    if views.usage_calls_current(db.conn):
+        return False
+    with write_lock(db) as conn:
+        for sql in REFILL_USAGE_CALLS_SQLS:
+            conn.execute(sql, {"hash": views.USAGE_CALLS_HASH} if ":hash" in sql else {})
     return True
 
 

@@ -370,6 +370,7 @@ class _Backend:
                     record_kinds.forget_file(conn, file_id)
                     for sql in FORGET_COPY_SQL:
                         conn.execute(sql, {"id": file_id})
+                derive.keep_usage_calls(conn, [])   # the calls whose lines went
                 params = {"session_id": session_id}
                 if conn.execute(SESSION_HAS_FILES_SQL, params).fetchone():
                     views.refresh_session(conn, session_id)
