@@ -84,7 +84,7 @@ LATEST_MESSAGE_ID_TEMPLATE = f"""(SELECT CASE WHEN r.type = 'assistant'
 # file order with a version): the one taken to resume it unless check
 # --claude-version names another.
 WRITER_VERSION_TEMPLATE = """(SELECT v.version FROM records v
-  WHERE v.file_id = {file} AND v.version IS NOT NULL ORDER BY v.line_no DESC LIMIT 1)"""
+  WHERE v.file_id = {file} AND v.version IS NOT NULL ORDER BY v.byte_offset DESC LIMIT 1)"""
 # The thinking blocks the API refuses (thinking.py) in the latest assistant
 # message on file {file}'s resume chain, the one the fewest versions recover
 # from first (thinking.RECOVERS_FROM), then in chain order: record_id, uuid,
@@ -92,7 +92,7 @@ WRITER_VERSION_TEMPLATE = """(SELECT v.version FROM records v
 # an empty signed block, the file's shown thinking of its model and
 # version, as far as the first).
 LATEST_FAULTS_TEMPLATE = """(SELECT lf.* FROM ({faults}) lf
-  JOIN leaf_ancestry_cache lk ON lk.file_id = lf.file_id AND lk.rule = 'resume'
+  CROSS JOIN leaf_ancestry_cache lk ON lk.file_id = lf.file_id AND lk.rule = 'resume'
     AND lk.record_id = lf.record_id
   ORDER BY """ + thinking.RECOVERS_FROM_KEY.format(fault="lf.fault") + """ DESC, lk.height,
     lf.block)"""
