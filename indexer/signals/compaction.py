@@ -70,6 +70,17 @@ SEGMENT_RECORDS_TEMPLATE = """SELECT s.uuid, max(s.id) AS record_id, min(s.line_
                     AND e.line_no < {b}.line_no)
   GROUP BY s.uuid"""
 
+# SEGMENT_RECORDS_TEMPLATE's test for one uuid {u}: a line of it in the
+# stretch, and none before boundary {b} (the lines of that uuid only, by
+# records_file_uuid: a question driven from a few uuids, such as the orphans
+# of a file, reads no other line of the segment; the unary + keeps SQLite
+# from reading the stretch by records_file_offset instead, once per uuid).
+SEGMENT_RECORD_TEMPLATE = """SELECT 1 FROM records s WHERE s.file_id = {b}.file_id AND s.uuid = {u}
+    AND +s.byte_offset > {b}.byte_offset AND ({next} IS NULL OR +s.byte_offset < {next})
+    AND s.type IN ('user', 'assistant') AND NOT s.is_sidechain
+    AND NOT EXISTS (SELECT 1 FROM records e WHERE e.file_id = s.file_id AND e.uuid = s.uuid
+                    AND e.line_no < {b}.line_no)"""
+
 # Reached by a resume: on the file's resume chain, or off it and put back
 # by the CLI after its walk (orphans restored). {u}: the uuid, {f}: file.
 REACHED_TEMPLATE = """(EXISTS (SELECT 1 FROM leaf_ancestry_cache k WHERE k.file_id = {f}
@@ -157,10 +168,9 @@ PRESERVED_FINDING_TEMPLATE = ("""CASE
 #   nothing: the records of that walk off the chain are lost.
 # UNREACHED_RECORDS_TEMPLATE: those records of the last boundary {b}
 # (uuid, line_no of their last line).
-UNREACHED_RECORDS_TEMPLATE = ("""SELECT o.uuid, o.line_no FROM (""" + SEGMENT_RECORDS_TEMPLATE.format(
-    b="{b}", next="NULL") + """) s
-  JOIN orphans_cache o ON o.file_id = {b}.file_id AND o.uuid = s.uuid
-  WHERE NOT o.restored AND o.cause IN ('unlinked', 'dangling_parent')
+UNREACHED_RECORDS_TEMPLATE = ("""SELECT o.uuid, o.line_no FROM orphans_cache o
+  WHERE o.file_id = {b}.file_id AND NOT o.restored AND o.cause IN ('unlinked', 'dangling_parent')
+    AND EXISTS (""" + SEGMENT_RECORD_TEMPLATE.format(b="{b}", next="NULL", u="o.uuid") + """)
     AND NOT EXISTS (SELECT 1 FROM leaf_ancestry_cache k WHERE k.file_id = {b}.file_id
                     AND k.rule = 'resume' AND k.uuid = {b}.uuid)""")
 UNREACHED_TEMPLATE = ("""(CASE WHEN EXISTS (SELECT 1 FROM leaf_ancestry_cache k
@@ -245,8 +255,9 @@ FROM (  -- DISTINCT (the rows are distinct anyway: one per boundary) keeps SQLit
         AS next_offset,
       NOT EXISTS (SELECT 1 FROM records n WHERE n.file_id = b.file_id
          AND """ + BOUNDARY_TEMPLATE.format(r="n") + """ AND n.line_no > b.line_no) AS last
-    FROM session_hosts h
-    JOIN records b ON b.file_id = h.main_file_id
+    FROM session_hosts h   -- (CROSS: else SQLite read every record for the boundaries,
+                           -- not records_compact_boundaries of each main transcript)
+    CROSS JOIN records b ON b.file_id = h.main_file_id
     WHERE """ + BOUNDARY_TEMPLATE.format(r="b") + """
   ) x
 ) x
