@@ -210,7 +210,11 @@ TRUNCATION_TEMPLATE = ("""(SELECT CASE
 # chain or put back), lost (the others), lost_causes (their orphans causes,
 # with counts), preserved (segment, list or NULL), preserved_finding
 # (PRESERVED_FINDING_TEMPLATE), truncated (the last compaction only:
-# TRUNCATION_TEMPLATE's cause), truncated_records (how many it loses).
+# TRUNCATION_TEMPLATE's cause), truncated_records (how many it loses). A copy's
+# uuid is on more than one line of the file, so copies reads only the lines
+# of the file's duplicate_uuids_cache rows (the records_file_uuid lines of
+# those uuids; the unary + keeps SQLite from reading the stretch by
+# records_file_offset instead), not every line after the boundary.
 COMPACTION_SEGMENTS_SQL = ("""
 SELECT session_id, file_id, boundary_uuid, position, last, compacted_at, records, copies,
   reached, records - reached AS lost,
@@ -232,9 +236,11 @@ FROM (  -- DISTINCT (the rows are distinct anyway: one per boundary) keeps SQLit
     (SELECT count(*) FROM (""" + SEGMENT_RECORDS_TEMPLATE.format(b="x", next="x.next_offset")
                            + """) s
      WHERE """ + REACHED_TEMPLATE.format(f="x.file_id", u="s.uuid") + """) AS reached,
-    (SELECT count(*) FROM records c WHERE c.file_id = x.file_id
-       AND c.byte_offset > x.byte_offset
-       AND (x.next_offset IS NULL OR c.byte_offset < x.next_offset)
+    (SELECT count(*) FROM duplicate_uuids_cache d
+     CROSS JOIN records c ON c.file_id = d.file_id AND c.uuid = d.uuid
+     WHERE d.file_id = x.file_id
+       AND +c.byte_offset > x.byte_offset
+       AND (x.next_offset IS NULL OR +c.byte_offset < x.next_offset)
        AND """ + COPY_TEMPLATE.format(r="c") + """) AS copies,
     CASE WHEN """ + _LISTED.format(b="x") + """ THEN 'list'
          WHEN json_type(x.raw, '$.compactMetadata.preservedSegment') = 'object'
