@@ -70,6 +70,17 @@ SEGMENT_RECORDS_TEMPLATE = """SELECT s.uuid, max(s.id) AS record_id, min(s.line_
                     AND e.line_no < {b}.line_no)
   GROUP BY s.uuid"""
 
+# SEGMENT_RECORDS_TEMPLATE's test for one uuid {u}: a line of it in the
+# stretch, and none before boundary {b} (the lines of that uuid only, by
+# records_file_uuid: a question driven from a few uuids, such as the orphans
+# of a file, reads no other line of the segment; the unary + keeps SQLite
+# from reading the stretch by records_file_offset instead, once per uuid).
+SEGMENT_RECORD_TEMPLATE = """SELECT 1 FROM records s WHERE s.file_id = {b}.file_id AND s.uuid = {u}
+    AND +s.byte_offset > {b}.byte_offset AND ({next} IS NULL OR +s.byte_offset < {next})
+    AND s.type IN ('user', 'assistant') AND NOT s.is_sidechain
+    AND NOT EXISTS (SELECT 1 FROM records e WHERE e.file_id = s.file_id AND e.uuid = s.uuid
+                    AND e.line_no < {b}.line_no)"""
+
 # Reached by a resume: on the file's resume chain, or off it and put back
 # by the CLI after its walk (orphans restored). {u}: the uuid, {f}: file.
 REACHED_TEMPLATE = """(EXISTS (SELECT 1 FROM leaf_ancestry_cache k WHERE k.file_id = {f}
@@ -157,10 +168,9 @@ PRESERVED_FINDING_TEMPLATE = ("""CASE
 #   nothing: the records of that walk off the chain are lost.
 # UNREACHED_RECORDS_TEMPLATE: those records of the last boundary {b}
 # (uuid, line_no of their last line).
-UNREACHED_RECORDS_TEMPLATE = ("""SELECT o.uuid, o.line_no FROM (""" + SEGMENT_RECORDS_TEMPLATE.format(
-    b="{b}", next="NULL") + """) s
-  JOIN orphans_cache o ON o.file_id = {b}.file_id AND o.uuid = s.uuid
-  WHERE NOT o.restored AND o.cause IN ('unlinked', 'dangling_parent')
+UNREACHED_RECORDS_TEMPLATE = ("""SELECT o.uuid, o.line_no FROM orphans_cache o
+  WHERE o.file_id = {b}.file_id AND NOT o.restored AND o.cause IN ('unlinked', 'dangling_parent')
+    AND EXISTS (""" + SEGMENT_RECORD_TEMPLATE.format(b="{b}", next="NULL", u="o.uuid") + """)
     AND NOT EXISTS (SELECT 1 FROM leaf_ancestry_cache k WHERE k.file_id = {b}.file_id
                     AND k.rule = 'resume' AND k.uuid = {b}.uuid)""")
 UNREACHED_TEMPLATE = ("""(CASE WHEN EXISTS (SELECT 1 FROM leaf_ancestry_cache k
@@ -200,7 +210,11 @@ TRUNCATION_TEMPLATE = ("""(SELECT CASE
 # chain or put back), lost (the others), lost_causes (their orphans causes,
 # with counts), preserved (segment, list or NULL), preserved_finding
 # (PRESERVED_FINDING_TEMPLATE), truncated (the last compaction only:
-# TRUNCATION_TEMPLATE's cause), truncated_records (how many it loses).
+# TRUNCATION_TEMPLATE's cause), truncated_records (how many it loses). A copy's
+# uuid is on more than one line of the file, so copies reads only the lines
+# of the file's duplicate_uuids_cache rows (the records_file_uuid lines of
+# those uuids; the unary + keeps SQLite from reading the stretch by
+# records_file_offset instead), not every line after the boundary.
 COMPACTION_SEGMENTS_SQL = ("""
 SELECT session_id, file_id, boundary_uuid, position, last, compacted_at, records, copies,
   reached, records - reached AS lost,
@@ -222,9 +236,11 @@ FROM (  -- DISTINCT (the rows are distinct anyway: one per boundary) keeps SQLit
     (SELECT count(*) FROM (""" + SEGMENT_RECORDS_TEMPLATE.format(b="x", next="x.next_offset")
                            + """) s
      WHERE """ + REACHED_TEMPLATE.format(f="x.file_id", u="s.uuid") + """) AS reached,
-    (SELECT count(*) FROM records c WHERE c.file_id = x.file_id
-       AND c.byte_offset > x.byte_offset
-       AND (x.next_offset IS NULL OR c.byte_offset < x.next_offset)
+    (SELECT count(*) FROM duplicate_uuids_cache d
+     CROSS JOIN records c ON c.file_id = d.file_id AND c.uuid = d.uuid
+     WHERE d.file_id = x.file_id
+       AND +c.byte_offset > x.byte_offset
+       AND (x.next_offset IS NULL OR +c.byte_offset < x.next_offset)
        AND """ + COPY_TEMPLATE.format(r="c") + """) AS copies,
     CASE WHEN """ + _LISTED.format(b="x") + """ THEN 'list'
          WHEN json_type(x.raw, '$.compactMetadata.preservedSegment') = 'object'
@@ -245,8 +261,9 @@ FROM (  -- DISTINCT (the rows are distinct anyway: one per boundary) keeps SQLit
         AS next_offset,
       NOT EXISTS (SELECT 1 FROM records n WHERE n.file_id = b.file_id
          AND """ + BOUNDARY_TEMPLATE.format(r="n") + """ AND n.line_no > b.line_no) AS last
-    FROM session_hosts h
-    JOIN records b ON b.file_id = h.main_file_id
+    FROM session_hosts h   -- (CROSS: else SQLite read every record for the boundaries,
+                           -- not records_compact_boundaries of each main transcript)
+    CROSS JOIN records b ON b.file_id = h.main_file_id
     WHERE """ + BOUNDARY_TEMPLATE.format(r="b") + """
   ) x
 ) x

@@ -84,15 +84,17 @@ LATEST_MESSAGE_ID_TEMPLATE = f"""(SELECT CASE WHEN r.type = 'assistant'
 # file order with a version): the one taken to resume it unless check
 # --claude-version names another.
 WRITER_VERSION_TEMPLATE = """(SELECT v.version FROM records v
-  WHERE v.file_id = {file} AND v.version IS NOT NULL ORDER BY v.line_no DESC LIMIT 1)"""
+  WHERE v.file_id = {file} AND v.version IS NOT NULL ORDER BY v.byte_offset DESC LIMIT 1)"""
 # The thinking blocks the API refuses (thinking.py) in the latest assistant
 # message on file {file}'s resume chain, the one the fewest versions recover
 # from first (thinking.RECOVERS_FROM), then in chain order: record_id, uuid,
 # message_id, block, fault. Only that message's records are read (and, for
 # an empty signed block, the file's shown thinking of its model and
-# version, as far as the first).
+# version, as far as the first). (CROSS: that message's records first, by
+# records_file_message; SQLite else walked the whole resume chain, reading
+# every record on it.)
 LATEST_FAULTS_TEMPLATE = """(SELECT lf.* FROM ({faults}) lf
-  JOIN leaf_ancestry_cache lk ON lk.file_id = lf.file_id AND lk.rule = 'resume'
+  CROSS JOIN leaf_ancestry_cache lk ON lk.file_id = lf.file_id AND lk.rule = 'resume'
     AND lk.record_id = lf.record_id
   ORDER BY """ + thinking.RECOVERS_FROM_KEY.format(fault="lf.fault") + """ DESC, lk.height,
     lf.block)"""
@@ -101,9 +103,11 @@ LATEST_FAULTS_TEMPLATE = """(SELECT lf.* FROM ({faults}) lf
 # The late grafts of file {file} a repair drops (orphans named late_graft,
 # walk.is_late_graft, whose graft branch holds no prompt typed after it):
 # the height of the chain record the graft hangs from, which the repair
-# cuts the chain back to (views.REPAIR_PLAN_TEMPLATE); NULL when none.
+# cuts the chain back to (views.REPAIR_PLAN_TEMPLATE); NULL when none. (CROSS:
+# the file's late grafts first, by orphans_cache_cause; SQLite may else walk the
+# whole resume chain looking each record up among the orphans.)
 GRAFT_CUT_TEMPLATE = """(SELECT min(ga.height) FROM orphans_cache go
-  JOIN leaf_ancestry_cache ga ON ga.file_id = go.file_id AND ga.rule = 'resume'
+  CROSS JOIN leaf_ancestry_cache ga ON ga.file_id = go.file_id AND ga.rule = 'resume'
     AND ga.uuid = go.branch_point_uuid
   WHERE go.file_id = {file} AND go.cause = 'late_graft'
     AND NOT EXISTS (SELECT 1 FROM leaf_ancestry_cache gk JOIN records gr ON gr.id = gk.record_id
