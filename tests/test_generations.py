@@ -103,6 +103,21 @@ def test_a_shrunk_file_keeps_its_first_generation(index, path):
     index.assert_caches_match_definitions()
 
 
+def test_a_file_emptied_by_its_rewrite_is_derived_again(index, path):
+    """A rewrite that leaves no line is still a new generation: its caches
+    go and are derived again (before, nothing marked the file, so its leaves
+    row was missing where the definition has one, 'no_leaf')."""
+    path.write_bytes(line(1) + line(2, "u-1"))
+    index.ingest()
+    path.write_bytes(b"")
+    s = index.ingest()
+    assert (s.rewritten_files, s.new_records) == (1, 0)
+    assert index.rows("SELECT resume_leaf_uuid, resume_rule FROM leaves") == [
+        {"resume_leaf_uuid": None, "resume_rule": "no_leaf"}]
+    assert index.value("SELECT count(*) FROM files WHERE needs_derive") == 0
+    index.assert_caches_match_definitions()
+
+
 def test_same_size_changes_are_generations_each_rebuilt_byte_for_byte(index, path):
     # The first generation ends in a record without its newline, with a CRLF
     # line and a bad line before it.

@@ -103,14 +103,16 @@ INSERT INTO files (path, kind, session_id, agent_id, project_dir, first_ingested
 VALUES (:path, :kind, :session_id, :agent_id, :project_dir, :now, :agent)
 """.strip()
 # A rewritten file starts again from nothing, as a new generation (the old
-# one's lines were kept by generations.supersede; its caches go with derive).
+# one's lines were kept by generations.supersede; its caches go with derive,
+# and it is derived again even when the new generation has no line yet: a
+# file emptied by its rewrite still has its rows, 'no_leaf').
 FORGET_LINES_SQL = (
     "DELETE FROM records WHERE file_id = :id",
     "DELETE FROM bad_lines WHERE file_id = :id",
     """UPDATE files SET rewrites = rewrites + 1, generation = generation + 1,
        generation_started_at = :now, unterminated_tail = 0, pending_tail = NULL,
        records = 0, first_timestamp = NULL, last_timestamp = NULL, cwd = NULL,
-       version = NULL, git_branch = NULL WHERE id = :id""",
+       version = NULL, git_branch = NULL, needs_derive = 1 WHERE id = :id""",
 )
 # A last record stored without its newline that then went on (more bytes,
 # no newline first): its row goes and it is read again as the line it is
