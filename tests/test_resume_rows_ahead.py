@@ -27,6 +27,7 @@ PUT_BACK = {
     "rows_ahead_under_a_recovered_result": True,
     "rows_ahead_taken_by_an_earlier_result": True,
     "rows_ahead_under_a_row_put_back_before": True,
+    "rows_ahead_of_a_result_written_before_its_call": True,
     "rows_ahead_not_named": False,
     "rows_ahead_of_a_plain_prompt": False,
     "rows_ahead_not_loaded": False,
