@@ -731,6 +731,56 @@ def shape_rows_ahead_of_a_result_written_before_its_call():
     return t.records
 
 
+def shape_rows_ahead_both_sides_of_a_result_written_before_its_call():
+    """The result flushed before its call (u3 before u2) names two queued
+    rows under the call, one written before the result's line (u9) and
+    one after the call's (u10): on the loader's chain both hang after the
+    call, before the result, and are put back (by line, the call and one
+    row come after the result)."""
+    t = Transcript(SID)
+    t.add(u(1), None, "user")
+    queued_text(t, u(9), u(2), "the row written first")
+    t.add(u(3), u(2), "user", message=tool_result("toolu_a"), rowsAheadOfPutBack=[u(9), u(10)])
+    t.add(u(2), u(1), "assistant", message=tool_use("msg_P", "toolu_a"))
+    queued_text(t, u(10), u(2), "the queued row")
+    t.add(u(4), u(3), "assistant", message=text("msg_Q", "after the result"))
+    return t.records
+
+
+def shape_rows_ahead_under_a_record_written_before_the_result():
+    """The queued row (u10) hangs under an attachment (u7) that hangs under
+    the result (u3) but is written before it: on the loader's chain u7
+    comes after the result, so the row hangs past it and is not put back
+    (by line, u7 comes between the call and the result)."""
+    t = Transcript(SID)
+    t.add(u(1), None, "user")
+    t.add(u(2), u(1), "assistant", message=tool_use("msg_P", "toolu_a"))
+    hook_context(t, u(7), u(3), "context after the result")
+    queued_text(t, u(10), u(7), "the queued row")
+    t.add(u(3), u(2), "user", message=tool_result("toolu_a"), rowsAheadOfPutBack=[u(10)])
+    t.add(u(4), u(7), "assistant", message=text("msg_Q", "after the result"))
+    return t.records
+
+
+def shape_rows_ahead_of_two_results_one_written_early():
+    """Krn() takes the results in the chain's order: two calls one after
+    the other (msg_P, msg_R), the second's result (u6) written before the
+    first's (u3). u3 puts back the queued row under its call (u10); u6
+    names it again (skipped) with a row under its own call (u11), which is
+    put back. In line order u6 would come first, its two rows hang under
+    different records, and u11 would be left out."""
+    t = Transcript(SID)
+    t.add(u(1), None, "user")
+    t.add(u(2), u(1), "assistant", message=tool_use("msg_P", "toolu_a"))
+    queued_text(t, u(10), u(2), "the queued row")
+    t.add(u(6), u(5), "user", message=tool_result("toolu_b"), rowsAheadOfPutBack=[u(10), u(11)])
+    t.add(u(3), u(2), "user", message=tool_result("toolu_a"), rowsAheadOfPutBack=[u(10)])
+    t.add(u(5), u(3), "assistant", message=tool_use("msg_R", "toolu_b"))
+    queued_text(t, u(11), u(5), "the second queued row")
+    t.add(u(7), u(6), "assistant", message=text("msg_Q", "after the calls"))
+    return t.records
+
+
 def shape_result_recovered_under_the_other_result():
     """RRr's recovery by tool-call id: a result (u4) whose parent does not
     hold its tool_use (here the other call's result) is put back with the
@@ -957,6 +1007,12 @@ EXPECTED = {
         ["after the result"], ["the queued row"], []),
     "rows_ahead_under_a_row_put_back_before": (
         ["after the batch"], ["the queued row", "the row under the queued row"], []),
+    "rows_ahead_both_sides_of_a_result_written_before_its_call": (
+        ["after the result"], ["the row written first", "the queued row"], []),
+    "rows_ahead_under_a_record_written_before_the_result": (
+        ["after the result"], [], ["the queued row"]),
+    "rows_ahead_of_two_results_one_written_early": (
+        ["after the calls"], ["the queued row", "the second queued row"], []),
     "rows_ahead_taken_by_an_earlier_result": (
         ["after the batch"], ["the queued row", "the second queued row"], []),
     "result_of_another_agent_not_recovered": (["after the batch"], [], []),
