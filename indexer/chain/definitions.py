@@ -1223,10 +1223,10 @@ recovered AS MATERIALIZED (
 -- (a result under a later response's record recovered by an earlier one is
 -- put back with the earlier: the greater at).
 parallel AS MATERIALIZED (
-  SELECT file_id, uuid, max(at) AS at FROM (
-    SELECT file_id, uuid, at FROM parallel_direct
+  SELECT file_id, uuid, max(at) AS at, coalesce(max(rec_at) = max(at), 0) AS recovered FROM (
+    SELECT file_id, uuid, at, NULL AS rec_at FROM parallel_direct
     UNION ALL
-    SELECT r.file_id, r.uuid, m.at FROM recovered r
+    SELECT r.file_id, r.uuid, m.at, m.at FROM recovered r
     JOIN chain_messages m ON m.file_id = r.file_id AND m.message_id = r.message_id)
   GROUP BY file_id, uuid
 ),
@@ -1249,19 +1249,22 @@ batches AS MATERIALIZED (
                   AND n.type = 'assistant' AND {HAS_TOOL_USE.format(r="r")})
 ),
 anchors AS MATERIALIZED (
-  SELECT n.file_id, n.uuid, n.is_sidechain, b.first_depth AS at FROM batches b
+  SELECT n.file_id, n.uuid, n.is_sidechain, b.first_depth AS at, NULL AS depth, 0 AS lifted
+  FROM batches b
   JOIN nodes n ON n.file_id = b.file_id AND n.message_id = b.message_id AND n.type = 'assistant'
   UNION
-  SELECT t.file_id, t.uuid, t.is_sidechain, b.first_depth FROM batches b
+  SELECT t.file_id, t.uuid, t.is_sidechain, b.first_depth, NULL, 0 FROM batches b
   JOIN nodes n ON n.file_id = b.file_id AND n.message_id = b.message_id AND n.type = 'assistant'
   JOIN loaded t ON t.file_id = n.file_id AND t.parent = n.uuid
   WHERE t.type = 'user' AND t.is_tool_result
   UNION
-  SELECT t.file_id, t.uuid, t.is_sidechain, b.first_depth FROM batches b
+  SELECT t.file_id, t.uuid, t.is_sidechain, b.first_depth, NULL, NOT EXISTS (
+           SELECT 1 FROM nodes q WHERE q.file_id = t.file_id AND q.uuid = t.parent
+             AND q.type = 'assistant' AND q.message_id = b.message_id) FROM batches b
   JOIN recovered r ON r.file_id = b.file_id AND r.message_id = b.message_id
   JOIN loaded t ON t.file_id = r.file_id AND t.uuid = r.uuid
   UNION
-  SELECT n.file_id, n.uuid, n.is_sidechain, b.first_depth FROM batches b
+  SELECT n.file_id, n.uuid, n.is_sidechain, b.first_depth, a.depth, 0 FROM batches b
   JOIN on_chain a ON a.file_id = b.file_id AND a.depth < b.first_depth AND a.depth > b.end_depth
   JOIN nodes n ON n.file_id = a.file_id AND n.uuid = a.uuid
   WHERE {COMPANION_RECORD.format(r="n")}
@@ -1278,12 +1281,13 @@ links AS MATERIALIZED (
     AND NOT EXISTS (SELECT 1 FROM parallel q WHERE q.file_id = c.file_id AND q.uuid = c.uuid)
     AND NOT EXISTS (SELECT 1 FROM cut k WHERE k.file_id = c.file_id AND k.uuid = c.uuid)
 ),
-line(file_id, start, side, at, uuid, steps) AS (
-  SELECT c.file_id, c.uuid, p.is_sidechain, p.at, c.uuid, 0
+line(file_id, start, side, at, uuid, steps, anchor_depth, lifted) AS (
+  SELECT c.file_id, c.uuid, p.is_sidechain, p.at, c.uuid, 0, p.depth,
+         CASE WHEN p.lifted THEN p.uuid END
   FROM anchors p JOIN links c ON c.file_id = p.file_id AND c.parent = p.uuid
   WHERE c.is_sidechain = p.is_sidechain
   UNION ALL
-  SELECT c.file_id, w.start, w.side, w.at, c.uuid, w.steps + 1
+  SELECT c.file_id, w.start, w.side, w.at, c.uuid, w.steps + 1, w.anchor_depth, w.lifted
   FROM line w
   JOIN links c ON c.file_id = w.file_id AND c.parent = w.uuid
   JOIN files b ON b.id = w.file_id
@@ -1306,7 +1310,7 @@ loose AS MATERIALIZED (
 -- two unvisited children, or one that is not on the line (another type,
 -- the other side).
 lines_kept AS MATERIALIZED (
-  SELECT w.file_id, w.uuid, w.start, w.at, w.steps FROM lines w
+  SELECT w.file_id, w.uuid, w.start, w.at, w.steps, w.anchor_depth, w.lifted FROM lines w
   WHERE NOT EXISTS (
     SELECT 1 FROM lines x JOIN files b ON b.id = x.file_id
     WHERE x.file_id = w.file_id AND x.start = w.start AND x.at = w.at AND (
@@ -1349,34 +1353,39 @@ ahead_files AS MATERIALIZED (
 -- only: it rests on most of the put-back rules), which travel through the
 -- parts below to put_lines, with the rows put back ahead of results;
 -- line_marks: per record of a line, [uuid, the line's start, the at of
--- the response that puts it back, its step down the line].
+-- the response that puts it back, its step down the line, the depth of
+-- the anchor when it is a companion record on the chain, the anchor when
+-- it is a result recovered by tool-call id read under no record of its
+-- response].
 kept_by_file AS MATERIALIZED (
   SELECT file_id, json_group_array(uuid) AS lines,
-         json_group_array(json_array(uuid, start, at, steps)) AS line_marks
+         json_group_array(json_array(uuid, start, at, steps, anchor_depth, lifted))
+           AS line_marks
   FROM lines_kept GROUP BY file_id
 ),
--- ahead_spans: per response on the chain of those files, its span (at:
--- the depth of its first record; end_depth: of the first record past its
--- region, -1 at the leaf) and last_loaded, the greatest first line of its
--- loaded records (a recovered result goes no earlier than just after it).
+-- ahead_spans: per file of those, `spans`: per response on the chain, by
+-- the depth of its first record (at), [the depth of the first record
+-- past its region (-1: none), the greatest first line of its loaded
+-- records (a result it recovers goes no earlier than just after it), its
+-- message id]; `walked`: the chain's records, [depth, first line].
 ahead_spans AS MATERIALIZED (
-  SELECT b.*, coalesce((
-           SELECT max(a.depth) FROM on_chain a JOIN nodes n ON n.file_id = a.file_id
-             AND n.uuid = a.uuid
-           WHERE a.file_id = b.file_id AND a.depth < b.last_depth
-             AND NOT (n.type = 'assistant' AND n.message_id = b.message_id)
-             AND NOT (n.type = 'user' AND (n.is_meta OR n.is_tool_result))
-             AND NOT (n.type = 'attachment')
-             AND NOT (n.type = 'system' AND n.subtype IS NOT 'compact_boundary')), -1) AS end_depth,
-         (SELECT max({FIRST_LOADED.format(n="c")}) FROM loaded c JOIN nodes n ON n.id = c.id
-          WHERE c.file_id = b.file_id AND c.type = 'assistant'
-            AND n.message_id = b.message_id) AS last_loaded
-  FROM (
-    SELECT a.file_id, n.message_id, max(a.depth) AS at, min(a.depth) AS last_depth
-    FROM ahead_files af JOIN on_chain a ON a.file_id = af.file_id
-    JOIN nodes n ON n.file_id = a.file_id AND n.uuid = a.uuid
-    WHERE n.type = 'assistant' AND n.message_id IS NOT NULL
-    GROUP BY a.file_id, n.message_id) b
+  SELECT af.file_id, (
+    SELECT json_group_object(b.at, json_array(coalesce((
+             SELECT max(a.depth) FROM on_chain a JOIN nodes n ON n.file_id = a.file_id
+               AND n.uuid = a.uuid
+             WHERE a.file_id = b.file_id AND a.depth < b.last_depth
+               AND NOT (n.type = 'assistant' AND n.message_id = b.message_id)
+               AND NOT (n.type = 'user' AND (n.is_meta OR n.is_tool_result))
+               AND NOT (n.type = 'attachment')
+               AND NOT (n.type = 'system' AND n.subtype IS NOT 'compact_boundary')), -1),
+           (SELECT max({FIRST_LOADED.format(n="c")}) FROM loaded c JOIN nodes n ON n.id = c.id
+            WHERE c.file_id = b.file_id AND c.type = 'assistant'
+              AND n.message_id = b.message_id), b.message_id))
+    FROM (SELECT a.file_id, n.message_id, max(a.depth) AS at, min(a.depth) AS last_depth
+          FROM on_chain a JOIN nodes n ON n.file_id = a.file_id AND n.uuid = a.uuid
+          WHERE a.file_id = af.file_id AND n.type = 'assistant' AND n.message_id IS NOT NULL
+          GROUP BY a.file_id, n.message_id) b) AS spans
+  FROM ahead_files af
 ),
 -- ahead_marks: the loaded records, each with the record id of its parent
 -- (parent_id), whether it is on the loader's chain (placed: on the resume
@@ -1387,90 +1396,73 @@ ahead_spans AS MATERIALIZED (
 -- puts it (walk.loader_chain): loaded_at, its first loaded line; for one
 -- put back, grp_at and grp_end, the span of the response that puts it
 -- back (a line's: the first response, root first, that keeps it), and
--- either anchor_depth and steps (a line under a companion record on the
--- chain: right after it) or ht, the loader's sort key (its loaded_at, no
--- earlier than just after its response's last record for a result
--- recovered by tool-call id, and than that result for a line under one).
-ahead_base AS MATERIALIZED (
+-- either anchor_depth, start_at and steps (a line under a companion record
+-- on the chain: right after it, by its start's first line and its step)
+-- or ht, the loader's sort key (its loaded_at, no earlier than just after
+-- its response's last record for a result recovered by tool-call id read
+-- under no record of it, and than that result for a line under one),
+-- with `walked` (ahead_spans') to place it by.
+ahead_marks AS MATERIALIZED (
   SELECT x.id, coalesce(x.file_id, kb.file_id) AS file_id, x.uuid, x.type,
          x.is_sidechain, x.is_tool_result, x.line_no, x.parent_id, x.message_id,
-         x.depth, x.on_chain, x.parallel, x.par_at, x.is_cut, x.row_kind, x.ids,
-         x.rows_ahead, x.loaded_at, kb.lines,
-         m.value ->> '$[1]' AS line_start, m.value ->> '$[2]' AS line_at,
-         m.value ->> '$[3]' AS steps
+         x.depth, x.placed OR m.value IS NOT NULL AS placed, x.is_cut, x.row_kind, x.ids,
+         x.rows_ahead, x.loaded_at, kb.lines, CASE WHEN NOT x.is_cut THEN coalesce(x.par_at, m.value ->> '$[2]') END AS grp_at,
+         json_extract(x.spans, '$."' || CASE WHEN NOT x.is_cut THEN coalesce(x.par_at, m.value ->> '$[2]') END || '"[0]') AS grp_end,
+         m.value ->> '$[4]' AS anchor_depth,
+         CASE WHEN m.value ->> '$[4]' IS NOT NULL THEN m.value ->> '$[3]' END AS steps,
+         CASE WHEN m.value ->> '$[4]' IS NOT NULL THEN (
+           SELECT min(z.line_no) FROM records z WHERE z.file_id = x.file_id
+             AND z.uuid = m.value ->> '$[1]' AND z.type IN {CLI_NODE_TYPES_SQL}) END AS start_at,
+         CASE WHEN x.par_at IS NOT NULL THEN CASE WHEN x.lifted THEN max(x.loaded_at,
+                json_extract(x.spans, '$."' || x.par_at || '"[1]') + 0.5) ELSE x.loaded_at END
+              WHEN m.value IS NOT NULL AND m.value ->> '$[4]' IS NULL
+              THEN CASE WHEN m.value ->> '$[5]' IS NOT NULL THEN max(x.loaded_at, (
+                SELECT min(z.line_no) FROM records z WHERE z.file_id = x.file_id
+                  AND z.uuid = m.value ->> '$[5]' AND z.type IN {CLI_NODE_TYPES_SQL}),
+                json_extract(x.spans, '$."' || CASE WHEN NOT x.is_cut THEN coalesce(x.par_at, m.value ->> '$[2]') END || '"[1]') + 0.5)
+                ELSE x.loaded_at END END AS ht,
+         CASE WHEN CASE WHEN NOT x.is_cut THEN coalesce(x.par_at, m.value ->> '$[2]') END IS NOT NULL THEN (
+           SELECT json_group_array(json_array(w.depth, (
+             SELECT min(z.line_no) FROM records z WHERE z.file_id = w.file_id
+               AND z.uuid = w.uuid AND z.type IN {CLI_NODE_TYPES_SQL})))
+           FROM on_chain w WHERE w.file_id = x.file_id) END AS walked
   FROM kept_by_file kb FULL JOIN (
     SELECT l.id, l.file_id, l.uuid, l.type, l.is_sidechain, l.is_tool_result, n.line_no,
-           (SELECT p.id FROM nodes p WHERE p.file_id = l.file_id AND p.uuid = l.parent)
-             AS parent_id,
-           n.message_id, a.depth, a.uuid IS NOT NULL AS on_chain,
-           EXISTS (SELECT 1 FROM parallel q WHERE q.file_id = l.file_id
-                     AND q.uuid = l.uuid) AS parallel,
-           (SELECT q.at FROM parallel q WHERE q.file_id = l.file_id AND q.uuid = l.uuid
-              AND a.uuid IS NULL) AS par_at,
+           p.id AS parent_id, n.message_id, a.depth,
+           a.uuid IS NOT NULL OR q.uuid IS NOT NULL AS placed,
+           CASE WHEN a.uuid IS NULL THEN q.at END AS par_at,
+           q.recovered AND (p.type IS NOT 'assistant' OR p.message_id IS NOT json_extract(
+             sp.spans, '$."' || q.at || '"[2]')) AS lifted,
            EXISTS (SELECT 1 FROM cut k WHERE k.file_id = l.file_id AND k.uuid = l.uuid)
              AS is_cut,
-           CASE WHEN {COMPANION_RECORD.format(r="l")} AND {AHEAD_ROW.format(r="r")} > 0
-                THEN 1
-                WHEN l.type = 'user' AND NOT l.is_tool_result
-                  AND {AHEAD_ROW.format(r="r")} = 2 THEN 1 ELSE 0 END AS row_kind,
-           CASE WHEN l.type IN ('user', 'assistant') THEN {TOOL_IDS.format(r="r")} END
-             AS ids,
-           r.rows_ahead, {FIRST_LOADED.format(n="l")} AS loaded_at
-    FROM ahead_files af JOIN loaded l ON l.file_id = af.file_id
+           CASE WHEN {COMPANION_RECORD.format(r="l")} AND {AHEAD_ROW.format(r="r")} > 0 THEN 1
+                WHEN l.type = 'user' AND NOT l.is_tool_result AND {AHEAD_ROW.format(r="r")} = 2
+                THEN 1 ELSE 0 END AS row_kind,
+           CASE WHEN l.type IN ('user', 'assistant') THEN {TOOL_IDS.format(r="r")} END AS ids,
+           r.rows_ahead, {FIRST_LOADED.format(n="l")} AS loaded_at, sp.spans
+    FROM ahead_spans sp JOIN loaded l ON l.file_id = sp.file_id
     JOIN nodes n ON n.id = l.id JOIN records r ON r.id = l.id
-    LEFT JOIN on_chain a ON a.file_id = l.file_id AND a.uuid = l.uuid) x
+    LEFT JOIN nodes p ON p.file_id = l.file_id AND p.uuid = l.parent
+    LEFT JOIN on_chain a ON a.file_id = l.file_id AND a.uuid = l.uuid
+    LEFT JOIN parallel q ON q.file_id = l.file_id AND q.uuid = l.uuid) x
   ON x.file_id = kb.file_id
   LEFT JOIN json_each(kb.line_marks) m ON m.value ->> '$[0]' = x.uuid
-    AND x.par_at IS NULL AND x.on_chain = 0
+    AND x.placed = 0
     AND NOT EXISTS (SELECT 1 FROM json_each(kb.line_marks) o
                     WHERE o.value ->> '$[0]' = x.uuid
                       AND (o.value ->> '$[2]' > m.value ->> '$[2]'
                            OR (o.value ->> '$[2]' = m.value ->> '$[2]' AND o.key < m.key)))
 ),
-ahead_anchor AS MATERIALIZED (
-  SELECT x.*, (SELECT c.parent FROM loaded c WHERE c.file_id = x.file_id
-                 AND c.uuid = x.line_start) AS anchor,
-         (SELECT {FIRST_LOADED.format(n="c")} FROM loaded c WHERE c.file_id = x.file_id
-            AND c.uuid = x.line_start) AS start_at,
-         CASE WHEN NOT x.is_cut THEN coalesce(x.par_at, x.line_at) END AS grp_at,
-         (x.on_chain OR x.parallel OR x.line_at IS NOT NULL) AS placed
-  FROM ahead_base x
-),
-ahead_marks AS MATERIALIZED (
-  SELECT x.id, x.file_id, x.uuid, x.type, x.is_sidechain, x.is_tool_result, x.line_no,
-         x.parent_id, x.message_id, x.depth, x.placed, x.is_cut, x.row_kind, x.ids,
-         x.rows_ahead, x.lines, x.loaded_at, x.grp_at, x.start_at,
-         (SELECT s.end_depth FROM ahead_spans s WHERE s.file_id = x.file_id
-            AND s.at = x.grp_at) AS grp_end,
-         x.anchor_depth,
-         CASE WHEN x.anchor_depth IS NOT NULL THEN x.steps END AS steps,
-         CASE WHEN x.par_at IS NOT NULL THEN max(x.loaded_at, coalesce((
-                SELECT s.last_loaded + 0.5 FROM recovered v JOIN ahead_spans s
-                  ON s.file_id = v.file_id AND s.message_id = v.message_id
-                WHERE v.file_id = x.file_id AND v.uuid = x.uuid), -1))
-              WHEN x.line_at IS NOT NULL AND x.anchor_depth IS NULL
-              THEN max(x.loaded_at, coalesce((
-                SELECT max({FIRST_LOADED.format(n="v")}, s.last_loaded + 0.5)
-                FROM recovered v JOIN ahead_spans s
-                  ON s.file_id = v.file_id AND s.message_id = v.message_id
-                WHERE v.file_id = x.file_id AND v.uuid = x.anchor), -1)) END AS ht
-  FROM (SELECT x.*, (SELECT a.depth FROM on_chain a JOIN nodes n ON n.file_id = a.file_id
-                       AND n.uuid = a.uuid
-                     WHERE a.file_id = x.file_id AND a.uuid = x.anchor
-                       AND {COMPANION_RECORD.format(r="n")}) AS anchor_depth
-        FROM ahead_anchor x) x
-),
 -- The order of the chain RRr() hands Krn() (walk.loader_chain), in steps:
--- ahead_grp: each put-back record with whether its response's span starts
--- a new run of spans (spans that overlap are merged: it starts at or below
--- the end of every span before it); ahead_run: the depth where its run
--- starts; ahead_end: where the run ends, and the chain's records (depth,
--- loaded_at) of the file; ahead_key: the record's place: a record of the
--- walked chain at its depth, a line under a companion record on it right
--- after that record, a record put back with a response before the first
--- record of the run loaded after it (its ht), else at the run's end;
--- ahead_pos: pos, the place as a number (placed records only, a cut one
--- aside).
+-- ahead_grp: each put-back record with whether its response's span joins
+-- the run of spans before it (spans that overlap are merged: it starts
+-- above the end of a span before it); ahead_run: the depth where its run
+-- starts; ahead_end: where the run ends; ahead_key: the record's place
+-- (slot, sub): a record of the walked chain at its depth, a line under a
+-- companion record on it right after that record, a record put back with
+-- a response before the first record of the run loaded after its ht,
+-- else at the run's end; ahead_pos: pos, the place as a number (placed
+-- records only, a cut one aside).
 ahead_grp AS MATERIALIZED (
   SELECT m.*, coalesce(m.grp_at > min(CASE WHEN m.grp_at IS NOT NULL THEN m.grp_end END) OVER (
            PARTITION BY m.file_id ORDER BY m.grp_at DESC
@@ -1485,9 +1477,7 @@ ahead_run AS MATERIALIZED (
   FROM ahead_grp g
 ),
 ahead_end AS MATERIALIZED (
-  SELECT r.*, min(r.grp_end) OVER (PARTITION BY r.file_id, r.run_at) AS run_end,
-         json_group_array(CASE WHEN r.depth IS NOT NULL THEN json_array(r.depth, r.loaded_at)
-                          END) OVER (PARTITION BY r.file_id) AS walked
+  SELECT r.*, min(r.grp_end) OVER (PARTITION BY r.file_id, r.run_at) AS run_end
   FROM ahead_run r
 ),
 ahead_key AS MATERIALIZED (

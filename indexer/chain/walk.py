@@ -311,7 +311,8 @@ def loader_chain(resume_chain, trace: dict, put_back: dict, recovered: dict, fir
     (``trace``: put_back_with_results's; spans that overlap are merged) what
     it puts back: its records and results off the chain and the lines under
     them (``put_back``: uuid -> the message id of the response that puts it
-    back; ``recovered``: those recovered by tool-call id), in the order the
+    back; ``recovered``: those recovered by tool-call id that the loader
+    reads under no record of that response), in the order the
     loader first loaded each uuid (``first``: uuid -> that line,
     resume.first_loaded), a recovered result no earlier than just after
     the response's last record and a line under it no earlier than it,

@@ -301,8 +301,13 @@ def _orphans(session_id, nodes: dict[str, Rec], resume_chain, message, boundary_
         put_back_by = {u: response_of(u) for u in loaded
                        if u not in cut and u not in on_chain and response_of(u) is not None}
         first = {u: line for u, line in first_loaded().items() if u in loaded}
+        # (a recovered result the loader reads under a record of its
+        # response is one of its results: placed by its own line)
+        lifted = {u: m for u, m in recovered.items()
+                  if not (loaded.get(u) in nodes and nodes[loaded[u]].type == "assistant"
+                          and nodes[loaded[u]].message_id == m)}
         loader_chain = [u for u in chain.loader_chain(resume_chain, trace, put_back_by,
-                                                      recovered, first, nodes)
+                                                      lifted, first, nodes)
                         if u not in cut]
         with_result = with_result | chain.rows_ahead_put_back(
             loader_chain, set(loader_chain) | set(cut), nodes, loaded, calls)
