@@ -781,6 +781,27 @@ def shape_rows_ahead_of_two_results_one_written_early():
     return t.records
 
 
+def shape_rows_ahead_past_a_call_answered_before_it_is_made():
+    """Krn's a_r() reads the span in the chain's order: three calls of one
+    response (u2, u3, u7), the first two answered by results written before
+    the second call (u4, u5: put back before it, by load order). The
+    second call's result comes before the call, so the call is open at u3,
+    where the queued row (u10) hangs; another record of the response (u7)
+    comes between it and the result naming it (u8): not put back. (Read as
+    a set, every call up to u3 is answered, and the row is put back.)"""
+    t = Transcript(SID)
+    t.add(u(1), None, "user")
+    t.add(u(2), u(1), "assistant", message=tool_use("msg_P", "toolu_a"))
+    t.add(u(4), u(2), "user", message=tool_result("toolu_a"))
+    t.add(u(5), u(3), "user", message=tool_result("toolu_b"))
+    t.add(u(3), u(2), "assistant", message=tool_use("msg_P", "toolu_b"))
+    queued_text(t, u(10), u(3), "the queued row")
+    t.add(u(7), u(3), "assistant", message=tool_use("msg_P", "toolu_c"))
+    t.add(u(8), u(7), "user", message=tool_result("toolu_c"), rowsAheadOfPutBack=[u(10)])
+    t.add(u(9), u(8), "assistant", message=text("msg_Q", "after the batch"))
+    return t.records
+
+
 def shape_result_recovered_under_the_other_result():
     """RRr's recovery by tool-call id: a result (u4) whose parent does not
     hold its tool_use (here the other call's result) is put back with the
@@ -1013,6 +1034,8 @@ EXPECTED = {
         ["after the result"], [], ["the queued row"]),
     "rows_ahead_of_two_results_one_written_early": (
         ["after the calls"], ["the queued row", "the second queued row"], []),
+    "rows_ahead_past_a_call_answered_before_it_is_made": (["after the batch"], [],
+                                                          ["the queued row"]),
     "rows_ahead_taken_by_an_earlier_result": (
         ["after the batch"], ["the queued row", "the second queued row"], []),
     "result_of_another_agent_not_recovered": (["after the batch"], [], []),
