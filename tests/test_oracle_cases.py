@@ -802,6 +802,25 @@ def shape_rows_ahead_past_a_call_answered_before_it_is_made():
     return t.records
 
 
+def shape_rows_ahead_under_a_result_recovered_after_the_reply():
+    """RRr() puts a result recovered by tool-call id (u4, written under an
+    attachment that split the reply, before the second call u3) no
+    earlier than just after the reply's last record: with the chain's
+    result (u5) written before u3 too, u4 comes after u5 on the loader's
+    chain, so the queued row under u4 (u10), named by u5, hangs past the
+    result and is not put back (by its own line, u4 would come first)."""
+    t = Transcript(SID)
+    t.add(u(1), None, "user")
+    t.add(u(2), u(1), "assistant", message=tool_use("msg_P", "toolu_a"))
+    hook_context(t, u(12), u(2), "context between the records")
+    t.add(u(4), u(12), "user", message=tool_result("toolu_a"))
+    t.add(u(5), u(3), "user", message=tool_result("toolu_b"), rowsAheadOfPutBack=[u(10)])
+    t.add(u(3), u(2), "assistant", message=tool_use("msg_P", "toolu_b"))
+    queued_text(t, u(10), u(4), "the queued row")
+    t.add(u(6), u(5), "assistant", message=text("msg_Q", "after the batch"))
+    return t.records
+
+
 def shape_result_recovered_under_the_other_result():
     """RRr's recovery by tool-call id: a result (u4) whose parent does not
     hold its tool_use (here the other call's result) is put back with the
@@ -1036,6 +1055,8 @@ EXPECTED = {
         ["after the calls"], ["the queued row", "the second queued row"], []),
     "rows_ahead_past_a_call_answered_before_it_is_made": (["after the batch"], [],
                                                           ["the queued row"]),
+    "rows_ahead_under_a_result_recovered_after_the_reply": (["after the batch"], [],
+                                                            ["the queued row"]),
     "rows_ahead_taken_by_an_earlier_result": (
         ["after the batch"], ["the queued row", "the second queued row"], []),
     "result_of_another_agent_not_recovered": (["after the batch"], [], []),
@@ -1055,6 +1076,7 @@ EXPECTED = {
 SENT_ANYWHERE = {
     "virtual_user_record_on_a_line": ([], ["out toolu_v"]),
     "result_recovered_under_the_other_result": (["out toolu_a", "out toolu_b"], []),
+    "rows_ahead_under_a_result_recovered_after_the_reply": (["out toolu_a", "out toolu_b"], []),
     "result_of_another_agent_not_recovered": (["out toolu_b"], ["out toolu_a"]),
     "reply_split_around_an_attachment": (["out toolu_a", "context between the records"], []),
     "result_attached_by_its_source_tool_assistant_uuid": (["out toolu_a", "out toolu_b"], []),

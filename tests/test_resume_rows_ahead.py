@@ -32,6 +32,7 @@ PUT_BACK = {
     "rows_ahead_of_two_results_one_written_early": True,
     "rows_ahead_under_a_record_written_before_the_result": False,
     "rows_ahead_past_a_call_answered_before_it_is_made": False,
+    "rows_ahead_under_a_result_recovered_after_the_reply": False,
     "rows_ahead_not_named": False,
     "rows_ahead_of_a_plain_prompt": False,
     "rows_ahead_not_loaded": False,

@@ -121,6 +121,11 @@ FIRST_LOADED = (f"(SELECT min(z.line_no) FROM records z WHERE z.file_id = {{n}}.
 IS_CLI_NODE_LOADED_BEFORE = IS_CLI_NODE[:-1] + (
     f"\n      AND {FIRST_LOADED.format(n='x')} < {{before}})")
 
+# ahead_marks: the at (depth of its first record on the chain) of the
+# response that puts record x back, directly (x.par_at) or on a line (m:
+# its line mark), none for a record a rewind cut.
+_AHEAD_GROUP = "CASE WHEN NOT x.is_cut THEN coalesce(x.par_at, m.value ->> '$[2]') END"
+
 NOT_DROPPED = ("({c}.last_line IS NULL OR {x}.first_line >= {c}.last_line OR EXISTS ("
                "SELECT 1 FROM json_each({c}.kept) k WHERE k.value = {x}.uuid))")
 
@@ -1365,9 +1370,7 @@ kept_by_file AS MATERIALIZED (
 ),
 -- ahead_spans: per file of those, `spans`: per response on the chain, by
 -- the depth of its first record (at), [the depth of the first record
--- past its region (-1: none), the greatest first line of its loaded
--- records (a result it recovers goes no earlier than just after it), its
--- message id]; `walked`: the chain's records, [depth, first line].
+-- past its region (-1: none), its message id].
 ahead_spans AS MATERIALIZED (
   SELECT af.file_id, (
     SELECT json_group_object(b.at, json_array(coalesce((
@@ -1378,9 +1381,7 @@ ahead_spans AS MATERIALIZED (
                AND NOT (n.type = 'user' AND (n.is_meta OR n.is_tool_result))
                AND NOT (n.type = 'attachment')
                AND NOT (n.type = 'system' AND n.subtype IS NOT 'compact_boundary')), -1),
-           (SELECT max({FIRST_LOADED.format(n="c")}) FROM loaded c JOIN nodes n ON n.id = c.id
-            WHERE c.file_id = b.file_id AND c.type = 'assistant'
-              AND n.message_id = b.message_id), b.message_id))
+           b.message_id))
     FROM (SELECT a.file_id, n.message_id, max(a.depth) AS at, min(a.depth) AS last_depth
           FROM on_chain a JOIN nodes n ON n.file_id = a.file_id AND n.uuid = a.uuid
           WHERE a.file_id = af.file_id AND n.type = 'assistant' AND n.message_id IS NOT NULL
@@ -1398,30 +1399,34 @@ ahead_spans AS MATERIALIZED (
 -- back (a line's: the first response, root first, that keeps it), and
 -- either anchor_depth, start_at and steps (a line under a companion record
 -- on the chain: right after it, by its start's first line and its step)
--- or ht, the loader's sort key (its loaded_at, no earlier than just after
--- its response's last record for a result recovered by tool-call id read
--- under no record of it, and than that result for a line under one),
--- with `walked` (ahead_spans') to place it by.
+-- or ht0, the loader's sort key but for the lift (its loaded_at, for a
+-- line under a result recovered by tool-call id no earlier than that
+-- result's) and lift (a result recovered by tool-call id read under no
+-- record of its response, or a line under one), with `walked` (the
+-- chain's records, [depth, first line]) to place it by. ahead_msg: an
+-- assistant record's response's at (msg_at); ahead_lift: ht, ht0 lifted
+-- to no earlier than just after the last loaded record of the response.
 ahead_marks AS MATERIALIZED (
   SELECT x.id, coalesce(x.file_id, kb.file_id) AS file_id, x.uuid, x.type,
          x.is_sidechain, x.is_tool_result, x.line_no, x.parent_id, x.message_id,
          x.depth, x.placed OR m.value IS NOT NULL AS placed, x.is_cut, x.row_kind, x.ids,
-         x.rows_ahead, x.loaded_at, kb.lines, CASE WHEN NOT x.is_cut THEN coalesce(x.par_at, m.value ->> '$[2]') END AS grp_at,
-         json_extract(x.spans, '$."' || CASE WHEN NOT x.is_cut THEN coalesce(x.par_at, m.value ->> '$[2]') END || '"[0]') AS grp_end,
+         x.rows_ahead, x.loaded_at, kb.lines, {_AHEAD_GROUP} AS grp_at,
+         json_extract(x.spans, '$."' || {_AHEAD_GROUP} || '"[0]') AS grp_end,
          m.value ->> '$[4]' AS anchor_depth,
          CASE WHEN m.value ->> '$[4]' IS NOT NULL THEN m.value ->> '$[3]' END AS steps,
          CASE WHEN m.value ->> '$[4]' IS NOT NULL THEN (
            SELECT min(z.line_no) FROM records z WHERE z.file_id = x.file_id
              AND z.uuid = m.value ->> '$[1]' AND z.type IN {CLI_NODE_TYPES_SQL}) END AS start_at,
-         CASE WHEN x.par_at IS NOT NULL THEN CASE WHEN x.lifted THEN max(x.loaded_at,
-                json_extract(x.spans, '$."' || x.par_at || '"[1]') + 0.5) ELSE x.loaded_at END
+         CASE WHEN x.par_at IS NOT NULL THEN x.loaded_at
               WHEN m.value IS NOT NULL AND m.value ->> '$[4]' IS NULL
               THEN CASE WHEN m.value ->> '$[5]' IS NOT NULL THEN max(x.loaded_at, (
                 SELECT min(z.line_no) FROM records z WHERE z.file_id = x.file_id
-                  AND z.uuid = m.value ->> '$[5]' AND z.type IN {CLI_NODE_TYPES_SQL}),
-                json_extract(x.spans, '$."' || CASE WHEN NOT x.is_cut THEN coalesce(x.par_at, m.value ->> '$[2]') END || '"[1]') + 0.5)
-                ELSE x.loaded_at END END AS ht,
-         CASE WHEN CASE WHEN NOT x.is_cut THEN coalesce(x.par_at, m.value ->> '$[2]') END IS NOT NULL THEN (
+                  AND z.uuid = m.value ->> '$[5]' AND z.type IN {CLI_NODE_TYPES_SQL}))
+                ELSE x.loaded_at END END AS ht0,
+         CASE WHEN x.par_at IS NOT NULL THEN x.lifted
+              WHEN m.value IS NOT NULL AND m.value ->> '$[4]' IS NULL
+              THEN m.value ->> '$[5]' IS NOT NULL END AS lift,
+         CASE WHEN {_AHEAD_GROUP} IS NOT NULL THEN (
            SELECT json_group_array(json_array(w.depth, (
              SELECT min(z.line_no) FROM records z WHERE z.file_id = w.file_id
                AND z.uuid = w.uuid AND z.type IN {CLI_NODE_TYPES_SQL})))
@@ -1432,7 +1437,7 @@ ahead_marks AS MATERIALIZED (
            a.uuid IS NOT NULL OR q.uuid IS NOT NULL AS placed,
            CASE WHEN a.uuid IS NULL THEN q.at END AS par_at,
            q.recovered AND (p.type IS NOT 'assistant' OR p.message_id IS NOT json_extract(
-             sp.spans, '$."' || q.at || '"[2]')) AS lifted,
+             sp.spans, '$."' || q.at || '"[1]')) AS lifted,
            EXISTS (SELECT 1 FROM cut k WHERE k.file_id = l.file_id AND k.uuid = l.uuid)
              AS is_cut,
            CASE WHEN {COMPANION_RECORD.format(r="l")} AND {AHEAD_ROW.format(r="r")} > 0 THEN 1
@@ -1463,11 +1468,22 @@ ahead_marks AS MATERIALIZED (
 -- a response before the first record of the run loaded after its ht,
 -- else at the run's end; ahead_pos: pos, the place as a number (placed
 -- records only, a cut one aside).
+ahead_msg AS MATERIALIZED (
+  SELECT m.*, CASE WHEN m.type = 'assistant' AND m.message_id IS NOT NULL THEN max(m.depth) OVER (
+           PARTITION BY m.file_id, m.type, m.message_id) END AS msg_at
+  FROM ahead_marks m
+),
+ahead_lift AS MATERIALIZED (
+  SELECT m.*, CASE WHEN m.lift THEN max(m.ht0, max(CASE WHEN m.msg_at IS NOT NULL
+           THEN m.loaded_at END) OVER (PARTITION BY m.file_id, coalesce(m.msg_at, m.grp_at))
+           + 0.5) ELSE m.ht0 END AS ht
+  FROM ahead_msg m
+),
 ahead_grp AS MATERIALIZED (
   SELECT m.*, coalesce(m.grp_at > min(CASE WHEN m.grp_at IS NOT NULL THEN m.grp_end END) OVER (
            PARTITION BY m.file_id ORDER BY m.grp_at DESC
            RANGE BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS joins
-  FROM ahead_marks m
+  FROM ahead_lift m
 ),
 ahead_run AS MATERIALIZED (
   SELECT g.*, CASE WHEN g.grp_at IS NOT NULL THEN min(
