@@ -1403,9 +1403,10 @@ ahead_spans AS MATERIALIZED (
 -- line under a result recovered by tool-call id no earlier than that
 -- result's) and lift (a result recovered by tool-call id read under no
 -- record of its response, or a line under one), with `walked` (the
--- chain's records, [depth, first line]) to place it by. ahead_msg: an
--- assistant record's response's at (msg_at); ahead_lift: ht, ht0 lifted
--- to no earlier than just after the last loaded record of the response.
+-- chain's records, [depth, first line]) to place it by. Below, msg_at
+-- (ahead_grp): an assistant record's response's at; ht (ahead_run): ht0
+-- lifted to no earlier than just after the last loaded record of the
+-- response.
 ahead_marks AS MATERIALIZED (
   SELECT x.id, coalesce(x.file_id, kb.file_id) AS file_id, x.uuid, x.type,
          x.is_sidechain, x.is_tool_result, x.line_no, x.parent_id, x.message_id,
@@ -1462,31 +1463,25 @@ ahead_marks AS MATERIALIZED (
 -- ahead_grp: each put-back record with whether its response's span joins
 -- the run of spans before it (spans that overlap are merged: it starts
 -- above the end of a span before it); ahead_run: the depth where its run
--- starts; ahead_end: where the run ends; ahead_key: the record's place
+-- starts (and ht); ahead_end: where the run ends; ahead_key: the record's place
 -- (slot, sub): a record of the walked chain at its depth, a line under a
 -- companion record on it right after that record, a record put back with
 -- a response before the first record of the run loaded after its ht,
 -- else at the run's end; ahead_pos: pos, the place as a number (placed
 -- records only, a cut one aside).
-ahead_msg AS MATERIALIZED (
-  SELECT m.*, CASE WHEN m.type = 'assistant' AND m.message_id IS NOT NULL THEN max(m.depth) OVER (
-           PARTITION BY m.file_id, m.type, m.message_id) END AS msg_at
-  FROM ahead_marks m
-),
-ahead_lift AS MATERIALIZED (
-  SELECT m.*, CASE WHEN m.lift THEN max(m.ht0, max(CASE WHEN m.msg_at IS NOT NULL
-           THEN m.loaded_at END) OVER (PARTITION BY m.file_id, coalesce(m.msg_at, m.grp_at))
-           + 0.5) ELSE m.ht0 END AS ht
-  FROM ahead_msg m
-),
 ahead_grp AS MATERIALIZED (
-  SELECT m.*, coalesce(m.grp_at > min(CASE WHEN m.grp_at IS NOT NULL THEN m.grp_end END) OVER (
+  SELECT m.*, CASE WHEN m.type = 'assistant' AND m.message_id IS NOT NULL THEN max(m.depth) OVER (
+           PARTITION BY m.file_id, m.type, m.message_id) END AS msg_at,
+         coalesce(m.grp_at > min(CASE WHEN m.grp_at IS NOT NULL THEN m.grp_end END) OVER (
            PARTITION BY m.file_id ORDER BY m.grp_at DESC
            RANGE BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS joins
-  FROM ahead_lift m
+  FROM ahead_marks m
 ),
 ahead_run AS MATERIALIZED (
-  SELECT g.*, CASE WHEN g.grp_at IS NOT NULL THEN min(
+  SELECT g.*, CASE WHEN g.lift THEN max(g.ht0, max(CASE WHEN g.msg_at IS NOT NULL
+           THEN g.loaded_at END) OVER (PARTITION BY g.file_id, coalesce(g.msg_at, g.grp_at))
+           + 0.5) ELSE g.ht0 END AS ht,
+         CASE WHEN g.grp_at IS NOT NULL THEN min(
            CASE WHEN g.grp_at IS NOT NULL AND NOT g.joins THEN g.grp_at END) OVER (
            PARTITION BY g.file_id ORDER BY g.grp_at DESC
            RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) END AS run_at
