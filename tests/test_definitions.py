@@ -226,7 +226,8 @@ def with_loader_marks(rng: random.Random, records: list, session_id: str) -> lis
     """The random records with what the loader's later rules read, from a
     stream of their own: prompts queued while a tool ran, results naming
     rows ahead (walk.rows_ahead_put_back), results moved under another
-    response's record (walk.recovered_by_tool_use_id), rewinds that cut a
+    response's record (walk.recovered_by_tool_use_id), records written
+    before their parent (walk.loader_chain), rewinds that cut a
     record (resume.rewind_cut), and records written again after them."""
     out = []
     for r in records:
@@ -259,6 +260,13 @@ def with_loader_marks(rng: random.Random, records: list, session_id: str) -> lis
             calls = [x["uuid"] for x in out if x.get("type") == "assistant" and "uuid" in x]
             if calls:
                 r["parentUuid"] = rng.choice(calls)
+        if r.get("type") in ("user", "attachment") and rng.random() < 0.15:
+            # flushed before its parent (a result 2 ms before its call): the
+            # loader's chain and the file's lines disagree on their order
+            above = next((k for k, x in enumerate(out) if x.get("uuid") == r.get("parentUuid")),
+                         None)
+            if above is not None and above < len(out) - 1:
+                out.insert(above, out.pop())
         if rng.random() < 0.06 and uuids:
             out.append({"type": "last-prompt", "sessionId": session_id,
                         "leafUuid": rng.choice(uuids), "explicit": True, "rewound": True,

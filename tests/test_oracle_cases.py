@@ -731,6 +731,96 @@ def shape_rows_ahead_of_a_result_written_before_its_call():
     return t.records
 
 
+def shape_rows_ahead_both_sides_of_a_result_written_before_its_call():
+    """The result flushed before its call (u3 before u2) names two queued
+    rows under the call, one written before the result's line (u9) and
+    one after the call's (u10): on the loader's chain both hang after the
+    call, before the result, and are put back (by line, the call and one
+    row come after the result)."""
+    t = Transcript(SID)
+    t.add(u(1), None, "user")
+    queued_text(t, u(9), u(2), "the row written first")
+    t.add(u(3), u(2), "user", message=tool_result("toolu_a"), rowsAheadOfPutBack=[u(9), u(10)])
+    t.add(u(2), u(1), "assistant", message=tool_use("msg_P", "toolu_a"))
+    queued_text(t, u(10), u(2), "the queued row")
+    t.add(u(4), u(3), "assistant", message=text("msg_Q", "after the result"))
+    return t.records
+
+
+def shape_rows_ahead_under_a_record_written_before_the_result():
+    """The queued row (u10) hangs under an attachment (u7) that hangs under
+    the result (u3) but is written before it: on the loader's chain u7
+    comes after the result, so the row hangs past it and is not put back
+    (by line, u7 comes between the call and the result)."""
+    t = Transcript(SID)
+    t.add(u(1), None, "user")
+    t.add(u(2), u(1), "assistant", message=tool_use("msg_P", "toolu_a"))
+    hook_context(t, u(7), u(3), "context after the result")
+    queued_text(t, u(10), u(7), "the queued row")
+    t.add(u(3), u(2), "user", message=tool_result("toolu_a"), rowsAheadOfPutBack=[u(10)])
+    t.add(u(4), u(7), "assistant", message=text("msg_Q", "after the result"))
+    return t.records
+
+
+def shape_rows_ahead_of_two_results_one_written_early():
+    """Krn() takes the results in the chain's order: two calls one after
+    the other (msg_P, msg_R), the second's result (u6) written before the
+    first's (u3). u3 puts back the queued row under its call (u10); u6
+    names it again (skipped) with a row under its own call (u11), which is
+    put back. In line order u6 would come first, its two rows hang under
+    different records, and u11 would be left out."""
+    t = Transcript(SID)
+    t.add(u(1), None, "user")
+    t.add(u(2), u(1), "assistant", message=tool_use("msg_P", "toolu_a"))
+    queued_text(t, u(10), u(2), "the queued row")
+    t.add(u(6), u(5), "user", message=tool_result("toolu_b"), rowsAheadOfPutBack=[u(10), u(11)])
+    t.add(u(3), u(2), "user", message=tool_result("toolu_a"), rowsAheadOfPutBack=[u(10)])
+    t.add(u(5), u(3), "assistant", message=tool_use("msg_R", "toolu_b"))
+    queued_text(t, u(11), u(5), "the second queued row")
+    t.add(u(7), u(6), "assistant", message=text("msg_Q", "after the calls"))
+    return t.records
+
+
+def shape_rows_ahead_past_a_call_answered_before_it_is_made():
+    """Krn's a_r() reads the span in the chain's order: three calls of one
+    response (u2, u3, u7), the first two answered by results written before
+    the second call (u4, u5: put back before it, by load order). The
+    second call's result comes before the call, so the call is open at u3,
+    where the queued row (u10) hangs; another record of the response (u7)
+    comes between it and the result naming it (u8): not put back. (Read as
+    a set, every call up to u3 is answered, and the row is put back.)"""
+    t = Transcript(SID)
+    t.add(u(1), None, "user")
+    t.add(u(2), u(1), "assistant", message=tool_use("msg_P", "toolu_a"))
+    t.add(u(4), u(2), "user", message=tool_result("toolu_a"))
+    t.add(u(5), u(3), "user", message=tool_result("toolu_b"))
+    t.add(u(3), u(2), "assistant", message=tool_use("msg_P", "toolu_b"))
+    queued_text(t, u(10), u(3), "the queued row")
+    t.add(u(7), u(3), "assistant", message=tool_use("msg_P", "toolu_c"))
+    t.add(u(8), u(7), "user", message=tool_result("toolu_c"), rowsAheadOfPutBack=[u(10)])
+    t.add(u(9), u(8), "assistant", message=text("msg_Q", "after the batch"))
+    return t.records
+
+
+def shape_rows_ahead_under_a_result_recovered_after_the_reply():
+    """RRr() puts a result recovered by tool-call id (u4, written under an
+    attachment that split the reply, before the second call u3) no
+    earlier than just after the reply's last record: with the chain's
+    result (u5) written before u3 too, u4 comes after u5 on the loader's
+    chain, so the queued row under u4 (u10), named by u5, hangs past the
+    result and is not put back (by its own line, u4 would come first)."""
+    t = Transcript(SID)
+    t.add(u(1), None, "user")
+    t.add(u(2), u(1), "assistant", message=tool_use("msg_P", "toolu_a"))
+    hook_context(t, u(12), u(2), "context between the records")
+    t.add(u(4), u(12), "user", message=tool_result("toolu_a"))
+    t.add(u(5), u(3), "user", message=tool_result("toolu_b"), rowsAheadOfPutBack=[u(10)])
+    t.add(u(3), u(2), "assistant", message=tool_use("msg_P", "toolu_b"))
+    queued_text(t, u(10), u(4), "the queued row")
+    t.add(u(6), u(5), "assistant", message=text("msg_Q", "after the batch"))
+    return t.records
+
+
 def shape_result_recovered_under_the_other_result():
     """RRr's recovery by tool-call id: a result (u4) whose parent does not
     hold its tool_use (here the other call's result) is put back with the
@@ -957,6 +1047,16 @@ EXPECTED = {
         ["after the result"], ["the queued row"], []),
     "rows_ahead_under_a_row_put_back_before": (
         ["after the batch"], ["the queued row", "the row under the queued row"], []),
+    "rows_ahead_both_sides_of_a_result_written_before_its_call": (
+        ["after the result"], ["the row written first", "the queued row"], []),
+    "rows_ahead_under_a_record_written_before_the_result": (
+        ["after the result"], [], ["the queued row"]),
+    "rows_ahead_of_two_results_one_written_early": (
+        ["after the calls"], ["the queued row", "the second queued row"], []),
+    "rows_ahead_past_a_call_answered_before_it_is_made": (["after the batch"], [],
+                                                          ["the queued row"]),
+    "rows_ahead_under_a_result_recovered_after_the_reply": (["after the batch"], [],
+                                                            ["the queued row"]),
     "rows_ahead_taken_by_an_earlier_result": (
         ["after the batch"], ["the queued row", "the second queued row"], []),
     "result_of_another_agent_not_recovered": (["after the batch"], [], []),
@@ -976,6 +1076,7 @@ EXPECTED = {
 SENT_ANYWHERE = {
     "virtual_user_record_on_a_line": ([], ["out toolu_v"]),
     "result_recovered_under_the_other_result": (["out toolu_a", "out toolu_b"], []),
+    "rows_ahead_under_a_result_recovered_after_the_reply": (["out toolu_a", "out toolu_b"], []),
     "result_of_another_agent_not_recovered": (["out toolu_b"], ["out toolu_a"]),
     "reply_split_around_an_attachment": (["out toolu_a", "context between the records"], []),
     "result_attached_by_its_source_tool_assistant_uuid": (["out toolu_a", "out toolu_b"], []),
@@ -989,11 +1090,7 @@ SENT_ANYWHERE = {
 }
 
 # The shapes where the index (as of this commit) differs from the CLI: why.
-DIFFERS: dict = {
-    "rows_ahead_of_a_result_written_before_its_call": (
-        "rows ahead: the index compares places on the chain by line, where the loader takes "
-        "the chain's order (a result flushed before its call comes after it)"),
-}
+DIFFERS: dict = {}
 
 SHAPES = {name: globals()[f"shape_{name}"] for name in EXPECTED}
 _SENT: dict = {}

@@ -27,6 +27,12 @@ PUT_BACK = {
     "rows_ahead_under_a_recovered_result": True,
     "rows_ahead_taken_by_an_earlier_result": True,
     "rows_ahead_under_a_row_put_back_before": True,
+    "rows_ahead_of_a_result_written_before_its_call": True,
+    "rows_ahead_both_sides_of_a_result_written_before_its_call": True,
+    "rows_ahead_of_two_results_one_written_early": True,
+    "rows_ahead_under_a_record_written_before_the_result": False,
+    "rows_ahead_past_a_call_answered_before_it_is_made": False,
+    "rows_ahead_under_a_result_recovered_after_the_reply": False,
     "rows_ahead_not_named": False,
     "rows_ahead_of_a_plain_prompt": False,
     "rows_ahead_not_loaded": False,
@@ -35,6 +41,13 @@ PUT_BACK = {
     "rows_ahead_of_a_put_back_result_past_a_call": False,
 }
 ROW = "aaaaaaaa-0000-0000-0000-000000000010"   # the named row in every shape
+# Shape -> the other rows it names and whether each is put back.
+OTHER_ROWS = {
+    "rows_ahead_both_sides_of_a_result_written_before_its_call": {
+        "aaaaaaaa-0000-0000-0000-000000000009": True},
+    "rows_ahead_of_two_results_one_written_early": {
+        "aaaaaaaa-0000-0000-0000-000000000011": True},
+}
 
 
 def sid(n: int) -> str:
@@ -67,6 +80,9 @@ def test_the_named_rows_are_put_back_where_the_cli_puts_them_back(index):
         assert got[1] == PUT_BACK[name], (name, got)
         if PUT_BACK[name]:
             assert got[0] == "put_back_with_result", (name, got)
+        for uuid, put_back in OTHER_ROWS.get(name, {}).items():
+            assert verdict(index, index.file_id(path), uuid) == (
+                ("put_back_with_result", True) if put_back else ("abandoned_branch", False)), name
 
 
 def test_an_append_to_a_file_naming_rows_ahead_derives_it_whole(index):

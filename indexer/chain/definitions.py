@@ -121,6 +121,11 @@ FIRST_LOADED = (f"(SELECT min(z.line_no) FROM records z WHERE z.file_id = {{n}}.
 IS_CLI_NODE_LOADED_BEFORE = IS_CLI_NODE[:-1] + (
     f"\n      AND {FIRST_LOADED.format(n='x')} < {{before}})")
 
+# ahead_marks: the at (depth of its first record on the chain) of the
+# response that puts record x back, directly (x.par_at) or on a line (m:
+# its line mark), none for a record a rewind cut.
+_AHEAD_GROUP = "CASE WHEN NOT x.is_cut THEN coalesce(x.par_at, m.value ->> '$[2]') END"
+
 NOT_DROPPED = ("({c}.last_line IS NULL OR {x}.first_line >= {c}.last_line OR EXISTS ("
                "SELECT 1 FROM json_each({c}.kept) k WHERE k.value = {x}.uuid))")
 
@@ -1223,10 +1228,10 @@ recovered AS MATERIALIZED (
 -- (a result under a later response's record recovered by an earlier one is
 -- put back with the earlier: the greater at).
 parallel AS MATERIALIZED (
-  SELECT file_id, uuid, max(at) AS at FROM (
-    SELECT file_id, uuid, at FROM parallel_direct
+  SELECT file_id, uuid, max(at) AS at, coalesce(max(rec_at) = max(at), 0) AS recovered FROM (
+    SELECT file_id, uuid, at, NULL AS rec_at FROM parallel_direct
     UNION ALL
-    SELECT r.file_id, r.uuid, m.at FROM recovered r
+    SELECT r.file_id, r.uuid, m.at, m.at FROM recovered r
     JOIN chain_messages m ON m.file_id = r.file_id AND m.message_id = r.message_id)
   GROUP BY file_id, uuid
 ),
@@ -1249,19 +1254,22 @@ batches AS MATERIALIZED (
                   AND n.type = 'assistant' AND {HAS_TOOL_USE.format(r="r")})
 ),
 anchors AS MATERIALIZED (
-  SELECT n.file_id, n.uuid, n.is_sidechain, b.first_depth AS at FROM batches b
+  SELECT n.file_id, n.uuid, n.is_sidechain, b.first_depth AS at, NULL AS depth, 0 AS lifted
+  FROM batches b
   JOIN nodes n ON n.file_id = b.file_id AND n.message_id = b.message_id AND n.type = 'assistant'
   UNION
-  SELECT t.file_id, t.uuid, t.is_sidechain, b.first_depth FROM batches b
+  SELECT t.file_id, t.uuid, t.is_sidechain, b.first_depth, NULL, 0 FROM batches b
   JOIN nodes n ON n.file_id = b.file_id AND n.message_id = b.message_id AND n.type = 'assistant'
   JOIN loaded t ON t.file_id = n.file_id AND t.parent = n.uuid
   WHERE t.type = 'user' AND t.is_tool_result
   UNION
-  SELECT t.file_id, t.uuid, t.is_sidechain, b.first_depth FROM batches b
+  SELECT t.file_id, t.uuid, t.is_sidechain, b.first_depth, NULL, NOT EXISTS (
+           SELECT 1 FROM nodes q WHERE q.file_id = t.file_id AND q.uuid = t.parent
+             AND q.type = 'assistant' AND q.message_id = b.message_id) FROM batches b
   JOIN recovered r ON r.file_id = b.file_id AND r.message_id = b.message_id
   JOIN loaded t ON t.file_id = r.file_id AND t.uuid = r.uuid
   UNION
-  SELECT n.file_id, n.uuid, n.is_sidechain, b.first_depth FROM batches b
+  SELECT n.file_id, n.uuid, n.is_sidechain, b.first_depth, a.depth, 0 FROM batches b
   JOIN on_chain a ON a.file_id = b.file_id AND a.depth < b.first_depth AND a.depth > b.end_depth
   JOIN nodes n ON n.file_id = a.file_id AND n.uuid = a.uuid
   WHERE {COMPANION_RECORD.format(r="n")}
@@ -1278,12 +1286,13 @@ links AS MATERIALIZED (
     AND NOT EXISTS (SELECT 1 FROM parallel q WHERE q.file_id = c.file_id AND q.uuid = c.uuid)
     AND NOT EXISTS (SELECT 1 FROM cut k WHERE k.file_id = c.file_id AND k.uuid = c.uuid)
 ),
-line(file_id, start, side, at, uuid, steps) AS (
-  SELECT c.file_id, c.uuid, p.is_sidechain, p.at, c.uuid, 0
+line(file_id, start, side, at, uuid, steps, anchor_depth, lifted) AS (
+  SELECT c.file_id, c.uuid, p.is_sidechain, p.at, c.uuid, 0, p.depth,
+         CASE WHEN p.lifted THEN p.uuid END
   FROM anchors p JOIN links c ON c.file_id = p.file_id AND c.parent = p.uuid
   WHERE c.is_sidechain = p.is_sidechain
   UNION ALL
-  SELECT c.file_id, w.start, w.side, w.at, c.uuid, w.steps + 1
+  SELECT c.file_id, w.start, w.side, w.at, c.uuid, w.steps + 1, w.anchor_depth, w.lifted
   FROM line w
   JOIN links c ON c.file_id = w.file_id AND c.parent = w.uuid
   JOIN files b ON b.id = w.file_id
@@ -1306,7 +1315,7 @@ loose AS MATERIALIZED (
 -- two unvisited children, or one that is not on the line (another type,
 -- the other side).
 lines_kept AS MATERIALIZED (
-  SELECT w.file_id, w.uuid FROM lines w
+  SELECT w.file_id, w.uuid, w.start, w.at, w.steps, w.anchor_depth, w.lifted FROM lines w
   WHERE NOT EXISTS (
     SELECT 1 FROM lines x JOIN files b ON b.id = x.file_id
     WHERE x.file_id = w.file_id AND x.start = w.start AND x.at = w.at AND (
@@ -1347,52 +1356,180 @@ ahead_files AS MATERIALIZED (
 ),
 -- kept_by_file: the put-back lines of each file (lines_kept, named here
 -- only: it rests on most of the put-back rules), which travel through the
--- parts below to put_lines, with the rows put back ahead of results.
+-- parts below to put_lines, with the rows put back ahead of results;
+-- line_marks: per record of a line, [uuid, the line's start, the at of
+-- the response that puts it back, its step down the line, the depth of
+-- the anchor when it is a companion record on the chain, the anchor when
+-- it is a result recovered by tool-call id read under no record of its
+-- response].
 kept_by_file AS MATERIALIZED (
-  SELECT file_id, json_group_array(uuid) AS lines FROM lines_kept GROUP BY file_id
+  SELECT file_id, json_group_array(uuid) AS lines,
+         json_group_array(json_array(uuid, start, at, steps, anchor_depth, lifted))
+           AS line_marks
+  FROM lines_kept GROUP BY file_id
 ),
+-- ahead_spans: per file of those, `spans`: per response on the chain, by
+-- the depth of its first record (at), [the depth of the first record
+-- past its region (-1: none), its message id].
+ahead_spans AS MATERIALIZED (
+  SELECT af.file_id, (
+    SELECT json_group_object(b.at, json_array(coalesce((
+             SELECT max(a.depth) FROM on_chain a JOIN nodes n ON n.file_id = a.file_id
+               AND n.uuid = a.uuid
+             WHERE a.file_id = b.file_id AND a.depth < b.last_depth
+               AND NOT (n.type = 'assistant' AND n.message_id = b.message_id)
+               AND NOT (n.type = 'user' AND (n.is_meta OR n.is_tool_result))
+               AND NOT (n.type = 'attachment')
+               AND NOT (n.type = 'system' AND n.subtype IS NOT 'compact_boundary')), -1),
+           b.message_id))
+    FROM (SELECT a.file_id, n.message_id, max(a.depth) AS at, min(a.depth) AS last_depth
+          FROM on_chain a JOIN nodes n ON n.file_id = a.file_id AND n.uuid = a.uuid
+          WHERE a.file_id = af.file_id AND n.type = 'assistant' AND n.message_id IS NOT NULL
+          GROUP BY a.file_id, n.message_id) b) AS spans
+  FROM ahead_files af
+),
+-- ahead_marks: the loaded records, each with the record id of its parent
+-- (parent_id), whether it is on the loader's chain (placed: on the resume
+-- chain, put back with a response on it, directly or recovered by
+-- tool-call id, or on a put-back line) or cut by a rewind, whether it may
+-- be a row (a companion record or a prompt queued while the tool ran,
+-- records.AHEAD_ROW), its tool ids (records.TOOL_IDS), and where RRr()
+-- puts it (walk.loader_chain): loaded_at, its first loaded line; for one
+-- put back, grp_at and grp_end, the span of the response that puts it
+-- back (a line's: the first response, root first, that keeps it), and
+-- either anchor_depth, start_at and steps (a line under a companion record
+-- on the chain: right after it, by its start's first line and its step)
+-- or ht0, the loader's sort key but for the lift (its loaded_at, for a
+-- line under a result recovered by tool-call id no earlier than that
+-- result's) and lift (a result recovered by tool-call id read under no
+-- record of its response, or a line under one), with `walked` (the
+-- chain's records, [depth, first line]) to place it by. Below, msg_at
+-- (ahead_grp): an assistant record's response's at; ht (ahead_run): ht0
+-- lifted to no earlier than just after the last loaded record of the
+-- response.
 ahead_marks AS MATERIALIZED (
-  SELECT x.id, coalesce(x.file_id, kb.file_id) AS file_id, x.uuid, x.type, x.is_sidechain,
-         x.is_tool_result, x.line_no, x.parent_id, x.message_id, x.depth,
-         (x.on_chain OR x.parallel OR EXISTS (
-            SELECT 1 FROM json_each(kb.lines) k WHERE k.value = x.uuid)) AS placed,
-         x.is_cut, x.row_kind, x.ids, x.rows_ahead, kb.lines
+  SELECT x.id, coalesce(x.file_id, kb.file_id) AS file_id, x.uuid, x.type,
+         x.is_sidechain, x.is_tool_result, x.line_no, x.parent_id, x.message_id,
+         x.depth, x.placed OR m.value IS NOT NULL AS placed, x.is_cut, x.row_kind, x.ids,
+         x.rows_ahead, x.loaded_at, kb.lines, {_AHEAD_GROUP} AS grp_at,
+         json_extract(x.spans, '$."' || {_AHEAD_GROUP} || '"[0]') AS grp_end,
+         m.value ->> '$[4]' AS anchor_depth,
+         CASE WHEN m.value ->> '$[4]' IS NOT NULL THEN m.value ->> '$[3]' END AS steps,
+         CASE WHEN m.value ->> '$[4]' IS NOT NULL THEN (
+           SELECT min(z.line_no) FROM records z WHERE z.file_id = x.file_id
+             AND z.uuid = m.value ->> '$[1]' AND z.type IN {CLI_NODE_TYPES_SQL}) END AS start_at,
+         CASE WHEN x.par_at IS NOT NULL THEN x.loaded_at
+              WHEN m.value IS NOT NULL AND m.value ->> '$[4]' IS NULL
+              THEN CASE WHEN m.value ->> '$[5]' IS NOT NULL THEN max(x.loaded_at, (
+                SELECT min(z.line_no) FROM records z WHERE z.file_id = x.file_id
+                  AND z.uuid = m.value ->> '$[5]' AND z.type IN {CLI_NODE_TYPES_SQL}))
+                ELSE x.loaded_at END END AS ht0,
+         CASE WHEN x.par_at IS NOT NULL THEN x.lifted
+              WHEN m.value IS NOT NULL AND m.value ->> '$[4]' IS NULL
+              THEN m.value ->> '$[5]' IS NOT NULL END AS lift,
+         CASE WHEN {_AHEAD_GROUP} IS NOT NULL THEN (
+           SELECT json_group_array(json_array(w.depth, (
+             SELECT min(z.line_no) FROM records z WHERE z.file_id = w.file_id
+               AND z.uuid = w.uuid AND z.type IN {CLI_NODE_TYPES_SQL})))
+           FROM on_chain w WHERE w.file_id = x.file_id) END AS walked
   FROM kept_by_file kb FULL JOIN (
     SELECT l.id, l.file_id, l.uuid, l.type, l.is_sidechain, l.is_tool_result, n.line_no,
-           (SELECT p.id FROM nodes p WHERE p.file_id = l.file_id AND p.uuid = l.parent)
-             AS parent_id,
-           n.message_id, a.depth, a.uuid IS NOT NULL AS on_chain,
-           EXISTS (SELECT 1 FROM parallel q WHERE q.file_id = l.file_id AND q.uuid = l.uuid)
-             AS parallel,
-           EXISTS (SELECT 1 FROM cut k WHERE k.file_id = l.file_id AND k.uuid = l.uuid) AS is_cut,
+           p.id AS parent_id, n.message_id, a.depth,
+           a.uuid IS NOT NULL OR q.uuid IS NOT NULL AS placed,
+           CASE WHEN a.uuid IS NULL THEN q.at END AS par_at,
+           q.recovered AND (p.type IS NOT 'assistant' OR p.message_id IS NOT json_extract(
+             sp.spans, '$."' || q.at || '"[1]')) AS lifted,
+           EXISTS (SELECT 1 FROM cut k WHERE k.file_id = l.file_id AND k.uuid = l.uuid)
+             AS is_cut,
            CASE WHEN {COMPANION_RECORD.format(r="l")} AND {AHEAD_ROW.format(r="r")} > 0 THEN 1
                 WHEN l.type = 'user' AND NOT l.is_tool_result AND {AHEAD_ROW.format(r="r")} = 2
                 THEN 1 ELSE 0 END AS row_kind,
            CASE WHEN l.type IN ('user', 'assistant') THEN {TOOL_IDS.format(r="r")} END AS ids,
-           r.rows_ahead
-    FROM ahead_files af JOIN loaded l ON l.file_id = af.file_id
+           r.rows_ahead, {FIRST_LOADED.format(n="l")} AS loaded_at, sp.spans
+    FROM ahead_spans sp JOIN loaded l ON l.file_id = sp.file_id
     JOIN nodes n ON n.id = l.id JOIN records r ON r.id = l.id
-    LEFT JOIN on_chain a ON a.file_id = l.file_id AND a.uuid = l.uuid) x
+    LEFT JOIN nodes p ON p.file_id = l.file_id AND p.uuid = l.parent
+    LEFT JOIN on_chain a ON a.file_id = l.file_id AND a.uuid = l.uuid
+    LEFT JOIN parallel q ON q.file_id = l.file_id AND q.uuid = l.uuid) x
   ON x.file_id = kb.file_id
+  LEFT JOIN json_each(kb.line_marks) m ON m.value ->> '$[0]' = x.uuid
+    AND x.placed = 0
+    AND NOT EXISTS (SELECT 1 FROM json_each(kb.line_marks) o
+                    WHERE o.value ->> '$[0]' = x.uuid
+                      AND (o.value ->> '$[2]' > m.value ->> '$[2]'
+                           OR (o.value ->> '$[2]' = m.value ->> '$[2]' AND o.key < m.key)))
+),
+-- The order of the chain RRr() hands Krn() (walk.loader_chain), in steps:
+-- ahead_grp: each put-back record with whether its response's span joins
+-- the run of spans before it (spans that overlap are merged: it starts
+-- above the end of a span before it); ahead_run: the depth where its run
+-- starts (and ht); ahead_end: where the run ends; ahead_key: the record's place
+-- (slot, sub): a record of the walked chain at its depth, a line under a
+-- companion record on it right after that record, a record put back with
+-- a response before the first record of the run loaded after its ht,
+-- else at the run's end; ahead_pos: pos, the place as a number (placed
+-- records only, a cut one aside).
+ahead_grp AS MATERIALIZED (
+  SELECT m.*, CASE WHEN m.type = 'assistant' AND m.message_id IS NOT NULL THEN max(m.depth) OVER (
+           PARTITION BY m.file_id, m.type, m.message_id) END AS msg_at,
+         coalesce(m.grp_at > min(CASE WHEN m.grp_at IS NOT NULL THEN m.grp_end END) OVER (
+           PARTITION BY m.file_id ORDER BY m.grp_at DESC
+           RANGE BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS joins
+  FROM ahead_marks m
+),
+ahead_run AS MATERIALIZED (
+  SELECT g.*, CASE WHEN g.lift THEN max(g.ht0, max(CASE WHEN g.msg_at IS NOT NULL
+           THEN g.loaded_at END) OVER (PARTITION BY g.file_id, coalesce(g.msg_at, g.grp_at))
+           + 0.5) ELSE g.ht0 END AS ht,
+         CASE WHEN g.grp_at IS NOT NULL THEN min(
+           CASE WHEN g.grp_at IS NOT NULL AND NOT g.joins THEN g.grp_at END) OVER (
+           PARTITION BY g.file_id ORDER BY g.grp_at DESC
+           RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) END AS run_at
+  FROM ahead_grp g
+),
+ahead_end AS MATERIALIZED (
+  SELECT r.*, min(r.grp_end) OVER (PARTITION BY r.file_id, r.run_at) AS run_end
+  FROM ahead_run r
+),
+ahead_key AS MATERIALIZED (
+  SELECT e.*,
+    CASE WHEN e.depth IS NOT NULL THEN e.depth
+         WHEN e.anchor_depth IS NOT NULL THEN e.anchor_depth
+         WHEN e.ht IS NOT NULL THEN coalesce((
+           SELECT max(w.value ->> '$[0]') FROM json_each(e.walked) w
+           WHERE w.value ->> '$[0]' < e.run_at AND w.value ->> '$[0]' > e.run_end
+             AND w.value ->> '$[1]' > e.ht), e.run_end) END AS slot,
+    CASE WHEN e.depth IS NOT NULL THEN 1 WHEN e.anchor_depth IS NOT NULL THEN 2 ELSE 0 END
+      AS sub
+  FROM ahead_end e
+),
+ahead_pos AS MATERIALIZED (
+  SELECT k.*, CASE WHEN k.placed AND NOT k.is_cut THEN row_number() OVER (
+           PARTITION BY k.file_id, k.placed AND NOT k.is_cut
+           ORDER BY k.slot DESC, k.sub, coalesce(k.ht, k.start_at), k.steps, k.loaded_at)
+         END AS pos
+  FROM ahead_key k
 ),
 ahead_map AS MATERIALIZED (
   SELECT file_id, min(lines) AS lines,
-    json_group_object(id, json_array(parent_id, placed OR is_cut, line_no, type, is_sidechain,
-                                     row_kind, placed AND NOT is_cut, first_line, first_parent))
+    json_group_object(id, json_array(parent_id, placed OR is_cut, pos, type, is_sidechain,
+                                     row_kind, placed AND NOT is_cut, first_pos, first_parent))
       FILTER (WHERE id IS NOT NULL) AS map,
-    json_group_array(json_array(line_no, type, json(coalesce(ids, '[]'))))
+    json_group_array(json_array(pos, type, json(coalesce(ids, '[]'))))
       FILTER (WHERE placed AND NOT is_cut) AS chain,
     json_group_array(json_array(id, is_sidechain, json(rows_ahead)))
       FILTER (WHERE placed AND NOT is_cut AND type = 'user' AND is_tool_result
               AND rows_ahead IS NOT NULL AND json_array_length(rows_ahead) <= {AHEAD_MAX})
       AS results
   FROM (SELECT m.*,
-          CASE WHEN m.message_id IS NOT NULL THEN first_value(
-            CASE WHEN m.depth IS NOT NULL THEN m.line_no END) OVER w END AS first_line,
-          first_value(CASE WHEN m.depth IS NOT NULL THEN m.parent_id END) OVER w AS first_parent
-        FROM ahead_marks m
+          CASE WHEN m.message_id IS NOT NULL AND m.type = 'assistant' THEN first_value(m.pos) OVER w
+          END AS first_pos,
+          CASE WHEN m.message_id IS NOT NULL AND m.type = 'assistant'
+               THEN first_value(CASE WHEN m.pos IS NOT NULL THEN m.parent_id END) OVER w
+          END AS first_parent
+        FROM ahead_pos m
         WINDOW w AS (PARTITION BY m.file_id, m.type, m.message_id
-                     ORDER BY m.depth IS NULL, m.depth DESC))
+                     ORDER BY m.pos IS NULL, m.pos))
   GROUP BY file_id
 ),
 ahead_up(file_id, lines, map, chain, result, k, name, name_id, state, at, path, steps) AS (
@@ -1450,40 +1587,46 @@ ahead_list AS MATERIALIZED (
 -- the places on the chain allow it (by line: the first record on the
 -- resume chain of the parent's response, where the rows hang, the result;
 -- an open call before an assistant record in between).
-ahead_seq(file_id, lines, map, chain, results, i, taken, rows) AS (
-  SELECT file_id, lines, map, chain, results, 0, '[]', '[]' FROM ahead_list
+ahead_seq(file_id, lines, map, chain, results, i, taken, spot, rows) AS (
+  SELECT file_id, lines, map, chain, results, 0, '[]', '{{}}', '[]' FROM ahead_list
   UNION ALL
   SELECT s.file_id, s.lines, s.map, s.chain, s.results, s.i + 1,
     CASE WHEN v.value IS NULL THEN s.taken ELSE (SELECT json_group_array(x.value) FROM (
       SELECT value FROM json_each(s.taken) UNION ALL
       SELECT value FROM json_each(v.value, '$.ids')) x) END,
+    CASE WHEN v.value IS NULL THEN s.spot ELSE (SELECT json_group_object(x.key, x.value) FROM (
+      SELECT key, value FROM json_each(s.spot) UNION ALL
+      SELECT value, v.value ->> '$.at' FROM json_each(v.value, '$.ids')) x) END,
     CASE WHEN v.value IS NULL THEN s.rows ELSE (SELECT json_group_array(x.value) FROM (
       SELECT value FROM json_each(s.rows) UNION ALL
       SELECT value FROM json_each(v.value, '$.rows')) x) END
   FROM ahead_seq s, json_each(json_array((
     SELECT CASE WHEN a.ok AND a.p ->> '$[3]' = 'assistant' AND a.p ->> '$[7]' IS NOT NULL
-      AND a.on_chain
-      AND (a.hang = a.p ->> '$[8]'
-           OR (a.p ->> '$[7]' <= a.h ->> '$[2]' AND a.h ->> '$[2]' < a.y_line))
+      AND a.on_chain AND a.h_pos < a.y_pos
+      AND (a.hang = a.p ->> '$[8]' OR a.p ->> '$[7]' <= a.h_pos)
       AND NOT (a.h ->> '$[3]' = 'assistant'
         AND EXISTS (
           SELECT 1 FROM json_each(s.chain) sn, json_each(sn.value, '$[2]') sj
           WHERE sn.value ->> '$[1]' = 'assistant'
-            AND sn.value ->> '$[0]' BETWEEN a.p ->> '$[7]' AND a.h ->> '$[2]'
+            AND sn.value ->> '$[0]' BETWEEN a.p ->> '$[7]' AND a.h_pos
             AND NOT EXISTS (
               SELECT 1 FROM json_each(s.chain) tn, json_each(tn.value, '$[2]') tj
               WHERE tn.value ->> '$[1]' = 'user' AND tj.value = sj.value
-                AND tn.value ->> '$[0]' BETWEEN a.p ->> '$[7]' AND a.h ->> '$[2]'))
+                AND tn.value ->> '$[0]' > sn.value ->> '$[0]'
+                AND tn.value ->> '$[0]' <= a.h_pos))
         AND EXISTS (
           SELECT 1 FROM json_each(s.chain) bn
           WHERE bn.value ->> '$[1]' = 'assistant'
-            AND bn.value ->> '$[0]' > a.h ->> '$[2]' AND bn.value ->> '$[0]' < a.y_line))
-      THEN json_object('ids', json(a.ids), 'rows', json(a.names)) END
+            AND bn.value ->> '$[0]' > a.h_pos AND bn.value ->> '$[0]' < a.y_pos))
+      THEN json_object('ids', json(a.ids), 'rows', json(a.names),
+                       'at', CAST(a.h_pos AS INTEGER) + 0.5) END
     FROM (SELECT a.*, json_extract(s.map, '$."' || a.hang || '"') AS h,
+                 coalesce(json_extract(s.spot, '$."' || a.hang || '"'),
+                          json_extract(s.map, '$."' || a.hang || '"[2]')) AS h_pos,
                  a.hang IN (SELECT value FROM json_each(s.taken))
                    OR json_extract(s.map, '$."' || a.hang || '"[6]') AS on_chain
           FROM (SELECT json_extract(s.results, '$[' || s.i || '][2]') AS p,
-                       json_extract(s.results, '$[' || s.i || '][1]') AS y_line,
+                       json_extract(s.results, '$[' || s.i || '][1]') AS y_pos,
                        sum(e.value ->> '$[2]' = 'missing') = 0
                          AND sum(e.value ->> '$[2]' = 'walk') > 0
                          AND sum(e.value ->> '$[2]' = 'walk' AND e.value ->> '$[3]' IS NULL) = 0

@@ -222,7 +222,7 @@ def line_link(calls):
 
 def put_back_with_results(resume_chain, nodes: dict, children_of, is_visited,
                           link=is_companion, response_of=None,
-                          recovered: dict | None = None) -> set[str]:
+                          recovered: dict | None = None, trace: dict | None = None) -> set[str]:
     """What Claude Code 2.1.332 puts back after a parallel tool call's results
     (its RRr() and nMe()): it takes the API responses on the resume chain
     (``resume_chain``: (depth, record), leaf first) root first, and for each
@@ -241,7 +241,12 @@ def put_back_with_results(resume_chain, nodes: dict, children_of, is_visited,
     (``response_of(uuid)``: the message id a parallel record is put back
     with, None for the others): a record of a later response is not
     visited yet. ``children_of(uuid)``: the records the loader reads under
-    uuid. Returns the uuids of the lines put back."""
+    uuid. Returns the uuids of the lines put back. ``trace`` (a dict),
+    when given, gets what loader_chain() orders them by: ``spans``, message
+    id -> (index of its first record on the chain root first, end of its
+    region); ``lines``, message id -> the lines put back under its records
+    and results ([(anchor uuid, uuids)]); ``anchored``, a companion record
+    on the chain -> the lines put back under it."""
     order = [r for _, r in reversed(resume_chain)]
     position = {r.uuid: i for i, r in enumerate(order)}
     members: dict[str, list[Rec]] = {}
@@ -265,11 +270,13 @@ def put_back_with_results(resume_chain, nodes: dict, children_of, is_visited,
             continue
         done.add(m)
         batch = members.get(m, [r])
-        if not any(a.has_tool_use for a in batch):
-            continue
         end = max([i + 1] + [position[a.uuid] + 1 for a in batch if a.uuid in position])
         while end < len(order) and in_batch_region(order[end], m):
             end += 1
+        if trace is not None:
+            trace.setdefault("spans", {})[m] = (i, end)
+        if not any(a.has_tool_use for a in batch):
+            continue
         anchors: dict[str, Rec] = {}
         for a in batch:
             anchors[a.uuid] = a
@@ -279,12 +286,86 @@ def put_back_with_results(resume_chain, nodes: dict, children_of, is_visited,
         for u, by in (recovered or {}).items():
             if by == m:
                 anchors[u] = nodes[u]
-        for x in order[i + 1:end]:
-            if is_companion(x):
-                anchors[x.uuid] = x
+        region = [x for x in order[i + 1:end] if is_companion(x)]
+        for x in region:
+            anchors[x.uuid] = x
+        region = {x.uuid for x in region}
         for po in anchors.values():
             for start in children_of(po.uuid):
-                out.update(companion_line(start, po, children_of, visited, link))
+                line = companion_line(start, po, children_of, visited, link)
+                out.update(line)
+                if trace is not None and line:
+                    if po.uuid in region:
+                        trace.setdefault("anchored", {}).setdefault(po.uuid, []).append(line)
+                        trace.setdefault("anchoring", set()).add(m)
+                    else:
+                        trace.setdefault("lines", {}).setdefault(m, []).append((po.uuid, line))
+    return out
+
+
+def loader_chain(resume_chain, trace: dict, put_back: dict, recovered: dict, first: dict,
+                 nodes: dict) -> list[str]:
+    """The chain Claude Code 2.1.332's RRr() hands Krn(), as uuids: the
+    walked chain root first (``resume_chain``: (depth, record), leaf
+    first), and in the span of each response on it that puts records back
+    (``trace``: put_back_with_results's; spans that overlap are merged) what
+    it puts back: its records and results off the chain and the lines under
+    them (``put_back``: uuid -> the message id of the response that puts it
+    back; ``recovered``: those recovered by tool-call id that the loader
+    reads under no record of that response), in the order the
+    loader first loaded each uuid (``first``: uuid -> that line,
+    resume.first_loaded), a recovered result no earlier than just after
+    the response's last record and a line under it no earlier than it,
+    each before the first record of the span loaded after it; and a line
+    under a companion record on the chain in the span right after that
+    record."""
+    order = [r.uuid for _, r in reversed(resume_chain)]
+    spans = trace.get("spans", {})
+    lines = trace.get("lines", {})
+    anchored = trace.get("anchored", {})
+    last_of: dict = {}   # message id -> the greatest first line of its records
+    for n in nodes.values():
+        if n.type == "assistant" and n.message_id in spans and n.uuid in first:
+            last_of[n.message_id] = max(first[n.uuid], last_of.get(n.message_id, -1))
+    key: dict = {}       # uuid -> the loader's sort key (its ht, then its first line)
+    groups: dict = {}    # message id -> what it puts back
+    for u, m in put_back.items():
+        if m in spans and u in first:
+            groups.setdefault(m, []).append(u)
+            key[u] = ((max(first[u], last_of[m] + 0.5) if u in recovered else first[u]),
+                      first[u])
+    for m, found in lines.items():
+        for anchor, line in found:
+            above = key.get(anchor, (None,))[0] if anchor in recovered else None
+            for u in line:
+                groups.setdefault(m, []).append(u)
+                key[u] = (first[u] if above is None else max(first[u], above), first[u])
+    spans_taken = [[*spans[m], sorted(set(us), key=key.__getitem__)] for m, us in groups.items()]
+    spans_taken += [[*spans[m], []] for m in trace.get("anchoring", ()) if m not in groups]
+    spans_taken.sort(key=lambda s: s[0])
+    merged: list = []
+    for s in spans_taken:
+        if merged and s[0] < merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], s[1])
+            merged[-1][2] = sorted(merged[-1][2] + s[2], key=key.__getitem__)
+        else:
+            merged.append(list(s))
+    out: list[str] = []
+    done = 0
+    for start, end, recs in merged:
+        out.extend(order[done:start + 1])
+        k = 0
+        for j in range(start + 1, end):
+            here = first[order[j]]
+            while k < len(recs) and key[recs[k]][0] < here:
+                out.append(recs[k])
+                k += 1
+            out.append(order[j])
+            for line in sorted(anchored.get(order[j], ()), key=lambda line: first[line[0]]):
+                out.extend(line)
+        out.extend(recs[k:])
+        done = end
+    out.extend(order[done:])
     return out
 
 
@@ -323,31 +404,39 @@ def _rows_ahead_of(y: Rec, nodes: dict, loaded: dict, seen, calls):
     return (rows, hang) if rows else None
 
 
-def rows_ahead_put_back(chain: set, seen: set, first_of: dict, nodes: dict, loaded: dict,
-                        calls) -> set[str]:
+def _open_call(span: list, calls) -> bool:
+    """The loader's a_r(): is a call made in ``span`` (records in the
+    chain's order) left unanswered there, a result before its call not
+    answering it?"""
+    open_ids: set = set()
+    for r in span:
+        if r.type == "assistant":
+            open_ids.update(calls(r).ids)
+        elif r.type == "user":
+            open_ids.difference_update(calls(r).ids)
+    return bool(open_ids)
+
+
+def rows_ahead_put_back(chain: list, seen: set, nodes: dict, loaded: dict, calls) -> set[str]:
     """The rows Claude Code 2.1.332 puts back ahead of a tool result (its
-    Krn(), the tengu_foamy_spring family, on by default): a user record on
-    the loader's chain (``chain``: the resume chain and what is put back
-    with a response on it, is_parallel or recovered by tool-call id, and
-    the put-back lines: what RRr hands Krn)
-    whose ``rowsAheadOfPutBack`` names rows (_rows_ahead_of) that hang
-    under a record on that chain; its parent is a record of a response
-    whose first record on the resume chain (``first_of``: message id ->
-    that record) comes before where they hang (or they hang under that
-    record's parent), and where they hang comes before the result. When
-    they hang under an assistant record while a call the response made
-    from its first record up to there is not answered there, no other
-    assistant record of the chain may come between them and the result.
-    Places on the chain are compared by line (the loader orders what it
-    puts back by its load order). ``seen``: ``chain`` and what a rewind cut;
-    ``loaded``: uuid -> the parent the loader reads; ``calls``: Rec ->
-    resume.Calls. The results are taken in order (by line), and the rows one
-    puts back are on the chain for the next (seen: skipped when named, and
-    rows may hang under them)."""
+    Krn(), the tengu_foamy_spring family, on by default), over the chain
+    RRr hands it (``chain``: uuids in its order, loader_chain): each user
+    record on it, in that order, whose ``rowsAheadOfPutBack`` names rows
+    (_rows_ahead_of) that hang under a record on the chain by then puts
+    them back right after that record, when its parent is a record of a
+    response, that response's first record on the chain comes before where
+    they hang (or they hang under that record's parent), and where they
+    hang comes before the result; and when they hang under an assistant
+    record while a call made from that first record up to there is not
+    answered after it there (_open_call), no other assistant record comes
+    between them and the result. ``seen``: the chain and what a rewind
+    cut; ``loaded``: uuid -> the parent the loader reads; ``calls``: Rec ->
+    resume.Calls. The rows one puts back are on the chain for the next
+    (seen: skipped when named, and rows may hang under them)."""
     out: set[str] = set()
     seen = set(seen)
-    on = sorted((nodes[u] for u in chain), key=lambda r: r.line_no)
-    for y in on:
+    g, on = list(chain), set(chain)
+    for y in [nodes[u] for u in chain]:
         if y.type != "user" or y.rows_ahead is None:
             continue
         found = _rows_ahead_of(y, nodes, loaded, seen, calls)
@@ -355,22 +444,19 @@ def rows_ahead_put_back(chain: set, seen: set, first_of: dict, nodes: dict, load
             continue
         rows, hang = found
         parent = nodes[loaded[y.uuid]] if loaded.get(y.uuid) in loaded else None
-        first = first_of.get(parent.message_id) if parent is not None and \
-            parent.type == "assistant" else None
-        if first is None or (hang not in chain and hang not in out):
+        mid = parent.message_id if parent is not None and parent.type == "assistant" else None
+        z = next((k for k, u in enumerate(g) if mid is not None and nodes[u].type == "assistant"
+                  and nodes[u].message_id == mid), -1)
+        at = g.index(hang) if hang in out or hang in on else -1
+        q = g.index(y.uuid)
+        if z == -1 or at == -1 or at >= q or (at < z and hang != loaded.get(g[z])):
             continue
-        h = nodes[hang]
-        if hang != loaded.get(first.uuid) and not (first.line_no <= h.line_no < y.line_no):
+        if nodes[hang].type == "assistant" and _open_call([nodes[u] for u in g[z:at + 1]], calls) \
+                and any(nodes[u].type == "assistant" for u in g[at + 1:q]):
             continue
-        if h.type == "assistant":
-            span = [r for r in on if first.line_no <= r.line_no <= h.line_no]
-            open_calls = {i for r in span if r.type == "assistant" for i in calls(r).ids}
-            open_calls -= {i for r in span if r.type == "user" for i in calls(r).ids}
-            if open_calls and any(r.type == "assistant" and h.line_no < r.line_no < y.line_no
-                                  for r in on):
-                continue
         out.update(rows)
         seen.update(rows)
+        g[at + 1:at + 1] = rows
     return out
 
 

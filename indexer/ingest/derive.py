@@ -266,7 +266,8 @@ def compute_file(file_id: int, kind: str, session_id, with_uuid: list[Rec],
     orphan_rows = []
     if kind == "main":
         orphan_rows, strays = _orphans(session_id, nodes, resume_chain, resume_message,
-                                       boundary_line, calls, view.parent, view.cut)
+                                       boundary_line, calls, view.parent, view.cut,
+                                       lambda: resume.first_loaded(occ))
         state["cut"] = bool(view.cut)   # derive_append gives up on a rewind cut
         # Results off the chain a later append could have recovered by
         # tool-call id (derive_append gives up on such a file).
@@ -300,13 +301,15 @@ def calls_in(conn):
 
 
 def _orphans(session_id, nodes: dict[str, Rec], resume_chain, message, boundary_line, calls,
-             loaded: dict, cut=frozenset()):
+             loaded: dict, cut=frozenset(), first_loaded=dict):
     """(rows, strays): every non-sidechain chain record off the resume chain,
     with its cause and whether the CLI puts it back (restored), and the
     stray results off the chain (walk.stray_results); ``calls``: Rec ->
     resume.Calls (the tool ids walk.is_late_graft compares); ``loaded``:
     uuid -> parent of the records the loader loads (resume.CliView.parent);
-    ``cut``: the records a rewind cut (resume.rewind_cut), never put back."""
+    ``cut``: the records a rewind cut (resume.rewind_cut), never put back;
+    ``first_loaded()``: uuid -> the first line the loader loads it from
+    (resume.first_loaded), asked only when a record names rows ahead."""
     on_chain = {r.uuid: d for d, r in resume_chain}
     by_depth = {d: r for d, r in resume_chain}
     chain_messages = {
@@ -361,21 +364,29 @@ def _orphans(session_id, nodes: dict[str, Rec], resume_chain, message, boundary_
         if p is not None:
             loaded_children.setdefault(p, []).append(nodes[u])
     link = chain.line_link(calls)
+    ahead = any(n.rows_ahead is not None for n in nodes.values())
+    trace: dict | None = {} if ahead else None
     with_result = chain.put_back_with_results(
         resume_chain, nodes, lambda u: loaded_children.get(u, ()), is_visited,
-        lambda r: response_of(r.uuid) is None and link(r), response_of, recovered)
+        lambda r: response_of(r.uuid) is None and link(r), response_of, recovered, trace)
     # The rows a result on the loader's chain names in rowsAheadOfPutBack.
-    if any(n.rows_ahead is not None for n in nodes.values()):
+    if ahead:
         # (the resume chain, the records put back with a response on it,
-        # directly or recovered by tool-call id, and the put-back lines)
-        on_loader_chain = {u for u in loaded if u not in cut and (
-            u in on_chain or response_of(u) is not None or u in with_result)}
-        first_of = {}
-        for d, r in resume_chain:   # (leaf first: the last one kept is the first record)
-            if r.type == "assistant" and r.message_id is not None:
-                first_of[r.message_id] = r
+        # directly or recovered by tool-call id, and the put-back lines, in
+        # the order RRr() hands them to Krn())
+        put_back_by = {u: response_of(u) for u in loaded
+                       if u not in cut and u not in on_chain and response_of(u) is not None}
+        first = {u: line for u, line in first_loaded().items() if u in loaded}
+        # (a recovered result the loader reads under a record of its
+        # response is one of its results: placed by its own line)
+        lifted = {u: m for u, m in recovered.items()
+                  if not (loaded.get(u) in nodes and nodes[loaded[u]].type == "assistant"
+                          and nodes[loaded[u]].message_id == m)}
+        loader_chain = [u for u in chain.loader_chain(resume_chain, trace, put_back_by,
+                                                      lifted, first, nodes)
+                        if u not in cut]
         with_result = with_result | chain.rows_ahead_put_back(
-            on_loader_chain, on_loader_chain | set(cut), first_of, nodes, loaded, calls)
+            loader_chain, set(loader_chain) | set(cut), nodes, loaded, calls)
 
     off = [n for n in nodes.values() if n.uuid not in on_chain]
     parents = {n.uuid: n.eff_parent for n in off}

@@ -56,7 +56,9 @@ _PREVIOUS_COLUMNS = """resume_leaf_uuid, sdk_leaf_uuid, resume_rule, resume_leng
 # their leaves rows (file_id, then what an extension carries on from), and
 # which of them hold a record with a sentAsUuid (its renames are recomputed
 # with the whole file) or a rowsAheadOfPutBack (those rows are found with
-# the whole file: walk.rows_ahead_put_back), by the partial indexes
+# the whole file: walk.rows_ahead_put_back, on the chain in the loader's
+# order, walk.loader_chain, which a record written before its parent
+# reorders), by the partial indexes
 # records_sent_as and records_rows_ahead.
 PREVIOUS_OF_FILES_SQL = f"""
 SELECT file_id, {_PREVIOUS_COLUMNS} FROM leaves_cache
