@@ -7,8 +7,10 @@ nats-py is the optional ``fleet`` extra.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import signal
+import time
 
 from indexer.ingest import fleet_wire
 from indexer.ingest.extras import install_hint
@@ -175,6 +177,120 @@ async def heartbeats(js):
         return await js.key_value(HEARTBEAT_BUCKET)
     except BucketNotFoundError:
         return await js.create_key_value(bucket=HEARTBEAT_BUCKET, history=1)
+
+
+# A durable pull consumer's next messages are asked for on this subject
+# (JetStream's API, no domain), the messages delivered to the asker's inbox.
+NEXT_SUBJECT = "$JS.API.CONSUMER.MSG.NEXT.{stream}.{consumer}"
+# How long one pull request stays open at the server: what arrives meanwhile
+# is delivered at once, and a fetch asks again only once it ended (its batch
+# delivered, or expired: a status message says so). Past its expiry by
+# PULL_GRACE_S with no word from the server (a reconnect lost it), it is
+# taken as ended too.
+PULL_EXPIRES_S = 5.0
+PULL_GRACE_S = 0.5
+# What the server says on a pull's inbox when a request ends without an
+# error: 404 no messages, 408 expired, 409 a limit (max ack pending, max
+# waiting, the consumer deleted): asked again (after 408 at once, else at
+# the next fetch: a limit answers every request at once). 100: an
+# idle heartbeat (not asked for). Any other status is raised.
+PULL_ENDED = frozenset({"404", "408", "409"})
+PULL_HEARTBEAT = "100"
+PULL_EXPIRED = "408"
+
+
+class Pull:
+    """The batches of one durable pull consumer, asked for with JetStream's
+    own pull request on one inbox subscription kept for the life of the
+    connection (nats-py's ``fetch`` waits for each message of a batch on its
+    own, an ``asyncio.wait_for`` a message: a fifth of the central's time at
+    one line a message). A message is a stream message when it has a reply
+    subject (its acknowledgement's); the server's status messages have none
+    (a header named Status on a host's message does not end a pull). A
+    message delivered after a fetch returned is in the next one's batch,
+    never dropped. ``requests``: the pull requests sent (tests)."""
+
+    def __init__(self, nc, stream: str, consumer: str, batch: int):
+        self.nc, self.batch = nc, batch
+        self.next_subject = NEXT_SUBJECT.format(stream=stream, consumer=consumer)
+        self.inbox = nc.new_inbox()
+        self.got: list = []      # delivered, not yet taken
+        self.asked = 0           # what the open request may still deliver
+        self.until = 0.0         # when it has ended at the latest (monotonic)
+        self.reconnects = 0      # the connection's, when it was asked
+        self.error = None        # a status that is not a request's end: raised
+        self.ended = None        # the status that ended the last request
+        self.arrived = asyncio.Event()
+        self.requests = 0
+        self.sub = None
+
+    async def start(self) -> "Pull":
+        self.sub = await self.nc.subscribe(self.inbox, cb=self._delivered)
+        return self
+
+    async def _delivered(self, msg) -> None:
+        if msg.reply:
+            self.got.append(msg)
+            self.asked -= 1
+        else:
+            status = (msg.headers or {}).get("Status")
+            if status == PULL_HEARTBEAT:
+                return
+            self.asked, self.ended = 0, status
+            if status not in PULL_ENDED:
+                self.error = (status, (msg.headers or {}).get("Description"))
+        self.arrived.set()
+
+    async def _ask(self) -> None:
+        """A pull request for what the batch still lacks, unless one is open."""
+        reconnects = self.nc.stats["reconnects"]
+        if self.asked > 0 and time.monotonic() < self.until and reconnects == self.reconnects:
+            return
+        want = self.batch - len(self.got)
+        if want <= 0:
+            return
+        self.asked, self.reconnects = want, reconnects
+        self.until = time.monotonic() + PULL_EXPIRES_S + PULL_GRACE_S
+        self.requests += 1
+        await self.nc.publish(self.next_subject, json.dumps(
+            {"batch": want, "expires": int(PULL_EXPIRES_S * 1e9)}).encode(), reply=self.inbox)
+
+    def _raise(self) -> None:
+        if self.error is not None:
+            from nats.js.errors import APIError   # (nats-py: the optional fleet extra)
+
+            (status, description), self.error = self.error, None
+            raise APIError(code=int(status) if str(status).isdigit() else None,
+                           description=description)
+
+    async def fetch(self, wait: float, gather: float) -> list:
+        """The next batch (at most ``batch`` messages), or [] when nothing
+        came within ``wait``; once something came, what else comes within
+        ``gather`` seconds joins it."""
+        self._raise()
+        if not self.got:
+            deadline = time.monotonic() + wait
+            while not self.got:
+                await self._ask()
+                if self.got:   # (delivered while it was asked)
+                    break
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return []
+                self.arrived.clear()
+                try:
+                    await asyncio.wait_for(self.arrived.wait(), left)
+                except asyncio.TimeoutError:
+                    return []
+                self._raise()
+                if not self.got and self.ended != PULL_EXPIRED:   # (a limit: asked again
+                    await asyncio.sleep(max(0.0, deadline - time.monotonic()))   # next fetch)
+                    return []
+        if len(self.got) < self.batch and gather > 0:
+            await self._ask()
+            await asyncio.sleep(gather)
+        taken, self.got = self.got[:self.batch], self.got[self.batch:]
+        return taken
 
 
 def run(make, *, follow: bool):
