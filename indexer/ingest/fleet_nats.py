@@ -182,33 +182,37 @@ async def heartbeats(js):
 # A durable pull consumer's next messages are asked for on this subject
 # (JetStream's API, no domain), the messages delivered to the asker's inbox.
 NEXT_SUBJECT = "$JS.API.CONSUMER.MSG.NEXT.{stream}.{consumer}"
-# How long one pull request stays open at the server: what arrives meanwhile
-# is delivered at once, and a fetch asks again only once it ended (its batch
-# delivered, or expired: a status message says so). Past its expiry by
-# PULL_GRACE_S with no word from the server (a reconnect lost it), it is
-# taken as ended too.
-PULL_EXPIRES_S = 5.0
+# A request that waits for a message ends at its expiry, or after its batch;
+# one that does not wait ends once what is waiting is delivered. Past its
+# expiry by PULL_GRACE_S with no word from the server (a reconnect lost it),
+# it is taken as ended. What a request that does not wait delivers is waited
+# for PULL_ANSWER_S at most (what comes later joins the next batch).
 PULL_GRACE_S = 0.5
+PULL_ANSWER_S = 0.05
 # What the server says on a pull's inbox when a request ends without an
-# error: 404 no messages, 408 expired, 409 a limit (max ack pending, max
-# waiting, the consumer deleted): asked again (after 408 at once, else at
-# the next fetch: a limit answers every request at once). 100: an
+# error: 404 no messages (a request that does not wait), 408 expired: asked
+# again at once. 409: a limit (max waiting, the consumer deleted, ...): it
+# answers every request at once, so asked again at the next fetch. 100: an
 # idle heartbeat (not asked for). Any other status is raised.
-PULL_ENDED = frozenset({"404", "408", "409"})
+PULL_ENDED = frozenset({"404", "408"})
+PULL_LIMIT = "409"
 PULL_HEARTBEAT = "100"
-PULL_EXPIRED = "408"
 
 
 class Pull:
     """The batches of one durable pull consumer, asked for with JetStream's
-    own pull request on one inbox subscription kept for the life of the
+    own pull requests on one inbox subscription kept for the life of the
     connection (nats-py's ``fetch`` waits for each message of a batch on its
-    own, an ``asyncio.wait_for`` a message: a fifth of the central's time at
-    one line a message). A message is a stream message when it has a reply
-    subject (its acknowledgement's); the server's status messages have none
-    (a header named Status on a host's message does not end a pull). A
-    message delivered after a fetch returned is in the next one's batch,
-    never dropped. ``requests``: the pull requests sent (tests)."""
+    own, a task and an ``asyncio.wait_for`` a message). A fetch asks for one
+    message and waits for it; once it came, it waits ``gather`` seconds (no
+    request open: what comes meanwhile waits at the server) and asks for
+    what is waiting, delivered at once in a burst (a request open while
+    messages trickle in costs a delivery, and a wake-up, per message). A
+    message is a stream message when it has a reply subject (its
+    acknowledgement's); the server's status messages have none (a header
+    named Status on a host's message does not end a pull). A message
+    delivered after a fetch returned is in the next one's batch, never
+    dropped. ``requests``: the pull requests sent (tests)."""
 
     def __init__(self, nc, stream: str, consumer: str, batch: int):
         self.nc, self.batch = nc, batch
@@ -218,8 +222,8 @@ class Pull:
         self.asked = 0           # what the open request may still deliver
         self.until = 0.0         # when it has ended at the latest (monotonic)
         self.reconnects = 0      # the connection's, when it was asked
-        self.error = None        # a status that is not a request's end: raised
         self.ended = None        # the status that ended the last request
+        self.error = None        # a status that is not a request's end: raised
         self.arrived = asyncio.Event()
         self.requests = 0
         self.sub = None
@@ -237,23 +241,36 @@ class Pull:
             if status == PULL_HEARTBEAT:
                 return
             self.asked, self.ended = 0, status
-            if status not in PULL_ENDED:
+            if status not in PULL_ENDED and status != PULL_LIMIT:
                 self.error = (status, (msg.headers or {}).get("Description"))
         self.arrived.set()
 
-    async def _ask(self) -> None:
-        """A pull request for what the batch still lacks, unless one is open."""
+    async def _ask(self, batch: int, expires: float | None = None) -> bool:
+        """A pull request for ``batch`` messages, waiting ``expires`` seconds
+        for them (None: what is waiting, at once), unless one is open."""
         reconnects = self.nc.stats["reconnects"]
         if self.asked > 0 and time.monotonic() < self.until and reconnects == self.reconnects:
-            return
-        want = self.batch - len(self.got)
-        if want <= 0:
-            return
-        self.asked, self.reconnects = want, reconnects
-        self.until = time.monotonic() + PULL_EXPIRES_S + PULL_GRACE_S
+            return False
+        request = {"batch": batch}
+        if expires:
+            request["expires"] = int(expires * 1e9)
+        else:
+            request["no_wait"] = True
+        self.asked, self.reconnects, self.ended = batch, reconnects, None
+        self.until = time.monotonic() + (expires or 0.0) + PULL_GRACE_S
         self.requests += 1
-        await self.nc.publish(self.next_subject, json.dumps(
-            {"batch": want, "expires": int(PULL_EXPIRES_S * 1e9)}).encode(), reply=self.inbox)
+        await self.nc.publish(self.next_subject, json.dumps(request).encode(),
+                              reply=self.inbox)
+        return True
+
+    async def _arrival(self, seconds: float) -> bool:
+        """Wait for a message or a status, ``seconds`` at most; False if none came."""
+        self.arrived.clear()
+        try:
+            await asyncio.wait_for(self.arrived.wait(), seconds)
+        except asyncio.TimeoutError:
+            return False
+        return True
 
     def _raise(self) -> None:
         if self.error is not None:
@@ -265,30 +282,31 @@ class Pull:
 
     async def fetch(self, wait: float, gather: float) -> list:
         """The next batch (at most ``batch`` messages), or [] when nothing
-        came within ``wait``; once something came, what else comes within
+        came within ``wait``; once something came, what else came within
         ``gather`` seconds joins it."""
         self._raise()
-        if not self.got:
-            deadline = time.monotonic() + wait
-            while not self.got:
-                await self._ask()
-                if self.got:   # (delivered while it was asked)
-                    break
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return []
-                self.arrived.clear()
-                try:
-                    await asyncio.wait_for(self.arrived.wait(), left)
-                except asyncio.TimeoutError:
-                    return []
-                self._raise()
-                if not self.got and self.ended != PULL_EXPIRED:   # (a limit: asked again
-                    await asyncio.sleep(max(0.0, deadline - time.monotonic()))   # next fetch)
-                    return []
+        deadline = time.monotonic() + wait
+        while not self.got:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return []
+            await self._ask(1, left)
+            if self.got:   # (delivered while it was asked)
+                break
+            if not await self._arrival(left):
+                return []
+            self._raise()
+            if not self.got and self.ended == PULL_LIMIT:   # (asked again next fetch)
+                await asyncio.sleep(max(0.0, deadline - time.monotonic()))
+                return []
         if len(self.got) < self.batch and gather > 0:
-            await self._ask()
             await asyncio.sleep(gather)
+            if await self._ask(self.batch - len(self.got)):   # what came meanwhile
+                answered = time.monotonic() + PULL_ANSWER_S
+                while self.asked > 0 and len(self.got) < self.batch:
+                    left = answered - time.monotonic()
+                    if left <= 0 or not await self._arrival(left):
+                        break
         taken, self.got = self.got[:self.batch], self.got[self.batch:]
         return taken
 
