@@ -490,6 +490,26 @@ def test_what_comes_while_a_batch_gathers_is_taken_with_one_pull(server, tmp_pat
     assert requests == 2
 
 
+def test_a_backlog_is_taken_a_whole_batch_at_once(server, tmp_path):   # noqa: F811 (the fixture imported from test_fleet)
+    """More than FETCH_BATCH messages waiting (a central behind its hosts):
+    a fetch takes a whole batch with one pull request and does not wait
+    GATHER_S (a wait a batch would cap what a central behind can catch up)."""
+    async def main():
+        nc, pull = await _pull(server.url, "backlog")
+        await publish_lines(server.url, fleet_central.FETCH_BATCH + 10, 0)
+        began = time.monotonic()
+        msgs = await fleet_central._fetch(pull, 1.0, gather=2.0)
+        took = time.monotonic() - began
+        await nc.close()
+        return msgs, took, pull.requests
+
+    msgs, took, requests = asyncio.run(main())
+    assert [fleet_central.stream_seq(m) for m in msgs] == list(
+        range(1, fleet_central.FETCH_BATCH + 1))
+    assert requests == 1
+    assert took < 1.5, took   # (not the 2 s of gathering)
+
+
 def test_a_message_delivered_after_a_fetch_returned_is_in_the_next_batch(server, tmp_path,   # noqa: F811 (the fixture imported from test_fleet)
                                                                          monkeypatch):
     """What a pull request delivers after the fetch that asked returned (the
@@ -501,8 +521,11 @@ def test_a_message_delivered_after_a_fetch_returned_is_in_the_next_batch(server,
 
     async def main():
         nc, pull = await _pull(server.url, "late")
-        await publish_lines(server.url, 3, 0)
-        first = await fleet_central._fetch(pull, 1.0, gather=0.05)
+        await publish_lines(server.url, 1, 0)
+        fetching = asyncio.ensure_future(fleet_central._fetch(pull, 1.0, gather=1.0))
+        await asyncio.sleep(0.1)   # (the fetch has the first, and gathers)
+        await publish_lines(server.url, 2, 0, SESSIONS[1])
+        first = await fetching
         for _ in range(50):   # (delivered while nobody fetches)
             if len(pull.got) == 2:
                 break

@@ -203,11 +203,12 @@ class Pull:
     """The batches of one durable pull consumer, asked for with JetStream's
     own pull requests on one inbox subscription kept for the life of the
     connection (nats-py's ``fetch`` waits for each message of a batch on its
-    own, a task and an ``asyncio.wait_for`` a message). A fetch asks for one
-    message and waits for it; once it came, it waits ``gather`` seconds (no
-    request open: what comes meanwhile waits at the server) and asks for
-    what is waiting, delivered at once in a burst (a request open while
-    messages trickle in costs a delivery, and a wake-up, per message). A
+    own, a task and an ``asyncio.wait_for`` a message). A fetch asks for
+    what is waiting (delivered at once, in a burst: a backlog is a whole
+    batch), else for one message and waits for it; once one came, it waits
+    ``gather`` seconds (no request open: what comes meanwhile waits at the
+    server) and asks for what is waiting (a request open while messages
+    trickle in costs a delivery, and a wake-up, per message). A
     message is a stream message when it has a reply subject (its
     acknowledgement's); the server's status messages have none (a header
     named Status on a host's message does not end a pull). A message
@@ -280,17 +281,29 @@ class Pull:
             raise APIError(code=int(status) if str(status).isdigit() else None,
                            description=description)
 
+    async def _answered(self) -> None:
+        """Wait for the open request to end (its burst read), PULL_ANSWER_S
+        at most (what comes later joins the next batch)."""
+        answered = time.monotonic() + PULL_ANSWER_S
+        while self.asked > 0 and len(self.got) < self.batch:
+            left = answered - time.monotonic()
+            if left <= 0 or not await self._arrival(left):
+                return
+
     async def fetch(self, wait: float, gather: float) -> list:
         """The next batch (at most ``batch`` messages), or [] when nothing
-        came within ``wait``; once something came, what else came within
-        ``gather`` seconds joins it."""
+        came within ``wait``: what is waiting, asked for at once, else the
+        first message to come; then, fewer than ``batch``, what else came
+        within ``gather`` seconds joins it."""
         self._raise()
         deadline = time.monotonic() + wait
+        waiting = True   # (asked first: what is waiting, at once)
         while not self.got:
             left = deadline - time.monotonic()
             if left <= 0:
                 return []
-            await self._ask(1, left)
+            await (self._ask(self.batch) if waiting else self._ask(1, left))
+            waiting = False
             if self.got:   # (delivered while it was asked)
                 break
             if not await self._arrival(left):
@@ -299,14 +312,11 @@ class Pull:
             if not self.got and self.ended == PULL_LIMIT:   # (asked again next fetch)
                 await asyncio.sleep(max(0.0, deadline - time.monotonic()))
                 return []
+        await self._answered()   # (a backlog: a whole batch, no gathering)
         if len(self.got) < self.batch and gather > 0:
             await asyncio.sleep(gather)
             if await self._ask(self.batch - len(self.got)):   # what came meanwhile
-                answered = time.monotonic() + PULL_ANSWER_S
-                while self.asked > 0 and len(self.got) < self.batch:
-                    left = answered - time.monotonic()
-                    if left <= 0 or not await self._arrival(left):
-                        break
+                await self._answered()
         taken, self.got = self.got[:self.batch], self.got[self.batch:]
         return taken
 
