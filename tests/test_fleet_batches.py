@@ -452,38 +452,119 @@ def test_a_window_grows_with_what_the_last_derive_took(server, tmp_path, monkeyp
     assert db.conn.execute("SELECT count(*) FROM files WHERE needs_derive").fetchone() == (0,)
 
 
-def test_what_comes_while_a_batch_gathers_is_taken_with_one_pull(server, tmp_path):   # noqa: F811 (the fixture imported from test_fleet)
-    """One message waiting, five more published one by one within GATHER_S:
-    the batch holds all six, taken with two pulls (the first message's, and
-    one at the end of the gathering), not a pull per message or two."""
-    import nats
+async def _pull(url: str, durable: str):
+    """(connection, fleet_nats.Pull) of a durable consumer of the whole stream,
+    made as the central makes its own."""
+    from nats.js.api import ConsumerConfig
 
     from indexer.ingest import fleet_nats
 
-    pulls = []
+    nc = await nats.connect(url)
+    js = nc.jetstream()
+    await fleet_nats.ensure_stream(js)
+    await js.add_consumer(fleet_wire.STREAM, ConsumerConfig(
+        durable_name=durable, filter_subject=fleet_wire.STREAM_SUBJECTS[0]))
+    return nc, await fleet_nats.Pull(nc, fleet_wire.STREAM, durable,
+                                     fleet_central.FETCH_BATCH).start()
+
+
+def test_what_comes_while_a_batch_gathers_is_taken_with_one_pull(server, tmp_path):   # noqa: F811 (the fixture imported from test_fleet)
+    """One message waiting, five more published one by one within GATHER_S:
+    the batch holds all six, taken with two pull requests (the first
+    message's, and one for what came while the batch gathered), not a
+    request per message or two."""
+    async def main():
+        nc, pull = await _pull(server.url, "gather")
+        await publish_lines(server.url, 1, 0)
+        connected = asyncio.Event()   # (its connection made first: under load that takes a while)
+        later = asyncio.ensure_future(publish_lines(server.url, 5, 0.01, SESSIONS[1], connected))
+        await connected.wait()
+        msgs = await fleet_central._fetch(pull, 1.0, gather=1.0)
+        await later
+        await nc.close()
+        return msgs, pull.requests
+
+    msgs, requests = asyncio.run(main())
+    assert len(msgs) == 6
+    assert [fleet_central.stream_seq(m) for m in msgs] == list(range(1, 7))
+    assert requests == 2
+
+
+def test_a_backlog_is_taken_a_whole_batch_at_once(server, tmp_path):   # noqa: F811 (the fixture imported from test_fleet)
+    """More than FETCH_BATCH messages waiting (a central behind its hosts):
+    a fetch takes a whole batch with one pull request and does not wait
+    GATHER_S (a wait a batch would cap what a central behind can catch up)."""
+    async def main():
+        nc, pull = await _pull(server.url, "backlog")
+        await publish_lines(server.url, fleet_central.FETCH_BATCH + 10, 0)
+        began = time.monotonic()
+        msgs = await fleet_central._fetch(pull, 1.0, gather=2.0)
+        took = time.monotonic() - began
+        await nc.close()
+        return msgs, took, pull.requests
+
+    msgs, took, requests = asyncio.run(main())
+    assert [fleet_central.stream_seq(m) for m in msgs] == list(
+        range(1, fleet_central.FETCH_BATCH + 1))
+    assert requests == 1
+    assert took < 1.5, took   # (not the 2 s of gathering)
+
+
+def test_a_message_delivered_after_a_fetch_returned_is_in_the_next_batch(server, tmp_path,   # noqa: F811 (the fixture imported from test_fleet)
+                                                                         monkeypatch):
+    """What a pull request delivers after the fetch that asked returned (the
+    server slower than PULL_ANSWER_S: here 0) is kept for the next fetch,
+    never dropped (it would wait ACK_WAIT_S to be delivered again)."""
+    from indexer.ingest import fleet_nats
+
+    monkeypatch.setattr(fleet_nats, "PULL_ANSWER_S", 0.0)
+
+    async def main():
+        nc, pull = await _pull(server.url, "late")
+        await publish_lines(server.url, 1, 0)
+        fetching = asyncio.ensure_future(fleet_central._fetch(pull, 1.0, gather=1.0))
+        await asyncio.sleep(0.1)   # (the fetch has the first, and gathers)
+        await publish_lines(server.url, 2, 0, SESSIONS[1])
+        first = await fetching
+        for _ in range(50):   # (delivered while nobody fetches)
+            if len(pull.got) == 2:
+                break
+            await asyncio.sleep(0.05)
+        held = len(pull.got)
+        second = await fleet_central._fetch(pull, 1.0, gather=0)
+        third = await fleet_central._fetch(pull, 0.2, gather=0)
+        await nc.close()
+        return first, held, second, third
+
+    first, held, second, third = asyncio.run(main())
+    assert [len(first), held, len(second), len(third)] == [1, 2, 2, 0]
+    assert [fleet_central.stream_seq(m) for m in first + second] == [1, 2, 3]
+
+
+def test_a_status_header_on_a_hosts_message_is_stored_not_taken_for_the_servers(server, tmp_path):   # noqa: F811 (the fixture imported from test_fleet)
+    """The server ends a pull with a status message (no reply subject); a
+    host's message that carries a header named Status (408: a pull's end)
+    is a stream message like any other: stored once, not dropped (nats-py's
+    fetch took it for the server's and never acknowledged it)."""
+    from indexer.ingest import fleet_nats
+
+    db = open_db(str(tmp_path / "central.db"))
+    body = line(SESSIONS[0], "s1", None)
+    m = message(1, "h", SESSIONS[0], body)
 
     async def main():
         nc = await nats.connect(server.url)
         js = nc.jetstream()
         await fleet_nats.ensure_stream(js)
-        sub = await js.pull_subscribe(fleet_wire.STREAM_SUBJECTS[0], durable="gather",
-                                      stream=fleet_wire.STREAM)
-        fetch = sub.fetch
-
-        async def counted(batch, timeout=None):
-            pulls.append(batch)
-            return await fetch(batch, timeout=timeout)
-
-        sub.fetch = counted
-        await publish_lines(server.url, 1, 0)
-        connected = asyncio.Event()   # (its connection made first: under load that takes a while)
-        later = asyncio.ensure_future(publish_lines(server.url, 5, 0.01, SESSIONS[1], connected))
-        await connected.wait()
-        msgs = await fleet_central._fetch(sub, 1.0, gather=1.0)
-        await later
+        await js.publish(m.subject, m.data, headers={**m.headers, "Status": "408",
+                                                     "Description": "Request Timeout"})
+        summary = await fleet_central.consume(db, fleet_nats.ConnectOptions(server.url))
+        info = await js.consumer_info(fleet_wire.STREAM, fleet_wire.DEFAULT_CONSUMER)
         await nc.close()
-        return msgs
+        return summary, info
 
-    msgs = asyncio.run(main())
-    assert len(msgs) == 6
-    assert len(pulls) == 2, pulls
+    summary, info = asyncio.run(main())
+    assert (summary.new_lines, summary.bad_messages) == (1, 0)
+    assert (info.num_ack_pending, info.num_pending, info.ack_floor.stream_seq) == (0, 0, 1)
+    assert db.conn.execute("SELECT CAST(raw AS BLOB) FROM records").fetchall() == [
+        (body.rstrip(b"\n"),)]

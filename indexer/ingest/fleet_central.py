@@ -77,11 +77,10 @@ DERIVE_BUDGET_S = 0.2
 # takes what came meanwhile: a batch is one transaction, and a transaction's
 # cost is mostly the pages it writes (16 KB each: the records' indexes of each
 # file it touches), which a bigger batch shares between more lines. What came
-# is taken with one pull request (a request per message or two, as messages
-# trickle in at live rates, cost the central as much as storing them).
+# is delivered on the pull request already open (fleet_nats.Pull: a request
+# per message or two, as messages trickle in at live rates, cost the central
+# as much as storing them).
 GATHER_S = 0.1
-# How long the pull for what came meanwhile waits when nothing did.
-GATHERED_WAIT_S = 0.01
 # How long a fetch waits while a derive is under way (it goes on at once
 # when nothing comes).
 DERIVING_WAIT_S = 0.05
@@ -941,38 +940,20 @@ def stream_seq(m) -> int:
     return m.metadata.sequence.stream
 
 
-async def _fetch(sub, wait: float, gather: float = GATHER_S):
+async def _fetch(pull: fleet_nats.Pull, wait: float, gather: float = GATHER_S) -> list:
     """A fetched batch, or [] when nothing came within ``wait``; once
-    something came (fewer than FETCH_BATCH messages), what else came within
-    ``gather`` seconds joins it (up to FETCH_BATCH messages), taken at the
-    end of those seconds (a pull takes every message waiting, up to the
-    number asked for)."""
-    from nats.errors import TimeoutError as FetchTimeout   # (nats-py: the optional fleet extra)
-
-    try:
-        msgs = await sub.fetch(FETCH_BATCH, timeout=wait)
-    except (FetchTimeout, asyncio.TimeoutError):   # nothing waiting
-        return []
-    if len(msgs) < FETCH_BATCH:
-        await asyncio.sleep(gather)
-    while len(msgs) < FETCH_BATCH:
-        asked = FETCH_BATCH - len(msgs)
-        try:
-            more = await sub.fetch(asked, timeout=GATHERED_WAIT_S)
-        except (FetchTimeout, asyncio.TimeoutError):
-            break
-        except fleet_nats.TRANSIENT:   # (what came is written; the rest comes again)
-            break
-        msgs += more
-        if len(more) < asked:   # (every one waiting)
-            break
-    return msgs
+    something came (fewer than FETCH_BATCH messages), what else comes within
+    ``gather`` seconds joins it (up to FETCH_BATCH messages), delivered on
+    the pull request already open (fleet_nats.Pull: not a request per
+    message or two as they trickle in)."""
+    return await pull.fetch(wait, gather)
 
 
 async def _subscribe(db, nc, consumer: str, hosts: list[str] | None):
     """(jetstream, the heartbeat bucket, [(consumer name, pull subscription)]):
     the stream made if missing, each consumer reconciled with the index."""
     from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy   # (nats-py: the optional fleet extra)
+    from nats.js.errors import NotFoundError   # (nats-py: the optional fleet extra)
 
     js = nc.jetstream()
     await fleet_nats.ensure_stream(js)
@@ -980,11 +961,15 @@ async def _subscribe(db, nc, consumer: str, hosts: list[str] | None):
     subs = []
     for name, subject in fleet_wire.consumers(consumer, hosts):
         await _reconcile(db, js, name)
-        subs.append((name, await js.pull_subscribe(
-            subject, durable=name, stream=fleet_wire.STREAM,
-            config=ConsumerConfig(ack_policy=AckPolicy.EXPLICIT,
-                                  deliver_policy=DeliverPolicy.ALL,
-                                  ack_wait=ACK_WAIT_S, max_ack_pending=FETCH_BATCH * 4))))
+        try:
+            await js.consumer_info(fleet_wire.STREAM, name)
+        except NotFoundError:
+            await js.add_consumer(fleet_wire.STREAM, ConsumerConfig(
+                durable_name=name, filter_subject=subject, ack_policy=AckPolicy.EXPLICIT,
+                deliver_policy=DeliverPolicy.ALL, ack_wait=ACK_WAIT_S,
+                max_ack_pending=FETCH_BATCH * 4))
+        subs.append((name, await fleet_nats.Pull(nc, fleet_wire.STREAM, name,
+                                                 FETCH_BATCH).start()))
     return js, kv, subs
 
 

@@ -7,8 +7,10 @@ nats-py is the optional ``fleet`` extra.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import signal
+import time
 
 from indexer.ingest import fleet_wire
 from indexer.ingest.extras import install_hint
@@ -175,6 +177,148 @@ async def heartbeats(js):
         return await js.key_value(HEARTBEAT_BUCKET)
     except BucketNotFoundError:
         return await js.create_key_value(bucket=HEARTBEAT_BUCKET, history=1)
+
+
+# A durable pull consumer's next messages are asked for on this subject
+# (JetStream's API, no domain), the messages delivered to the asker's inbox.
+NEXT_SUBJECT = "$JS.API.CONSUMER.MSG.NEXT.{stream}.{consumer}"
+# A request that waits for a message ends at its expiry, or after its batch;
+# one that does not wait ends once what is waiting is delivered. Past its
+# expiry by PULL_GRACE_S with no word from the server (a reconnect lost it),
+# it is taken as ended. What a request that does not wait delivers is waited
+# for PULL_ANSWER_S at most (what comes later joins the next batch).
+PULL_GRACE_S = 0.5
+PULL_ANSWER_S = 0.05
+# What the server says on a pull's inbox when a request ends without an
+# error: 404 no messages (a request that does not wait), 408 expired: asked
+# again at once. 409: a limit (max waiting, the consumer deleted, ...): it
+# answers every request at once, so asked again at the next fetch. 100: an
+# idle heartbeat (not asked for). Any other status is raised.
+PULL_ENDED = frozenset({"404", "408"})
+PULL_LIMIT = "409"
+PULL_HEARTBEAT = "100"
+
+
+class Pull:
+    """The batches of one durable pull consumer, asked for with JetStream's
+    own pull requests on one inbox subscription kept for the life of the
+    connection (nats-py's ``fetch`` waits for each message of a batch on its
+    own, a task and an ``asyncio.wait_for`` a message). A fetch asks for
+    what is waiting (delivered at once, in a burst: a backlog is a whole
+    batch), else for one message and waits for it; once one came, it waits
+    ``gather`` seconds (no request open: what comes meanwhile waits at the
+    server) and asks for what is waiting (a request open while messages
+    trickle in costs a delivery, and a wake-up, per message). A
+    message is a stream message when it has a reply subject (its
+    acknowledgement's); the server's status messages have none (a header
+    named Status on a host's message does not end a pull). A message
+    delivered after a fetch returned is in the next one's batch, never
+    dropped. ``requests``: the pull requests sent (tests)."""
+
+    def __init__(self, nc, stream: str, consumer: str, batch: int):
+        self.nc, self.batch = nc, batch
+        self.next_subject = NEXT_SUBJECT.format(stream=stream, consumer=consumer)
+        self.inbox = nc.new_inbox()
+        self.got: list = []      # delivered, not yet taken
+        self.asked = 0           # what the open request may still deliver
+        self.until = 0.0         # when it has ended at the latest (monotonic)
+        self.reconnects = 0      # the connection's, when it was asked
+        self.ended = None        # the status that ended the last request
+        self.error = None        # a status that is not a request's end: raised
+        self.arrived = asyncio.Event()
+        self.requests = 0
+        self.sub = None
+
+    async def start(self) -> "Pull":
+        self.sub = await self.nc.subscribe(self.inbox, cb=self._delivered)
+        return self
+
+    async def _delivered(self, msg) -> None:
+        if msg.reply:
+            self.got.append(msg)
+            self.asked -= 1
+        else:
+            status = (msg.headers or {}).get("Status")
+            if status == PULL_HEARTBEAT:
+                return
+            self.asked, self.ended = 0, status
+            if status not in PULL_ENDED and status != PULL_LIMIT:
+                self.error = (status, (msg.headers or {}).get("Description"))
+        self.arrived.set()
+
+    async def _ask(self, batch: int, expires: float | None = None) -> bool:
+        """A pull request for ``batch`` messages, waiting ``expires`` seconds
+        for them (None: what is waiting, at once), unless one is open."""
+        reconnects = self.nc.stats["reconnects"]
+        if self.asked > 0 and time.monotonic() < self.until and reconnects == self.reconnects:
+            return False
+        request = {"batch": batch}
+        if expires:
+            request["expires"] = int(expires * 1e9)
+        else:
+            request["no_wait"] = True
+        self.asked, self.reconnects, self.ended = batch, reconnects, None
+        self.until = time.monotonic() + (expires or 0.0) + PULL_GRACE_S
+        self.requests += 1
+        await self.nc.publish(self.next_subject, json.dumps(request).encode(),
+                              reply=self.inbox)
+        return True
+
+    async def _arrival(self, seconds: float) -> bool:
+        """Wait for a message or a status, ``seconds`` at most; False if none came."""
+        self.arrived.clear()
+        try:
+            await asyncio.wait_for(self.arrived.wait(), seconds)
+        except asyncio.TimeoutError:
+            return False
+        return True
+
+    def _raise(self) -> None:
+        if self.error is not None:
+            from nats.js.errors import APIError   # (nats-py: the optional fleet extra)
+
+            (status, description), self.error = self.error, None
+            raise APIError(code=int(status) if str(status).isdigit() else None,
+                           description=description)
+
+    async def _answered(self) -> None:
+        """Wait for the open request to end (its burst read), PULL_ANSWER_S
+        at most (what comes later joins the next batch)."""
+        answered = time.monotonic() + PULL_ANSWER_S
+        while self.asked > 0 and len(self.got) < self.batch:
+            left = answered - time.monotonic()
+            if left <= 0 or not await self._arrival(left):
+                return
+
+    async def fetch(self, wait: float, gather: float) -> list:
+        """The next batch (at most ``batch`` messages), or [] when nothing
+        came within ``wait``: what is waiting, asked for at once, else the
+        first message to come; then, fewer than ``batch``, what else came
+        within ``gather`` seconds joins it."""
+        self._raise()
+        deadline = time.monotonic() + wait
+        waiting = True   # (asked first: what is waiting, at once)
+        while not self.got:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return []
+            await (self._ask(self.batch) if waiting else self._ask(1, left))
+            waiting = False
+            if self.got:   # (delivered while it was asked)
+                break
+            if not await self._arrival(left):
+                return []
+            self._raise()
+            if not self.got and self.ended == PULL_LIMIT:   # (asked again next fetch)
+                await asyncio.sleep(max(0.0, deadline - time.monotonic()))
+                return []
+        await self._answered()   # (a backlog: a whole batch, no gathering)
+        if len(self.got) < self.batch and gather > 0:
+            await asyncio.sleep(gather)
+            if await self._ask(self.batch - len(self.got)):   # what came meanwhile
+                await self._answered()
+        taken, self.got = self.got[:self.batch], self.got[self.batch:]
+        return taken
 
 
 def run(make, *, follow: bool):
