@@ -33,14 +33,17 @@ from indexer.transcripts import records
 from indexer.transcripts.records import CHAIN_TYPES_SQL, effective_parent
 from session_index_web.format import CAUSE_COLOURS, css_class
 
-# Columns of one chain record that place it in the tree and mark it (no
-# text: the excerpts are read only for the records a page draws).
+# Columns of one chain record that place it in the tree: those the index
+# records_layout holds (migration m092), so the layout of a 10,000-record file
+# reads that index alone, never the wide rows (their raw JSON). What marks a
+# record and its text are read only for the records a page draws
+# (NODE_DETAILS_SQL).
 _NODE_COLUMNS = """r.id, r.line_no, r.uuid, r.parent_uuid, r.logical_parent_uuid, r.type,
-  r.subtype, r.timestamp, r.is_sidechain, r.model, r.message_id, r.is_api_error,
-  r.is_compact_summary"""
+  r.subtype"""
 
 # The chain records of one file, one per uuid (its last line, as both readers
-# resolve a duplicated uuid), in file order.
+# resolve a duplicated uuid), in file order. Covered by records_layout
+# (tests/test_web.py holds the plan to it).
 TREE_NODES_SQL = f"""
 SELECT {_NODE_COLUMNS}
 FROM records r
@@ -52,11 +55,13 @@ WHERE r.file_id = :file_id AND r.uuid IS NOT NULL
 ORDER BY r.line_no
 """.strip()
 
-# The text of the records :ids (a JSON array of records.id) a page draws:
-# a one-line excerpt (json_excerpt() is the plugin's SQL function) and, for
-# a synthetic placeholder, its line (what kind of placeholder it is).
-NODE_TEXTS_SQL = f"""
-SELECT r.id, json_excerpt(r.raw, 160) AS excerpt,
+# What marks each of the records :ids (a JSON array of records.id) a page
+# draws, and its text: a one-line excerpt (json_excerpt() is the plugin's
+# SQL function) and, for a synthetic placeholder, its line (what kind of
+# placeholder it is).
+NODE_DETAILS_SQL = f"""
+SELECT r.id, r.timestamp, r.model, r.is_api_error, r.is_compact_summary,
+  json_excerpt(r.raw, 160) AS excerpt,
   CASE WHEN {records.SYNTHETIC_RECORD.format(r="r")} THEN r.raw END AS synthetic_raw
 FROM records r WHERE r.id IN (SELECT value FROM json_each(:ids))
 """.strip()
@@ -186,11 +191,31 @@ def window_start(tree, start: int, size: int = WINDOW, uuid: str | None = None) 
     return start - start % size
 
 
+def window_nodes(tree, start: int, size: int = WINDOW) -> list:
+    """The records ``start`` to ``start + size`` of ``drawn(tree)``: those
+    whose details (NODE_DETAILS_SQL) ``attach_details`` gives them before
+    ``window`` marks and folds them."""
+    return drawn(tree)[start:start + size]
+
+
+def attach_details(nodes, details) -> None:
+    """Give the drawn ``nodes`` what marks them and their text from
+    ``details`` (rows of NODE_DETAILS_SQL; a record missing from them keeps
+    none)."""
+    by_id = {d["id"]: d for d in details}
+    for node in nodes:
+        detail = by_id.get(node.row["id"])
+        node.row.update(
+            (key, detail[key] if detail else None)
+            for key in ("timestamp", "model", "is_api_error", "is_compact_summary", "excerpt",
+                        "synthetic_raw"))
+
+
 def window(tree, start: int, size: int = WINDOW) -> dict:
-    """The records ``start`` to ``start + size`` of ``drawn(tree)``, by
-    section, each folded: {"top": units, "spine": units, "groups":
-    [(label, cause, units)], "nodes": [Node]} (a section the window does not
-    reach is empty)."""
+    """The records ``start`` to ``start + size`` of ``drawn(tree)`` (with
+    their details: ``attach_details``), by section, each marked and folded:
+    {"top": units, "spine": units, "groups": [(label, cause, units)],
+    "nodes": [Node]} (a section the window does not reach is empty)."""
     end, at, out = start + size, 0, {"groups": [], "nodes": []}
     sections = [("top", None, tree["top"]), ("spine", None, tree["spine"])] + [
         ("group", (label, cause), nodes) for label, cause, nodes in tree["groups"]]
@@ -205,18 +230,6 @@ def window(tree, start: int, size: int = WINDOW) -> dict:
         else:
             out[kind] = fold(part)
     return out
-
-
-def attach_texts(nodes, texts) -> None:
-    """Give the drawn ``nodes`` their excerpt and a placeholder's kind from
-    ``texts`` (rows of NODE_TEXTS_SQL)."""
-    by_id = {t["id"]: t for t in texts}
-    for node in nodes:
-        text = by_id.get(node.row["id"])
-        node.row["excerpt"] = text["excerpt"] if text else None
-        node.marks[:] = [(cls, _synthetic_mark(text["synthetic_raw"] if text else None)
-                          if cls == "synthetic" and label is None else label)
-                         for cls, label in node.marks]
 
 
 def _effective_parent(row):
@@ -278,7 +291,7 @@ def _mark(nodes, by_uuid, spine_set, sdk, leaves):
         if records.is_api_error_record(r["type"], r["subtype"]):
             marks.append(("api-error", "api_error"))
         if records.is_synthetic(r["type"], r["model"]):
-            marks.append(("synthetic", None))   # its kind: attach_texts
+            marks.append(("synthetic", _synthetic_mark(r.get("synthetic_raw"))))
         elif r["is_api_error"]:
             marks.append(("api-error", "API error message"))
         if records.is_compact_boundary(r["type"], r["subtype"]):
