@@ -36,13 +36,22 @@ FLAG_BADGES = {
     "is_error": (1, "error", "#c62828"),
     "at_resume_tail": (1, "poisoned tail", "#ad1457"),
 }
+# Every column render_cell acts on: a cell of any other is Datasette's at
+# once (a canned query's HTML page asks for up to 1,000 rows of cells).
+RENDERED_COLUMNS = (SESSION_COLUMNS | UUID_COLUMNS | frozenset(BADGE_COLUMNS)
+                    | frozenset(FLAG_BADGES) | {"message_id", "raw"})
+# The badge of each word of each badge column, made once.
+_BADGES = {(column, word): badge(word, colour, column)
+           for column, colours in BADGE_COLUMNS.items() for word, colour in colours.items()}
 _LINK = Markup('<a href="{}">{}</a>')
 
 
 def render_cell(row, value, column, table, database, urls):
-    keys = row.keys() if hasattr(row, "keys") else ()
+    if column not in RENDERED_COLUMNS:
+        return None
     if column in SESSION_COLUMNS and isinstance(value, str) and value:
         return _LINK.format(urls.path(session_path(value)), value)
+    keys = row.keys() if hasattr(row, "keys") else ()
     if column in UUID_COLUMNS and isinstance(value, str) and value \
             and "session_id" in keys and row["session_id"]:
         # ?at= opens the window of the session page that draws the record.
@@ -55,9 +64,7 @@ def render_cell(row, value, column, table, database, urls):
         return Markup("{} {}").format(
             badge("synthetic", "#ad1457", "a synthetic placeholder (model <synthetic>)"), value)
     if column in BADGE_COLUMNS and isinstance(value, str) and value:
-        colours = BADGE_COLUMNS[column]
-        if value in colours:
-            return badge(value, colours[value], column)
+        return _BADGES.get((column, value))
     if column in FLAG_BADGES and value == FLAG_BADGES[column][0]:
         _, text, colour = FLAG_BADGES[column]
         return Markup("{} {}").format(value, badge(text, colour, column))

@@ -73,7 +73,10 @@ def canned_queries(datasette, database):
 def render_cell(row, value, column, table, database, datasette):
     # Called for every cell of a page (a canned query's HTML page holds up
     # to 1,000 rows): once the database is known, answered at once, with no
-    # coroutine for Datasette to await (bench/web_speed.py --only resume_chain).
+    # coroutine for Datasette to await (bench/web_speed.py --only resume_chain);
+    # a column it never renders is left to Datasette first of all.
+    if column not in cells.RENDERED_COLUMNS:
+        return None
     known = web_pages.known_session_index(datasette, database)
     if known is not None:
         return cells.render_cell(row, value, column, table, database, datasette.urls) \

@@ -25,22 +25,23 @@ from __future__ import annotations
 
 import json
 
-from dataclasses import dataclass, field
-
 from markupsafe import Markup, escape
 
 from indexer.transcripts import records
 from indexer.transcripts.records import CHAIN_TYPES_SQL, effective_parent
 from session_index_web.format import CAUSE_COLOURS, css_class
 
-# Columns of one chain record that place it in the tree and mark it (no
-# text: the excerpts are read only for the records a page draws).
+# Columns of one chain record that place it in the tree: those the index
+# records_layout holds (migration m092), so the layout of a 10,000-record file
+# reads that index alone, never the wide rows (their raw JSON). What marks a
+# record and its text are read only for the records a page draws
+# (NODE_DETAILS_SQL).
 _NODE_COLUMNS = """r.id, r.line_no, r.uuid, r.parent_uuid, r.logical_parent_uuid, r.type,
-  r.subtype, r.timestamp, r.is_sidechain, r.model, r.message_id, r.is_api_error,
-  r.is_compact_summary"""
+  r.subtype"""
 
 # The chain records of one file, one per uuid (its last line, as both readers
-# resolve a duplicated uuid), in file order.
+# resolve a duplicated uuid), in file order. Covered by records_layout
+# (tests/test_web.py holds the plan to it).
 TREE_NODES_SQL = f"""
 SELECT {_NODE_COLUMNS}
 FROM records r
@@ -52,11 +53,13 @@ WHERE r.file_id = :file_id AND r.uuid IS NOT NULL
 ORDER BY r.line_no
 """.strip()
 
-# The text of the records :ids (a JSON array of records.id) a page draws:
-# a one-line excerpt (json_excerpt() is the plugin's SQL function) and, for
-# a synthetic placeholder, its line (what kind of placeholder it is).
-NODE_TEXTS_SQL = f"""
-SELECT r.id, json_excerpt(r.raw, 160) AS excerpt,
+# What marks each of the records :ids (a JSON array of records.id) a page
+# draws, and its text: a one-line excerpt (json_excerpt() is the plugin's
+# SQL function) and, for a synthetic placeholder, its line (what kind of
+# placeholder it is).
+NODE_DETAILS_SQL = f"""
+SELECT r.id, r.timestamp, r.model, r.is_api_error, r.is_compact_summary,
+  json_excerpt(r.raw, 160) AS excerpt,
   CASE WHEN {records.SYNTHETIC_RECORD.format(r="r")} THEN r.raw END AS synthetic_raw
 FROM records r WHERE r.id IN (SELECT value FROM json_each(:ids))
 """.strip()
@@ -89,14 +92,25 @@ GROUP_LABELS = {
 }
 
 
-@dataclass
 class Node:
-    row: dict
-    level: int = 0
-    on_spine: bool = False
-    cause: str | None = None
-    marks: list = field(default_factory=list)
-    marked: bool = False
+    """One chain record as a page places it: ``row`` (its row of
+    TREE_NODES_SQL, made a dict with its details when a window draws it:
+    ``attach_details``), its effective parent, where it hangs and what marks
+    it. Slotted, with no per-node dict: a large file lays out 10,000 of
+    them."""
+
+    __slots__ = ("row", "uuid", "parent", "level", "on_spine", "cause", "marks", "marked")
+
+    def __init__(self, row):
+        self.row = row
+        self.uuid = row["uuid"]
+        self.parent = effective_parent(row["type"], row["subtype"], row["parent_uuid"],
+                                       row["logical_parent_uuid"])
+        self.level = 0
+        self.on_spine = False
+        self.cause = None
+        self.marks = []
+        self.marked = False
 
     @property
     def is_progress(self):
@@ -104,27 +118,36 @@ class Node:
 
 
 def build(rows, ancestry, causes, leaves) -> dict:
-    """Lay out one file: ``rows`` from TREE_NODES_SQL, ``ancestry`` rows from
-    ANCESTRY_SQL, ``causes`` {uuid: cause}, ``leaves`` the file's row of the
-    leaves view (or None). Returns {"top": [...], "spine": [...],
-    "groups": [(label, cause, [...])], "counts": {...}}, each list of Node
-    in the order drawn (``window`` folds the part a page shows)."""
-    by_uuid = {r["uuid"]: Node(r) for r in _dicts(rows)}
+    """Lay out one file: ``rows`` from TREE_NODES_SQL (sqlite3.Row or dict),
+    ``ancestry`` rows from ANCESTRY_SQL, ``causes`` {uuid: cause}, ``leaves``
+    the file's row of the leaves view (or None). Returns {"top": [...],
+    "spine": [...], "groups": [(label, cause, [...])], "counts": {...}},
+    each list of Node in the order drawn (``window`` folds the part a page
+    shows)."""
+    by_uuid = {}
+    for r in rows:
+        node = Node(r)
+        by_uuid[node.uuid] = node
     spine = [a["uuid"] for a in ancestry if a["rule"] == "resume" and a["uuid"] in by_uuid]
     sdk = {a["uuid"] for a in ancestry if a["rule"] == "sdk"}
     spine_set = set(spine)
     for uuid, cause in causes.items():
-        if uuid in by_uuid:
-            by_uuid[uuid].cause = cause
+        node = by_uuid.get(uuid)
+        if node is not None:
+            node.cause = cause
 
     children, roots = {}, []
     for uuid, node in by_uuid.items():  # file order
         if uuid in spine_set:
             node.on_spine = True
             continue
-        parent = _effective_parent(node.row)
+        parent = node.parent
         if parent in by_uuid and parent != uuid:
-            children.setdefault(parent, []).append(node)
+            kids = children.get(parent)
+            if kids is None:
+                children[parent] = [node]
+            else:
+                kids.append(node)
         else:
             roots.append(node)
 
@@ -134,8 +157,8 @@ def build(rows, ancestry, causes, leaves) -> dict:
         node = by_uuid[uuid]
         placed.add(uuid)
         spine_rows.append(node)
-        for kid in children.get(uuid, []):
-            if kid.row["uuid"] not in spine_set:
+        for kid in children.get(uuid, ()):
+            if kid.uuid not in spine_set:
                 spine_rows.extend(_subtree(kid, 1, children, placed))
     top, groups = [], {}
     for root in roots:
@@ -157,16 +180,6 @@ def build(rows, ancestry, causes, leaves) -> dict:
     }
 
 
-def _dicts(rows):
-    """Rows (sqlite3.Row or dict) as dicts: zip is twice as fast as dict(row)
-    for the 10,000 rows of a large session."""
-    rows = list(rows)
-    if not rows or isinstance(rows[0], dict):
-        return [dict(r) for r in rows]
-    columns = rows[0].keys()
-    return [dict(zip(columns, r)) for r in rows]
-
-
 def drawn(tree) -> list:
     """Every node of a laid-out file in the order the page draws them: the
     compacted history, the spine with its branches, then each group."""
@@ -180,17 +193,39 @@ def window_start(tree, start: int, size: int = WINDOW, uuid: str | None = None) 
     total = tree["counts"]["nodes"]
     if uuid is not None:
         for i, node in enumerate(drawn(tree)):
-            if node.row["uuid"] == uuid:
+            if node.uuid == uuid:
                 return i - i % size
     start = min(max(0, start), max(0, total - 1))
     return start - start % size
 
 
+def window_nodes(tree, start: int, size: int = WINDOW) -> list:
+    """The records ``start`` to ``start + size`` of ``drawn(tree)``: those
+    whose details (NODE_DETAILS_SQL) ``attach_details`` gives them before
+    ``window`` marks and folds them."""
+    return drawn(tree)[start:start + size]
+
+
+def attach_details(nodes, details) -> None:
+    """Give the drawn ``nodes`` what marks them and their text from
+    ``details`` (rows of NODE_DETAILS_SQL; a record missing from them keeps
+    none)."""
+    by_id = {d["id"]: d for d in details}
+    for node in nodes:
+        if not isinstance(node.row, dict):
+            node.row = dict(zip(node.row.keys(), node.row))
+        detail = by_id.get(node.row["id"])
+        node.row.update(
+            (key, detail[key] if detail else None)
+            for key in ("timestamp", "model", "is_api_error", "is_compact_summary", "excerpt",
+                        "synthetic_raw"))
+
+
 def window(tree, start: int, size: int = WINDOW) -> dict:
-    """The records ``start`` to ``start + size`` of ``drawn(tree)``, by
-    section, each folded: {"top": units, "spine": units, "groups":
-    [(label, cause, units)], "nodes": [Node]} (a section the window does not
-    reach is empty)."""
+    """The records ``start`` to ``start + size`` of ``drawn(tree)`` (with
+    their details: ``attach_details``), by section, each marked and folded:
+    {"top": units, "spine": units, "groups": [(label, cause, units)],
+    "nodes": [Node]} (a section the window does not reach is empty)."""
     end, at, out = start + size, 0, {"groups": [], "nodes": []}
     sections = [("top", None, tree["top"]), ("spine", None, tree["spine"])] + [
         ("group", (label, cause), nodes) for label, cause, nodes in tree["groups"]]
@@ -207,23 +242,6 @@ def window(tree, start: int, size: int = WINDOW) -> dict:
     return out
 
 
-def attach_texts(nodes, texts) -> None:
-    """Give the drawn ``nodes`` their excerpt and a placeholder's kind from
-    ``texts`` (rows of NODE_TEXTS_SQL)."""
-    by_id = {t["id"]: t for t in texts}
-    for node in nodes:
-        text = by_id.get(node.row["id"])
-        node.row["excerpt"] = text["excerpt"] if text else None
-        node.marks[:] = [(cls, _synthetic_mark(text["synthetic_raw"] if text else None)
-                          if cls == "synthetic" and label is None else label)
-                         for cls, label in node.marks]
-
-
-def _effective_parent(row):
-    return effective_parent(row["type"], row["subtype"], row["parent_uuid"],
-                            row["logical_parent_uuid"])
-
-
 def _subtree(root: Node, level: int, children, placed) -> list:
     """Depth-first rows of a branch: each record, the side branches off it
     (indented one more), then its continuation at the same level (its last
@@ -231,13 +249,16 @@ def _subtree(root: Node, level: int, children, placed) -> list:
     out, stack = [], [(root, level)]
     while stack:
         node, lvl = stack.pop()
-        uuid = node.row["uuid"]
+        uuid = node.uuid
         if uuid in placed:
             continue
         placed.add(uuid)
         node.level = lvl
         out.append(node)
-        kids = [k for k in children.get(uuid, []) if k.row["uuid"] not in placed]
+        kids = children.get(uuid)
+        if kids is None:
+            continue
+        kids = [k for k in kids if k.uuid not in placed]
         if not kids:
             continue
         stack.append((kids[-1], lvl))
@@ -264,7 +285,7 @@ def _mark(nodes, by_uuid, spine_set, sdk, leaves):
     resume_leaf = leaves and leaves.get("resume_leaf_uuid")
     sdk_leaf = leaves and leaves.get("sdk_leaf_uuid")
     for node in nodes:
-        r, marks, uuid = node.row, node.marks, node.row["uuid"]
+        r, marks, uuid = node.row, node.marks, node.uuid
         if node.marked:
             continue
         node.marked = True
@@ -278,14 +299,14 @@ def _mark(nodes, by_uuid, spine_set, sdk, leaves):
         if records.is_api_error_record(r["type"], r["subtype"]):
             marks.append(("api-error", "api_error"))
         if records.is_synthetic(r["type"], r["model"]):
-            marks.append(("synthetic", None))   # its kind: attach_texts
+            marks.append(("synthetic", _synthetic_mark(r.get("synthetic_raw"))))
         elif r["is_api_error"]:
             marks.append(("api-error", "API error message"))
         if records.is_compact_boundary(r["type"], r["subtype"]):
             marks.append(("compact", "compaction"))
         if r["is_compact_summary"]:
             marks.append(("compact", "compact summary"))
-        parent = _effective_parent(r)
+        parent = node.parent
         if parent is not None and parent not in by_uuid:
             marks.append(("break", "parent missing"))
         if uuid in sdk and uuid not in spine_set:

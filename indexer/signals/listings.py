@@ -79,8 +79,12 @@ _NOT_CONTEXT = ("CASE WHEN substr({t}, 1, 1) = '<' THEN substr({t}, 1, instr({t}
 # first prompt of its main transcript, its first text that is not wholly
 # context (records_titles keeps this cheap: SQLite uses a partial index only
 # when the query repeats its WHERE, hence each type's IN list; without it
-# each of the three read every record of the file). Pages strip its markup
-# (plain_title).
+# each of the three read every record of the file). The first prompt is
+# looked for record by record in file order (byte_offset: the order of
+# records_file_offset, so SQLite stops at the first user record that has
+# one; ordered by line_no it took every user record's text blocks and
+# sorted them: 33-41 ms against under 1 ms for a session of 5,000-10,000
+# records on a 1M-record index). Pages strip its markup (plain_title).
 SESSION_TITLE_TEMPLATE = """coalesce(
   (SELECT t.raw ->> '$.customTitle' FROM records t WHERE t.file_id = {s}.main_file_id
      AND t.type = 'custom-title' AND t.type IN ('custom-title', 'ai-title', 'summary') ORDER BY t.line_no DESC LIMIT 1),
@@ -88,13 +92,15 @@ SESSION_TITLE_TEMPLATE = """coalesce(
      AND t.type = 'ai-title' AND t.type IN ('custom-title', 'ai-title', 'summary') ORDER BY t.line_no DESC LIMIT 1),
   (SELECT t.raw ->> '$.summary' FROM records t WHERE t.file_id = {s}.main_file_id
      AND t.type = 'summary' AND t.type IN ('custom-title', 'ai-title', 'summary') ORDER BY t.line_no DESC LIMIT 1),
-  (SELECT substr(""" + _PROMPT_TEXT.format(j="j") + """, 1, 120)
-     FROM records u, json_each(CASE WHEN json_valid(u.raw) THEN u.raw ELSE '{{}}' END,
-                               '$.message.content') j
-     WHERE u.file_id = {s}.main_file_id AND u.type = 'user' AND NOT u.is_meta
-       AND (j.type = 'text' OR j.value ->> '$.type' = 'text')
-       AND """ + _NOT_CONTEXT.format(t=_PROMPT_TEXT.format(j="j")) + """
-     ORDER BY u.line_no, j.id LIMIT 1),
+  (SELECT prompt FROM (
+     SELECT (SELECT substr(""" + _PROMPT_TEXT.format(j="j") + """, 1, 120)
+             FROM json_each(CASE WHEN json_valid(u.raw) THEN u.raw ELSE '{{}}' END,
+                            '$.message.content') j
+             WHERE (j.type = 'text' OR j.value ->> '$.type' = 'text')
+               AND """ + _NOT_CONTEXT.format(t=_PROMPT_TEXT.format(j="j")) + """
+             ORDER BY j.id LIMIT 1) AS prompt, u.byte_offset
+     FROM records u WHERE u.file_id = {s}.main_file_id AND u.type = 'user' AND NOT u.is_meta)
+   WHERE prompt IS NOT NULL ORDER BY byte_offset LIMIT 1),
   -- a Codex CLI session: its first user input that is not the CLI's own context
   (SELECT substr(u.raw ->> '$.payload.content[0].text', 1, 120)
      FROM records u WHERE u.file_id = {s}.main_file_id AND u.type = 'response_item'
