@@ -31,17 +31,18 @@ from indexer.transcripts import records
 from indexer.transcripts.records import CHAIN_TYPES_SQL, effective_parent
 from session_index_web.format import CAUSE_COLOURS, css_class
 
-# Columns of one chain record that place it in the tree: those the index
-# records_layout holds (migration m092), so the layout of a 10,000-record file
-# reads that index alone, never the wide rows (their raw JSON). What marks a
+# Columns of one chain record that place it in the tree. What marks a
 # record and its text are read only for the records a page draws
-# (NODE_DETAILS_SQL).
+# (NODE_DETAILS_SQL). (An index holding these columns, records(file_id,
+# uuid, line_no, type, subtype, parent_uuid, logical_parent_uuid), made the
+# layout read no wide row, but SQLite, with no statistics, then chose it as a
+# covering index over records_file_parent for lookups by parent, reading the
+# whole file: an append cost O(file). Not kept.)
 _NODE_COLUMNS = """r.id, r.line_no, r.uuid, r.parent_uuid, r.logical_parent_uuid, r.type,
   r.subtype"""
 
 # The chain records of one file, one per uuid (its last line, as both readers
-# resolve a duplicated uuid), in file order. Covered by records_layout
-# (tests/test_web.py holds the plan to it).
+# resolve a duplicated uuid), in file order (records_file_uuid).
 TREE_NODES_SQL = f"""
 SELECT {_NODE_COLUMNS}
 FROM records r

@@ -1474,21 +1474,3 @@ def m090_usage_calls(db):
         FROM files f
         """
     )
-
-
-@migrations()
-def m092_records_layout_index(db):
-    # The session page lays out a file's tree from each chain record's
-    # uuid, parents, type and subtype (the plugin's tree.TREE_NODES_SQL);
-    # records_file_uuid held the first three columns, so the layout read
-    # every record's wide row (its raw JSON): 64-121 ms for 5,000-10,000
-    # records on a 1M-record index. records_layout holds them all, so the
-    # layout (and the count of a file's other records) reads the index
-    # alone. It replaces records_file_uuid, whose columns lead it (every
-    # lookup by file and uuid uses it as before): one index the wider, not
-    # one more to keep at ingest. Not partial: the records without a uuid
-    # are counted from it too.
-    db.execute(
-        "CREATE INDEX records_layout ON records(file_id, uuid, line_no, type, subtype, "
-        "parent_uuid, logical_parent_uuid)")
-    db.execute("DROP INDEX records_file_uuid")

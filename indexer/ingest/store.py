@@ -94,7 +94,7 @@ INSERT INTO files (path, kind, origin, project_key, subpath, session_id, agent_i
 VALUES (:path, :kind, 'store', :project_key, :subpath, :session_id, :agent_id,
         :project_key, :now, 0)
 """.strip()
-# Which of a batch's uuids the copy already holds (the records_layout index).
+# Which of a batch's uuids the copy already holds (the records_file_uuid index).
 STORED_UUIDS_SQL = """
 SELECT DISTINCT uuid FROM records
 WHERE file_id = :file_id AND uuid IN (SELECT value FROM json_each(:uuids))

@@ -72,7 +72,7 @@ SEGMENT_RECORDS_TEMPLATE = """SELECT s.uuid, max(s.id) AS record_id, min(s.line_
 
 # SEGMENT_RECORDS_TEMPLATE's test for one uuid {u}: a line of it in the
 # stretch, and none before boundary {b} (the lines of that uuid only, by
-# records_layout (file, uuid, line): a question driven from a few uuids, such as the orphans
+# records_file_uuid: a question driven from a few uuids, such as the orphans
 # of a file, reads no other line of the segment; the unary + keeps SQLite
 # from reading the stretch by records_file_offset instead, once per uuid).
 SEGMENT_RECORD_TEMPLATE = """SELECT 1 FROM records s WHERE s.file_id = {b}.file_id AND s.uuid = {u}
@@ -212,7 +212,7 @@ TRUNCATION_TEMPLATE = ("""(SELECT CASE
 # (PRESERVED_FINDING_TEMPLATE), truncated (the last compaction only:
 # TRUNCATION_TEMPLATE's cause), truncated_records (how many it loses). A copy's
 # uuid is on more than one line of the file, so copies reads only the lines
-# of the file's duplicate_uuids_cache rows (the records_layout lines of
+# of the file's duplicate_uuids_cache rows (the records_file_uuid lines of
 # those uuids; the unary + keeps SQLite from reading the stretch by
 # records_file_offset instead), not every line after the boundary.
 COMPACTION_SEGMENTS_SQL = ("""
