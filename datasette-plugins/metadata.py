@@ -990,13 +990,15 @@ TABLES["fork_heads_cache"] = {
         request_session_id="the first assistant record's requestSessionId"),
 }
 TABLES["usage_calls"] = {
-    "description": "One row per API call, before pricing: the line kept of its copies in "
-                   "every file, kept by ingest (derive.keep_usage_calls); query usage instead.",
+    "description": "One row per API call: the line kept of its copies in every file, and "
+                   "its price, kept by ingest (derive.keep_usage_calls; priced again when the "
+                   "prices table changes); query usage instead.",
     "hidden": True,
     "columns": dict(
         {c: TABLES["usage"]["columns"][c] for c in (
             "file_id", "session_id", "message_id", "request_id", "model", "timestamp",
-            "input_tokens", "output_tokens", "cache_read_tokens", "speed")},
+            "input_tokens", "output_tokens", "cache_read_tokens", "speed", "price_model",
+            "long_context", "cost_usd")},
         pick="output_tokens * 2^32 - record_id of the kept line (the largest is kept)",
         lines="the call's lines in every copy",
         record_id="records.id of the kept line (most output tokens, then the lowest id)",

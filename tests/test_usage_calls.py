@@ -259,3 +259,46 @@ def test_a_store_delete_picks_the_calls_of_its_lines_again(index):
     assert index.rows("SELECT message_id, output_tokens, lines FROM usage") == [
         {"message_id": "msg_1", "output_tokens": 10, "lines": 1}]
     assert_surfaces_match(index)
+
+
+def test_kept_prices_follow_every_change_to_the_prices_table(index, tmp_path):
+    """usage_calls keeps each call's price (m091): `prices load` prices
+    every call again at once; a change made to prices by hand is noted by a
+    trigger and the next ingest prices them again (until then usage keeps
+    the prices it had, as every cache follows the next ingest)."""
+    from click.testing import CliRunner
+
+    from indexer.cli.commands import cli
+
+    world = World(index, 2)
+    for session in ("dddddddd-0000-0000-0000-000000000001", "dddddddd-0000-0000-0000-000000000002"):
+        world.write(session, world.lines(session, 30))
+    index.ingest()
+    assert_surfaces_match(index)
+    kept = index.value("SELECT sum(cost_usd) FROM usage_calls")
+    assert kept and index.value("SELECT count(*) FROM usage_calls WHERE price_model IS NULL "
+                                "AND model = ?", [SONNET]) == 0
+
+    # by hand: noted, the view prices as it reads, the kept prices stale
+    with index.db.conn:
+        index.db.conn.execute("UPDATE prices SET output = output * 10 WHERE model LIKE ?",
+                              ["claude-sonnet-4-5%"])
+    assert index.value("SELECT count(*) FROM index_meta WHERE key = 'usage_prices_stale'") == 1
+    assert index.value("SELECT sum(cost_usd) FROM usage") == kept
+    assert index.value("SELECT sum(cost_usd) FROM usage_definition") > kept
+    index.ingest()   # prices every call again
+    assert index.value("SELECT count(*) FROM index_meta WHERE key = 'usage_prices_stale'") == 0
+    repriced = index.value("SELECT sum(cost_usd) FROM usage_calls")
+    assert repriced > kept
+    assert_surfaces_match(index)
+
+    # prices load: at once, no note left
+    model = index.value("SELECT price_model FROM usage_calls WHERE model = ? LIMIT 1", [SONNET])
+    newer = tmp_path / "prices.json"
+    newer.write_text(json.dumps({"snapshot_date": "2027-01-15",
+                                 "models": {model: {"input": 3, "output": 1500}}}))
+    run = CliRunner().invoke(cli, ["prices", "load", str(newer), "--db", str(index.path)])
+    assert run.exit_code == 0, run.output
+    assert index.value("SELECT count(*) FROM index_meta WHERE key = 'usage_prices_stale'") == 0
+    assert index.value("SELECT sum(cost_usd) FROM usage_calls") > repriced
+    assert_surfaces_match(index)

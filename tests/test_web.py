@@ -940,3 +940,15 @@ def test_the_definition_views_are_kept_out_of_the_listings(site):
     rows = site.get(f"/{site.name}.json?sql=select+count(*)+as+n+from+orphans_definition"
                     "&_shape=array").json()
     assert rows[0]["n"] >= 1
+
+
+def test_table_pages_suggest_no_facets_but_show_their_own(site):
+    """serve turns Datasette's suggested facets off (a query per column, each
+    reading up to every row: about 2 s of the usage page's 2.8 s at 1M
+    records); the facets the metadata names are still there, and ?_facet=
+    adds any."""
+    page = site.json(f"/{site.name}/usage.json?_extra=facet_results,suggested_facets")
+    assert page["suggested_facets"] == []
+    assert {"model", "project", "speed", "long_context"} <= set(page["facet_results"])
+    extra = site.json(f"/{site.name}/usage.json?_facet=host&_extra=facet_results")
+    assert "host" in extra["facet_results"]

@@ -1474,3 +1474,29 @@ def m090_usage_calls(db):
         FROM files f
         """
     )
+
+
+@migrations()
+def m091_usage_call_prices(db):
+    # usage_calls keeps each call's price (views.USAGE_SQL reads it): the
+    # prices row it is priced by, whether the long-context rates apply, its
+    # cost. Priced when a call is picked (derive.keep_usage_calls) and all
+    # again after the prices table changed: prices.store does it at once;
+    # any other change to prices is noted by these triggers in index_meta
+    # ('usage_prices_stale') and the next ingest prices every call again.
+    # Noted here too when the table holds calls (unpriced until the first
+    # ingest).
+    for column, kind in (("price_model", "TEXT"), ("long_context", "INTEGER"),
+                         ("cost_usd", "REAL")):
+        db.execute(f"ALTER TABLE usage_calls ADD COLUMN {column} {kind}")
+    for event in ("INSERT", "UPDATE", "DELETE"):
+        db.execute(
+            f"""
+            CREATE TRIGGER prices_changed_{event.lower()} AFTER {event} ON prices
+            BEGIN
+                INSERT OR REPLACE INTO index_meta (key, value) VALUES ('usage_prices_stale', '1');
+            END
+            """
+        )
+    db.execute("INSERT OR REPLACE INTO index_meta (key, value) "
+               "SELECT 'usage_prices_stale', '1' WHERE EXISTS (SELECT 1 FROM usage_calls)")

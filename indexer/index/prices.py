@@ -21,6 +21,7 @@ import re
 from datetime import date, datetime, timezone
 from pathlib import Path
 
+from indexer.index import views
 from indexer.sql import dict_rows, write_lock
 
 PACKAGED = Path(__file__).with_name("prices.json")
@@ -134,8 +135,10 @@ def read(path) -> list[dict]:
 
 
 def store(conn, rows: list[dict]) -> None:
-    """Upsert ``rows`` (in the caller's transaction)."""
+    """Upsert ``rows`` (in the caller's transaction), and price the calls
+    of usage_calls again by them."""
     conn.executemany(UPSERT_PRICE_SQL, rows)
+    views.reprice_usage_calls(conn)
 
 
 def load_file(db, path) -> dict:

@@ -548,12 +548,56 @@ FROM tiered
 USAGE_PRICED_TEMPLATE = USAGE_PRICING_TEMPLATE.format(
     models="calls", place=", f.project_dir, f.host",
     placed="calls c JOIN call_files f ON f.id = c.file_id")
-# usage reads the calls from usage_calls (with their file's project folder
-# and host, kept there: a file's never change); usage_definition is the same
-# view computed from the records (tests hold them equal).
-USAGE_SQL = (f"WITH calls AS (SELECT {USAGE_CALLS_COLUMNS}, project AS project_dir, host "
-             "FROM usage_calls),\n"
-             + USAGE_PRICING_TEMPLATE.format(models="usage_calls", place="", placed="calls c"))
+# The calls of usage_calls (with their file's project folder and host, kept
+# there: a file's never change) {where}, priced as they are read.
+USAGE_PRICED_CALLS_TEMPLATE = (
+    f"WITH calls AS (SELECT {USAGE_CALLS_COLUMNS}, project AS project_dir, host "
+    "FROM usage_calls{where}),\n"
+    + USAGE_PRICING_TEMPLATE.format(models="calls", place="", placed="calls c"))
+# usage_calls also keeps each call's price (price_model, long_context,
+# cost_usd: migrations.m091_usage_call_prices), priced when the call is
+# picked (derive.keep_usage_calls) and all again when the prices table
+# changes through prices.store (`prices load`, the packaged prices). A
+# change made to prices by hand is noted by a trigger in index_meta
+# ('usage_prices_stale'), and the next ingest prices every call again
+# (as the caches follow the records at the next ingest, never between).
+# usage reads the kept prices: one table, no join (a whole-index sum by
+# project reads 175k rows, not 175k rows priced through two joins).
+# usage_definition is the view computed from the records (tests hold them
+# equal).
+USAGE_PRICES_STALE_SQL = "SELECT 1 FROM index_meta WHERE key = 'usage_prices_stale'"
+USAGE_SQL = """
+SELECT record_id, session_id, project, file_id, model, timestamp, message_id, request_id, lines,
+  input_tokens, output_tokens, cache_read_tokens, w5m AS cache_write_5m_tokens,
+  w1h AS cache_write_1h_tokens,
+  coalesce(input_tokens, 0) + coalesce(cache_read_tokens, 0) + w5m + w1h AS prompt_tokens,
+  speed, price_model, long_context, cost_usd, host
+FROM usage_calls
+""".strip()
+# Pricing the calls of usage_calls {where} (all of them: where "").
+REPRICE_USAGE_CALLS_TEMPLATE = """
+UPDATE usage_calls SET price_model = p.price_model, long_context = p.long_context,
+  cost_usd = p.cost_usd
+FROM (
+{priced}
+) p WHERE usage_calls.record_id = p.record_id
+""".strip()
+REPRICE_ALL_USAGE_CALLS_SQLS = (
+    REPRICE_USAGE_CALLS_TEMPLATE.format(priced=USAGE_PRICED_CALLS_TEMPLATE.format(where="")),
+    "DELETE FROM index_meta WHERE key = 'usage_prices_stale'",
+)
+
+
+def reprice_usage_calls(conn) -> None:
+    """Price every call of usage_calls again (inside the caller's
+    transaction), and lift the note that the prices changed."""
+    for sql in REPRICE_ALL_USAGE_CALLS_SQLS:
+        conn.execute(sql)
+
+
+def usage_prices_current(conn) -> bool:
+    """Are usage_calls' prices those of the prices table as it is?"""
+    return conn.execute(USAGE_PRICES_STALE_SQL).fetchone() is None
 USAGE_DEFINITION_SQL = ("WITH calls AS (" + USAGE_CALLS_DEFINITION + "\n),\n"
                         + USAGE_PRICED_TEMPLATE)
 
@@ -767,12 +811,13 @@ PENDING_DERIVE_SQL = "SELECT 1 FROM files WHERE needs_derive LIMIT 1"
 # usage_calls is refilled from its definition when the definition changed
 # (derive.refresh_usage_calls_if_stale compares this with index_meta): not
 # a full derive, the calls alone.
-USAGE_CALLS_HASH = sha256(USAGE_CALLS_DEFINITION.encode()).hexdigest()[:16]
+USAGE_CALLS_HASH = sha256(f"{USAGE_CALLS_DEFINITION}\n{USAGE_PRICING_TEMPLATE}".encode()).hexdigest()[:16]
 USAGE_CALLS_HASH_SQL = "SELECT value FROM index_meta WHERE key = 'usage_calls_hash'"
 
 
 def usage_calls_current(conn) -> bool:
-    """Was usage_calls filled by USAGE_CALLS_TEMPLATE as it is now?"""
+    """Was usage_calls filled (and priced) by USAGE_CALLS_TEMPLATE and
+    USAGE_PRICING_TEMPLATE as they are now?"""
     stored = conn.execute(USAGE_CALLS_HASH_SQL).fetchone()
     return stored is not None and stored[0] == USAGE_CALLS_HASH
 
@@ -801,6 +846,7 @@ def nothing_to_derive(conn) -> bool:
     """Would derive.derive_pending do nothing? (A run with nothing new then
     need not import derive.py.)"""
     return (caches_current(conn) and sessions_current(conn) and usage_calls_current(conn)
+            and usage_prices_current(conn)
             and conn.execute(PENDING_DERIVE_SQL).fetchone() is None)
 
 

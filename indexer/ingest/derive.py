@@ -155,6 +155,12 @@ PICK_USAGE_SQLS = tuple(
         indexed=index, files="", where=where))
     for where, index in _REPICKED.values())
 
+# The calls just picked, priced (views.REPRICE_USAGE_CALLS_TEMPLATE).
+REPRICE_PICKED_SQL = views.REPRICE_USAGE_CALLS_TEMPLATE.format(
+    priced=views.USAGE_PRICED_CALLS_TEMPLATE.format(
+        where=" WHERE message_id IN (SELECT value FROM json_each(:ids)) OR (message_id IS NULL "
+              "AND record_id IN (SELECT value FROM json_each(:lines)))"))
+
 
 def keep_usage_calls(conn, file_ids) -> None:
     """Bring usage_calls up to date after these files' records changed and
@@ -180,7 +186,7 @@ def keep_usage_calls(conn, file_ids) -> None:
     if not ids and not lines:
         return
     params = {"ids": json.dumps(sorted(ids)), "lines": json.dumps(sorted(lines))}
-    for sql in UNPICK_USAGE_SQLS + PICK_USAGE_SQLS:
+    for sql in UNPICK_USAGE_SQLS + PICK_USAGE_SQLS + (REPRICE_PICKED_SQL,):
         conn.execute(sql, params)
 
 
@@ -491,6 +497,7 @@ def pending_files(db) -> list[int]:
     mark_all_if_definitions_changed(db)
     refresh_sessions_if_stale(db)
     refresh_usage_calls_if_stale(db)
+    refresh_usage_prices_if_stale(db)
     return [i for (i,) in db.conn.execute(PENDING_FILES_SQL)]
 
 
@@ -546,6 +553,7 @@ REFILL_USAGE_CALLS_SQLS = (
        SELECT f.id, f.generation,
          coalesce((SELECT max(byte_offset) FROM records r WHERE r.file_id = f.id), -1)
        FROM files f""",
+    *views.REPRICE_ALL_USAGE_CALLS_SQLS,
     "INSERT OR REPLACE INTO index_meta VALUES ('usage_calls_hash', :hash)",
 )
 
@@ -558,6 +566,16 @@ def refresh_usage_calls_if_stale(db) -> bool:
     with write_lock(db) as conn:
         for sql in REFILL_USAGE_CALLS_SQLS:
             conn.execute(sql, {"hash": views.USAGE_CALLS_HASH} if ":hash" in sql else {})
+    return True
+
+
+def refresh_usage_prices_if_stale(db) -> bool:
+    """Price every call of usage_calls again when the prices table changed
+    since they were priced (a trigger's note); True if it did."""
+    if views.usage_prices_current(db.conn):
+        return False
+    with write_lock(db) as conn:
+        views.reprice_usage_calls(conn)
     return True
 
 
