@@ -302,3 +302,13 @@ def test_kept_prices_follow_every_change_to_the_prices_table(index, tmp_path):
     assert index.value("SELECT count(*) FROM index_meta WHERE key = 'usage_prices_stale'") == 0
     assert index.value("SELECT sum(cost_usd) FROM usage_calls") > repriced
     assert_surfaces_match(index)
+
+
+def test_the_cost_by_day_chart_reads_one_covering_index(index):
+    """chart_cost_by_day reads usage_calls_timestamp alone (timestamp, model,
+    cost_usd: m091), for every call or since a time: through a narrower
+    index it read each call's row (718 -> 154 ms on a 1M-record index)."""
+    for since in ("", "2026-12-01"):
+        plan = [r["detail"] for r in index.rows("EXPLAIN QUERY PLAN " + charts.COST_BY_DAY_SQL,
+                                                 {"since": since})]
+        assert any("USING COVERING INDEX usage_calls_timestamp" in step for step in plan), plan

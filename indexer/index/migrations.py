@@ -1500,3 +1500,8 @@ def m091_usage_call_prices(db):
         )
     db.execute("INSERT OR REPLACE INTO index_meta (key, value) "
                "SELECT 'usage_prices_stale', '1' WHERE EXISTS (SELECT 1 FROM usage_calls)")
+    # The calls by time, covering what the cost-by-day chart reads (day,
+    # model, cost): the chart over every call read each call's row through
+    # the index (718 -> 154 ms on a 1M-record index).
+    db.execute("DROP INDEX usage_calls_timestamp")
+    db.execute("CREATE INDEX usage_calls_timestamp ON usage_calls(timestamp, model, cost_usd)")
