@@ -1195,20 +1195,7 @@ SENT_ANYWHERE = {
 }
 
 # The shapes where the index (as of this commit) differs from the CLI: why.
-DIFFERS: dict = {
-    "rows_ahead_of_a_result_stored_anew_after_its_own_uuid": (
-        "the loader places a record stored anew by its sentAsUuid's first line "
-        "(its Map key); the index by its own uuid's first line"),
-    "rows_ahead_of_a_result_in_the_place_of_its_sent_as": (
-        "a line of a sentAsUuid takes the place of the record stored anew for it "
-        "in the loader's Map; the index places it by its own line"),
-    "rows_ahead_past_a_call_in_a_user_record": (
-        "a_r() counts a tool_use block in a user record as a call; the index reads "
-        "tool_use blocks of assistant records only"),
-    "rows_ahead_past_a_call_answered_in_its_own_record": (
-        "a_r() counts a tool_result block in an assistant record as an answer; the "
-        "index reads tool_result blocks of user records only"),
-}
+DIFFERS: dict = {}
 
 SHAPES = {name: globals()[f"shape_{name}"] for name in EXPECTED}
 _SENT: dict = {}
