@@ -891,6 +891,22 @@ def open_calls_read_from_any_record(block):
     return t.records
 
 
+def shape_rows_ahead_past_a_call_in_a_row_put_back_before():
+    """Krn()'s chain holds the rows an earlier result put back, and a_r()
+    reads them: the result on the chain (u4) puts back a queued row under
+    the call (u11) that holds a tool_use block; it is open at u3, where the
+    row u8 names (u10) hangs, with u7 between: u10 is not put back."""
+    records = open_calls_read_from_any_record(None)
+    at = next(i for i, r in enumerate(records) if r.get("uuid") == u(4))
+    t = Transcript(SID)
+    queued_text(t, u(11), u(2), "the row with a call")
+    t.records[0]["message"]["content"].append(
+        {"type": "tool_use", "id": "toolu_x", "name": "Bash", "input": {}})
+    records[at:at] = t.records
+    records[at + 1]["rowsAheadOfPutBack"] = [u(11)]
+    return records
+
+
 def shape_rows_ahead_past_a_call_answered_on_the_chain():
     """The control: every call made up to u3 is answered there: put back."""
     return open_calls_read_from_any_record(None)
@@ -1162,6 +1178,8 @@ EXPECTED = {
         ["between the calls", "after the batch"], ["the queued row"], []),
     "rows_ahead_past_a_call_in_a_user_record": (["between the calls", "after the batch"], [],
                                                 ["the queued row"]),
+    "rows_ahead_past_a_call_in_a_row_put_back_before": (
+        ["between the calls", "after the batch"], ["the row with a call"], ["the queued row"]),
     "rows_ahead_past_a_call_answered_in_its_own_record": (["after the batch"],
                                                           ["the queued row"], []),
     "result_of_another_agent_not_recovered": (["after the batch"], [], []),

@@ -42,6 +42,7 @@ PUT_BACK = {
     "rows_ahead_past_a_call_answered_on_the_chain": True,
     "rows_ahead_past_a_call_answered_in_its_own_record": True,
     "rows_ahead_past_a_call_in_a_user_record": False,
+    "rows_ahead_past_a_call_in_a_row_put_back_before": False,
     "rows_ahead_of_a_result_stored_anew_after_its_own_uuid": True,
     "rows_ahead_of_a_result_in_the_place_of_its_sent_as": False,
 }
@@ -51,6 +52,8 @@ OTHER_ROWS = {
     "rows_ahead_both_sides_of_a_result_written_before_its_call": {
         "aaaaaaaa-0000-0000-0000-000000000009": True},
     "rows_ahead_of_two_results_one_written_early": {
+        "aaaaaaaa-0000-0000-0000-000000000011": True},
+    "rows_ahead_past_a_call_in_a_row_put_back_before": {
         "aaaaaaaa-0000-0000-0000-000000000011": True},
 }
 

@@ -136,6 +136,15 @@ IS_CLI_NODE_LOADED_BEFORE = IS_CLI_NODE[:-1] + (
 # its line mark), none for a record a rewind cut.
 _AHEAD_GROUP = "CASE WHEN NOT x.is_cut THEN coalesce(x.par_at, m.value ->> '$[2]') END"
 
+# ahead_seq's open-call test (walk._open_call, the loader's a_r()) reads the
+# records of the chain Krn() holds by then, as {x} (pos, blocks): the chain's
+# records (s.chain) and the rows taken so far, at their spot (s.spot; their
+# blocks from s.map, a row's [9]).
+_AHEAD_SPAN = ("(SELECT c.value ->> '$[0]' AS pos, c.value -> '$[2]' AS blocks "
+               "FROM json_each(s.chain) c UNION ALL "
+               "SELECT c.value, json_extract(s.map, '$.\"' || c.key || '\"[9]') "
+               "FROM json_each(s.spot) c) {x}")
+
 NOT_DROPPED = ("({c}.last_line IS NULL OR {x}.first_line >= {c}.last_line OR EXISTS ("
                "SELECT 1 FROM json_each({c}.kept) k WHERE k.value = {x}.uuid))")
 
@@ -1523,7 +1532,8 @@ ahead_pos AS MATERIALIZED (
 ahead_map AS MATERIALIZED (
   SELECT file_id, min(lines) AS lines,
     json_group_object(id, json_array(parent_id, placed OR is_cut, pos, type, is_sidechain,
-                                     row_kind, placed AND NOT is_cut, first_pos, first_parent))
+                                     row_kind, placed AND NOT is_cut, first_pos, first_parent,
+                                     json(CASE WHEN row_kind AND type = 'user' THEN ids END)))
       FILTER (WHERE id IS NOT NULL) AS map,
     json_group_array(json_array(pos, type, json(coalesce(ids, '[]'))))
       FILTER (WHERE placed AND NOT is_cut) AS chain,
@@ -1616,15 +1626,14 @@ ahead_seq(file_id, lines, map, chain, results, i, taken, spot, rows) AS (
       AND (a.hang = a.p ->> '$[8]' OR a.p ->> '$[7]' <= a.h_pos)
       AND NOT (a.h ->> '$[3]' = 'assistant'
         AND EXISTS (
-          SELECT 1 FROM json_each(s.chain) sn, json_each(sn.value, '$[2]') sj
+          SELECT 1 FROM {_AHEAD_SPAN.format(x="sn")}, json_each(sn.blocks) sj
           WHERE sj.value ->> '$[0]'
-            AND sn.value ->> '$[0]' BETWEEN a.p ->> '$[7]' AND a.h_pos
+            AND sn.pos BETWEEN a.p ->> '$[7]' AND a.h_pos
             AND NOT EXISTS (
-              SELECT 1 FROM json_each(s.chain) tn, json_each(tn.value, '$[2]') tj
+              SELECT 1 FROM {_AHEAD_SPAN.format(x="tn")}, json_each(tn.blocks) tj
               WHERE NOT tj.value ->> '$[0]' AND tj.value ->> '$[1]' IS sj.value ->> '$[1]'
-                AND (tn.value ->> '$[0]' > sn.value ->> '$[0]'
-                     OR (tn.value ->> '$[0]' = sn.value ->> '$[0]' AND tj.key > sj.key))
-                AND tn.value ->> '$[0]' <= a.h_pos))
+                AND (tn.pos > sn.pos OR (tn.pos = sn.pos AND tj.key > sj.key))
+                AND tn.pos <= a.h_pos))
         AND EXISTS (
           SELECT 1 FROM json_each(s.chain) bn
           WHERE bn.value ->> '$[1]' = 'assistant'
