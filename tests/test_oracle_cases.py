@@ -189,6 +189,21 @@ def shape_sent_as_uuid_already_loaded():
     return t.records
 
 
+def shape_sent_as_uuid_over_an_earlier_line_of_its_uuid():
+    """trn() keys a record stored anew by its sentAsUuid, so an earlier line
+    of its own uuid (u9, an attachment under the leaf message) keeps its
+    own place in the Map: the attachment is put back and sent. (The index
+    reads the last line of a uuid: the record stored anew, a sidechain
+    user record here, and the attachment is lost.)"""
+    t = Transcript(SID)
+    t.add(u(1), None, "user")
+    t.add(u(2), u(1), "assistant", message=text("msg_2", "the leaf answer"))
+    hook_context(t, u(9), u(2), "the hook before the copy")
+    t.add(u(9), u(1), "user", sentAsUuid=u(3), isSidechain=True,
+          message={"role": "user", "content": "stored anew on the side"})
+    return t.records
+
+
 # --- e. fork_briefing attachments --------------------------------------------
 
 def fork_briefing(t, uuid, parent, ts=None):
@@ -1106,6 +1121,7 @@ EXPECTED = {
         ["the first answer", "No response requested."], [], []),
     "sent_as_uuid": (["before the prompt stored anew", "answers the sentAsUuid"],
                      ["the prompt stored anew"], []),
+    "sent_as_uuid_over_an_earlier_line_of_its_uuid": (["the leaf answer"], [], []),
     "sent_as_uuid_already_loaded": (["the first answer", "answers the copy"],
                                     ["the copy keeps its uuid"], [u(3)]),
     "fork_briefing_not_a_row": (["the first answer", "the last row's answer"], [], []),
@@ -1197,6 +1213,7 @@ EXPECTED = {
 # Per shape: texts anywhere in what the CLI sends (system texts, tool result
 # contents) that must and must not be there.
 SENT_ANYWHERE = {
+    "sent_as_uuid_over_an_earlier_line_of_its_uuid": (["the hook before the copy"], []),
     "virtual_user_record_on_a_line": ([], ["out toolu_v"]),
     "result_recovered_under_the_other_result": (["out toolu_a", "out toolu_b"], []),
     "rows_ahead_under_a_result_recovered_after_the_reply": (["out toolu_a", "out toolu_b"], []),
@@ -1213,7 +1230,12 @@ SENT_ANYWHERE = {
 }
 
 # The shapes where the index (as of this commit) differs from the CLI: why.
-DIFFERS: dict = {}
+DIFFERS: dict = {
+    "sent_as_uuid_over_an_earlier_line_of_its_uuid": (
+        "trn() keys a record stored anew by its sentAsUuid, so an earlier line of its own "
+        "uuid stays a record of its own (here the last row, an attachment under the leaf "
+        "message); the index reads the last line of a uuid, the record stored anew"),
+}
 
 SHAPES = {name: globals()[f"shape_{name}"] for name in EXPECTED}
 _SENT: dict = {}
