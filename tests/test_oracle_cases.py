@@ -189,6 +189,21 @@ def shape_sent_as_uuid_already_loaded():
     return t.records
 
 
+def shape_sent_as_uuid_over_an_earlier_line_of_its_uuid():
+    """trn() keys a record stored anew by its sentAsUuid, so an earlier line
+    of its own uuid (u9, an attachment under the leaf message) keeps its
+    own place in the Map: the attachment is put back and sent. (The index
+    reads the last line of a uuid: the record stored anew, a sidechain
+    user record here, and the attachment is lost.)"""
+    t = Transcript(SID)
+    t.add(u(1), None, "user")
+    t.add(u(2), u(1), "assistant", message=text("msg_2", "the leaf answer"))
+    hook_context(t, u(9), u(2), "the hook before the copy")
+    t.add(u(9), u(1), "user", sentAsUuid=u(3), isSidechain=True,
+          message={"role": "user", "content": "stored anew on the side"})
+    return t.records
+
+
 # --- e. fork_briefing attachments --------------------------------------------
 
 def fork_briefing(t, uuid, parent, ts=None):
@@ -821,6 +836,117 @@ def shape_rows_ahead_under_a_result_recovered_after_the_reply():
     return t.records
 
 
+def put_back_result_stored_anew(early_line):
+    """rows_ahead_of_a_put_back_result with the put-back result (u4, of the
+    first call, naming the queued row under the second call's record u3)
+    read through a sentAsUuid. The loader's Map holds a record at the place
+    of its key's first line, and the key of a prompt stored anew is its
+    sentAsUuid (trn()); RRr() places what it puts back by that place."""
+    t = Transcript(SID)
+    two_calls(t)
+    queued_text(t, u(10), u(3), "the queued row")
+    early = Transcript(SID)
+    result = {"message": tool_result("toolu_a"), "rowsAheadOfPutBack": [u(10)]}
+    if early_line == "own uuid":
+        # a line of the stored-anew record's own uuid (u9) before the call
+        # record u3: an attachment under no loaded record
+        hook_context(early, u(9), "ffffffff-0000-0000-0000-00000000dead", "a stray hook")
+        late = ("user", u(9), dict(result, sentAsUuid=u(4)))
+    else:
+        # the record stored anew for u4 first (u9), then a line of u4 itself,
+        # which takes its place in the Map
+        early.add(u(9), u(2), "user", sentAsUuid=u(4), **result)
+        late = ("user", u(4), result)
+    at_call = next(i for i, r in enumerate(t.records) if r.get("uuid") == u(3))
+    t.records[at_call:at_call] = early.records
+    kind, uuid, fields = late
+    t.add(uuid, u(2), kind, **fields)
+    t.add(u(5), u(3), "user", message=tool_result("toolu_b"))
+    t.add(u(6), u(5), "assistant", message=text("msg_Q", "after the batch"))
+    return t.records
+
+
+def shape_rows_ahead_of_a_result_stored_anew_after_its_own_uuid():
+    """The put-back result stored anew (u9, sentAsUuid u4) is written after
+    the call record u3, but a line of its own uuid (u9) comes before u3:
+    the loader keys it by u4, first loaded after u3, so the result comes
+    after u3, where the row hangs: put back (by its own uuid's first line
+    the result would come before u3, and the row would not be)."""
+    return put_back_result_stored_anew("own uuid")
+
+
+def shape_rows_ahead_of_a_result_in_the_place_of_its_sent_as():
+    """A record stored anew for u4 (u9) is written before the call record
+    u3, and the result u4 itself after u3: in the loader's Map u4 takes
+    u9's place (before u3), so the result comes before where the row hangs:
+    not put back (by u4's own line it would be)."""
+    return put_back_result_stored_anew("sent as")
+
+
+def open_calls_read_from_any_record(block):
+    """a_r() reads the content of user and assistant records alike: a
+    tool_use block adds a call, a tool_result block answers one, whatever
+    the record's type. One response (msg_P): a call (u2), its result (u4)
+    on the chain, a text record of the response (u3), where the queued row
+    (u10) hangs, another call (u7, an assistant record between the row and
+    the result naming it, u8). ``block``: what u4 holds besides its
+    result (a tool_use block: a call a_r() counts open at u3)."""
+    t = Transcript(SID)
+    t.add(u(1), None, "user")
+    t.add(u(2), u(1), "assistant", message=tool_use("msg_P", "toolu_a"))
+    result = tool_result("toolu_a")
+    if block is not None:
+        result["content"].append(block)
+    t.add(u(4), u(2), "user", message=result)
+    t.add(u(3), u(4), "assistant", message=text("msg_P", "between the calls"))
+    queued_text(t, u(10), u(3), "the queued row")
+    t.add(u(7), u(3), "assistant", message=tool_use("msg_P", "toolu_c"))
+    t.add(u(8), u(7), "user", message=tool_result("toolu_c"), rowsAheadOfPutBack=[u(10)])
+    t.add(u(9), u(8), "assistant", message=text("msg_Q", "after the batch"))
+    return t.records
+
+
+def shape_rows_ahead_past_a_call_in_a_row_put_back_before():
+    """Krn()'s chain holds the rows an earlier result put back, and a_r()
+    reads them: the result on the chain (u4) puts back a queued row under
+    the call (u11) that holds a tool_use block; it is open at u3, where the
+    row u8 names (u10) hangs, with u7 between: u10 is not put back."""
+    records = open_calls_read_from_any_record(None)
+    at = next(i for i, r in enumerate(records) if r.get("uuid") == u(4))
+    t = Transcript(SID)
+    queued_text(t, u(11), u(2), "the row with a call")
+    t.records[0]["message"]["content"].append(
+        {"type": "tool_use", "id": "toolu_x", "name": "Bash", "input": {}})
+    records[at:at] = t.records
+    records[at + 1]["rowsAheadOfPutBack"] = [u(11)]
+    return records
+
+
+def shape_rows_ahead_past_a_call_answered_on_the_chain():
+    """The control: every call made up to u3 is answered there: put back."""
+    return open_calls_read_from_any_record(None)
+
+
+def shape_rows_ahead_past_a_call_in_a_user_record():
+    """A tool_use block in the result's user record (toolu_x) is a call
+    a_r() counts open at u3, with another assistant record (u7) before the
+    result: not put back."""
+    return open_calls_read_from_any_record(
+        {"type": "tool_use", "id": "toolu_x", "name": "Bash", "input": {}})
+
+
+def shape_rows_ahead_past_a_call_answered_in_its_own_record():
+    """rows_ahead_past_an_open_call with the first call's record (u2, where
+    the row hangs) also holding a tool_result block for its own call after
+    the tool_use: a_r() reads it answered, so nothing is open at u2 and the
+    row is put back."""
+    records = rows_ahead_in_a_batch(u(2), result_on_chain=True)
+    call = next(r for r in records if r.get("uuid") == u(2))
+    call["message"]["content"].append(
+        {"type": "tool_result", "tool_use_id": "toolu_a", "content": "answered in place"})
+    return records
+
+
 def shape_result_recovered_under_the_other_result():
     """RRr's recovery by tool-call id: a result (u4) whose parent does not
     hold its tool_use (here the other call's result) is put back with the
@@ -995,6 +1121,7 @@ EXPECTED = {
         ["the first answer", "No response requested."], [], []),
     "sent_as_uuid": (["before the prompt stored anew", "answers the sentAsUuid"],
                      ["the prompt stored anew"], []),
+    "sent_as_uuid_over_an_earlier_line_of_its_uuid": (["the leaf answer"], [], []),
     "sent_as_uuid_already_loaded": (["the first answer", "answers the copy"],
                                     ["the copy keeps its uuid"], [u(3)]),
     "fork_briefing_not_a_row": (["the first answer", "the last row's answer"], [], []),
@@ -1059,6 +1186,18 @@ EXPECTED = {
                                                             ["the queued row"]),
     "rows_ahead_taken_by_an_earlier_result": (
         ["after the batch"], ["the queued row", "the second queued row"], []),
+    "rows_ahead_of_a_result_stored_anew_after_its_own_uuid": (
+        ["after the batch"], ["the queued row"], []),
+    "rows_ahead_of_a_result_in_the_place_of_its_sent_as": (["after the batch"], [],
+                                                           ["the queued row"]),
+    "rows_ahead_past_a_call_answered_on_the_chain": (
+        ["between the calls", "after the batch"], ["the queued row"], []),
+    "rows_ahead_past_a_call_in_a_user_record": (["between the calls", "after the batch"], [],
+                                                ["the queued row"]),
+    "rows_ahead_past_a_call_in_a_row_put_back_before": (
+        ["between the calls", "after the batch"], ["the row with a call"], ["the queued row"]),
+    "rows_ahead_past_a_call_answered_in_its_own_record": (["after the batch"],
+                                                          ["the queued row"], []),
     "result_of_another_agent_not_recovered": (["after the batch"], [], []),
     "reply_split_around_an_attachment": (["after the batch"], [], []),
     "result_attached_by_its_source_tool_assistant_uuid": (["after the batch"], [], []),
@@ -1074,6 +1213,7 @@ EXPECTED = {
 # Per shape: texts anywhere in what the CLI sends (system texts, tool result
 # contents) that must and must not be there.
 SENT_ANYWHERE = {
+    "sent_as_uuid_over_an_earlier_line_of_its_uuid": (["the hook before the copy"], []),
     "virtual_user_record_on_a_line": ([], ["out toolu_v"]),
     "result_recovered_under_the_other_result": (["out toolu_a", "out toolu_b"], []),
     "rows_ahead_under_a_result_recovered_after_the_reply": (["out toolu_a", "out toolu_b"], []),
@@ -1090,7 +1230,12 @@ SENT_ANYWHERE = {
 }
 
 # The shapes where the index (as of this commit) differs from the CLI: why.
-DIFFERS: dict = {}
+DIFFERS: dict = {
+    "sent_as_uuid_over_an_earlier_line_of_its_uuid": (
+        "trn() keys a record stored anew by its sentAsUuid, so an earlier line of its own "
+        "uuid stays a record of its own (here the last row, an attachment under the leaf "
+        "message); the index reads the last line of a uuid, the record stored anew"),
+}
 
 SHAPES = {name: globals()[f"shape_{name}"] for name in EXPECTED}
 _SENT: dict = {}

@@ -39,6 +39,12 @@ PUT_BACK = {
     "rows_ahead_hang_before_the_reply": False,
     "rows_ahead_past_an_open_call": False,
     "rows_ahead_of_a_put_back_result_past_a_call": False,
+    "rows_ahead_past_a_call_answered_on_the_chain": True,
+    "rows_ahead_past_a_call_answered_in_its_own_record": True,
+    "rows_ahead_past_a_call_in_a_user_record": False,
+    "rows_ahead_past_a_call_in_a_row_put_back_before": False,
+    "rows_ahead_of_a_result_stored_anew_after_its_own_uuid": True,
+    "rows_ahead_of_a_result_in_the_place_of_its_sent_as": False,
 }
 ROW = "aaaaaaaa-0000-0000-0000-000000000010"   # the named row in every shape
 # Shape -> the other rows it names and whether each is put back.
@@ -46,6 +52,8 @@ OTHER_ROWS = {
     "rows_ahead_both_sides_of_a_result_written_before_its_call": {
         "aaaaaaaa-0000-0000-0000-000000000009": True},
     "rows_ahead_of_two_results_one_written_early": {
+        "aaaaaaaa-0000-0000-0000-000000000011": True},
+    "rows_ahead_past_a_call_in_a_row_put_back_before": {
         "aaaaaaaa-0000-0000-0000-000000000011": True},
 }
 

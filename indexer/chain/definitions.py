@@ -28,6 +28,7 @@ from __future__ import annotations
 from indexer.transcripts.records import (
     AHEAD_ROW,
     API_ERROR_RECORD,
+    CALL_BLOCKS,
     CHAIN_TYPES_SQL,
     COMPACT_BOUNDARY_RECORD,
     COMPANION_RECORD,
@@ -116,6 +117,15 @@ IS_CLI_NODE = f"""EXISTS (SELECT 1 FROM records x WHERE x.file_id = {{file_id}} 
 # is its value.
 FIRST_LOADED = (f"(SELECT min(z.line_no) FROM records z WHERE z.file_id = {{n}}.file_id "
                 f"AND z.uuid = {{n}}.uuid AND z.type IN {CLI_NODE_TYPES_SQL})")
+# The place of node {uuid} of file {file} in the loader's Map, by which RRr()
+# orders what it puts back (resume.loader_places): the first line of its
+# key. A prompt stored anew that the loader keys by its sentAsUuid (sent_as)
+# is placed at its own line (not by an earlier line of its own uuid), and a
+# later line of the sentAsUuid that replaces it takes that place too.
+LOADER_PLACE = (f"coalesce((SELECT min(s.line_no) FROM sent_as s WHERE s.file_id = {{file}} "
+                f"AND CASE WHEN s.replaced THEN s.as_uuid ELSE s.uuid END = {{uuid}}), "
+                f"(SELECT min(z.line_no) FROM records z WHERE z.file_id = {{file}} "
+                f"AND z.uuid = {{uuid}} AND z.type IN {CLI_NODE_TYPES_SQL}))")
 # Is uuid {uuid} a node (IS_CLI_NODE) first loaded before line {before} (a
 # node the relink drops)?
 IS_CLI_NODE_LOADED_BEFORE = IS_CLI_NODE[:-1] + (
@@ -125,6 +135,15 @@ IS_CLI_NODE_LOADED_BEFORE = IS_CLI_NODE[:-1] + (
 # response that puts record x back, directly (x.par_at) or on a line (m:
 # its line mark), none for a record a rewind cut.
 _AHEAD_GROUP = "CASE WHEN NOT x.is_cut THEN coalesce(x.par_at, m.value ->> '$[2]') END"
+
+# ahead_seq's open-call test (walk._open_call, the loader's a_r()) reads the
+# records of the chain Krn() holds by then, as {x} (pos, blocks): the chain's
+# records (s.chain) and the rows taken so far, at their spot (s.spot; their
+# blocks from s.map, a row's [9]).
+_AHEAD_SPAN = ("(SELECT c.value ->> '$[0]' AS pos, c.value -> '$[2]' AS blocks "
+               "FROM json_each(s.chain) c UNION ALL "
+               "SELECT c.value, json_extract(s.map, '$.\"' || c.key || '\"[9]') "
+               "FROM json_each(s.spot) c) {x}")
 
 NOT_DROPPED = ("({c}.last_line IS NULL OR {x}.first_line >= {c}.last_line OR EXISTS ("
                "SELECT 1 FROM json_each({c}.kept) k WHERE k.value = {x}.uuid))")
@@ -178,7 +197,7 @@ CLI_CTES = f"""
 -- replaced: a later node line has that uuid and takes its place, so the
 -- record is no node and nothing is renamed.
 sent_as AS MATERIALIZED (
-  SELECT r.id, r.file_id, r.uuid, r.sent_as_uuid AS as_uuid,
+  SELECT r.id, r.file_id, r.uuid, r.line_no, r.sent_as_uuid AS as_uuid,
          EXISTS (SELECT 1 FROM records l WHERE l.file_id = r.file_id
                    AND l.uuid = r.sent_as_uuid AND l.line_no > r.line_no
                    AND l.type IN {CLI_NODE_TYPES_SQL}) AS replaced
@@ -1338,11 +1357,11 @@ lines_kept AS MATERIALIZED (
 -- chain, put back with a response on it, directly or recovered by
 -- tool-call id, or on a put-back line) or cut by a rewind, whether it may
 -- be a row (a companion record or a prompt queued while the tool ran,
--- records.AHEAD_ROW), its tool ids (records.TOOL_IDS), and, for an
+-- records.AHEAD_ROW), its tool blocks as a_r() reads them (records.CALL_BLOCKS), and, for an
 -- assistant record, the line and parent of its response's first record on
 -- the resume chain. ahead_map: per file, `map` (id -> [parent_id, seen,
 -- line, type, sidechain, row kind, on the chain, first line, first
--- parent]), `chain` (the records on it: [line, type, tool ids]) and the
+-- parent]), `chain` (the records on it: [place, type, tool blocks]) and the
 -- results on it that name rows ([id, sidechain, names]). ahead_up: each
 -- name's loaded record: seen (skipped), not such a row or not loaded (the
 -- result puts back none), or walked up the parents (at most AHEAD_MAX
@@ -1393,8 +1412,9 @@ ahead_spans AS MATERIALIZED (
 -- chain, put back with a response on it, directly or recovered by
 -- tool-call id, or on a put-back line) or cut by a rewind, whether it may
 -- be a row (a companion record or a prompt queued while the tool ran,
--- records.AHEAD_ROW), its tool ids (records.TOOL_IDS), and where RRr()
--- puts it (walk.loader_chain): loaded_at, its first loaded line; for one
+-- records.AHEAD_ROW), its tool blocks as a_r() reads them (records.CALL_BLOCKS), and where RRr()
+-- puts it (walk.loader_chain): loaded_at, its place in the loader's Map
+-- (LOADER_PLACE); for one
 -- put back, grp_at and grp_end, the span of the response that puts it
 -- back (a line's: the first response, root first, that keeps it), and
 -- either anchor_depth, start_at and steps (a line under a companion record
@@ -1403,7 +1423,7 @@ ahead_spans AS MATERIALIZED (
 -- line under a result recovered by tool-call id no earlier than that
 -- result's) and lift (a result recovered by tool-call id read under no
 -- record of its response, or a line under one), with `walked` (the
--- chain's records, [depth, first line]) to place it by. Below, msg_at
+-- chain's records, [depth, place]) to place it by. Below, msg_at
 -- (ahead_grp): an assistant record's response's at; ht (ahead_run): ht0
 -- lifted to no earlier than just after the last loaded record of the
 -- response.
@@ -1416,21 +1436,19 @@ ahead_marks AS MATERIALIZED (
          m.value ->> '$[4]' AS anchor_depth,
          CASE WHEN m.value ->> '$[4]' IS NOT NULL THEN m.value ->> '$[3]' END AS steps,
          CASE WHEN m.value ->> '$[4]' IS NOT NULL THEN (
-           SELECT min(z.line_no) FROM records z WHERE z.file_id = x.file_id
-             AND z.uuid = m.value ->> '$[1]' AND z.type IN {CLI_NODE_TYPES_SQL}) END AS start_at,
+           SELECT {LOADER_PLACE.format(file="x.file_id", uuid="m.value ->> '$[1]'")}) END
+           AS start_at,
          CASE WHEN x.par_at IS NOT NULL THEN x.loaded_at
               WHEN m.value IS NOT NULL AND m.value ->> '$[4]' IS NULL
               THEN CASE WHEN m.value ->> '$[5]' IS NOT NULL THEN max(x.loaded_at, (
-                SELECT min(z.line_no) FROM records z WHERE z.file_id = x.file_id
-                  AND z.uuid = m.value ->> '$[5]' AND z.type IN {CLI_NODE_TYPES_SQL}))
+                SELECT {LOADER_PLACE.format(file="x.file_id", uuid="m.value ->> '$[5]'")}))
                 ELSE x.loaded_at END END AS ht0,
          CASE WHEN x.par_at IS NOT NULL THEN x.lifted
               WHEN m.value IS NOT NULL AND m.value ->> '$[4]' IS NULL
               THEN m.value ->> '$[5]' IS NOT NULL END AS lift,
          CASE WHEN {_AHEAD_GROUP} IS NOT NULL THEN (
            SELECT json_group_array(json_array(w.depth, (
-             SELECT min(z.line_no) FROM records z WHERE z.file_id = w.file_id
-               AND z.uuid = w.uuid AND z.type IN {CLI_NODE_TYPES_SQL})))
+             SELECT {LOADER_PLACE.format(file="w.file_id", uuid="w.uuid")})))
            FROM on_chain w WHERE w.file_id = x.file_id) END AS walked
   FROM kept_by_file kb FULL JOIN (
     SELECT l.id, l.file_id, l.uuid, l.type, l.is_sidechain, l.is_tool_result, n.line_no,
@@ -1444,8 +1462,9 @@ ahead_marks AS MATERIALIZED (
            CASE WHEN {COMPANION_RECORD.format(r="l")} AND {AHEAD_ROW.format(r="r")} > 0 THEN 1
                 WHEN l.type = 'user' AND NOT l.is_tool_result AND {AHEAD_ROW.format(r="r")} = 2
                 THEN 1 ELSE 0 END AS row_kind,
-           CASE WHEN l.type IN ('user', 'assistant') THEN {TOOL_IDS.format(r="r")} END AS ids,
-           r.rows_ahead, {FIRST_LOADED.format(n="l")} AS loaded_at, sp.spans
+           CASE WHEN l.type IN ('user', 'assistant') THEN {CALL_BLOCKS.format(r="r")} END AS ids,
+           r.rows_ahead, {LOADER_PLACE.format(file="l.file_id", uuid="l.uuid")} AS loaded_at,
+           sp.spans
     FROM ahead_spans sp JOIN loaded l ON l.file_id = sp.file_id
     JOIN nodes n ON n.id = l.id JOIN records r ON r.id = l.id
     LEFT JOIN nodes p ON p.file_id = l.file_id AND p.uuid = l.parent
@@ -1513,7 +1532,8 @@ ahead_pos AS MATERIALIZED (
 ahead_map AS MATERIALIZED (
   SELECT file_id, min(lines) AS lines,
     json_group_object(id, json_array(parent_id, placed OR is_cut, pos, type, is_sidechain,
-                                     row_kind, placed AND NOT is_cut, first_pos, first_parent))
+                                     row_kind, placed AND NOT is_cut, first_pos, first_parent,
+                                     json(CASE WHEN row_kind AND type = 'user' THEN ids END)))
       FILTER (WHERE id IS NOT NULL) AS map,
     json_group_array(json_array(pos, type, json(coalesce(ids, '[]'))))
       FILTER (WHERE placed AND NOT is_cut) AS chain,
@@ -1606,14 +1626,14 @@ ahead_seq(file_id, lines, map, chain, results, i, taken, spot, rows) AS (
       AND (a.hang = a.p ->> '$[8]' OR a.p ->> '$[7]' <= a.h_pos)
       AND NOT (a.h ->> '$[3]' = 'assistant'
         AND EXISTS (
-          SELECT 1 FROM json_each(s.chain) sn, json_each(sn.value, '$[2]') sj
-          WHERE sn.value ->> '$[1]' = 'assistant'
-            AND sn.value ->> '$[0]' BETWEEN a.p ->> '$[7]' AND a.h_pos
+          SELECT 1 FROM {_AHEAD_SPAN.format(x="sn")}, json_each(sn.blocks) sj
+          WHERE sj.value ->> '$[0]'
+            AND sn.pos BETWEEN a.p ->> '$[7]' AND a.h_pos
             AND NOT EXISTS (
-              SELECT 1 FROM json_each(s.chain) tn, json_each(tn.value, '$[2]') tj
-              WHERE tn.value ->> '$[1]' = 'user' AND tj.value = sj.value
-                AND tn.value ->> '$[0]' > sn.value ->> '$[0]'
-                AND tn.value ->> '$[0]' <= a.h_pos))
+              SELECT 1 FROM {_AHEAD_SPAN.format(x="tn")}, json_each(tn.blocks) tj
+              WHERE NOT tj.value ->> '$[0]' AND tj.value ->> '$[1]' IS sj.value ->> '$[1]'
+                AND (tn.pos > sn.pos OR (tn.pos = sn.pos AND tj.key > sj.key))
+                AND tn.pos <= a.h_pos))
         AND EXISTS (
           SELECT 1 FROM json_each(s.chain) bn
           WHERE bn.value ->> '$[1]' = 'assistant'

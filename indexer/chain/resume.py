@@ -95,6 +95,7 @@ class Calls:
     has_tool_use: bool = False
     virtual: bool = False
     ahead: int = 0           # records.AHEAD_ROW
+    blocks: tuple = ()       # records.CALL_BLOCKS: ((is tool_use, id as JSON), ...)
 
 
 @dataclass(slots=True)
@@ -199,6 +200,30 @@ def first_loaded(occ: list) -> dict:
         if r.type in CLI_NODE_TYPES:
             first.setdefault(r.uuid, r.line_no)
     return first
+
+
+def loader_places(occ: list) -> dict:
+    """uuid -> the place of the node in the loader's Map, the order RRr()
+    sorts what it puts back by: the first line of its key (first_loaded),
+    but a prompt stored anew that trn() loads under its sentAsUuid is keyed
+    by that: placed at its own line whatever lines of its own uuid came
+    before, and a later line of the sentAsUuid, which replaces it in the
+    Map, takes that place (sent_as_renames; definitions.LOADER_PLACE)."""
+    places = first_loaded(occ)
+    renames, _ = sent_as_renames(occ)
+    seen_uuids, seen_as, moved = set(), set(), {}
+    for r in occ:
+        if r.type not in CLI_NODE_TYPES:
+            continue
+        y = r.sent_as_uuid if r.type == "user" else None
+        if y and y not in seen_uuids and y not in seen_as:
+            key = r.uuid if renames.get(y) == r.uuid else y
+            moved[key] = min(r.line_no, moved.get(key, r.line_no))
+        seen_uuids.add(r.uuid)
+        if y:
+            seen_as.add(y)
+    places.update(moved)
+    return places
 
 
 def relink(nodes: dict, parent: dict, first: dict):

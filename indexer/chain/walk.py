@@ -59,9 +59,17 @@ ROWS_AHEAD_AT, AGENT_AT, SOURCE_AT = REC_FIELDS + 7, REC_FIELDS + 8, REC_FIELDS 
 # HAS_TOOL_USE, VIRTUAL_CALL), by record id (CALLS_SQL), or from a line's
 # text and type (CALLS_OF_LINE_SQL: a preload batch keeps no raw).
 _CALLS = ", ".join(x.format(r="r") for x in (
-    records.TOOL_IDS, records.HAS_TOOL_USE, records.VIRTUAL_CALL, records.AHEAD_ROW))
+    records.TOOL_IDS, records.HAS_TOOL_USE, records.VIRTUAL_CALL, records.AHEAD_ROW,
+    records.CALL_BLOCKS))
 CALLS_SQL = f"SELECT {_CALLS} FROM records r WHERE r.id = ?"
 CALLS_OF_LINE_SQL = f"SELECT {_CALLS} FROM (SELECT CAST(? AS TEXT) AS raw, ? AS type) r"
+
+
+def _call_key(i):
+    """A CALL_BLOCKS id as a set member, equal where SQLite's ``IS`` finds
+    the ids equal (an object or array id by its JSON text)."""
+    return i if i is None or isinstance(i, (str, int, float)) else json.dumps(
+        i, separators=(",", ":"))
 
 
 def calls_reader(row_of):
@@ -73,7 +81,8 @@ def calls_reader(row_of):
         if r.id not in memo:
             row = row_of(r)
             memo[r.id] = Calls(tuple(json.loads(row[0])), bool(row[1]), bool(row[2]),
-                               row[3]) if row else Calls()
+                               row[3], tuple((bool(k), _call_key(i)) for k, i in json.loads(row[4]))
+                               ) if row else Calls()
         return memo[r.id]
     return calls
 
@@ -407,13 +416,16 @@ def _rows_ahead_of(y: Rec, nodes: dict, loaded: dict, seen, calls):
 def _open_call(span: list, calls) -> bool:
     """The loader's a_r(): is a call made in ``span`` (records in the
     chain's order) left unanswered there, a result before its call not
-    answering it?"""
+    answering it? It reads the tool_use and tool_result blocks of user and
+    assistant records alike, in order (records.CALL_BLOCKS)."""
     open_ids: set = set()
     for r in span:
-        if r.type == "assistant":
-            open_ids.update(calls(r).ids)
-        elif r.type == "user":
-            open_ids.difference_update(calls(r).ids)
+        if r.type in MESSAGE_TYPES:
+            for is_use, i in calls(r).blocks:
+                if is_use:
+                    open_ids.add(i)
+                else:
+                    open_ids.discard(i)
     return bool(open_ids)
 
 

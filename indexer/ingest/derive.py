@@ -273,7 +273,7 @@ def compute_file(file_id: int, kind: str, session_id, with_uuid: list[Rec],
     if kind == "main":
         orphan_rows, strays = _orphans(session_id, nodes, resume_chain, resume_message,
                                        boundary_line, calls, view.parent, view.cut,
-                                       lambda: resume.first_loaded(occ))
+                                       lambda: resume.loader_places(occ))
         state["cut"] = bool(view.cut)   # derive_append gives up on a rewind cut
         # Results off the chain a later append could have recovered by
         # tool-call id (derive_append gives up on such a file).
@@ -314,8 +314,8 @@ def _orphans(session_id, nodes: dict[str, Rec], resume_chain, message, boundary_
     resume.Calls (the tool ids walk.is_late_graft compares); ``loaded``:
     uuid -> parent of the records the loader loads (resume.CliView.parent);
     ``cut``: the records a rewind cut (resume.rewind_cut), never put back;
-    ``first_loaded()``: uuid -> the first line the loader loads it from
-    (resume.first_loaded), asked only when a record names rows ahead."""
+    ``first_loaded()``: uuid -> its place in the loader's Map
+    (resume.loader_places), asked only when a record names rows ahead."""
     on_chain = {r.uuid: d for d, r in resume_chain}
     by_depth = {d: r for d, r in resume_chain}
     chain_messages = {

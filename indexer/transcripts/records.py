@@ -255,6 +255,17 @@ TOOL_IDS = (
     "CASE {r}.type WHEN 'assistant' THEN 'tool_use' ELSE 'tool_result' END AS kind) k, "
     + _BLOCKS + " b WHERE b.type = 'object' AND b.value ->> '$.type' = k.kind "
     "AND json_type(b.value, k.key) = 'text') ELSE '[]' END")
+# CALL_BLOCKS: what the loader's a_r() reads of a user or assistant record
+# (Krn(): is a call left open?): its tool_use and tool_result blocks, whatever
+# the record's type, in content order, each [1 for tool_use / 0 for
+# tool_result, the id as JSON text ('undefined' when there is none)];
+# '[]' for any other record.
+CALL_BLOCKS = (
+    "CASE WHEN {r}.type IN ('assistant', 'user') THEN (SELECT json_group_array(json_array("
+    "b.value ->> '$.type' = 'tool_use', coalesce(CASE b.value ->> '$.type' WHEN 'tool_use' "
+    "THEN b.value -> '$.id' ELSE b.value -> '$.tool_use_id' END, 'undefined'))) FROM "
+    + _BLOCKS + " b WHERE b.type = 'object' AND b.value ->> '$.type' IN ('tool_use', "
+    "'tool_result')) ELSE '[]' END")
 # HAS_TOOL_USE: an assistant record whose content holds a tool_use block
 # (the loader's UMe; a block without a string id counts too).
 HAS_TOOL_USE = ("({r}.type = 'assistant' AND EXISTS (SELECT 1 FROM " + _BLOCKS
