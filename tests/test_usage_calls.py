@@ -312,3 +312,21 @@ def test_the_cost_by_day_chart_reads_one_covering_index(index):
         plan = [r["detail"] for r in index.rows("EXPLAIN QUERY PLAN " + charts.COST_BY_DAY_SQL,
                                                  {"since": since})]
         assert any("USING COVERING INDEX usage_calls_timestamp" in step for step in plan), plan
+
+
+def test_m091_prices_the_calls_an_index_holds(index):
+    """m091 prices the calls usage_calls holds with its own copy of the
+    pricing SQL (M091_PRICE_CALLS_SQL), so an index upgraded and served
+    before its next ingest shows their costs: the same as the definition's."""
+    from indexer.index import migrations
+
+    world = World(index, 3)
+    for session in ("eeeeeeee-0000-0000-0000-000000000001", "eeeeeeee-0000-0000-0000-000000000002"):
+        world.write(session, world.lines(session, 30))
+    index.ingest()
+    conn = index.db.conn
+    conn.execute("UPDATE usage_calls SET price_model = NULL, long_context = NULL, "
+                 "cost_usd = NULL")   # as m090 left them
+    conn.execute(migrations.M091_PRICE_CALLS_SQL)
+    assert index.value("SELECT count(*) FROM usage_calls WHERE cost_usd IS NOT NULL") > 10
+    assert_surfaces_match(index)

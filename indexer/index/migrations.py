@@ -1476,6 +1476,50 @@ def m090_usage_calls(db):
     )
 
 
+# m091_usage_call_prices's pricing of the calls usage_calls holds: the
+# usage view's as it was then (tests/test_usage_calls.py holds it to the
+# view's definition).
+M091_PRICE_CALLS_SQL = """
+UPDATE usage_calls SET price_model = p.price_model, long_context = p.long_context,
+  cost_usd = p.cost_usd
+FROM (
+WITH call_models AS MATERIALIZED (
+  SELECT model, coalesce(
+      (SELECT q.model FROM prices q WHERE q.model = m.model),
+      CASE WHEN m.model GLOB '*-[0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9]'
+           THEN substr(m.model, 1, length(m.model) - 9) END) AS price_model
+  FROM (SELECT DISTINCT model FROM usage_calls WHERE model IS NOT NULL) m
+),
+priced AS (
+  SELECT c.record_id, c.input_tokens, c.output_tokens, c.cache_read_tokens, c.w5m,
+    c.w1h, p.model AS price_model, p.*,
+    coalesce(c.input_tokens, 0) + coalesce(c.cache_read_tokens, 0) + c.w5m + c.w1h
+      AS prompt_tokens,
+    CASE WHEN c.speed = 'fast' THEN p.fast_multiplier ELSE 1 END AS multiplier
+  FROM usage_calls c
+    LEFT JOIN call_models m ON m.model = c.model
+    LEFT JOIN prices p ON p.model = m.price_model
+),
+tiered AS (
+  SELECT *, (long_context_above IS NOT NULL AND prompt_tokens > long_context_above)
+    AS long
+  FROM priced
+)
+SELECT record_id, price_model,
+  CASE WHEN price_model IS NOT NULL THEN long END AS long_context,
+  multiplier * (
+      coalesce(input_tokens, 0) * CASE WHEN long THEN long_input ELSE input END
+    + coalesce(output_tokens, 0) * CASE WHEN long THEN long_output ELSE output END
+    + coalesce(cache_read_tokens, 0)
+        * CASE WHEN long THEN long_cache_read ELSE cache_read END
+    + w5m * CASE WHEN long THEN long_cache_write_5m ELSE cache_write_5m END
+    + w1h * CASE WHEN long THEN long_cache_write_1h ELSE cache_write_1h END
+  ) / 1e6 AS cost_usd
+FROM tiered
+) p WHERE usage_calls.record_id = p.record_id
+"""
+
+
 @migrations()
 def m091_usage_call_prices(db):
     # usage_calls keeps each call's price (views.USAGE_SQL reads it): the
@@ -1484,8 +1528,6 @@ def m091_usage_call_prices(db):
     # again after the prices table changed: prices.store does it at once;
     # any other change to prices is noted by these triggers in index_meta
     # ('usage_prices_stale') and the next ingest prices every call again.
-    # Noted here too when the table holds calls (unpriced until the first
-    # ingest).
     for column, kind in (("price_model", "TEXT"), ("long_context", "INTEGER"),
                          ("cost_usd", "REAL")):
         db.execute(f"ALTER TABLE usage_calls ADD COLUMN {column} {kind}")
@@ -1498,8 +1540,10 @@ def m091_usage_call_prices(db):
             END
             """
         )
-    db.execute("INSERT OR REPLACE INTO index_meta (key, value) "
-               "SELECT 'usage_prices_stale', '1' WHERE EXISTS (SELECT 1 FROM usage_calls)")
+    # The calls the table holds, priced as the usage view priced them
+    # (views.USAGE_PRICING_TEMPLATE as of this migration), so that an index
+    # upgraded and served before its next ingest shows their costs.
+    db.execute(M091_PRICE_CALLS_SQL)
     # The calls by time, covering what the cost-by-day chart reads (day,
     # model, cost): the chart over every call read each call's row through
     # the index (718 -> 154 ms on a 1M-record index).
