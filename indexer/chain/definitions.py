@@ -965,6 +965,20 @@ LINE_LINK = ("(" + COMPANION_RECORD.replace("{r}", "{n}") + " OR "
 _PROMPT = ("({n}.type = 'user' AND NOT {n}.is_meta AND NOT {n}.is_tool_result "
            "AND NOT EXISTS (SELECT 1 FROM nodes pp WHERE pp.file_id = {n}.file_id "
            "AND pp.uuid = {n}.parent_uuid AND pp.type = 'user'))")
+# _REGION_END: where the region of a response {b} ends (b: a row with
+# file_id, message_id and last_depth, the depth of its last record on the
+# chain): the depth of the nearest record past its last that is not its own
+# nor one that rides with it (a meta or tool-result user record, an
+# attachment, a system record other than a compact boundary); -1: none.
+_REGION_END = """coalesce((
+  SELECT max(a.depth) FROM on_chain a JOIN nodes n ON n.file_id = a.file_id
+    AND n.uuid = a.uuid
+  WHERE a.file_id = {b}.file_id AND a.depth < {b}.last_depth
+    AND NOT (n.type = 'assistant' AND n.message_id = {b}.message_id)
+    AND NOT (n.type = 'user' AND (n.is_meta OR n.is_tool_result))
+    AND NOT (n.type = 'attachment')
+    AND NOT (n.type = 'system' AND n.subtype IS NOT 'compact_boundary')), -1)"""
+
 ORPHANS_DEFINITION_SQL = f"""
 WITH RECURSIVE {NODES_CTES},
 {CLI_CTES},
@@ -1255,14 +1269,7 @@ parallel AS MATERIALIZED (
   GROUP BY file_id, uuid
 ),
 batches AS MATERIALIZED (
-  SELECT b.*, coalesce((
-           SELECT max(a.depth) FROM on_chain a JOIN nodes n ON n.file_id = a.file_id
-             AND n.uuid = a.uuid
-           WHERE a.file_id = b.file_id AND a.depth < b.last_depth
-             AND NOT (n.type = 'assistant' AND n.message_id = b.message_id)
-             AND NOT (n.type = 'user' AND (n.is_meta OR n.is_tool_result))
-             AND NOT (n.type = 'attachment')
-             AND NOT (n.type = 'system' AND n.subtype IS NOT 'compact_boundary')), -1) AS end_depth
+  SELECT b.*, {_REGION_END.format(b="b")} AS end_depth
   FROM (
     SELECT a.file_id, n.message_id, max(a.depth) AS first_depth, min(a.depth) AS last_depth
     FROM on_chain a JOIN nodes n ON n.file_id = a.file_id AND n.uuid = a.uuid
@@ -1392,14 +1399,7 @@ kept_by_file AS MATERIALIZED (
 -- past its region (-1: none), its message id].
 ahead_spans AS MATERIALIZED (
   SELECT af.file_id, (
-    SELECT json_group_object(b.at, json_array(coalesce((
-             SELECT max(a.depth) FROM on_chain a JOIN nodes n ON n.file_id = a.file_id
-               AND n.uuid = a.uuid
-             WHERE a.file_id = b.file_id AND a.depth < b.last_depth
-               AND NOT (n.type = 'assistant' AND n.message_id = b.message_id)
-               AND NOT (n.type = 'user' AND (n.is_meta OR n.is_tool_result))
-               AND NOT (n.type = 'attachment')
-               AND NOT (n.type = 'system' AND n.subtype IS NOT 'compact_boundary')), -1),
+    SELECT json_group_object(b.at, json_array({_REGION_END.format(b="b")},
            b.message_id))
     FROM (SELECT a.file_id, n.message_id, max(a.depth) AS at, min(a.depth) AS last_depth
           FROM on_chain a JOIN nodes n ON n.file_id = a.file_id AND n.uuid = a.uuid

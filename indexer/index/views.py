@@ -499,18 +499,15 @@ KEEP_USAGE_CALLS_TEMPLATE = (
 USAGE_CALLS_DEFINITION = USAGE_CALLS_TEMPLATE.format(indexed="INDEXED BY records_usage", files="",
                                                      where="")
 # The rest of the usage view, from calls.
-# call_files and call_models are read once, not once per call (a files row
-# is wide; the price of a model is looked up twice): about a third of the
-# view's time on a 1M-record index.
+# call_models (and USAGE_PRICED_TEMPLATE's call_files) are read once, not
+# once per call (a files row is wide; the price of a model is looked up
+# twice): about a third of the view's time on a 1M-record index.
 # USAGE_PRICING_TEMPLATE: {models} the calls whose distinct models are
 # looked up, {place} the project_dir and host columns when calls lacks
 # them, {placed} where priced reads them (USAGE_PRICED_TEMPLATE: calls from
-# the records, placed by call_files; USAGE_SQL: from usage_calls, which
-# holds them).
+# the records, placed by call_files; USAGE_PRICED_CALLS_TEMPLATE: from
+# usage_calls, which holds them).
 USAGE_PRICING_TEMPLATE = """
-call_files AS MATERIALIZED (
-  SELECT id, project_dir, coalesce(host, '') AS host FROM files
-),
 call_models AS MATERIALIZED (
   SELECT model, coalesce(
       (SELECT q.model FROM prices q WHERE q.model = m.model),
@@ -545,7 +542,11 @@ SELECT record_id, session_id, project_dir AS project, file_id, model, timestamp,
   host
 FROM tiered
 """.strip()
-USAGE_PRICED_TEMPLATE = USAGE_PRICING_TEMPLATE.format(
+USAGE_PRICED_TEMPLATE = """
+call_files AS MATERIALIZED (
+  SELECT id, project_dir, coalesce(host, '') AS host FROM files
+),
+""".lstrip() + USAGE_PRICING_TEMPLATE.format(
     models="calls", place=", f.project_dir, f.host",
     placed="calls c JOIN call_files f ON f.id = c.file_id")
 # The calls of usage_calls (with their file's project folder and host, kept
