@@ -204,6 +204,60 @@ def shape_sent_as_uuid_over_an_earlier_line_of_its_uuid():
     return t.records
 
 
+def shape_sent_as_uuid_under_a_later_line_of_its_uuid():
+    """The other order: the prompt stored anew (u9, loaded as u3) comes
+    first and a later line of its own uuid (u9, a hook attachment under the
+    answer to u3) is a record of its own, the last row; it does not replace
+    the prompt, which keys u3. The CLI sends the prompt, its answer and the
+    hook. (Lines 10 s apart: no timestamp fallback reads on past a wrong
+    parent.)"""
+    t = Transcript(SID)
+    t.add(u(1), None, "user", ts=at(0))
+    t.add(u(2), u(1), "assistant", ts=at(10),
+          message=text("msg_2", "before the prompt stored anew"))
+    t.add(u(9), u(2), "user", ts=at(20), sentAsUuid=u(3),
+          message={"role": "user", "content": "the prompt stored anew"})
+    t.add(u(4), u(3), "assistant", ts=at(30), message=text("msg_4", "answers the sentAsUuid"))
+    hook_context(t, u(9), u(4), "the hook after the copy", ts=at(40))
+    return t.records
+
+
+def shape_sent_as_uuid_over_an_earlier_prompt_with_children():
+    """Both lines of u9 have children: the earlier prompt u9 is answered
+    (u5, naming u9), the prompt stored anew under u9 for u3 hangs from
+    that answer and is answered by u6 (naming u3). The Map holds u9 (the
+    earlier prompt) and u3 (the copy): the chain is u1 u2 u9 u5 u3 u6.
+    (Lines 10 s apart, as above.)"""
+    t = Transcript(SID)
+    t.add(u(1), None, "user", ts=at(0))
+    t.add(u(2), u(1), "assistant", ts=at(10), message=text("msg_2", "the first answer"))
+    t.add(u(9), u(2), "user", ts=at(20),
+          message={"role": "user", "content": "the earlier prompt"})
+    t.add(u(5), u(9), "assistant", ts=at(30),
+          message=text("msg_5", "answers the earlier prompt"))
+    t.add(u(9), u(5), "user", ts=at(40), sentAsUuid=u(3),
+          message={"role": "user", "content": "the copy under its own uuid"})
+    t.add(u(6), u(3), "assistant", ts=at(50), message=text("msg_6", "answers the copy"))
+    return t.records
+
+
+def shape_sent_as_uuid_replaced_over_an_earlier_line_of_its_uuid():
+    """Across a rewrite: an earlier line of u9 (a hook under the leaf
+    answer), the prompt stored anew under u9 for u3 (on the side), then a
+    line of u3 that replaces the copy in the Map (the prompt rewritten
+    under its sent uuid, on the side too). u9 stays the hook: the CLI
+    resumes from the leaf answer and sends the hook."""
+    t = Transcript(SID)
+    t.add(u(1), None, "user")
+    t.add(u(2), u(1), "assistant", message=text("msg_2", "the leaf answer"))
+    hook_context(t, u(9), u(2), "the hook before the copy")
+    t.add(u(9), u(1), "user", sentAsUuid=u(3), isSidechain=True,
+          message={"role": "user", "content": "stored anew on the side"})
+    t.add(u(3), u(1), "user", isSidechain=True,
+          message={"role": "user", "content": "rewritten under the sent uuid"})
+    return t.records
+
+
 # --- e. fork_briefing attachments --------------------------------------------
 
 def fork_briefing(t, uuid, parent, ts=None):
@@ -447,9 +501,9 @@ def meta_text(t, uuid, parent, words):
                  message={"role": "user", "content": [{"type": "text", "text": words}]})
 
 
-def hook_context(t, uuid, parent, words):
+def hook_context(t, uuid, parent, words, ts=None):
     """A hook's additional-context attachment (sent as a system text)."""
-    return t.add(uuid, parent, "attachment", attachment={
+    return t.add(uuid, parent, "attachment", ts=ts, attachment={
         "type": "hook_additional_context", "content": [words], "hookName": "PostToolUse"})
 
 
@@ -1122,6 +1176,13 @@ EXPECTED = {
     "sent_as_uuid": (["before the prompt stored anew", "answers the sentAsUuid"],
                      ["the prompt stored anew"], []),
     "sent_as_uuid_over_an_earlier_line_of_its_uuid": (["the leaf answer"], [], []),
+    "sent_as_uuid_under_a_later_line_of_its_uuid": (
+        ["before the prompt stored anew", "answers the sentAsUuid"],
+        ["the prompt stored anew"], []),
+    "sent_as_uuid_over_an_earlier_prompt_with_children": (
+        ["the first answer", "answers the earlier prompt", "answers the copy"],
+        ["the earlier prompt", "the copy under its own uuid"], []),
+    "sent_as_uuid_replaced_over_an_earlier_line_of_its_uuid": (["the leaf answer"], [], []),
     "sent_as_uuid_already_loaded": (["the first answer", "answers the copy"],
                                     ["the copy keeps its uuid"], [u(3)]),
     "fork_briefing_not_a_row": (["the first answer", "the last row's answer"], [], []),
@@ -1214,6 +1275,8 @@ EXPECTED = {
 # contents) that must and must not be there.
 SENT_ANYWHERE = {
     "sent_as_uuid_over_an_earlier_line_of_its_uuid": (["the hook before the copy"], []),
+    "sent_as_uuid_under_a_later_line_of_its_uuid": (["the hook after the copy"], []),
+    "sent_as_uuid_replaced_over_an_earlier_line_of_its_uuid": (["the hook before the copy"], []),
     "virtual_user_record_on_a_line": ([], ["out toolu_v"]),
     "result_recovered_under_the_other_result": (["out toolu_a", "out toolu_b"], []),
     "rows_ahead_under_a_result_recovered_after_the_reply": (["out toolu_a", "out toolu_b"], []),
@@ -1235,6 +1298,15 @@ DIFFERS: dict = {
         "trn() keys a record stored anew by its sentAsUuid, so an earlier line of its own "
         "uuid stays a record of its own (here the last row, an attachment under the leaf "
         "message); the index reads the last line of a uuid, the record stored anew"),
+    "sent_as_uuid_under_a_later_line_of_its_uuid": (
+        "a later line of the uuid of a record stored anew keys that uuid, not the record's "
+        "sentAsUuid: both stay records; the index reads the later line as the record"),
+    "sent_as_uuid_over_an_earlier_prompt_with_children": (
+        "the earlier prompt of the uuid keeps its key and its answer hangs from it; the index "
+        "reads the last line of a uuid, the copy, and loses the earlier prompt"),
+    "sent_as_uuid_replaced_over_an_earlier_line_of_its_uuid": (
+        "a line of the sentAsUuid replaces the copy in the Map; the earlier line of the copy's "
+        "own uuid stays a record; the index reads the copy as that uuid's last line"),
 }
 
 SHAPES = {name: globals()[f"shape_{name}"] for name in EXPECTED}
