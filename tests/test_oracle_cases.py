@@ -1293,21 +1293,7 @@ SENT_ANYWHERE = {
 }
 
 # The shapes where the index (as of this commit) differs from the CLI: why.
-DIFFERS: dict = {
-    "sent_as_uuid_over_an_earlier_line_of_its_uuid": (
-        "trn() keys a record stored anew by its sentAsUuid, so an earlier line of its own "
-        "uuid stays a record of its own (here the last row, an attachment under the leaf "
-        "message); the index reads the last line of a uuid, the record stored anew"),
-    "sent_as_uuid_under_a_later_line_of_its_uuid": (
-        "a later line of the uuid of a record stored anew keys that uuid, not the record's "
-        "sentAsUuid: both stay records; the index reads the later line as the record"),
-    "sent_as_uuid_over_an_earlier_prompt_with_children": (
-        "the earlier prompt of the uuid keeps its key and its answer hangs from it; the index "
-        "reads the last line of a uuid, the copy, and loses the earlier prompt"),
-    "sent_as_uuid_replaced_over_an_earlier_line_of_its_uuid": (
-        "a line of the sentAsUuid replaces the copy in the Map; the earlier line of the copy's "
-        "own uuid stays a record; the index reads the copy as that uuid's last line"),
-}
+DIFFERS: dict = {}
 
 SHAPES = {name: globals()[f"shape_{name}"] for name in EXPECTED}
 _SENT: dict = {}
