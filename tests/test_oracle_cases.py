@@ -258,6 +258,35 @@ def shape_sent_as_uuid_replaced_over_an_earlier_line_of_its_uuid():
     return t.records
 
 
+def shape_progress_line_of_the_uuid_of_a_prompt_stored_anew():
+    """As below, the later line of the progress record's uuid a prompt
+    stored anew (named by its sentAsUuid u3: the same answer)."""
+    t = Transcript(SID)
+    t.add(u(1), None, "user", ts=at(0))
+    t.add(u(2), u(1), "assistant", ts=at(10), message=text("msg_2", "the first answer"))
+    t.add(u(9), u(2), "progress", ts=at(20), data={"type": "hook_progress"})
+    t.add(u(4), u(9), "assistant", ts=at(30), message=text("msg_4", "under the progress"))
+    t.add(u(9), u(1), "user", ts=at(40), sentAsUuid=u(3), isSidechain=True,
+          message={"role": "user", "content": "stored anew on the side"})
+    return t.records
+
+
+def shape_progress_line_of_the_uuid_of_a_later_line():
+    """xr(): a progress line goes to its own Map (``Os.set(tr.uuid, parent)``),
+    and a child read after it is read under the progress line's parent
+    (``tr.parentUuid = Os.get(...)``) whatever line of that uuid comes later
+    (here a user line on the side, which h keys by the same uuid): the CLI
+    sends u2 and u4. (Lines 10 s apart: no fallback.)"""
+    t = Transcript(SID)
+    t.add(u(1), None, "user", ts=at(0))
+    t.add(u(2), u(1), "assistant", ts=at(10), message=text("msg_2", "the first answer"))
+    t.add(u(9), u(2), "progress", ts=at(20), data={"type": "hook_progress"})
+    t.add(u(4), u(9), "assistant", ts=at(30), message=text("msg_4", "under the progress"))
+    t.add(u(9), u(1), "user", ts=at(40), isSidechain=True,
+          message={"role": "user", "content": "a later line of the uuid on the side"})
+    return t.records
+
+
 # --- e. fork_briefing attachments --------------------------------------------
 
 def fork_briefing(t, uuid, parent, ts=None):
@@ -1183,6 +1212,10 @@ EXPECTED = {
         ["the first answer", "answers the earlier prompt", "answers the copy"],
         ["the earlier prompt", "the copy under its own uuid"], []),
     "sent_as_uuid_replaced_over_an_earlier_line_of_its_uuid": (["the leaf answer"], [], []),
+    "progress_line_of_the_uuid_of_a_prompt_stored_anew": (
+        ["the first answer", "under the progress"], [], []),
+    "progress_line_of_the_uuid_of_a_later_line": (
+        ["the first answer", "under the progress"], [], []),
     "sent_as_uuid_already_loaded": (["the first answer", "answers the copy"],
                                     ["the copy keeps its uuid"], [u(3)]),
     "fork_briefing_not_a_row": (["the first answer", "the last row's answer"], [], []),
@@ -1293,7 +1326,14 @@ SENT_ANYWHERE = {
 }
 
 # The shapes where the index (as of this commit) differs from the CLI: why.
-DIFFERS: dict = {}
+DIFFERS: dict = {
+    "progress_line_of_the_uuid_of_a_later_line": (
+        "the loader keeps progress lines in their own Map (Os), read when a child is read; "
+        "the index reads the last line of a uuid, the later user line, and does not bridge"),
+    "progress_line_of_the_uuid_of_a_prompt_stored_anew": (
+        "as progress_line_of_the_uuid_of_a_later_line: the index reads the progress "
+        "records it bridges through by their own uuid, the last line of it"),
+}
 
 SHAPES = {name: globals()[f"shape_{name}"] for name in EXPECTED}
 _SENT: dict = {}
