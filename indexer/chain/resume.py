@@ -330,6 +330,8 @@ def loader_names(occ: list) -> dict:
     record of its own. Such a record is named by its sentAsUuid (its key)
     in the CLI's view (cli_lines); the others keep their own uuid and are
     read through the renames (definitions: sent_as.named)."""
+    if not any(r.sent_as_uuid for r in occ):
+        return {}
     lines: dict = {}
     for r in occ:
         lines[r.uuid] = lines.get(r.uuid, 0) + 1
@@ -346,15 +348,16 @@ def loader_names(occ: list) -> dict:
     return names
 
 
-def cli_lines(occ: list) -> tuple[list, dict]:
+def cli_lines(occ: list, nodes: dict) -> tuple[list, dict]:
     """(the lines as the CLI's view names them, the last line of each
     name): ``occ`` with each record loader_names() names by its sentAsUuid
     renamed so, and the nodes by name, the last line winning: the loader's
-    Map, key for key."""
+    Map, key for key (``nodes``, the last line per uuid, when none is)."""
     names = loader_names(occ)
-    if names:
-        occ = [dataclasses.replace(r, uuid=names[r.id]) if r.id in names else r for r in occ]
-    nodes: dict = {}
+    if not names:
+        return occ, nodes
+    occ = [dataclasses.replace(r, uuid=names[r.id]) if r.id in names else r for r in occ]
+    nodes = {}
     for r in occ:
         nodes[r.uuid] = r
     return occ, nodes

@@ -258,7 +258,7 @@ def compute_file(file_id: int, kind: str, session_id, with_uuid: list[Rec],
     sdk_leaf, branch_count, terminals = _sdk_leaf(occ, nodes)
     state = {"lines": covers[0], "offset": covers[1]}
     if kind == "main":
-        cli_occ, cli_nodes = resume.cli_lines(occ)
+        cli_occ, cli_nodes = resume.cli_lines(occ, nodes)
         view = resume.cli_view(cli_occ, list(prompts), cli_nodes, calls, nodes)
         resume_leaf, rule = resume.resume_leaf(view)
         resume_chain = resume.walk(view, resume_leaf) if resume_leaf is not None else []
