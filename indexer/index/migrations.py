@@ -1549,3 +1549,23 @@ def m091_usage_call_prices(db):
     # the index (718 -> 154 ms on a 1M-record index).
     db.execute("DROP INDEX usage_calls_timestamp")
     db.execute("CREATE INDEX usage_calls_timestamp ON usage_calls(timestamp, model, cost_usd)")
+
+
+@migrations()
+def m097_sent_names_cache(db):
+    # sent_names_cache: the prompts stored anew that Claude Code's loader
+    # names by their sentAsUuid beside another line of their own uuid
+    # (definitions.SENT_NAMES_TEMPLATE, resume.loader_names), kept by derive
+    # (keep_sql_caches) for the resume definitions to read by record and by
+    # name. Filled at the next ingest: the definitions' hash changes with it.
+    db.execute(
+        """
+        CREATE TABLE sent_names_cache (
+            record_id INTEGER PRIMARY KEY, -- records.id of the prompt stored anew
+            file_id INTEGER NOT NULL,
+            line_no INTEGER NOT NULL,
+            name TEXT NOT NULL             -- its sentAsUuid: the key the loader keeps it under
+        )
+        """
+    )
+    db.execute("CREATE INDEX sent_names_by_name ON sent_names_cache(file_id, name, line_no)")
