@@ -417,11 +417,13 @@ def test_the_central_keeps_its_temporary_btrees_in_memory(server, tmp_path):   #
 
 def test_a_window_grows_with_what_the_last_derive_took(server, tmp_path, monkeypatch):   # noqa: F811 (the fixture imported from test_fleet)
     """A derive that takes 0.25 s with DERIVE_GROWTH 10: the next window is
-    2.5 s, not DERIVE_WINDOW_S, while one-line messages keep coming every
-    20 ms for 4 s (a fixed 0.5 s window would derive about 6 times)."""
+    2.5 s, not DERIVE_WINDOW_S (0.5 s here), while one-line messages keep
+    coming every 20 ms for 4 s (a fixed 0.5 s window would derive about 6
+    times)."""
     from indexer.ingest import fleet_nats
 
     monkeypatch.setattr(fleet_central, "DERIVE_GROWTH", 10.0)
+    monkeypatch.setattr(fleet_central, "DERIVE_WINDOW_S", 0.5)   # (below 2.5 s: the growth shows)
     db = open_db(str(tmp_path / "central.db"))
     derives = []
 

@@ -60,15 +60,18 @@ HEARTBEAT_READ_S = 2.0
 # each one made the central's cost per line depend on how lines were batched
 # (each session touched in the window is derived once; at live rates a
 # session writes a line every few seconds, so a window of half a second
-# derived each session about once a line, 2 s about once per 2-5 lines: the
-# caches are that much behind the lines while they keep coming). A window is at least
+# derived each session about once a line, 4 s about once per 5-10 lines: the
+# caches are that much behind the lines while they keep coming; a derived
+# file's cost is mostly per file, about 28 statements whatever its lines, so
+# 4 s against 2 s cut the derive's CPU a line by a third at one line a
+# message, docs/how-it-works/fleet-cost.md). A window is at least
 # DERIVE_WINDOW_S and at least DERIVE_GROWTH times as long as the last derive
 # took (so deriving takes at most a quarter of the central's time however
 # many sessions a window touches; at most DERIVE_WINDOW_MAX_S). A derive
 # starts no new transaction past DERIVE_BUDGET_S: the central fetches and
 # stores the next batch, then goes on deriving (lines are not held back by
 # a derive of thousands of sessions).
-DERIVE_WINDOW_S = 2.0
+DERIVE_WINDOW_S = 4.0
 IDLE_S = 0.5
 DERIVE_GROWTH = 3.0
 DERIVE_WINDOW_MAX_S = 15.0
@@ -76,11 +79,15 @@ DERIVE_BUDGET_S = 0.2
 # A fetch that brought fewer than FETCH_BATCH messages waits this long, then
 # takes what came meanwhile: a batch is one transaction, and a transaction's
 # cost is mostly the pages it writes (16 KB each: the records' indexes of each
-# file it touches), which a bigger batch shares between more lines. What came
+# file it touches), which a bigger batch shares between more lines: at live
+# rates (a host's line every few seconds) 0.3 s gathers three times the lines
+# of 0.1 s into one commit, and each file's pages are written about a third
+# as often (a batch's CPU a line at one line a message down by 25-30%; each
+# line waits up to 0.2 s more before it is stored). What came
 # is delivered on the pull request already open (fleet_nats.Pull: a request
 # per message or two, as messages trickle in at live rates, cost the central
 # as much as storing them).
-GATHER_S = 0.1
+GATHER_S = 0.3
 # How long a fetch waits while a derive is under way (it goes on at once
 # when nothing comes).
 DERIVING_WAIT_S = 0.05
