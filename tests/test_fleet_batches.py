@@ -465,7 +465,8 @@ async def _pull(url: str, durable: str):
     js = nc.jetstream()
     await fleet_nats.ensure_stream(js)
     await js.add_consumer(fleet_wire.STREAM, ConsumerConfig(
-        durable_name=durable, filter_subject=fleet_wire.STREAM_SUBJECTS[0]))
+        durable_name=durable, filter_subject=fleet_wire.STREAM_SUBJECTS[0],
+        max_ack_pending=fleet_central.MAX_ACK_PENDING))   # (the server's default: 1000)
     return nc, await fleet_nats.Pull(nc, fleet_wire.STREAM, durable,
                                      fleet_central.FETCH_BATCH).start()
 
