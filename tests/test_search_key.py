@@ -124,3 +124,21 @@ def test_m095_rekeys_an_index_searched_by_the_old_keys(index):
     for table in ("search_words", "search_code"):
         conn.execute(f"INSERT INTO {table} ({table}) VALUES ('integrity-check')")
     assert [found(index, *q) for q in queries] == before
+
+
+def test_search_enable_leaves_each_index_one_segment(index, monkeypatch):
+    # A catch-up writes a segment a transaction (BATCH records each): after
+    # search --enable built them, the indexes are merged into one segment
+    # each, which a walk newest first reads once (search.merge).
+    monkeypatch.setattr(search, "BATCH", 10)
+    write_jsonl(index.projects / "-tmp-demo" / f"{SID}.jsonl",
+                [user(f"r{n}", f"2026-09-01T00:{n:02d}:00.000Z", f"word{n} src/f{n}.py")
+                 for n in range(30)])
+    index.ingest()
+    assert search.enable(index.db, code=False) == 30
+    assert segments(index.db.conn) == 1
+    assert search.enable(index.db, code=True) == 0   # (the trigram index from the text)
+    conn = index.db.conn
+    assert conn.execute("SELECT count(DISTINCT segid) FROM search_code_idx").fetchone()[0] == 1
+    assert found(index, "src/f29.py") == ["r29"]
+    assert found(index, "word3") == ["r3"]
