@@ -1063,7 +1063,7 @@ TABLES["search_text"] = {
     "sort_desc": "key",
     "columns": _cols(
         "file_id", "session_id", "record_id", "type", "timestamp",
-        key="time-ordered key: the timestamp in ms, then the low bits of record_id",
+        key="time-ordered key: the timestamp in seconds, then the low 12 bits of record_id",
         text="the record's text as indexed"),
 }
 for _fts, _how in (("search_words", "words (porter unicode61)"),
