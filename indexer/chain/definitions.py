@@ -1905,8 +1905,9 @@ CACHED_VIEWS = ("leaves", "leaf_ancestry", "orphans", "chain_breaks", "duplicate
 # The views that read what ingest keeps in SQL as it derives (not the walk's
 # caches above), each with its X_definition too (tests hold them equal):
 # thinking_faults reads thinking_cache (signals/classes.py), session_forks
-# fork_heads_cache (signals/forks.py), usage usage_calls (index/views.py).
-SQL_CACHED_VIEWS = ("thinking_faults", "session_forks", "usage")
+# fork_heads_cache (signals/forks.py), usage usage_calls (index/views.py),
+# verdict_facts verdict_facts_cache (signals/verdict.py).
+SQL_CACHED_VIEWS = ("thinking_faults", "session_forks", "usage", "verdict_facts")
 
 # --- Which main transcript `claude --resume` opens ------------------------
 
