@@ -49,7 +49,10 @@ _EXCERPT = """CASE WHEN json_valid({r}.raw) THEN substr(coalesce(
 # previous_message_id 400; expiry_status expiring|expired|deleted or NULL;
 # verdict, cause, fix: the session's verdict (session_verdicts, read once for
 # :session_id: a join on a column would compute every session's, and a
-# subquery per column computed it three times).
+# subquery per column computed it three times; DISTINCT, the rows being
+# distinct anyway, keeps SQLite from flattening it into this query, where
+# it did not push the session's filter into the view: 2 s at a million
+# records).
 SESSION_HEALTH_SQL = """
 SELECT s.session_id, s.project_dir, s.cwd, s.main_files, s.subagent_files, s.records,
   s.first_timestamp, s.last_timestamp, s.version, s.git_branch, s.deleted_at,
@@ -72,7 +75,7 @@ SELECT s.session_id, s.project_dir, s.cwd, s.main_files, s.subagent_files, s.rec
     AS failed_executions,
   v.verdict, v.cause, v.fix
 FROM sessions s LEFT JOIN leaves l ON l.file_id = s.main_file_id
-  LEFT JOIN (SELECT verdict, cause, fix, host FROM session_verdicts
+  LEFT JOIN (SELECT DISTINCT verdict, cause, fix, host FROM session_verdicts
              WHERE session_id = :session_id) v ON v.host = s.host
 WHERE s.session_id = :session_id
 """.strip()

@@ -140,3 +140,31 @@ def test_the_plan_reads_a_kept_row_per_session(tmp_path):
         "EXPLAIN QUERY PLAN " + verdict.SESSION_VERDICTS_SQL))
     assert "leaf_ancestry_cache" not in plan and "orphans_cache" not in plan, plan
     assert "SEARCH vf USING INTEGER PRIMARY KEY" in plan, plan   # verdict_facts_cache
+
+
+def test_the_orphan_rows_of_the_health_page_read_a_covering_index(tmp_path):
+    """m093: the health page's orphan rows (a cause's orphans, newest first)
+    read orphans_cache_cause_time alone; the questions by file and cause
+    (an append's, the verdict facts' splices and grafts) keep
+    orphans_cache_cause (SQLite has no statistics: a wider index could be
+    taken where a narrower one answers)."""
+    import sys
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "datasette-plugins"))
+    from session_index_web import health
+    from indexer.ingest import derive, derive_append
+
+    index, _ = demo_index(tmp_path)
+
+    def plan(sql, params=()):
+        return " | ".join(r["detail"] for r in index.rows("EXPLAIN QUERY PLAN " + sql, params))
+
+    orphan_checks = [c for c in health.CHECKS if c.name == "orphans"]
+    assert len(orphan_checks) >= 5
+    for check in orphan_checks:
+        assert "COVERING INDEX orphans_cache_cause_time (cause=?)" in plan(
+            health.CHECK_SQL.format(sql=check.sql, limit=10)), check.label
+    ids = {"file_ids": "[1]"}
+    for sql in derive.KEEP_VERDICT_FACTS_SQLS:
+        assert "orphans_cache_cause_time" not in plan(sql, ids)
+    assert "orphans_cache_cause (cause=? AND file_id=?)" in plan(
+        derive_append.CONCURRENT_IN_FILE_SQL, [1])
