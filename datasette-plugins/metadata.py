@@ -961,6 +961,43 @@ for _view in ("thinking_faults", "session_forks", "usage"):
                        f"records. Slow: seconds per query on a large index; query {_view} "
                        "instead.",
         "columns": TABLES[_view]["columns"]}
+# verdict_facts: what session_verdicts reads of each main transcript
+# (signals/verdict.py VERDICT_FACTS_TEMPLATE), kept by ingest.
+_VERDICT_FACTS_COLS = _cols(
+    "file_id",
+    last_assistant_uuid="the last assistant record on the resume chain",
+    last_assistant_message_id="its message.id",
+    named_uuid="the record the next resume names as previous_message_id",
+    named_message_id="its message.id",
+    named_synthetic="1 when that record is a synthetic placeholder",
+    refused="1 when the API refuses its id (the verdict is poisoned)",
+    writer_version="the Claude Code version that last wrote the file",
+    wedge="the first refused thinking block of the latest assistant message (JSON: fault, "
+          "uuid, block, message_id, record_id), or null",
+    splices="api_error splices of the file", spliced_records="the records they leave off the chain",
+    graft_height="the chain height a repair cuts a late graft back to, or null",
+    truncation="what a resume loses after the last compaction (JSON: cause, lost, boundary, "
+               "at, head, tail), or null",
+    grafted_records="late_graft orphans of the file",
+    nothing_to_cut="1 when no real assistant message is on the resume chain",
+    wedge_cut="1 when a real assistant message before the wedge's is on the chain",
+    tail_id="records.id of the last assistant record on the chain",
+    named_id="records.id of the record named as previous_message_id",
+    top_height="the resume chain's top: its height", top_record_id="and its records.id",
+    scanned_offset="byte_offset of the file's last record")
+TABLES["verdict_facts"] = {
+    "description": "What each session's verdict reads of its main transcript's records and "
+                   "caches, kept by ingest (derive.keep_sql_caches); session_verdicts reads it.",
+    "columns": dict(_VERDICT_FACTS_COLS, host=_HOST)}
+TABLES["verdict_facts_definition"] = {
+    "description": "The SQL the verdict_facts view is held equal to (by the tests), over the "
+                   "records. Slow: seconds on a large index; query verdict_facts instead.",
+    "columns": dict(_VERDICT_FACTS_COLS, host=_HOST)}
+TABLES["verdict_facts_cache"] = {
+    "description": "The verdict's facts of each main transcript, kept by ingest; query "
+                   "verdict_facts instead.",
+    "hidden": True,
+    "columns": _VERDICT_FACTS_COLS}
 TABLES["thinking_cache"] = {
     "description": "What the thinking blocks of each main transcript's assistant records are, "
                    "kept by ingest (thinking.py); query thinking_faults instead.",

@@ -674,8 +674,8 @@ VIEWS = {
     # what session_forks reads from fork_heads_cache, from the records
     "session_forks_definition": forks.SESSION_FORKS_DEFINITION_SQL,
     # what session_verdicts reads from verdict_facts_cache, and from the records
-    "verdict_facts": verdict.VERDICT_FACTS_SQL,
-    "verdict_facts_definition": verdict.VERDICT_FACTS_DEFINITION_SQL,
+    "verdict_facts": verdict.VERDICT_FACTS_VIEW_SQL,
+    "verdict_facts_definition": verdict.VERDICT_FACTS_DEFINITION_VIEW_SQL,
     "repair_plan": REPAIR_PLAN_SQL,
     "session_copies": SESSION_COPIES_SQL,
     "host_copies": HOST_COPIES_SQL,

@@ -271,8 +271,12 @@ APPENDED_FACTS_ARGS = {
     "old": "JOIN verdict_facts_cache o ON o.file_id = f.id AND " + STILL_TOPPED}
 # The facts ingest keeps (verdict_facts_cache), and the same computed from
 # the records for every main transcript (the tests hold the two equal).
-VERDICT_FACTS_SQL = f"SELECT {VERDICT_FACTS_COLUMNS} FROM verdict_facts_cache"
 VERDICT_FACTS_DEFINITION_SQL = VERDICT_FACTS_TEMPLATE.format(files="1", **FACTS_ARGS)
+# The views (with the host of the file, as every view with a file has).
+VERDICT_FACTS_VIEW_SQL = (f"SELECT {definitions.prefixed(VERDICT_FACTS_COLUMNS, 'c')}, "
+                          f"{definitions.HOST_OF.format(file_id='c.file_id')} AS host "
+                          "FROM verdict_facts_cache c")
+VERDICT_FACTS_DEFINITION_VIEW_SQL = definitions.with_host(VERDICT_FACTS_DEFINITION_SQL)
 # The facts VERDICT_TEMPLATE reads: the kept ones, or (check, and the
 # tests' definition of every verdict) computed for the files {files} picks.
 KEPT_FACTS = "verdict_facts_cache"
