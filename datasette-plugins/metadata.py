@@ -984,7 +984,8 @@ _VERDICT_FACTS_COLS = _cols(
     tail_id="records.id of the last assistant record on the chain",
     named_id="records.id of the record named as previous_message_id",
     top_height="the resume chain's top: its height", top_record_id="and its records.id",
-    scanned_offset="byte_offset of the file's last record")
+    scanned_offset="byte_offset of the file's last record",
+    first_party="1 when the file holds a reply of Anthropic's API (a msg_ id)")
 TABLES["verdict_facts"] = {
     "description": "What each session's verdict reads of its main transcript's records and "
                    "caches, kept by ingest (derive.keep_sql_caches); session_verdicts reads it.",

@@ -1557,18 +1557,18 @@ def m091_usage_call_prices(db):
 # the api_error splices read orphans_cache, not the orphans view, which a
 # new index has not made yet when its migrations run).
 M092_VERDICT_FACTS_SQL = r"""
-INSERT INTO verdict_facts_cache (file_id, last_assistant_uuid, last_assistant_message_id, named_uuid, named_message_id, named_synthetic, refused, writer_version, wedge, splices, spliced_records, graft_height, truncation, grafted_records, nothing_to_cut, wedge_cut, tail_id, named_id, top_height, top_record_id, scanned_offset)
+INSERT INTO verdict_facts_cache (file_id, last_assistant_uuid, last_assistant_message_id, named_uuid, named_message_id, named_synthetic, refused, writer_version, wedge, splices, spliced_records, graft_height, truncation, grafted_records, nothing_to_cut, wedge_cut, tail_id, named_id, top_height, top_record_id, scanned_offset, first_party)
 SELECT x.file_id, t.uuid AS last_assistant_uuid, t.message_id AS last_assistant_message_id,
   n.uuid AS named_uuid, n.message_id AS named_message_id,
   coalesce(n.type = 'assistant' AND n.model = '<synthetic>', 0) AS named_synthetic,
-  coalesce(CASE WHEN (n.message_id IS NOT NULL AND n.message_id NOT LIKE 'msg\_%' ESCAPE '\') THEN (n.type = 'assistant' AND n.model = '<synthetic>' OR EXISTS (SELECT 1 FROM records fp WHERE fp.file_id = x.file_id AND fp.type = 'assistant' AND fp.message_id LIKE 'msg\_%' ESCAPE '\' AND fp.model IS NOT '<synthetic>')) END, 0) AS refused,
+  coalesce(CASE WHEN (n.message_id IS NOT NULL AND n.message_id NOT LIKE 'msg\_%' ESCAPE '\') THEN (n.type = 'assistant' AND n.model = '<synthetic>' OR x.first_party) END, 0) AS refused,
   x.writer_version, x.wedge, x.splices, x.spliced_records, x.graft_height,
   x.truncation, x.grafted_records, x.nothing_to_cut,
   CASE WHEN x.wedge IS NOT NULL THEN EXISTS (
   SELECT 1 FROM leaf_ancestry_cache k JOIN records t ON t.id = k.record_id
   WHERE k.file_id = x.file_id AND k.rule = 'resume' AND t.type = 'assistant'
     AND NOT (t.type = 'assistant' AND t.model = '<synthetic>') AND t.message_id IS NOT json_extract(x.wedge, '$.message_id')) END AS wedge_cut,
-  x.tail_id, x.named_id, x.top_height, x.top_record_id, x.scanned_offset
+  x.tail_id, x.named_id, x.top_height, x.top_record_id, x.scanned_offset, x.first_party
 FROM (
   SELECT DISTINCT f.id AS file_id,
     coalesce((SELECT k.record_id FROM leaf_ancestry_cache k JOIN records r ON r.id = k.record_id
@@ -1735,7 +1735,9 @@ GROUP BY o.file_id, o.branch_point_uuid))
      WHERE k.file_id = f.id AND k.rule = 'resume') AS top_height,
     (SELECT k.record_id FROM leaf_ancestry_cache k WHERE k.file_id = f.id AND k.rule = 'resume'
      ORDER BY k.height DESC LIMIT 1) AS top_record_id,
-    (SELECT max(byte_offset) FROM records WHERE file_id = f.id) AS scanned_offset
+    (SELECT max(byte_offset) FROM records WHERE file_id = f.id) AS scanned_offset,
+    0 OR EXISTS (SELECT 1 FROM records fp WHERE fp.file_id = f.id AND fp.byte_offset > -1 AND fp.type = 'assistant' AND fp.message_id LIKE 'msg\_%' ESCAPE '\' AND fp.model IS NOT '<synthetic>')
+      AS first_party
   FROM files f  WHERE f.kind = 'main' AND 1
 ) x
 LEFT JOIN records t ON t.id = x.tail_id
@@ -1777,7 +1779,8 @@ def m092_verdict_facts(db):
             named_id INTEGER,               -- and of the record named as previous_message_id
             top_height INTEGER,             -- the chain's top: its height and record
             top_record_id INTEGER,
-            scanned_offset INTEGER          -- byte_offset of the file's last record
+            scanned_offset INTEGER,         -- byte_offset of the file's last record
+            first_party INTEGER             -- 1: the file holds a reply of Anthropic's API
         )
         """
     )

@@ -182,13 +182,16 @@ _FILE_SPLICES = definitions.API_ERROR_SPLICES_TEMPLATE.format(files=" AND o.file
 #     compaction.TRUNCATION_TEMPLATE; nothing_to_cut: NOTHING_TO_CUT_TEMPLATE
 #   tail_id, named_id: the records.id of those two; top_height,
 #     top_record_id: the resume chain's top (its leaf's height and record);
-#     scanned_offset: the byte_offset of the file's last record
-# The four facts that look down the chain or the file for the first record
+#     scanned_offset: the byte_offset of the file's last record;
+#     first_party: 1 when the file holds a reply of Anthropic's API
+#     (records.FIRST_PARTY_REPLY_IN)
+# The five facts that look down the chain or the file for the first record
 # of a kind (the tail, the named record, a real assistant message, the
-# writer's version) read all of it when none is there (a transcript without
+# writer's version, a first-party reply) read all of it when none is there (a transcript without
 # requestIds or versions): kept, they look only above {above} (a height) and
 # after {after} (a byte_offset), and else take what the file's row said
-# before ({tail_before}, {named_before}, {nothing_before}, {writer_before}):
+# before ({tail_before}, {named_before}, {nothing_before}, {writer_before},
+# {first_party_before}):
 # FACTS_ARGS, from the start (the definition), or APPENDED_FACTS_ARGS, from
 # the kept row {old} of a file whose chain up to its old top is unchanged
 # (derive.keep_verdict_facts: an append).
@@ -198,20 +201,23 @@ VERDICT_FACTS_COLUMNS = (
     "file_id, last_assistant_uuid, last_assistant_message_id, named_uuid, named_message_id, "
     "named_synthetic, refused, writer_version, wedge, splices, spliced_records, graft_height, "
     "truncation, grafted_records, nothing_to_cut, wedge_cut, tail_id, named_id, top_height, "
-    "top_record_id, scanned_offset")
+    "top_record_id, scanned_offset, first_party")
 # WRITER_VERSION_TEMPLATE after byte_offset {after}.
 _WRITER_VERSION_AFTER = WRITER_VERSION_TEMPLATE.replace(
     "v.version IS NOT NULL", "v.version IS NOT NULL AND v.byte_offset > {after}")
 # NOTHING_TO_CUT_TEMPLATE above height {above}.
 _NOTHING_TO_CUT_ABOVE = definitions.NOTHING_TO_CUT_TEMPLATE.replace(
     "k.rule = 'resume'", "k.rule = 'resume' AND k.height > {above}")
+# records.FIRST_PARTY_REPLY_IN after byte_offset {after}.
+_FIRST_PARTY_AFTER = records.FIRST_PARTY_REPLY_IN.replace(
+    "fp.file_id = {file} AND", "fp.file_id = {file} AND fp.byte_offset > {after} AND")
 assert "{after}" in _WRITER_VERSION_AFTER and "{above}" in _NOTHING_TO_CUT_ABOVE
+assert "{after}" in _FIRST_PARTY_AFTER
 # Does the API refuse the named record n's id? (A CASE: under an AND SQLite
 # ran the EXISTS over the file's assistant records even with no named
 # record: O(file) on every append.)
 _REFUSED = ("CASE WHEN " + records.REFUSED_MESSAGE_ID.format(r="n") + " THEN ("
-            + records.SYNTHETIC_RECORD.format(r="n") + " OR "
-            + records.FIRST_PARTY_REPLY_IN.format(file="x.file_id") + ") END")
+            + records.SYNTHETIC_RECORD.format(r="n") + " OR x.first_party) END")
 VERDICT_FACTS_TEMPLATE = f"""
 SELECT x.file_id, t.uuid AS last_assistant_uuid, t.message_id AS last_assistant_message_id,
   n.uuid AS named_uuid, n.message_id AS named_message_id,
@@ -221,7 +227,7 @@ SELECT x.file_id, t.uuid AS last_assistant_uuid, t.message_id AS last_assistant_
   x.truncation, x.grafted_records, x.nothing_to_cut,
   CASE WHEN x.wedge IS NOT NULL THEN {WEDGE_CUT_TEMPLATE.format(
       file="x.file_id", message="json_extract(x.wedge, '$.message_id')")} END AS wedge_cut,
-  x.tail_id, x.named_id, x.top_height, x.top_record_id, x.scanned_offset
+  x.tail_id, x.named_id, x.top_height, x.top_record_id, x.scanned_offset, x.first_party
 FROM (
   SELECT DISTINCT f.id AS file_id,
     coalesce((SELECT k.record_id FROM leaf_ancestry_cache k JOIN records r ON r.id = k.record_id
@@ -250,7 +256,9 @@ FROM (
      WHERE k.file_id = f.id AND k.rule = 'resume') AS top_height,
     (SELECT k.record_id FROM leaf_ancestry_cache k WHERE k.file_id = f.id AND k.rule = 'resume'
      ORDER BY k.height DESC LIMIT 1) AS top_record_id,
-    (SELECT max(byte_offset) FROM records WHERE file_id = f.id) AS scanned_offset
+    (SELECT max(byte_offset) FROM records WHERE file_id = f.id) AS scanned_offset,
+    {{first_party_before}} OR {_FIRST_PARTY_AFTER.format(file="f.id", after="{after}")}
+      AS first_party
   FROM files f {{old}} WHERE f.kind = 'main' AND {{files}}
 ) x
 LEFT JOIN records t ON t.id = x.tail_id
@@ -258,7 +266,8 @@ LEFT JOIN records n ON n.id = x.named_id
 """.strip()
 # Every fact from the start of the chain and of the file.
 FACTS_ARGS = {"above": "-1", "after": "-1", "tail_before": "NULL", "named_before": "NULL",
-              "nothing_before": "1", "writer_before": "NULL", "old": ""}
+              "nothing_before": "1", "writer_before": "NULL", "first_party_before": "0",
+              "old": ""}
 # The kept row o of a file whose resume chain still has its old top record
 # at its old height (an append grew it there, so the chain below is the same):
 # the first-of-a-kind facts looked for only in what the append added.
@@ -268,6 +277,7 @@ APPENDED_FACTS_ARGS = {
     "above": "coalesce(o.top_height, -1)", "after": "coalesce(o.scanned_offset, -1)",
     "tail_before": "o.tail_id", "named_before": "o.named_id",
     "nothing_before": "o.nothing_to_cut", "writer_before": "o.writer_version",
+    "first_party_before": "o.first_party",
     "old": "JOIN verdict_facts_cache o ON o.file_id = f.id AND " + STILL_TOPPED}
 # The facts ingest keeps (verdict_facts_cache), and the same computed from
 # the records for every main transcript (the tests hold the two equal).
