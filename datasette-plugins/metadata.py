@@ -49,7 +49,10 @@ _EXCERPT = """CASE WHEN json_valid({r}.raw) THEN substr(coalesce(
 # previous_message_id 400; expiry_status expiring|expired|deleted or NULL;
 # verdict, cause, fix: the session's verdict (session_verdicts, read once for
 # :session_id: a join on a column would compute every session's, and a
-# subquery per column computed it three times).
+# subquery per column computed it three times; DISTINCT, the rows being
+# distinct anyway, keeps SQLite from flattening it into this query, where
+# it did not push the session's filter into the view: 2 s at a million
+# records).
 SESSION_HEALTH_SQL = """
 SELECT s.session_id, s.project_dir, s.cwd, s.main_files, s.subagent_files, s.records,
   s.first_timestamp, s.last_timestamp, s.version, s.git_branch, s.deleted_at,
@@ -72,7 +75,7 @@ SELECT s.session_id, s.project_dir, s.cwd, s.main_files, s.subagent_files, s.rec
     AS failed_executions,
   v.verdict, v.cause, v.fix
 FROM sessions s LEFT JOIN leaves l ON l.file_id = s.main_file_id
-  LEFT JOIN (SELECT verdict, cause, fix, host FROM session_verdicts
+  LEFT JOIN (SELECT DISTINCT verdict, cause, fix, host FROM session_verdicts
              WHERE session_id = :session_id) v ON v.host = s.host
 WHERE s.session_id = :session_id
 """.strip()
@@ -975,6 +978,44 @@ for _view in ("thinking_faults", "session_forks", "usage"):
                        f"records. Slow: seconds per query on a large index; query {_view} "
                        "instead.",
         "columns": TABLES[_view]["columns"]}
+# verdict_facts: what session_verdicts reads of each main transcript
+# (signals/verdict.py VERDICT_FACTS_TEMPLATE), kept by ingest.
+_VERDICT_FACTS_COLS = _cols(
+    "file_id",
+    last_assistant_uuid="the last assistant record on the resume chain",
+    last_assistant_message_id="its message.id",
+    named_uuid="the record the next resume names as previous_message_id",
+    named_message_id="its message.id",
+    named_synthetic="1 when that record is a synthetic placeholder",
+    refused="1 when the API refuses its id (the verdict is poisoned)",
+    writer_version="the Claude Code version that last wrote the file",
+    wedge="the first refused thinking block of the latest assistant message (JSON: fault, "
+          "uuid, block, message_id, record_id), or null",
+    splices="api_error splices of the file", spliced_records="the records they leave off the chain",
+    graft_height="the chain height a repair cuts a late graft back to, or null",
+    truncation="what a resume loses after the last compaction (JSON: cause, lost, boundary, "
+               "at, head, tail), or null",
+    grafted_records="late_graft orphans of the file",
+    nothing_to_cut="1 when no real assistant message is on the resume chain",
+    wedge_cut="1 when a real assistant message before the wedge's is on the chain",
+    tail_id="records.id of the last assistant record on the chain",
+    named_id="records.id of the record named as previous_message_id",
+    top_height="the resume chain's top: its height", top_record_id="and its records.id",
+    scanned_offset="byte_offset of the file's last record",
+    first_party="1 when the file holds a reply of Anthropic's API (a msg_ id)")
+TABLES["verdict_facts"] = {
+    "description": "What each session's verdict reads of its main transcript's records and "
+                   "caches, kept by ingest (derive.keep_sql_caches); session_verdicts reads it.",
+    "columns": dict(_VERDICT_FACTS_COLS, host=_HOST)}
+TABLES["verdict_facts_definition"] = {
+    "description": "The SQL the verdict_facts view is held equal to (by the tests), over the "
+                   "records. Slow: seconds on a large index; query verdict_facts instead.",
+    "columns": dict(_VERDICT_FACTS_COLS, host=_HOST)}
+TABLES["verdict_facts_cache"] = {
+    "description": "The verdict's facts of each main transcript, kept by ingest; query "
+                   "verdict_facts instead.",
+    "hidden": True,
+    "columns": _VERDICT_FACTS_COLS}
 TABLES["thinking_cache"] = {
     "description": "What the thinking blocks of each main transcript's assistant records are, "
                    "kept by ingest (thinking.py); query thinking_faults instead.",

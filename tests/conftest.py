@@ -112,6 +112,23 @@ class Index:
         for view in CACHED_VIEWS + SQL_CACHED_VIEWS:
             extra, missing = views_differ(self.db.conn, view, f"{view}_definition", copy)
             assert (extra, missing) == ([], []), view
+        assert_verdicts_match_definition(self.db.conn)
+
+
+def assert_verdicts_match_definition(conn):
+    """Every session's verdict (session_verdicts, from the facts ingest keeps
+    in verdict_facts_cache) equals the verdict computed from the records
+    (verdict.SESSION_VERDICTS_DEFINITION_SQL), row for row, every column."""
+    from indexer.signals import verdict
+
+    def read(sql):
+        cur = conn.execute(sql)
+        return [d[0] for d in cur.description], cur.fetchall()
+
+    cols, kept = read("SELECT * FROM session_verdicts")
+    def_cols, computed = read(verdict.SESSION_VERDICTS_DEFINITION_SQL)
+    assert cols == def_cols
+    assert sorted(kept, key=repr) == sorted(computed, key=repr), "session_verdicts"
 
 
 class _DefinitionsCopy:

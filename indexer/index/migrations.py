@@ -1551,6 +1551,255 @@ def m091_usage_call_prices(db):
     db.execute("CREATE INDEX usage_calls_timestamp ON usage_calls(timestamp, model, cost_usd)")
 
 
+# verdict_facts_cache's rows for every main transcript, as
+# signals/verdict.py's VERDICT_FACTS_TEMPLATE computed them at this
+# migration (its own copy: a migration never runs code that later changes;
+# the api_error splices read orphans_cache, not the orphans view, which a
+# new index has not made yet when its migrations run).
+M092_VERDICT_FACTS_SQL = r"""
+INSERT INTO verdict_facts_cache (file_id, last_assistant_uuid, last_assistant_message_id, named_uuid, named_message_id, named_synthetic, refused, writer_version, wedge, splices, spliced_records, graft_height, truncation, grafted_records, nothing_to_cut, wedge_cut, tail_id, named_id, top_height, top_record_id, scanned_offset, first_party)
+SELECT x.file_id, t.uuid AS last_assistant_uuid, t.message_id AS last_assistant_message_id,
+  n.uuid AS named_uuid, n.message_id AS named_message_id,
+  coalesce(n.type = 'assistant' AND n.model = '<synthetic>', 0) AS named_synthetic,
+  coalesce(CASE WHEN (n.message_id IS NOT NULL AND n.message_id NOT LIKE 'msg\_%' ESCAPE '\') THEN (n.type = 'assistant' AND n.model = '<synthetic>' OR x.first_party) END, 0) AS refused,
+  x.writer_version, x.wedge, x.splices, x.spliced_records, x.graft_height,
+  x.truncation, x.grafted_records, x.nothing_to_cut,
+  CASE WHEN x.wedge IS NOT NULL THEN EXISTS (
+  SELECT 1 FROM leaf_ancestry_cache k JOIN records t ON t.id = k.record_id
+  WHERE k.file_id = x.file_id AND k.rule = 'resume' AND t.type = 'assistant'
+    AND NOT (t.type = 'assistant' AND t.model = '<synthetic>') AND t.message_id IS NOT json_extract(x.wedge, '$.message_id')) END AS wedge_cut,
+  x.tail_id, x.named_id, x.top_height, x.top_record_id, x.scanned_offset, x.first_party
+FROM (
+  SELECT DISTINCT f.id AS file_id,
+    coalesce((SELECT k.record_id FROM leaf_ancestry_cache k JOIN records r ON r.id = k.record_id
+     WHERE k.file_id = f.id AND k.rule = 'resume' AND k.height > -1
+       AND r.type = 'assistant'
+     ORDER BY k.height DESC LIMIT 1), NULL) AS tail_id,
+    coalesce((SELECT k.record_id FROM leaf_ancestry_cache k JOIN records r ON r.id = k.record_id
+     WHERE k.file_id = f.id AND k.rule = 'resume' AND k.height > -1
+       AND r.type = 'assistant' AND NOT coalesce(r.is_api_error, 0) AND (coalesce(r.request_id, '') <> '' OR (r.message_id LIKE 'msg\_%' ESCAPE '\' AND r.model IS NOT '<synthetic>'))
+     ORDER BY k.height DESC LIMIT 1), NULL) AS named_id,
+    1 AND NOT EXISTS (
+  SELECT 1 FROM leaf_ancestry_cache k JOIN records t ON t.id = k.record_id
+  WHERE k.file_id = f.id AND k.rule = 'resume' AND k.height > -1 AND t.type = 'assistant'
+    AND NOT (t.type = 'assistant' AND t.model = '<synthetic>'))
+      AS nothing_to_cut,
+    coalesce((SELECT v.version FROM records v
+  WHERE v.file_id = f.id AND v.version IS NOT NULL AND v.byte_offset > -1 ORDER BY v.byte_offset DESC LIMIT 1), NULL)
+      AS writer_version,
+    (SELECT json_object('fault', lf.fault, 'uuid', lf.uuid, 'block', lf.block,
+                        'message_id', lf.message_id, 'record_id', lf.record_id)
+     FROM (SELECT lf.* FROM (
+WITH displayed AS NOT MATERIALIZED (
+  SELECT d.file_id, d.model, d.version FROM records d, json_each(CASE WHEN d.type = 'assistant' AND instr(d.raw, 'thinking') > 0 AND json_valid(d.raw) AND json_type(d.raw, '$.message.content') = 'array' THEN d.raw -> '$.message.content' END) x
+  WHERE d.file_id = f.id AND x.type = 'object' AND (x.value ->> '$.type' = 'thinking' AND coalesce(CASE WHEN json_type(x.value, '$.thinking') = 'text' THEN x.value ->> '$.thinking' END, '') <> '' AND coalesce(CASE WHEN json_type(x.value, '$.signature') = 'text' THEN x.value ->> '$.signature' END, '') <> '')
+)
+SELECT * FROM (
+  SELECT r.file_id, r.id AS record_id, r.line_no, r.uuid, r.message_id, r.model, r.version,
+    CAST(b.key AS INTEGER) AS block,
+    CASE WHEN (CASE WHEN b.type = 'object' THEN b.value END) ->> '$.type' = 'redacted_thinking' THEN CASE WHEN coalesce(CASE WHEN json_type((CASE WHEN b.type = 'object' THEN b.value END), '$.data') = 'text' THEN (CASE WHEN b.type = 'object' THEN b.value END) ->> '$.data' END, '') = '' THEN 'unsigned' END WHEN (CASE WHEN b.type = 'object' THEN b.value END) ->> '$.type' IS NOT 'thinking' THEN NULL WHEN coalesce(CASE WHEN json_type((CASE WHEN b.type = 'object' THEN b.value END), '$.signature') = 'text' THEN (CASE WHEN b.type = 'object' THEN b.value END) ->> '$.signature' END, '') = '' THEN 'unsigned' WHEN length(coalesce(CASE WHEN json_type((CASE WHEN b.type = 'object' THEN b.value END), '$.signature') = 'text' THEN (CASE WHEN b.type = 'object' THEN b.value END) ->> '$.signature' END, '')) < 184 OR coalesce(CASE WHEN json_type((CASE WHEN b.type = 'object' THEN b.value END), '$.signature') = 'text' THEN (CASE WHEN b.type = 'object' THEN b.value END) ->> '$.signature' END, '') GLOB '*[^A-Za-z0-9+/=]*' THEN 'truncated' WHEN coalesce(CASE WHEN json_type((CASE WHEN b.type = 'object' THEN b.value END), '$.thinking') = 'text' THEN (CASE WHEN b.type = 'object' THEN b.value END) ->> '$.thinking' END, '') = '' AND EXISTS (
+      SELECT 1 FROM displayed p WHERE p.file_id = r.file_id AND p.model IS r.model
+        AND p.version IS r.version) THEN 'blanked' END AS fault
+  FROM records r, json_each(CASE WHEN r.type = 'assistant' AND instr(r.raw, 'thinking') > 0 AND json_valid(r.raw) AND json_type(r.raw, '$.message.content') = 'array' THEN r.raw -> '$.message.content' END) b
+  WHERE r.file_id = f.id AND r.message_id = (SELECT CASE WHEN r.type = 'assistant'
+    AND NOT (r.type = 'assistant' AND r.model = '<synthetic>') THEN r.message_id END
+  FROM leaf_ancestry_cache k JOIN records r ON r.id = k.record_id
+  WHERE k.file_id = f.id AND k.rule = 'resume' AND r.type IN ('user', 'assistant')
+    AND NOT (r.type = 'assistant' AND coalesce(r.is_api_error, 0))
+  ORDER BY k.height DESC LIMIT 1) AND (substr(r.message_id, 1, 4) = 'msg_' AND instr(r.model, 'claude') > 0)) WHERE fault IS NOT NULL) lf
+  CROSS JOIN leaf_ancestry_cache lk ON lk.file_id = lf.file_id AND lk.rule = 'resume'
+    AND lk.record_id = lf.record_id
+  ORDER BY CASE lf.fault WHEN 'blanked' THEN 2001161 WHEN 'truncated' THEN 2001169 WHEN 'unsigned' THEN 2001183 END DESC, lk.height,
+    lf.block) lf LIMIT 1) AS wedge,
+    (SELECT count(*) FROM (SELECT o.file_id, o.session_id, child.uuid AS api_error_uuid,
+       o.branch_point_uuid,
+       count(*) AS orphaned_records,
+       count(DISTINCT CASE WHEN o.type = 'assistant'
+                           THEN coalesce(o.message_id, o.uuid) END)
+         AS orphaned_assistant_messages,
+       min(o.timestamp) AS first_orphan_at,
+       max(o.timestamp) AS last_orphan_at,
+       round((julianday(max(o.timestamp)) - julianday(min(o.timestamp))) * 1440, 1)
+         AS minutes_spanned,
+       NULL AS host
+FROM orphans_cache o
+JOIN leaf_ancestry_cache bp ON bp.file_id = o.file_id AND bp.rule = 'resume'
+  AND bp.uuid = o.branch_point_uuid
+JOIN leaf_ancestry_cache child ON child.file_id = o.file_id AND child.rule = 'resume'
+  AND child.height = bp.height + 1
+WHERE o.cause = 'api_error_splice' AND o.file_id = f.id
+GROUP BY o.file_id, o.branch_point_uuid)) AS splices,
+    (SELECT sum(orphaned_records) FROM (SELECT o.file_id, o.session_id, child.uuid AS api_error_uuid,
+       o.branch_point_uuid,
+       count(*) AS orphaned_records,
+       count(DISTINCT CASE WHEN o.type = 'assistant'
+                           THEN coalesce(o.message_id, o.uuid) END)
+         AS orphaned_assistant_messages,
+       min(o.timestamp) AS first_orphan_at,
+       max(o.timestamp) AS last_orphan_at,
+       round((julianday(max(o.timestamp)) - julianday(min(o.timestamp))) * 1440, 1)
+         AS minutes_spanned,
+       NULL AS host
+FROM orphans_cache o
+JOIN leaf_ancestry_cache bp ON bp.file_id = o.file_id AND bp.rule = 'resume'
+  AND bp.uuid = o.branch_point_uuid
+JOIN leaf_ancestry_cache child ON child.file_id = o.file_id AND child.rule = 'resume'
+  AND child.height = bp.height + 1
+WHERE o.cause = 'api_error_splice' AND o.file_id = f.id
+GROUP BY o.file_id, o.branch_point_uuid))
+      AS spliced_records,
+    (SELECT min(ga.height) FROM orphans_cache go
+  CROSS JOIN leaf_ancestry_cache ga ON ga.file_id = go.file_id AND ga.rule = 'resume'
+    AND ga.uuid = go.branch_point_uuid
+  WHERE go.file_id = f.id AND go.cause = 'late_graft'
+    AND NOT EXISTS (SELECT 1 FROM leaf_ancestry_cache gk JOIN records gr ON gr.id = gk.record_id
+                    WHERE gk.file_id = go.file_id AND gk.rule = 'resume'
+                      AND gk.height > ga.height AND gr.type = 'user'
+                      AND NOT gr.is_meta AND NOT gr.is_tool_result)) AS graft_height,
+    (SELECT CASE
+    WHEN unreached > 0 THEN json_object('cause', 'unreached_after_compaction',
+      'lost', unreached, 'boundary', uuid, 'at', timestamp)
+    WHEN finding = 'segment_does_not_reach_head' AND not_relinked > 0 THEN json_object(
+      'cause', 'segment_not_relinked', 'lost', not_relinked, 'boundary', uuid, 'at', timestamp,
+      'head', head, 'tail', tail) END
+  FROM (SELECT lb.uuid, lb.timestamp, (CASE WHEN EXISTS (SELECT 1 FROM leaf_ancestry_cache k
+    WHERE k.file_id = lb.file_id AND k.rule = 'resume' AND k.uuid = lb.uuid) THEN 0
+  ELSE (SELECT count(*) FROM (SELECT o.uuid, o.line_no FROM orphans_cache o
+  WHERE o.file_id = lb.file_id AND NOT o.restored AND o.cause IN ('unlinked', 'dangling_parent')
+    AND EXISTS (SELECT 1 FROM records s WHERE s.file_id = lb.file_id AND s.uuid = o.uuid
+    AND +s.byte_offset > lb.byte_offset AND (NULL IS NULL OR +s.byte_offset < NULL)
+    AND s.type IN ('user', 'assistant') AND NOT s.is_sidechain
+    AND NOT EXISTS (SELECT 1 FROM records e WHERE e.file_id = s.file_id AND e.uuid = s.uuid
+                    AND e.line_no < lb.line_no))
+    AND NOT EXISTS (SELECT 1 FROM leaf_ancestry_cache k WHERE k.file_id = lb.file_id
+                    AND k.rule = 'resume' AND k.uuid = lb.uuid))) END) AS unreached,
+          CASE
+  WHEN json_type(lb.raw, '$.compactMetadata.preservedMessages') = 'object' THEN CASE WHEN EXISTS (
+      SELECT 1 FROM json_each(lb.raw, '$.compactMetadata.preservedMessages.uuids') l
+      WHERE NOT EXISTS (SELECT 1 FROM records q WHERE q.file_id = lb.file_id AND q.uuid = l.value)) THEN 'listed_missing' END
+  WHEN json_type(lb.raw, '$.compactMetadata.preservedSegment') IS NOT 'object' THEN NULL
+  WHEN NOT EXISTS (SELECT 1 FROM records q WHERE q.file_id = lb.file_id AND q.uuid = json_extract(lb.raw, '$.compactMetadata.preservedSegment.headUuid'))
+    THEN 'head_missing'
+  WHEN NOT EXISTS (SELECT 1 FROM records q WHERE q.file_id = lb.file_id AND q.uuid = json_extract(lb.raw, '$.compactMetadata.preservedSegment.tailUuid'))
+    THEN 'tail_missing'
+  WHEN NOT EXISTS (SELECT 1 FROM records q WHERE q.file_id = lb.file_id AND q.uuid = json_extract(lb.raw, '$.compactMetadata.preservedSegment.anchorUuid'))
+    THEN 'anchor_missing'
+  WHEN NOT EXISTS (WITH RECURSIVE walk(uuid, steps) AS (
+    SELECT json_extract(lb.raw, '$.compactMetadata.preservedSegment.tailUuid'), 0
+    UNION ALL
+    SELECT (SELECT p.parent_uuid FROM records p WHERE p.file_id = lb.file_id
+              AND p.uuid = w.uuid ORDER BY p.line_no DESC LIMIT 1), w.steps + 1
+    FROM walk w
+    WHERE w.uuid IS NOT NULL AND w.uuid IS NOT json_extract(lb.raw, '$.compactMetadata.preservedSegment.headUuid')
+      AND EXISTS (SELECT 1 FROM records p WHERE p.file_id = lb.file_id AND p.uuid = w.uuid)
+      AND w.steps <= (SELECT line_count FROM files x WHERE x.id = lb.file_id))
+      SELECT 1 FROM walk WHERE uuid = json_extract(lb.raw, '$.compactMetadata.preservedSegment.headUuid'))
+    THEN 'segment_does_not_reach_head'
+  WHEN NOT EXISTS (WITH RECURSIVE up(uuid, type, steps) AS (
+    SELECT lb.logical_parent_uuid, (SELECT p.type FROM records p WHERE p.file_id = lb.file_id
+      AND p.uuid = lb.logical_parent_uuid ORDER BY p.line_no DESC LIMIT 1), 0
+    UNION ALL
+    SELECT p.parent_uuid, (SELECT q.type FROM records q WHERE q.file_id = lb.file_id
+      AND q.uuid = p.parent_uuid ORDER BY q.line_no DESC LIMIT 1), u.steps + 1
+    FROM up u JOIN records p ON p.id = (SELECT max(x.id) FROM records x
+      WHERE x.file_id = lb.file_id AND x.uuid = u.uuid)
+    WHERE u.type NOT IN ('user', 'assistant')
+      AND u.steps <= (SELECT line_count FROM files f WHERE f.id = lb.file_id))
+      SELECT 1 FROM up WHERE uuid = json_extract(lb.raw, '$.compactMetadata.preservedSegment.tailUuid'))
+    THEN 'tail_not_logical_parent'
+  END AS finding,
+          (SELECT count(DISTINCT w.uuid) FROM (WITH RECURSIVE walk(uuid, steps) AS (
+    SELECT json_extract(lb.raw, '$.compactMetadata.preservedSegment.tailUuid'), 0
+    UNION ALL
+    SELECT (SELECT p.parent_uuid FROM records p WHERE p.file_id = lb.file_id
+              AND p.uuid = w.uuid ORDER BY p.line_no DESC LIMIT 1), w.steps + 1
+    FROM walk w
+    WHERE w.uuid IS NOT NULL AND w.uuid IS NOT json_extract(lb.raw, '$.compactMetadata.preservedSegment.headUuid')
+      AND EXISTS (SELECT 1 FROM records p WHERE p.file_id = lb.file_id AND p.uuid = w.uuid)
+      AND w.steps <= (SELECT line_count FROM files x WHERE x.id = lb.file_id)) SELECT uuid FROM walk) w
+  JOIN records r ON r.file_id = lb.file_id AND r.uuid = w.uuid
+  WHERE r.type IN ('user', 'assistant') AND NOT (EXISTS (SELECT 1 FROM leaf_ancestry_cache k WHERE k.file_id = lb.file_id
+    AND k.rule = 'resume' AND k.uuid = w.uuid)
+  OR EXISTS (SELECT 1 FROM orphans_cache o WHERE o.file_id = lb.file_id AND o.uuid = w.uuid
+    AND o.restored))) AS not_relinked,
+          json_extract(lb.raw, '$.compactMetadata.preservedSegment.headUuid') AS head,
+          json_extract(lb.raw, '$.compactMetadata.preservedSegment.tailUuid') AS tail
+        FROM records lb WHERE lb.file_id = f.id AND lb.type = 'system' AND lb.subtype = 'compact_boundary'
+  AND NOT lb.is_sidechain AND NOT EXISTS (
+    SELECT 1 FROM records lbe WHERE lbe.file_id = lb.file_id AND lbe.uuid = lb.uuid
+      AND lbe.line_no < lb.line_no)
+        ORDER BY lb.line_no DESC LIMIT 1)) AS truncation,
+    (SELECT count(*) FROM orphans_cache x WHERE x.file_id = f.id
+       AND x.cause = 'late_graft') AS grafted_records,
+    (SELECT max(k.height) FROM leaf_ancestry_cache k
+     WHERE k.file_id = f.id AND k.rule = 'resume') AS top_height,
+    (SELECT k.record_id FROM leaf_ancestry_cache k WHERE k.file_id = f.id AND k.rule = 'resume'
+     ORDER BY k.height DESC LIMIT 1) AS top_record_id,
+    (SELECT max(byte_offset) FROM records WHERE file_id = f.id) AS scanned_offset,
+    0 OR EXISTS (SELECT 1 FROM records fp WHERE fp.file_id = f.id AND fp.byte_offset > -1 AND fp.type = 'assistant' AND fp.message_id LIKE 'msg\_%' ESCAPE '\' AND fp.model IS NOT '<synthetic>')
+      AS first_party
+  FROM files f  WHERE f.kind = 'main' AND 1
+) x
+LEFT JOIN records t ON t.id = x.tail_id
+LEFT JOIN records n ON n.id = x.named_id
+""".strip()
+
+
+@migrations()
+def m092_verdict_facts(db):
+    # verdict_facts_cache: per main transcript, the verdict's facts that read
+    # only the file's records and its caches (signals/verdict.py,
+    # VERDICT_FACTS_TEMPLATE), kept by derive (derive.keep_sql_caches), so
+    # that session_verdicts (the health page's verdict rows, the verdicts
+    # chart, sessions, show) reads a row per file instead of walking each
+    # file's chain. Filled here with this migration's copy of the
+    # definition, so an index upgraded and served before its next ingest
+    # gives its verdicts; the next ingest fills it again from the definition
+    # (index_meta.verdict_facts_hash is not stamped here).
+    db.execute(
+        """
+        CREATE TABLE verdict_facts_cache (
+            file_id INTEGER PRIMARY KEY,
+            last_assistant_uuid TEXT,       -- the last assistant record on the resume chain
+            last_assistant_message_id TEXT,
+            named_uuid TEXT,                -- the record a resume names as previous_message_id
+            named_message_id TEXT,
+            named_synthetic INTEGER,        -- 1: it is a synthetic placeholder
+            refused INTEGER,                -- 1: the API refuses its id
+            writer_version TEXT,            -- the Claude Code that last wrote the file
+            wedge TEXT,                     -- JSON: the refused thinking block of the latest message
+            splices INTEGER,                -- api_error_splices of the file
+            spliced_records INTEGER,        -- the records they leave off the chain
+            graft_height INTEGER,           -- where a repair cuts a late graft back to
+            truncation TEXT,                -- JSON: what a resume loses after the last compaction
+            grafted_records INTEGER,        -- late_graft orphans
+            nothing_to_cut INTEGER,         -- 1: no real assistant message on the chain
+            wedge_cut INTEGER,              -- 1: a real assistant message before the wedge's
+            tail_id INTEGER,                -- records.id of the last assistant on the chain
+            named_id INTEGER,               -- and of the record named as previous_message_id
+            top_height INTEGER,             -- the chain's top: its height and record
+            top_record_id INTEGER,
+            scanned_offset INTEGER,         -- byte_offset of the file's last record
+            first_party INTEGER             -- 1: the file holds a reply of Anthropic's API
+        )
+        """
+    )
+    db.execute(M092_VERDICT_FACTS_SQL)
+
+
+@migrations()
+def m093_orphans_by_cause(db):
+    # The orphans of a cause by time, covering what the health page's
+    # orphan rows read (session, time, type, line: health.CHECK_SQL over
+    # `orphans WHERE cause = ?`): they read each orphan's row through
+    # orphans_cache_cause (39,225 parallel tool branches on a 1M-record
+    # index: about 0.1 s). A query by file and cause keeps orphans_cache_cause
+    # (two equalities against one; EXPLAIN QUERY PLAN checked for every
+    # query that reads orphans_cache, tests/test_verdict_facts.py).
+    db.execute("CREATE INDEX orphans_cache_cause_time "
+               "ON orphans_cache(cause, timestamp, session_id, type, line_no)")
+
+
 @migrations()
 def m094_usage_day_sums(db):
     # The API calls of usage_calls summed per UTC day (their time's first 10

@@ -733,6 +733,9 @@ VIEWS = {
     # and from the records
     "sent_names": SENT_NAMES_SQL,
     "sent_names_definition": with_host(SENT_NAMES_DEFINITION_SQL),
+    # what session_verdicts reads from verdict_facts_cache, and from the records
+    "verdict_facts": verdict.VERDICT_FACTS_VIEW_SQL,
+    "verdict_facts_definition": verdict.VERDICT_FACTS_DEFINITION_VIEW_SQL,
     "repair_plan": REPAIR_PLAN_SQL,
     "session_copies": SESSION_COPIES_SQL,
     "host_copies": HOST_COPIES_SQL,
@@ -885,6 +888,20 @@ def usage_calls_current(conn) -> bool:
     return stored is not None and stored[0] == USAGE_CALLS_HASH
 
 
+# verdict_facts_cache is refilled from its definition when the definition
+# changed (derive.refresh_verdict_facts_if_stale compares this with
+# index_meta): not a full derive, the facts alone (a second or two at a
+# million records).
+VERDICT_FACTS_HASH = sha256(verdict.VERDICT_FACTS_DEFINITION_SQL.encode()).hexdigest()[:16]
+VERDICT_FACTS_HASH_SQL = "SELECT value FROM index_meta WHERE key = 'verdict_facts_hash'"
+
+
+def verdict_facts_current(conn) -> bool:
+    """Was verdict_facts_cache filled by VERDICT_FACTS_TEMPLATE as it is now?"""
+    stored = conn.execute(VERDICT_FACTS_HASH_SQL).fetchone()
+    return stored is not None and stored[0] == VERDICT_FACTS_HASH
+
+
 def sessions_current(conn) -> bool:
     """Were the sessions rows computed by REFRESH_SESSION_SQL as it is now?"""
     stored = conn.execute(SESSIONS_HASH_SQL).fetchone()
@@ -902,14 +919,15 @@ def stamp_current(conn) -> None:
     definitions (true of an index with nothing in it yet)."""
     conn.executemany("INSERT OR REPLACE INTO index_meta VALUES (?, ?)",
                      [("definitions_hash", CACHES_HASH), ("sessions_hash", SESSIONS_HASH),
-                      ("usage_calls_hash", USAGE_CALLS_HASH)])
+                      ("usage_calls_hash", USAGE_CALLS_HASH),
+                      ("verdict_facts_hash", VERDICT_FACTS_HASH)])
 
 
 def nothing_to_derive(conn) -> bool:
     """Would derive.derive_pending do nothing? (A run with nothing new then
     need not import derive.py.)"""
     return (caches_current(conn) and sessions_current(conn) and usage_calls_current(conn)
-            and usage_prices_current(conn)
+            and usage_prices_current(conn) and verdict_facts_current(conn)
             and conn.execute(PENDING_DERIVE_SQL).fetchone() is None)
 
 

@@ -25,7 +25,7 @@ from indexer.index import views
 from indexer.chain.walk import UUID_RECORDS_SELECT, Rec
 from indexer.sql import write_lock
 from indexer.chain.resume import CHAIN_TYPES
-from indexer.signals import forks
+from indexer.signals import forks, verdict
 from indexer.transcripts import records, thinking
 
 DERIVE_BATCH = 200
@@ -75,7 +75,25 @@ SENT_NAMES_SQL = (f"INSERT INTO sent_names_cache ({definitions.SENT_NAMES_COLUMN
                       files="f.id IN (SELECT value FROM json_each(:file_ids))"))
 FORGET_SENT_NAMES_SQL = ("DELETE FROM sent_names_cache "
                          "WHERE file_id IN (SELECT value FROM json_each(:file_ids))")
-SQL_CACHE_TABLES = THINKING_TABLES + ("fork_heads_cache", "usage_scans", "sent_names_cache")
+# verdict_facts_cache (signals/verdict.py, VERDICT_FACTS_TEMPLATE): a main
+# transcript's row again, after every other cache of the file (its facts
+# read them). A row whose chain lost its old top (a rewind) is dropped;
+# a row left (an append grew its chain at the top) is brought up to date
+# from what the append added (verdict.APPENDED_FACTS_ARGS: flat); a file
+# with no row is computed from the start.
+_BATCH = "f.id IN (SELECT value FROM json_each(:file_ids))"
+KEEP_VERDICT_FACTS_SQLS = (
+    "DELETE FROM verdict_facts_cache AS o WHERE file_id IN "
+    f"(SELECT value FROM json_each(:file_ids)) AND NOT ({verdict.STILL_TOPPED})",
+    f"INSERT OR REPLACE INTO verdict_facts_cache ({verdict.VERDICT_FACTS_COLUMNS})\n"
+    + verdict.VERDICT_FACTS_TEMPLATE.format(files=_BATCH, **verdict.APPENDED_FACTS_ARGS),
+    f"INSERT INTO verdict_facts_cache ({verdict.VERDICT_FACTS_COLUMNS})\n"
+    + verdict.VERDICT_FACTS_TEMPLATE.format(
+        files=_BATCH + " AND NOT EXISTS (SELECT 1 FROM verdict_facts_cache c "
+                       "WHERE c.file_id = f.id)", **verdict.FACTS_ARGS),
+)
+SQL_CACHE_TABLES = THINKING_TABLES + ("fork_heads_cache", "usage_scans", "sent_names_cache",
+                                      "verdict_facts_cache")
 # A file's kind and generation, and how far its thinking was scanned (NULL:
 # never, or its rows were forgotten).
 THINKING_SCAN_STATE_SQL = """
@@ -206,13 +224,16 @@ def keep_usage_calls(conn, file_ids) -> None:
 def keep_sql_caches(conn, file_ids) -> None:
     """The caches kept in SQL for these files, after their records changed
     (inside the caller's transaction): thinking_cache, fork_heads_cache,
-    sent_names_cache, usage_calls."""
+    sent_names_cache, usage_calls, and last verdict_facts_cache (it reads
+    the others)."""
     scan_thinking(conn, file_ids)
     ids = {"file_ids": json.dumps(list(file_ids))}
     conn.execute(FORK_HEADS_SQL, ids)
     conn.execute(FORGET_SENT_NAMES_SQL, ids)
     conn.execute(SENT_NAMES_SQL, ids)
     keep_usage_calls(conn, file_ids)
+    for sql in KEEP_VERDICT_FACTS_SQLS:
+        conn.execute(sql, ids)
 
 
 def forget_file(conn, file_id: int) -> None:
@@ -515,6 +536,7 @@ def pending_files(db) -> list[int]:
     refresh_sessions_if_stale(db)
     refresh_usage_calls_if_stale(db)
     refresh_usage_prices_if_stale(db)
+    refresh_verdict_facts_if_stale(db)
     return [i for (i,) in db.conn.execute(PENDING_FILES_SQL)]
 
 
@@ -583,6 +605,27 @@ def refresh_usage_calls_if_stale(db) -> bool:
     with write_lock(db) as conn:
         for sql in REFILL_USAGE_CALLS_SQLS:
             conn.execute(sql, {"hash": views.USAGE_CALLS_HASH} if ":hash" in sql else {})
+    return True
+
+
+# verdict_facts_cache again for every main transcript, from its definition
+# (after a change to it, or an index the migration filled).
+REFILL_VERDICT_FACTS_SQLS = (
+    "DELETE FROM verdict_facts_cache",
+    f"INSERT INTO verdict_facts_cache ({verdict.VERDICT_FACTS_COLUMNS})\n"
+    + verdict.VERDICT_FACTS_DEFINITION_SQL,
+    "INSERT OR REPLACE INTO index_meta VALUES ('verdict_facts_hash', :hash)",
+)
+
+
+def refresh_verdict_facts_if_stale(db) -> bool:
+    """Fill verdict_facts_cache again when it was filled by another
+    definition (index_meta.verdict_facts_hash); True if it did."""
+    if views.verdict_facts_current(db.conn):
+        return False
+    with write_lock(db) as conn:
+        for sql in REFILL_VERDICT_FACTS_SQLS:
+            conn.execute(sql, {"hash": views.VERDICT_FACTS_HASH} if ":hash" in sql else {})
     return True
 
 

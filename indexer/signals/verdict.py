@@ -151,8 +151,149 @@ _WEDGED_REASON = ("""'the latest assistant message on the resume chain (message.
       || 'answer; ' || """ + _RECOVERS + """ || ' and newer strip every thinking block and '
       || 'send again, losing the thinking); '""")
 
-# The api_error_splices of the subject's file (the view's episodes, for one file).
-_FILE_SPLICES = definitions.API_ERROR_SPLICES_TEMPLATE.format(files=" AND o.file_id = a.file_id")
+# The api_error_splices of file f (the view's episodes, for one file).
+_FILE_SPLICES = definitions.API_ERROR_SPLICES_TEMPLATE.format(files=" AND o.file_id = f.id")
+
+# The verdict's facts of each main transcript {files} picks (a condition on
+# files f): what the verdict reads of the file's own records and of its
+# caches (leaf_ancestry_cache, orphans_cache, thinking_cache,
+# duplicate_uuids_cache), and nothing else. Ingest keeps them in
+# verdict_facts_cache (derive.keep_verdict_facts, with the other caches of
+# every derive and store append: one file's facts read a few rows of it,
+# so an append stays flat, tests/test_verdict_cost.py), so that a verdict
+# for every session reads a row per file, not a file's chain (the
+# verdict_facts view; verdict_facts_definition computes them, and the tests
+# hold the two equal). The rest of the verdict (history.jsonl prompts,
+# session folders, the session's other files, the clock, check's --cwd and
+# --claude-version) is read when it is asked. Columns:
+#   file_id; last_assistant_uuid, last_assistant_message_id: the last
+#     assistant record on the resume chain; named_uuid, named_message_id,
+#     named_synthetic: the record the next resume names as
+#     previous_message_id (records.PREVIOUS_MESSAGE_ID_RECORD) and whether it
+#     is a synthetic placeholder; refused: 1 when the API refuses that id
+#   writer_version: the Claude Code that last wrote the file
+#     (WRITER_VERSION_TEMPLATE)
+#   wedge: the first refused thinking block of the latest assistant message,
+#     as JSON (fault, uuid, block, message_id, record_id), or NULL;
+#     wedge_cut: 1 when a real assistant message before it is on the chain
+#   splices, spliced_records: the file's api_error_splices and the records
+#     they leave off the chain; graft_height: GRAFT_CUT_TEMPLATE;
+#     grafted_records: the late_graft orphans; truncation:
+#     compaction.TRUNCATION_TEMPLATE; nothing_to_cut: NOTHING_TO_CUT_TEMPLATE
+#   tail_id, named_id: the records.id of those two; top_height,
+#     top_record_id: the resume chain's top (its leaf's height and record);
+#     scanned_offset: the byte_offset of the file's last record;
+#     first_party: 1 when the file holds a reply of Anthropic's API
+#     (records.FIRST_PARTY_REPLY_IN)
+# The five facts that look down the chain or the file for the first record
+# of a kind (the tail, the named record, a real assistant message, the
+# writer's version, a first-party reply) read all of it when none is there (a transcript without
+# requestIds or versions): kept, they look only above {above} (a height) and
+# after {after} (a byte_offset), and else take what the file's row said
+# before ({tail_before}, {named_before}, {nothing_before}, {writer_before},
+# {first_party_before}):
+# FACTS_ARGS, from the start (the definition), or APPENDED_FACTS_ARGS, from
+# the kept row {old} of a file whose chain up to its old top is unchanged
+# (derive.keep_verdict_facts: an append).
+# (DISTINCT keeps SQLite from flattening the inner layer, which would copy
+# each subquery into every expression naming it.)
+VERDICT_FACTS_COLUMNS = (
+    "file_id, last_assistant_uuid, last_assistant_message_id, named_uuid, named_message_id, "
+    "named_synthetic, refused, writer_version, wedge, splices, spliced_records, graft_height, "
+    "truncation, grafted_records, nothing_to_cut, wedge_cut, tail_id, named_id, top_height, "
+    "top_record_id, scanned_offset, first_party")
+# WRITER_VERSION_TEMPLATE after byte_offset {after}.
+_WRITER_VERSION_AFTER = WRITER_VERSION_TEMPLATE.replace(
+    "v.version IS NOT NULL", "v.version IS NOT NULL AND v.byte_offset > {after}")
+# NOTHING_TO_CUT_TEMPLATE above height {above}.
+_NOTHING_TO_CUT_ABOVE = definitions.NOTHING_TO_CUT_TEMPLATE.replace(
+    "k.rule = 'resume'", "k.rule = 'resume' AND k.height > {above}")
+# records.FIRST_PARTY_REPLY_IN after byte_offset {after}.
+_FIRST_PARTY_AFTER = records.FIRST_PARTY_REPLY_IN.replace(
+    "fp.file_id = {file} AND", "fp.file_id = {file} AND fp.byte_offset > {after} AND")
+assert "{after}" in _WRITER_VERSION_AFTER and "{above}" in _NOTHING_TO_CUT_ABOVE
+assert "{after}" in _FIRST_PARTY_AFTER
+# Does the API refuse the named record n's id? (A CASE: under an AND SQLite
+# ran the EXISTS over the file's assistant records even with no named
+# record: O(file) on every append.)
+_REFUSED = ("CASE WHEN " + records.REFUSED_MESSAGE_ID.format(r="n") + " THEN ("
+            + records.SYNTHETIC_RECORD.format(r="n") + " OR x.first_party) END")
+VERDICT_FACTS_TEMPLATE = f"""
+SELECT x.file_id, t.uuid AS last_assistant_uuid, t.message_id AS last_assistant_message_id,
+  n.uuid AS named_uuid, n.message_id AS named_message_id,
+  coalesce({records.SYNTHETIC_RECORD.format(r="n")}, 0) AS named_synthetic,
+  coalesce({_REFUSED}, 0) AS refused,
+  x.writer_version, x.wedge, x.splices, x.spliced_records, x.graft_height,
+  x.truncation, x.grafted_records, x.nothing_to_cut,
+  CASE WHEN x.wedge IS NOT NULL THEN {WEDGE_CUT_TEMPLATE.format(
+      file="x.file_id", message="json_extract(x.wedge, '$.message_id')")} END AS wedge_cut,
+  x.tail_id, x.named_id, x.top_height, x.top_record_id, x.scanned_offset, x.first_party
+FROM (
+  SELECT DISTINCT f.id AS file_id,
+    coalesce((SELECT k.record_id FROM leaf_ancestry_cache k JOIN records r ON r.id = k.record_id
+     WHERE k.file_id = f.id AND k.rule = 'resume' AND k.height > {{above}}
+       AND r.type = 'assistant'
+     ORDER BY k.height DESC LIMIT 1), {{tail_before}}) AS tail_id,
+    coalesce((SELECT k.record_id FROM leaf_ancestry_cache k JOIN records r ON r.id = k.record_id
+     WHERE k.file_id = f.id AND k.rule = 'resume' AND k.height > {{above}}
+       AND {records.PREVIOUS_MESSAGE_ID_RECORD.format(r="r")}
+     ORDER BY k.height DESC LIMIT 1), {{named_before}}) AS named_id,
+    {{nothing_before}} AND {_NOTHING_TO_CUT_ABOVE.format(file="f.id", above="{above}")}
+      AS nothing_to_cut,
+    coalesce({_WRITER_VERSION_AFTER.format(file="f.id", after="{after}")}, {{writer_before}})
+      AS writer_version,
+    (SELECT json_object('fault', lf.fault, 'uuid', lf.uuid, 'block', lf.block,
+                        'message_id', lf.message_id, 'record_id', lf.record_id)
+     FROM {latest_faults("f.id")} lf LIMIT 1) AS wedge,
+    (SELECT count(*) FROM ({_FILE_SPLICES})) AS splices,
+    (SELECT sum(orphaned_records) FROM ({_FILE_SPLICES}))
+      AS spliced_records,
+    {GRAFT_CUT_TEMPLATE.format(file="f.id")} AS graft_height,
+    {compaction.TRUNCATION_TEMPLATE.format(file="f.id")} AS truncation,
+    (SELECT count(*) FROM orphans_cache x WHERE x.file_id = f.id
+       AND x.cause = 'late_graft') AS grafted_records,
+    (SELECT max(k.height) FROM leaf_ancestry_cache k
+     WHERE k.file_id = f.id AND k.rule = 'resume') AS top_height,
+    (SELECT k.record_id FROM leaf_ancestry_cache k WHERE k.file_id = f.id AND k.rule = 'resume'
+     ORDER BY k.height DESC LIMIT 1) AS top_record_id,
+    (SELECT max(byte_offset) FROM records WHERE file_id = f.id) AS scanned_offset,
+    {{first_party_before}} OR {_FIRST_PARTY_AFTER.format(file="f.id", after="{after}")}
+      AS first_party
+  FROM files f {{old}} WHERE f.kind = 'main' AND {{files}}
+) x
+LEFT JOIN records t ON t.id = x.tail_id
+LEFT JOIN records n ON n.id = x.named_id
+""".strip()
+# Every fact from the start of the chain and of the file.
+FACTS_ARGS = {"above": "-1", "after": "-1", "tail_before": "NULL", "named_before": "NULL",
+              "nothing_before": "1", "writer_before": "NULL", "first_party_before": "0",
+              "old": ""}
+# The kept row o of a file whose resume chain still has its old top record
+# at its old height (an append grew it there, so the chain below is the same):
+# the first-of-a-kind facts looked for only in what the append added.
+STILL_TOPPED = ("o.top_record_id IS (SELECT k.record_id FROM leaf_ancestry_cache k "
+                "WHERE k.file_id = o.file_id AND k.rule = 'resume' AND k.height = o.top_height)")
+APPENDED_FACTS_ARGS = {
+    "above": "coalesce(o.top_height, -1)", "after": "coalesce(o.scanned_offset, -1)",
+    "tail_before": "o.tail_id", "named_before": "o.named_id",
+    "nothing_before": "o.nothing_to_cut", "writer_before": "o.writer_version",
+    "first_party_before": "o.first_party",
+    "old": "JOIN verdict_facts_cache o ON o.file_id = f.id AND " + STILL_TOPPED}
+# The facts ingest keeps (verdict_facts_cache), and the same computed from
+# the records for every main transcript (the tests hold the two equal).
+VERDICT_FACTS_DEFINITION_SQL = VERDICT_FACTS_TEMPLATE.format(files="1", **FACTS_ARGS)
+# The views (with the host of the file, as every view with a file has).
+VERDICT_FACTS_VIEW_SQL = (f"SELECT {definitions.prefixed(VERDICT_FACTS_COLUMNS, 'c')}, "
+                          f"{definitions.HOST_OF.format(file_id='c.file_id')} AS host "
+                          "FROM verdict_facts_cache c")
+VERDICT_FACTS_DEFINITION_VIEW_SQL = definitions.with_host(VERDICT_FACTS_DEFINITION_SQL)
+# The facts VERDICT_TEMPLATE reads: the kept ones, or (check, and the
+# tests' definition of every verdict) computed for the files {files} picks.
+KEPT_FACTS = "verdict_facts_cache"
+FACTS_OF_FILES_TEMPLATE = "(" + VERDICT_FACTS_TEMPLATE.format(
+    files="{files}", **FACTS_ARGS).replace("{", "{{").replace("}", "}}").replace(
+    "{{files}}", "{files}") + ")"
+
 
 # The verdict of each subject row. {subject} is a query (or a table) with the
 # columns session_id, host ('' is this machine), file_id (the main transcript
@@ -163,7 +304,9 @@ _FILE_SPLICES = definitions.API_ERROR_SPLICES_TEMPLATE.format(files=" AND o.file
 # and unscanned (check --cwd: named copies with messages elsewhere that the
 # CLI's scan of every folder does not count), claude_version (check
 # --claude-version: the Claude Code that resumes; NULL: the one that last
-# wrote the file). Columns out:
+# wrote the file). {facts}: the file facts it reads (KEPT_FACTS, or
+# FACTS_OF_FILES_TEMPLATE: a table or query with VERDICT_FACTS_TEMPLATE's
+# columns; a file without a row has none). Columns out:
 #   verdict  missing, poisoned, wedged, spliced, truncated or resumable (EXIT_CODES)
 #   cause    why, one word: never_seen, never_written, subagents_only, ambiguous,
 #            not_in_cwd_folders, none_named, not_named, no_messages, husk,
@@ -321,9 +464,9 @@ FROM (
     END AS cause
   FROM (
     SELECT j.*,
-      CASE WHEN j.refused THEN n.uuid ELSE t.uuid END AS tail_uuid,
-      CASE WHEN j.refused THEN n.message_id ELSE t.message_id END AS tail_message_id,
-      coalesce({records.SYNTHETIC_RECORD.format(r="n")}, 0) AS named_synthetic,
+      CASE WHEN j.refused THEN j.named_uuid ELSE j.last_assistant_uuid END AS tail_uuid,
+      CASE WHEN j.refused THEN j.named_message_id ELSE j.last_assistant_message_id END
+        AS tail_message_id,
       CASE
         WHEN j.file_id IS NULL OR {NOT_LOADED_TEMPLATE.format(rule="j.rule")} THEN 'missing'
         WHEN j.unwritten = 'stopped_writing' THEN 'missing'
@@ -333,10 +476,7 @@ FROM (
           THEN 'wedged'
         WHEN j.splices > 0 OR j.graft_height IS NOT NULL THEN 'spliced'
         WHEN j.truncation IS NOT NULL THEN 'truncated'
-        ELSE 'resumable' END AS verdict,
-      {definitions.NOTHING_TO_CUT_TEMPLATE.format(file="j.file_id")} AS nothing_to_cut,
-      CASE WHEN j.wedge IS NOT NULL THEN {WEDGE_CUT_TEMPLATE.format(
-          file="j.file_id", message="json_extract(j.wedge, '$.message_id')")} END AS wedge_cut
+        ELSE 'resumable' END AS verdict
     FROM (SELECT *, CASE WHEN host = '' THEN {unwritten_.CAUSE_TEMPLATE.format(
         deleted_at="unwritten_deleted_at", last_timestamp="last_message_at", now=CLOCK)}
       END AS unwritten FROM (  -- DISTINCT (the rows are distinct anyway) keeps SQLite from flattening this
@@ -349,32 +489,14 @@ FROM (
         {unwritten_.EVIDENCE_TEMPLATE.format(sid="a.session_id")},
         '`claude --resume` fails with "No conversation found with session ID: '
           || a.session_id || '"' AS fails,
-        (SELECT k.record_id FROM leaf_ancestry_cache k JOIN records r ON r.id = k.record_id
-         WHERE k.file_id = a.file_id AND k.rule = 'resume' AND r.type = 'assistant'
-         ORDER BY k.height DESC LIMIT 1) AS tail_id,
-        (SELECT k.record_id FROM leaf_ancestry_cache k JOIN records r ON r.id = k.record_id
-         WHERE k.file_id = a.file_id AND k.rule = 'resume'
-           AND {records.PREVIOUS_MESSAGE_ID_RECORD.format(r="r")}
-         ORDER BY k.height DESC LIMIT 1) AS named_id,
-        coalesce((
-          SELECT {records.REFUSED_MESSAGE_ID.format(r="r")} AND (
-                   {records.SYNTHETIC_RECORD.format(r="r")}
-                   OR {records.FIRST_PARTY_REPLY_IN.format(file="a.file_id")})
-          FROM leaf_ancestry_cache k JOIN records r ON r.id = k.record_id
-          WHERE k.file_id = a.file_id AND k.rule = 'resume'
-            AND {records.PREVIOUS_MESSAGE_ID_RECORD.format(r="r")}
-          ORDER BY k.height DESC LIMIT 1), 0) AS refused,
-        coalesce(a.claude_version, {WRITER_VERSION_TEMPLATE.format(file="a.file_id")})
-          AS resumer_version,
-        (SELECT json_object('fault', lf.fault, 'uuid', lf.uuid, 'block', lf.block,
-                            'message_id', lf.message_id, 'record_id', lf.record_id)
-         FROM {latest_faults("a.file_id")} lf LIMIT 1) AS wedge,
-        (SELECT count(*) FROM ({_FILE_SPLICES})) AS splices,
-        (SELECT sum(orphaned_records) FROM ({_FILE_SPLICES})) AS spliced_records,
-        {GRAFT_CUT_TEMPLATE.format(file="a.file_id")} AS graft_height,
-        {compaction.TRUNCATION_TEMPLATE.format(file="a.file_id")} AS truncation,
-        (SELECT count(*) FROM orphans_cache x WHERE x.file_id = a.file_id
-           AND x.cause = 'late_graft') AS grafted_records,
+        -- the file's facts (VERDICT_FACTS_TEMPLATE; what they are with no file)
+        vf.last_assistant_uuid, vf.last_assistant_message_id, vf.named_uuid,
+        vf.named_message_id, coalesce(vf.named_synthetic, 0) AS named_synthetic,
+        coalesce(vf.refused, 0) AS refused,
+        coalesce(a.claude_version, vf.writer_version) AS resumer_version,
+        vf.wedge, coalesce(vf.splices, 0) AS splices, vf.spliced_records, vf.graft_height,
+        vf.truncation, coalesce(vf.grafted_records, 0) AS grafted_records,
+        coalesce(vf.nothing_to_cut, 1) AS nothing_to_cut, vf.wedge_cut,
         (SELECT count(*) FROM files x WHERE x.session_id = a.session_id
            AND x.kind = 'subagent' AND coalesce(x.host, '') = a.host) AS subagent_files,
         (SELECT coalesce(x.deleted_at, 'since the last ingest') FROM files x
@@ -382,8 +504,8 @@ FROM (
            AND coalesce(x.host, '') = a.host
          ORDER BY x.deleted_at IS NOT NULL, x.mtime DESC, x.id DESC LIMIT 1) AS local_deleted_at
       FROM {{subject}} a LEFT JOIN files f ON f.id = a.file_id
-    )) j LEFT JOIN records t ON t.id = j.tail_id
-    LEFT JOIN records n ON n.id = j.named_id
+      LEFT JOIN {{facts}} vf ON vf.file_id = a.file_id
+    )) j
   )
 )
 """.strip()
@@ -412,7 +534,8 @@ WHERE {unwritten_.CAUSE_TEMPLATE.format(deleted_at="deleted_at", last_timestamp=
 # transcript of it (session_hosts: host '' is this machine), and of a
 # session with no main transcript on its own host (sessions.host: only
 # subagent transcripts left). `WHERE session_id = ?` reads that session only.
-SESSION_VERDICTS_SQL = VERDICT_TEMPLATE.format(subject=f"""(
+# session_verdicts' subject rows.
+_SESSION_VERDICTS_SUBJECT = f"""(
   SELECT session_id, host, main_file_id AS file_id, main_file_rule AS rule, {_PLAIN}
   FROM session_hosts h
   WHERE NOT EXISTS (SELECT 1 FROM sessions o WHERE o.session_id = h.session_id
@@ -422,7 +545,13 @@ SESSION_VERDICTS_SQL = VERDICT_TEMPLATE.format(subject=f"""(
   WHERE s.agent NOT IN {OTHER_AGENTS_SQL} AND NOT EXISTS (SELECT 1 FROM session_hosts h
                     WHERE h.session_id = s.session_id AND h.host = s.host)
   UNION ALL
-  SELECT session_id, '', NULL, NULL, {_PLAIN} FROM ({NEVER_WRITTEN_SQL}))""")
+  SELECT session_id, '', NULL, NULL, {_PLAIN} FROM ({NEVER_WRITTEN_SQL}))"""
+SESSION_VERDICTS_SQL = VERDICT_TEMPLATE.format(subject=_SESSION_VERDICTS_SUBJECT,
+                                               facts=KEPT_FACTS)
+# The same verdicts from facts computed from the records (the tests hold
+# the two equal).
+SESSION_VERDICTS_DEFINITION_SQL = VERDICT_TEMPLATE.format(
+    subject=_SESSION_VERDICTS_SUBJECT, facts=FACTS_OF_FILES_TEMPLATE.format(files="1"))
 
 
 # session_verdicts with its session_hosts rows narrowed to those @HOSTS@
@@ -452,7 +581,7 @@ def verdicts_of_main_files(file_ids: str) -> str:
     an api_error splice): SQLite cannot push such a filter into the view."""
     return VERDICT_TEMPLATE.format(subject=f"""(
   SELECT session_id, host, main_file_id AS file_id, main_file_rule AS rule, {_PLAIN}
-  FROM session_hosts WHERE main_file_id IN ({file_ids}))""")
+  FROM session_hosts WHERE main_file_id IN ({file_ids}))""", facts=KEPT_FACTS)
 
 
 # The verdict of the sessions {sessions} (a query over the sessions table, its
@@ -460,15 +589,18 @@ def verdicts_of_main_files(file_ids: str) -> str:
 SESSIONS_VERDICT_TEMPLATE = VERDICT_TEMPLATE.format(subject=f"""(
   SELECT s.session_id, s.host, h.main_file_id AS file_id, h.main_file_rule AS rule, {_PLAIN}
   FROM ({{sessions}}) s
-  LEFT JOIN session_hosts h ON h.session_id = s.session_id AND h.host = s.host)""")
+  LEFT JOIN session_hosts h ON h.session_id = s.session_id AND h.host = s.host)""",
+    facts=KEPT_FACTS)
 
 # One session's verdict on :host for the file :file_id chosen by :rule (check,
 # after it has brought the index up to date and chosen the file; --cwd may
-# choose another than session_hosts did).
+# choose another than session_hosts did). Its facts are computed for that
+# file (a few ms): the answer never rests on a kept row.
 CHECK_VERDICT_SQL = VERDICT_TEMPLATE.format(subject="""(
   SELECT :session_id AS session_id, :host AS host, :file_id AS file_id, :rule AS rule,
          :gone_now AS gone_now, :cwd AS cwd, :candidates AS candidates,
-         :unscanned AS unscanned, :claude_version AS claude_version)""")
+         :unscanned AS unscanned, :claude_version AS claude_version)""",
+    facts=FACTS_OF_FILES_TEMPLATE.format(files="f.id = :file_id"))
 
 # One session's verdict on its default host (sessions.host; this machine for
 # a session known only from history.jsonl and its folder), as the session
