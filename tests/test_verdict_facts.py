@@ -13,7 +13,6 @@ changed definition's refill, and check's own answer.
 from __future__ import annotations
 
 import random
-import shutil
 from collections import Counter
 from pathlib import Path
 
