@@ -83,7 +83,7 @@ async def consume(url: str, how: str, name: str, args) -> tuple[float, int]:
     await fleet_nats.ensure_stream(js)
     config = ConsumerConfig(durable_name=name, filter_subject=fleet_wire.STREAM_SUBJECTS[0],
                             ack_wait=fleet_central.ACK_WAIT_S,
-                            max_ack_pending=fleet_central.FETCH_BATCH * 4)
+                            max_ack_pending=fleet_central.MAX_ACK_PENDING)
     if how == "fetch":
         sub = await js.pull_subscribe(fleet_wire.STREAM_SUBJECTS[0], durable=name,
                                       stream=fleet_wire.STREAM, config=config)

@@ -24,7 +24,7 @@ import sys
 import yaml
 
 from indexer.index import search, usage
-from indexer.signals import charts, classes
+from indexer.signals import charts, classes, usage_sums
 
 PLUGIN = "session-index"
 TITLE = "session-index"
@@ -123,8 +123,11 @@ ORDER BY first_ingested_at IS NULL, first_ingested_at DESC, records DESC, kind
 
 # cost_by_project: tokens and cost of the API calls (the usage view, each
 # call once) per project folder since :since (blank: all), costliest first;
-# unpriced_calls are left out of cost_usd.
-COST_BY_PROJECT_SQL = """
+# unpriced_calls are left out of cost_usd. COST_BY_PROJECT_DEFINITION_SQL
+# over every call; COST_BY_PROJECT_SQL (the canned query) the same rows from
+# the sums per day, project and model (signals/usage_sums.py; tests hold the
+# two equal).
+COST_BY_PROJECT_DEFINITION_SQL = """
 SELECT project, count(*) AS calls,
   sum(coalesce(input_tokens, 0)) AS input_tokens, sum(coalesce(output_tokens, 0)) AS output_tokens,
   sum(coalesce(cache_read_tokens, 0)) AS cache_read_tokens,
@@ -134,6 +137,20 @@ SELECT project, count(*) AS calls,
 FROM usage
 WHERE coalesce(timestamp, '') >= coalesce(nullif(:since, ''), '')
 GROUP BY project ORDER BY cost_usd DESC, project
+""".strip()
+COST_BY_PROJECT_SQL = f"""
+SELECT s.project, coalesce(sum(s.calls), 0) AS calls,
+  sum(s.input_tokens) AS input_tokens, sum(s.output_tokens) AS output_tokens,
+  sum(s.cache_read_tokens) AS cache_read_tokens,
+  sum(s.cache_write_5m_tokens) AS cache_write_5m_tokens,
+  sum(s.cache_write_1h_tokens) AS cache_write_1h_tokens,
+  CASE WHEN sum(s.calls) > sum(s.unpriced_calls) THEN {usage_sums.DOLLARS.format(sums="s")} END
+    AS cost_usd,
+  sum(s.unpriced_calls) AS unpriced_calls
+FROM (
+{usage_sums.SINCE_SUMS_TEMPLATE.format(since="coalesce(nullif(:since, ''), '')")}
+) s
+GROUP BY s.project ORDER BY cost_usd DESC, s.project
 """.strip()
 
 # cost_by_day: what `session-index usage --by day --since :since` prints
@@ -1026,6 +1043,25 @@ TABLES["usage_calls"] = {
         w1h="1-hour cache writes", w5m="5-minute cache writes",
         project=TABLES["usage"]["columns"]["project"], host=TABLES["usage"]["columns"]["host"]),
 }
+TABLES["usage_day_sums"] = {
+    "description": "The API calls of usage summed per UTC day, project folder and model, kept "
+                   "by ingest with usage_calls (the cost pages read it); query usage instead.",
+    "hidden": True,
+    "columns": dict(
+        day="the calls' day: the first 10 characters of their time (NULL: none)",
+        project=TABLES["usage"]["columns"]["project"], model="message.model",
+        calls="API calls", input_tokens="their input tokens (uncached)",
+        output_tokens="their output tokens", cache_read_tokens="their cache reads",
+        cache_write_5m_tokens="their 5-minute cache writes",
+        cache_write_1h_tokens="their 1-hour cache writes",
+        cost_pico="the priced calls' cost in picodollars (USD * 1e12, each call rounded)",
+        unpriced_calls="calls with no price (left out of cost_pico)"),
+}
+TABLES["usage_day_sums_definition"] = {
+    "description": "The sums usage_day_sums is held equal to (by the tests): usage_definition "
+                   "per day, project and model. Slow: seconds per query on a large index.",
+    "hidden": True,
+    "columns": TABLES["usage_day_sums"]["columns"]}
 TABLES["usage_scans"] = {
     "description": "How far ingest read each file's usage lines for usage_calls.",
     "hidden": True,
@@ -1063,7 +1099,7 @@ TABLES["search_text"] = {
     "sort_desc": "key",
     "columns": _cols(
         "file_id", "session_id", "record_id", "type", "timestamp",
-        key="time-ordered key: the timestamp in ms, then the low bits of record_id",
+        key="time-ordered key: the timestamp in seconds, then the low 12 bits of record_id",
         text="the record's text as indexed"),
 }
 for _fts, _how in (("search_words", "words (porter unicode61)"),

@@ -417,11 +417,13 @@ def test_the_central_keeps_its_temporary_btrees_in_memory(server, tmp_path):   #
 
 def test_a_window_grows_with_what_the_last_derive_took(server, tmp_path, monkeypatch):   # noqa: F811 (the fixture imported from test_fleet)
     """A derive that takes 0.25 s with DERIVE_GROWTH 10: the next window is
-    2.5 s, not DERIVE_WINDOW_S, while one-line messages keep coming every
-    20 ms for 4 s (a fixed 0.5 s window would derive about 6 times)."""
+    2.5 s, not DERIVE_WINDOW_S (0.5 s here), while one-line messages keep
+    coming every 20 ms for 4 s (a fixed 0.5 s window would derive about 6
+    times)."""
     from indexer.ingest import fleet_nats
 
     monkeypatch.setattr(fleet_central, "DERIVE_GROWTH", 10.0)
+    monkeypatch.setattr(fleet_central, "DERIVE_WINDOW_S", 0.5)   # (below 2.5 s: the growth shows)
     db = open_db(str(tmp_path / "central.db"))
     derives = []
 
@@ -463,7 +465,8 @@ async def _pull(url: str, durable: str):
     js = nc.jetstream()
     await fleet_nats.ensure_stream(js)
     await js.add_consumer(fleet_wire.STREAM, ConsumerConfig(
-        durable_name=durable, filter_subject=fleet_wire.STREAM_SUBJECTS[0]))
+        durable_name=durable, filter_subject=fleet_wire.STREAM_SUBJECTS[0],
+        max_ack_pending=fleet_central.MAX_ACK_PENDING))   # (the server's default: 1000)
     return nc, await fleet_nats.Pull(nc, fleet_wire.STREAM, durable,
                                      fleet_central.FETCH_BATCH).start()
 

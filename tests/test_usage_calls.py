@@ -23,15 +23,22 @@ SONNET = "claude-sonnet-4-5-20250929"
 OPUS = "claude-opus-4-7"
 MODELS = (SONNET, OPUS, "claude-haiku-4-5-20251001", "<synthetic>", "no-such-model")
 
-# Every SQL a surface runs over the usage view, with its parameters.
+# Every SQL a surface runs, and what it must equal: the same question over
+# every call of the usage view (the cost pages read the sums per day,
+# project and model, usage_day_sums: m094).
 SURFACES = {
-    **{f"usage --by {by}": usagemod.summary_sql(by) for by in (None, *usagemod.GROUPS)},
-    "cost_by_project": metadata.COST_BY_PROJECT_SQL,
-    "cost_by_day": metadata.COST_BY_DAY_SQL,
-    "chart_cost_by_day": charts.COST_BY_DAY_SQL,
-    "health usage panel": health.USAGE_PANEL_SQL,
+    **{f"usage --by {by}": (usagemod.summary_sql(by), usagemod.summary_sql(by, definition=True))
+       for by in (None, *usagemod.GROUPS)},
+    "cost_by_project": (metadata.COST_BY_PROJECT_SQL, metadata.COST_BY_PROJECT_DEFINITION_SQL),
+    "cost_by_day": (metadata.COST_BY_DAY_SQL, usagemod.summary_sql("day", definition=True)),
+    "chart_cost_by_day": (charts.COST_BY_DAY_SQL, charts.COST_BY_DAY_DEFINITION_SQL),
+    "health usage panel": (health.USAGE_PANEL_SQL, health.USAGE_PANEL_SQL),
 }
-SINCES = ("", "2026-11-30T12:00:00.000Z", "2026-12-01", "2026-12-01T00:00:00.5")
+# A time within a day, a day, shorter than a day, and one a character
+# longer than a day (the sums answer whole days; usage_calls the calls of
+# since's own day at or after it).
+SINCES = ("", "2026-11-30T12:00:00.000Z", "2026-12-01", "2026-12-01T00:00:00.5", "2026-11",
+          "2026-11-30T", "2026-11-29T23")
 
 
 def over_definition(sql: str) -> str:
@@ -55,10 +62,10 @@ def assert_surfaces_match(index: Index) -> int:
     """Every surface's rows, read from usage_calls and from the definition,
     for several :since; returns how many calls usage has."""
     index.assert_caches_match_definitions()   # usage is in SQL_CACHED_VIEWS
-    for name, sql in SURFACES.items():
+    for name, (sql, definition) in SURFACES.items():
         for since in SINCES:
             ours = comparable(index.rows(sql, {"since": since}))
-            theirs = comparable(index.rows(over_definition(sql), {"since": since}))
+            theirs = comparable(index.rows(over_definition(definition), {"since": since}))
             assert ours == theirs, (name, since)
     return index.value("SELECT count(*) FROM usage")
 
@@ -304,14 +311,22 @@ def test_kept_prices_follow_every_change_to_the_prices_table(index, tmp_path):
     assert_surfaces_match(index)
 
 
-def test_the_cost_by_day_chart_reads_one_covering_index(index):
-    """chart_cost_by_day reads usage_calls_timestamp alone (timestamp, model,
-    cost_usd: m091), for every call or since a time: through a narrower
-    index it read each call's row (718 -> 154 ms on a 1M-record index)."""
-    for since in ("", "2026-12-01"):
-        plan = [r["detail"] for r in index.rows("EXPLAIN QUERY PLAN " + charts.COST_BY_DAY_SQL,
-                                                 {"since": since})]
-        assert any("USING COVERING INDEX usage_calls_timestamp" in step for step in plan), plan
+def test_the_cost_pages_read_the_day_sums_and_one_day_of_calls(index):
+    """The cost pages (usage --by day|model|project and in total,
+    cost_by_project, cost_by_day, chart_cost_by_day) read usage_day_sums
+    (m094), and usage_calls only for since's own day, through
+    usage_calls_timestamp: never a scan of every call, nor the usage page's
+    facet indexes (by project, SQLite read every call through one: 18 -> 122
+    ms on the 1M-record index)."""
+    pages = {name: sql for name, (sql, _) in SURFACES.items()
+             if name not in ("usage --by session", "health usage panel")}
+    for name, sql in pages.items():
+        plan = [r["detail"] for r in index.rows("EXPLAIN QUERY PLAN " + sql,
+                                                 {"since": "2026-12-01T10"})]
+        calls = [step for step in plan if "usage_calls" in step]
+        assert calls and all(step.startswith("SEARCH c USING INDEX usage_calls_timestamp")
+                             for step in calls), (name, plan)
+        assert any("usage_day_sums" in step for step in plan), (name, plan)
 
 
 def test_m091_prices_the_calls_an_index_holds(index):
@@ -330,3 +345,38 @@ def test_m091_prices_the_calls_an_index_holds(index):
     conn.execute(migrations.M091_PRICE_CALLS_SQL)
     assert index.value("SELECT count(*) FROM usage_calls WHERE cost_usd IS NOT NULL") > 10
     assert_surfaces_match(index)
+
+
+def test_calls_with_no_time_or_an_odd_one_are_summed_as_the_definition_does(index):
+    """usage_day_sums keys a call by its time's first 10 characters: a call
+    with no timestamp (NULL), an empty one, one that is not a time and one
+    shorter than a day are counted by every cost page, for every :since,
+    as over every call."""
+    sid = "ffffffff-0000-0000-0000-000000000001"
+    times = [None, "", "yesterday", "2026-11", "2026-11-30T23:59:59Z", "2026-11-30T23:59:59Z",
+             "2026-12-01T00:00:00.1Z", "2026-11-30"]
+    records, parent = [], None
+    for i, ts in enumerate(times):
+        rec = assistant(sid, f"t{i}", parent, f"msg_t{i}", f"req_t{i}", 10 + i,
+                        (SONNET, OPUS, "no-such-model")[i % 3], ts or "")
+        if ts is None:
+            del rec["timestamp"]
+        records.append(rec)
+        parent = rec["uuid"]
+    World(index, 0).write(sid, records)
+    index.ingest()
+    no_time = index.value("SELECT count(*) FROM usage WHERE timestamp IS NULL")
+    assert no_time >= 1
+    assert index.value("SELECT sum(calls) FROM usage_day_sums WHERE day IS NULL") == no_time
+    assert assert_surfaces_match(index) == len(times)
+
+
+def test_the_usage_pages_facets_count_through_an_index(index):
+    """The usage table page's facets (model, project, speed, long_context)
+    each count the calls through an index of their column (m094), not a
+    scan and sort of every call (55-75 ms each on the 1M-record index)."""
+    for column in metadata.TABLES["usage"]["facets"]:
+        sql = (f"select {column} as value, count(*) as count from (select * from usage) "
+               f"where {column} is not null group by {column} order by count desc, value limit 31")
+        plan = [r["detail"] for r in index.rows("EXPLAIN QUERY PLAN " + sql)]
+        assert any(f"COVERING INDEX usage_calls_{column} " in step for step in plan), plan

@@ -2005,8 +2005,10 @@ CACHED_VIEWS = ("leaves", "leaf_ancestry", "orphans", "chain_breaks", "duplicate
 # caches above), each with its X_definition too (tests hold them equal):
 # thinking_faults reads thinking_cache (signals/classes.py), session_forks
 # fork_heads_cache (signals/forks.py), usage usage_calls (index/views.py),
-# sent_names sent_names_cache (SENT_NAMES_TEMPLATE).
-SQL_CACHED_VIEWS = ("thinking_faults", "session_forks", "usage", "sent_names")
+# sent_names sent_names_cache (SENT_NAMES_TEMPLATE); usage_day_sums is
+# itself the table ingest keeps (its definition sums the usage view's
+# definition per day, project and model: index/views.py).
+SQL_CACHED_VIEWS = ("thinking_faults", "session_forks", "usage", "sent_names", "usage_day_sums")
 
 # --- Which main transcript `claude --resume` opens ------------------------
 

@@ -1552,6 +1552,89 @@ def m091_usage_call_prices(db):
 
 
 @migrations()
+def m094_usage_day_sums(db):
+    # The API calls of usage_calls summed per UTC day (their time's first 10
+    # characters, NULL for none), project folder and model: the cost pages
+    # (usage --by day|model|project, cost_by_project, cost_by_day,
+    # chart_cost_by_day: signals/usage_sums.py) read a few thousand rows,
+    # not every call. Kept by derive.keep_usage_calls (the calls it picks
+    # again taken out, then added once picked and priced) and refilled
+    # whenever every call is priced again. Cost in whole picodollars (each
+    # call's cost_usd * 1e12 rounded), so that adding and taking calls away
+    # keeps each row exactly the sum of its calls.
+    db.execute(
+        """
+        CREATE TABLE usage_day_sums (
+            day TEXT,                                  -- substr(timestamp, 1, 10)
+            project TEXT,
+            model TEXT,
+            calls INTEGER NOT NULL,
+            input_tokens INTEGER NOT NULL,
+            output_tokens INTEGER NOT NULL,
+            cache_read_tokens INTEGER NOT NULL,
+            cache_write_5m_tokens INTEGER NOT NULL,
+            cache_write_1h_tokens INTEGER NOT NULL,
+            cost_pico INTEGER NOT NULL,                -- priced calls' cost, USD * 1e12
+            unpriced_calls INTEGER NOT NULL
+        )
+        """
+    )
+    db.execute("CREATE INDEX usage_day_sums_key ON usage_day_sums(day, project, model)")
+    # the rows left with no call, which keep_usage_calls deletes: found
+    # without reading every row (there is one per day, project and model)
+    db.execute("CREATE INDEX usage_day_sums_empty ON usage_day_sums(calls) WHERE calls = 0")
+    db.execute(
+        """
+        INSERT INTO usage_day_sums
+        SELECT substr(timestamp, 1, 10), project, model, count(*),
+          sum(coalesce(input_tokens, 0)), sum(coalesce(output_tokens, 0)),
+          sum(coalesce(cache_read_tokens, 0)), sum(w5m), sum(w1h),
+          sum(coalesce(CAST(round(cost_usd * 1e12) AS INTEGER), 0)), sum(cost_usd IS NULL)
+        FROM usage_calls GROUP BY 1, 2, 3
+        """
+    )
+    # The usage table page's facets (model, project, speed, long_context:
+    # metadata.py) each count the calls by one column: through an index of
+    # it, not a scan and sort of every call (55-75 ms each on the bench
+    # index). Every other query that reads usage_calls was checked with
+    # EXPLAIN QUERY PLAN (tests/test_usage_day_sums.py holds the cost pages
+    # off them: before the sums, cost_by_project since a time read the
+    # project index, 18 -> 122 ms).
+    for column in ("model", "project", "speed", "long_context"):
+        db.execute(f"CREATE INDEX usage_calls_{column} ON usage_calls({column})")
+
+
+@migrations()
+def m095_search_compact_key(db):
+    # search_text.key becomes (timestamp in seconds << 12) | (record_id &
+    # 0xFFF), was (ms << 20) | (record_id & 0xFFFFF): the FTS5 indexes store
+    # the deltas between keys, which these take from 5-6 bytes to 2-3 (the
+    # word index 16.4 -> 12.0 MB on the 100 MB bench corpus). Each text's
+    # new key from its old one (the time: key >> 20 ms), a clash moved up to
+    # the next free key as search.catch_up_in does; then both FTS indexes
+    # rebuilt from search_text (the trigram index only while it is kept).
+    if db.execute("SELECT 1 FROM search_text LIMIT 1").fetchone() is None:
+        return
+    rows = db.execute(
+        "SELECT record_id, (((key >> 20) / 1000) << 12) | (record_id & 4095) AS base "
+        "FROM search_text ORDER BY base, record_id").fetchall()
+    new_keys, last = [], -1
+    for record_id, base in rows:
+        last = max(base, last + 1)
+        new_keys.append((record_id, last))
+    db.execute("CREATE TEMP TABLE m095_keys (record_id INTEGER PRIMARY KEY, key INTEGER NOT NULL)")
+    db.conn.executemany("INSERT INTO temp.m095_keys (record_id, key) VALUES (?, ?)", new_keys)
+    # (all keys negative first: no new key meets an old one)
+    db.execute("UPDATE search_text SET key = -1 - key")
+    db.execute("UPDATE search_text SET key = (SELECT k.key FROM temp.m095_keys k "
+               "WHERE k.record_id = search_text.record_id)")
+    db.execute("DROP TABLE temp.m095_keys")
+    db.execute("INSERT INTO search_words (search_words) VALUES ('rebuild')")
+    if db.execute("SELECT code FROM search_state").fetchone() == (1,):
+        db.execute("INSERT INTO search_code (search_code) VALUES ('rebuild')")
+
+
+@migrations()
 def m097_sent_names_cache(db):
     # sent_names_cache: the prompts stored anew that Claude Code's loader
     # names by their sentAsUuid beside another line of their own uuid

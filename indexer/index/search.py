@@ -59,12 +59,15 @@ BATCH = 2_000
 # after the run does.
 IN_TRANSACTION_BATCH = 4 * BATCH
 FTS_HASH_BYTES = 16 << 20
-# search_text.key = (timestamp in ms << KEY_SHIFT) | (records.id & KEY_MASK):
-# time-ordered, unique (a clash moves the key up one), fits SQLite's
-# integer until the year 2248.
-KEY_SHIFT = 20
+# search_text.key = (timestamp in seconds << KEY_SHIFT) | (records.id & KEY_MASK):
+# time-ordered, unique (a clash moves the key up one). Seconds, not ms, and
+# 12 low bits, not 20 (before m095_search_compact_key): the FTS5 doclists
+# store the deltas between keys, and these keys take them from 5-6 bytes to
+# 2-3 (the word index 16.4 MB -> 12.0 MB on the 100 MB bench corpus).
+# --since stays exact to the ms (SINCE_SQL checks the boundary second).
+KEY_SHIFT = 12
 KEY_MASK = (1 << KEY_SHIFT) - 1
-MAX_MS = (1 << (63 - KEY_SHIFT)) - 1
+MAX_SECONDS = (1 << (63 - KEY_SHIFT)) - 1
 # Snippet marks around each match (control characters: indexed text never
 # holds them, see _CLEAN), and the snippet's length in tokens (a trigram
 # index's token is one character).
@@ -130,6 +133,15 @@ ADD_CODE_SQL = (
     "INSERT INTO search_code (rowid, text) SELECT key, text FROM search_text",
     "UPDATE search_state SET code = 1",
 )
+# After search --enable built an index from the stored records: its
+# segments merged into one, a step at a time (FTS5's 'merge' with a negative
+# page count merges segments of any level; a step that changes fewer than 2
+# rows did nothing). The catch-up's one segment per transaction left 11 in
+# a 1M-record index, and a walk newest first reads each: "def build_" took
+# 12.6 ms on it, 1.6 ms merged (the merge: 26 s for both indexes there).
+MERGE_PAGES = 2_000
+MERGE_SQL = {table: f"INSERT INTO {table} ({table}, rank) VALUES ('merge', -{MERGE_PAGES})"
+             for table in ("search_words", "search_code")}
 DISABLE_SQL = (
     "DROP TRIGGER IF EXISTS search_forget_record",
     "INSERT INTO search_words (search_words) VALUES ('delete-all')",
@@ -144,10 +156,12 @@ DISABLE_SQL = (
 # (one below the mark again after a delete may be), each under the session
 # of the file it is in: a fork's copied records keep their parent's
 # sessionId (anthropics/claude-code#95234) and are found with the fork.
+# The line as bytes (its UTF-8), which the decoders read as they are: a str
+# was made of each line only to be read back as UTF-8.
 PENDING_SQL = f"""
 SELECT r.id, r.file_id,
   coalesce((SELECT f.session_id FROM files f WHERE f.id = r.file_id), r.session_id),
-  r.type, r.timestamp, r.raw FROM records r
+  r.type, r.timestamp, CAST(r.raw AS BLOB) FROM records r
 WHERE r.id > :high_water
   AND r.type IN ({", ".join(f"'{t}'" for t in TEXT_TYPES)})
   AND NOT EXISTS (SELECT 1 FROM search_text s WHERE s.record_id = r.id)
@@ -185,6 +199,7 @@ def enable(db, progress=None, code: bool = True) -> int:
     index too (on an index searched by words alone, it is made from the
     stored text). ``progress(looked_at, total)`` after each batch."""
 
+    added = False   # the trigram index made from the stored text
     with write_lock(db) as conn:
         now = conn.execute(CODE_KEPT_SQL).fetchone()
         if now is None:
@@ -194,7 +209,25 @@ def enable(db, progress=None, code: bool = True) -> int:
         elif code and now[0] != 1:
             for sql in ADD_CODE_SQL:
                 conn.execute(sql)
-    return catch_up(db, progress)
+            added = True
+    done = catch_up(db, progress)
+    if done or added:   # (not on a new index: ingest enables it empty)
+        merge(db)
+    return done
+
+
+def merge(db) -> None:
+    """Merge each kept FTS index's segments into one (MERGE_SQL), a
+    transaction a step, so a writer waits for no more than a step."""
+    for table, sql in MERGE_SQL.items():
+        while True:
+            with write_lock(db) as conn:
+                if table == "search_code" and not code_kept(conn):
+                    break
+                before = conn.total_changes
+                conn.execute(sql)
+                if conn.total_changes - before < 2:
+                    break
 
 
 def disable(db) -> bool:
@@ -243,6 +276,12 @@ def catch_up_in(conn, batch: int | None = None) -> tuple[int, bool]:
         if text:
             texts.append([sort_key(timestamp, record_id), record_id, file_id, session_id,
                           rtype, timestamp, text])
+    # In key order: FTS5 writes its pending postings out as a new segment
+    # whenever a rowid is not above the last one, so keys out of order (the
+    # files of a transaction, each in time order, interleave) made dozens of
+    # small segments a transaction, and merges of them: sorted, one (the
+    # word index's CPU on the 100 MB bench corpus 1.28 s -> 0.86 s).
+    texts.sort()
     before = conn.total_changes
     conn.executemany(INSERT_TEXT_SQL, texts)
     if conn.total_changes - before != len(texts):   # two records, one key: move one up
@@ -251,6 +290,7 @@ def catch_up_in(conn, batch: int | None = None) -> tuple[int, bool]:
                 while conn.execute(KEY_TAKEN_SQL, [row[0]]).fetchone():
                     row[0] += 1
                 conn.execute(INSERT_TEXT_SQL, row)
+        texts.sort()
     conn.executemany(INDEX_WORDS_SQL, [(row[0], row[-1], row[3]) for row in texts])
     if code_kept(conn):
         conn.executemany(INDEX_CODE_SQL, [(row[0], row[-1]) for row in texts])
@@ -260,21 +300,34 @@ def catch_up_in(conn, batch: int | None = None) -> tuple[int, bool]:
 
 
 def sort_key(timestamp, record_id: int) -> int:
-    """search_text.key: the record's time in ms (0 when it has none, or an
-    unreadable one) above the low bits of its id."""
-    return (_ms(timestamp) << KEY_SHIFT) | (record_id & KEY_MASK)
+    """search_text.key: the record's time in seconds (0 when it has none,
+    or an unreadable one) above the low bits of its id."""
+    return (min(_ms(timestamp) // 1000, MAX_SECONDS) << KEY_SHIFT) | (record_id & KEY_MASK)
 
 
 def _ms(timestamp) -> int:
+    """``timestamp`` (ISO 8601; UTC when it has no zone) in ms since the
+    epoch; 0 when it has none or an unreadable one."""
     if not isinstance(timestamp, str) or not timestamp:
         return 0
     try:
         moment = datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
         if moment.tzinfo is None:
             moment = moment.replace(tzinfo=timezone.utc)
-        return min(max(int(moment.timestamp() * 1000), 0), MAX_MS)
+        return max(int(moment.timestamp() * 1000), 0)
     except (ValueError, OverflowError, OSError):
         return 0
+
+
+def since_params(since: str | None) -> dict:
+    """The parameters of SINCE_SQL for ``since`` (an ISO-8601 time, or None:
+    every time)."""
+    ms = _ms(since) if since else 0
+    if not ms:   # (an unreadable time: every time, as before)
+        return {"since_key": 0, "since_next_key": 0, "since_ms": 0}
+    seconds = min(ms // 1000, MAX_SECONDS)
+    return {"since_key": seconds << KEY_SHIFT, "since_next_key": (seconds + 1) << KEY_SHIFT,
+            "since_ms": ms}
 
 
 # --- the text of a record ---------------------------------------------------------
@@ -376,7 +429,8 @@ def _fields(raw) -> _Fields | None:
 
 
 def record_text(rtype: str, raw) -> str | None:
-    """The text search indexes for a record (None: nothing to index)."""
+    """The text search indexes for a record (None: nothing to index); ``raw``
+    the line, str or its UTF-8 bytes."""
     if rtype in AGENT_TEXT_TYPES:
         return _cut(_CLEAN.sub(" ", agents.record_text(rtype, raw)), RECORD_TEXT_CHARS) or None
     data = _fields(raw)
@@ -486,6 +540,13 @@ def compile_query(query: str) -> dict[str, str]:
     return compiled
 
 
+# --since: a key at or past :since_key (the walk's bound) is in the second
+# of :since_ms or later; in that second, the record's own time (ms, as
+# SQLite reads it: julianday() counts whole ms) decides. (julianday is NULL
+# for a time SQLite cannot read: left out, as a record without a time is.)
+SINCE_SQL = ("(t.key >= :since_next_key OR CAST(round(julianday(t.timestamp) * 86400000.0) "
+             "AS INTEGER) - 210866760000000 >= :since_ms)")
+
 # Hits, newest first: a walk of one index's rowids (search_text.key, so in
 # time order) backwards from the newest, which FTS5 stops at :limit, so a
 # common word costs no more than a rare one. The walk is of the trigram
@@ -500,7 +561,7 @@ SELECT t.session_id, t.timestamp, t.type, f.project_dir AS project,
   snippet({table}, 0, char(2), char(3), '…', {tokens}) AS snippet, t.record_id
 FROM {table} JOIN search_text t ON t.key = {table}.rowid
   JOIN files f ON f.id = t.file_id
-WHERE {table} MATCH :match AND {table}.rowid >= :since_key
+WHERE {table} MATCH :match AND {table}.rowid >= :since_key AND {since}
   AND (:session IS NULL OR t.session_id = :session)
   AND {project}
   AND (:typed IS NULL OR NOT EXISTS (SELECT 1 FROM json_each(:typed) p
@@ -518,7 +579,8 @@ SEARCH_SQL = {
         table=f"search_{table}", tokens=SNIPPET_TOKENS[table],
         also=ALSO_SQL.format(table=f"search_{table}") if also else "",
         session=SESSION_SQL.format(table=f"search_{table}") if session else "",
-        project=projects.PROJECT_MATCH_TEMPLATE.format(dir="f.project_dir", cwd="f.cwd"))
+        project=projects.PROJECT_MATCH_TEMPLATE.format(dir="f.project_dir", cwd="f.cwd"),
+        since=SINCE_SQL)
     for table, also, session in ((WORDS, False, False), (CODE, False, False),
                                  (CODE, True, False), (CODE, False, True), (CODE, True, True))
 }
@@ -543,7 +605,7 @@ SELECT t.session_id, t.timestamp, t.type, f.project_dir AS project,
   NULL AS snippet, t.record_id, t.text AS _text
 FROM {source}
   JOIN files f ON f.id = t.file_id
-WHERE {match} t.key >= :since_key
+WHERE {match} t.key >= :since_key AND {since}
   AND (:session IS NULL OR t.session_id = :session)
   AND {project}
   AND (:typed IS NULL OR NOT EXISTS (SELECT 1 FROM json_each(:typed) p
@@ -557,9 +619,9 @@ FALLBACK_SQL = {
     WORDS: FALLBACK_TEMPLATE.format(
         source="search_words JOIN search_text t ON t.key = search_words.rowid",
         match="search_words MATCH :match AND", order="search_words.rowid",
-        project=_FALLBACK_PROJECT),
+        project=_FALLBACK_PROJECT, since=SINCE_SQL),
     None: FALLBACK_TEMPLATE.format(source="search_text t", match="", order="t.key",
-                                   project=_FALLBACK_PROJECT),
+                                   project=_FALLBACK_PROJECT, since=SINCE_SQL),
 }
 # Characters of context a substring snippet keeps before and after a match.
 SNIPPET_BEFORE, SNIPPET_AFTER = 24, 40
@@ -631,7 +693,7 @@ def search(db, query: str, *, session: str | None = None, project: str | None = 
             "session": session or None, "project": projects.project_value(project),
             "limit": limit,
             "typed": json.dumps(typed_prefixes(query)) if typed_prefixes(query) else None,
-            "since_key": (_ms(since) << KEY_SHIFT) if since else 0})
+            **since_params(since)})
     words = compiled.get(WORDS)
     if words and session:
         words = f"({words}) AND session_id : {_phrase(session)}"
@@ -641,7 +703,7 @@ def search(db, query: str, *, session: str | None = None, project: str | None = 
               "session": session or None, "project": projects.project_value(project),
               "limit": limit,
               "typed": json.dumps(typed) if typed else None,
-              "since_key": (_ms(since) << KEY_SHIFT) if since else 0}
+              **since_params(since)}
     sql = SEARCH_SQL[(table, table == CODE and words is not None,
                       table == CODE and bool(session) and words is None)]
     return dict_rows(conn, sql, params)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 from indexer.signals.listings import SESSION_TITLE_TEMPLATE, plain_title
+from indexer.signals.usage_sums import DOLLARS, SINCE_SUMS_TEMPLATE
 from indexer.sql import dict_rows
 
 # What --by groups on: (the column it prints, its expression on the usage view).
@@ -16,6 +17,8 @@ GROUPS = {"day": ("day", "substr(timestamp, 1, 10)"), "session": ("session_id", 
 # The sums of one group of calls (or of all, {key} blank). cost_usd counts
 # priced calls only; unpriced_calls and unpriced_models say what it leaves
 # out (NULL when none is priced). :since bounds the calls' time (blank: all).
+# This is the definition, over every call; --by session reads it, the other
+# groupings read SUMS_SUMMARY_TEMPLATE (tests hold the two equal).
 SUMMARY_TEMPLATE = """
 SELECT {key}count(*) AS calls,
   sum(coalesce(input_tokens, 0)) AS input_tokens,
@@ -31,6 +34,28 @@ FROM usage
 WHERE coalesce(timestamp, '') >= :since
 {group_by}
 """.strip()
+# SUMMARY_TEMPLATE from the sums per day, project and model
+# (signals/usage_sums.py): no grouping of every call (143-193 ms on the
+# 1M-record bench index), a few ms. The same rows; a cost may differ from
+# the definition's in its 6th decimal place (a float sum in another order).
+SUMS_SUMMARY_TEMPLATE = f"""
+SELECT {{key}}coalesce(sum(s.calls), 0) AS calls,
+  sum(s.input_tokens) AS input_tokens,
+  sum(s.output_tokens) AS output_tokens,
+  sum(s.cache_read_tokens) AS cache_read_tokens,
+  sum(s.cache_write_5m_tokens) AS cache_write_5m_tokens,
+  sum(s.cache_write_1h_tokens) AS cache_write_1h_tokens,
+  CASE WHEN sum(s.calls) > sum(s.unpriced_calls) THEN {DOLLARS.format(sums="s")} END AS cost_usd,
+  sum(s.unpriced_calls) AS unpriced_calls,
+  group_concat(DISTINCT CASE WHEN s.unpriced_calls THEN coalesce(s.model, '?') END)
+    AS unpriced_models
+FROM (
+{SINCE_SUMS_TEMPLATE.format(since=":since")}
+) s
+{{group_by}}
+""".strip()
+# The groupings the sums answer: the column grouped on.
+SUMS_GROUPS = {"day": "s.day", "model": "s.model", "project": "s.project"}
 
 # Each session's title (listings.SESSION_TITLE_TEMPLATE), project folder and
 # cwd, for the sessions in :ids (a JSON array).
@@ -70,15 +95,20 @@ class BadGroup(ValueError):
     """--by names no grouping."""
 
 
-def summary_sql(by: str | None) -> str:
-    if by is None:
-        return SUMMARY_TEMPLATE.format(key="", group_by="")
-    if by not in GROUPS:
+def summary_sql(by: str | None, definition: bool = False) -> str:
+    """The SQL of the sums in total or per --by group: from the sums per day,
+    project and model when they answer it, else (or with definition) over
+    every call of the usage view."""
+    if by is not None and by not in GROUPS:
         raise BadGroup(f"--by must be one of {', '.join(GROUPS)}, not {by!r}")
+    sums = not definition and (by is None or by in SUMS_GROUPS)
+    template = SUMS_SUMMARY_TEMPLATE if sums else SUMMARY_TEMPLATE
+    if by is None:
+        return template.format(key="", group_by="")
     column, expr = GROUPS[by]
+    expr = SUMS_GROUPS[by] if sums else expr
     order = "1 DESC" if by == "day" else "cost_usd DESC, 1"
-    return SUMMARY_TEMPLATE.format(key=f"{expr} AS {column}, ",
-                                   group_by=f"GROUP BY 1 ORDER BY {order}")
+    return template.format(key=f"{expr} AS {column}, ", group_by=f"GROUP BY 1 ORDER BY {order}")
 
 
 def summary(db, by: str | None = None, since: str | None = None) -> list[dict]:

@@ -31,7 +31,7 @@ from indexer.chain.definitions import (
     TRANSCRIPT_KINDS,
     with_host,
 )
-from indexer.signals import classes, compaction, forks, verdict
+from indexer.signals import classes, compaction, forks, usage_sums, verdict
 from indexer.transcripts import thinking
 from indexer.transcripts.digests import sha256
 from indexer.transcripts.records import (
@@ -578,6 +578,57 @@ SELECT record_id, session_id, project, file_id, model, timestamp, message_id, re
   speed, price_model, long_context, cost_usd, host
 FROM usage_calls
 """.strip()
+# usage_day_sums (migrations.m094_usage_day_sums; read by
+# signals/usage_sums.py): the sums of the calls {calls} {where} per day
+# (their time's first 10 characters), project folder and model, in its
+# columns' order; cost in whole picodollars (usage_sums.PICO_COST), so that
+# adding and taking away calls keeps each row exactly their sum.
+USAGE_DAY_SUMS_TEMPLATE = f"""
+SELECT {usage_sums.CALL_DAY.format(c="c")} AS day, c.project, c.model, count(*) AS calls,
+  sum(coalesce(c.input_tokens, 0)) AS input_tokens,
+  sum(coalesce(c.output_tokens, 0)) AS output_tokens,
+  sum(coalesce(c.cache_read_tokens, 0)) AS cache_read_tokens,
+  sum(c.w5m) AS cache_write_5m_tokens, sum(c.w1h) AS cache_write_1h_tokens,
+  sum(coalesce({usage_sums.PICO_COST.format(c="c")}, 0)) AS cost_pico,
+  sum(c.cost_usd IS NULL) AS unpriced_calls
+FROM {{calls}} c{{where}}
+GROUP BY 1, 2, 3
+""".strip()
+# The same row of usage_day_sums as g's (NULL keys equal).
+_SAME_SUMS_ROW = "t.day IS g.day AND t.project IS g.project AND t.model IS g.model"
+_SUMS_COLUMNS = ("calls", "input_tokens", "output_tokens", "cache_read_tokens",
+                 "cache_write_5m_tokens", "cache_write_1h_tokens", "cost_pico", "unpriced_calls")
+# Taking the calls of usage_calls {where} out of their rows (before they
+# are deleted), and adding them (once picked and priced): a row for each
+# new (day, project, model) first, then the sums; a row left with no call
+# goes.
+SUBTRACT_USAGE_DAY_SUMS_TEMPLATE = (
+    "UPDATE usage_day_sums AS t SET "
+    + ", ".join(f"{c} = t.{c} - g.{c}" for c in _SUMS_COLUMNS)
+    + "\nFROM (" + USAGE_DAY_SUMS_TEMPLATE.format(calls="usage_calls", where="{where}")
+    + f") g WHERE {_SAME_SUMS_ROW}")
+ADD_USAGE_DAY_SUMS_TEMPLATES = (
+    "INSERT INTO usage_day_sums SELECT g.day, g.project, g.model, "
+    + ", ".join("0" for _ in _SUMS_COLUMNS)
+    + "\nFROM (" + USAGE_DAY_SUMS_TEMPLATE.format(calls="usage_calls", where="{where}") + ") g"
+    + f"\nWHERE NOT EXISTS (SELECT 1 FROM usage_day_sums t WHERE {_SAME_SUMS_ROW})",
+    "UPDATE usage_day_sums AS t SET "
+    + ", ".join(f"{c} = t.{c} + g.{c}" for c in _SUMS_COLUMNS)
+    + "\nFROM (" + USAGE_DAY_SUMS_TEMPLATE.format(calls="usage_calls", where="{where}")
+    + f") g WHERE {_SAME_SUMS_ROW}",
+    "DELETE FROM usage_day_sums WHERE calls = 0",
+)
+# usage_day_sums again from every call.
+REFILL_USAGE_DAY_SUMS_SQLS = (
+    "DELETE FROM usage_day_sums",
+    "INSERT INTO usage_day_sums "
+    + USAGE_DAY_SUMS_TEMPLATE.format(calls="usage_calls", where=""),
+)
+# The definition tests hold usage_day_sums equal to: the same sums of the
+# usage view's definition (the records).
+USAGE_DAY_SUMS_DEFINITION_SQL = USAGE_DAY_SUMS_TEMPLATE.format(
+    calls="(SELECT *, cache_write_5m_tokens AS w5m, cache_write_1h_tokens AS w1h "
+          "FROM usage_definition)", where="")
 # Pricing the calls of usage_calls {where} (all of them: where "").
 REPRICE_USAGE_CALLS_TEMPLATE = """
 UPDATE usage_calls SET price_model = p.price_model, long_context = p.long_context,
@@ -588,13 +639,15 @@ FROM (
 """.strip()
 REPRICE_ALL_USAGE_CALLS_SQLS = (
     REPRICE_USAGE_CALLS_TEMPLATE.format(priced=USAGE_PRICED_CALLS_TEMPLATE.format(where="")),
+    *REFILL_USAGE_DAY_SUMS_SQLS,   # every cost may have changed
     "DELETE FROM index_meta WHERE key = 'usage_prices_stale'",
 )
 
 
 def reprice_usage_calls(conn) -> None:
     """Price every call of usage_calls again (inside the caller's
-    transaction), and lift the note that the prices changed."""
+    transaction), sum them again per day, project and model
+    (usage_day_sums), and lift the note that the prices changed."""
     for sql in REPRICE_ALL_USAGE_CALLS_SQLS:
         conn.execute(sql)
 
@@ -688,6 +741,7 @@ VIEWS = {
     "record_types": RECORD_TYPES_SQL,
     "usage": USAGE_SQL,
     "usage_definition": USAGE_DEFINITION_SQL,
+    "usage_day_sums_definition": USAGE_DAY_SUMS_DEFINITION_SQL,
     "usage_reported": USAGE_REPORTED_SQL,
 }
 

@@ -161,18 +161,24 @@ PICK_USAGE_SQLS = tuple(
         indexed=index, files="", where=where))
     for where, index in _REPICKED.values())
 
+# The calls of usage_calls picked again (the message ids :ids, the lines :lines).
+_PICKED = (" WHERE message_id IN (SELECT value FROM json_each(:ids)) OR (message_id IS NULL "
+           "AND record_id IN (SELECT value FROM json_each(:lines)))")
 # The calls just picked, priced (views.REPRICE_USAGE_CALLS_TEMPLATE).
 REPRICE_PICKED_SQL = views.REPRICE_USAGE_CALLS_TEMPLATE.format(
-    priced=views.USAGE_PRICED_CALLS_TEMPLATE.format(
-        where=" WHERE message_id IN (SELECT value FROM json_each(:ids)) OR (message_id IS NULL "
-              "AND record_id IN (SELECT value FROM json_each(:lines)))"))
+    priced=views.USAGE_PRICED_CALLS_TEMPLATE.format(where=_PICKED))
+# usage_day_sums: the calls about to be picked again taken out of their
+# sums, then the calls picked and priced added (views.SUBTRACT_USAGE_DAY_SUMS_TEMPLATE).
+UNSUM_PICKED_SQL = views.SUBTRACT_USAGE_DAY_SUMS_TEMPLATE.format(where=_PICKED)
+SUM_PICKED_SQLS = tuple(t.format(where=_PICKED) for t in views.ADD_USAGE_DAY_SUMS_TEMPLATES)
 
 
 def keep_usage_calls(conn, file_ids) -> None:
     """Bring usage_calls up to date after these files' records changed and
     any were deleted (inside the caller's transaction): every call with a
     line added to them since their last scan, or deleted anywhere, is picked
-    again from all its copies."""
+    again from all its copies, and its sums per day, project and model
+    (usage_day_sums) follow."""
     ids, lines = set(), set()
     for file_id in file_ids:
         state = conn.execute(USAGE_SCAN_STATE_SQL, [file_id]).fetchone()
@@ -192,7 +198,8 @@ def keep_usage_calls(conn, file_ids) -> None:
     if not ids and not lines:
         return
     params = {"ids": json.dumps(sorted(ids)), "lines": json.dumps(sorted(lines))}
-    for sql in UNPICK_USAGE_SQLS + PICK_USAGE_SQLS + (REPRICE_PICKED_SQL,):
+    for sql in ((UNSUM_PICKED_SQL,) + UNPICK_USAGE_SQLS + PICK_USAGE_SQLS
+                + (REPRICE_PICKED_SQL,) + SUM_PICKED_SQLS):
         conn.execute(sql, params)
 
 

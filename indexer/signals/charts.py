@@ -14,23 +14,38 @@ ISO time, the earliest day a chart shows.
 from __future__ import annotations
 
 from indexer.signals.classes import COMPACTIONS_MORE_THAN, CannedQuery
+from indexer.signals.usage_sums import DOLLARS, SINCE_SUMS_TEMPLATE
 from indexer.signals.verdict import SESSIONS_VERDICT_TEMPLATE
 
 # A stored time that begins with a day (YYYY-MM-DD): the charts by day leave
 # out rows whose time is not one (a transcript can hold any text there).
 _A_DAY = "'[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]*'"
+# A day and nothing more (the day of a time _A_DAY matches).
+_A_DAY_ONLY = "'[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]'"
 
 # chart_cost_by_day: one row per UTC day and model of the API calls (the
 # usage view, each call once) since :since: day (YYYY-MM-DD), model, calls,
 # cost_usd (total(): 0 when no call of the row is priced) and unpriced_calls
 # (calls left out of cost_usd, their model has no price); a call whose
-# timestamp is not a time is left out.
-COST_BY_DAY_SQL = f"""
+# timestamp is not a time is left out. COST_BY_DAY_DEFINITION_SQL over every
+# call; COST_BY_DAY_SQL (the chart's query) the same rows from the sums per
+# day, project and model (usage_sums.py; tests hold the two equal).
+COST_BY_DAY_DEFINITION_SQL = f"""
 SELECT substr(timestamp, 1, 10) AS day, coalesce(model, '(no model)') AS model,
   count(*) AS calls, round(total(cost_usd), 6) AS cost_usd,
   sum(cost_usd IS NULL) AS unpriced_calls
 FROM usage
 WHERE timestamp GLOB {_A_DAY} AND timestamp >= coalesce(nullif(:since, ''), '')
+GROUP BY day, model ORDER BY day, model
+""".strip()
+COST_BY_DAY_SQL = f"""
+SELECT s.day, coalesce(s.model, '(no model)') AS model,
+  sum(s.calls) AS calls, {DOLLARS.format(sums="s")} AS cost_usd,
+  sum(s.unpriced_calls) AS unpriced_calls
+FROM (
+{SINCE_SUMS_TEMPLATE.format(since="coalesce(nullif(:since, ''), '')")}
+) s
+WHERE s.day GLOB {_A_DAY_ONLY}
 GROUP BY day, model ORDER BY day, model
 """.strip()
 
