@@ -1047,6 +1047,27 @@ TABLES["fork_heads_cache"] = {
         assistant_session_id="the first assistant record's sessionId",
         request_session_id="the first assistant record's requestSessionId"),
 }
+TABLES["sent_names"] = {
+    "description": "The prompts stored anew (sentAsUuid) that Claude Code's loader keys by "
+                   "their sentAsUuid beside another line of their own uuid: the resume views "
+                   "name such a record by its sentAsUuid, so the other line stays a record "
+                   "of its own (docs/how-it-works/resume-rules.md).",
+    "columns": _cols(
+        "file_id", record_id="records.id of the prompt stored anew",
+        line_no="its line in the file (1-based)",
+        name="its sentAsUuid: the key the loader keeps it under, its uuid in the resume views",
+        host="the host of file_id ('' for this machine)"),
+}
+TABLES["sent_names_cache"] = {
+    "description": "What the sent_names view reads, kept by ingest "
+                   "(derive.keep_sql_caches); query sent_names instead.",
+    "hidden": True,
+    "columns": {k: v for k, v in TABLES["sent_names"]["columns"].items() if k != "host"},
+}
+TABLES["sent_names_definition"] = {
+    "description": "The SQL the sent_names view is held equal to (by the tests), over the "
+                   "records; query sent_names instead.",
+    "columns": TABLES["sent_names"]["columns"]}
 TABLES["usage_calls"] = {
     "description": "One row per API call: the line kept of its copies in every file, and "
                    "its price, kept by ingest (derive.keep_usage_calls; priced again when the "

@@ -204,6 +204,89 @@ def shape_sent_as_uuid_over_an_earlier_line_of_its_uuid():
     return t.records
 
 
+def shape_sent_as_uuid_under_a_later_line_of_its_uuid():
+    """The other order: the prompt stored anew (u9, loaded as u3) comes
+    first and a later line of its own uuid (u9, a hook attachment under the
+    answer to u3) is a record of its own, the last row; it does not replace
+    the prompt, which keys u3. The CLI sends the prompt, its answer and the
+    hook. (Lines 10 s apart: no timestamp fallback reads on past a wrong
+    parent.)"""
+    t = Transcript(SID)
+    t.add(u(1), None, "user", ts=at(0))
+    t.add(u(2), u(1), "assistant", ts=at(10),
+          message=text("msg_2", "before the prompt stored anew"))
+    t.add(u(9), u(2), "user", ts=at(20), sentAsUuid=u(3),
+          message={"role": "user", "content": "the prompt stored anew"})
+    t.add(u(4), u(3), "assistant", ts=at(30), message=text("msg_4", "answers the sentAsUuid"))
+    hook_context(t, u(9), u(4), "the hook after the copy", ts=at(40))
+    return t.records
+
+
+def shape_sent_as_uuid_over_an_earlier_prompt_with_children():
+    """Both lines of u9 have children: the earlier prompt u9 is answered
+    (u5, naming u9), the prompt stored anew under u9 for u3 hangs from
+    that answer and is answered by u6 (naming u3). The Map holds u9 (the
+    earlier prompt) and u3 (the copy): the chain is u1 u2 u9 u5 u3 u6.
+    (Lines 10 s apart, as above.)"""
+    t = Transcript(SID)
+    t.add(u(1), None, "user", ts=at(0))
+    t.add(u(2), u(1), "assistant", ts=at(10), message=text("msg_2", "the first answer"))
+    t.add(u(9), u(2), "user", ts=at(20),
+          message={"role": "user", "content": "the earlier prompt"})
+    t.add(u(5), u(9), "assistant", ts=at(30),
+          message=text("msg_5", "answers the earlier prompt"))
+    t.add(u(9), u(5), "user", ts=at(40), sentAsUuid=u(3),
+          message={"role": "user", "content": "the copy under its own uuid"})
+    t.add(u(6), u(3), "assistant", ts=at(50), message=text("msg_6", "answers the copy"))
+    return t.records
+
+
+def shape_sent_as_uuid_replaced_over_an_earlier_line_of_its_uuid():
+    """Across a rewrite: an earlier line of u9 (a hook under the leaf
+    answer), the prompt stored anew under u9 for u3 (on the side), then a
+    line of u3 that replaces the copy in the Map (the prompt rewritten
+    under its sent uuid, on the side too). u9 stays the hook: the CLI
+    resumes from the leaf answer and sends the hook."""
+    t = Transcript(SID)
+    t.add(u(1), None, "user")
+    t.add(u(2), u(1), "assistant", message=text("msg_2", "the leaf answer"))
+    hook_context(t, u(9), u(2), "the hook before the copy")
+    t.add(u(9), u(1), "user", sentAsUuid=u(3), isSidechain=True,
+          message={"role": "user", "content": "stored anew on the side"})
+    t.add(u(3), u(1), "user", isSidechain=True,
+          message={"role": "user", "content": "rewritten under the sent uuid"})
+    return t.records
+
+
+def shape_progress_line_of_the_uuid_of_a_prompt_stored_anew():
+    """As below, the later line of the progress record's uuid a prompt
+    stored anew (named by its sentAsUuid u3: the same answer)."""
+    t = Transcript(SID)
+    t.add(u(1), None, "user", ts=at(0))
+    t.add(u(2), u(1), "assistant", ts=at(10), message=text("msg_2", "the first answer"))
+    t.add(u(9), u(2), "progress", ts=at(20), data={"type": "hook_progress"})
+    t.add(u(4), u(9), "assistant", ts=at(30), message=text("msg_4", "under the progress"))
+    t.add(u(9), u(1), "user", ts=at(40), sentAsUuid=u(3), isSidechain=True,
+          message={"role": "user", "content": "stored anew on the side"})
+    return t.records
+
+
+def shape_progress_line_of_the_uuid_of_a_later_line():
+    """xr(): a progress line goes to its own Map (``Os.set(tr.uuid, parent)``),
+    and a child read after it is read under the progress line's parent
+    (``tr.parentUuid = Os.get(...)``) whatever line of that uuid comes later
+    (here a user line on the side, which h keys by the same uuid): the CLI
+    sends u2 and u4. (Lines 10 s apart: no fallback.)"""
+    t = Transcript(SID)
+    t.add(u(1), None, "user", ts=at(0))
+    t.add(u(2), u(1), "assistant", ts=at(10), message=text("msg_2", "the first answer"))
+    t.add(u(9), u(2), "progress", ts=at(20), data={"type": "hook_progress"})
+    t.add(u(4), u(9), "assistant", ts=at(30), message=text("msg_4", "under the progress"))
+    t.add(u(9), u(1), "user", ts=at(40), isSidechain=True,
+          message={"role": "user", "content": "a later line of the uuid on the side"})
+    return t.records
+
+
 # --- e. fork_briefing attachments --------------------------------------------
 
 def fork_briefing(t, uuid, parent, ts=None):
@@ -447,9 +530,9 @@ def meta_text(t, uuid, parent, words):
                  message={"role": "user", "content": [{"type": "text", "text": words}]})
 
 
-def hook_context(t, uuid, parent, words):
+def hook_context(t, uuid, parent, words, ts=None):
     """A hook's additional-context attachment (sent as a system text)."""
-    return t.add(uuid, parent, "attachment", attachment={
+    return t.add(uuid, parent, "attachment", ts=ts, attachment={
         "type": "hook_additional_context", "content": [words], "hookName": "PostToolUse"})
 
 
@@ -1122,6 +1205,17 @@ EXPECTED = {
     "sent_as_uuid": (["before the prompt stored anew", "answers the sentAsUuid"],
                      ["the prompt stored anew"], []),
     "sent_as_uuid_over_an_earlier_line_of_its_uuid": (["the leaf answer"], [], []),
+    "sent_as_uuid_under_a_later_line_of_its_uuid": (
+        ["before the prompt stored anew", "answers the sentAsUuid"],
+        ["the prompt stored anew"], []),
+    "sent_as_uuid_over_an_earlier_prompt_with_children": (
+        ["the first answer", "answers the earlier prompt", "answers the copy"],
+        ["the earlier prompt", "the copy under its own uuid"], []),
+    "sent_as_uuid_replaced_over_an_earlier_line_of_its_uuid": (["the leaf answer"], [], []),
+    "progress_line_of_the_uuid_of_a_prompt_stored_anew": (
+        ["the first answer", "under the progress"], [], []),
+    "progress_line_of_the_uuid_of_a_later_line": (
+        ["the first answer", "under the progress"], [], []),
     "sent_as_uuid_already_loaded": (["the first answer", "answers the copy"],
                                     ["the copy keeps its uuid"], [u(3)]),
     "fork_briefing_not_a_row": (["the first answer", "the last row's answer"], [], []),
@@ -1214,6 +1308,8 @@ EXPECTED = {
 # contents) that must and must not be there.
 SENT_ANYWHERE = {
     "sent_as_uuid_over_an_earlier_line_of_its_uuid": (["the hook before the copy"], []),
+    "sent_as_uuid_under_a_later_line_of_its_uuid": (["the hook after the copy"], []),
+    "sent_as_uuid_replaced_over_an_earlier_line_of_its_uuid": (["the hook before the copy"], []),
     "virtual_user_record_on_a_line": ([], ["out toolu_v"]),
     "result_recovered_under_the_other_result": (["out toolu_a", "out toolu_b"], []),
     "rows_ahead_under_a_result_recovered_after_the_reply": (["out toolu_a", "out toolu_b"], []),
@@ -1231,10 +1327,12 @@ SENT_ANYWHERE = {
 
 # The shapes where the index (as of this commit) differs from the CLI: why.
 DIFFERS: dict = {
-    "sent_as_uuid_over_an_earlier_line_of_its_uuid": (
-        "trn() keys a record stored anew by its sentAsUuid, so an earlier line of its own "
-        "uuid stays a record of its own (here the last row, an attachment under the leaf "
-        "message); the index reads the last line of a uuid, the record stored anew"),
+    "progress_line_of_the_uuid_of_a_later_line": (
+        "the loader keeps progress lines in their own Map (Os), read when a child is read; "
+        "the index reads the last line of a uuid, the later user line, and does not bridge"),
+    "progress_line_of_the_uuid_of_a_prompt_stored_anew": (
+        "as progress_line_of_the_uuid_of_a_later_line: the index reads the progress "
+        "records it bridges through by their own uuid, the last line of it"),
 }
 
 SHAPES = {name: globals()[f"shape_{name}"] for name in EXPECTED}

@@ -135,3 +135,100 @@ def test_an_appended_answer_to_a_prompt_stored_anew(index):
         index.ingest()
     index.assert_caches_match_definitions()
     assert index.ancestry(fid)[::-1] == [u(1), u(2), u(9), u(4)]
+
+
+def test_a_record_stored_anew_beside_another_line_of_its_uuid(index):
+    # The loader keys a line by its key (the sentAsUuid of a record stored
+    # anew that trn() renames, else its uuid), a later line of the key
+    # replacing an earlier one: another line of the copy's own uuid is a
+    # record of its own, and the copy is named by its sentAsUuid (checked
+    # against the real CLI in tests/test_oracle_cases.py:
+    # sent_as_uuid_over_an_earlier_line_of_its_uuid and the three around it).
+    paths = {}
+
+    def hook(t, uuid, parent, s):
+        t.add(uuid, parent, "attachment", ts=at(s), attachment={
+            "type": "hook_additional_context", "content": ["hook"], "hookName": "Stop"})
+
+    # 1: an earlier line of u9 (a hook under the leaf answer), then the copy
+    # on the side: the hook is the last row and is put back with the leaf.
+    t = Transcript(SID)
+    t.add(u(1), None, "user", ts=at(0), message=prompt("first"))
+    t.add(u(2), u(1), "assistant", message=text("msg_2", "the leaf answer"), ts=at(10))
+    hook(t, u(9), u(2), 20)
+    t.add(u(9), u(1), "user", sentAsUuid=u(3), isSidechain=True, ts=at(30),
+          message=prompt("stored anew on the side"))
+    paths[1] = write(index, 1, t.records)
+    # 2: the copy first, answered under its sentAsUuid, then a later line of
+    # its own uuid (a hook under the answer): both are records.
+    t = Transcript(SID)
+    t.add(u(1), None, "user", ts=at(0), message=prompt("first"))
+    t.add(u(2), u(1), "assistant", message=text("msg_2", "first answer"), ts=at(10))
+    t.add(u(9), u(2), "user", sentAsUuid=u(3), ts=at(20), message=prompt("stored anew"))
+    t.add(u(4), u(3), "assistant", message=text("msg_4", "the answer"), ts=at(30))
+    hook(t, u(9), u(4), 40)
+    paths[2] = write(index, 2, t.records)
+    # 3: both lines of u9 have children: u1 u2 u9 u5 u3 u6.
+    t = Transcript(SID)
+    t.add(u(1), None, "user", ts=at(0), message=prompt("first"))
+    t.add(u(2), u(1), "assistant", message=text("msg_2", "first answer"), ts=at(10))
+    t.add(u(9), u(2), "user", ts=at(20), message=prompt("the earlier prompt"))
+    t.add(u(5), u(9), "assistant", message=text("msg_5", "its answer"), ts=at(30))
+    t.add(u(9), u(5), "user", sentAsUuid=u(3), ts=at(40), message=prompt("the copy"))
+    t.add(u(6), u(3), "assistant", message=text("msg_6", "answers the copy"), ts=at(50))
+    paths[3] = write(index, 3, t.records)
+    # 4: as 1, and a line of u3 that replaces the copy (on the side too).
+    t = Transcript(SID)
+    t.add(u(1), None, "user", ts=at(0), message=prompt("first"))
+    t.add(u(2), u(1), "assistant", message=text("msg_2", "the leaf answer"), ts=at(10))
+    hook(t, u(9), u(2), 20)
+    t.add(u(9), u(1), "user", sentAsUuid=u(3), isSidechain=True, ts=at(30),
+          message=prompt("stored anew on the side"))
+    t.add(u(3), u(1), "user", isSidechain=True, ts=at(40), message=prompt("rewritten"))
+    paths[4] = write(index, 4, t.records)
+
+    got = chains(index, paths)
+    # (uuid, line) of each record on the resume chain, leaf last: the copy
+    # named by its sentAsUuid (u3), the other line of its uuid as u9.
+    on_chain = {n: [(r["uuid"], r["line_no"]) for r in index.rows(
+        "SELECT a.uuid, r.line_no FROM leaf_ancestry a JOIN records r ON r.id = a.record_id "
+        "WHERE a.file_id = ? AND a.rule = 'resume' ORDER BY a.depth DESC",
+        [index.file_id(p)])] for n, p in paths.items()}
+    assert on_chain == {
+        1: [(u(1), 1), (u(2), 2), (u(9), 3)],
+        2: [(u(1), 1), (u(2), 2), (u(3), 3), (u(4), 4), (u(9), 5)],
+        3: [(u(1), 1), (u(2), 2), (u(9), 3), (u(5), 4), (u(3), 5), (u(6), 6)],
+        4: [(u(1), 1), (u(2), 2), (u(9), 3)],
+    }
+    assert all(orphans == {} for _, orphans in got.values())
+    assert index.rows("SELECT name, line_no FROM sent_names ORDER BY file_id") == [
+        {"name": u(3), "line_no": 4}, {"name": u(3), "line_no": 3},
+        {"name": u(3), "line_no": 5}, {"name": u(3), "line_no": 4}]
+
+
+def test_a_line_appended_with_the_uuid_of_a_prompt_stored_anew(index):
+    # Appended after the copy, a line of its own uuid makes it a record named
+    # by its sentAsUuid (sent_names is picked again for the file), and
+    # appended after that line, an answer hangs from the copy's sentAsUuid.
+    t = Transcript(SID)
+    t.add(u(1), None, "user", ts=at(0), message=prompt("first"))
+    t.add(u(2), u(1), "assistant", message=text("msg_2", "first answer"), ts=at(10))
+    t.add(u(9), u(2), "user", sentAsUuid=u(3), ts=at(20), message=prompt("stored anew"))
+    path = write_jsonl(index.projects / "-tmp-demo" / f"{SID}.jsonl", t.records)
+    index.ingest()
+    fid = index.file_id(path)
+    assert index.ancestry(fid)[::-1] == [u(1), u(2), u(9)]
+    assert index.rows("SELECT name FROM sent_names WHERE file_id = ?", [fid]) == []
+    t.add(u(9), u(2), "attachment", ts=at(30), attachment={
+        "type": "hook_additional_context", "content": ["hook"], "hookName": "Stop"})
+    write_jsonl(path, t.records)
+    index.ingest()
+    assert index.ancestry(fid)[::-1] == [u(1), u(2), u(9)]
+    assert index.rows("SELECT name, line_no FROM sent_names WHERE file_id = ?", [fid]) == [
+        {"name": u(3), "line_no": 3}]
+    t.add(u(4), u(3), "assistant", message=text("msg_4", "the answer"), ts=at(40))
+    write_jsonl(path, t.records)
+    index.ingest()
+    index.assert_caches_match_definitions()
+    assert index.ancestry(fid)[::-1] == [u(1), u(2), u(3), u(4)]
+    assert causes(index, fid) == {u(9): "abandoned_branch"}

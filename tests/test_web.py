@@ -180,10 +180,11 @@ def test_every_view_with_a_file_or_a_session_has_host(site):
             elif name != "usage_reported":
                 assert "host" in columns, name
                 with_host.append(name)
-    assert len(with_host) == 33  # 22, session_verdicts and session_compactions (issue 25),
+    assert len(with_host) == 35  # 22, session_verdicts and session_compactions (issue 25),
     # unwritten_transcripts, session_forks, thinking_faults and compaction_segments (issue 27),
     # thinking_faults_definition, session_forks_definition and usage_definition (issue 29),
-    # verdict_facts and verdict_facts_definition (issue 29)
+    # sent_names and sent_names_definition (issue 26), verdict_facts and
+    # verdict_facts_definition (issue 29)
     for cache in ("leaves_cache", "leaf_ancestry_cache", "orphans_cache"):
         assert "host" not in [r["name"] for r in site.rows(f"PRAGMA table_info('{cache}')")]
     assert {r["host"] for r in site.rows("SELECT host FROM leaves")} == {""}

@@ -58,7 +58,9 @@ CLI_NODE_TYPES_SQL = "(" + ",".join(f"'{t}'" for t in CLI_NODE_TYPES) + ")"
 TRANSCRIPT_KIND_NAMES = ("main", "subagent")
 TRANSCRIPT_KINDS = "(" + ",".join(f"'{k}'" for k in TRANSCRIPT_KIND_NAMES) + ")"
 
-# Is record {n} a node (a chain record, the last line of its uuid)? Used
+# Is record {n} a node (a chain record, the last line of its uuid), as the
+# Agent SDK reads it, and as the CLI's view reads the progress and unreadable
+# records it bridges through (the CLI's nodes are by name: _IS_CLI_LINE)? Used
 # inside recursive steps, which must reach only real tables and their indexes:
 # a CTE there is re-materialized (and re-indexed) at every step.
 _IS_NODE = f"""{{n}}.uuid IS NOT NULL AND {{n}}.type IN {CHAIN_TYPES_SQL}
@@ -66,26 +68,85 @@ _IS_NODE = f"""{{n}}.uuid IS NOT NULL AND {{n}}.type IN {CHAIN_TYPES_SQL}
       WHERE later.file_id = {{n}}.file_id AND later.uuid = {{n}}.uuid
         AND later.line_no > {{n}}.line_no AND later.type IN {CHAIN_TYPES_SQL})"""
 
+# sent_names_cache (resume.loader_names; kept in SQL by derive.keep_sql_caches,
+# held equal to sent_names_definition): the prompts stored anew that the
+# loader names by their sentAsUuid. trn() loads a user line under its
+# sentAsUuid when no line loaded before has that uuid (no earlier user,
+# assistant, system or attachment line with it as uuid, no earlier user
+# line with it as sentAsUuid: as sent_as), and the loader keys each line by
+# its key (that sentAsUuid, else its uuid), a later line of the key
+# replacing an earlier one. When another chain line has the prompt's own
+# uuid, that line is a record of its own beside it: the CLI's view then
+# names the prompt by its sentAsUuid (name), and only such prompts are
+# listed (the others keep their own uuid and are read through sent_as).
+# {files}: which files (a condition on f, the files row).
+SENT_NAMES_TEMPLATE = f"""
+SELECT r.id AS record_id, r.file_id, r.line_no, r.sent_as_uuid AS name
+FROM records r JOIN files f ON f.id = r.file_id
+WHERE f.kind = 'main' AND {{files}} AND r.sent_as_uuid IS NOT NULL AND r.type = 'user'
+  AND r.uuid IS NOT NULL
+  AND NOT EXISTS (SELECT 1 FROM records e WHERE e.file_id = r.file_id
+                    AND e.uuid = r.sent_as_uuid AND e.line_no < r.line_no
+                    AND e.type IN {CLI_NODE_TYPES_SQL})
+  AND NOT EXISTS (SELECT 1 FROM records e WHERE e.file_id = r.file_id
+                    AND e.sent_as_uuid = r.sent_as_uuid AND e.line_no < r.line_no
+                    AND e.type = 'user' AND e.uuid IS NOT NULL)
+  AND EXISTS (SELECT 1 FROM records z WHERE z.file_id = r.file_id
+                AND z.uuid = r.uuid AND z.id <> r.id AND z.type IN {CHAIN_TYPES_SQL})
+""".strip()
+SENT_NAMES_DEFINITION_SQL = SENT_NAMES_TEMPLATE.format(files="1")
+SENT_NAMES_COLUMNS = "record_id, file_id, line_no, name"
+# Is line {r} listed in sent_names_cache (named by its sentAsUuid)?
+NAMED_LINE = "EXISTS (SELECT 1 FROM sent_names_cache nm WHERE nm.record_id = {r}.id)"
+# The name of line {r} in the CLI's view: its sentAsUuid when NAMED_LINE,
+# else its uuid.
+NAME_OF = ("coalesce((SELECT nm.name FROM sent_names_cache nm WHERE nm.record_id = {r}.id), "
+           "{r}.uuid)")
+# Is line {n} a node of the CLI's view (a chain line, the last line of its
+# name: no later line is named so; only a progress line, which the loader
+# does not key, can be followed by a line named by its uuid)? Reads real
+# tables only (recursive steps).
+_IS_CLI_LINE = (
+    "{n}.uuid IS NOT NULL AND {n}.type IN " + CHAIN_TYPES_SQL + """
+    AND NOT EXISTS (SELECT 1 FROM records later
+      WHERE later.file_id = {n}.file_id AND later.uuid = """ + NAME_OF.replace("{r}", "{n}") + """
+        AND later.line_no > {n}.line_no AND later.type IN """ + CHAIN_TYPES_SQL + """
+        AND NOT """ + NAMED_LINE.replace("{r}", "later") + """)
+    AND NOT ({n}.type = 'progress' AND EXISTS (SELECT 1 FROM records later
+      WHERE later.file_id = {n}.file_id AND later.sent_as_uuid = {n}.uuid
+        AND later.line_no > {n}.line_no AND """ + NAMED_LINE.replace("{r}", "later") + "))")
+
 # Common table expressions shared by the three definitions.
 # scope_files: the files computed (all of them). occ: every chain record line (a duplicated
-# uuid appears once per line). nodes: one row per uuid, the last line winning
-# as in the CLI and the SDK; eff_parent follows a compact_boundary's
+# uuid appears once per line), with its name in the CLI's view (its uuid, or
+# its sentAsUuid when sent_names_cache lists it). nodes: one row per name, the
+# last line winning as in the CLI (the loader's keys; uuid: the name); eff_parent follows a compact_boundary's
 # logicalParentUuid (the cause walk's rule; the leaf walks use parent_uuid).
 NODES_CTES = f"""
 scope_files AS (
   SELECT id AS file_id, kind, session_id FROM files WHERE kind IN {TRANSCRIPT_KINDS}
 ),
 occ AS MATERIALIZED (
-  SELECT r.id, r.file_id, r.line_no, r.uuid, r.parent_uuid, r.type
+  SELECT r.id, r.file_id, r.line_no, r.uuid, r.parent_uuid, r.type,
+         coalesce(m.name, r.uuid) AS name
   FROM records r JOIN scope_files f ON f.file_id = r.file_id
+  LEFT JOIN sent_names_cache m ON m.record_id = r.id
   WHERE r.uuid IS NOT NULL AND r.type IN {CHAIN_TYPES_SQL}
 ),
 nodes AS MATERIALIZED (
-  SELECT r.id, r.file_id, r.line_no, r.uuid, r.parent_uuid, r.type, r.subtype,
+  SELECT r.id, r.file_id, r.line_no, r.name AS uuid, r.parent_uuid, r.type, r.subtype,
          r.timestamp, r.is_sidechain, r.message_id, r.is_tool_result, r.is_unreadable,
          {EFFECTIVE_PARENT.format(r="r")} AS eff_parent, r.is_meta
-  FROM records r JOIN scope_files f ON f.file_id = r.file_id
-  WHERE {_IS_NODE.format(n="r")}
+  FROM (SELECT r.*, coalesce(m.name, r.uuid) AS name FROM records r
+        JOIN scope_files f ON f.file_id = r.file_id
+        LEFT JOIN sent_names_cache m ON m.record_id = r.id
+        WHERE r.uuid IS NOT NULL AND r.type IN {CHAIN_TYPES_SQL}) r
+  WHERE NOT EXISTS (SELECT 1 FROM records later
+      WHERE later.file_id = r.file_id AND later.uuid = r.name
+        AND later.line_no > r.line_no AND later.type IN {CHAIN_TYPES_SQL}
+        AND NOT EXISTS (SELECT 1 FROM sent_names_cache x WHERE x.record_id = later.id))
+    AND NOT EXISTS (SELECT 1 FROM sent_names_cache x WHERE x.file_id = r.file_id AND x.name = r.name
+                      AND x.line_no > r.line_no)
 )
 """.strip()
 
@@ -107,16 +168,29 @@ CUT_STEPS = 64
 # system or attachment record that is readable, the last chain line of its
 # uuid)? Two references to records: for the relink, whose parts are copied
 # wherever cli is named (CLI_CTES).
-IS_CLI_NODE = f"""EXISTS (SELECT 1 FROM records x WHERE x.file_id = {{file_id}} AND x.uuid = {{uuid}}
+_LATER_OF_NAME = f"""NOT EXISTS (SELECT 1 FROM records y WHERE y.file_id = x.file_id
+                      AND y.uuid = {{uuid}} AND y.line_no > x.line_no AND y.type IN {CHAIN_TYPES_SQL}
+                      AND NOT EXISTS (SELECT 1 FROM sent_names_cache ny WHERE ny.record_id = y.id))"""
+def _is_cli_node(extra: str = "") -> str:
+    """IS_CLI_NODE, the line it finds (x, named {uuid}) also meeting ``extra``."""
+    return (f"""EXISTS (SELECT 1 FROM records x WHERE x.file_id = {{file_id}}
+      AND ((x.uuid = {{uuid}} AND NOT {NAMED_LINE.format(r="x")})
+           OR (x.sent_as_uuid = {{uuid}} AND {NAMED_LINE.format(r="x")}))
       AND x.type IN {CLI_NODE_TYPES_SQL} AND NOT x.is_unreadable
-      AND NOT EXISTS (SELECT 1 FROM records y WHERE y.file_id = x.file_id AND y.uuid = x.uuid
-                      AND y.line_no > x.line_no AND y.type IN {CHAIN_TYPES_SQL}))"""
+      AND {_LATER_OF_NAME}{extra})""")
+
+
+IS_CLI_NODE = _is_cli_node()
 # The first line of {n}'s uuid the loader loads (a user, assistant, system
 # or attachment line): where the CLI's Map holds the uuid, whose order the
 # relink reads (resume.relink's ``first``), though the last line's record
 # is its value.
-FIRST_LOADED = (f"(SELECT min(z.line_no) FROM records z WHERE z.file_id = {{n}}.file_id "
-                f"AND z.uuid = {{n}}.uuid AND z.type IN {CLI_NODE_TYPES_SQL})")
+_FIRST_OF_NAME = (f"(SELECT min(z.line_no) FROM records z WHERE z.file_id = {{file}} "
+                  f"AND z.type IN {CLI_NODE_TYPES_SQL} AND ((z.uuid = {{uuid}} AND NOT EXISTS ("
+                  f"SELECT 1 FROM sent_names_cache nz WHERE nz.record_id = z.id)) "
+                  f"OR (z.sent_as_uuid = {{uuid}} AND EXISTS (SELECT 1 FROM sent_names_cache nz "
+                  f"WHERE nz.record_id = z.id))))")
+FIRST_LOADED = _FIRST_OF_NAME.replace("{file}", "{n}.file_id").replace("{uuid}", "{n}.uuid")
 # The place of node {uuid} of file {file} in the loader's Map, by which RRr()
 # orders what it puts back (resume.loader_places): the first line of its
 # key. A prompt stored anew that the loader keys by its sentAsUuid (sent_as)
@@ -124,12 +198,11 @@ FIRST_LOADED = (f"(SELECT min(z.line_no) FROM records z WHERE z.file_id = {{n}}.
 # later line of the sentAsUuid that replaces it takes that place too.
 LOADER_PLACE = (f"coalesce((SELECT min(s.line_no) FROM sent_as s WHERE s.file_id = {{file}} "
                 f"AND CASE WHEN s.replaced THEN s.as_uuid ELSE s.uuid END = {{uuid}}), "
-                f"(SELECT min(z.line_no) FROM records z WHERE z.file_id = {{file}} "
-                f"AND z.uuid = {{uuid}} AND z.type IN {CLI_NODE_TYPES_SQL}))")
+                f"{_FIRST_OF_NAME})")
 # Is uuid {uuid} a node (IS_CLI_NODE) first loaded before line {before} (a
 # node the relink drops)?
-IS_CLI_NODE_LOADED_BEFORE = IS_CLI_NODE[:-1] + (
-    f"\n      AND {FIRST_LOADED.format(n='x')} < {{before}})")
+IS_CLI_NODE_LOADED_BEFORE = _is_cli_node(
+    "\n      AND " + _FIRST_OF_NAME.replace("{file}", "x.file_id") + " < {before}")
 
 # ahead_marks: the at (depth of its first record on the chain) of the
 # response that puts record x back, directly (x.par_at) or on a line (m:
@@ -152,7 +225,9 @@ NOT_DROPPED = ("({c}.last_line IS NULL OR {x}.first_line >= {c}.last_line OR EXI
 # through progress records written before it and unreadable records, which
 # it does not load (resume.bridged); each step is to an earlier line or an
 # unreadable record, and the step bound ends a cycle. In CLI_CTES and in the
-# put-back lines of ORPHANS_DEFINITION_SQL.
+# put-back lines of ORPHANS_DEFINITION_SQL. The records climbed through are
+# read by their own uuid, the last line of it (_IS_NODE), as resume.bridged
+# reads them (cli_view's ``bridge_nodes``).
 # One step of a climb over progress records and unreadable ones to the
 # parent a line is bridged to ({cte}: the recursive CTE, its alias {b}, and
 # the column it carries, {key}; up, up_line, steps): BRIDGE_CTES and the
@@ -169,8 +244,9 @@ BRIDGE_CTES = f"""
 bridge(file_id, uuid, up, up_line, steps) AS (
   SELECT n.file_id, n.uuid, n.parent_uuid, n.line_no, 0 FROM nodes n
   WHERE n.type <> 'progress' AND NOT n.is_unreadable AND EXISTS (
-    SELECT 1 FROM nodes p WHERE p.file_id = n.file_id AND p.uuid = n.parent_uuid
-      AND ((p.type = 'progress' AND p.line_no < n.line_no) OR p.is_unreadable))
+    SELECT 1 FROM records p WHERE p.file_id = n.file_id AND p.uuid = n.parent_uuid
+      AND ((p.type = 'progress' AND p.line_no < n.line_no) OR p.is_unreadable)
+      AND {_IS_NODE.format(n="p")})
   UNION ALL
 {BRIDGE_STEP.format(cte="bridge", b="b", key="b.uuid")}),
 -- bridged: the end of each climb; NULL when it went round a cycle of
@@ -197,15 +273,17 @@ CLI_CTES = f"""
 -- replaced: a later node line has that uuid and takes its place, so the
 -- record is no node and nothing is renamed.
 sent_as AS MATERIALIZED (
-  SELECT r.id, r.file_id, r.uuid, r.line_no, r.sent_as_uuid AS as_uuid,
+  SELECT r.id, r.file_id, coalesce(m.name, r.uuid) AS uuid, r.line_no, r.sent_as_uuid AS as_uuid,
          EXISTS (SELECT 1 FROM records l WHERE l.file_id = r.file_id
                    AND l.uuid = r.sent_as_uuid AND l.line_no > r.line_no
-                   AND l.type IN {CLI_NODE_TYPES_SQL}) AS replaced
-  FROM records r
+                   AND l.type IN {CLI_NODE_TYPES_SQL}
+                   AND NOT {NAMED_LINE.format(r="l")}) AS replaced
+  FROM records r LEFT JOIN sent_names_cache m ON m.record_id = r.id
   WHERE r.sent_as_uuid IS NOT NULL AND r.type = 'user' AND r.uuid IS NOT NULL
     AND NOT EXISTS (SELECT 1 FROM records e WHERE e.file_id = r.file_id
                       AND e.uuid = r.sent_as_uuid AND e.line_no < r.line_no
-                      AND e.type IN {CLI_NODE_TYPES_SQL})
+                      AND e.type IN {CLI_NODE_TYPES_SQL}
+                      AND NOT {NAMED_LINE.format(r="e")})
     AND NOT EXISTS (SELECT 1 FROM records e WHERE e.file_id = r.file_id
                       AND e.sent_as_uuid = r.sent_as_uuid AND e.line_no < r.line_no
                       AND e.type = 'user' AND e.uuid IS NOT NULL)
@@ -388,7 +466,7 @@ NEWEST_OF_ANY_SET = NEWEST_OF.format("any_set")
 LEAVES_CTES = f"""
 main_files AS (SELECT file_id FROM scope_files WHERE kind = 'main'),
 row_lines AS MATERIALIZED (
-  SELECT o.file_id, o.line_no, o.uuid, r.timestamp FROM occ o JOIN records r ON r.id = o.id
+  SELECT o.file_id, o.line_no, o.name AS uuid, r.timestamp FROM occ o JOIN records r ON r.id = o.id
   JOIN main_files m ON m.file_id = o.file_id
   WHERE o.type <> 'progress' AND NOT r.is_sidechain AND NOT r.is_unreadable
     AND NOT (o.type = 'system' AND r.subtype IS 'file_snapshot')
@@ -778,8 +856,8 @@ to_message(file_id, terminal_line, id, type, parent_uuid, steps) AS (
 sdk_candidates AS (
   SELECT t.file_id, t.terminal_line, r.id, r.uuid,
          (NOT r.is_sidechain AND r.team_name IS NULL AND NOT r.is_meta) AS is_main,
-         (SELECT n.line_no FROM nodes n
-          WHERE n.file_id = r.file_id AND n.uuid = r.uuid) AS uuid_line
+         (SELECT max(n.line_no) FROM records n WHERE n.file_id = r.file_id
+          AND n.uuid = r.uuid AND n.type IN {CHAIN_TYPES_SQL}) AS uuid_line
   FROM to_message t JOIN records r ON r.id = t.id
   WHERE t.type IN ('user','assistant')
 ),
@@ -861,7 +939,7 @@ walk_starts AS MATERIALIZED (  -- one reference to leaves_def: each one is plann
   WHERE CASE k.rule WHEN 'resume' THEN l.resume_leaf_id ELSE l.sdk_leaf_id END IS NOT NULL
 ),
 walk(file_id, rule, by_cli, id, uuid, next, raw_depth) AS (
-  SELECT s.file_id, s.rule, s.by_cli, r.id, r.uuid,
+  SELECT s.file_id, s.rule, s.by_cli, r.id, CASE WHEN s.by_cli THEN coalesce(c.uuid, r.uuid) ELSE r.uuid END,
          CASE WHEN s.by_cli THEN c.walk_parent ELSE r.parent_uuid END, 0
   FROM walk_starts s JOIN records r ON r.id = s.id LEFT JOIN cli c ON c.id = r.id
   UNION ALL
@@ -1013,20 +1091,21 @@ cut_files AS MATERIALIZED (
 -- bound). (Each part names as few others as it can: `cut` is named at
 -- every put-back step, and SQLite copies what it rests on each time.)
 cut_lines AS MATERIALIZED (
-  SELECT o.file_id, o.line_no, o.uuid, o.type, o.parent_uuid, c.parent AS node_parent,
-         lead(o.line_no) OVER (PARTITION BY o.file_id, o.uuid ORDER BY o.line_no) AS until
+  SELECT o.file_id, o.line_no, o.name AS uuid, o.type, o.parent_uuid, c.parent AS node_parent,
+         lead(o.line_no) OVER (PARTITION BY o.file_id, o.name ORDER BY o.line_no) AS until
   FROM occ o JOIN cut_files k ON k.file_id = o.file_id
   JOIN records r ON r.id = o.id
-  JOIN cli_base c ON c.file_id = o.file_id AND c.uuid = o.uuid
+  JOIN cli_base c ON c.file_id = o.file_id AND c.uuid = o.name
   WHERE o.type IN {CLI_NODE_TYPES_SQL} AND NOT r.is_unreadable
 ),
 cut_climb(file_id, line_no, up, up_line, steps) AS (
-  SELECT r.file_id, r.line_no, r.parent_uuid, r.line_no, 0 FROM records r
-  JOIN cut_files k ON k.file_id = r.file_id
-  WHERE r.uuid IS NOT NULL AND r.type IN {CLI_NODE_TYPES_SQL} AND NOT r.is_unreadable
-    AND EXISTS (SELECT 1 FROM records z WHERE z.file_id = r.file_id AND z.uuid = r.uuid
-                  AND z.line_no > r.line_no AND z.type IN {CLI_NODE_TYPES_SQL}
-                  AND NOT z.is_unreadable)
+  SELECT r.file_id, r.line_no, r.parent_uuid, r.line_no, 0 FROM occ o
+  JOIN records r ON r.id = o.id JOIN cut_files k ON k.file_id = r.file_id
+  WHERE r.type IN {CLI_NODE_TYPES_SQL} AND NOT r.is_unreadable
+    AND EXISTS (SELECT 1 FROM occ z JOIN records zr ON zr.id = z.id
+                WHERE z.file_id = o.file_id AND z.name = o.name
+                  AND z.line_no > o.line_no AND z.type IN {CLI_NODE_TYPES_SQL}
+                  AND NOT zr.is_unreadable)
   UNION ALL
 {BRIDGE_STEP.format(cte="cut_climb", b="w", key="w.line_no")}),
 cut_climbed AS MATERIALIZED (
@@ -1064,7 +1143,7 @@ cut_targets AS MATERIALIZED (
 cut_starts AS MATERIALIZED (
   SELECT o.file_id, o.line_no AS at, c.parent AS up FROM occ o
   JOIN cut_files k ON k.file_id = o.file_id AND o.line_no > k.from_line
-  JOIN cut_keys c ON c.file_id = o.file_id AND c.uuid = o.uuid AND c.key = o.uuid
+  JOIN cut_keys c ON c.file_id = o.file_id AND c.uuid = o.name AND c.key = o.name
     AND c.line_no = o.line_no
   JOIN records r ON r.id = o.id
   WHERE o.type IN {CLI_NODE_TYPES_SQL} AND NOT r.is_sidechain
@@ -1149,7 +1228,7 @@ put_back(file_id, uuid, type, steps) AS (
   JOIN records c ON c.file_id = p.file_id AND c.parent_uuid = p.uuid
   JOIN files b ON b.id = p.file_id
   WHERE c.type IN ('system','attachment','progress') AND p.steps <= b.line_count
-    AND {_IS_NODE.format(n="c")}
+    AND {_IS_CLI_LINE.format(n="c")}
     AND NOT EXISTS (SELECT 1 FROM cut k WHERE k.file_id = c.file_id AND k.uuid = c.uuid)
 ),
 -- parallel_direct: the records put back with a response on the chain (its
@@ -1696,13 +1775,13 @@ down(file_id, uuid, branch_point, origin, steps, root) AS (
   WHERE o.eff_parent IS NOT NULL
     AND NOT EXISTS (SELECT 1 FROM nodes p WHERE p.file_id = o.file_id AND p.uuid = o.eff_parent)
   UNION ALL
-  SELECT c.file_id, c.uuid, d.branch_point, d.origin, d.steps + 1, d.root
+  SELECT c.file_id, {NAME_OF.format(r="c")}, d.branch_point, d.origin, d.steps + 1, d.root
   FROM down d
   JOIN records c ON c.file_id = d.file_id AND c.parent_uuid = d.uuid
   JOIN files b ON b.id = d.file_id
-  WHERE d.steps <= b.line_count AND {_IS_NODE.format(n="c")}
+  WHERE d.steps <= b.line_count AND {_IS_CLI_LINE.format(n="c")}
     AND NOT EXISTS (SELECT 1 FROM leaf_ancestry_cache a WHERE a.file_id = c.file_id
-                    AND a.rule = 'resume' AND a.uuid = c.uuid)
+                    AND a.rule = 'resume' AND a.uuid = {NAME_OF.format(r="c")})
   UNION ALL
   SELECT c.file_id, c.uuid, d.branch_point, d.origin, d.steps + 1, d.root
   FROM down d
@@ -1710,7 +1789,7 @@ down(file_id, uuid, branch_point, origin, steps, root) AS (
   JOIN files b ON b.id = d.file_id
   WHERE d.steps <= b.line_count AND c.parent_uuid IS NULL
     AND {COMPACT_BOUNDARY_RECORD.format(r="c")}
-    AND {_IS_NODE.format(n="c")}
+    AND {_IS_CLI_LINE.format(n="c")}
     AND NOT EXISTS (SELECT 1 FROM leaf_ancestry_cache a WHERE a.file_id = c.file_id
                     AND a.rule = 'resume' AND a.uuid = c.uuid)
 ),
@@ -1896,6 +1975,8 @@ CHAIN_BREAKS_COLUMNS = (
 DUPLICATE_UUIDS_COLUMNS = "file_id, session_id, uuid, copies, line_nos, kept_line_no"
 CHAIN_BREAKS_SQL = (f"SELECT {prefixed(CHAIN_BREAKS_COLUMNS, 'c')}, "
                     f"{HOST_OF.format(file_id='c.file_id')} AS host FROM chain_breaks_cache c")
+SENT_NAMES_SQL = (f"SELECT {prefixed(SENT_NAMES_COLUMNS, 'c')}, "
+                  f"{HOST_OF.format(file_id='c.file_id')} AS host FROM sent_names_cache c")
 DUPLICATE_UUIDS_SQL = (f"SELECT {prefixed(DUPLICATE_UUIDS_COLUMNS, 'c')}, "
                        f"{HOST_OF.format(file_id='c.file_id')} AS host "
                        "FROM duplicate_uuids_cache c")
@@ -1906,10 +1987,12 @@ CACHED_VIEWS = ("leaves", "leaf_ancestry", "orphans", "chain_breaks", "duplicate
 # caches above), each with its X_definition too (tests hold them equal):
 # thinking_faults reads thinking_cache (signals/classes.py), session_forks
 # fork_heads_cache (signals/forks.py), usage usage_calls (index/views.py),
-# verdict_facts verdict_facts_cache (signals/verdict.py); usage_day_sums is
-# itself the table ingest keeps (its definition sums the usage view's
-# definition per day, project and model: index/views.py).
-SQL_CACHED_VIEWS = ("thinking_faults", "session_forks", "usage", "usage_day_sums", "verdict_facts")
+# sent_names sent_names_cache (SENT_NAMES_TEMPLATE), verdict_facts
+# verdict_facts_cache (signals/verdict.py); usage_day_sums is itself the
+# table ingest keeps (its definition sums the usage view's definition per
+# day, project and model: index/views.py).
+SQL_CACHED_VIEWS = ("thinking_faults", "session_forks", "usage", "sent_names", "usage_day_sums",
+                    "verdict_facts")
 
 # --- Which main transcript `claude --resume` opens ------------------------
 

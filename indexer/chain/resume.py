@@ -65,12 +65,16 @@ last-prompt record naming a leaf and a newest row that is not the last row,
 the newest record below the last row is where the walk starts.
 
 ``sent_as_renames``: a prompt stored anew is loaded under its sentAsUuid
-when no earlier record has that uuid.
+when no earlier record has that uuid. ``loader_names``: the loader keys every
+line by its key (that sentAsUuid, else its uuid), so when another line has
+such a prompt's own uuid both are records: the view names the prompt by its
+sentAsUuid (``cli_lines``), nodes being the last line of each name.
 """
 
 from __future__ import annotations
 
 import bisect
+import dataclasses
 from dataclasses import dataclass
 
 from indexer.chain.definitions import CLI_NODE_TYPES, CUT_STEPS, FALLBACK_MS
@@ -317,20 +321,66 @@ def sent_as_renames(occ: list) -> tuple[dict, set]:
     return renames, replaced
 
 
-def cli_view(occ: list, prompts: list[Prompt], nodes_all: dict, calls=None) -> CliView:
+def loader_names(occ: list) -> dict:
+    """{record id: its sentAsUuid} for the prompts stored anew that trn()
+    loads under their sentAsUuid (sent_as_renames' rule) whose own uuid is
+    another chain line's uuid too: the loader keys each line by its key
+    (the sentAsUuid of such a record, else its uuid), a later line of the
+    same key replacing an earlier one, so that other line of the uuid is a
+    record of its own. Such a record is named by its sentAsUuid (its key)
+    in the CLI's view (cli_lines); the others keep their own uuid and are
+    read through the renames (definitions: sent_as.named)."""
+    if not any(r.sent_as_uuid for r in occ):
+        return {}
+    lines: dict = {}
+    for r in occ:
+        lines[r.uuid] = lines.get(r.uuid, 0) + 1
+    seen_uuids, seen_as, names = set(), set(), {}
+    for r in occ:
+        if r.type not in CLI_NODE_TYPES:
+            continue
+        y = r.sent_as_uuid if r.type == "user" else None
+        if y and y not in seen_uuids and y not in seen_as and lines[r.uuid] > 1:
+            names[r.id] = y
+        seen_uuids.add(r.uuid)
+        if y:
+            seen_as.add(y)
+    return names
+
+
+def cli_lines(occ: list, nodes: dict) -> tuple[list, dict]:
+    """(the lines as the CLI's view names them, the last line of each
+    name): ``occ`` with each record loader_names() names by its sentAsUuid
+    renamed so, and the nodes by name, the last line winning: the loader's
+    Map, key for key (``nodes``, the last line per uuid, when none is)."""
+    names = loader_names(occ)
+    if not names:
+        return occ, nodes
+    occ = [dataclasses.replace(r, uuid=names[r.id]) if r.id in names else r for r in occ]
+    nodes = {}
+    for r in occ:
+        nodes[r.uuid] = r
+    return occ, nodes
+
+
+def cli_view(occ: list, prompts: list[Prompt], nodes_all: dict, calls=None,
+             bridge_nodes: dict | None = None) -> CliView:
     """The CLI's view of a main file from its chain record lines in file
-    order (``occ``), its last-prompt records and the last line per uuid;
-    ``calls``: Rec -> Calls, for kin."""
+    order (``occ``), its last-prompt records and the last line per uuid
+    (``nodes_all``; cli_lines: per name); ``calls``: Rec -> Calls, for kin;
+    ``bridge_nodes``: the last line per uuid the progress and unreadable
+    records bridged() climbs through are read from (default nodes_all)."""
+    bridge = nodes_all if bridge_nodes is None else bridge_nodes
     renames, replaced = sent_as_renames(occ)
     nodes = dict(sorted(((u, r) for u, r in nodes_all.items()
                          if r.type in CLI_NODE_TYPES and not r.is_unreadable
                          and r.id not in replaced),
                         key=lambda item: item[1].line_no))
-    parent = {u: bridged(r, nodes_all) for u, r in nodes.items()}
+    parent = {u: bridged(r, bridge) for u, r in nodes.items()}
     if renames:
         parent = {u: renames.get(p, p) for u, p in parent.items()}
     keeps = any(r.preserved for r in nodes.values())
-    cut = rewind_cut(occ, prompts, nodes, parent, renames, nodes_all) if any(
+    cut = rewind_cut(occ, prompts, nodes, parent, renames, bridge) if any(
         p.rewound for p in prompts) else set()
     nodes, parent, tail = relink(nodes, parent, first_loaded(occ))
     walk_parent = dict(parent)

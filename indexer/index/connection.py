@@ -19,7 +19,7 @@ JOURNAL_SIZE_LIMIT = 64 * 1024 * 1024
 # it once applied (tests/test_cli.py holds these to migrations.py: a new
 # migration updates them). Migrations apply in order, so an index that has
 # it has them all.
-MIGRATION_SET, LAST_MIGRATION = "session-index", "m095_search_compact_key"
+MIGRATION_SET, LAST_MIGRATION = "session-index", "m097_sent_names_cache"
 # The header's application_id of a session index (migration m026): ``probe``
 # knows one from the file's first 100 bytes, without reading its schema
 # first (a schema read is about 6 ms of every command's start).

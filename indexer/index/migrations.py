@@ -1881,3 +1881,23 @@ def m095_search_compact_key(db):
     db.execute("INSERT INTO search_words (search_words) VALUES ('rebuild')")
     if db.execute("SELECT code FROM search_state").fetchone() == (1,):
         db.execute("INSERT INTO search_code (search_code) VALUES ('rebuild')")
+
+
+@migrations()
+def m097_sent_names_cache(db):
+    # sent_names_cache: the prompts stored anew that Claude Code's loader
+    # names by their sentAsUuid beside another line of their own uuid
+    # (definitions.SENT_NAMES_TEMPLATE, resume.loader_names), kept by derive
+    # (keep_sql_caches) for the resume definitions to read by record and by
+    # name. Filled at the next ingest: the definitions' hash changes with it.
+    db.execute(
+        """
+        CREATE TABLE sent_names_cache (
+            record_id INTEGER PRIMARY KEY, -- records.id of the prompt stored anew
+            file_id INTEGER NOT NULL,
+            line_no INTEGER NOT NULL,
+            name TEXT NOT NULL             -- its sentAsUuid: the key the loader keeps it under
+        )
+        """
+    )
+    db.execute("CREATE INDEX sent_names_by_name ON sent_names_cache(file_id, name, line_no)")

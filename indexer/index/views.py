@@ -25,6 +25,9 @@ from indexer.chain.definitions import (
     MAIN_FILE_RULE_TEMPLATE,
     ORPHANS_DEFINITION_SQL,
     ORPHANS_SQL,
+    SENT_NAMES_DEFINITION_SQL,
+    SENT_NAMES_SQL,
+    SENT_NAMES_TEMPLATE,
     TRANSCRIPT_KINDS,
     with_host,
 )
@@ -726,6 +729,10 @@ VIEWS = {
         **classes.THINKING_FAULTS_ARGS),
     # what session_forks reads from fork_heads_cache, from the records
     "session_forks_definition": forks.SESSION_FORKS_DEFINITION_SQL,
+    # the prompts the loader names by their sentAsUuid: sent_names_cache,
+    # and from the records
+    "sent_names": SENT_NAMES_SQL,
+    "sent_names_definition": with_host(SENT_NAMES_DEFINITION_SQL),
     # what session_verdicts reads from verdict_facts_cache, and from the records
     "verdict_facts": verdict.VERDICT_FACTS_VIEW_SQL,
     "verdict_facts_definition": verdict.VERDICT_FACTS_DEFINITION_VIEW_SQL,
@@ -747,6 +754,7 @@ DEFINITIONS_HASH = sha256("\n".join([
     CLI_DEFINITION_SQL, LEAVES_DEFINITION_SQL, LEAF_ANCESTRY_DEFINITION_SQL,
     ORPHANS_DEFINITION_SQL, CHAIN_BREAKS_DEFINITION_SQL, DUPLICATE_UUIDS_DEFINITION_SQL,
     thinking.THINKING_CACHE_ROWS_TEMPLATE, forks.FORK_HEADS_TEMPLATE,
+    SENT_NAMES_TEMPLATE,
 ]).encode()).hexdigest()[:16]
 
 

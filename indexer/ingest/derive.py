@@ -69,6 +69,12 @@ THINKING_TABLES = ("thinking_cache", "thinking_scans")
 FORK_HEADS_SQL = (f"INSERT OR REPLACE INTO fork_heads_cache ({forks.FORK_HEADS_COLUMNS})\n"
                   + forks.FORK_HEADS_TEMPLATE.format(
                       files="f.id IN (SELECT value FROM json_each(:file_ids))"))
+# sent_names_cache (definitions.SENT_NAMES_TEMPLATE): a main transcript's rows again.
+SENT_NAMES_SQL = (f"INSERT INTO sent_names_cache ({definitions.SENT_NAMES_COLUMNS})\n"
+                  + definitions.SENT_NAMES_TEMPLATE.format(
+                      files="f.id IN (SELECT value FROM json_each(:file_ids))"))
+FORGET_SENT_NAMES_SQL = ("DELETE FROM sent_names_cache "
+                         "WHERE file_id IN (SELECT value FROM json_each(:file_ids))")
 # verdict_facts_cache (signals/verdict.py, VERDICT_FACTS_TEMPLATE): a main
 # transcript's row again, after every other cache of the file (its facts
 # read them). A row whose chain lost its old top (a rewind) is dropped;
@@ -86,7 +92,8 @@ KEEP_VERDICT_FACTS_SQLS = (
         files=_BATCH + " AND NOT EXISTS (SELECT 1 FROM verdict_facts_cache c "
                        "WHERE c.file_id = f.id)", **verdict.FACTS_ARGS),
 )
-SQL_CACHE_TABLES = THINKING_TABLES + ("fork_heads_cache", "usage_scans", "verdict_facts_cache")
+SQL_CACHE_TABLES = THINKING_TABLES + ("fork_heads_cache", "usage_scans", "sent_names_cache",
+                                      "verdict_facts_cache")
 # A file's kind and generation, and how far its thinking was scanned (NULL:
 # never, or its rows were forgotten).
 THINKING_SCAN_STATE_SQL = """
@@ -217,10 +224,13 @@ def keep_usage_calls(conn, file_ids) -> None:
 def keep_sql_caches(conn, file_ids) -> None:
     """The caches kept in SQL for these files, after their records changed
     (inside the caller's transaction): thinking_cache, fork_heads_cache,
-    usage_calls, and last verdict_facts_cache (it reads the others)."""
+    sent_names_cache, usage_calls, and last verdict_facts_cache (it reads
+    the others)."""
     scan_thinking(conn, file_ids)
     ids = {"file_ids": json.dumps(list(file_ids))}
     conn.execute(FORK_HEADS_SQL, ids)
+    conn.execute(FORGET_SENT_NAMES_SQL, ids)
+    conn.execute(SENT_NAMES_SQL, ids)
     keep_usage_calls(conn, file_ids)
     for sql in KEEP_VERDICT_FACTS_SQLS:
         conn.execute(sql, ids)
@@ -276,7 +286,8 @@ def compute_file(file_id: int, kind: str, session_id, with_uuid: list[Rec],
     sdk_leaf, branch_count, terminals = _sdk_leaf(occ, nodes)
     state = {"lines": covers[0], "offset": covers[1]}
     if kind == "main":
-        view = resume.cli_view(occ, list(prompts), nodes, calls)
+        cli_occ, cli_nodes = resume.cli_lines(occ, nodes)
+        view = resume.cli_view(cli_occ, list(prompts), cli_nodes, calls, nodes)
         resume_leaf, rule = resume.resume_leaf(view)
         resume_chain = resume.walk(view, resume_leaf) if resume_leaf is not None else []
     else:
@@ -298,13 +309,13 @@ def compute_file(file_id: int, kind: str, session_id, with_uuid: list[Rec],
         state["resume_cycle"] = state["sdk_cycle"]
     orphan_rows = []
     if kind == "main":
-        orphan_rows, strays = _orphans(session_id, nodes, resume_chain, resume_message,
+        orphan_rows, strays = _orphans(session_id, cli_nodes, resume_chain, resume_message,
                                        boundary_line, calls, view.parent, view.cut,
-                                       lambda: resume.loader_places(occ))
+                                       lambda: resume.loader_places(cli_occ))
         state["cut"] = bool(view.cut)   # derive_append gives up on a rewind cut
         # Results off the chain a later append could have recovered by
         # tool-call id (derive_append gives up on such a file).
-        state["strays"] = chain.stray_state(strays, view.parent, nodes, calls)
+        state["strays"] = chain.stray_state(strays, view.parent, cli_nodes, calls)
     leaves_row = (
         file_id, session_id, kind,
         resume_leaf and resume_leaf.id, resume_leaf and resume_leaf.uuid,
