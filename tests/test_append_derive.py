@@ -328,3 +328,37 @@ def test_an_extension_reads_no_older_children_of_appended_records(index):
     assert asked == []
     assert any("r.parent_uuid = '" in s for s in seen)   # (older records' children: asked)
     index.assert_caches_match_definitions()
+
+
+def test_a_child_of_a_progress_uuid_written_again_is_recomputed(index):
+    """The loader reads a child of a progress record's uuid under the
+    progress record's parent whatever line of that uuid comes later
+    (resume.progress_lines): an appended child of a uuid whose last line is
+    a user line but whose earlier line is a progress record is read under
+    that progress record's parent, so the file is recomputed (the extension
+    reads the last line of a uuid) and equals the definitions."""
+    sid = "55555555-1111-4000-8000-000000000000"
+    path = index.projects / "p" / f"{sid}.jsonl"
+
+    def line(uuid, parent, type_, second, **fields):
+        return json.dumps({"type": type_, "uuid": uuid, "parentUuid": parent, "sessionId": sid,
+                           "timestamp": f"2026-10-01T00:00:{second:02d}.000Z", **fields}) + "\n"
+
+    path.parent.mkdir(parents=True)
+    path.write_text(
+        line("m1", None, "user", 0, message={"role": "user", "content": "x"})
+        + line("m2", "m1", "assistant", 10, message={
+            "id": "msg2", "role": "assistant", "content": [{"type": "text", "text": "y"}]})
+        + line("p9", "m2", "progress", 20, data={"type": "hook_progress"})
+        + line("p9", "m1", "user", 30, isSidechain=True,
+               message={"role": "user", "content": "a later line of the uuid"}))
+    index.ingest()
+    before = dict(derive.STATS)
+    with open(path, "a") as f:
+        f.write(line("m4", "p9", "assistant", 40, message={
+            "id": "msg4", "role": "assistant", "content": [{"type": "text", "text": "z"}]}))
+    index.ingest()
+    assert derive.STATS["appended"] - before["appended"] == 0
+    assert derive.STATS["recomputed"] - before["recomputed"] == 1
+    index.assert_caches_match_definitions()
+    assert index.ancestry(index.file_id(path)) == ["m4", "m2", "m1"]

@@ -287,6 +287,52 @@ def shape_progress_line_of_the_uuid_of_a_later_line():
     return t.records
 
 
+def shape_progress_line_written_again_as_progress():
+    """xr(): a second progress line of a uuid replaces the first in Os from
+    its line on: a child read between them is read under the first one's
+    parent (u2), a child read after the second under the second's (u6). The
+    CLI sends every answer. (Lines 10 s apart: no fallback.)"""
+    t = Transcript(SID)
+    t.add(u(1), None, "user", ts=at(0))
+    t.add(u(2), u(1), "assistant", ts=at(10), message=text("msg_2", "the first answer"))
+    t.add(u(9), u(2), "progress", ts=at(20), data={"type": "hook_progress"})
+    t.add(u(4), u(9), "assistant", ts=at(30),
+          message=text("msg_4", "under the first progress line"))
+    t.add(u(5), u(4), "user", ts=at(40))
+    t.add(u(6), u(5), "assistant", ts=at(50), message=text("msg_6", "the second answer"))
+    t.add(u(9), u(6), "progress", ts=at(60), data={"type": "hook_progress"})
+    t.add(u(8), u(9), "assistant", ts=at(70),
+          message=text("msg_8", "under the second progress line"))
+    return t.records
+
+
+def shape_progress_line_of_a_later_uuid_below_the_leaf():
+    """bRr puts back the attachments that hang from the leaf message; one
+    read under a progress line (Os) hangs from the leaf whatever line of
+    that uuid comes later (here a user line on the side)."""
+    t = Transcript(SID)
+    t.add(u(1), None, "user", ts=at(0))
+    t.add(u(2), u(1), "assistant", ts=at(10), message=text("msg_2", "the leaf answer"))
+    t.add(u(9), u(2), "progress", ts=at(20), data={"type": "hook_progress"})
+    hook_context(t, u(5), u(9), "context under the progress line", ts=at(30))
+    t.add(u(9), u(1), "user", ts=at(40), isSidechain=True,
+          message={"role": "user", "content": "a later line of the uuid on the side"})
+    return t.records
+
+
+def shape_progress_line_after_a_loaded_line_of_its_uuid():
+    """xr(): a progress line never enters h, so a prompt loaded before a
+    progress line of its uuid stays loaded (h keeps it) and the answer
+    under it continues from it: the CLI sends both answers."""
+    t = Transcript(SID)
+    t.add(u(1), None, "user", ts=at(0))
+    t.add(u(2), u(1), "assistant", ts=at(10), message=text("msg_2", "the first answer"))
+    t.add(u(3), u(2), "user", ts=at(20))
+    t.add(u(4), u(3), "assistant", ts=at(30), message=text("msg_4", "the last answer"))
+    t.add(u(3), u(2), "progress", ts=at(40), data={"type": "hook_progress"})
+    return t.records
+
+
 # --- e. fork_briefing attachments --------------------------------------------
 
 def fork_briefing(t, uuid, parent, ts=None):
@@ -1216,6 +1262,12 @@ EXPECTED = {
         ["the first answer", "under the progress"], [], []),
     "progress_line_of_the_uuid_of_a_later_line": (
         ["the first answer", "under the progress"], [], []),
+    "progress_line_after_a_loaded_line_of_its_uuid": (
+        ["the first answer", "the last answer"], [], []),
+    "progress_line_written_again_as_progress": (
+        ["the first answer", "under the first progress line", "the second answer",
+         "under the second progress line"], [], []),
+    "progress_line_of_a_later_uuid_below_the_leaf": (["the leaf answer"], [], []),
     "sent_as_uuid_already_loaded": (["the first answer", "answers the copy"],
                                     ["the copy keeps its uuid"], [u(3)]),
     "fork_briefing_not_a_row": (["the first answer", "the last row's answer"], [], []),
@@ -1321,18 +1373,17 @@ SENT_ANYWHERE = {
     "rewind_cut_attachment": ([], ["context after the first call"]),
     "rewind_cut_of_a_uuid_written_again": ([], ["context after the first call"]),
     "rewind_uncut_attachment": (["context after the first call"], []),
+    "progress_line_of_a_later_uuid_below_the_leaf": (["context under the progress line"], []),
     "result_under_a_later_response_claims_its_call": (["first out toolu_a"],
                                                       ["second out toolu_a"]),
 }
 
 # The shapes where the index (as of this commit) differs from the CLI: why.
 DIFFERS: dict = {
-    "progress_line_of_the_uuid_of_a_later_line": (
-        "the loader keeps progress lines in their own Map (Os), read when a child is read; "
-        "the index reads the last line of a uuid, the later user line, and does not bridge"),
-    "progress_line_of_the_uuid_of_a_prompt_stored_anew": (
-        "as progress_line_of_the_uuid_of_a_later_line: the index reads the progress "
-        "records it bridges through by their own uuid, the last line of it"),
+    "progress_line_after_a_loaded_line_of_its_uuid": (
+        "a progress line never enters the loader's Map of records (h), so the prompt loaded "
+        "before it stays loaded; the index's nodes are the last line of a uuid, the progress "
+        "line, and it loads neither"),
 }
 
 SHAPES = {name: globals()[f"shape_{name}"] for name in EXPECTED}

@@ -59,8 +59,8 @@ TRANSCRIPT_KIND_NAMES = ("main", "subagent")
 TRANSCRIPT_KINDS = "(" + ",".join(f"'{k}'" for k in TRANSCRIPT_KIND_NAMES) + ")"
 
 # Is record {n} a node (a chain record, the last line of its uuid), as the
-# Agent SDK reads it, and as the CLI's view reads the progress and unreadable
-# records it bridges through (the CLI's nodes are by name: _IS_CLI_LINE)? Used
+# Agent SDK reads it, and as the CLI's view reads the unreadable records it
+# bridges through (the CLI's nodes are by name: _IS_CLI_LINE)? Used
 # inside recursive steps, which must reach only real tables and their indexes:
 # a CTE there is re-materialized (and re-indexed) at every step.
 _IS_NODE = f"""{{n}}.uuid IS NOT NULL AND {{n}}.type IN {CHAIN_TYPES_SQL}
@@ -221,13 +221,31 @@ _AHEAD_SPAN = ("(SELECT c.value ->> '$[0]' AS pos, c.value -> '$[2]' AS blocks "
 NOT_DROPPED = ("({c}.last_line IS NULL OR {x}.first_line >= {c}.last_line OR EXISTS ("
                "SELECT 1 FROM json_each({c}.kept) k WHERE k.value = {x}.uuid))")
 
+# The line_no of the line the loader reads a parent uuid {uuid} (of file
+# {file}) as, for a line read at {line}: the last progress line of that uuid
+# written before it (the loader keeps progress lines in a Map of their own,
+# Hfn's ``Os``, resume.progress_lines, so a later line of the uuid, progress
+# or not, does not change what was read), else the last chain line of the
+# uuid (_IS_NODE). One reference to records: SQLite counts every reference
+# to a table in the copies of a CTE (at most 65535 per statement); and a
+# max, not an ORDER BY naming the outer line (SQLite 3.40: "no such
+# column" there).
+_READ_AS = f"""(SELECT max(CASE WHEN o.type = 'progress' AND o.line_no < {{line}}
+                     THEN o.line_no + 4294967296 ELSE o.line_no END) % 4294967296
+      FROM records o
+      WHERE o.file_id = {{file}} AND o.uuid = {{uuid}} AND o.type IN {CHAIN_TYPES_SQL})"""
+# Does the loader read through that line {p}: a progress line written before
+# the line read, or an unreadable record (it loads neither)?
+_READ_THROUGH = ("(({p}.type = 'progress' AND {p}.line_no < {line})"
+                 " OR ({p}.is_unreadable AND {p}.type IN ('user','assistant')))")
+
 # bridge / bridged: the parent the loader reads a node under, climbing
 # through progress records written before it and unreadable records, which
 # it does not load (resume.bridged); each step is to an earlier line or an
 # unreadable record, and the step bound ends a cycle. In CLI_CTES and in the
-# put-back lines of ORPHANS_DEFINITION_SQL. The records climbed through are
-# read by their own uuid, the last line of it (_IS_NODE), as resume.bridged
-# reads them (cli_view's ``bridge_nodes``).
+# put-back lines of ORPHANS_DEFINITION_SQL. Each parent is read as _READ_AS
+# reads it, as resume.bridged reads it (cli_view's ``bridge_nodes`` and
+# ``progress``).
 # One step of a climb over progress records and unreadable ones to the
 # parent a line is bridged to ({cte}: the recursive CTE, its alias {b}, and
 # the column it carries, {key}; up, up_line, steps): BRIDGE_CTES and the
@@ -235,18 +253,18 @@ NOT_DROPPED = ("({c}.last_line IS NULL OR {x}.first_line >= {c}.last_line OR EXI
 BRIDGE_STEP = f"""  SELECT {{b}}.file_id, {{key}}, p.parent_uuid, p.line_no, {{b}}.steps + 1
   FROM {{cte}} {{b}}
   JOIN records p ON p.file_id = {{b}}.file_id AND p.uuid = {{b}}.up
+    AND p.line_no = {_READ_AS.format(file="{b}.file_id", uuid="{b}.up", line="{b}.up_line")}
   JOIN files f ON f.id = {{b}}.file_id
-  WHERE ((p.type = 'progress' AND p.line_no < {{b}}.up_line)
-         OR (p.is_unreadable AND p.type IN ('user','assistant')))
-    AND {{b}}.steps <= f.line_count AND {_IS_NODE.format(n="p")}
+  WHERE {{b}}.steps <= f.line_count AND {_READ_THROUGH.format(p="p", line="{b}.up_line")}
 """
 BRIDGE_CTES = f"""
 bridge(file_id, uuid, up, up_line, steps) AS (
   SELECT n.file_id, n.uuid, n.parent_uuid, n.line_no, 0 FROM nodes n
-  WHERE n.type <> 'progress' AND NOT n.is_unreadable AND EXISTS (
-    SELECT 1 FROM records p WHERE p.file_id = n.file_id AND p.uuid = n.parent_uuid
-      AND ((p.type = 'progress' AND p.line_no < n.line_no) OR p.is_unreadable)
-      AND {_IS_NODE.format(n="p")})
+  WHERE n.type <> 'progress' AND NOT n.is_unreadable AND n.parent_uuid IS NOT NULL AND EXISTS (
+    SELECT 1 FROM records p
+    WHERE p.file_id = n.file_id AND p.uuid = n.parent_uuid
+      AND p.line_no = {_READ_AS.format(file="n.file_id", uuid="n.parent_uuid", line="n.line_no")}
+      AND {_READ_THROUGH.format(p="p", line="n.line_no")})
   UNION ALL
 {BRIDGE_STEP.format(cte="bridge", b="b", key="b.uuid")}),
 -- bridged: the end of each climb; NULL when it went round a cycle of

@@ -7,7 +7,10 @@ The CLI's view of a file (``CliView``):
 - Nodes: user, assistant, system and attachment records, the last line of a
   uuid winning. ``progress`` records are not nodes: a record whose parent is
   a progress record written before it hangs from that record's nearest
-  non-progress ancestor instead (the *bridged* parent). Nor are unreadable
+  non-progress ancestor instead (the *bridged* parent). The loader keeps
+  progress lines apart (Hfn's ``Os``): the progress record a line is read
+  through is the last progress line of that uuid before it, whatever line
+  of the uuid comes later (``progress_lines``). Nor are unreadable
   user/assistant records (``records.is_unreadable``: no message object, no
   string or list content, blank assistant text, a list with no block): the
   loader drops them and their children hang from their parent.
@@ -132,14 +135,54 @@ class CliView:
     cut: frozenset = frozenset()  # the records a rewind cut (rewind_cut): never put back
 
 
-def bridged(n, records: dict) -> str | None:
+def progress_lines(occ: list) -> dict:
+    """The progress lines of a file by uuid, each uuid's in file order: the
+    loader keeps them in a Map of their own (Hfn's ``Os``), apart from the
+    records it loads, so a later line of the uuid does not replace one."""
+    out: dict = {}
+    for r in occ:
+        if r.type == "progress":
+            out.setdefault(r.uuid, []).append(r)
+    return out
+
+
+def progress_written_again(occ: list) -> bool:
+    """Has a progress line's uuid a later chain line that is no progress
+    line (there the loader reads a child under the progress line, and the
+    last line of the uuid is not it)?"""
+    progress = set()
+    for r in occ:
+        if r.type == "progress":
+            progress.add(r.uuid)
+        elif r.uuid in progress:
+            return True
+    return False
+
+
+def _progress_before(progress: dict, uuid, line: int):
+    """The last progress line of ``uuid`` written before ``line``, or None."""
+    best = None
+    for q in progress.get(uuid, ()):
+        if q.line_no >= line:
+            break
+        best = q
+    return best
+
+
+def bridged(n, records: dict, progress: dict | None = None) -> str | None:
     """n's parent, read through progress records written before it and
-    through unreadable records; None when those go round a cycle."""
+    through unreadable records; None when those go round a cycle.
+    ``progress`` (progress_lines): the loader's xr() reads a line whose
+    parent is the uuid of a progress line read before it under that
+    progress line's parent (``Os.get``), whatever line of that uuid comes
+    later; without it, every uuid has one line (the last, ``records``)."""
     p, line, seen = n.parent_uuid, n.line_no, set()
     while p is not None:
-        q = records.get(p)
-        if q is None or not ((q.type == "progress" and q.line_no < line) or q.is_unreadable):
-            return p
+        q = _progress_before(progress, p, line) if progress is not None else None
+        if q is None:
+            q = records.get(p)
+            if q is None or not ((q.type == "progress" and q.line_no < line) or q.is_unreadable):
+                return p
         if p in seen:
             return None
         seen.add(p)
@@ -376,7 +419,8 @@ def cli_view(occ: list, prompts: list[Prompt], nodes_all: dict, calls=None,
                          if r.type in CLI_NODE_TYPES and not r.is_unreadable
                          and r.id not in replaced),
                         key=lambda item: item[1].line_no))
-    parent = {u: bridged(r, bridge) for u, r in nodes.items()}
+    progress = progress_lines(occ)
+    parent = {u: bridged(r, bridge, progress) for u, r in nodes.items()}
     if renames:
         parent = {u: renames.get(p, p) for u, p in parent.items()}
     keeps = any(r.preserved for r in nodes.values())
@@ -463,6 +507,7 @@ def rewind_cut(occ: list, prompts: list[Prompt], nodes: dict, parent: dict,
     stored anew, ``renames``), at most 64 steps up. The loader counts the
     cut records (by uuid) as visited: none is put back after the walk."""
     cut: set = set()
+    progress = progress_lines(occ)
     then: dict = {}   # uuid -> (its line loaded by the line read, that line's parent)
 
     def node(u):
@@ -479,7 +524,7 @@ def rewind_cut(occ: list, prompts: list[Prompt], nodes: dict, parent: dict,
     def line_parent(r):
         if r.id == nodes[r.uuid].id:
             return parent.get(r.uuid)
-        p = bridged(r, nodes_all)
+        p = bridged(r, nodes_all, progress)
         return renames.get(p, p)
 
     events = [(r.line_no, "line", r) for r in occ

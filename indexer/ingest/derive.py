@@ -313,6 +313,8 @@ def compute_file(file_id: int, kind: str, session_id, with_uuid: list[Rec],
                                        boundary_line, calls, view.parent, view.cut,
                                        lambda: resume.loader_places(cli_occ))
         state["cut"] = bool(view.cut)   # derive_append gives up on a rewind cut
+        # and on a progress line whose uuid a later line has
+        state["progress_again"] = resume.progress_written_again(occ)
         # Results off the chain a later append could have recovered by
         # tool-call id (derive_append gives up on such a file).
         state["strays"] = chain.stray_state(strays, view.parent, cli_nodes, calls)

@@ -694,6 +694,11 @@ class _Extension:
             # A compaction's kept tail is put back (resume.relink): it moves
             # records between branches, so the file is derived whole.
             raise Bail("a compaction relinks what it kept")
+        if state.get("progress_again", True):
+            # A progress line's uuid on a later line (resume.progress_lines):
+            # the loader reads a child under the progress line, _Graph.get
+            # answers the later line; derived whole.
+            raise Bail("a progress line's uuid on a later line")
         if state.get("cut", True) or any(p.rewound for p in prompts):
             # A rewind cut a record (resume.rewind_cut): derived whole.
             raise Bail("a rewind cut")
