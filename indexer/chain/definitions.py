@@ -100,8 +100,8 @@ SENT_NAMES_COLUMNS = "record_id, file_id, line_no, name"
 NAMED_LINE = "EXISTS (SELECT 1 FROM sent_names_cache nm WHERE nm.record_id = {r}.id)"
 # The name of line {r} in the CLI's view: its sentAsUuid when NAMED_LINE,
 # else its uuid.
-NAME_OF = ("coalesce((SELECT nm.name FROM sent_names_cache nm WHERE nm.record_id = {r}.id), "
-           "{r}.uuid)")
+NAME_OF = ("CAST(coalesce((SELECT nm.name FROM sent_names_cache nm WHERE nm.record_id = {r}.id), "
+           "{r}.uuid) AS TEXT)")
 # Is line {n} a node of the CLI's view (a chain line, the last line of its
 # name: no later line is named so; only a progress line, which the loader
 # does not key, can be followed by a line named by its uuid)? Reads real
@@ -128,7 +128,7 @@ scope_files AS (
 ),
 occ AS MATERIALIZED (
   SELECT r.id, r.file_id, r.line_no, r.uuid, r.parent_uuid, r.type,
-         coalesce(m.name, r.uuid) AS name
+         CAST(coalesce(m.name, r.uuid) AS TEXT) AS name
   FROM records r JOIN scope_files f ON f.file_id = r.file_id
   LEFT JOIN sent_names_cache m ON m.record_id = r.id
   WHERE r.uuid IS NOT NULL AND r.type IN {CHAIN_TYPES_SQL}
@@ -137,7 +137,7 @@ nodes AS MATERIALIZED (
   SELECT r.id, r.file_id, r.line_no, r.name AS uuid, r.parent_uuid, r.type, r.subtype,
          r.timestamp, r.is_sidechain, r.message_id, r.is_tool_result, r.is_unreadable,
          {EFFECTIVE_PARENT.format(r="r")} AS eff_parent, r.is_meta
-  FROM (SELECT r.*, coalesce(m.name, r.uuid) AS name FROM records r
+  FROM (SELECT r.*, CAST(coalesce(m.name, r.uuid) AS TEXT) AS name FROM records r
         JOIN scope_files f ON f.file_id = r.file_id
         LEFT JOIN sent_names_cache m ON m.record_id = r.id
         WHERE r.uuid IS NOT NULL AND r.type IN {CHAIN_TYPES_SQL}) r
@@ -173,9 +173,9 @@ _LATER_OF_NAME = f"""NOT EXISTS (SELECT 1 FROM records y WHERE y.file_id = x.fil
                       AND NOT EXISTS (SELECT 1 FROM sent_names_cache ny WHERE ny.record_id = y.id))"""
 def _is_cli_node(extra: str = "") -> str:
     """IS_CLI_NODE, the line it finds (x, named {uuid}) also meeting ``extra``."""
-    return (f"""EXISTS (SELECT 1 FROM records x WHERE x.file_id = {{file_id}}
-      AND ((x.uuid = {{uuid}} AND NOT {NAMED_LINE.format(r="x")})
-           OR (x.sent_as_uuid = {{uuid}} AND {NAMED_LINE.format(r="x")}))
+    return (f"""EXISTS (SELECT 1 FROM records x WHERE
+      ((x.file_id = {{file_id}} AND x.uuid = {{uuid}} AND NOT {NAMED_LINE.format(r="x")})
+           OR (x.file_id = {{file_id}} AND x.sent_as_uuid = {{uuid}} AND {NAMED_LINE.format(r="x")}))
       AND x.type IN {CLI_NODE_TYPES_SQL} AND NOT x.is_unreadable
       AND {_LATER_OF_NAME}{extra})""")
 
@@ -185,10 +185,10 @@ IS_CLI_NODE = _is_cli_node()
 # or attachment line): where the CLI's Map holds the uuid, whose order the
 # relink reads (resume.relink's ``first``), though the last line's record
 # is its value.
-_FIRST_OF_NAME = (f"(SELECT min(z.line_no) FROM records z WHERE z.file_id = {{file}} "
-                  f"AND z.type IN {CLI_NODE_TYPES_SQL} AND ((z.uuid = {{uuid}} AND NOT EXISTS ("
-                  f"SELECT 1 FROM sent_names_cache nz WHERE nz.record_id = z.id)) "
-                  f"OR (z.sent_as_uuid = {{uuid}} AND EXISTS (SELECT 1 FROM sent_names_cache nz "
+_FIRST_OF_NAME = (f"(SELECT min(z.line_no) FROM records z WHERE "
+                  f"z.type IN {CLI_NODE_TYPES_SQL} AND ((z.file_id = {{file}} AND z.uuid = {{uuid}} "
+                  f"AND NOT EXISTS (SELECT 1 FROM sent_names_cache nz WHERE nz.record_id = z.id)) "
+                  f"OR (z.file_id = {{file}} AND z.sent_as_uuid = {{uuid}} AND EXISTS (SELECT 1 FROM sent_names_cache nz "
                   f"WHERE nz.record_id = z.id))))")
 FIRST_LOADED = _FIRST_OF_NAME.replace("{file}", "{n}.file_id").replace("{uuid}", "{n}.uuid")
 # The place of node {uuid} of file {file} in the loader's Map, by which RRr()
@@ -291,7 +291,7 @@ CLI_CTES = f"""
 -- replaced: a later node line has that uuid and takes its place, so the
 -- record is no node and nothing is renamed.
 sent_as AS MATERIALIZED (
-  SELECT r.id, r.file_id, coalesce(m.name, r.uuid) AS uuid, r.line_no, r.sent_as_uuid AS as_uuid,
+  SELECT r.id, r.file_id, CAST(coalesce(m.name, r.uuid) AS TEXT) AS uuid, r.line_no, r.sent_as_uuid AS as_uuid,
          EXISTS (SELECT 1 FROM records l WHERE l.file_id = r.file_id
                    AND l.uuid = r.sent_as_uuid AND l.line_no > r.line_no
                    AND l.type IN {CLI_NODE_TYPES_SQL}
