@@ -362,3 +362,37 @@ def test_a_child_of_a_progress_uuid_written_again_is_recomputed(index):
     assert derive.STATS["recomputed"] - before["recomputed"] == 1
     index.assert_caches_match_definitions()
     assert index.ancestry(index.file_id(path)) == ["m4", "m2", "m1"]
+
+
+def test_a_progress_line_after_a_loaded_line_of_its_uuid_is_recomputed(index):
+    """A progress line never replaces a line the loader loaded before it
+    (resume.loader_nodes): the record of m3 stays the prompt, not the last
+    line of m3, which is what the extension reads; so an append to such a
+    file is recomputed, and the chain goes on through the prompt."""
+    sid = "55555555-2222-4000-8000-000000000000"
+    path = index.projects / "p" / f"{sid}.jsonl"
+
+    def line(uuid, parent, type_, second, **fields):
+        return json.dumps({"type": type_, "uuid": uuid, "parentUuid": parent, "sessionId": sid,
+                           "timestamp": f"2026-10-01T00:00:{second:02d}.000Z", **fields}) + "\n"
+
+    def answer(n):
+        return {"id": f"msg{n}", "role": "assistant", "content": [{"type": "text", "text": "y"}]}
+
+    path.parent.mkdir(parents=True)
+    path.write_text(
+        line("m1", None, "user", 0, message={"role": "user", "content": "x"})
+        + line("m2", "m1", "assistant", 10, message=answer(2))
+        + line("m3", "m2", "user", 20, message={"role": "user", "content": "the prompt"})
+        + line("m4", "m3", "assistant", 30, message=answer(4))
+        + line("m3", "m2", "progress", 40, data={"type": "hook_progress"}))
+    index.ingest()
+    assert index.ancestry(index.file_id(path)) == ["m4", "m3", "m2", "m1"]
+    before = dict(derive.STATS)
+    with open(path, "a") as f:
+        f.write(line("m5", "m4", "user", 50, message={"role": "user", "content": "z"}))
+    index.ingest()
+    assert derive.STATS["appended"] - before["appended"] == 0
+    assert derive.STATS["recomputed"] - before["recomputed"] == 1
+    index.assert_caches_match_definitions()
+    assert index.ancestry(index.file_id(path)) == ["m5", "m4", "m3", "m2", "m1"]

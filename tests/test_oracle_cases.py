@@ -333,6 +333,120 @@ def shape_progress_line_after_a_loaded_line_of_its_uuid():
     return t.records
 
 
+def shape_progress_line_after_a_loaded_line_with_children_on_both():
+    """Children on both sides of the progress line: the answer read before
+    it (u4) hangs from the loaded prompt, h's u3; a prompt read after it
+    (u5) is read under the progress line's parent (``Os``). The checkpoint
+    names u4: the CLI sends u1, u2, u3 and u4, not u5 nor u6."""
+    t = Transcript(SID)
+    t.add(u(1), None, "user", ts=at(0))
+    t.add(u(2), u(1), "assistant", ts=at(10), message=text("msg_2", "the first answer"))
+    t.add(u(3), u(2), "user", ts=at(20),
+          message={"role": "user", "content": "the loaded prompt"})
+    t.add(u(4), u(3), "assistant", ts=at(30), message=text("msg_4", "under the loaded prompt"))
+    t.add(u(3), u(2), "progress", ts=at(40), data={"type": "hook_progress"})
+    t.add(u(5), u(3), "user", ts=at(50),
+          message={"role": "user", "content": "read under the progress line"})
+    t.add(u(6), u(5), "assistant", ts=at(60), message=text("msg_6", "the last row's answer"))
+    t.records.append({"type": "last-prompt", "sessionId": SID, "lastPrompt": "prompt",
+                      "leafUuid": u(4), "explicit": True})
+    return t.records
+
+
+def shape_progress_line_between_two_loaded_lines_of_its_uuid():
+    """Two loaded lines of u3 with a progress line between them and another
+    after: h holds the later loaded line, so the answer read before both
+    progress lines (u4, named by the checkpoint) continues from it; the
+    CLI sends "the prompt written again", not "the first prompt"."""
+    t = Transcript(SID)
+    t.add(u(1), None, "user", ts=at(0))
+    t.add(u(2), u(1), "assistant", ts=at(10), message=text("msg_2", "the first answer"))
+    t.add(u(3), u(2), "user", ts=at(20),
+          message={"role": "user", "content": "the first prompt"})
+    t.add(u(4), u(3), "assistant", ts=at(30), message=text("msg_4", "under the prompt"))
+    t.add(u(3), u(2), "progress", ts=at(40), data={"type": "hook_progress"})
+    t.add(u(3), u(2), "user", ts=at(50),
+          message={"role": "user", "content": "the prompt written again"})
+    t.add(u(3), u(2), "progress", ts=at(60), data={"type": "hook_progress"})
+    t.records.append({"type": "last-prompt", "sessionId": SID, "lastPrompt": "prompt",
+                      "leafUuid": u(4), "explicit": True})
+    return t.records
+
+
+def shape_attachment_before_a_progress_line_of_its_uuid():
+    """A hook attachment under the leaf answer and then a progress line of
+    its uuid: h keeps the attachment, which bRr puts back after the walk."""
+    t = Transcript(SID)
+    t.add(u(1), None, "user", ts=at(0))
+    t.add(u(2), u(1), "assistant", ts=at(10), message=text("msg_2", "the leaf answer"))
+    hook_context(t, u(5), u(2), "context before the progress line", ts=at(20))
+    t.add(u(5), u(2), "progress", ts=at(30), data={"type": "hook_progress"})
+    return t.records
+
+
+def shape_progress_line_of_the_uuid_of_an_unreadable_record():
+    """An unreadable prompt (u3: content 7) and then a progress line of its
+    uuid: admit() keeps the unreadable record out of h and notes its parent
+    (Ysn's ``n``), so the answer read before the progress line (u4) hangs
+    from u2 at finish(): the CLI sends both answers. (Lines 10 s apart.)"""
+    t = Transcript(SID)
+    t.add(u(1), None, "user", ts=at(0))
+    t.add(u(2), u(1), "assistant", ts=at(10), message=text("msg_2", "the first answer"))
+    t.add(u(3), u(2), "user", ts=at(20), message={"role": "user", "content": 7})
+    t.add(u(4), u(3), "assistant", ts=at(30),
+          message=text("msg_4", "under the unreadable prompt"))
+    t.add(u(3), u(1), "progress", ts=at(40), data={"type": "hook_progress"})
+    return t.records
+
+
+def shape_unreadable_line_after_a_loaded_line_of_its_uuid():
+    """admit() never puts an unreadable line in h, so a prompt loaded before
+    an unreadable line of its uuid (a root here) stays the record of u3:
+    the CLI sends u1 to u4. (Lines 10 s apart.)"""
+    t = Transcript(SID)
+    t.add(u(1), None, "user", ts=at(0))
+    t.add(u(2), u(1), "assistant", ts=at(10), message=text("msg_2", "the first answer"))
+    t.add(u(3), u(2), "user", ts=at(20),
+          message={"role": "user", "content": "the loaded prompt"})
+    t.add(u(4), u(3), "assistant", ts=at(30), message=text("msg_4", "the last answer"))
+    t.add(u(3), None, "user", ts=at(40), message={"role": "user", "content": 7})
+    return t.records
+
+
+def shape_sent_as_uuid_of_a_line_keyed_by_its_sent_as():
+    """trn() asks h whether a sentAsUuid is loaded, and h is keyed by the
+    loader's keys: u9 (stored anew for u3, so keyed u3) leaves u9 free, and
+    a later prompt stored anew for u9 (u7) is keyed u9: the answer naming
+    u9 (u5) continues from u7, whose parent u4 answers u3. The CLI sends
+    every answer and both prompts. (Lines 10 s apart.)"""
+    t = Transcript(SID)
+    t.add(u(1), None, "user", ts=at(0))
+    t.add(u(2), u(1), "assistant", ts=at(10), message=text("msg_2", "the first answer"))
+    t.add(u(9), u(2), "user", ts=at(20), sentAsUuid=u(3),
+          message={"role": "user", "content": "the first prompt stored anew"})
+    t.add(u(4), u(3), "assistant", ts=at(30), message=text("msg_4", "answers the first prompt"))
+    t.add(u(7), u(4), "user", ts=at(40), sentAsUuid=u(9),
+          message={"role": "user", "content": "the second prompt stored anew"})
+    t.add(u(5), u(9), "assistant", ts=at(50), message=text("msg_5", "answers the second prompt"))
+    return t.records
+
+
+def shape_unreadable_prompt_stored_anew_beside_a_line_of_its_uuid():
+    """An unreadable prompt stored anew (u9 for u3, content 7) after a hook
+    attachment of its own uuid u9: trn() keys it u3, admit() drops it and
+    notes u3's parent (u2), so the answer naming u3 hangs from u2. The CLI
+    sends both answers. (Lines 10 s apart.)"""
+    t = Transcript(SID)
+    t.add(u(1), None, "user", ts=at(0))
+    t.add(u(2), u(1), "assistant", ts=at(10), message=text("msg_2", "the first answer"))
+    hook_context(t, u(9), u(2), "the hook of the uuid", ts=at(20))
+    t.add(u(9), u(2), "user", ts=at(30), sentAsUuid=u(3),
+          message={"role": "user", "content": 7})
+    t.add(u(4), u(3), "assistant", ts=at(40),
+          message=text("msg_4", "answers the unreadable prompt"))
+    return t.records
+
+
 # --- e. fork_briefing attachments --------------------------------------------
 
 def fork_briefing(t, uuid, parent, ts=None):
@@ -1264,6 +1378,22 @@ EXPECTED = {
         ["the first answer", "under the progress"], [], []),
     "progress_line_after_a_loaded_line_of_its_uuid": (
         ["the first answer", "the last answer"], [], []),
+    "progress_line_after_a_loaded_line_with_children_on_both": (
+        ["the first answer", "under the loaded prompt"], ["the loaded prompt"],
+        ["read under the progress line"]),
+    "progress_line_between_two_loaded_lines_of_its_uuid": (
+        ["the first answer", "under the prompt"], ["the prompt written again"],
+        ["the first prompt"]),
+    "attachment_before_a_progress_line_of_its_uuid": (["the leaf answer"], [], []),
+    "progress_line_of_the_uuid_of_an_unreadable_record": (
+        ["the first answer", "under the unreadable prompt"], [], []),
+    "unreadable_line_after_a_loaded_line_of_its_uuid": (
+        ["the first answer", "the last answer"], ["the loaded prompt"], []),
+    "sent_as_uuid_of_a_line_keyed_by_its_sent_as": (
+        ["the first answer", "answers the first prompt", "answers the second prompt"],
+        ["the first prompt stored anew", "the second prompt stored anew"], []),
+    "unreadable_prompt_stored_anew_beside_a_line_of_its_uuid": (
+        ["the first answer", "answers the unreadable prompt"], [], []),
     "progress_line_written_again_as_progress": (
         ["the first answer", "under the first progress line", "the second answer",
          "under the second progress line"], [], []),
@@ -1374,16 +1504,24 @@ SENT_ANYWHERE = {
     "rewind_cut_of_a_uuid_written_again": ([], ["context after the first call"]),
     "rewind_uncut_attachment": (["context after the first call"], []),
     "progress_line_of_a_later_uuid_below_the_leaf": (["context under the progress line"], []),
+    "attachment_before_a_progress_line_of_its_uuid": (["context before the progress line"], []),
     "result_under_a_later_response_claims_its_call": (["first out toolu_a"],
                                                       ["second out toolu_a"]),
 }
 
 # The shapes where the index (as of this commit) differs from the CLI: why.
 DIFFERS: dict = {
-    "progress_line_after_a_loaded_line_of_its_uuid": (
-        "a progress line never enters the loader's Map of records (h), so the prompt loaded "
-        "before it stays loaded; the index's nodes are the last line of a uuid, the progress "
-        "line, and it loads neither"),
+    "sent_as_uuid_of_a_line_keyed_by_its_sent_as": (
+        "trn() asks the loader's Map (keyed by the loader's keys) whether a sentAsUuid is "
+        "loaded; the index asks whether an earlier line has it as its own uuid, so a line "
+        "keyed by its own sentAsUuid (u9 for u3) still counts as u9 and the later prompt "
+        "stored anew for u9 keeps its uuid (modelling it means computing each line's key "
+        "from the keys before it)"),
+    "unreadable_prompt_stored_anew_beside_a_line_of_its_uuid": (
+        "the loader notes an unreadable prompt stored anew under its key (its sentAsUuid u3) "
+        "and relinks what names u3 to its parent; the index names it u3 too, but the bridge "
+        "reads unreadable and progress records by their own uuid (u9), so the answer naming "
+        "u3 finds nothing to read through"),
 }
 
 SHAPES = {name: globals()[f"shape_{name}"] for name in EXPECTED}
@@ -1459,7 +1597,7 @@ def user_record_verdicts(index, fid) -> dict:
             continue
         content = json.loads(row["raw"]).get("message", {}).get("content")
         blocks = [{"type": "text", "text": content}] if isinstance(content, str) else [
-            b for b in content or [] if isinstance(b, dict)]
+            b for b in (content if isinstance(content, list) else []) if isinstance(b, dict)]
         if any(b.get("type") == "tool_result" for b in blocks):
             continue
         words = "\n".join(b.get("text") or "" for b in blocks if b.get("type") == "text")

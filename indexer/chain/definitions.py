@@ -59,8 +59,8 @@ TRANSCRIPT_KIND_NAMES = ("main", "subagent")
 TRANSCRIPT_KINDS = "(" + ",".join(f"'{k}'" for k in TRANSCRIPT_KIND_NAMES) + ")"
 
 # Is record {n} a node (a chain record, the last line of its uuid), as the
-# Agent SDK reads it, and as the CLI's view reads the unreadable records it
-# bridges through (the CLI's nodes are by name: _IS_CLI_LINE)? Used
+# Agent SDK reads it (the CLI's nodes are by name and loader rank:
+# _IS_CLI_LINE)? Used
 # inside recursive steps, which must reach only real tables and their indexes:
 # a CTE there is re-materialized (and re-indexed) at every step.
 _IS_NODE = f"""{{n}}.uuid IS NOT NULL AND {{n}}.type IN {CHAIN_TYPES_SQL}
@@ -102,25 +102,40 @@ NAMED_LINE = "EXISTS (SELECT 1 FROM sent_names_cache nm WHERE nm.record_id = {r}
 # else its uuid.
 NAME_OF = ("CAST(coalesce((SELECT nm.name FROM sent_names_cache nm WHERE nm.record_id = {r}.id), "
            "{r}.uuid) AS TEXT)")
-# Is line {n} a node of the CLI's view (a chain line, the last line of its
-# name: no later line is named so; only a progress line, which the loader
-# does not key, can be followed by a line named by its uuid)? Reads real
-# tables only (recursive steps).
+# How the loader holds line {r} (resume.loader_rank): 2, a record it loads
+# (its Map h); 1, an unreadable user/assistant record (admit() keeps it out
+# of h and notes its parent); 0, a progress line (its own Map, Os). The
+# record of a name is its last line of the highest rank.
+LOADER_RANK = "(CASE WHEN {r}.type = 'progress' THEN 0 WHEN {r}.is_unreadable THEN 1 ELSE 2 END)"
+# Does line {y} outrank line {n} as the record of their name (a higher
+# rank, or the same rank and a later line)?
+_OUTRANKS = ("(" + LOADER_RANK.replace("{r}", "{y}") + " > " + LOADER_RANK.replace("{r}", "{n}")
+             + " OR (" + LOADER_RANK.replace("{r}", "{y}") + " = " + LOADER_RANK.replace("{r}", "{n}")
+             + " AND {y}.line_no > {n}.line_no))")
+# Is line {n} a node of the CLI's view (a chain line, the record of its
+# name, resume.loader_nodes: no other line named so outranks it; a progress
+# or unreadable line never replaces a line loaded before it)? Reads real
+# tables only (recursive steps); the lines named so are those of that uuid
+# not named by their sentAsUuid and those named so by it (file_id in each
+# disjunct, so SQLite takes an index for each: MULTI-INDEX OR; one
+# reference to records, as SQLite counts them in every copy of a CTE).
 _IS_CLI_LINE = (
     "{n}.uuid IS NOT NULL AND {n}.type IN " + CHAIN_TYPES_SQL + """
     AND NOT EXISTS (SELECT 1 FROM records later
-      WHERE later.file_id = {n}.file_id AND later.uuid = """ + NAME_OF.replace("{r}", "{n}") + """
-        AND later.line_no > {n}.line_no AND later.type IN """ + CHAIN_TYPES_SQL + """
-        AND NOT """ + NAMED_LINE.replace("{r}", "later") + """)
-    AND NOT ({n}.type = 'progress' AND EXISTS (SELECT 1 FROM records later
-      WHERE later.file_id = {n}.file_id AND later.sent_as_uuid = {n}.uuid
-        AND later.line_no > {n}.line_no AND """ + NAMED_LINE.replace("{r}", "later") + "))")
+      WHERE ((later.file_id = {n}.file_id AND later.uuid = """ + NAME_OF.replace("{r}", "{n}") + """
+              AND NOT """ + NAMED_LINE.replace("{r}", "later") + """)
+             OR (later.file_id = {n}.file_id AND later.sent_as_uuid = """
+    + NAME_OF.replace("{r}", "{n}") + """
+                 AND """ + NAMED_LINE.replace("{r}", "later") + """))
+        AND later.id <> {n}.id AND later.type IN """ + CHAIN_TYPES_SQL + """
+        AND """ + _OUTRANKS.replace("{y}", "later") + ")")
 
 # Common table expressions shared by the three definitions.
 # scope_files: the files computed (all of them). occ: every chain record line (a duplicated
 # uuid appears once per line), with its name in the CLI's view (its uuid, or
-# its sentAsUuid when sent_names_cache lists it). nodes: one row per name, the
-# last line winning as in the CLI (the loader's keys; uuid: the name); eff_parent follows a compact_boundary's
+# its sentAsUuid when sent_names_cache lists it). nodes: one row per name, its
+# record as in the CLI (_IS_CLI_LINE: the last line of the highest
+# LOADER_RANK; the loader's keys; uuid: the name); eff_parent follows a compact_boundary's
 # logicalParentUuid (the cause walk's rule; the leaf walks use parent_uuid).
 NODES_CTES = f"""
 scope_files AS (
@@ -142,11 +157,12 @@ nodes AS MATERIALIZED (
         LEFT JOIN sent_names_cache m ON m.record_id = r.id
         WHERE r.uuid IS NOT NULL AND r.type IN {CHAIN_TYPES_SQL}) r
   WHERE NOT EXISTS (SELECT 1 FROM records later
-      WHERE later.file_id = r.file_id AND later.uuid = r.name
-        AND later.line_no > r.line_no AND later.type IN {CHAIN_TYPES_SQL}
-        AND NOT EXISTS (SELECT 1 FROM sent_names_cache x WHERE x.record_id = later.id))
-    AND NOT EXISTS (SELECT 1 FROM sent_names_cache x WHERE x.file_id = r.file_id AND x.name = r.name
-                      AND x.line_no > r.line_no)
+      WHERE ((later.file_id = r.file_id AND later.uuid = r.name
+              AND NOT EXISTS (SELECT 1 FROM sent_names_cache x WHERE x.record_id = later.id))
+             OR (later.file_id = r.file_id AND later.sent_as_uuid = r.name
+                 AND EXISTS (SELECT 1 FROM sent_names_cache x WHERE x.record_id = later.id)))
+        AND later.id <> r.id AND later.type IN {CHAIN_TYPES_SQL}
+        AND {_OUTRANKS.format(y="later", n="r")})
 )
 """.strip()
 
@@ -165,11 +181,12 @@ LAST_PROMPT_CUT = ("CASE WHEN NOT json_valid({r}.raw) THEN NULL "
 CUT_STEPS = 64
 
 # Is uuid {uuid} a node of the CLI's view of file {file_id} (a user, assistant,
-# system or attachment record that is readable, the last chain line of its
-# uuid)? Two references to records: for the relink, whose parts are copied
+# system or attachment record that is readable, with no such line of its
+# name after it: a progress or unreadable line never replaces it)? Two references to records: for the relink, whose parts are copied
 # wherever cli is named (CLI_CTES).
 _LATER_OF_NAME = f"""NOT EXISTS (SELECT 1 FROM records y WHERE y.file_id = x.file_id
-                      AND y.uuid = {{uuid}} AND y.line_no > x.line_no AND y.type IN {CHAIN_TYPES_SQL}
+                      AND y.uuid = {{uuid}} AND y.line_no > x.line_no AND y.type IN {CLI_NODE_TYPES_SQL}
+                      AND NOT y.is_unreadable
                       AND NOT EXISTS (SELECT 1 FROM sent_names_cache ny WHERE ny.record_id = y.id))"""
 def _is_cli_node(extra: str = "") -> str:
     """IS_CLI_NODE, the line it finds (x, named {uuid}) also meeting ``extra``."""
@@ -225,13 +242,13 @@ NOT_DROPPED = ("({c}.last_line IS NULL OR {x}.first_line >= {c}.last_line OR EXI
 # {file}) as, for a line read at {line}: the last progress line of that uuid
 # written before it (the loader keeps progress lines in a Map of their own,
 # Hfn's ``Os``, resume.progress_lines, so a later line of the uuid, progress
-# or not, does not change what was read), else the last chain line of the
-# uuid (_IS_NODE). One reference to records: SQLite counts every reference
+# or not, does not change what was read), else the record of the uuid (the
+# last line of the highest LOADER_RANK, as resume.loader_nodes). One reference to records: SQLite counts every reference
 # to a table in the copies of a CTE (at most 65535 per statement); and a
 # max, not an ORDER BY naming the outer line (SQLite 3.40: "no such
 # column" there).
-_READ_AS = f"""(SELECT max(CASE WHEN o.type = 'progress' AND o.line_no < {{line}}
-                     THEN o.line_no + 4294967296 ELSE o.line_no END) % 4294967296
+_READ_AS = f"""(SELECT max(CASE WHEN o.type = 'progress' AND o.line_no < {{line}} THEN 3
+                          ELSE {LOADER_RANK.format(r="o")} END * 4294967296 + o.line_no) % 4294967296
       FROM records o
       WHERE o.file_id = {{file}} AND o.uuid = {{uuid}} AND o.type IN {CHAIN_TYPES_SQL})"""
 # Does the loader read through that line {p}: a progress line written before

@@ -5,7 +5,8 @@ state the same rules; the test suite holds the two equal row for row.
 
 The CLI's view of a file (``CliView``):
 - Nodes: user, assistant, system and attachment records, the last line of a
-  uuid winning. ``progress`` records are not nodes: a record whose parent is
+  uuid winning, but a progress line or an unreadable one never replaces a
+  line loaded before it (``loader_nodes``). ``progress`` records are not nodes: a record whose parent is
   a progress record written before it hangs from that record's nearest
   non-progress ancestor instead (the *bridged* parent). The loader keeps
   progress lines apart (Hfn's ``Os``): the progress record a line is read
@@ -146,16 +147,43 @@ def progress_lines(occ: list) -> dict:
     return out
 
 
-def progress_written_again(occ: list) -> bool:
-    """Has a progress line's uuid a later chain line that is no progress
-    line (there the loader reads a child under the progress line, and the
-    last line of the uuid is not it)?"""
-    progress = set()
+def loader_rank(r) -> int:
+    """How the loader holds line r: 2, a record it loads (its Map ``h``);
+    1, an unreadable user/assistant record (Ysn's admit() keeps it out of h
+    and notes its parent); 0, a progress line (its own Map, ``Os``). The
+    record of a uuid is its last line of the highest rank (loader_nodes)."""
+    if r.type == "progress":
+        return 0
+    return 1 if r.is_unreadable else 2
+
+
+def loader_nodes(occ: list) -> dict:
+    """uuid -> the line the loader holds as the record of that uuid, from
+    chain record lines in file order: the last line of the highest
+    loader_rank. Neither a progress line nor an unreadable one enters h, so
+    a line loaded before either stays the record of its uuid (and what
+    hangs from it continues from it); with no such line, the last
+    unreadable line (whose parent admit() notes), else the last progress
+    line. (definitions._IS_CLI_LINE and ``nodes`` say the same.)"""
+    nodes: dict = {}
     for r in occ:
-        if r.type == "progress":
-            progress.add(r.uuid)
-        elif r.uuid in progress:
+        held = nodes.get(r.uuid)
+        if held is None or loader_rank(r) >= loader_rank(held):
+            nodes[r.uuid] = r
+    return nodes
+
+
+def held_not_last(occ: list) -> bool:
+    """Has a progress or unreadable line's uuid another chain line (there
+    the loader reads a child under an earlier progress line, or holds an
+    earlier line than the last, loader_nodes: derive_append, which reads
+    the last line of a uuid, gives up on such a file)?"""
+    seen: dict = {}   # uuid -> has it a progress or unreadable line so far
+    for r in occ:
+        odd = r.type == "progress" or bool(r.is_unreadable)
+        if r.uuid in seen and (odd or seen[r.uuid]):
             return True
+        seen[r.uuid] = seen.get(r.uuid, False) or odd
     return False
 
 
@@ -324,7 +352,7 @@ def relinked_parents(occ: list) -> dict:
     parentUuid it changes (``occ``: a main file's chain record lines): what
     a reader that does not relink (the Agent SDK's walk, ``show``) needs to
     read the kept tail where the CLI puts it."""
-    nodes_all = {r.uuid: r for r in occ}
+    nodes_all = loader_nodes(occ)
     nodes = dict(sorted(((u, r) for u, r in nodes_all.items()
                          if r.type in CLI_NODE_TYPES and not r.is_unreadable),
                         key=lambda item: item[1].line_no))
@@ -392,18 +420,15 @@ def loader_names(occ: list) -> dict:
 
 
 def cli_lines(occ: list, nodes: dict) -> tuple[list, dict]:
-    """(the lines as the CLI's view names them, the last line of each
-    name): ``occ`` with each record loader_names() names by its sentAsUuid
-    renamed so, and the nodes by name, the last line winning: the loader's
-    Map, key for key (``nodes``, the last line per uuid, when none is)."""
+    """(the lines as the CLI's view names them, the record of each name):
+    ``occ`` with each record loader_names() names by its sentAsUuid
+    renamed so, and the nodes by name (loader_nodes): the loader's Map, key
+    for key (``nodes``, loader_nodes by uuid, when none is)."""
     names = loader_names(occ)
     if not names:
         return occ, nodes
     occ = [dataclasses.replace(r, uuid=names[r.id]) if r.id in names else r for r in occ]
-    nodes = {}
-    for r in occ:
-        nodes[r.uuid] = r
-    return occ, nodes
+    return occ, loader_nodes(occ)
 
 
 def cli_view(occ: list, prompts: list[Prompt], nodes_all: dict, calls=None,

@@ -286,8 +286,9 @@ def compute_file(file_id: int, kind: str, session_id, with_uuid: list[Rec],
     sdk_leaf, branch_count, terminals = _sdk_leaf(occ, nodes)
     state = {"lines": covers[0], "offset": covers[1]}
     if kind == "main":
-        cli_occ, cli_nodes = resume.cli_lines(occ, nodes)
-        view = resume.cli_view(cli_occ, list(prompts), cli_nodes, calls, nodes)
+        held = resume.loader_nodes(occ)
+        cli_occ, cli_nodes = resume.cli_lines(occ, held)
+        view = resume.cli_view(cli_occ, list(prompts), cli_nodes, calls, held)
         resume_leaf, rule = resume.resume_leaf(view)
         resume_chain = resume.walk(view, resume_leaf) if resume_leaf is not None else []
     else:
@@ -313,8 +314,8 @@ def compute_file(file_id: int, kind: str, session_id, with_uuid: list[Rec],
                                        boundary_line, calls, view.parent, view.cut,
                                        lambda: resume.loader_places(cli_occ))
         state["cut"] = bool(view.cut)   # derive_append gives up on a rewind cut
-        # and on a progress line whose uuid a later line has
-        state["progress_again"] = resume.progress_written_again(occ)
+        # and on a progress or unreadable line whose uuid another line has
+        state["held_not_last"] = resume.held_not_last(occ)
         # Results off the chain a later append could have recovered by
         # tool-call id (derive_append gives up on such a file).
         state["strays"] = chain.stray_state(strays, view.parent, cli_nodes, calls)

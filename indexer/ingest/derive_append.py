@@ -694,11 +694,12 @@ class _Extension:
             # A compaction's kept tail is put back (resume.relink): it moves
             # records between branches, so the file is derived whole.
             raise Bail("a compaction relinks what it kept")
-        if state.get("progress_again", True):
-            # A progress line's uuid on a later line (resume.progress_lines):
-            # the loader reads a child under the progress line, _Graph.get
-            # answers the later line; derived whole.
-            raise Bail("a progress line's uuid on a later line")
+        if state.get("held_not_last", True):
+            # A progress or unreadable line's uuid on another line
+            # (resume.progress_lines, resume.loader_nodes): the loader reads
+            # a child under the progress line, or holds a line loaded before
+            # the last; _Graph.get answers the last line; derived whole.
+            raise Bail("a progress or unreadable line's uuid on another line")
         if state.get("cut", True) or any(p.rewound for p in prompts):
             # A rewind cut a record (resume.rewind_cut): derived whole.
             raise Bail("a rewind cut")
