@@ -431,6 +431,23 @@ def shape_sent_as_uuid_of_a_line_keyed_by_its_sent_as():
     return t.records
 
 
+def shape_sent_as_uuid_of_an_unreadable_line():
+    """trn() asks the loader's Map whether a sentAsUuid is loaded, and an
+    unreadable line never enters it: a prompt stored anew for u3 after an
+    unreadable line of u3 is keyed u3 and takes its place; the answer
+    naming u3 continues from the prompt. The CLI sends the prompt stored
+    anew. (Lines 10 s apart.)"""
+    t = Transcript(SID)
+    t.add(u(1), None, "user", ts=at(0))
+    t.add(u(2), u(1), "assistant", ts=at(10), message=text("msg_2", "the first answer"))
+    t.add(u(3), u(2), "user", ts=at(20), message={"role": "user", "content": 7})
+    t.add(u(9), u(2), "user", ts=at(30), sentAsUuid=u(3),
+          message={"role": "user", "content": "the prompt stored anew"})
+    t.add(u(4), u(3), "assistant", ts=at(40),
+          message=text("msg_4", "answers the prompt stored anew"))
+    return t.records
+
+
 def shape_unreadable_prompt_stored_anew_beside_a_line_of_its_uuid():
     """An unreadable prompt stored anew (u9 for u3, content 7) after a hook
     attachment of its own uuid u9: trn() keys it u3, admit() drops it and
@@ -1394,6 +1411,8 @@ EXPECTED = {
         ["the first prompt stored anew", "the second prompt stored anew"], []),
     "unreadable_prompt_stored_anew_beside_a_line_of_its_uuid": (
         ["the first answer", "answers the unreadable prompt"], [], []),
+    "sent_as_uuid_of_an_unreadable_line": (
+        ["the first answer", "answers the prompt stored anew"], ["the prompt stored anew"], []),
     "progress_line_written_again_as_progress": (
         ["the first answer", "under the first progress line", "the second answer",
          "under the second progress line"], [], []),
@@ -1517,11 +1536,11 @@ DIFFERS: dict = {
         "keyed by its own sentAsUuid (u9 for u3) still counts as u9 and the later prompt "
         "stored anew for u9 keeps its uuid (modelling it means computing each line's key "
         "from the keys before it)"),
-    "unreadable_prompt_stored_anew_beside_a_line_of_its_uuid": (
-        "the loader notes an unreadable prompt stored anew under its key (its sentAsUuid u3) "
-        "and relinks what names u3 to its parent; the index names it u3 too, but the bridge "
-        "reads unreadable and progress records by their own uuid (u9), so the answer naming "
-        "u3 finds nothing to read through"),
+    "sent_as_uuid_of_an_unreadable_line": (
+        "an unreadable line never enters the loader's Map, so trn() keys the later prompt "
+        "stored anew by its sentAsUuid u3 and the answer naming u3 continues from it; the "
+        "index counts the unreadable line of u3 as loaded and reads through it to u2 "
+        "(modelling it means the bridge leaving a sentAsUuid the loader keys unread)"),
 }
 
 SHAPES = {name: globals()[f"shape_{name}"] for name in EXPECTED}

@@ -247,10 +247,16 @@ NOT_DROPPED = ("({c}.last_line IS NULL OR {x}.first_line >= {c}.last_line OR EXI
 # to a table in the copies of a CTE (at most 65535 per statement); and a
 # max, not an ORDER BY naming the outer line (SQLite 3.40: "no such
 # column" there).
+# Is line {o} of file {file} named {uuid} in the CLI's view (the loader's key:
+# its uuid, or its sentAsUuid when sent_names_cache lists it)? file_id in
+# each disjunct: SQLite takes an index for each (MULTI-INDEX OR); one
+# reference to sent_names_cache (SQLite counts them in every copy of a CTE).
+_OF_NAME = ("(({o}.file_id = {file} AND {o}.uuid = {uuid}) OR ({o}.file_id = {file} AND "
+            "{o}.sent_as_uuid = {uuid})) AND " + NAME_OF.replace("{r}", "{o}") + " = {uuid}")
 _READ_AS = f"""(SELECT max(CASE WHEN o.type = 'progress' AND o.line_no < {{line}} THEN 3
                           ELSE {LOADER_RANK.format(r="o")} END * 4294967296 + o.line_no) % 4294967296
       FROM records o
-      WHERE o.file_id = {{file}} AND o.uuid = {{uuid}} AND o.type IN {CHAIN_TYPES_SQL})"""
+      WHERE {_OF_NAME.replace("{o}", "o")} AND o.type IN {CHAIN_TYPES_SQL})"""
 # Does the loader read through that line {p}: a progress line written before
 # the line read, or an unreadable record (it loads neither)?
 _READ_THROUGH = ("(({p}.type = 'progress' AND {p}.line_no < {line})"
@@ -261,15 +267,15 @@ _READ_THROUGH = ("(({p}.type = 'progress' AND {p}.line_no < {line})"
 # it does not load (resume.bridged); each step is to an earlier line or an
 # unreadable record, and the step bound ends a cycle. In CLI_CTES and in the
 # put-back lines of ORPHANS_DEFINITION_SQL. Each parent is read as _READ_AS
-# reads it, as resume.bridged reads it (cli_view's ``bridge_nodes`` and
-# ``progress``).
+# reads it (by name: _OF_NAME), as resume.bridged reads it (cli_view's
+# ``nodes_all`` and ``progress``).
 # One step of a climb over progress records and unreadable ones to the
 # parent a line is bridged to ({cte}: the recursive CTE, its alias {b}, and
 # the column it carries, {key}; up, up_line, steps): BRIDGE_CTES and the
 # rewind cut's cut_climb.
 BRIDGE_STEP = f"""  SELECT {{b}}.file_id, {{key}}, p.parent_uuid, p.line_no, {{b}}.steps + 1
   FROM {{cte}} {{b}}
-  JOIN records p ON p.file_id = {{b}}.file_id AND p.uuid = {{b}}.up
+  JOIN records p ON {_OF_NAME.format(o="p", file="{b}.file_id", uuid="{b}.up")}
     AND p.line_no = {_READ_AS.format(file="{b}.file_id", uuid="{b}.up", line="{b}.up_line")}
   JOIN files f ON f.id = {{b}}.file_id
   WHERE {{b}}.steps <= f.line_count AND {_READ_THROUGH.format(p="p", line="{b}.up_line")}
@@ -279,7 +285,7 @@ bridge(file_id, uuid, up, up_line, steps) AS (
   SELECT n.file_id, n.uuid, n.parent_uuid, n.line_no, 0 FROM nodes n
   WHERE n.type <> 'progress' AND NOT n.is_unreadable AND n.parent_uuid IS NOT NULL AND EXISTS (
     SELECT 1 FROM records p
-    WHERE p.file_id = n.file_id AND p.uuid = n.parent_uuid
+    WHERE {_OF_NAME.format(o="p", file="n.file_id", uuid="n.parent_uuid")}
       AND p.line_no = {_READ_AS.format(file="n.file_id", uuid="n.parent_uuid", line="n.line_no")}
       AND {_READ_THROUGH.format(p="p", line="n.line_no")})
   UNION ALL

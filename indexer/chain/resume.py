@@ -431,14 +431,14 @@ def cli_lines(occ: list, nodes: dict) -> tuple[list, dict]:
     return occ, loader_nodes(occ)
 
 
-def cli_view(occ: list, prompts: list[Prompt], nodes_all: dict, calls=None,
-             bridge_nodes: dict | None = None) -> CliView:
+def cli_view(occ: list, prompts: list[Prompt], nodes_all: dict, calls=None) -> CliView:
     """The CLI's view of a main file from its chain record lines in file
-    order (``occ``), its last-prompt records and the last line per uuid
-    (``nodes_all``; cli_lines: per name); ``calls``: Rec -> Calls, for kin;
-    ``bridge_nodes``: the last line per uuid the progress and unreadable
-    records bridged() climbs through are read from (default nodes_all)."""
-    bridge = nodes_all if bridge_nodes is None else bridge_nodes
+    order (``occ``), its last-prompt records and the record of each name
+    (``nodes_all``: cli_lines); ``calls``: Rec -> Calls, for kin. The
+    progress and unreadable records bridged() climbs through are read by
+    name too: the loader notes an unreadable prompt stored anew under its
+    key, its sentAsUuid (Ysn's admit(): ``n.set(tr.uuid, ...)`` after trn())."""
+    bridge = nodes_all
     renames, replaced = sent_as_renames(occ)
     nodes = dict(sorted(((u, r) for u, r in nodes_all.items()
                          if r.type in CLI_NODE_TYPES and not r.is_unreadable

@@ -288,7 +288,7 @@ def compute_file(file_id: int, kind: str, session_id, with_uuid: list[Rec],
     if kind == "main":
         held = resume.loader_nodes(occ)
         cli_occ, cli_nodes = resume.cli_lines(occ, held)
-        view = resume.cli_view(cli_occ, list(prompts), cli_nodes, calls, held)
+        view = resume.cli_view(cli_occ, list(prompts), cli_nodes, calls)
         resume_leaf, rule = resume.resume_leaf(view)
         resume_chain = resume.walk(view, resume_leaf) if resume_leaf is not None else []
     else:
