@@ -448,6 +448,22 @@ def shape_sent_as_uuid_of_an_unreadable_line():
     return t.records
 
 
+def shape_sent_as_uuid_before_an_unreadable_line_of_it():
+    """The other order: an unreadable line of u3 (a root) after the prompt
+    stored anew for u3 does not replace it in the Map (admit() keeps it
+    out): the answer naming u3 continues from the prompt. The CLI sends
+    the prompt and both answers. (Lines 10 s apart.)"""
+    t = Transcript(SID)
+    t.add(u(1), None, "user", ts=at(0))
+    t.add(u(2), u(1), "assistant", ts=at(10), message=text("msg_2", "the first answer"))
+    t.add(u(9), u(2), "user", ts=at(20), sentAsUuid=u(3),
+          message={"role": "user", "content": "the prompt stored anew"})
+    t.add(u(4), u(3), "assistant", ts=at(30),
+          message=text("msg_4", "answers the prompt stored anew"))
+    t.add(u(3), None, "user", ts=at(40), message={"role": "user", "content": 7})
+    return t.records
+
+
 def shape_unreadable_prompt_stored_anew_beside_a_line_of_its_uuid():
     """An unreadable prompt stored anew (u9 for u3, content 7) after a hook
     attachment of its own uuid u9: trn() keys it u3, admit() drops it and
@@ -1411,6 +1427,8 @@ EXPECTED = {
         ["the first prompt stored anew", "the second prompt stored anew"], []),
     "unreadable_prompt_stored_anew_beside_a_line_of_its_uuid": (
         ["the first answer", "answers the unreadable prompt"], [], []),
+    "sent_as_uuid_before_an_unreadable_line_of_it": (
+        ["the first answer", "answers the prompt stored anew"], ["the prompt stored anew"], []),
     "sent_as_uuid_of_an_unreadable_line": (
         ["the first answer", "answers the prompt stored anew"], ["the prompt stored anew"], []),
     "progress_line_written_again_as_progress": (
@@ -1536,11 +1554,6 @@ DIFFERS: dict = {
         "keyed by its own sentAsUuid (u9 for u3) still counts as u9 and the later prompt "
         "stored anew for u9 keeps its uuid (modelling it means computing each line's key "
         "from the keys before it)"),
-    "sent_as_uuid_of_an_unreadable_line": (
-        "an unreadable line never enters the loader's Map, so trn() keys the later prompt "
-        "stored anew by its sentAsUuid u3 and the answer naming u3 continues from it; the "
-        "index counts the unreadable line of u3 as loaded and reads through it to u2 "
-        "(modelling it means the bridge leaving a sentAsUuid the loader keys unread)"),
 }
 
 SHAPES = {name: globals()[f"shape_{name}"] for name in EXPECTED}

@@ -71,13 +71,15 @@ _IS_NODE = f"""{{n}}.uuid IS NOT NULL AND {{n}}.type IN {CHAIN_TYPES_SQL}
 # sent_names_cache (resume.loader_names; kept in SQL by derive.keep_sql_caches,
 # held equal to sent_names_definition): the prompts stored anew that the
 # loader names by their sentAsUuid. trn() loads a user line under its
-# sentAsUuid when no line loaded before has that uuid (no earlier user,
-# assistant, system or attachment line with it as uuid, no earlier user
+# sentAsUuid when no line loaded before has that uuid (no earlier readable
+# user, assistant, system or attachment line with it as uuid, no earlier user
 # line with it as sentAsUuid: as sent_as), and the loader keys each line by
 # its key (that sentAsUuid, else its uuid), a later line of the key
 # replacing an earlier one. When another chain line has the prompt's own
 # uuid, that line is a record of its own beside it: the CLI's view then
-# names the prompt by its sentAsUuid (name), and only such prompts are
+# names the prompt by its sentAsUuid (name); so it does when an unreadable
+# line has its sentAsUuid as uuid (the prompt, loaded, outranks it as the
+# record of that name: LOADER_RANK). Only such prompts are
 # listed (the others keep their own uuid and are read through sent_as).
 # {files}: which files (a condition on f, the files row).
 SENT_NAMES_TEMPLATE = f"""
@@ -87,12 +89,15 @@ WHERE f.kind = 'main' AND {{files}} AND r.sent_as_uuid IS NOT NULL AND r.type = 
   AND r.uuid IS NOT NULL
   AND NOT EXISTS (SELECT 1 FROM records e WHERE e.file_id = r.file_id
                     AND e.uuid = r.sent_as_uuid AND e.line_no < r.line_no
-                    AND e.type IN {CLI_NODE_TYPES_SQL})
+                    AND e.type IN {CLI_NODE_TYPES_SQL} AND NOT e.is_unreadable)
   AND NOT EXISTS (SELECT 1 FROM records e WHERE e.file_id = r.file_id
                     AND e.sent_as_uuid = r.sent_as_uuid AND e.line_no < r.line_no
                     AND e.type = 'user' AND e.uuid IS NOT NULL)
-  AND EXISTS (SELECT 1 FROM records z WHERE z.file_id = r.file_id
+  AND (EXISTS (SELECT 1 FROM records z WHERE z.file_id = r.file_id
                 AND z.uuid = r.uuid AND z.id <> r.id AND z.type IN {CHAIN_TYPES_SQL})
+       OR EXISTS (SELECT 1 FROM records z WHERE z.file_id = r.file_id
+                    AND z.uuid = r.sent_as_uuid AND z.is_unreadable
+                    AND z.type IN ('user','assistant')))
 """.strip()
 SENT_NAMES_DEFINITION_SQL = SENT_NAMES_TEMPLATE.format(files="1")
 SENT_NAMES_COLUMNS = "record_id, file_id, line_no, name"
@@ -309,7 +314,8 @@ bridged AS MATERIALIZED (
 CLI_CTES = f"""
 -- sent_as (resume.sent_as_renames): the prompts stored anew that the loader
 -- loads under their sentAsUuid (as_uuid): a user record whose sentAsUuid is
--- no earlier node line's uuid and no earlier user record's sentAsUuid. A
+-- no earlier node line's uuid (an unreadable line is none: admit() keeps it
+-- out of the Map trn() asks) and no earlier user record's sentAsUuid. A
 -- parent (or checkpoint) naming as_uuid is read as the record's own uuid;
 -- replaced: a later node line has that uuid and takes its place, so the
 -- record is no node and nothing is renamed.
@@ -317,13 +323,13 @@ sent_as AS MATERIALIZED (
   SELECT r.id, r.file_id, CAST(coalesce(m.name, r.uuid) AS TEXT) AS uuid, r.line_no, r.sent_as_uuid AS as_uuid,
          EXISTS (SELECT 1 FROM records l WHERE l.file_id = r.file_id
                    AND l.uuid = r.sent_as_uuid AND l.line_no > r.line_no
-                   AND l.type IN {CLI_NODE_TYPES_SQL}
+                   AND l.type IN {CLI_NODE_TYPES_SQL} AND NOT l.is_unreadable
                    AND NOT {NAMED_LINE.format(r="l")}) AS replaced
   FROM records r LEFT JOIN sent_names_cache m ON m.record_id = r.id
   WHERE r.sent_as_uuid IS NOT NULL AND r.type = 'user' AND r.uuid IS NOT NULL
     AND NOT EXISTS (SELECT 1 FROM records e WHERE e.file_id = r.file_id
                       AND e.uuid = r.sent_as_uuid AND e.line_no < r.line_no
-                      AND e.type IN {CLI_NODE_TYPES_SQL}
+                      AND e.type IN {CLI_NODE_TYPES_SQL} AND NOT e.is_unreadable
                       AND NOT {NAMED_LINE.format(r="e")})
     AND NOT EXISTS (SELECT 1 FROM records e WHERE e.file_id = r.file_id
                       AND e.sent_as_uuid = r.sent_as_uuid AND e.line_no < r.line_no

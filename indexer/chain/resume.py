@@ -294,7 +294,8 @@ def loader_places(occ: list) -> dict:
         if y and y not in seen_uuids and y not in seen_as:
             key = r.uuid if renames.get(y) == r.uuid else y
             moved[key] = min(r.line_no, moved.get(key, r.line_no))
-        seen_uuids.add(r.uuid)
+        if not r.is_unreadable:
+            seen_uuids.add(r.uuid)
         if y:
             seen_as.add(y)
     places.update(moved)
@@ -373,18 +374,21 @@ def sent_as_renames(occ: list) -> tuple[dict, set]:
     Returns ({sentAsUuid: the record's uuid}, {ids of the records a later
     node line of their sentAsUuid replaces: no nodes, nothing renamed}).
     A record is renamed when no earlier node line has its sentAsUuid as
-    uuid and no earlier user record as sentAsUuid (definitions: sent_as)."""
+    uuid and no earlier user record as sentAsUuid (definitions: sent_as).
+    An unreadable line is no such node line, nor does it replace one: trn()
+    asks the loader's Map, which admit() keeps it out of."""
     renames, replaced = {}, set()
     seen_uuids, seen_as, first = set(), set(), {}
     for r in occ:
         if r.type not in CLI_NODE_TYPES:
             continue
-        if r.uuid in first:
+        if r.uuid in first and not r.is_unreadable:
             replaced.add(first.pop(r.uuid).id)
         y = r.sent_as_uuid if r.type == "user" else None
         if y and y not in seen_uuids and y not in seen_as:
             first[y] = r
-        seen_uuids.add(r.uuid)
+        if not r.is_unreadable:   # (admit() keeps an unreadable line out of h)
+            seen_uuids.add(r.uuid)
         if r.type == "user" and y:
             seen_as.add(y)
     for y, r in first.items():
@@ -404,16 +408,21 @@ def loader_names(occ: list) -> dict:
     if not any(r.sent_as_uuid for r in occ):
         return {}
     lines: dict = {}
+    unreadable = set()
     for r in occ:
         lines[r.uuid] = lines.get(r.uuid, 0) + 1
+        if r.is_unreadable:
+            unreadable.add(r.uuid)
     seen_uuids, seen_as, names = set(), set(), {}
     for r in occ:
         if r.type not in CLI_NODE_TYPES:
             continue
         y = r.sent_as_uuid if r.type == "user" else None
-        if y and y not in seen_uuids and y not in seen_as and lines[r.uuid] > 1:
+        if y and y not in seen_uuids and y not in seen_as and (
+                lines[r.uuid] > 1 or y in unreadable):
             names[r.id] = y
-        seen_uuids.add(r.uuid)
+        if not r.is_unreadable:
+            seen_uuids.add(r.uuid)
         if y:
             seen_as.add(y)
     return names
