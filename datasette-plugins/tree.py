@@ -42,7 +42,12 @@ _NODE_COLUMNS = """r.id, r.line_no, r.uuid, r.parent_uuid, r.logical_parent_uuid
   r.subtype"""
 
 # The chain records of one file, one per uuid (its last line, as both readers
-# resolve a duplicated uuid), in file order (records_file_uuid).
+# resolve a duplicated uuid), in file order: by byte_offset, so that SQLite
+# reads the file's rows in the order of records_file_offset, which is the
+# order they are stored in, and sorts nothing (ordered by line_no it read
+# them by records_file_uuid, in uuid order, and sorted them: 54 against
+# 25 ms for the 10,653-record session of the 1M-record bench index; the
+# same rows, line_no and byte_offset both grow down a file).
 TREE_NODES_SQL = f"""
 SELECT {_NODE_COLUMNS}
 FROM records r
@@ -51,7 +56,7 @@ WHERE r.file_id = :file_id AND r.uuid IS NOT NULL
   AND NOT EXISTS (SELECT 1 FROM records later
     WHERE later.file_id = r.file_id AND later.uuid = r.uuid AND later.line_no > r.line_no
       AND later.type IN {CHAIN_TYPES_SQL})
-ORDER BY r.line_no
+ORDER BY r.byte_offset
 """.strip()
 
 # What marks each of the records :ids (a JSON array of records.id) a page

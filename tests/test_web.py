@@ -654,6 +654,27 @@ def test_session_page_layout_reads_a_file_by_its_index(site):
     conn.close()
 
 
+def test_session_page_layout_reads_a_file_in_file_order(site):
+    """The layout reads a file's records in the order of records_file_offset
+    and sorts nothing (by records_file_uuid it read them in uuid order and
+    sorted them: twice the time for a large file), and gives the rows it
+    gave in line order."""
+    conn = sqlite3.connect(site.path)
+    plan = [r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + web_tree.TREE_NODES_SQL,
+                                       {"file_id": 1})]
+    assert plan[0].startswith("SEARCH r USING INDEX records_file_offset (file_id=?)"), plan
+    assert not any("TEMP B-TREE" in step for step in plan), plan
+    by_line = web_tree.TREE_NODES_SQL.replace("ORDER BY r.byte_offset", "ORDER BY r.line_no")
+    assert by_line != web_tree.TREE_NODES_SQL
+    files = [f for (f,) in conn.execute("SELECT id FROM files")]
+    for f in files:
+        assert (conn.execute(web_tree.TREE_NODES_SQL, {"file_id": f}).fetchall()
+                == conn.execute(by_line, {"file_id": f}).fetchall()), f
+    assert sum(conn.execute("SELECT count(*) FROM records WHERE file_id = ?", [f]).fetchone()[0]
+               for f in files) > 100
+    conn.close()
+
+
 def test_poisoned_tail_asked_only_of_a_file_with_a_placeholder(site):
     """POISONED_TAIL_SQL looks at poisoned_sessions only for a file with a
     synthetic placeholder, and answers as the view does for every file."""
