@@ -25,7 +25,7 @@ from indexer.chain import resume
 from indexer.index import search
 from indexer.repair import show
 from indexer.transcripts import agents, codex
-from indexer.signals import listings as signals, verdict as verdicts
+from indexer.signals import forks, listings as signals, verdict as verdicts
 from indexer.signals.classes import SEVERITIES
 from session_index_web import charts as web_charts, health as web_health, tree as web_tree
 from session_index_web.format import CAUSE_COLOURS, pretty_json, session_path
@@ -101,10 +101,13 @@ SESSION_PROMPTS_SQL = """
 SELECT timestamp, project, display FROM history_prompts
 WHERE session_id = :session_id AND error IS NULL ORDER BY timestamp, id
 """.strip()
-# Its forks and what it was forked from (session_forks), the parent first.
-SESSION_FORKS_SQL = """
+# Its forks and what it was forked from (session_forks' rows, computed only
+# for the transcripts that can name it: forks.SESSION_FORKS_OF_SESSION_SQL),
+# the parent first.
+SESSION_FORKS_SQL = f"""
 SELECT session_id, kind, parent_session_id, link, copied_records, foreign_records, forked_at
-FROM session_forks WHERE session_id = :session_id OR parent_session_id = :session_id
+FROM ({forks.SESSION_FORKS_OF_SESSION_SQL})
+WHERE session_id = :session_id OR parent_session_id = :session_id
 ORDER BY session_id <> :session_id, forked_at, session_id
 """.strip()
 # The compactions of the file (compaction_segments), the first first.
