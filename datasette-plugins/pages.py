@@ -382,16 +382,14 @@ async def session_page(datasette, request):
     # different things: two lanes side by side on Datasette's SQL threads.
     (tree, causes, start), summary = await asyncio.gather(
         _layout(db, fid, file, request), _summary(datasette, db, fid, params, request))
-    others, splices, breaks, generations, refused, compactions, verdict, forks, found, title = \
-        summary
+    (others, splices, breaks, generations, refused, compactions, verdict, forks, found, title,
+     changes) = summary
     verdict = dict(verdict) if verdict else {"verdict": "missing", "cause": "never_seen",
                                              "reason": "the session is not in sessions yet",
                                              "fix": None}
     # A repaired download only where a repair changes something.
-    repairable = (bool(splices) or bool(refused)
-                  or any(c["truncated"] for c in compactions)
-                  or (await db.execute(POISONED_TAIL_SQL, fid)).first()[0] > 0) \
-        and verdict["cause"] not in ("synthetic_tail_uncuttable", "thinking_uncuttable")
+    repairable = changes and verdict["cause"] not in ("synthetic_tail_uncuttable",
+                                                      "thinking_uncuttable")
     size = web_tree.WINDOW
     shown = web_tree.window(tree, start, size)
     in_window = {n.row["uuid"] for n in shown["nodes"]}
@@ -502,7 +500,10 @@ async def _summary(datasette, db, fid, params, request):
     """The session page's summary of the file ``fid`` and its session, the
     whole file's on every window: its other records, splices, breaks,
     generations, refused thinking, compactions, the session's verdict row
-    (or None), forks, the search of ``?q=`` and the title row (or None)."""
+    (or None), forks, the search of ``?q=``, the title row (or None) and
+    whether a repair changes something in the file (its splices, refused
+    thinking, a truncation, or a poisoned tail: POISONED_TAIL_SQL, asked in
+    this lane, beside the layout, and only when nothing else says so)."""
     others = [dict(r) for r in await db.execute(web_tree.OTHER_RECORDS_SQL, fid)]
     splices = [dict(r) for r in await db.execute(FILE_SPLICES_SQL, fid)]
     breaks = (await db.execute(FILE_BREAKS_SQL, fid)).first()[0]
@@ -514,7 +515,10 @@ async def _summary(datasette, db, fid, params, request):
     found = await _session_search(datasette, db, params["session_id"], request.args.get("q"))
     title = (await db.execute(SESSION_TITLES_SQL,
                               {"ids": json.dumps([params["session_id"]])})).first()
-    return others, splices, breaks, generations, refused, compactions, verdict, forks, found, title
+    changes = (bool(splices) or bool(refused) or any(c["truncated"] for c in compactions)
+               or (await db.execute(POISONED_TAIL_SQL, fid)).first()[0] > 0)
+    return (others, splices, breaks, generations, refused, compactions, verdict, forks, found,
+            title, changes)
 
 
 async def _agent_session_page(datasette, request, db, session_id, agent, session, files):

@@ -689,6 +689,30 @@ def test_poisoned_tail_asked_only_of_a_file_with_a_placeholder(site):
     assert any(ours for ours, _ in answers.values())   # the fixture has a poisoned tail
 
 
+def test_session_page_offers_a_repaired_download_where_a_repair_changes_something(site):
+    """The session page's summary lane decides whether a repair changes the
+    file (splices, refused thinking, a truncation, a poisoned tail): a
+    poisoned tail alone offers the repaired download, a plain session none."""
+    from session_index_web import pages as web_pages
+    conn = sqlite3.connect(site.path)
+    [(file_id,)] = conn.execute("SELECT main_file_id FROM sessions WHERE session_id = ?",
+                                [sid("poisoned-tail")]).fetchall()
+    assert conn.execute(web_pages.FILE_SPLICES_SQL, {"file_id": file_id}).fetchall() == []
+    assert conn.execute(web_pages.POISONED_TAIL_SQL, {"file_id": file_id}).fetchone()[0] > 0
+
+    def nothing_to_repair(f):
+        return not any(conn.execute(sql, {"file_id": f}).fetchall() for sql in (
+            web_pages.FILE_SPLICES_SQL, web_pages.FILE_THINKING_SQL,
+            "SELECT 1 FROM compaction_segments WHERE file_id = :file_id AND truncated IS NOT NULL"
+        )) and conn.execute(web_pages.POISONED_TAIL_SQL, {"file_id": f}).fetchone()[0] == 0
+    plain = [s for s, f in conn.execute("SELECT session_id, main_file_id FROM sessions "
+                                        "WHERE main_file_id IS NOT NULL ORDER BY session_id")
+             if nothing_to_repair(f)]
+    conn.close()
+    assert "repaired</a>" in site.get(session_url(sid("poisoned-tail"))).text
+    assert plain and "repaired</a>" not in site.get(session_url(plain[0])).text
+
+
 def test_session_page_reads_refused_thinking_from_the_cache(site):
     """The session page's thinking alerts read thinking_cache (kept at
     ingest, held equal to its definition by the cache tests), not every
