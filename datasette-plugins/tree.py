@@ -78,10 +78,14 @@ SELECT uuid, rule, depth FROM leaf_ancestry WHERE file_id = :file_id ORDER BY ru
 # The cause of every orphan of the file (main transcripts only).
 ORPHAN_CAUSES_SQL = "SELECT uuid, cause FROM orphans WHERE file_id = :file_id"
 
-# Records of the file that are not drawn: metadata lines, by type.
+# Records of the file that are not drawn: metadata lines, by type. Read in
+# file order, by records_file_offset (byte_offset >= 0 is true of every
+# record: it makes that index the one that answers most of the WHERE; SQLite
+# else read the file by records_file_parent, in parent order: 50-90 against
+# 7-15 ms for the 10,653-record session of the 1M-record bench index).
 OTHER_RECORDS_SQL = """
 SELECT coalesce(type, '(none)') AS type, count(*) AS n FROM records
-WHERE file_id = :file_id AND (uuid IS NULL
+WHERE file_id = :file_id AND byte_offset >= 0 AND (uuid IS NULL
   OR type IS NULL OR type NOT IN ('user', 'assistant', 'system', 'attachment', 'progress'))
 GROUP BY type ORDER BY n DESC
 """.strip()
