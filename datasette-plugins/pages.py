@@ -25,7 +25,7 @@ from indexer.chain import resume
 from indexer.index import search
 from indexer.repair import show
 from indexer.transcripts import agents, codex
-from indexer.signals import listings as signals, verdict as verdicts
+from indexer.signals import forks, listings as signals, verdict as verdicts
 from indexer.signals.classes import SEVERITIES
 from session_index_web import charts as web_charts, health as web_health, tree as web_tree
 from session_index_web.format import CAUSE_COLOURS, pretty_json, session_path
@@ -101,10 +101,13 @@ SESSION_PROMPTS_SQL = """
 SELECT timestamp, project, display FROM history_prompts
 WHERE session_id = :session_id AND error IS NULL ORDER BY timestamp, id
 """.strip()
-# Its forks and what it was forked from (session_forks), the parent first.
-SESSION_FORKS_SQL = """
+# Its forks and what it was forked from (session_forks' rows, computed only
+# for the transcripts that can name it: forks.SESSION_FORKS_OF_SESSION_SQL),
+# the parent first.
+SESSION_FORKS_SQL = f"""
 SELECT session_id, kind, parent_session_id, link, copied_records, foreign_records, forked_at
-FROM session_forks WHERE session_id = :session_id OR parent_session_id = :session_id
+FROM ({forks.SESSION_FORKS_OF_SESSION_SQL})
+WHERE session_id = :session_id OR parent_session_id = :session_id
 ORDER BY session_id <> :session_id, forked_at, session_id
 """.strip()
 # The compactions of the file (compaction_segments), the first first.
@@ -379,16 +382,14 @@ async def session_page(datasette, request):
     # different things: two lanes side by side on Datasette's SQL threads.
     (tree, causes, start), summary = await asyncio.gather(
         _layout(db, fid, file, request), _summary(datasette, db, fid, params, request))
-    others, splices, breaks, generations, refused, compactions, verdict, forks, found, title = \
-        summary
+    (others, splices, breaks, generations, refused, compactions, verdict, forks, found, title,
+     changes) = summary
     verdict = dict(verdict) if verdict else {"verdict": "missing", "cause": "never_seen",
                                              "reason": "the session is not in sessions yet",
                                              "fix": None}
     # A repaired download only where a repair changes something.
-    repairable = (bool(splices) or bool(refused)
-                  or any(c["truncated"] for c in compactions)
-                  or (await db.execute(POISONED_TAIL_SQL, fid)).first()[0] > 0) \
-        and verdict["cause"] not in ("synthetic_tail_uncuttable", "thinking_uncuttable")
+    repairable = changes and verdict["cause"] not in ("synthetic_tail_uncuttable",
+                                                      "thinking_uncuttable")
     size = web_tree.WINDOW
     shown = web_tree.window(tree, start, size)
     in_window = {n.row["uuid"] for n in shown["nodes"]}
@@ -499,7 +500,10 @@ async def _summary(datasette, db, fid, params, request):
     """The session page's summary of the file ``fid`` and its session, the
     whole file's on every window: its other records, splices, breaks,
     generations, refused thinking, compactions, the session's verdict row
-    (or None), forks, the search of ``?q=`` and the title row (or None)."""
+    (or None), forks, the search of ``?q=``, the title row (or None) and
+    whether a repair changes something in the file (its splices, refused
+    thinking, a truncation, or a poisoned tail: POISONED_TAIL_SQL, asked in
+    this lane, beside the layout, and only when nothing else says so)."""
     others = [dict(r) for r in await db.execute(web_tree.OTHER_RECORDS_SQL, fid)]
     splices = [dict(r) for r in await db.execute(FILE_SPLICES_SQL, fid)]
     breaks = (await db.execute(FILE_BREAKS_SQL, fid)).first()[0]
@@ -511,7 +515,10 @@ async def _summary(datasette, db, fid, params, request):
     found = await _session_search(datasette, db, params["session_id"], request.args.get("q"))
     title = (await db.execute(SESSION_TITLES_SQL,
                               {"ids": json.dumps([params["session_id"]])})).first()
-    return others, splices, breaks, generations, refused, compactions, verdict, forks, found, title
+    changes = (bool(splices) or bool(refused) or any(c["truncated"] for c in compactions)
+               or (await db.execute(POISONED_TAIL_SQL, fid)).first()[0] > 0)
+    return (others, splices, breaks, generations, refused, compactions, verdict, forks, found,
+            title, changes)
 
 
 async def _agent_session_page(datasette, request, db, session_id, agent, session, files):

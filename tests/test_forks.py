@@ -122,6 +122,57 @@ def test_the_view_links_each_fork_to_its_parent(world):
     assert found[FORK_OF_FORK]["copied_records"] > found[FORK1]["copied_records"]
 
 
+# The session page's forks as the view gives them (what the page asked before).
+VIEW_FORKS_OF_SESSION_SQL = """
+SELECT session_id, kind, parent_session_id, link, copied_records, foreign_records, forked_at
+FROM session_forks WHERE session_id = :session_id OR parent_session_id = :session_id
+ORDER BY session_id <> :session_id, forked_at, session_id
+""".strip()
+
+
+def steps(db, sql, params) -> tuple[list, int]:
+    """The rows of ``sql`` and the SQLite virtual-machine steps (hundreds) it took."""
+    count = [0]
+
+    def tick():
+        count[0] += 1
+
+    db.conn.set_progress_handler(tick, 100)
+    try:
+        found = db.conn.execute(sql, params).fetchall()
+    finally:
+        db.conn.set_progress_handler(None, 0)
+    return found, count[0]
+
+
+def test_the_session_page_asks_the_view_of_the_transcripts_that_can_name_it(world):
+    """The session page's forks (pages.SESSION_FORKS_SQL) are the view's rows
+    for every session, forks, parents, a fork of a fork, the empty fork and
+    plain sessions alike, and are computed only for the transcripts that can
+    name the session: for a session that is no fork, among 150 others, half
+    the view's cost or less (57 against 161 hundred steps)."""
+    from test_append_derive import linear_session
+    from session_index_web import pages
+
+    for n in range(150):
+        sid = f"{n:08d}-2929-4000-8000-00000000f0f0"
+        (world["proj"] / f"{sid}.jsonl").write_text("".join(
+            json.dumps(r, separators=(",", ":")) + "\n" for r in linear_session(sid, 6)))
+    ingest(world["db"], [str(world["config"] / "projects")])
+    db = world["db"]
+    sessions = [s for (s,) in db.conn.execute("SELECT session_id FROM sessions")]
+    assert set(EXPECTED) | {PARENT, BRANCHED} <= set(sessions) and len(sessions) > 150
+    costs = {}
+    for sid in sessions + ["no-such-session"]:
+        ours, costs[sid, "page"] = steps(db, pages.SESSION_FORKS_SQL, {"session_id": sid})
+        theirs, costs[sid, "view"] = steps(db, VIEW_FORKS_OF_SESSION_SQL, {"session_id": sid})
+        assert ours == theirs, sid
+    assert {r[0] for r in db.conn.execute(pages.SESSION_FORKS_SQL, {"session_id": PARENT})} \
+        == {FORK1, FORK2, DESKTOP}
+    plain = "00000007-2929-4000-8000-00000000f0f0"
+    assert costs[plain, "page"] * 2 <= costs[plain, "view"], costs
+
+
 def test_the_view_reads_what_ingest_keeps_as_lines_come(world):
     """Issue 29: session_forks reads fork_heads_cache (each main
     transcript's first user and assistant records, what they say of another

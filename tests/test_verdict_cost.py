@@ -98,3 +98,37 @@ def test_the_compaction_audit_costs_the_same_beside_any_uncompacted_transcript(i
     assert rows[200] == rows[4000] == [
         {"session_id": sid, "position": 1, "last": 1, "records": 9, "lost": 0}]
     assert costs[4000] <= 1.2 * costs[200], costs
+
+
+def test_the_compaction_audit_reads_a_segment_once(index):
+    """A compaction's row (records, reached, lost, lost_causes) reads the
+    records after its boundary once, and finds the next boundary by
+    records_compact_boundaries: it costs at most 2x one count of the
+    segment's records a resume reaches (1.65x: the lost records' causes are
+    looked up and grouped in the same pass; it read the segment three times,
+    and every record of the file to find that there is no next boundary:
+    3.06x)."""
+    from indexer.signals import compaction
+    sid = "c0000000-2929-4000-8000-000000000004"
+    records = compacted_session(sid)
+    after = linear_session(sid, 3000)[1:]
+    for i, r in enumerate(after):
+        r["uuid"] = f"{sid[:8]}-l{i:05d}"
+        r["parentUuid"] = after[i - 1]["uuid"] if i else records[-1]["uuid"]
+    write(index, sid, records + after)
+    index.ingest()
+    found = []
+    audit = sqlite_steps(index, lambda: found.extend(index.rows(
+        "SELECT position, last, records, reached, lost, lost_causes FROM compaction_segments "
+        "WHERE session_id = ?", [sid])))
+    segment = f"""SELECT (SELECT count(*) FROM (
+        {compaction.SEGMENT_RECORDS_TEMPLATE.format(b="x", next="NULL")}) s
+        WHERE {compaction.REACHED_TEMPLATE.format(f="x.file_id", u="s.uuid")}) AS n
+      FROM records x WHERE x.type = 'system' AND x.subtype = 'compact_boundary'
+        AND x.file_id = (SELECT main_file_id FROM sessions WHERE session_id = ?)"""
+    counted = []
+    once = sqlite_steps(index, lambda: counted.extend(index.rows(segment, [sid])))
+    assert found == [{"position": 1, "last": 1, "records": counted[0]["n"],
+                      "reached": counted[0]["n"], "lost": 0, "lost_causes": None}]   # all reached
+    assert counted[0]["n"] > 3000
+    assert audit <= 2 * once, (audit, once)

@@ -655,6 +655,31 @@ def test_session_page_layout_reads_a_file_by_its_index(site):
     conn.close()
 
 
+def test_session_page_layout_reads_a_file_in_file_order(site):
+    """The layout reads a file's records in the order of records_file_offset
+    and sorts nothing (by records_file_uuid it read them in uuid order and
+    sorted them: twice the time for a large file), and gives the rows it
+    gave in line order; the count of the other records reads the file in
+    that order too (by records_file_parent, in parent order: 4-8x the time)."""
+    conn = sqlite3.connect(site.path)
+    plan = [r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + web_tree.TREE_NODES_SQL,
+                                       {"file_id": 1})]
+    assert plan[0].startswith("SEARCH r USING INDEX records_file_offset (file_id=?)"), plan
+    assert not any("TEMP B-TREE" in step for step in plan), plan
+    other = [r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + web_tree.OTHER_RECORDS_SQL,
+                                        {"file_id": 1})]
+    assert other[0].startswith("SEARCH records USING INDEX records_file_offset (file_id=?"), other
+    by_line = web_tree.TREE_NODES_SQL.replace("ORDER BY r.byte_offset", "ORDER BY r.line_no")
+    assert by_line != web_tree.TREE_NODES_SQL
+    files = [f for (f,) in conn.execute("SELECT id FROM files")]
+    for f in files:
+        assert (conn.execute(web_tree.TREE_NODES_SQL, {"file_id": f}).fetchall()
+                == conn.execute(by_line, {"file_id": f}).fetchall()), f
+    assert sum(conn.execute("SELECT count(*) FROM records WHERE file_id = ?", [f]).fetchone()[0]
+               for f in files) > 100
+    conn.close()
+
+
 def test_poisoned_tail_asked_only_of_a_file_with_a_placeholder(site):
     """POISONED_TAIL_SQL looks at poisoned_sessions only for a file with a
     synthetic placeholder, and answers as the view does for every file."""
@@ -667,6 +692,30 @@ def test_poisoned_tail_asked_only_of_a_file_with_a_placeholder(site):
     conn.close()
     assert all(ours == theirs for ours, theirs in answers.values()), answers
     assert any(ours for ours, _ in answers.values())   # the fixture has a poisoned tail
+
+
+def test_session_page_offers_a_repaired_download_where_a_repair_changes_something(site):
+    """The session page's summary lane decides whether a repair changes the
+    file (splices, refused thinking, a truncation, a poisoned tail): a
+    poisoned tail alone offers the repaired download, a plain session none."""
+    from session_index_web import pages as web_pages
+    conn = sqlite3.connect(site.path)
+    [(file_id,)] = conn.execute("SELECT main_file_id FROM sessions WHERE session_id = ?",
+                                [sid("poisoned-tail")]).fetchall()
+    assert conn.execute(web_pages.FILE_SPLICES_SQL, {"file_id": file_id}).fetchall() == []
+    assert conn.execute(web_pages.POISONED_TAIL_SQL, {"file_id": file_id}).fetchone()[0] > 0
+
+    def nothing_to_repair(f):
+        return not any(conn.execute(sql, {"file_id": f}).fetchall() for sql in (
+            web_pages.FILE_SPLICES_SQL, web_pages.FILE_THINKING_SQL,
+            "SELECT 1 FROM compaction_segments WHERE file_id = :file_id AND truncated IS NOT NULL"
+        )) and conn.execute(web_pages.POISONED_TAIL_SQL, {"file_id": f}).fetchone()[0] == 0
+    plain = [s for s, f in conn.execute("SELECT session_id, main_file_id FROM sessions "
+                                        "WHERE main_file_id IS NOT NULL ORDER BY session_id")
+             if nothing_to_repair(f)]
+    conn.close()
+    assert "repaired</a>" in site.get(session_url(sid("poisoned-tail"))).text
+    assert plain and "repaired</a>" not in site.get(session_url(plain[0])).text
 
 
 def test_session_page_reads_refused_thinking_from_the_cache(site):

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from indexer.signals.classes import COMPACTIONS_MORE_THAN, CannedQuery
 from indexer.signals.usage_sums import DOLLARS, SINCE_SUMS_TEMPLATE
-from indexer.signals.verdict import SESSIONS_VERDICT_TEMPLATE
+from indexer.signals.verdict import SESSIONS_VERDICT_ONLY_TEMPLATE
 
 # A stored time that begins with a day (YYYY-MM-DD): the charts by day leave
 # out rows whose time is not one (a transcript can hold any text there).
@@ -51,10 +51,11 @@ GROUP BY day, model ORDER BY day, model
 
 # chart_verdicts_by_day: one row per UTC day of last activity and verdict:
 # how many sessions last active that day have that verdict now (each
-# session on its default host, as the sessions listing gives it).
+# session on its default host, as the sessions listing gives it; the
+# verdict alone: verdict.verdict_only).
 VERDICTS_BY_DAY_SQL = f"""
 SELECT substr(s.last_timestamp, 1, 10) AS day, v.verdict, count(*) AS sessions
-FROM ({SESSIONS_VERDICT_TEMPLATE.format(sessions=f'''
+FROM ({SESSIONS_VERDICT_ONLY_TEMPLATE.format(sessions=f'''
   SELECT s.* FROM sessions s
   WHERE s.last_timestamp GLOB {_A_DAY}
     AND s.last_timestamp >= coalesce(nullif(:since, ''), '')''')}) v

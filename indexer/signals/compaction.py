@@ -216,13 +216,10 @@ TRUNCATION_TEMPLATE = ("""(SELECT CASE
 # those uuids; the unary + keeps SQLite from reading the stretch by
 # records_file_offset instead), not every line after the boundary.
 COMPACTION_SEGMENTS_SQL = ("""
-SELECT session_id, file_id, boundary_uuid, position, last, compacted_at, records, copies,
-  reached, records - reached AS lost,
-  (SELECT group_concat(cause || ' ' || n, ', ') FROM (
-     SELECT o.cause, count(*) AS n FROM (""" + SEGMENT_RECORDS_TEMPLATE.format(
-    b="x", next="x.next_offset") + """) s
-     JOIN orphans_cache o ON o.file_id = x.file_id AND o.uuid = s.uuid
-     WHERE NOT o.restored GROUP BY o.cause ORDER BY n DESC, o.cause)) AS lost_causes,
+SELECT session_id, file_id, boundary_uuid, position, last, compacted_at,
+  json_extract(segment, '$[0]') AS records, copies, json_extract(segment, '$[1]') AS reached,
+  json_extract(segment, '$[0]') - json_extract(segment, '$[1]') AS lost,
+  json_extract(segment, '$[2]') AS lost_causes,
   preserved, preserved_finding,
   CASE WHEN last THEN json_extract(truncation, '$.cause') END AS truncated,
   CASE WHEN last THEN json_extract(truncation, '$.lost') END AS truncated_records,
@@ -231,11 +228,15 @@ FROM (  -- DISTINCT (the rows are distinct anyway: one per boundary) keeps SQLit
         -- flattening these layers, which would copy each subquery into every
         -- expression naming its column (next_offset into every line read)
   SELECT DISTINCT x.*,
-    (SELECT count(*) FROM (""" + SEGMENT_RECORDS_TEMPLATE.format(b="x", next="x.next_offset")
-                           + """) s) AS records,
-    (SELECT count(*) FROM (""" + SEGMENT_RECORDS_TEMPLATE.format(b="x", next="x.next_offset")
-                           + """) s
-     WHERE """ + REACHED_TEMPLATE.format(f="x.file_id", u="s.uuid") + """) AS reached,
+    (SELECT json_array(coalesce(sum(n), 0), coalesce(sum(reached), 0),
+                       group_concat(CASE WHEN cause IS NOT NULL THEN cause || ' ' || n END,
+                                    ', '))
+     FROM (SELECT o.cause, count(*) AS n, sum(""" + REACHED_TEMPLATE.format(
+    f="x.file_id", u="s.uuid") + """) AS reached
+           FROM (""" + SEGMENT_RECORDS_TEMPLATE.format(b="x", next="x.next_offset") + """) s
+           LEFT JOIN orphans_cache o ON o.file_id = x.file_id AND o.uuid = s.uuid
+             AND NOT o.restored
+           GROUP BY o.cause ORDER BY n DESC, o.cause)) AS segment,
     (SELECT count(*) FROM duplicate_uuids_cache d
      CROSS JOIN records c ON c.file_id = d.file_id AND c.uuid = d.uuid
      WHERE d.file_id = x.file_id
@@ -256,7 +257,7 @@ FROM (  -- DISTINCT (the rows are distinct anyway: one per boundary) keeps SQLit
       (SELECT count(*) FROM records p WHERE p.file_id = b.file_id
          AND """ + BOUNDARY_TEMPLATE.format(r="p") + """ AND p.line_no <= b.line_no)
         AS position,
-      (SELECT min(n.byte_offset) FROM records n WHERE n.file_id = b.file_id
+      (SELECT min(+n.byte_offset) FROM records n WHERE n.file_id = b.file_id
          AND """ + BOUNDARY_TEMPLATE.format(r="n") + """ AND n.line_no > b.line_no)
         AS next_offset,
       NOT EXISTS (SELECT 1 FROM records n WHERE n.file_id = b.file_id

@@ -592,6 +592,30 @@ SESSIONS_VERDICT_TEMPLATE = VERDICT_TEMPLATE.format(subject=f"""(
   LEFT JOIN session_hosts h ON h.session_id = s.session_id AND h.host = s.host)""",
     facts=KEPT_FACTS)
 
+# VERDICT_TEMPLATE's layer that reads the subject's file, facts and
+# evidence: its DISTINCT (a no-op: one row per subject row) keeps SQLite from
+# flattening it, which would copy each of its subqueries into every
+# expression naming its column: what a query of a session's whole row wants.
+_KEPT_LAYER = "SELECT DISTINCT a.session_id, a.host, a.file_id, a.rule,"
+
+
+def verdict_only(template: str) -> str:
+    """``template`` (made from VERDICT_TEMPLATE) for a query that reads only
+    the verdict of many sessions (chart_verdicts_by_day): without the
+    layer's DISTINCT SQLite flattens it into the verdict's CASE and runs, for
+    each session, only the subqueries that CASE comes to (most sessions stop
+    at the file's kept facts: no history.jsonl prompts, session folder,
+    subagent count or reason read), and builds no temporary index of every
+    row. The same rows; 187 -> 58 ms for the chart on the 1M-record bench
+    index. (For a session's whole row, reason and fix, it costs more.)"""
+    out = template.replace(_KEPT_LAYER, _KEPT_LAYER.replace("DISTINCT ", ""), 1)
+    assert out != template, "VERDICT_TEMPLATE's layer changed"
+    return out
+
+
+# SESSIONS_VERDICT_TEMPLATE for a query that reads only the verdict column.
+SESSIONS_VERDICT_ONLY_TEMPLATE = verdict_only(SESSIONS_VERDICT_TEMPLATE)
+
 # One session's verdict on :host for the file :file_id chosen by :rule (check,
 # after it has brought the index up to date and chosen the file; --cwd may
 # choose another than session_hosts did). Its facts are computed for that
