@@ -56,12 +56,20 @@ CHECKS = tuple(check for cls in classes.CLASSES for check in checks_of(cls))
 
 RECENT_PER_CHECK = 10
 RECENT_TOTAL = 20
+# A check's rows are read newest first, up to READ_AT_MOST: a check with
+# fewer is counted from them (one pass over its view); only one with more is
+# counted again on its own (COUNT_SQL).
+READ_AT_MOST = 500
 
-# One query per check: its total, its newest time, and its newest rows.
-CHECK_SQL = """
-SELECT session_id, at, detail, count(*) OVER () AS total, max(at) OVER () AS newest
-FROM ({sql}) ORDER BY at IS NULL, at DESC LIMIT {limit}
-""".strip()
+# A check's newest rows (SQLite sorts NULL last under DESC: a row with no
+# time comes after every dated one). With no window count over all its rows,
+# a check whose view a covering index holds in `at`'s order (the orphan rows:
+# orphans_cache_cause_time) reads its newest rows from the index instead of
+# sorting all of them (parallel tool branches: 39,225 rows sorted, 79 ms, at a
+# million records).
+CHECK_SQL = "SELECT session_id, at, detail FROM ({sql}) ORDER BY at DESC LIMIT {limit}"
+# A check's total, when it has more rows than READ_AT_MOST.
+COUNT_SQL = "SELECT count(*) FROM ({sql})"
 
 # The names a check can depend on.
 NAMES_SQL = "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')"
@@ -97,15 +105,17 @@ async def run_checks(db, checks=CHECKS) -> tuple[list[Result], list]:
     for check in checks:
         if check.name not in names:
             continue
+        read = max(READ_AT_MOST, RECENT_PER_CHECK)
         try:
             rows = [dict(r) for r in await db.execute(
-                CHECK_SQL.format(sql=check.sql, limit=RECENT_PER_CHECK))]
+                CHECK_SQL.format(sql=check.sql, limit=read + 1))]
+            total = len(rows) if len(rows) <= read else (
+                await db.execute(COUNT_SQL.format(sql=check.sql))).first()[0]
         except Exception as exc:  # a view whose columns changed: say so, keep going
             results.append(Result(check, 0, None, [], error=str(exc)))
             continue
-        total = rows[0]["total"] if rows else 0
-        newest = rows[0]["newest"] if rows else None
-        results.append(Result(check, total, newest, rows))
+        newest = rows[0]["at"] if rows else None
+        results.append(Result(check, total, newest, rows[:RECENT_PER_CHECK]))
     results.sort(key=lambda r: r.newest or "", reverse=True)
     results.sort(key=lambda r: r.total == 0)
     recent = sorted(((row, r.check) for r in results for row in r.rows if row["at"]),
