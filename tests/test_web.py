@@ -373,6 +373,27 @@ def test_health_checks_count_and_list_what_their_sql_gives(site, monkeypatch, re
         assert [row[1] for row in shown] == newest, r.check.label
 
 
+def test_health_checks_of_a_view_that_computes_every_row_read_it_once(site):
+    """The checks that filter one of ONE_PASS_VIEWS (views that compute all
+    their rows whatever the filter) read it in one statement, not once each;
+    test_health_checks_count_and_list_what_their_sql_gives holds their answers."""
+    db = site.ds.get_database(site.name)
+    statements = []
+
+    class Recorder:
+        async def execute(self, sql, params=None):
+            statements.append(sql)
+            return await db.execute(sql, params)
+
+    asyncio.run(web_health.run_checks(Recorder()))
+    groups = {name: [c.sql for c in web_health.CHECKS if c.name == name and c.reads_view]
+              for name in web_health.ONE_PASS_VIEWS}
+    assert len(groups["session_forks"]) == 2 and len(groups["expired_transcripts"]) == 2
+    for name, group in groups.items():
+        reading = [sql for sql in statements if any(check in sql for check in group)]
+        assert len(reading) == 1 and all(check in reading[0] for check in group), name
+
+
 def test_stylesheet_is_linked_from_every_page(site):
     css = site.get(CSS_URL)   # served as Datasette serves a plugin's static files
     assert css.headers["content-type"].startswith("text/css") and ".si-node" in css.text
