@@ -536,3 +536,33 @@ def test_one_compact_without_a_stop_hook_as_2_1_332_resumes_it(index):
     assert sent.assistant_texts() == ["Goodbye!", "ok"]   # the kept answer, after the summary
     kept_not_sent, sent_but_dropped, _ = verify.compare(index.db.conn, index.file_id(path), sent)
     assert (kept_not_sent, sent_but_dropped) == ([], [])
+
+
+def test_the_health_row_costs_the_same_however_long_the_file_after_the_last_compaction(
+        tmp_path):
+    """next_offset (the next boundary's offset) reads the file's boundaries,
+    not every line after this one in offset order until a boundary: for the
+    last boundary that was the rest of the file (66 ms of the health page's
+    compaction row at a million records). Counted in SQLite steps, the
+    health row costs about the same with 100 and with 2,000 records after
+    the last compaction."""
+    from conftest import Index
+    from test_append_derive import sqlite_steps
+
+    row = COMPACTION_AUDIT.health[0].sql(COMPACTION_AUDIT.view_name)
+    steps = []
+    for n in (100, 2000):
+        (tmp_path / str(n)).mkdir()
+        index = Index(tmp_path / str(n))
+        t = Transcript(SID)
+        _compacted(t)
+        parent = u(6)
+        for i in range(n):
+            t.add(u(100 + i), parent, "user" if i % 2 else "assistant", ts=at(200 + i))
+            parent = u(100 + i)
+        write_jsonl(index.projects / "-tmp-demo" / f"{SID}.jsonl", t.records)
+        index.ingest()
+        assert index.rows(row) == []
+        assert index.value("SELECT count(*) FROM compaction_segments") == 1
+        steps.append(sqlite_steps(index, lambda: index.rows(row)))
+    assert steps[1] < 2 * steps[0] + 5, steps   # (4 and 4 hundred; 10 and 105 before)

@@ -390,6 +390,43 @@ def test_expiring_listing_with_now_and_days(env):
     assert rows[0]["status"] == "expired" and rows[0]["days_left"] == pytest.approx(-1, abs=0.01)
 
 
+def test_expired_transcripts_judge_every_file_due_around_its_edges(env):
+    """expired_transcripts reads only the files it can judge (deleted, or
+    due within the window, a second either side for expires_at's rounding):
+    every file its CASE judges is still there, to the millisecond either
+    side of expires_at and of the window's end, for any window, negative
+    ones included."""
+    from indexer.signals.classes import EXPIRED_TRANSCRIPTS_TEMPLATE
+    session(env)
+    ingest(env)
+    now = "2026-09-10T12:00:00.000Z"
+    # A file's expires_at is its mtime + 30 days: mtimes that put it a few
+    # milliseconds before, at and after now and now + the window.
+    offsets_ms = [-1500, -1, 0, 1, 1500]
+    for window in (7, 0.5, 0, -3):
+        env.db.conn.execute("DELETE FROM files WHERE id > 1")
+        [main] = env.rows("SELECT * FROM files WHERE id = 1")
+        for n, (days, ms) in enumerate((d, ms) for d in (0, window) for ms in offsets_ms):
+            mtime = env.value("SELECT strftime('%Y-%m-%dT%H:%M:%fZ', julianday(?) - 30 + ? "
+                              "+ ? / 86400000.0)", [now, days, ms])
+            row = dict(main, id=None, path=f"/p/{n}.jsonl", mtime=mtime,
+                       retention_days=30)
+            cols = ", ".join(row)
+            env.db.conn.execute(f"INSERT INTO files ({cols}) VALUES "
+                                f"({', '.join('?' * len(row))})", list(row.values()))
+        judged = {r["path"]: r["status"] for r in env.rows(
+            "SELECT path, CASE WHEN deleted_at IS NOT NULL THEN 'deleted' "
+            "WHEN julianday(:now) >= julianday(e) THEN 'expired' "
+            "WHEN julianday(e) - julianday(:now) <= :w THEN 'expiring' END AS status FROM ("
+            "SELECT path, deleted_at, strftime('%Y-%m-%dT%H:%M:%fZ', julianday(mtime) + 30) AS e "
+            "FROM files WHERE id > 1)", {"now": now, "w": window})}
+        view = {r["path"]: r["status"] for r in env.rows(
+            EXPIRED_TRANSCRIPTS_TEMPLATE.format(now=":now", window=":w"), {"now": now, "w": window})
+            if r["path"].startswith("/p/")}
+        assert view == {p: st for p, st in judged.items() if st is not None}, window
+        assert len(set(view.values())) > 1 or window <= 0, (window, view)
+
+
 def test_status_counts_the_signals(env):
     session(env, tail_synthetic=True)
     ingest(env, execution_log(env, dict(SEED003_RESULT, session_id="fresh")))

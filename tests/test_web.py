@@ -350,6 +350,51 @@ def test_health_checks_skip_missing_names_and_report_bad_sql(site):
     assert [row["session_id"] for row, _ in recent] == [sid("deleted")]
 
 
+@pytest.mark.parametrize("read_at_most", [0, 1, web_health.READ_AT_MOST])
+def test_health_checks_count_and_list_what_their_sql_gives(site, monkeypatch, read_at_most):
+    """Every check's total, newest time and newest rows are those of all its
+    rows, whether it is counted from the rows it read or on its own (more
+    rows than READ_AT_MOST)."""
+    monkeypatch.setattr(web_health, "READ_AT_MOST", read_at_most)
+    monkeypatch.setattr(web_health, "RECENT_PER_CHECK", 3)
+    db = site.ds.get_database(site.name)
+    results, _ = asyncio.run(web_health.run_checks(db))
+    assert results and not [r.check.label for r in results if r.error]
+    assert max(r.total for r in results) > web_health.RECENT_PER_CHECK
+    for r in results:
+        every = [(row["session_id"], row["at"], row["detail"]) for row in site.rows(
+            f"SELECT session_id, at, detail FROM ({r.check.sql})")]
+        dated = sorted((row[1] for row in every if row[1] is not None), reverse=True)
+        assert r.total == len(every), r.check.label
+        assert r.newest == (dated[0] if dated else None), r.check.label
+        shown = [(row["session_id"], row["at"], row["detail"]) for row in r.rows]
+        assert len(shown) == min(len(every), web_health.RECENT_PER_CHECK), r.check.label
+        assert all(row in every for row in shown), r.check.label
+        newest = (dated + [None] * len(every))[:len(shown)]
+        assert [row[1] for row in shown] == newest, r.check.label
+
+
+def test_health_checks_of_a_view_that_computes_every_row_read_it_once(site):
+    """The checks that filter one of ONE_PASS_VIEWS (views that compute all
+    their rows whatever the filter) read it in one statement, not once each;
+    test_health_checks_count_and_list_what_their_sql_gives holds their answers."""
+    db = site.ds.get_database(site.name)
+    statements = []
+
+    class Recorder:
+        async def execute(self, sql, params=None):
+            statements.append(sql)
+            return await db.execute(sql, params)
+
+    asyncio.run(web_health.run_checks(Recorder()))
+    groups = {name: [c.sql for c in web_health.CHECKS if c.name == name and c.reads_view]
+              for name in web_health.ONE_PASS_VIEWS}
+    assert len(groups["session_forks"]) == 2 and len(groups["expired_transcripts"]) == 2
+    for name, group in groups.items():
+        reading = [sql for sql in statements if any(check in sql for check in group)]
+        assert len(reading) == 1 and all(check in reading[0] for check in group), name
+
+
 def test_stylesheet_is_linked_from_every_page(site):
     css = site.get(CSS_URL)   # served as Datasette serves a plugin's static files
     assert css.headers["content-type"].startswith("text/css") and ".si-node" in css.text

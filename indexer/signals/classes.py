@@ -810,6 +810,12 @@ WITH subject AS (
   FROM files f
   WHERE (f.kind = 'main' OR (f.kind = 'subagent' AND f.path NOT LIKE '%/subagents/%'))
     AND f.agent = 'claude-code'   -- (another agent's files are not Claude Code's to delete)
+    -- (only what can be judged below: deleted, or due within the window or already,
+    -- give or take a second for expires_at's rounding to the millisecond; a number
+    -- compared, not a time written and read back for every file: 16 -> 4 ms at a
+    -- million records)
+    AND (f.deleted_at IS NOT NULL OR julianday(f.mtime) + coalesce(f.retention_days, {DEFAULT_RETENTION_DAYS})
+         - julianday({now}) <= max({window}, 0) + 1 / 86400.0)
 ),
 judged AS (
   SELECT *,

@@ -99,7 +99,16 @@ WITH linked AS MATERIALIZED (
     c.first_user, c.first_assistant, c.forked_from, c.assistant_forked_from,
     c.user_session_id, c.assistant_session_id, c.request_session_id
   FROM files f JOIN {{heads}} c ON c.file_id = f.id
-  WHERE f.kind = 'main'{{narrow}}
+  WHERE f.kind = 'main'
+    -- (only the transcripts judged below can keep: a head under another session's
+    -- id, a job-state link, or no head at all; not every main transcript copied
+    -- twice: 26 -> 4 ms at a million records)
+    AND (coalesce(c.forked_from, c.assistant_forked_from) <> f.session_id
+         OR c.user_session_id <> f.session_id OR c.assistant_session_id <> f.session_id
+         OR c.request_session_id <> f.session_id
+         OR (c.first_user IS NULL AND c.first_assistant IS NULL)
+         OR EXISTS (SELECT 1 FROM session_links l WHERE l.session_id = f.session_id
+                    AND l.deleted_at IS NULL)){{narrow}}
 ),
 judged AS MATERIALIZED (
   SELECT *,
