@@ -390,7 +390,13 @@ def main():
     f, info = r["figures"], r["info"]
     print(f"\ningest_speed: corpus {f['corpus_mb']:.1f} MB, {f['files']:,} files, {f['lines']:,} lines "
           f"(make_corpus {' '.join(info['args'])}; {'reused' if info['reused'] else 'made in %ss' % info['seconds']})")
-    print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, workdir {workdir}\n")
+    print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, workdir {workdir}")
+    if not args.install and os.environ.get("PYTHONDONTWRITEBYTECODE"):
+        # (an editable install then compiles its sources in every process:
+        # about 0.1 s of CPU each, the main process and both workers)
+        print("note: PYTHONDONTWRITEBYTECODE is set and no --install: session-index compiles "
+              "its sources in each process (sqlite-utils' are compiled); use --install VENV")
+    print()
     print(f"{'measurement':<46}{'wall s':>9}{'CPU s':>9}{'MB/s':>9}{'peak RSS MB':>13}"
           f"{'index MB':>10}  note")
     print("-" * 140)

@@ -200,6 +200,52 @@ def test_what_kin_reads_of_a_line():
     assert facts("assistant", "not json") == ([], 0, 0)
 
 
+def test_a_records_tool_ids_are_read_alone_until_another_field_is_asked():
+    """calls_reader with ids_of: ``ids`` runs TOOL_IDS_OF_LINE_SQL alone (a
+    third of the whole row's cost); any other field reads the whole
+    CALLS_OF_LINE_SQL row once, and ids then come from it, the same; each
+    record is read once."""
+    import json
+    import sqlite3
+    from types import SimpleNamespace
+
+    from indexer.chain import walk
+
+    conn = sqlite3.connect(":memory:")
+    lines = {
+        1: (json.dumps({"isVirtual": True, "message": {"content": [
+            {"type": "tool_use", "id": "toolu_a"}, {"type": "tool_use", "id": 7}]}}),
+            "assistant"),
+        2: (json.dumps({"message": {"content": [
+            {"type": "tool_result", "tool_use_id": "toolu_a"}]}}), "user"),
+        3: (json.dumps({"attachment": {"toolUseID": "toolu_c"}}), "attachment"),
+    }
+    asked = []
+
+    def row_of(r):
+        asked.append(("whole", r.id))
+        return conn.execute(walk.CALLS_OF_LINE_SQL, lines[r.id]).fetchone() if r.id in lines else None
+
+    def ids_of(r):
+        asked.append(("ids", r.id))
+        return conn.execute(walk.TOOL_IDS_OF_LINE_SQL, lines[r.id]).fetchone() if r.id in lines else None
+
+    whole = walk.calls_reader(row_of)
+    recs = [SimpleNamespace(id=i) for i in (1, 2, 3, 4)]
+    expected = [whole(r) for r in recs]
+    asked.clear()
+    calls = walk.calls_reader(row_of, ids_of)
+    assert [calls(r).ids for r in recs] == [e.ids for e in expected]
+    assert [calls(r).ids for r in recs] == [("toolu_a",), ("toolu_a",), ("toolu_c",), ()]
+    assert asked == [("ids", 1), ("ids", 2), ("ids", 3), ("ids", 4)]
+    asked.clear()
+    got = [(c.ids, c.has_tool_use, c.virtual, c.ahead, c.blocks)
+           for c in (calls(r) for r in recs)]
+    assert got == [(e.ids, e.has_tool_use, e.virtual, e.ahead, e.blocks) for e in expected]
+    assert got[0][1:3] == (True, True)
+    assert asked == [("whole", 1), ("whole", 2), ("whole", 3), ("whole", 4)]
+
+
 @pytest.mark.usefixtures("private_tmp")
 def test_the_preload_workers_read_the_same_tool_calls(tmp_path, monkeypatch):
     """A big ingest derives in worker processes from the lines they parsed

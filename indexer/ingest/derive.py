@@ -344,7 +344,8 @@ def compute_file(file_id: int, kind: str, session_id, with_uuid: list[Rec],
 
 def calls_in(conn):
     """resume.Calls of the index's records, read by id (for resume.kin)."""
-    return chain.calls_reader(lambda r: conn.execute(chain.CALLS_SQL, [r.id]).fetchone())
+    return chain.calls_reader(lambda r: conn.execute(chain.CALLS_SQL, [r.id]).fetchone(),
+                              lambda r: conn.execute(chain.TOOL_IDS_SQL, [r.id]).fetchone())
 
 
 def _orphans(session_id, nodes: dict[str, Rec], resume_chain, message, boundary_line, calls,

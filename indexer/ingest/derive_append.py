@@ -538,7 +538,8 @@ def _lazy_view(g: _Graph, scanned: resume.Scanned) -> resume.CliView:
             raise Bail("the timestamp fallback")
         return p
 
-    calls = chain.calls_reader(lambda r: g.query(chain.CALLS_SQL, r.id, one=True))
+    calls = chain.calls_reader(lambda r: g.query(chain.CALLS_SQL, r.id, one=True),
+                               lambda r: g.query(chain.TOOL_IDS_SQL, r.id, one=True))
     return resume.CliView(nodes, _Lazy(parent), _Lazy(walk_parent), scanned.last_row,
                           scanned.checkpoint, scanned.explicit, scanned.rewound_to_empty,
                           scanned.trailing_snapshots, None, False, scanned.prompted,
@@ -825,7 +826,8 @@ class _Extension:
             row = g.query(CHAIN_MESSAGE_SQL, self.file_id, m, one=True)
             return row[0] is not None and row[0] <= top
 
-        calls = chain.calls_reader(lambda r: g.query(chain.CALLS_SQL, r.id, one=True))
+        calls = chain.calls_reader(lambda r: g.query(chain.CALLS_SQL, r.id, one=True),
+                                   lambda r: g.query(chain.TOOL_IDS_SQL, r.id, one=True))
         with_result = _WithResult(g, new, on_chain, in_chain_messages, chain.line_link(calls))
         # (a parallel record is no link: derive._orphans)
         with_result.class_again(redo, new, joined, self.cut, added,

@@ -548,8 +548,11 @@ def _derive(conn, files: dict[int, tuple], rows: list, prompts: list,
     their _chain_rows."""
     _computed_in_sql(conn, rows, prompts, boundaries)
     read = chain.read_rows(rows, list(files))
-    calls = chain.calls_reader(lambda r: conn.execute(chain.CALLS_OF_LINE_SQL, lines[r.id])
-                               .fetchone() if r.id in lines else None)
+    calls = chain.calls_reader(
+        lambda r: conn.execute(chain.CALLS_OF_LINE_SQL, lines[r.id]).fetchone()
+        if r.id in lines else None,
+        lambda r: conn.execute(chain.TOOL_IDS_OF_LINE_SQL, lines[r.id]).fetchone()
+        if r.id in lines else None)
     out: dict[str, list] = {name: [] for name in chain.CACHE_COLUMNS}
     for key, (kind, session_id, n_lines, offset) in files.items():
         recs, file_prompts = read[key]
