@@ -48,6 +48,17 @@ PATH_PREFIX = "fleet://"
 # one made with 1024 (256 x 4) still takes whole batches.
 FETCH_BATCH = 1024
 MAX_ACK_PENDING = FETCH_BATCH * 4
+# A central behind its hosts (a fetch brought a whole FETCH_BATCH) fetches
+# again at once, up to BEHIND_FETCHES fetches (what MAX_ACK_PENDING lets it hold
+# unacknowledged) or BEHIND_BYTES of messages, and writes them in one
+# transaction: at 10,000 agents a batch holds about one line a file, and its
+# commit (the pages of each touched file's index entries, 16 KB each) was half
+# of what storing a batch cost (py-spy; docs/how-it-works/fleet-cost.md). The
+# bytes bound the transaction (and its time against ACK_WAIT_S) when messages
+# are large: a fetch of whole 512 KB messages is not extended.
+BEHIND_FETCHES = 4
+BEHIND_BYTES = 16 << 20
+BEHIND_WAIT_S = 0.01
 FETCH_WAIT_S = 1.0
 # A fetched message not acknowledged this long (the consumer died before its
 # commit) is delivered again. One whose file's earlier lines are not stored
@@ -79,6 +90,18 @@ HEARTBEAT_READ_S = 2.0
 # stores the next batch, then goes on deriving (lines are not held back by
 # a derive of thousands of sessions).
 DERIVE_WINDOW_S = 4.0
+# A central behind its hosts (a fetch brought a whole FETCH_BATCH: more was
+# waiting) stores first and derives once per DERIVE_BEHIND_S at most: a
+# derived file's cost is mostly per file (about 28 statements whatever its
+# lines), and at 10,000 agents a file writes a line every 4 s or so, so a
+# derive of a 15 s window costs about as much per file as one of 30 s with
+# twice the lines; deriving took 40-45% of a central behind at 10,000 agents
+# (py-spy; docs/how-it-works/fleet-cost.md). The caches (leaves, orphans, the
+# sessions rows: what check answers from) then trail the stored lines by up to
+# this window plus its derive, while the central is behind; status says how
+# many files wait to be derived (files_to_derive). Once it has caught up (a
+# fetch that is not whole), the windows are as above again.
+DERIVE_BEHIND_S = 30.0
 IDLE_S = 0.5
 DERIVE_GROWTH = 3.0
 DERIVE_WINDOW_MAX_S = 15.0
@@ -963,6 +986,21 @@ async def _fetch(pull: fleet_nats.Pull, wait: float, gather: float = GATHER_S) -
     return await pull.fetch(wait, gather)
 
 
+async def _fetch_more(pull: fleet_nats.Pull, wait: float) -> list:
+    """_fetch's batch; while it is whole (more is waiting: the central is
+    behind), what is waiting joins it, up to BEHIND_FETCHES fetches or
+    BEHIND_BYTES (one transaction for them all)."""
+    msgs = await _fetch(pull, wait)
+    got, size = len(msgs), sum(len(m.data) for m in msgs)
+    for _ in range(BEHIND_FETCHES - 1):
+        if got < FETCH_BATCH or size >= BEHIND_BYTES:
+            break
+        more = await _fetch(pull, BEHIND_WAIT_S, gather=0)
+        msgs += more
+        got, size = len(more), size + sum(len(m.data) for m in more)
+    return msgs
+
+
 async def _subscribe(db, nc, consumer: str, hosts: list[str] | None):
     """(jetstream, the heartbeat bucket, [(consumer name, pull subscription)]):
     the stream made if missing, each consumer reconciled with the index."""
@@ -1044,7 +1082,7 @@ async def consume(db, options: fleet_nats.ConnectOptions, *, consumer: str | Non
             try:   # every consumer's next batch at once; each is written on its own
                 wait = DERIVING_WAIT_S if deriving else IDLE_S if watch and underived \
                     else FETCH_WAIT_S
-                fetched = await asyncio.gather(*(_fetch(sub, wait) for _, sub in subs))
+                fetched = await asyncio.gather(*(_fetch_more(sub, wait) for _, sub in subs))
             except fleet_nats.TRANSIENT as exc:
                 if not watch:
                     raise fleet_nats.FleetError(f"{options.url}: {type(exc).__name__}: "
@@ -1052,6 +1090,7 @@ async def consume(db, options: fleet_nats.ConnectOptions, *, consumer: str | Non
                 log(f"NATS: {type(exc).__name__}: {str(exc) or 'no answer'}: retrying")
                 await asyncio.sleep(RETRY_DELAY_S)
                 continue
+            behind = any(len(msgs) >= FETCH_BATCH for msgs in fetched)
             for (name, _), msgs in zip(subs, fetched):
                 if not msgs:
                     continue
@@ -1071,8 +1110,9 @@ async def consume(db, options: fleet_nats.ConnectOptions, *, consumer: str | Non
             if await _mind_gaps(db, nc, js, gap_wait, asked, summary, log, live):
                 underived = True
             _tell(live, summary, before)
-            if after_batch is not None and (deriving or underived and (
-                    not any(fetched) or time.monotonic() - derived_at >= window)):
+            if after_batch is not None and (deriving and not behind or underived and (
+                    not any(fetched) or time.monotonic() - derived_at >= (
+                        max(window, DERIVE_BEHIND_S) if behind else window))):
                 began = time.monotonic()
                 if not deriving:   # a window's derive begins: what is committed so far
                     underived = False
