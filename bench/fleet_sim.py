@@ -131,7 +131,7 @@ class Templates:
     MESSAGE, REQUEST, TOOL = b"@M@", b"@R@", b"@K@"
     SPLIT = re.compile(rb'"(@[UPTSMRK]@)"')
 
-    def __init__(self, rng, per_kind=256):
+    def __init__(self, rng, per_kind=1024):
         self.rng = rng
         self.pool = {k: [] for k in ("prompt", "system", "text", "call", "result")}
         shapes, state, made = Shapes(rng), {}, 0

@@ -510,6 +510,50 @@ def test_a_central_behind_its_hosts_stores_first_and_derives_once_caught_up(serv
     assert db.conn.execute("SELECT resume_leaf_uuid FROM leaves").fetchone() == ("u-199",)
 
 
+def test_a_following_central_checkpoints_its_wal_from_a_thread_of_its_own(server, tmp_path,   # noqa: F811 (the fixture imported from test_fleet)
+                                                                          monkeypatch):
+    """While it follows, the central's connection checkpoints only past the
+    backstop (its commits do not stop for a checkpoint); a thread of its own
+    checkpoints the WAL once it holds CHECKPOINT_BYTES (1 byte here), and the
+    connection's autocheckpoint is put back when it stops. Every line is
+    stored once."""
+    from indexer.ingest import fleet_nats
+
+    monkeypatch.setattr(fleet_central, "CHECKPOINT_BYTES", 1)
+    monkeypatch.setattr(fleet_central, "CHECKPOINT_EVERY_S", 0.05)
+    db = open_db(str(tmp_path / "central.db"))
+    before = db.conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0]
+    made, during = [], []
+    real = fleet_central.Checkpointer
+    monkeypatch.setattr(fleet_central, "Checkpointer",
+                        lambda *args: made.append(real(*args)) or made[-1])
+
+    def after_batch(summary):
+        during.append(db.conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0])
+        return derive.derive_pending(db) and False
+
+    async def main():
+        stop = asyncio.Event()
+        central = asyncio.ensure_future(fleet_central.consume(
+            db, fleet_nats.ConnectOptions(server.url), watch=True, stop=stop,
+            after_batch=after_batch))
+        await publish_lines(server.url, 40, 0.02)
+        for _ in range(100):
+            if db.conn.execute("SELECT count(*) FROM records").fetchone()[0] == 40 and \
+                    made and made[0].checkpoints:
+                break
+            await asyncio.sleep(0.1)
+        stop.set()
+        return await central
+
+    summary = asyncio.run(main())
+    assert summary.new_lines == 40
+    assert len(made) == 1 and made[0].checkpoints > 0 and not made[0].thread.is_alive()
+    assert during and set(during) == {fleet_central.CHECKPOINT_BACKSTOP_PAGES}
+    assert db.conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == before
+    assert db.conn.execute("SELECT count(DISTINCT byte_offset) FROM records").fetchone() == (40,)
+
+
 async def _pull(url: str, durable: str):
     """(connection, fleet_nats.Pull) of a durable consumer of the whole stream,
     made as the central makes its own."""
