@@ -51,8 +51,9 @@ PATH_PREFIX = "fleet://"
 # one made with 1024 (256 x 4) still takes whole batches.
 FETCH_BATCH = 1024
 MAX_ACK_PENDING = FETCH_BATCH * 4
-# A central behind its hosts (a fetch brought a whole FETCH_BATCH) fetches
-# again at once, up to BEHIND_FETCHES fetches (what MAX_ACK_PENDING lets it hold
+# A central behind its hosts (a whole FETCH_BATCH or more still waiting at
+# the server after what it fetched: ``behind``) fetches again at once, without
+# gathering, up to BEHIND_FETCHES fetches (what MAX_ACK_PENDING lets it hold
 # unacknowledged) or BEHIND_BYTES of messages, and writes them in one
 # transaction: at 10,000 agents a batch holds about one line a file, and its
 # commit (the pages of each touched file's index entries, 16 KB each) was half
@@ -93,8 +94,8 @@ HEARTBEAT_READ_S = 2.0
 # stores the next batch, then goes on deriving (lines are not held back by
 # a derive of thousands of sessions).
 DERIVE_WINDOW_S = 4.0
-# A central behind its hosts (a fetch brought a whole FETCH_BATCH: more was
-# waiting) stores first and derives once per DERIVE_BEHIND_S at most: a
+# A central behind its hosts (``behind``: a whole FETCH_BATCH or more still
+# waiting at the server) stores first and derives once per DERIVE_BEHIND_S at most: a
 # derived file's cost is mostly per file (about 28 statements whatever its
 # lines), and at 10,000 agents a file writes a line every 4 s or so, so a
 # derive of a 15 s window costs about as much per file as one of 30 s with
@@ -102,8 +103,8 @@ DERIVE_WINDOW_S = 4.0
 # (py-spy; docs/how-it-works/fleet-cost.md). The caches (leaves, orphans, the
 # sessions rows: what check answers from) then trail the stored lines by up to
 # this window plus its derive, while the central is behind; status says how
-# many files wait to be derived (files_to_derive). Once it has caught up (a
-# fetch that is not whole), the windows are as above again.
+# many files wait to be derived (files_to_derive). Once it has caught up (less
+# than a batch waiting), the windows are as above again.
 DERIVE_BEHIND_S = 30.0
 IDLE_S = 0.5
 DERIVE_GROWTH = 3.0
@@ -979,8 +980,9 @@ async def _why_missing(js, gap_wait: float) -> str:
 
 # A JetStream message's reply subject (its acknowledgement's) as the server
 # writes it without a domain: $JS.ACK.<stream>.<consumer>.<delivered>.<stream
-# seq>.<consumer seq>.<time>.<pending>.
-ACK_TOKENS, ACK_STREAM_SEQ = 9, 5
+# seq>.<consumer seq>.<time>.<pending> (pending: the consumer's messages the
+# server holds after this one, not delivered yet).
+ACK_TOKENS, ACK_STREAM_SEQ, ACK_PENDING = 9, 5, 8
 
 
 def stream_seq(m) -> int:
@@ -994,6 +996,22 @@ def stream_seq(m) -> int:
     return m.metadata.sequence.stream
 
 
+def pending_after(m) -> int:
+    """How many of its consumer's messages the server still held, not
+    delivered, when it delivered ``m`` (its reply subject, as stream_seq
+    reads it; else ``metadata``)."""
+    tokens = (m.reply or "").split(".")
+    if len(tokens) == ACK_TOKENS and tokens[0] == "$JS" and tokens[1] == "ACK":
+        return int(tokens[ACK_PENDING])
+    return m.metadata.num_pending
+
+
+def behind(msgs: list) -> bool:
+    """A whole FETCH_BATCH or more was still waiting at the server after
+    these messages (the central is behind its hosts)."""
+    return bool(msgs) and pending_after(msgs[-1]) >= FETCH_BATCH
+
+
 async def _fetch(pull: fleet_nats.Pull, wait: float, gather: float = GATHER_S) -> list:
     """A fetched batch, or [] when nothing came within ``wait``; once
     something came (fewer than FETCH_BATCH messages), what else comes within
@@ -1003,18 +1021,21 @@ async def _fetch(pull: fleet_nats.Pull, wait: float, gather: float = GATHER_S) -
     return await pull.fetch(wait, gather)
 
 
-async def _fetch_more(pull: fleet_nats.Pull, wait: float) -> list:
-    """_fetch's batch; while it is whole (more is waiting: the central is
-    behind), what is waiting joins it, up to BEHIND_FETCHES fetches or
-    BEHIND_BYTES (one transaction for them all)."""
-    msgs = await _fetch(pull, wait)
-    got, size = len(msgs), sum(len(m.data) for m in msgs)
+async def _fetch_more(pull: fleet_nats.Pull, wait: float, was_behind: bool = False) -> list:
+    """_fetch's batch (without gathering when the last one was ``behind``:
+    what is waiting is taken at once); while the server still holds a whole
+    batch after it (behind), what is waiting joins it, up to BEHIND_FETCHES
+    fetches or BEHIND_BYTES (one transaction for them all)."""
+    msgs = await _fetch(pull, wait, gather=0 if was_behind else GATHER_S)
+    size = sum(len(m.data) for m in msgs)
     for _ in range(BEHIND_FETCHES - 1):
-        if got < FETCH_BATCH or size >= BEHIND_BYTES:
+        if not behind(msgs) or size >= BEHIND_BYTES:
             break
         more = await _fetch(pull, BEHIND_WAIT_S, gather=0)
+        if not more:
+            break
         msgs += more
-        got, size = len(more), size + sum(len(m.data) for m in more)
+        size += sum(len(m.data) for m in more)
     return msgs
 
 
@@ -1096,13 +1117,15 @@ async def consume(db, options: fleet_nats.ConnectOptions, *, consumer: str | Non
         underived = False   # batches committed since the caches were last current
         deriving = False    # after_batch said files are left to derive (its budget)
         window, spent = DERIVE_WINDOW_S, 0.0   # this window; the derive's time so far
+        late = [False] * len(subs)   # each consumer's last batch: behind its hosts
         while not stop.is_set():
             if live is not None:
                 live.beat()
             try:   # every consumer's next batch at once; each is written on its own
                 wait = DERIVING_WAIT_S if deriving else IDLE_S if watch and underived \
                     else FETCH_WAIT_S
-                fetched = await asyncio.gather(*(_fetch_more(sub, wait) for _, sub in subs))
+                fetched = await asyncio.gather(*(_fetch_more(sub, wait, was)
+                                                 for (_, sub), was in zip(subs, late)))
             except fleet_nats.TRANSIENT as exc:
                 if not watch:
                     raise fleet_nats.FleetError(f"{options.url}: {type(exc).__name__}: "
@@ -1110,7 +1133,8 @@ async def consume(db, options: fleet_nats.ConnectOptions, *, consumer: str | Non
                 log(f"NATS: {type(exc).__name__}: {str(exc) or 'no answer'}: retrying")
                 await asyncio.sleep(RETRY_DELAY_S)
                 continue
-            behind = any(len(msgs) >= FETCH_BATCH for msgs in fetched)
+            late = [behind(msgs) for msgs in fetched]
+            is_behind = any(late)
             for (name, _), msgs in zip(subs, fetched):
                 if not msgs:
                     continue
@@ -1130,9 +1154,9 @@ async def consume(db, options: fleet_nats.ConnectOptions, *, consumer: str | Non
             if await _mind_gaps(db, nc, js, gap_wait, asked, summary, log, live):
                 underived = True
             _tell(live, summary, before)
-            if after_batch is not None and (deriving and not behind or underived and (
+            if after_batch is not None and (deriving and not is_behind or underived and (
                     not any(fetched) or time.monotonic() - derived_at >= (
-                        max(window, DERIVE_BEHIND_S) if behind else window))):
+                        max(window, DERIVE_BEHIND_S) if is_behind else window))):
                 began = time.monotonic()
                 if not deriving:   # a window's derive begins: what is committed so far
                     underived = False
