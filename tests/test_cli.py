@@ -100,6 +100,23 @@ def test_status_counts_orphans_by_cause(tmp_path):
     assert "abandoned_branch" in text and "records:   6" in text
 
 
+def test_status_says_how_many_files_are_not_derived_yet(tmp_path):
+    """A central behind its hosts derives less often (fleet_central.
+    DERIVE_BEHIND_S): status counts the files whose stored lines the caches
+    do not show yet, and says nothing of it when there are none."""
+    import sqlite3
+
+    projects = make_projects(tmp_path)
+    db = str(tmp_path / "x.db")
+    run("ingest", str(projects), "--db", db, "--silent")
+    assert json.loads(run("status", "--db", db, "--json").output)["files_to_derive"] == 0
+    assert "not derived yet" not in run("status", "--db", db).output
+    with sqlite3.connect(db) as conn:   # (as a central leaves a file it stored, underived)
+        conn.execute("UPDATE files SET needs_derive = 1")
+    assert json.loads(run("status", "--db", db, "--json").output)["files_to_derive"] == 1
+    assert "files not derived yet: 1 " in run("status", "--db", db).output
+
+
 def test_missing_source_and_missing_index_are_clear_errors(tmp_path):
     result = CliRunner().invoke(cli, ["ingest", str(tmp_path / "nope"), "--db", str(tmp_path / "x.db")])
     assert result.exit_code == 3

@@ -454,6 +454,106 @@ def test_a_window_grows_with_what_the_last_derive_took(server, tmp_path, monkeyp
     assert db.conn.execute("SELECT count(*) FROM files WHERE needs_derive").fetchone() == (0,)
 
 
+@pytest.mark.parametrize("behind_bytes, first_batch", [(16 << 20, 80), (1, 20)])
+def test_a_central_behind_its_hosts_stores_first_and_derives_once_caught_up(server, tmp_path,   # noqa: F811 (the fixture imported from test_fleet)
+                                                                            monkeypatch,
+                                                                            behind_bytes,
+                                                                            first_batch):
+    """200 messages waiting, FETCH_BATCH 20 (so each fetch is whole: the
+    central is behind), a window of 0 s (else a derive after every batch):
+    a whole fetch is joined by what is waiting, up to BEHIND_FETCHES (4)
+    fetches, 80 messages in one transaction (unless BEHIND_BYTES is reached
+    first: 1 byte here, one fetch); while fetches are whole, nothing is
+    derived (DERIVE_BEHIND_S, 60 s here, has not passed) and status counts
+    the file as not derived; the first derive comes once the backlog is
+    stored, and leaves the caches current."""
+    from indexer.index import status
+    from indexer.ingest import fleet_nats
+
+    monkeypatch.setattr(fleet_central, "FETCH_BATCH", 20)
+    monkeypatch.setattr(fleet_central, "BEHIND_BYTES", behind_bytes)
+    monkeypatch.setattr(fleet_central, "DERIVE_WINDOW_S", 0.0)
+    monkeypatch.setattr(fleet_central, "DERIVE_BEHIND_S", 60.0)
+    db = open_db(str(tmp_path / "central.db"))
+    stored_at_derive, batches, to_derive = [], [], []
+    apply = fleet_central.apply_batch
+
+    def counted(*args, **kwargs):
+        apply(*args, **kwargs)
+        batches.append(len(args[1]))
+        to_derive.append(status.status(db)["files_to_derive"])
+
+    monkeypatch.setattr(fleet_central, "apply_batch", counted)
+
+    def after_batch(summary):
+        stored_at_derive.append(summary.new_lines)
+        return derive.derive_pending(db) and False
+
+    async def main():
+        await publish_lines(server.url, 200, 0)
+        stop = asyncio.Event()
+        central = asyncio.ensure_future(fleet_central.consume(
+            db, fleet_nats.ConnectOptions(server.url), watch=True, stop=stop,
+            after_batch=after_batch))
+        for _ in range(100):
+            if stored_at_derive:
+                break
+            await asyncio.sleep(0.1)
+        stop.set()
+        return await central
+
+    summary = asyncio.run(main())
+    assert summary.new_lines == sum(batches) == 200 and batches[0] == first_batch, batches
+    assert stored_at_derive[0] == 200, (stored_at_derive, batches)
+    assert to_derive == [1] * len(batches)
+    assert status.status(db)["files_to_derive"] == 0
+    assert db.conn.execute("SELECT resume_leaf_uuid FROM leaves").fetchone() == ("u-199",)
+
+
+def test_a_following_central_checkpoints_its_wal_from_a_thread_of_its_own(server, tmp_path,   # noqa: F811 (the fixture imported from test_fleet)
+                                                                          monkeypatch):
+    """While it follows, the central's connection checkpoints only past the
+    backstop (its commits do not stop for a checkpoint); a thread of its own
+    checkpoints the WAL once it holds CHECKPOINT_BYTES (1 byte here), and the
+    connection's autocheckpoint is put back when it stops. Every line is
+    stored once."""
+    from indexer.ingest import fleet_nats
+
+    monkeypatch.setattr(fleet_central, "CHECKPOINT_BYTES", 1)
+    monkeypatch.setattr(fleet_central, "CHECKPOINT_EVERY_S", 0.05)
+    db = open_db(str(tmp_path / "central.db"))
+    before = db.conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0]
+    made, during = [], []
+    real = fleet_central.Checkpointer
+    monkeypatch.setattr(fleet_central, "Checkpointer",
+                        lambda *args: made.append(real(*args)) or made[-1])
+
+    def after_batch(summary):
+        during.append(db.conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0])
+        return derive.derive_pending(db) and False
+
+    async def main():
+        stop = asyncio.Event()
+        central = asyncio.ensure_future(fleet_central.consume(
+            db, fleet_nats.ConnectOptions(server.url), watch=True, stop=stop,
+            after_batch=after_batch))
+        await publish_lines(server.url, 40, 0.02)
+        for _ in range(100):
+            if db.conn.execute("SELECT count(*) FROM records").fetchone()[0] == 40 and \
+                    made and made[0].checkpoints:
+                break
+            await asyncio.sleep(0.1)
+        stop.set()
+        return await central
+
+    summary = asyncio.run(main())
+    assert summary.new_lines == 40
+    assert len(made) == 1 and made[0].checkpoints > 0 and not made[0].thread.is_alive()
+    assert during and set(during) == {fleet_central.CHECKPOINT_BACKSTOP_PAGES}
+    assert db.conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == before
+    assert db.conn.execute("SELECT count(DISTINCT byte_offset) FROM records").fetchone() == (40,)
+
+
 async def _pull(url: str, durable: str):
     """(connection, fleet_nats.Pull) of a durable consumer of the whole stream,
     made as the central makes its own."""

@@ -130,6 +130,7 @@ def test_metrics_of_the_central_and_a_shipper_match_the_index(server, tmp_path):
             conn.execute("SELECT count(*) FROM records").fetchone()[0] == 8
         assert got[("session_index_fleet_quarantined", ())] == 0
         assert got[("session_index_fleet_held_messages", ())] == 0
+        assert got[("session_index_files_to_derive", ())] == 0   # (derived: waited for above)
         assert not [k for k in got if k[0] == "session_index_fleet_gaps"]
         shipped = scrape(ship_port)
         assert shipped[("session_index_fleet_lines_total", ())] == 5

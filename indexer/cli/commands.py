@@ -400,6 +400,9 @@ def status(db_path, as_json):
     for cause, n in s["orphans_by_cause"].items():
         click.echo(f"  {cause:22} {n}")
     click.echo(f"last ingest: {s['last_ingest_at'] or 'never'}")
+    if s["files_to_derive"]:   # (a fleet's central behind its hosts derives less often)
+        click.echo(f"files not derived yet: {s['files_to_derive']} (their lines are stored; "
+                   "leaves, orphans and the sessions rows do not show them yet)")
     if s["fleet_hosts"] or s["fleet_quarantined"] or s["fleet_gaps"]:
         click.echo(f"fleet: {counted(s['fleet_hosts'], 'host')}, "
                    f"{counted(s['fleet_files'], 'file')} shipped; oldest "

@@ -14,8 +14,13 @@ from indexer.index.record_kinds import NEW_KINDS_SQL
 # fleet_quarantined: the messages and heartbeats the central could not use
 # (fleet_quarantine, listed by QUARANTINED_SQL); fleet_gaps: the byte ranges
 # of hosts' files the stream lost and no host sent again (GAPS_SQL);
-# fleet_files_waiting: files whose later messages are held for earlier bytes.
-STATUS_COUNTS_SQL = """
+# fleet_files_waiting: files whose later messages are held for earlier bytes;
+# files_to_derive: files with lines stored whose caches (leaves, orphans, the
+# sessions rows) are not derived yet (a central behind its hosts derives them
+# once per fleet_central.DERIVE_BEHIND_S).
+# Files whose stored lines are not derived yet (status, the fleet metrics).
+FILES_TO_DERIVE_SQL = "SELECT count(*) FROM files WHERE needs_derive"
+STATUS_COUNTS_SQL = f"""
 SELECT
   (SELECT count(*) FROM files WHERE deleted_at IS NULL) AS live_files,
   (SELECT count(*) FROM files WHERE deleted_at IS NOT NULL) AS deleted_files,
@@ -43,7 +48,8 @@ SELECT
     AS sessions_diverged_across_hosts,
   (SELECT count(*) FROM fleet_quarantine) AS fleet_quarantined,
   (SELECT count(*) FROM fleet_gaps) AS fleet_gaps,
-  (SELECT count(DISTINCT file_id) FROM fleet_held) AS fleet_files_waiting
+  (SELECT count(DISTINCT file_id) FROM fleet_held) AS fleet_files_waiting,
+    ({FILES_TO_DERIVE_SQL}) AS files_to_derive
 """.strip()
 
 # What a fleet's central quarantined (`session-index quarantined`), oldest

@@ -19,7 +19,9 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import os
 import sqlite3
+import threading
 import time
 from collections import Counter
 from datetime import datetime, timezone
@@ -27,6 +29,7 @@ from datetime import datetime, timezone
 from indexer.transcripts import discover
 from indexer.ingest import fleet_nats, fleet_wire
 from indexer.index import generations, record_kinds
+from indexer.index.connection import connect
 from indexer.index.db import OpenedFile, open_db
 from indexer.ingest import derive
 from indexer.transcripts import agents
@@ -48,6 +51,18 @@ PATH_PREFIX = "fleet://"
 # one made with 1024 (256 x 4) still takes whole batches.
 FETCH_BATCH = 1024
 MAX_ACK_PENDING = FETCH_BATCH * 4
+# A central behind its hosts (a whole FETCH_BATCH or more still waiting at
+# the server after what it fetched: ``behind``) fetches again at once, without
+# gathering, up to BEHIND_FETCHES fetches (what MAX_ACK_PENDING lets it hold
+# unacknowledged) or BEHIND_BYTES of messages, and writes them in one
+# transaction: at 10,000 agents a batch holds about one line a file, and its
+# commit (the pages of each touched file's index entries, 16 KB each) was half
+# of what storing a batch cost (py-spy; docs/how-it-works/fleet-cost.md). The
+# bytes bound the transaction (and its time against ACK_WAIT_S) when messages
+# are large: a fetch of whole 512 KB messages is not extended.
+BEHIND_FETCHES = 4
+BEHIND_BYTES = 16 << 20
+BEHIND_WAIT_S = 0.01
 FETCH_WAIT_S = 1.0
 # A fetched message not acknowledged this long (the consumer died before its
 # commit) is delivered again. One whose file's earlier lines are not stored
@@ -79,6 +94,18 @@ HEARTBEAT_READ_S = 2.0
 # stores the next batch, then goes on deriving (lines are not held back by
 # a derive of thousands of sessions).
 DERIVE_WINDOW_S = 4.0
+# A central behind its hosts (``behind``: a whole FETCH_BATCH or more still
+# waiting at the server) stores first and derives once per DERIVE_BEHIND_S at most: a
+# derived file's cost is mostly per file (about 28 statements whatever its
+# lines), and at 10,000 agents a file writes a line every 4 s or so, so a
+# derive of a 15 s window costs about as much per file as one of 30 s with
+# twice the lines; deriving took 40-45% of a central behind at 10,000 agents
+# (py-spy; docs/how-it-works/fleet-cost.md). The caches (leaves, orphans, the
+# sessions rows: what check answers from) then trail the stored lines by up to
+# this window plus its derive, while the central is behind; status says how
+# many files wait to be derived (files_to_derive). Once it has caught up (less
+# than a batch waiting), the windows are as above again.
+DERIVE_BEHIND_S = 30.0
 IDLE_S = 0.5
 DERIVE_GROWTH = 3.0
 DERIVE_WINDOW_MAX_S = 15.0
@@ -232,6 +259,20 @@ ON CONFLICT (name) DO UPDATE SET stream_seq = max(stream_seq, excluded.stream_se
 """.strip()
 
 CONSUMER_POSITION_SQL = "SELECT stream_seq FROM fleet_consumers WHERE name = ?"
+# The central's WAL is copied into the index (checkpointed) by a thread of its
+# own, on a connection of its own, once it holds CHECKPOINT_BYTES: the
+# consumer's commits no longer stop for it. In a commit (SQLite's
+# autocheckpoint) it took about a third of the wall time of storing the
+# batches at 10,000 agents (central_cost.py at 10,000 hosts: 8.6 s against
+# 5.4 s without checkpoints, 6% of the CPU; docs/how-it-works/fleet-cost.md).
+# A PASSIVE checkpoint takes no write lock: batches go on being committed
+# meanwhile. Should the thread fall behind, the consumer's connection still
+# checkpoints past CHECKPOINT_BACKSTOP_PAGES (16 KB pages: 1 GB).
+CHECKPOINT_BYTES = 64 << 20
+CHECKPOINT_EVERY_S = 0.5
+CHECKPOINT_SQL = "PRAGMA wal_checkpoint(PASSIVE)"
+CHECKPOINT_BACKSTOP_PAGES = 65536
+AUTOCHECKPOINT_SQL = "PRAGMA wal_autocheckpoint = {pages}"
 # The central's temporary b-trees (an ORDER BY, a materialized CTE) in memory,
 # not in temporary files: refreshing a sessions row (views.REFRESH_SESSION_SQL)
 # makes several for one session, and at a live fleet's rates the central
@@ -939,8 +980,9 @@ async def _why_missing(js, gap_wait: float) -> str:
 
 # A JetStream message's reply subject (its acknowledgement's) as the server
 # writes it without a domain: $JS.ACK.<stream>.<consumer>.<delivered>.<stream
-# seq>.<consumer seq>.<time>.<pending>.
-ACK_TOKENS, ACK_STREAM_SEQ = 9, 5
+# seq>.<consumer seq>.<time>.<pending> (pending: the consumer's messages the
+# server holds after this one, not delivered yet).
+ACK_TOKENS, ACK_STREAM_SEQ, ACK_PENDING = 9, 5, 8
 
 
 def stream_seq(m) -> int:
@@ -954,6 +996,22 @@ def stream_seq(m) -> int:
     return m.metadata.sequence.stream
 
 
+def pending_after(m) -> int:
+    """How many of its consumer's messages the server still held, not
+    delivered, when it delivered ``m`` (its reply subject, as stream_seq
+    reads it; else ``metadata``)."""
+    tokens = (m.reply or "").split(".")
+    if len(tokens) == ACK_TOKENS and tokens[0] == "$JS" and tokens[1] == "ACK":
+        return int(tokens[ACK_PENDING])
+    return m.metadata.num_pending
+
+
+def behind(msgs: list) -> bool:
+    """A whole FETCH_BATCH or more was still waiting at the server after
+    these messages (the central is behind its hosts)."""
+    return bool(msgs) and pending_after(msgs[-1]) >= FETCH_BATCH
+
+
 async def _fetch(pull: fleet_nats.Pull, wait: float, gather: float = GATHER_S) -> list:
     """A fetched batch, or [] when nothing came within ``wait``; once
     something came (fewer than FETCH_BATCH messages), what else comes within
@@ -961,6 +1019,24 @@ async def _fetch(pull: fleet_nats.Pull, wait: float, gather: float = GATHER_S) -
     the pull request already open (fleet_nats.Pull: not a request per
     message or two as they trickle in)."""
     return await pull.fetch(wait, gather)
+
+
+async def _fetch_more(pull: fleet_nats.Pull, wait: float, was_behind: bool = False) -> list:
+    """_fetch's batch (without gathering when the last one was ``behind``:
+    what is waiting is taken at once); while the server still holds a whole
+    batch after it (behind), what is waiting joins it, up to BEHIND_FETCHES
+    fetches or BEHIND_BYTES (one transaction for them all)."""
+    msgs = await _fetch(pull, wait, gather=0 if was_behind else GATHER_S)
+    size = sum(len(m.data) for m in msgs)
+    for _ in range(BEHIND_FETCHES - 1):
+        if not behind(msgs) or size >= BEHIND_BYTES:
+            break
+        more = await _fetch(pull, BEHIND_WAIT_S, gather=0)
+        if not more:
+            break
+        msgs += more
+        size += sum(len(m.data) for m in more)
+    return msgs
 
 
 async def _subscribe(db, nc, consumer: str, hosts: list[str] | None):
@@ -1004,6 +1080,7 @@ async def consume(db, options: fleet_nats.ConnectOptions, *, consumer: str | Non
     round of the loop (the metrics endpoint and /healthz)."""
     started = time.monotonic()
     db.conn.execute(TEMP_STORE_SQL)
+    checkpointer = None
     asked: dict[int, float] = {}   # file id: when its host was last asked to re-send
     summary = Summary()
     opened = OpenedFile(db.conn)
@@ -1034,17 +1111,21 @@ async def consume(db, options: fleet_nats.ConnectOptions, *, consumer: str | Non
                 summary.seconds = round(time.monotonic() - started, 3)
                 return summary
         summary.bad_heartbeats += record_heartbeats(db, *await _read_heartbeats(kv, taken))
+        if watch and opened.path:   # (a file index, followed: its WAL checkpointed aside)
+            checkpointer = Checkpointer(db, opened.path).start()
         last_beats = derived_at = time.monotonic()
         underived = False   # batches committed since the caches were last current
         deriving = False    # after_batch said files are left to derive (its budget)
         window, spent = DERIVE_WINDOW_S, 0.0   # this window; the derive's time so far
+        late = [False] * len(subs)   # each consumer's last batch: behind its hosts
         while not stop.is_set():
             if live is not None:
                 live.beat()
             try:   # every consumer's next batch at once; each is written on its own
                 wait = DERIVING_WAIT_S if deriving else IDLE_S if watch and underived \
                     else FETCH_WAIT_S
-                fetched = await asyncio.gather(*(_fetch(sub, wait) for _, sub in subs))
+                fetched = await asyncio.gather(*(_fetch_more(sub, wait, was)
+                                                 for (_, sub), was in zip(subs, late)))
             except fleet_nats.TRANSIENT as exc:
                 if not watch:
                     raise fleet_nats.FleetError(f"{options.url}: {type(exc).__name__}: "
@@ -1052,6 +1133,8 @@ async def consume(db, options: fleet_nats.ConnectOptions, *, consumer: str | Non
                 log(f"NATS: {type(exc).__name__}: {str(exc) or 'no answer'}: retrying")
                 await asyncio.sleep(RETRY_DELAY_S)
                 continue
+            late = [behind(msgs) for msgs in fetched]
+            is_behind = any(late)
             for (name, _), msgs in zip(subs, fetched):
                 if not msgs:
                     continue
@@ -1071,8 +1154,9 @@ async def consume(db, options: fleet_nats.ConnectOptions, *, consumer: str | Non
             if await _mind_gaps(db, nc, js, gap_wait, asked, summary, log, live):
                 underived = True
             _tell(live, summary, before)
-            if after_batch is not None and (deriving or underived and (
-                    not any(fetched) or time.monotonic() - derived_at >= window)):
+            if after_batch is not None and (deriving and not is_behind or underived and (
+                    not any(fetched) or time.monotonic() - derived_at >= (
+                        max(window, DERIVE_BEHIND_S) if is_behind else window))):
                 began = time.monotonic()
                 if not deriving:   # a window's derive begins: what is committed so far
                     underived = False
@@ -1095,6 +1179,8 @@ async def consume(db, options: fleet_nats.ConnectOptions, *, consumer: str | Non
         if not watch:
             summary.bad_heartbeats += record_heartbeats(db, *await _read_heartbeats(kv, taken))
     finally:
+        if checkpointer is not None:
+            checkpointer.stop()
         await fleet_nats.close(nc)
     summary.seconds = round(time.monotonic() - started, 3)
     return summary
@@ -1130,6 +1216,44 @@ class CatchUp:
         self.left = None
         record_kinds.after_ingest(self.db)
         return False
+
+
+class Checkpointer:
+    """Checkpoints the index's WAL from a thread of its own (CHECKPOINT_BYTES
+    and more, every CHECKPOINT_EVERY_S) while ``db``'s connection writes; the
+    connection's own autocheckpoint is set to CHECKPOINT_BACKSTOP_PAGES until
+    ``stop``, then put back. ``checkpoints``: how many it ran (tests)."""
+
+    def __init__(self, db, path: str):
+        self.db, self.wal = db, path + "-wal"
+        self.path = path
+        self.before = db.conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0]
+        self.stopped = threading.Event()
+        self.checkpoints = 0
+        self.thread = threading.Thread(target=self._run, name="checkpointer", daemon=True)
+
+    def start(self) -> "Checkpointer":
+        self.db.conn.execute(AUTOCHECKPOINT_SQL.format(pages=CHECKPOINT_BACKSTOP_PAGES))
+        self.thread.start()
+        return self
+
+    def _run(self) -> None:
+        conn = connect(self.path)
+        try:
+            while not self.stopped.wait(CHECKPOINT_EVERY_S):
+                try:
+                    if os.path.getsize(self.wal) >= CHECKPOINT_BYTES:
+                        conn.execute(CHECKPOINT_SQL).fetchall()
+                        self.checkpoints += 1
+                except (OSError, sqlite3.Error):   # (no WAL yet, busy: next time)
+                    pass
+        finally:
+            conn.close()
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.thread.join()
+        self.db.conn.execute(AUTOCHECKPOINT_SQL.format(pages=self.before))
 
 
 class Follower:

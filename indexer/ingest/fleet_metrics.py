@@ -18,6 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from indexer.ingest.extras import install_hint
+from indexer.index.status import FILES_TO_DERIVE_SQL
 
 # A process whose loop (a batch, a fetch that waited, a shipper's pass) last
 # went round longer ago than this is not healthy.
@@ -212,6 +213,9 @@ class IndexCollector:
                     "their file.", value=held)
         yield gauge("session_index_fleet_files_waiting", "Files whose later messages wait for "
                     "earlier bytes.", value=waiting)
+        yield gauge("session_index_files_to_derive", "Files whose stored lines are not "
+                    "derived yet (a central behind its hosts derives once per "
+                    "DERIVE_BEHIND_S).", value=conn.execute(FILES_TO_DERIVE_SQL).fetchone()[0])
         verdicts = gauge("session_index_sessions", "Sessions by the verdict check gives on "
                          "their default host.", labels=["verdict"])
         for verdict, n in conn.execute(SESSIONS_BY_VERDICT_SQL):
