@@ -2,7 +2,7 @@
 
     python bench/compare_builds.py OLD_SESSION_INDEX [NEW_SESSION_INDEX] [--size-mb 40]
         [--records N] [--tool-result-kb KB] [--corpus DIR] [--repeat 3] [--no-search]
-        [--sqlite-utils]
+        [--on-off] [--sqlite-utils]
 
 OLD/NEW are ``session-index`` executables (e.g. one installed from an earlier commit in
 another venv; NEW defaults to the one beside this Python). Makes a corpus with
@@ -10,6 +10,8 @@ bench/make_corpus.py in a temp dir (--size-mb, --records, --tool-result-kb as th
 1M-shaped corpus of issue 29 is ``--records 60000 --tool-result-kb 0.3``), or takes one
 with --corpus, then runs ``ingest CORPUS --db X --silent --json`` (``--no-search`` with
 --no-search) with each build, alternating, ``--repeat`` times, each into a new index; with
+--on-off each build both with search on and with ``--no-search`` (issue 29's target: on
+costs at most 1.3x the CPU and disk of off), and each build's on/off ratios; with
 --sqlite-utils also ``sqlite-utils insert DB lines ALL.jsonl --lines`` of the same lines
 (concatenated first, not timed), in the same rotation. Prints each one's median wall time,
 CPU time (the process's and its worker processes') and index size, NEW/OLD of each, each
@@ -25,6 +27,7 @@ sys.path.insert(0, str(HERE))
 from ingest_floor import timed  # noqa: E402
 
 SQLITE_UTILS = str(Path(sys.executable).parent / "sqlite-utils")
+OFF = " --no-search"   # (--on-off: a build's runs without search)
 
 
 def cold(binary, corpus, db, no_search):
@@ -54,6 +57,8 @@ def main():
     ap.add_argument("--corpus", help="an existing projects/ tree to ingest instead")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--no-search", action="store_true", help="ingest --no-search")
+    ap.add_argument("--on-off", action="store_true",
+                    help="each build with search on and with --no-search, in the same rotation")
     ap.add_argument("--sqlite-utils", action="store_true",
                     help="also time sqlite-utils insert --lines of the same lines")
     args = ap.parse_args()
@@ -69,6 +74,8 @@ def main():
         corpus_bytes = sum(p.stat().st_size for p in files)
         all_lines = Path(tmp, "ALL.jsonl")
         names = ["old", "new"]
+        if args.on_off:
+            names = ["old", f"old{OFF}", "new", f"new{OFF}"]
         if args.sqlite_utils:
             with open(all_lines, "wb") as out:
                 for p in files:
@@ -78,11 +85,13 @@ def main():
         runs = {name: [] for name in names}
         for i in range(args.repeat):
             for name in names[i % len(names):] + names[:i % len(names)]:
-                db = Path(tmp, f"{name}-{i}.db")
+                db = Path(tmp, f"{name.replace(OFF, '-off')}-{i}.db")
                 if name == "sqlite-utils":
                     wall, cpu, records = lines_insert(all_lines, db)
                 else:
-                    wall, cpu, records = cold(getattr(args, name), corpus, db, args.no_search)
+                    build = name.removesuffix(OFF)
+                    wall, cpu, records = cold(getattr(args, build), corpus, db,
+                                              args.no_search or name != build)
                 size = sum(p.stat().st_size for p in Path(tmp).glob(f"{db.name}*"))
                 runs[name].append((wall, records, cpu, size))
                 for part in Path(tmp).glob(f"{db.name}*"):   # (and its -wal, -shm)
@@ -102,6 +111,13 @@ def main():
                   f"({med[name][2] / corpus_bytes:.2f}x the transcripts)")
         for i, what in enumerate(("wall", "CPU", "index size")):
             print(f"new/old {what}: {med['new'][i] / med['old'][i]:.3f}")
+        if args.on_off:
+            for name in ("old", "new"):
+                on, off = runs[name], runs[f"{name}{OFF}"]
+                print(f"{name} search on / off: CPU {med[name][1] / med[name + OFF][1]:.3f}x "
+                      f"(each rotation: {', '.join(f'{a[2] / b[2]:.3f}' for a, b in zip(on, off))}), "
+                      f"wall {med[name][0] / med[name + OFF][0]:.3f}x, "
+                      f"index {med[name][2] / med[name + OFF][2]:.3f}x")
         if args.sqlite_utils:
             for name in ("old", "new"):
                 print(f"{name}/sqlite-utils: wall {med[name][0] / med['sqlite-utils'][0]:.2f}x, "

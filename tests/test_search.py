@@ -417,6 +417,19 @@ def test_record_text_takes_each_kind_of_record():
     assert search.record_text("user", "[1]") is None
 
 
+def test_each_control_character_of_the_text_is_a_space_and_nothing_else_changes():
+    # Every code point (lone surrogates too, which json.loads can give), as
+    # the character class [\x00-\x08\x0b\x0c\x0e-\x1f\x7f] cleans them.
+    every = "".join(map(chr, range(0x110000)))
+    expected = "".join(" " if (c < 0x20 and c not in (0x09, 0x0A, 0x0D)) or c == 0x7F
+                       else chr(c) for c in range(0x110000))
+    assert search._clean(every) == expected
+    assert search.record_text("user", json.dumps(
+        {"message": {"content": "a\x1b[31mred\x00\ud800\u00e9\x7f\tz\r\n"}})) == \
+        "a [31mred \ud800\u00e9 \tz"
+    assert search.clean_query("x\x00y\u2028") == "x y\u2028"
+
+
 def test_the_sort_key_orders_by_time_and_survives_odd_timestamps():
     assert search.sort_key("2026-09-01T00:00:01.000Z", 5) > \
         search.sort_key("2026-09-01T00:00:00.999Z", 10 ** 9)

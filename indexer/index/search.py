@@ -69,7 +69,7 @@ KEY_SHIFT = 12
 KEY_MASK = (1 << KEY_SHIFT) - 1
 MAX_SECONDS = (1 << (63 - KEY_SHIFT)) - 1
 # Snippet marks around each match (control characters: indexed text never
-# holds them, see _CLEAN), and the snippet's length in tokens (a trigram
+# holds them, see _clean), and the snippet's length in tokens (a trigram
 # index's token is one character).
 MARK_START, MARK_END = "\x02", "\x03"
 SNIPPET_TOKENS = {"words": 16, "code": 64}
@@ -305,6 +305,7 @@ def sort_key(timestamp, record_id: int) -> int:
     return (min(_ms(timestamp) // 1000, MAX_SECONDS) << KEY_SHIFT) | (record_id & KEY_MASK)
 
 
+
 def _ms(timestamp) -> int:
     """``timestamp`` (ISO 8601; UTC when it has no zone) in ms since the
     epoch; 0 when it has none or an unreadable one."""
@@ -334,8 +335,23 @@ def since_params(since: str | None) -> dict:
 
 # Control characters (ANSI escapes, the snippet marks) become spaces: what is
 # indexed is what a snippet shows, and no snippet can hold a mark or move a
-# terminal's cursor. Tab and newline stay.
-_CLEAN = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+# terminal's cursor. Tab, newline and carriage return stay. As a table of
+# the UTF-8 bytes (each of these characters is one byte there, and no byte of
+# a longer character is below 0x80): bytes.translate is a table look-up per
+# byte, where a regular expression's character class took 0.10 s for the
+# 21.7 MB of text of the 100 MB bench corpus (0.05 s this way).
+_CONTROL_TO_SPACE = bytes(
+    0x20 if (byte < 0x20 and byte not in (0x09, 0x0A, 0x0D)) or byte == 0x7F else byte
+    for byte in range(256))
+
+
+def _clean(text: str) -> str:
+    """``text`` with each control character a space (_CONTROL_TO_SPACE);
+    ``text`` itself when it holds none. (A lone surrogate, which json.loads
+    may give, passes through as it is.)"""
+    data = text.encode("utf-8", "surrogatepass")
+    cleaned = data.translate(_CONTROL_TO_SPACE)
+    return text if cleaned == data else cleaned.decode("utf-8", "surrogatepass")
 
 
 def _cut(text: str, limit: int) -> str:
@@ -432,7 +448,7 @@ def record_text(rtype: str, raw) -> str | None:
     """The text search indexes for a record (None: nothing to index); ``raw``
     the line, str or its UTF-8 bytes."""
     if rtype in AGENT_TEXT_TYPES:
-        return _cut(_CLEAN.sub(" ", agents.record_text(rtype, raw)), RECORD_TEXT_CHARS) or None
+        return _cut(_clean(agents.record_text(rtype, raw)), RECORD_TEXT_CHARS) or None
     data = _fields(raw)
     if data is None:
         return None
@@ -447,7 +463,7 @@ def record_text(rtype: str, raw) -> str | None:
         field = _TITLE_FIELD.get(rtype)
         if field and isinstance(getattr(data, field), str):
             out.append(getattr(data, field))
-    text = _CLEAN.sub(" ", "\n".join(t for t in out if t)).strip()
+    text = _clean("\n".join(t for t in out if t)).strip()
     return _cut(text, RECORD_TEXT_CHARS) if text else None
 
 
@@ -489,14 +505,14 @@ def route(text: str) -> str | None:
 
 def clean_query(query: str) -> str:
     """``query`` with each control character (a NUL) a space, as in the
-    indexed text (_CLEAN): FTS5 reads a NUL as the end of its query."""
-    return _CLEAN.sub(" ", query)
+    indexed text (_clean): FTS5 reads a NUL as the end of its query."""
+    return _clean(query)
 
 
 def parse_query(query: str) -> list[Term]:
     """The terms of ``query``: "a phrase" (an unclosed quote runs to the
     end), or a word; ``word*`` is a prefix. Each is routed (``route``). A
-    control character (a NUL) is a space, as in the indexed text (_CLEAN).
+    control character (a NUL) is a space, as in the indexed text (_clean).
     QueryRefused past MAX_QUERY_CHARS or MAX_QUERY_TERMS."""
     if len(query) > MAX_QUERY_CHARS:
         raise QueryRefused(f"the query is longer than {MAX_QUERY_CHARS:,} characters")
