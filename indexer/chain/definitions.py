@@ -74,9 +74,9 @@ _IS_NODE = f"""{{n}}.uuid IS NOT NULL AND {{n}}.type IN {CHAIN_TYPES_SQL}
 # system and attachment lines before it (admit() keeps an unreadable line
 # out of h; a progress line is never in it): a line's key depends on the
 # keys before it. The recursion starts from a row per file holding its
-# such lines (todo: [id, line_no, uuid, sentAsUuid, is_unreadable] each, in
-# no order) and steps to the next of them in line order (a later line_no,
-# so it ends), carrying state: {record id: its sentAsUuid when keyed by it
+# such lines (todo: {their rank in line order: [id, line_no, uuid,
+# sentAsUuid, is_unreadable]}) and steps to the next of them (i + 1, until
+# todo has no such rank, so it ends), carrying state: {record id: its sentAsUuid when keyed by it
 # and readable, 0 when keyed by it and unreadable, null when keyed by its
 # uuid}. A line is keyed by its sentAsUuid when no earlier readable node
 # line keyed by its uuid has that uuid and no earlier readable line keyed
@@ -87,24 +87,28 @@ _IS_NODE = f"""{{n}}.uuid IS NOT NULL AND {{n}}.type IN {CHAIN_TYPES_SQL}
 # file's final state (final). {seed}: which lines (a condition on r).
 _STATE_OF = "json_extract({state}, '$.\"' || {id} || '\"')"
 _TODO = "json_array(r.id, r.line_no, r.uuid, r.sent_as_uuid, r.is_unreadable)"
+# Field {n} of the next line of row k (k.i + 1: the next in line order).
+_NEXT = "json_extract(k.todo, '$.\"' || (k.i + 1) || '\"[{n}]')"
 SENT_KEYS_CTES_TEMPLATE = f"""
-sent_keys(id, file_id, line_no, uuid, as_uuid, state, todo) AS (
-  SELECT NULL, r.file_id, 0, NULL, NULL, '{{{{}}}}', json_group_array({_TODO}) FROM records r
-  WHERE r.sent_as_uuid IS NOT NULL AND r.type = 'user' AND r.uuid IS NOT NULL AND {{seed}}
+sent_keys(i, id, file_id, line_no, uuid, as_uuid, state, todo) AS (
+  SELECT 0, NULL, r.file_id, 0, NULL, NULL, '{{{{}}}}', json_group_object(r.rn, {_TODO})
+  FROM (SELECT r.*, row_number() OVER (PARTITION BY r.file_id ORDER BY r.line_no) AS rn
+        FROM records r
+        WHERE r.sent_as_uuid IS NOT NULL AND r.type = 'user' AND r.uuid IS NOT NULL AND {{seed}}) r
   GROUP BY r.file_id
   UNION ALL
-  SELECT t.value ->> '$[0]', k.file_id, t.value ->> '$[1]', t.value ->> '$[2]', t.value ->> '$[3]',
-         json_set(k.state, '$."' || (t.value ->> '$[0]') || '"',
+  SELECT k.i + 1, {_NEXT.format(n=0)}, k.file_id, {_NEXT.format(n=1)}, {_NEXT.format(n=2)},
+         {_NEXT.format(n=3)},
+         json_set(k.state, '$."' || {_NEXT.format(n=0)} || '"',
            CASE WHEN EXISTS (SELECT 1 FROM records e WHERE e.file_id = k.file_id
-                               AND e.uuid = t.value ->> '$[3]' AND e.line_no < t.value ->> '$[1]'
+                               AND e.uuid = {_NEXT.format(n=3)} AND e.line_no < {_NEXT.format(n=1)}
                                AND e.type IN {CLI_NODE_TYPES_SQL} AND NOT e.is_unreadable
                                AND {_STATE_OF.format(state="k.state", id="e.id")} IS NULL)
-                  OR EXISTS (SELECT 1 FROM json_each(k.state) j WHERE j.value = t.value ->> '$[3]')
-                THEN NULL WHEN t.value ->> '$[4]' THEN 0 ELSE t.value ->> '$[3]' END),
+                  OR EXISTS (SELECT 1 FROM json_each(k.state) j WHERE j.value = {_NEXT.format(n=3)})
+                THEN NULL WHEN {_NEXT.format(n=4)} THEN 0 ELSE {_NEXT.format(n=3)} END),
          k.todo
-  FROM sent_keys k JOIN json_each(k.todo) t
-  WHERE t.value ->> '$[1]' = (SELECT min(u.value ->> '$[1]') FROM json_each(k.todo) u
-                              WHERE u.value ->> '$[1]' > k.line_no)
+  FROM sent_keys k
+  WHERE {_NEXT.format(n=0)} IS NOT NULL
 ),
 sent_keyed AS MATERIALIZED (
   SELECT CAST(id AS INTEGER) AS id, CAST(file_id AS INTEGER) AS file_id,
