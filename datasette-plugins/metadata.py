@@ -338,7 +338,7 @@ TABLES = {
             leaf_uuid="leafUuid of summary records",
             sent_as_uuid="sentAsUuid of a prompt Claude Code stored anew: the uuid it was "
                          "sent under, which its loader loads it under when no earlier line "
-                         "has it",
+                         "is loaded under it (its key)",
             rows_ahead="rowsAheadOfPutBack of a tool_result record (a JSON array): the rows "
                        "(a prompt queued while the tool ran, companion records) Claude "
                        "Code's loader puts back ahead of it",
@@ -1049,7 +1049,7 @@ TABLES["fork_heads_cache"] = {
 }
 TABLES["sent_names"] = {
     "description": "The prompts stored anew (sentAsUuid) that Claude Code's loader keys by "
-                   "their sentAsUuid beside another line of their own uuid: the resume views "
+                   "their sentAsUuid beside another line of their own uuid (or keyed by it): the resume views "
                    "name such a record by its sentAsUuid, so the other line stays a record "
                    "of its own (docs/how-it-works/resume-rules.md).",
     "columns": _cols(

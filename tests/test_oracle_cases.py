@@ -431,6 +431,43 @@ def shape_sent_as_uuid_of_a_line_keyed_by_its_sent_as():
     return t.records
 
 
+def shape_sent_as_uuid_chain_of_three_keys():
+    """Three prompts stored anew, each for the uuid of the one before: u9
+    for u3 (keyed u3), u7 for u9 (keyed u9: h holds u3, not u9), u6 for u7
+    (keyed u7). Each answer names the sentAsUuid of its prompt; the CLI
+    sends every answer and all three prompts. (Lines 10 s apart.)"""
+    t = Transcript(SID)
+    t.add(u(1), None, "user", ts=at(0))
+    t.add(u(2), u(1), "assistant", ts=at(10), message=text("msg_2", "the first answer"))
+    t.add(u(9), u(2), "user", ts=at(20), sentAsUuid=u(3),
+          message={"role": "user", "content": "the first prompt stored anew"})
+    t.add(u(4), u(3), "assistant", ts=at(30), message=text("msg_4", "answers the first prompt"))
+    t.add(u(7), u(4), "user", ts=at(40), sentAsUuid=u(9),
+          message={"role": "user", "content": "the second prompt stored anew"})
+    t.add(u(5), u(9), "assistant", ts=at(50), message=text("msg_5", "answers the second prompt"))
+    t.add(u(6), u(5), "user", ts=at(60), sentAsUuid=u(7),
+          message={"role": "user", "content": "the third prompt stored anew"})
+    t.add(u(8), u(7), "assistant", ts=at(70), message=text("msg_8", "answers the third prompt"))
+    return t.records
+
+
+def shape_sent_as_uuid_after_an_unreadable_prompt_keyed_by_it():
+    """Two prompts stored anew for u3: the first (u9) is unreadable, so
+    admit() keeps its key u3 out of h, and the second (u7) is keyed u3
+    too and is the record of u3: the answer naming u3 continues from it.
+    The CLI sends the second prompt and its answer, not the first.
+    (Lines 10 s apart.)"""
+    t = Transcript(SID)
+    t.add(u(1), None, "user", ts=at(0))
+    t.add(u(2), u(1), "assistant", ts=at(10), message=text("msg_2", "the first answer"))
+    t.add(u(9), u(2), "user", ts=at(20), sentAsUuid=u(3), message={"role": "user", "content": 7})
+    t.add(u(7), u(2), "user", ts=at(30), sentAsUuid=u(3),
+          message={"role": "user", "content": "the readable prompt stored anew"})
+    t.add(u(4), u(3), "assistant", ts=at(40),
+          message=text("msg_4", "answers the readable prompt"))
+    return t.records
+
+
 def shape_sent_as_uuid_of_an_unreadable_line():
     """trn() asks the loader's Map whether a sentAsUuid is loaded, and an
     unreadable line never enters it: a prompt stored anew for u3 after an
@@ -1425,6 +1462,14 @@ EXPECTED = {
     "sent_as_uuid_of_a_line_keyed_by_its_sent_as": (
         ["the first answer", "answers the first prompt", "answers the second prompt"],
         ["the first prompt stored anew", "the second prompt stored anew"], []),
+    "sent_as_uuid_chain_of_three_keys": (
+        ["the first answer", "answers the first prompt", "answers the second prompt",
+         "answers the third prompt"],
+        ["the first prompt stored anew", "the second prompt stored anew",
+         "the third prompt stored anew"], []),
+    "sent_as_uuid_after_an_unreadable_prompt_keyed_by_it": (
+        ["the first answer", "answers the readable prompt"],
+        ["the readable prompt stored anew"], []),
     "unreadable_prompt_stored_anew_beside_a_line_of_its_uuid": (
         ["the first answer", "answers the unreadable prompt"], [], []),
     "sent_as_uuid_before_an_unreadable_line_of_it": (
@@ -1547,14 +1592,7 @@ SENT_ANYWHERE = {
 }
 
 # The shapes where the index (as of this commit) differs from the CLI: why.
-DIFFERS: dict = {
-    "sent_as_uuid_of_a_line_keyed_by_its_sent_as": (
-        "trn() asks the loader's Map (keyed by the loader's keys) whether a sentAsUuid is "
-        "loaded; the index asks whether an earlier line has it as its own uuid, so a line "
-        "keyed by its own sentAsUuid (u9 for u3) still counts as u9 and the later prompt "
-        "stored anew for u9 keeps its uuid (modelling it means computing each line's key "
-        "from the keys before it)"),
-}
+DIFFERS: dict = {}
 
 SHAPES = {name: globals()[f"shape_{name}"] for name in EXPECTED}
 _SENT: dict = {}

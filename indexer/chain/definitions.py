@@ -68,36 +68,85 @@ _IS_NODE = f"""{{n}}.uuid IS NOT NULL AND {{n}}.type IN {CHAIN_TYPES_SQL}
       WHERE later.file_id = {{n}}.file_id AND later.uuid = {{n}}.uuid
         AND later.line_no > {{n}}.line_no AND later.type IN {CHAIN_TYPES_SQL})"""
 
+# sent_keys (resume.loader_keys): the key trn() gives each user line with a
+# sentAsUuid. It loads the line under its sentAsUuid when its Map h holds no
+# such key yet, and h is keyed by the keys of the readable user, assistant,
+# system and attachment lines before it (admit() keeps an unreadable line
+# out of h; a progress line is never in it): a line's key depends on the
+# keys before it. The recursion starts from a row per file holding its
+# such lines (todo: {their rank in line order: [id, line_no, uuid,
+# sentAsUuid, is_unreadable]}) and steps to the next of them (i + 1, until
+# todo has no such rank, so it ends), carrying state: {record id: its sentAsUuid when keyed by it
+# and readable, 0 when keyed by it and unreadable, null when keyed by its
+# uuid}. A line is keyed by its sentAsUuid when no earlier readable node
+# line keyed by its uuid has that uuid and no earlier readable line keyed
+# by its sentAsUuid has that sentAsUuid. Such lines are rare, so todo and
+# state stay small (a step reads them whole). Two references to records:
+# SQLite counts them in every copy of a CTE the CLI's definitions make.
+# sent_keyed: the lines keyed by their sentAsUuid (as_uuid), each with its
+# file's final state (final). {seed}: which lines (a condition on r).
+_STATE_OF = "json_extract({state}, '$.\"' || {id} || '\"')"
+_TODO = "json_array(r.id, r.line_no, r.uuid, r.sent_as_uuid, r.is_unreadable)"
+# Field {n} of the next line of row k (k.i + 1: the next in line order).
+_NEXT = "json_extract(k.todo, '$.\"' || (k.i + 1) || '\"[{n}]')"
+SENT_KEYS_CTES_TEMPLATE = f"""
+sent_keys(i, id, file_id, line_no, uuid, as_uuid, state, todo) AS (
+  SELECT 0, NULL, r.file_id, 0, NULL, NULL, '{{{{}}}}', json_group_object(r.rn, {_TODO})
+  FROM (SELECT r.*, row_number() OVER (PARTITION BY r.file_id ORDER BY r.line_no) AS rn
+        FROM records r
+        WHERE r.sent_as_uuid IS NOT NULL AND r.type = 'user' AND r.uuid IS NOT NULL AND {{seed}}) r
+  GROUP BY r.file_id
+  UNION ALL
+  SELECT k.i + 1, {_NEXT.format(n=0)}, k.file_id, {_NEXT.format(n=1)}, {_NEXT.format(n=2)},
+         {_NEXT.format(n=3)},
+         json_set(k.state, '$."' || {_NEXT.format(n=0)} || '"',
+           CASE WHEN EXISTS (SELECT 1 FROM records e WHERE e.file_id = k.file_id
+                               AND e.uuid = {_NEXT.format(n=3)} AND e.line_no < {_NEXT.format(n=1)}
+                               AND e.type IN {CLI_NODE_TYPES_SQL} AND NOT e.is_unreadable
+                               AND {_STATE_OF.format(state="k.state", id="e.id")} IS NULL)
+                  OR EXISTS (SELECT 1 FROM json_each(k.state) j WHERE j.value = {_NEXT.format(n=3)})
+                THEN NULL WHEN {_NEXT.format(n=4)} THEN 0 ELSE {_NEXT.format(n=3)} END),
+         k.todo
+  FROM sent_keys k
+  WHERE {_NEXT.format(n=0)} IS NOT NULL
+),
+sent_keyed AS MATERIALIZED (
+  SELECT CAST(id AS INTEGER) AS id, CAST(file_id AS INTEGER) AS file_id,
+         CAST(line_no AS INTEGER) AS line_no, CAST(uuid AS TEXT) AS uuid,
+         CAST(as_uuid AS TEXT) AS as_uuid, final FROM (
+    SELECT id, file_id, line_no, uuid, as_uuid, state, last_value(state) OVER (
+             PARTITION BY file_id ORDER BY line_no
+             ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS final
+    FROM sent_keys)
+  WHERE id IS NOT NULL AND {_STATE_OF.format(state="state", id="id")} IS NOT NULL
+)""".strip()
+# Is line {l} keyed by its sentAsUuid, by the final state of its file ({final})?
+KEYED_BY_SENT_AS = _STATE_OF.format(state="{final}", id="{l}.id") + " IS NOT NULL"
+# The key of node line {l} (its sentAsUuid when KEYED_BY_SENT_AS, else its uuid).
+KEY_OF = ("CASE WHEN " + KEYED_BY_SENT_AS + " THEN {l}.sent_as_uuid ELSE {l}.uuid END")
+
 # sent_names_cache (resume.loader_names; kept in SQL by derive.keep_sql_caches,
 # held equal to sent_names_definition): the prompts stored anew that the
-# loader names by their sentAsUuid. trn() loads a user line under its
-# sentAsUuid when no line loaded before has that uuid (no earlier readable
-# user, assistant, system or attachment line with it as uuid, no earlier user
-# line with it as sentAsUuid: as sent_as), and the loader keys each line by
-# its key (that sentAsUuid, else its uuid), a later line of the key
-# replacing an earlier one. When another chain line has the prompt's own
-# uuid, that line is a record of its own beside it: the CLI's view then
-# names the prompt by its sentAsUuid (name); so it does when an unreadable
-# line has its sentAsUuid as uuid (the prompt, loaded, outranks it as the
-# record of that name: LOADER_RANK). Only such prompts are
+# loader names by their sentAsUuid: keyed by it (sent_keys), and the
+# loader keys each line by its key (that sentAsUuid, else its uuid), a
+# later line of the key replacing an earlier one. When another chain line
+# has the prompt's own uuid, or another readable line is keyed by it (its
+# sentAsUuid), that line is a record of its own beside it: the CLI's view
+# then names the prompt by its sentAsUuid (name); so it does when an
+# unreadable line has its sentAsUuid as uuid (the prompt, loaded, outranks
+# it as the record of that name: LOADER_RANK). Only such prompts are
 # listed (the others keep their own uuid and are read through sent_as).
 # {files}: which files (a condition on f, the files row).
 SENT_NAMES_TEMPLATE = f"""
-SELECT r.id AS record_id, r.file_id, r.line_no, r.sent_as_uuid AS name
-FROM records r JOIN files f ON f.id = r.file_id
-WHERE f.kind = 'main' AND {{files}} AND r.sent_as_uuid IS NOT NULL AND r.type = 'user'
-  AND r.uuid IS NOT NULL
-  AND NOT EXISTS (SELECT 1 FROM records e WHERE e.file_id = r.file_id
-                    AND e.uuid = r.sent_as_uuid AND e.line_no < r.line_no
-                    AND e.type IN {CLI_NODE_TYPES_SQL} AND NOT e.is_unreadable)
-  AND NOT EXISTS (SELECT 1 FROM records e WHERE e.file_id = r.file_id
-                    AND e.sent_as_uuid = r.sent_as_uuid AND e.line_no < r.line_no
-                    AND e.type = 'user' AND e.uuid IS NOT NULL)
-  AND (EXISTS (SELECT 1 FROM records z WHERE z.file_id = r.file_id
-                AND z.uuid = r.uuid AND z.id <> r.id AND z.type IN {CHAIN_TYPES_SQL})
-       OR EXISTS (SELECT 1 FROM records z WHERE z.file_id = r.file_id
-                    AND z.uuid = r.sent_as_uuid AND z.is_unreadable
-                    AND z.type IN ('user','assistant')))
+WITH RECURSIVE {SENT_KEYS_CTES_TEMPLATE.replace("{seed}", "EXISTS (SELECT 1 FROM files f WHERE f.id = r.file_id AND f.kind = 'main' AND {files})")}
+SELECT k.id AS record_id, k.file_id, k.line_no, k.as_uuid AS name
+FROM sent_keyed k
+WHERE EXISTS (SELECT 1 FROM records z WHERE z.file_id = k.file_id
+                AND z.uuid = k.uuid AND z.id <> k.id AND z.type IN {CHAIN_TYPES_SQL})
+   OR EXISTS (SELECT 1 FROM json_each(k.final) j WHERE j.value = k.uuid)
+   OR EXISTS (SELECT 1 FROM records z WHERE z.file_id = k.file_id
+                AND z.uuid = k.as_uuid AND z.is_unreadable
+                AND z.type IN ('user','assistant'))
 """.strip()
 SENT_NAMES_DEFINITION_SQL = SENT_NAMES_TEMPLATE.format(files="1")
 SENT_NAMES_COLUMNS = "record_id, file_id, line_no, name"
@@ -306,6 +355,8 @@ bridged AS MATERIALIZED (
 )
 """.strip()
 
+_CLI_SENT_KEYS = SENT_KEYS_CTES_TEMPLATE.replace("{seed}", "1").replace("{{}}", "{}")
+
 # The CLI's view of each file (resume.py states the rules): cli holds its
 # nodes (no progress records) with the bridged parent (read through progress
 # records written before the record; `bridge` climbs them, each step to an
@@ -313,27 +364,22 @@ bridged AS MATERIALIZED (
 # timestamp fallback when that parent is not a node).
 CLI_CTES = f"""
 -- sent_as (resume.sent_as_renames): the prompts stored anew that the loader
--- loads under their sentAsUuid (as_uuid): a user record whose sentAsUuid is
--- no earlier node line's uuid (an unreadable line is none: admit() keeps it
--- out of the Map trn() asks) and no earlier user record's sentAsUuid. A
+-- loads under their sentAsUuid (as_uuid): the user records keyed by it
+-- (sent_keys: trn() asks the loader's Map, keyed by the keys of the lines
+-- before, whether that uuid is loaded; an unreadable line is not in it). A
 -- parent (or checkpoint) naming as_uuid is read as the record's own uuid;
--- replaced: a later node line has that uuid and takes its place, so the
--- record is no node and nothing is renamed.
+-- replaced: a later readable node line has that key and takes its place,
+-- so the record is no node and nothing is renamed (file_id in each
+-- disjunct: MULTI-INDEX OR).
+{_CLI_SENT_KEYS},
 sent_as AS MATERIALIZED (
-  SELECT r.id, r.file_id, CAST(coalesce(m.name, r.uuid) AS TEXT) AS uuid, r.line_no, r.sent_as_uuid AS as_uuid,
-         EXISTS (SELECT 1 FROM records l WHERE l.file_id = r.file_id
-                   AND l.uuid = r.sent_as_uuid AND l.line_no > r.line_no
+  SELECT k.id, k.file_id, CAST(coalesce(m.name, k.uuid) AS TEXT) AS uuid, k.line_no, k.as_uuid,
+         EXISTS (SELECT 1 FROM records l WHERE ((l.file_id = k.file_id AND l.uuid = k.as_uuid)
+                     OR (l.file_id = k.file_id AND l.sent_as_uuid = k.as_uuid))
+                   AND l.line_no > k.line_no
                    AND l.type IN {CLI_NODE_TYPES_SQL} AND NOT l.is_unreadable
-                   AND NOT {NAMED_LINE.format(r="l")}) AS replaced
-  FROM records r LEFT JOIN sent_names_cache m ON m.record_id = r.id
-  WHERE r.sent_as_uuid IS NOT NULL AND r.type = 'user' AND r.uuid IS NOT NULL
-    AND NOT EXISTS (SELECT 1 FROM records e WHERE e.file_id = r.file_id
-                      AND e.uuid = r.sent_as_uuid AND e.line_no < r.line_no
-                      AND e.type IN {CLI_NODE_TYPES_SQL} AND NOT e.is_unreadable
-                      AND NOT {NAMED_LINE.format(r="e")})
-    AND NOT EXISTS (SELECT 1 FROM records e WHERE e.file_id = r.file_id
-                      AND e.sent_as_uuid = r.sent_as_uuid AND e.line_no < r.line_no
-                      AND e.type = 'user' AND e.uuid IS NOT NULL)
+                   AND {KEY_OF.format(l="l", final="k.final")} = k.as_uuid) AS replaced
+  FROM sent_keyed k LEFT JOIN sent_names_cache m ON m.record_id = k.id
 ),
 {BRIDGE_CTES},
 cli_base AS MATERIALIZED (

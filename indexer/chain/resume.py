@@ -68,11 +68,14 @@ before the last boundary is dropped. ``newest_descendant``: with no
 last-prompt record naming a leaf and a newest row that is not the last row,
 the newest record below the last row is where the walk starts.
 
-``sent_as_renames``: a prompt stored anew is loaded under its sentAsUuid
-when no earlier record has that uuid. ``loader_names``: the loader keys every
-line by its key (that sentAsUuid, else its uuid), so when another line has
-such a prompt's own uuid both are records: the view names the prompt by its
-sentAsUuid (``cli_lines``), nodes being the last line of each name.
+``loader_keys``: a prompt stored anew is loaded under its sentAsUuid when
+the loader's Map holds no such key yet (the keys of the readable lines
+before it, each keyed so in turn); ``sent_as_renames`` reads what names that
+sentAsUuid as naming it. ``loader_names``: the loader keys every line by its
+key (that sentAsUuid, else its uuid), so when another line has such a
+prompt's own uuid (or is keyed by it) both are records: the view names the
+prompt by its sentAsUuid (``cli_lines``), nodes being the last line of each
+name.
 """
 
 from __future__ import annotations
@@ -282,22 +285,17 @@ def loader_places(occ: list) -> dict:
     sorts what it puts back by: the first line of its key (first_loaded),
     but a prompt stored anew that trn() loads under its sentAsUuid is keyed
     by that: placed at its own line whatever lines of its own uuid came
-    before, and a later line of the sentAsUuid, which replaces it in the
-    Map, takes that place (sent_as_renames; definitions.LOADER_PLACE)."""
+    before, and a later line of that key, which replaces it in the Map,
+    takes that place (loader_keys, sent_as_renames;
+    definitions.LOADER_PLACE)."""
     places = first_loaded(occ)
     renames, _ = sent_as_renames(occ)
-    seen_uuids, seen_as, moved = set(), set(), {}
+    keys, moved = loader_keys(occ), {}
     for r in occ:
-        if r.type not in CLI_NODE_TYPES:
-            continue
-        y = r.sent_as_uuid if r.type == "user" else None
-        if y and y not in seen_uuids and y not in seen_as:
+        y = keys.get(r.id)
+        if y:
             key = r.uuid if renames.get(y) == r.uuid else y
             moved[key] = min(r.line_no, moved.get(key, r.line_no))
-        if not r.is_unreadable:
-            seen_uuids.add(r.uuid)
-        if y:
-            seen_as.add(y)
     places.update(moved)
     return places
 
@@ -364,33 +362,50 @@ def relinked_parents(occ: list) -> dict:
     return {u: p for u, p in parent.items() if p != raw[u]}
 
 
-def sent_as_renames(occ: list) -> tuple[dict, set]:
-    """sentAsUuid: Claude Code stores a prompt anew under a new uuid and
-    keeps the uuid it was sent under as ``sentAsUuid``; its loader (trn())
-    loads such a user record under its sentAsUuid when no record loaded
-    before has that uuid. Here the record keeps its own uuid and what names
-    the sentAsUuid (a parent, the checkpoint) is read as naming it.
-
-    Returns ({sentAsUuid: the record's uuid}, {ids of the records a later
-    node line of their sentAsUuid replaces: no nodes, nothing renamed}).
-    A record is renamed when no earlier node line has its sentAsUuid as
-    uuid and no earlier user record as sentAsUuid (definitions: sent_as).
-    An unreadable line is no such node line, nor does it replace one: trn()
-    asks the loader's Map, which admit() keeps it out of."""
-    renames, replaced = {}, set()
-    seen_uuids, seen_as, first = set(), set(), {}
+def loader_keys(occ: list) -> dict:
+    """{record id: its sentAsUuid} for the user lines trn() keys by their
+    sentAsUuid (definitions: sent_keys): it loads a user line under its
+    sentAsUuid when the loader's Map h holds no such key yet, and h holds
+    the keys of the readable user, assistant, system and attachment lines
+    before it (admit() keeps an unreadable line out of h; a progress line
+    is never in it), each keyed so in turn: a line's key depends on the keys
+    before it, not on the uuids."""
+    if not any(r.sent_as_uuid for r in occ):
+        return {}
+    in_h, keys = set(), {}
     for r in occ:
         if r.type not in CLI_NODE_TYPES:
             continue
-        if r.uuid in first and not r.is_unreadable:
-            replaced.add(first.pop(r.uuid).id)
+        key = r.uuid
         y = r.sent_as_uuid if r.type == "user" else None
-        if y and y not in seen_uuids and y not in seen_as:
-            first[y] = r
-        if not r.is_unreadable:   # (admit() keeps an unreadable line out of h)
-            seen_uuids.add(r.uuid)
-        if r.type == "user" and y:
-            seen_as.add(y)
+        if y and r.uuid is not None and y not in in_h:
+            key = keys[r.id] = y
+        if not r.is_unreadable:
+            in_h.add(key)
+    return keys
+
+
+def sent_as_renames(occ: list) -> tuple[dict, set]:
+    """sentAsUuid: Claude Code stores a prompt anew under a new uuid and
+    keeps the uuid it was sent under as ``sentAsUuid``; its loader (trn())
+    loads such a user record under its sentAsUuid when its Map holds no
+    such key yet (loader_keys). Here the record keeps its own uuid and what
+    names the sentAsUuid (a parent, the checkpoint) is read as naming it.
+
+    Returns ({sentAsUuid: the record's uuid}, {ids of the records a later
+    readable node line of their key replaces: no nodes, nothing renamed})
+    (definitions: sent_as). An unreadable line does not replace one: trn()
+    asks the loader's Map, which admit() keeps it out of."""
+    renames, replaced, first = {}, set(), {}
+    keys = loader_keys(occ)
+    for r in occ:
+        if r.type not in CLI_NODE_TYPES:
+            continue
+        key = keys.get(r.id, r.uuid)
+        if key in first and not r.is_unreadable:   # (admit() keeps it out of h)
+            replaced.add(first.pop(key).id)
+        if r.id in keys:
+            first[key] = r
     for y, r in first.items():
         renames[y] = r.uuid
     return renames, replaced
@@ -398,8 +413,10 @@ def sent_as_renames(occ: list) -> tuple[dict, set]:
 
 def loader_names(occ: list) -> dict:
     """{record id: its sentAsUuid} for the prompts stored anew that trn()
-    loads under their sentAsUuid (sent_as_renames' rule) whose own uuid is
-    another chain line's uuid too: the loader keys each line by its key
+    loads under their sentAsUuid (loader_keys) whose own uuid is another
+    chain line's uuid too, or the key of another readable line keyed by its
+    sentAsUuid, or whose sentAsUuid an unreadable line has as uuid: the
+    loader keys each line by its key
     (the sentAsUuid of such a record, else its uuid), a later line of the
     same key replacing an earlier one, so that other line of the uuid is a
     record of its own. Such a record is named by its sentAsUuid (its key)
@@ -407,24 +424,19 @@ def loader_names(occ: list) -> dict:
     read through the renames (definitions: sent_as.named)."""
     if not any(r.sent_as_uuid for r in occ):
         return {}
+    keys = loader_keys(occ)
     lines: dict = {}
     unreadable = set()
     for r in occ:
         lines[r.uuid] = lines.get(r.uuid, 0) + 1
         if r.is_unreadable:
             unreadable.add(r.uuid)
-    seen_uuids, seen_as, names = set(), set(), {}
+    taken = {y for r in occ if r.id in keys and not r.is_unreadable for y in [keys[r.id]]}
+    names = {}
     for r in occ:
-        if r.type not in CLI_NODE_TYPES:
-            continue
-        y = r.sent_as_uuid if r.type == "user" else None
-        if y and y not in seen_uuids and y not in seen_as and (
-                lines[r.uuid] > 1 or y in unreadable):
+        y = keys.get(r.id)
+        if y and (lines[r.uuid] > 1 or r.uuid in taken or y in unreadable):
             names[r.id] = y
-        if not r.is_unreadable:
-            seen_uuids.add(r.uuid)
-        if y:
-            seen_as.add(y)
     return names
 
 
