@@ -222,15 +222,9 @@ AHEAD_ROW = (
     "WHEN json_type({r}.raw, '$.queueTranscriptOnly') = 'true' THEN 2 ELSE 1 END")
 
 
-# An assistant record whose message.content holds a tool_use block (an
-# object whose type is "tool_use"), 1 or 0, read from the line: whether an
-# API response is a tool call (the loader's UMe()). The instr() test first
-# spares reading the JSON of every other assistant record.
-HAS_TOOL_USE = ("CASE WHEN {r}.type = 'assistant' AND instr({r}.raw, '\"tool_use\"') > 0 "
-                "AND json_valid({r}.raw) AND EXISTS (SELECT 1 FROM json_each({r}.raw, "
-                "'$.message.content') j WHERE j.type = 'object' "
-                "AND j.value ->> '$.type' = 'tool_use') THEN 1 ELSE 0 END")
-# The text HAS_TOOL_USE looks for before it reads the JSON.
+# The text an assistant record holding a tool_use block (HAS_TOOL_USE, below)
+# must contain: a reader tests it with instr() first, to spare reading the
+# JSON of every other assistant record (walk._HAS_TOOL_USE).
 TOOL_USE_MARK = '"tool_use"'
 
 
