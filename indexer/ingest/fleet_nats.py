@@ -149,6 +149,11 @@ async def close(nc) -> None:
         pass
 
 
+# How many times (0.05 s apart) ensure_stream looks for a stream another
+# client was making when its own add was refused.
+STREAM_MADE_TRIES = 40
+
+
 async def ensure_stream(js) -> None:
     """The lines stream, made if missing: file storage, the duplicate
     window, messages kept fleet_wire.STREAM_MAX_AGE_S at most (the oldest
@@ -156,17 +161,31 @@ async def ensure_stream(js) -> None:
     still have the bytes), one replica (a cluster: raise it with `nats stream
     edit`). A stream that is there is left as it is (an operator's limits)."""
     from nats.js.api import StorageType, StreamConfig   # (nats-py: the optional fleet extra)
-    from nats.js.errors import NotFoundError   # (nats-py: the optional fleet extra)
+    from nats.js.errors import BadRequestError, NotFoundError   # (nats-py: the optional fleet extra)
 
     try:
         await js.stream_info(fleet_wire.STREAM)
         return
     except NotFoundError:
         pass
-    await js.add_stream(StreamConfig(
-        name=fleet_wire.STREAM, subjects=fleet_wire.STREAM_SUBJECTS,
-        storage=StorageType.FILE, duplicate_window=fleet_wire.DUPLICATE_WINDOW_S,
-        max_age=fleet_wire.STREAM_MAX_AGE_S, num_replicas=1))
+    try:
+        await js.add_stream(StreamConfig(
+            name=fleet_wire.STREAM, subjects=fleet_wire.STREAM_SUBJECTS,
+            storage=StorageType.FILE, duplicate_window=fleet_wire.DUPLICATE_WINDOW_S,
+            max_age=fleet_wire.STREAM_MAX_AGE_S, num_replicas=1))
+    except BadRequestError as refused:
+        # Another client made it between the look and the add (a central and
+        # its shippers starting at once: the server answers "subjects overlap
+        # with an existing stream"): the stream it made is the one to use,
+        # once the server lists it.
+        for _ in range(STREAM_MADE_TRIES):
+            try:
+                await js.stream_info(fleet_wire.STREAM)
+                return
+            except NotFoundError:
+                await asyncio.sleep(0.05)
+        raise refused from None
+
 
 
 async def heartbeats(js):
