@@ -28,6 +28,7 @@ from datetime import datetime, timedelta
 from indexer.index.record_kinds import NEW_KINDS_SQL
 from indexer.chain import definitions
 from indexer.index import usage, views
+from indexer.index.status import FILES_TO_DERIVE_SQL
 from indexer.signals import classes
 from indexer.signals.classes import HISTORY
 
@@ -191,9 +192,12 @@ FLEET_GAPS_SQL = "SELECT count(*), coalesce(sum(end - start), 0) FROM fleet_gaps
 
 
 async def fleet_panel(db, now: str) -> dict | None:
-    """{hosts: [...], diverged: N, quarantined: N, gaps: N, gap_bytes: N}
-    when hosts ship to this index, messages were quarantined or gaps
-    recorded, else None (and None for an index without the fleet tables)."""
+    """{hosts: [...], diverged: N, quarantined: N, gaps: N, gap_bytes: N,
+    to_derive: N} when hosts ship to this index, messages were quarantined
+    or gaps recorded, else None (and None for an index without the fleet
+    tables). to_derive: the files whose stored lines the caches do not show
+    yet (a central behind its hosts derives once per
+    fleet_central.DERIVE_BEHIND_S; status's files_to_derive)."""
     if "fleet_gaps" not in {r[0] for r in await db.execute(NAMES_SQL)}:
         return None
     hosts = [dict(r) for r in await db.execute(FLEET_HOSTS_SQL, {"now": now})]
@@ -205,7 +209,8 @@ async def fleet_panel(db, now: str) -> dict | None:
         age = h["heartbeat_age_s"]
         h["stale"] = age is None or age > views.STALE_HEARTBEAT_S
     return {"hosts": hosts, "diverged": (await db.execute(FLEET_DIVERGED_SQL)).first()[0],
-            "quarantined": quarantined, "gaps": gaps, "gap_bytes": gap_bytes}
+            "quarantined": quarantined, "gaps": gaps, "gap_bytes": gap_bytes,
+            "to_derive": (await db.execute(FILES_TO_DERIVE_SQL)).first()[0]}
 
 
 # The usage panel: the API calls of the last USAGE_WINDOW_DAYS (at or after

@@ -117,6 +117,32 @@ def test_status_says_how_many_files_are_not_derived_yet(tmp_path):
     assert "files not derived yet: 1 " in run("status", "--db", db).output
 
 
+def test_the_health_page_says_how_many_files_a_central_has_not_derived_yet(tmp_path):
+    """The health page's fleet panel says, as status does, how many files
+    have stored lines the caches do not show yet (a central behind its
+    hosts derives less often), and says nothing of it when there are none."""
+    import asyncio
+    import sqlite3
+
+    from indexer.cli import web
+
+    projects = make_projects(tmp_path)
+    db = str(tmp_path / "x.db")
+    run("ingest", str(projects), "--db", db, "--silent")
+    with sqlite3.connect(db) as conn:   # (a host that ships here)
+        conn.execute("INSERT INTO fleet_hosts (host, last_heartbeat_at) VALUES ('h1', NULL)")
+
+    def page():
+        return asyncio.run(web.make_datasette(db).client.get("/-/session-health")).text
+
+    shown = page()
+    assert "<h2>Fleet</h2>" in shown and "si-fleet-to-derive" not in shown
+    assert shown.index("<h2>Fleet</h2>") < shown.index("<h2>Recent sessions</h2>")
+    with sqlite3.connect(db) as conn:   # (as a central leaves a file it stored, underived)
+        conn.execute("UPDATE files SET needs_derive = 1")
+    assert 'class="si-fleet-to-derive">Files not derived yet: 1</strong>' in page()
+
+
 def test_missing_source_and_missing_index_are_clear_errors(tmp_path):
     result = CliRunner().invoke(cli, ["ingest", str(tmp_path / "nope"), "--db", str(tmp_path / "x.db")])
     assert result.exit_code == 3

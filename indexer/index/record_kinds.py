@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 
 from indexer.transcripts.records import RECORD_FIELDS
 from indexer.chain.definitions import TRANSCRIPT_KINDS
@@ -434,21 +435,43 @@ def after_ingest(db, now: str | None = None, at_end=None) -> None:
     ``ingest_runs``; ``at_end(conn)``, if given, in the same transaction).
     Kinds first seen now are that run's, at ``now`` (the run's time:
     default, the clock)."""
+    count_some(db, pending_files(db), now, at_end)
+
+
+def pending_files(db) -> list[int]:
+    """The transcript files whose records changed since they were last counted."""
+    return [file_id for (file_id,) in db.conn.execute(PENDING_FILES_SQL)]
+
+
+def count_some(db, pending: list[int], now: str | None = None, at_end=None,
+               budget_s: float | None = None) -> list[int]:
+    """after_ingest's count of ``pending`` (pending_files), and the run's
+    end once none is left. With ``budget_s``, no more files are begun once
+    that many seconds are spent: what is counted is committed, the run is
+    not ended, and the files still to count are returned (a fleet's
+    central counts between its batches: at 10,000 agents one count of a
+    window's files took 1.9 s, and no line was stored meanwhile); a call
+    counts one count_many's files at least. The next call with them goes on
+    in the same run. [] once the run is ended."""
     now = now or utcnow()
-    pending = [file_id for (file_id,) in db.conn.execute(PENDING_FILES_SQL)]
+    deadline = None if budget_s is None else time.monotonic() + budget_s
+    pending, begun = list(pending), False
     while True:
         with write_lock(db) as conn:
             run, counted = current_run(conn) + 1, 0
             while pending and counted < CHUNK_RECORDS:
+                if begun and deadline is not None and time.monotonic() >= deadline:
+                    return pending   # (committed: write_lock)
                 n, done = count_many(conn, pending[:COUNT_FILES], run=run, now=now,
                                      limit=CHUNK_RECORDS - counted)
                 counted += n
                 del pending[:done]
+                begun = True
             if not pending:
                 conn.execute(BUMP_RUNS_SQL)
                 if at_end is not None:
                     at_end(conn)
-                return
+                return []
 
 
 def forget_file(conn, file_id: int) -> None:

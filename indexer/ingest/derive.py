@@ -544,16 +544,17 @@ def pending_files(db) -> list[int]:
     return [i for (i,) in db.conn.execute(PENDING_FILES_SQL)]
 
 
-def derive_some(db, file_ids: list[int], budget_s: float | None = None) -> list[int]:
-    """Derive these files, a transaction per DERIVE_BATCH; with ``budget_s``,
+def derive_some(db, file_ids: list[int], budget_s: float | None = None,
+                batch: int = DERIVE_BATCH) -> list[int]:
+    """Derive these files, a transaction per ``batch``; with ``budget_s``,
     no new transaction starts once that many seconds are spent (a fleet's
     central derives between its batches, so that lines keep coming in).
     Returns the files left."""
     started = time.monotonic()
-    for i in range(0, len(file_ids), DERIVE_BATCH):
+    for i in range(0, len(file_ids), batch):
         if budget_s is not None and i and time.monotonic() - started >= budget_s:
             return file_ids[i:]
-        ids = file_ids[i:i + DERIVE_BATCH]
+        ids = file_ids[i:i + batch]
         with write_lock(db):
             derive_files(db.conn, ids)
             finish_files(db.conn, ids)

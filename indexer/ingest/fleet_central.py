@@ -109,9 +109,17 @@ DERIVE_BEHIND_S = 30.0
 IDLE_S = 0.5
 DERIVE_GROWTH = 3.0
 DERIVE_WINDOW_MAX_S = 15.0
-DERIVE_BUDGET_S = 0.2
-# A fetch that brought fewer than FETCH_BATCH messages waits this long, then
-# takes what came meanwhile: a batch is one transaction, and a transaction's
+DERIVE_BUDGET_S = 0.1
+# Files a derive transaction of the central takes (derive.derive_some): a
+# step ends after its first transaction past DERIVE_BUDGET_S, and the lines
+# that came meanwhile wait for it (with derive.DERIVE_BATCH, 200 files, a
+# step took 0.3-0.5 s at 10,000 agents; with 50, 0.1-0.2 s).
+DERIVE_STEP_FILES = 50
+# A fetch that brought fewer than FETCH_BATCH messages waits until this long
+# after the last batch was taken, then takes what came meanwhile (the time
+# the central spent storing and deriving since counts: at 10,000 agents a
+# whole GATHER_S after that work made the lines wait for both, a lag p50 of
+# 0.77 s against 0.49 s, bench/fleet_sim.py): a batch is one transaction, and a transaction's
 # cost is mostly the pages it writes (16 KB each: the records' indexes of each
 # file it touches), which a bigger batch shares between more lines: at live
 # rates (a host's line every few seconds) 0.3 s gathers three times the lines
@@ -280,6 +288,14 @@ AUTOCHECKPOINT_SQL = "PRAGMA wal_autocheckpoint = {pages}"
 # memory, 0.05 ms). Its transactions are small (a batch, a derive of
 # derive.DERIVE_BATCH files), so are its temporary b-trees.
 TEMP_STORE_SQL = "PRAGMA temp_store = MEMORY"
+# The central's page cache (256 MB, not connection.connect's 32): each line
+# it stores goes into its file's place in each records index, and at
+# 10,000 agents a batch of 1,024 lines touched more index pages than 32 MB
+# holds: a batch of 2,048 took 1.1 s (0.55 ms a line) against 0.19 s for
+# 1,024, and the central read 310 MB/s of its own pages back from the file
+# (/proc/PID/io). With 256 MB, 2,048 lines took 0.32 s and the reads fell to
+# about 40 MB/s (bench/fleet_sim.py; the central's RSS about 390 MB there).
+CACHE_SQL = "PRAGMA cache_size = -262144"
 # A message or heartbeat the central cannot use: kept, once per (subject, seq).
 QUARANTINE_SQL = """
 INSERT OR IGNORE INTO fleet_quarantine (received_at, subject, stream_seq, host, reason,
@@ -1080,6 +1096,7 @@ async def consume(db, options: fleet_nats.ConnectOptions, *, consumer: str | Non
     round of the loop (the metrics endpoint and /healthz)."""
     started = time.monotonic()
     db.conn.execute(TEMP_STORE_SQL)
+    db.conn.execute(CACHE_SQL)
     checkpointer = None
     asked: dict[int, float] = {}   # file id: when its host was last asked to re-send
     summary = Summary()
@@ -1197,24 +1214,34 @@ def catch_up(db) -> None:
 class CatchUp:
     """catch_up a step at a time, for a following central (its after_batch):
     the files marked when a window's derive begins are derived, at most
-    ``budget_s`` a call (a transaction of derive.DERIVE_BATCH files at
-    least); a call returns True while some are left (call again after the
-    next batch: lines are not held back by a derive of thousands of
-    sessions). Files marked meanwhile are the next window's. Once none is
-    left, the record kinds are counted as catch_up does."""
+    ``budget_s`` a call (a transaction of DERIVE_STEP_FILES files at least);
+    then the record kinds of the files changed by then are counted as
+    catch_up does, at most ``budget_s`` a call too (COUNT_FILES files at
+    least), and the run is ended. A call returns True while some are left
+    (call again after the next batch: lines are not held back by a derive,
+    or a count, of thousands of sessions). Files marked meanwhile are the
+    next window's."""
 
     def __init__(self, db, budget_s: float = DERIVE_BUDGET_S):
         self.db, self.budget_s = db, budget_s
         self.left: list[int] | None = None   # this window's files still to derive
+        self.uncounted: list[int] | None = None   # then, the files whose kinds to count
 
     def __call__(self) -> bool:
         if self.left is None:
             self.left = derive.pending_files(self.db)
-        self.left = derive.derive_some(self.db, self.left, self.budget_s)
         if self.left:
+            self.left = derive.derive_some(self.db, self.left, self.budget_s,
+                                           DERIVE_STEP_FILES)
+            if self.left:
+                return True
+        if self.uncounted is None:
+            self.uncounted = record_kinds.pending_files(self.db)
+        self.uncounted = record_kinds.count_some(self.db, self.uncounted,
+                                                 budget_s=self.budget_s)
+        if self.uncounted:
             return True
-        self.left = None
-        record_kinds.after_ingest(self.db)
+        self.left = self.uncounted = None
         return False
 
 
