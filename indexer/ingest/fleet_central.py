@@ -274,12 +274,17 @@ CONSUMER_POSITION_SQL = "SELECT stream_seq FROM fleet_consumers WHERE name = ?"
 # batches at 10,000 agents (central_cost.py at 10,000 hosts: 8.6 s against
 # 5.4 s without checkpoints, 6% of the CPU; docs/how-it-works/fleet-cost.md).
 # A PASSIVE checkpoint takes no write lock: batches go on being committed
-# meanwhile. Should the thread fall behind, the consumer's connection still
-# checkpoints past CHECKPOINT_BACKSTOP_PAGES (16 KB pages: 1 GB).
+# meanwhile. But while they are, it never copies the whole WAL (frames come
+# after it began), so the WAL is never started again from its beginning and
+# grows; the consumer's connection (its autocheckpoint) copies the rest in a
+# commit past CHECKPOINT_BACKSTOP_PAGES, and the next commit restarts the WAL.
+# At 1 GB (65,536 pages) those commits took 0.6-0.8 s each at 10,000 agents,
+# every 10 s or so, and set the lag's p99 (2.3 s; 0.25-0.35 s at 128 MB, the
+# p99 1.4-1.5 s, bench/fleet_sim.py): the thread has copied most of it by then.
 CHECKPOINT_BYTES = 64 << 20
 CHECKPOINT_EVERY_S = 0.5
 CHECKPOINT_SQL = "PRAGMA wal_checkpoint(PASSIVE)"
-CHECKPOINT_BACKSTOP_PAGES = 65536
+CHECKPOINT_BACKSTOP_PAGES = 8192   # (16 KB pages: 128 MB)
 AUTOCHECKPOINT_SQL = "PRAGMA wal_autocheckpoint = {pages}"
 # The central's temporary b-trees (an ORDER BY, a materialized CTE) in memory,
 # not in temporary files: refreshing a sessions row (views.REFRESH_SESSION_SQL)
