@@ -621,6 +621,29 @@ def test_what_comes_while_a_batch_gathers_is_taken_with_one_pull(server, tmp_pat
     assert requests == 2
 
 
+def test_the_time_since_the_last_batch_counts_towards_gathering(server, tmp_path):   # noqa: F811 (the fixture imported from test_fleet)
+    """A fetch gathers until ``gather`` seconds after the last batch was
+    taken, not ``gather`` seconds more: a central that spent most of that
+    time storing and deriving the last batch takes the next one sooner (at
+    10,000 agents a whole GATHER_S after that work made each line wait for
+    both)."""
+    async def main():
+        nc, pull = await _pull(server.url, "since")
+        await publish_lines(server.url, 1, 0)
+        first = await fleet_central._fetch(pull, 1.0, gather=0)
+        await asyncio.sleep(2.0)   # (the central stores and derives the first)
+        await publish_lines(server.url, 1, 0, SESSIONS[1])
+        began = time.monotonic()
+        second = await fleet_central._fetch(pull, 1.0, gather=3.0)
+        took = time.monotonic() - began
+        await nc.close()
+        return first, second, took
+
+    first, second, took = asyncio.run(main())
+    assert [fleet_central.stream_seq(m) for m in first + second] == [1, 2]
+    assert took < 2.5, took   # (what is left of the 3 s since the first, not 3 s more)
+
+
 def test_a_backlog_is_taken_a_whole_batch_at_once(server, tmp_path):   # noqa: F811 (the fixture imported from test_fleet)
     """More than FETCH_BATCH messages waiting (a central behind its hosts):
     a fetch takes a whole batch with one pull request and does not wait
