@@ -421,7 +421,7 @@ def _simulate(args, per_message: int, root: Path) -> float:
         return p
 
     started = time.perf_counter()
-    backlog = drained = None
+    backlog = drained = probe = None
     try:
         server = spawn([nats_server, "-js", "-a", "127.0.0.1", "-p", port, "-sd",
                         root / "jetstream"])
@@ -488,6 +488,9 @@ def _simulate(args, per_message: int, root: Path) -> float:
         stored, distinct = probe.stored()
         rss = max(rss_before, peak_rss_mb(central.pid))
     finally:
+        if probe is not None:   # (it polls the index: not while the work dir goes)
+            probe.stopped.set()
+            probe.join(timeout=5)
         for p in reversed(procs):
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)
