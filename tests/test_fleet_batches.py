@@ -181,19 +181,29 @@ def test_a_file_deleted_within_a_batch_is_deleted_after_its_earlier_lines_only(t
     assert row[1:3] == (2, 2) and row[5] is None
 
 
+# The index's count of ingest runs (record_kinds: one more at each run's end).
+RUNS_SQL = "SELECT CAST(value AS INTEGER) FROM index_meta WHERE key = 'ingest_runs'"
+
+
+def three_files_stored(tmp_path):
+    """A central's index with one line of each of three sessions stored (not
+    derived), and its ingest runs so far."""
+    db = open_db(str(tmp_path / "central.db"))
+    fleet_central.apply_batch(db, [message(n + 1, "h1", s, line(s, f"u{n}", None))
+                                   for n, s in enumerate(SESSIONS[:3])], "c",
+                              fleet_central.Summary())
+    return db, db.conn.execute(RUNS_SQL).fetchone()
+
+
 def test_a_derive_step_stops_at_its_budget_and_the_next_window_waits(tmp_path, monkeypatch):
     """CatchUp with a budget spent at once derives one transaction's files a
     call, says files are left until this window's are done, and counts the
     record kinds (one run) only then; a file marked meanwhile is the next
     window's."""
     monkeypatch.setattr(fleet_central, "DERIVE_STEP_FILES", 2)
-    db = open_db(str(tmp_path / "central.db"))
-    fleet_central.apply_batch(db, [message(n + 1, "h1", s, line(s, f"u{n}", None))
-                                   for n, s in enumerate(SESSIONS[:3])], "c",
-                              fleet_central.Summary())
+    db, runs_before = three_files_stored(tmp_path)
     marked = "SELECT count(*) FROM files WHERE needs_derive"
-    runs = "SELECT CAST(value AS INTEGER) FROM index_meta WHERE key = 'ingest_runs'"
-    runs_before = db.conn.execute(runs).fetchone()
+    runs = RUNS_SQL
     step = fleet_central.CatchUp(db, budget_s=0)
     assert step() is True
     assert db.conn.execute(marked).fetchone() == (1,)
@@ -220,13 +230,9 @@ def test_the_record_kinds_are_counted_a_step_at_a_time_too(tmp_path, monkeypatch
     from indexer.index import record_kinds
 
     monkeypatch.setattr(record_kinds, "COUNT_FILES", 1)
-    db = open_db(str(tmp_path / "central.db"))
-    fleet_central.apply_batch(db, [message(n + 1, "h1", s, line(s, f"u{n}", None))
-                                   for n, s in enumerate(SESSIONS[:3])], "c",
-                              fleet_central.Summary())
-    runs = "SELECT CAST(value AS INTEGER) FROM index_meta WHERE key = 'ingest_runs'"
+    db, runs_before = three_files_stored(tmp_path)
+    runs = RUNS_SQL
     users = "SELECT records FROM record_types WHERE kind = 'user'"
-    runs_before = db.conn.execute(runs).fetchone()
     step = fleet_central.CatchUp(db, budget_s=0)
     calls = [step()]   # every file derived (one transaction), one file counted
     assert db.conn.execute("SELECT count(*) FROM files WHERE needs_derive").fetchone() == (0,)

@@ -289,8 +289,8 @@ def loader_places(occ: list) -> dict:
     takes that place (loader_keys, sent_as_renames;
     definitions.LOADER_PLACE)."""
     places = first_loaded(occ)
-    renames, _ = sent_as_renames(occ)
     keys, moved = loader_keys(occ), {}
+    renames, _ = sent_as_renames(occ, keys)
     for r in occ:
         y = keys.get(r.id)
         if y:
@@ -385,7 +385,7 @@ def loader_keys(occ: list) -> dict:
     return keys
 
 
-def sent_as_renames(occ: list) -> tuple[dict, set]:
+def sent_as_renames(occ: list, keys: dict | None = None) -> tuple[dict, set]:
     """sentAsUuid: Claude Code stores a prompt anew under a new uuid and
     keeps the uuid it was sent under as ``sentAsUuid``; its loader (trn())
     loads such a user record under its sentAsUuid when its Map holds no
@@ -395,9 +395,10 @@ def sent_as_renames(occ: list) -> tuple[dict, set]:
     Returns ({sentAsUuid: the record's uuid}, {ids of the records a later
     readable node line of their key replaces: no nodes, nothing renamed})
     (definitions: sent_as). An unreadable line does not replace one: trn()
-    asks the loader's Map, which admit() keeps it out of."""
+    asks the loader's Map, which admit() keeps it out of. (``keys``:
+    loader_keys(occ), when the caller has them.)"""
     renames, replaced, first = {}, set(), {}
-    keys = loader_keys(occ)
+    keys = loader_keys(occ) if keys is None else keys
     for r in occ:
         if r.type not in CLI_NODE_TYPES:
             continue
@@ -431,7 +432,7 @@ def loader_names(occ: list) -> dict:
         lines[r.uuid] = lines.get(r.uuid, 0) + 1
         if r.is_unreadable:
             unreadable.add(r.uuid)
-    taken = {y for r in occ if r.id in keys and not r.is_unreadable for y in [keys[r.id]]}
+    taken = {keys[r.id] for r in occ if r.id in keys and not r.is_unreadable}
     names = {}
     for r in occ:
         y = keys.get(r.id)

@@ -187,7 +187,6 @@ async def ensure_stream(js) -> None:
         raise refused from None
 
 
-
 async def heartbeats(js):
     """The key-value bucket of heartbeats, made if missing."""
     from nats.js.errors import BucketNotFoundError   # (nats-py: the optional fleet extra)
