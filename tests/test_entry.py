@@ -127,6 +127,18 @@ def test_a_plain_check_loads_no_click_dataclasses_or_pathlib(world):
     assert "click" in json.loads(p.stdout.splitlines()[-1])["loaded"]
 
 
+def test_the_command_list_loads_no_datasette(world):
+    """`session-index --help` lists serve and demo with their help, without
+    loading Datasette (0.5 s of start-up) or the web plugin."""
+    script = LOADED.replace("%r" % (("click", "dataclasses", "pathlib", "sqlite_utils",
+                                      "msgspec", "typing"),),
+                            "%r" % (("click", "datasette", "session_index_web"),))
+    p = subprocess.run([sys.executable, "-c", script, "--help"], env=world["env"],
+                       capture_output=True, text=True, timeout=60)
+    assert json.loads(p.stdout.splitlines()[-1])["loaded"] == ["click"], p.stderr
+    assert "serve " in p.stdout and "Browse the index in Datasette" in p.stdout
+
+
 def test_parse_check_leaves_anything_unusual_to_click():
     assert entry.parse_check([SID, "--db=x.db", "--json"]) == {
         "session_id": SID, "db_path": "x.db", "as_json": True}

@@ -11,7 +11,6 @@ from pathlib import Path
 from indexer.index import db as dbmod
 from indexer.index import migrations
 from indexer.index.connection import IndexError_
-from session_index_web import metadata as web_metadata
 
 # Facets over a million records take longer than Datasette's default 200 ms.
 # The *_definition views are the specification, not the fast path: a few
@@ -45,6 +44,7 @@ def make_datasette(db_path, **kwargs):
     installed, and the metadata (descriptions, facets) naming the database
     as Datasette does (the file's stem)."""
     from datasette.app import Datasette   # (Datasette: only to serve, not for the checks before it)
+    from session_index_web import metadata as web_metadata   # (it loads Datasette too: only to serve)
 
     check_plugin()
     return Datasette([str(db_path)],
