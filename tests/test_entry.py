@@ -21,8 +21,8 @@ SYNTHETIC = {"id": "5f0c1a52-3a49-4a4e-9f0e-2f1c6e3b7d11", "type": "message", "r
 # The same command through the console script's entry and through click alone.
 ENTRY = "from indexer.cli.entry import main; main()"
 CLICK = "from indexer.cli.commands import cli; cli()"
-# What a check process imported beyond the interpreter's own start-up.
-LOADED = """
+# Which of some modules a process imported beyond the interpreter's own start-up.
+LOADED_OF = """
 import json, os, sys
 before = set(sys.modules)
 from indexer.cli.entry import main
@@ -35,7 +35,9 @@ except SystemExit as exc:
     code = exc.code
 print(json.dumps({"exit": code, "loaded": sorted(m for m in %r
                                                if m in sys.modules and m not in before)}))
-""" % (("click", "dataclasses", "pathlib", "sqlite_utils", "msgspec", "typing"),)
+"""
+# ... for a check process.
+LOADED = LOADED_OF % (("click", "dataclasses", "pathlib", "sqlite_utils", "msgspec", "typing"),)
 
 
 @pytest.fixture
@@ -130,9 +132,7 @@ def test_a_plain_check_loads_no_click_dataclasses_or_pathlib(world):
 def test_the_command_list_loads_no_datasette(world):
     """`session-index --help` lists serve and demo with their help, without
     loading Datasette (0.5 s of start-up) or the web plugin."""
-    script = LOADED.replace("%r" % (("click", "dataclasses", "pathlib", "sqlite_utils",
-                                      "msgspec", "typing"),),
-                            "%r" % (("click", "datasette", "session_index_web"),))
+    script = LOADED_OF % (("click", "datasette", "session_index_web"),)
     p = subprocess.run([sys.executable, "-c", script, "--help"], env=world["env"],
                        capture_output=True, text=True, timeout=60)
     assert json.loads(p.stdout.splitlines()[-1])["loaded"] == ["click"], p.stderr
