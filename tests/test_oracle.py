@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import CORPUS, Transcript, write_jsonl
-from indexer.repair import oracle
+from indexer.repair import oracle, verify
 from oracle_checks import CLAUDE, agree, check_folder
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -297,3 +297,37 @@ def test_verify_without_a_binary_exits_3(index, tmp_path):
     result = run_verify(index, "--claude", str(tmp_path / "no-such-claude"))
     assert result.exit_code == 3
     assert "not an executable file" in result.output
+
+
+def voice(t, uuid, parent, words, **fields):
+    """A line of what was said on a voice call, as Claude Code 2.1.332 stores it."""
+    return t.add(uuid, parent, "system", subtype="voice_call_talk", level="info",
+                 content=words, origin={"kind": "voice-call"}, isMeta=False, **fields)
+
+
+def test_voice_call_talk_is_checked_as_the_cli_sends_it(index, api):
+    """A resume by 2.1.332 sends each voice call line on its chain as a
+    VoiceCallRecord call and its result (id voicecallrecord_ + the uuid);
+    verify checks those ids against the index's chain: the kept lines are
+    sent, the one on a branch the resume abandons is not, and a line with no
+    voice-call origin (a system row) is not either."""
+    t = Transcript(SID)
+    t.add(u(1), None, "user")
+    t.add(u(2), u(1), "assistant", message=text("msg_1", "first answer"))
+    voice(t, u(3), u(2), "words said on an abandoned branch")
+    t.add(u(4), u(3), "assistant", message=text("msg_2", "answer on the abandoned branch"))
+    voice(t, u(5), u(2), "words said on the call")
+    t.add(u(6), u(5), "assistant", message=text("msg_3", "answer to the call"))
+    t.add(u(7), u(6), "system", subtype="voice_call_talk", level="info",
+          content="a damaged line: no origin", isMeta=False)
+    voice(t, u(8), u(7), "more words at the tail")
+    path = write_jsonl(index.projects / "-tmp-demo" / f"{SID}.jsonl", t.records)
+    counts, sent = agree(index, api, path)
+    calls = {i for i in sent.tool_use_ids() if i.startswith("voicecallrecord_")}
+    assert calls == {f"voicecallrecord_{u(5)}", f"voicecallrecord_{u(8)}"}, calls
+    assert set(sent.tool_result_ids()) >= calls
+    # What verify checked: the two voice lines kept (a call and a result each)
+    # and the one dropped, beside the replies.
+    items = verify.sent_items(sent)
+    assert {("tool_use", c) for c in calls} <= items
+    assert counts["kept"] == 2 * 2 + 2 + 0 and counts["dropped"] == 2 + 1, counts

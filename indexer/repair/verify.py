@@ -32,7 +32,8 @@ SELECT r.id, r.line_no, r.uuid, r.type, r.raw,
        o.cause
 FROM records r
 LEFT JOIN orphans o ON o.file_id = r.file_id AND o.record_id = r.id
-WHERE r.file_id = :file_id AND r.type IN ('user', 'assistant')
+WHERE r.file_id = :file_id AND (r.type IN ('user', 'assistant')
+  OR (r.type = 'system' AND r.subtype = '{records.VOICE_CALL_TALK_SUBTYPE}'))
 ORDER BY r.line_no
 """.strip()
 
@@ -61,7 +62,12 @@ def content_of(raw: str, record_type: str) -> list[tuple[str, str]]:
         record = json.loads(raw)
     except ValueError:
         return []
-    message = record.get("message") if isinstance(record, dict) else None
+    if not isinstance(record, dict):
+        return []
+    if record_type == "system" and records.is_voice_call_talk(record):
+        call = records.VOICE_CALL_RECORD_ID + record["uuid"]   # sent as a call and its result
+        return [("tool_use", call), ("tool_result", call)]
+    message = record.get("message")
     content = message.get("content") if isinstance(message, dict) else None
     if isinstance(content, str):
         content = [{"type": "text", "text": content}]

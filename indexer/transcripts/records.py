@@ -293,6 +293,27 @@ def is_api_error_record(type_, subtype) -> bool:
     return type_ == "system" and subtype == API_ERROR_SUBTYPE
 
 
+# What was said aloud on a voice call beside the session, as Claude Code
+# 2.1.332 stores it: a system record of this subtype whose ``content`` is a
+# string and whose ``origin`` names kind "voice-call" (and no ``fold``). Its
+# loader reads such a line as a user message, and a resume sends it to the
+# model as a tool call of its own and its result, both with the id
+# VOICE_CALL_RECORD_ID + the record's uuid (observed against the real binary:
+# tests/test_oracle.py, voice_call_talk). A line that fails the test (no
+# origin, say) stays a system row, which a resume does not send.
+VOICE_CALL_TALK_SUBTYPE = "voice_call_talk"
+VOICE_CALL_RECORD_ID = "voicecallrecord_"
+
+
+def is_voice_call_talk(entry: dict) -> bool:
+    """A parsed line that a resume sends as a voice call's record."""
+    origin = entry.get("origin")
+    return (entry.get("type") == "system" and entry.get("subtype") == VOICE_CALL_TALK_SUBTYPE
+            and isinstance(entry.get("content"), str) and isinstance(origin, dict)
+            and origin.get("kind") == "voice-call" and "fold" not in entry
+            and isinstance(entry.get("uuid"), str))
+
+
 def is_api_error_message(entry: dict) -> bool:
     """An assistant record that stands for an API error (isApiErrorMessage):
     what the error said, in a synthetic placeholder."""
