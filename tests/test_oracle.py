@@ -301,16 +301,18 @@ def test_verify_without_a_binary_exits_3(index, tmp_path):
 
 def voice(t, uuid, parent, words, **fields):
     """A line of what was said on a voice call, as Claude Code 2.1.332 stores it."""
-    return t.add(uuid, parent, "system", subtype="voice_call_talk", level="info",
-                 content=words, origin={"kind": "voice-call"}, isMeta=False, **fields)
+    return t.add(uuid, parent, "system", subtype="voice_call_talk", level="info", isMeta=True,
+                 msgV=1, content=words, blocks=[{"type": "text", "text": words}],
+                 origin={"kind": "voice-call"}, **fields)
 
 
 def test_voice_call_talk_is_checked_as_the_cli_sends_it(index, api):
     """A resume by 2.1.332 sends each voice call line on its chain as a
     VoiceCallRecord call and its result (id voicecallrecord_ + the uuid);
     verify checks those ids against the index's chain: the kept lines are
-    sent, the one on a branch the resume abandons is not, and a line with no
-    voice-call origin (a system row) is not either."""
+    sent, the one on a branch the resume abandons is not, and neither a line
+    with no voice-call origin (a system row) nor a folded one (a queued
+    command: sent as text) is sent as a call."""
     t = Transcript(SID)
     t.add(u(1), None, "user")
     t.add(u(2), u(1), "assistant", message=text("msg_1", "first answer"))
@@ -320,7 +322,8 @@ def test_voice_call_talk_is_checked_as_the_cli_sends_it(index, api):
     t.add(u(6), u(5), "assistant", message=text("msg_3", "answer to the call"))
     t.add(u(7), u(6), "system", subtype="voice_call_talk", level="info",
           content="a damaged line: no origin", isMeta=False)
-    voice(t, u(8), u(7), "more words at the tail")
+    voice(t, u(9), u(7), "a queued command said on the call", fold={"command": {"mode": "prompt"}})
+    voice(t, u(8), u(9), "more words at the tail")
     path = write_jsonl(index.projects / "-tmp-demo" / f"{SID}.jsonl", t.records)
     counts, sent = agree(index, api, path)
     calls = {i for i in sent.tool_use_ids() if i.startswith("voicecallrecord_")}

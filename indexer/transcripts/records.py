@@ -299,8 +299,10 @@ def is_api_error_record(type_, subtype) -> bool:
 # loader reads such a line as a user message, and a resume sends it to the
 # model as a tool call of its own and its result, both with the id
 # VOICE_CALL_RECORD_ID + the record's uuid (observed against the real binary:
-# tests/test_oracle.py, voice_call_talk). A line that fails the test (no
-# origin, say) stays a system row, which a resume does not send.
+# tests/test_oracle.py, voice_call_talk). A line with a ``fold`` (a queued
+# command said on the call) is read as a queued_command attachment and sent
+# as text; a line that fails the test (no origin, say) stays a system row,
+# which a resume does not send.
 VOICE_CALL_TALK_SUBTYPE = "voice_call_talk"
 VOICE_CALL_RECORD_ID = "voicecallrecord_"
 
