@@ -203,17 +203,16 @@ def test_a_derive_step_stops_at_its_budget_and_the_next_window_waits(tmp_path, m
     monkeypatch.setattr(fleet_central, "DERIVE_STEP_FILES", 2)
     db, runs_before = three_files_stored(tmp_path)
     marked = "SELECT count(*) FROM files WHERE needs_derive"
-    runs = RUNS_SQL
     step = fleet_central.CatchUp(db, budget_s=0)
     assert step() is True
     assert db.conn.execute(marked).fetchone() == (1,)
-    assert db.conn.execute(runs).fetchone() == runs_before   # (kinds not counted yet)
+    assert db.conn.execute(RUNS_SQL).fetchone() == runs_before   # (kinds not counted yet)
     last = SESSIONS[3]
     fleet_central.apply_batch(db, [message(9, "h1", last, line(last, "u9", None))], "c",
                               fleet_central.Summary())
     assert step() is False   # this window's last file; the new one waits
     assert db.conn.execute(marked).fetchone() == (1,)
-    assert db.conn.execute(runs).fetchone() != runs_before
+    assert db.conn.execute(RUNS_SQL).fetchone() != runs_before
     assert db.conn.execute("SELECT records FROM record_types WHERE kind = 'user'"
                            ).fetchone() == (4,)
     assert step() is False   # the next window: the new file
@@ -231,16 +230,15 @@ def test_the_record_kinds_are_counted_a_step_at_a_time_too(tmp_path, monkeypatch
 
     monkeypatch.setattr(record_kinds, "COUNT_FILES", 1)
     db, runs_before = three_files_stored(tmp_path)
-    runs = RUNS_SQL
     users = "SELECT records FROM record_types WHERE kind = 'user'"
     step = fleet_central.CatchUp(db, budget_s=0)
     calls = [step()]   # every file derived (one transaction), one file counted
     assert db.conn.execute("SELECT count(*) FROM files WHERE needs_derive").fetchone() == (0,)
     while calls[-1]:
-        assert db.conn.execute(runs).fetchone() == runs_before   # (the run not ended yet)
+        assert db.conn.execute(RUNS_SQL).fetchone() == runs_before   # (the run not ended yet)
         calls.append(step())
     assert calls == [True, True, False]
-    assert db.conn.execute(runs).fetchone() != runs_before
+    assert db.conn.execute(RUNS_SQL).fetchone() != runs_before
     assert db.conn.execute(users).fetchone() == (3,)
     assert record_kinds.pending_files(db) == []
 

@@ -119,16 +119,16 @@ DERIVE_STEP_FILES = 50
 # after the last batch was taken, then takes what came meanwhile (the time
 # the central spent storing and deriving since counts: at 10,000 agents a
 # whole GATHER_S after that work made the lines wait for both, a lag p50 of
-# 0.77 s against 0.49 s, bench/fleet_sim.py): a batch is one transaction, and a transaction's
-# cost is mostly the pages it writes (16 KB each: the records' indexes of each
-# file it touches), which a bigger batch shares between more lines: at live
-# rates (a host's line every few seconds) 0.3 s gathers three times the lines
-# of 0.1 s into one commit, and each file's pages are written about a third
-# as often (a batch's CPU a line at one line a message down by 25-30%; each
-# line waits up to 0.2 s more before it is stored). What came
-# is delivered on the pull request already open (fleet_nats.Pull: a request
-# per message or two, as messages trickle in at live rates, cost the central
-# as much as storing them).
+# 0.77 s against 0.49 s, bench/fleet_sim.py). A batch is one transaction,
+# and a transaction's cost is mostly the pages it writes (16 KB each: the
+# records' indexes of each file it touches), which a bigger batch shares
+# between more lines: at live rates (a host's line every few seconds) 0.3 s
+# gathers three times the lines of 0.1 s into one commit, and each file's
+# pages are written about a third as often (a batch's CPU a line at one line
+# a message down by 25-30%; each line waits up to 0.2 s more before it is
+# stored). What came is delivered on the pull request already open
+# (fleet_nats.Pull: a request per message or two, as messages trickle in at
+# live rates, cost the central as much as storing them).
 GATHER_S = 0.3
 # How long a fetch waits while a derive is under way (it goes on at once
 # when nothing comes).

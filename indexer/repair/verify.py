@@ -64,7 +64,7 @@ def content_of(raw: str, record_type: str) -> list[tuple[str, str]]:
         return []
     if not isinstance(record, dict):
         return []
-    if record_type == "system" and records.is_voice_call_talk(record):
+    if records.is_voice_call_talk(record):   # (a system record: its own test)
         call = records.VOICE_CALL_RECORD_ID + record["uuid"]   # sent as a call and its result
         return [("tool_use", call), ("tool_result", call)]
     message = record.get("message")
