@@ -44,7 +44,8 @@ import sys, time
 sys.path.insert(0, sys.argv[1])
 import indexer.index.db, indexer.ingest.files, indexer.transcripts.lines
 assert indexer.transcripts.lines.__file__.startswith(sys.argv[1]), indexer.transcripts.lines.__file__
-from indexer import db as dbmod, ingest as ingestmod
+from indexer.index import db as dbmod
+from indexer.ingest import files as ingestmod
 t0 = time.perf_counter()
 index = dbmod.open_db(sys.argv[3])
 ingestmod.ingest(index, [sys.argv[2]])
