@@ -21,6 +21,7 @@ from urllib.parse import quote
 
 import pytest
 from datasette.app import Datasette
+from markupsafe import escape
 
 from conftest import Transcript
 from indexer.index import search
@@ -47,7 +48,8 @@ SELECTION_BLOCKS = [
     {"type": "text", "text": "<ide_selection>The user selected the lines 3 to 9 from /src/loop.py:\n"
                              "while True:\n    pass</ide_selection>"},
     {"type": "text", "text": "Why does <b>this</b> loop never end?"}]
-SELECTION_TITLE = "Why does this loop never end?"
+# (the <b> is the user's own text: kept, and shown escaped)
+SELECTION_TITLE = "Why does <b>this</b> loop never end?"
 SEARCH_WORD = "zanzibar"
 
 
@@ -242,16 +244,18 @@ def test_canned_query_pages_fold_their_sql(site):
 def test_session_titles_strip_claude_codes_markup(site):
     for session_id, title in ((COMMAND_SID, COMMAND_TITLE), (SELECTION_SID, SELECTION_TITLE)):
         html = site.get(web_format.session_path(session_id)).text
-        assert f'<h1 class="si-titled">{title} <span class="si-title-id">Session <code>' \
+        assert f'<h1 class="si-titled">{escape(title)} <span class="si-title-id">Session <code>' \
                f"{session_id}</code></span></h1>" in html
-        assert f"<title>{title}: Session {session_id}</title>" in html
+        assert f"<title>{escape(title)}: Session {session_id}</title>" in html
     # The health page's recent sessions: each title as plain_title reads it.
     health = site.get("/-/session-health").text
     titles = [r["title"] for r in listings.sessions(_Db(site.path), limit=RECENT_SESSIONS)]
     shown = [unescape(t) for t in re.findall(r'<td class="si-title">(.*?)</td>', health)]
     assert shown == [listings.plain_title(t) for t in titles] and shown != titles
     hostile = site.get(web_format.session_path(HOSTILE_SID)).text
-    assert re.search(r'<h1 class="si-titled">window.__pwned=1 &#34;&gt; \[click me\]', hostile)
+    # (the user's own tags are text: shown escaped, not stripped)
+    assert re.search(r'<h1 class="si-titled">&lt;script&gt;window.__pwned=1&lt;/script&gt; '
+                     r'&#34;&gt;&lt;img src=x', hostile)
     no_live_markup(hostile)
 
 
@@ -260,9 +264,18 @@ def test_session_titles_strip_claude_codes_markup(site):
     ("<ide_opened_file>The user opened x.py in the IDE</ide_opened_file> Explain it", "Explain it"),
     ("<ide_selection>cut off by the SQL's 120 characters", ""),
     ("<bash-input>ls -la</bash-input>", "ls -la"),
-    ("<command-name>/review</command-name> the parser</com", "/review the parser"),
-    ("see <a hr", "see"),
+    # A prompt cut at PROMPT_CHARS inside one of Claude Code's tags: the start of it goes.
+    ("<command-name>/review</command-name> " + "w " * 40 + "the parser</com",
+     "/review " + "w " * 40 + "the parser"),
+    ("<command-name>/review</command-name> " + "w " * 38 + "the parser <command-args x",
+     "/review " + "w " * 38 + "the parser"),
+    # The user's own tags and angle brackets are text.
+    ("see <a hr", "see <a hr"),
     ("a < b and  c > d", "a < b and c > d"),
+    ("Why is a<b false when comparing strings?", "Why is a<b false when comparing strings?"),
+    ("Use Vec<T> and fix the <div>", "Use Vec<T> and fix the <div>"),
+    ("Why is a<b", "Why is a<b"),
+    ("<task-notification><task-id>b1</task-id></task-notification> Go on", "Go on"),
     ("x" * 150, "x" * 99 + "\u2026"),
     (None, ""),
 ])
@@ -322,7 +335,7 @@ def test_search_page_lists_what_was_said_with_titles_escaped(site):
     assert len(hits) == 1 and body.count('<tr>') == 2   # the header and the hit
     assert f"1 record holds <strong>{SEARCH_WORD}</strong>" in body
     link = web_format.session_path(SELECTION_SID) + "?q=" + SEARCH_WORD
-    assert f'<a href="{link}">{SELECTION_TITLE}</a>' in body
+    assert f'<a href="{link}">{escape(SELECTION_TITLE)}</a>' in body
     assert f"<mark>{SEARCH_WORD}</mark> &lt;script&gt;" in body
     assert re.search(r'<td><time datetime="[^"]+">[^<]+</time> <span class="si-ago">', body)
     assert f'value="{SEARCH_WORD}"' in html   # the box keeps the query

@@ -36,28 +36,53 @@ LISTINGS = {name: classes.listing_sql(cls) for name, cls in classes.LISTED.items
 
 # Markup Claude Code writes into a user message around what the user typed:
 # the context it attaches (the editor's selection or open file, reminders,
-# a slash command's expansion, command output) is no part of a title, and
-# goes with its content; other tags (a slash command's name and arguments, a
-# shell command) are dropped and their text kept (plain_title).
+# a slash command's expansion, command output, a hook's or a background
+# task's note) is no part of a title, and goes with its content; the tags
+# around a slash command's name and arguments, a shell command or a skill's
+# name are dropped and their text kept (plain_title). Any other tag is the
+# user's own text (``Vec<T>``, a question about ``<div>``) and stays.
 TITLE_CONTEXT_TAGS = ("ide_selection", "ide_opened_file", "ide_diagnostics", "system-reminder",
                       "command-message", "local-command-caveat", "local-command-stdout",
-                      "local-command-stderr", "bash-stdout", "bash-stderr", "user-memory-input")
-_CONTEXT = re.compile("|".join(rf"<{t}\b[^>]*>.*?(?:</{t}>|\Z)" for t in TITLE_CONTEXT_TAGS),
+                      "local-command-stderr", "bash-stdout", "bash-stderr", "user-memory-input",
+                      "task-notification", "user-prompt-submit-hook")
+TITLE_TEXT_TAGS = ("command-name", "command-args", "bash-input", "skill-name")
+_CLAUDE_CODE_TAGS = TITLE_CONTEXT_TAGS + TITLE_TEXT_TAGS
+_CONTEXT = re.compile("|".join(rf"<{t}(?=[\s/>])[^>]*>.*?(?:</{t}>|\Z)" for t in TITLE_CONTEXT_TAGS),
                       re.S)
-_TAG = re.compile(r"</?[A-Za-z][\w-]*(?:\s[^<>]*)?/?>|</?[A-Za-z][^<>]*\Z")
+_TAG = re.compile("</?(?:" + "|".join(_CLAUDE_CODE_TAGS) + r")(?=[\s/>])[^<>]*>")
+_TAG_NAME = re.compile(r"</?([\w-]*)")
 _WS = re.compile(r"\s+")
 TITLE_LENGTH = 100  # characters of a title shown
+# Characters of a first prompt a title reads (SESSION_TITLE_TEMPLATE's cut).
+PROMPT_CHARS = 120
+
+
+def _cut_tag(text: str) -> str:
+    """``text`` without the start of one of Claude Code's tags that
+    PROMPT_CHARS' cut left at its end: ``<`` or ``</`` and a prefix of the
+    tag's name, or all of it and part of its attributes."""
+    start = text.rfind("<")
+    if start < 0 or ">" in text[start:]:
+        return text
+    name = _TAG_NAME.match(text, start).group(1)
+    rest = text[_TAG_NAME.match(text, start).end():]
+    if rest == "" and any(tag.startswith(name) for tag in _CLAUDE_CODE_TAGS) or (
+            name in _CLAUDE_CODE_TAGS and rest[:1].isspace()):
+        return text[:start]
+    return text
 
 
 def plain_title(text: str | None, length: int = TITLE_LENGTH) -> str:
     """A session's title (SESSION_TITLE_TEMPLATE) as a person reads it:
-    Claude Code's markup stripped (TITLE_CONTEXT_TAGS with their content, other
-    tags alone; a context tag the SQL's cut leaves open drops the rest, and
-    a tag it cuts in two goes),
-    whitespace made one space, cut to ``length`` characters. Plain text: the
-    page that shows it escapes it."""
-    text = _TAG.sub(" ", _CONTEXT.sub(" ", text or ""))
-    text = _WS.sub(" ", text).strip()
+    Claude Code's markup stripped (TITLE_CONTEXT_TAGS with their content,
+    TITLE_TEXT_TAGS alone; a context tag the SQL's cut leaves open drops the
+    rest, and one of its tags the cut leaves unfinished goes), any other
+    tag kept as the text it is, whitespace made one space, cut to ``length``
+    characters. Plain text: the page that shows it escapes it."""
+    text = text or ""
+    cut = len(text) >= PROMPT_CHARS   # (only a cut prompt ends in a tag's start)
+    text = _TAG.sub(" ", _CONTEXT.sub(" ", text))
+    text = _WS.sub(" ", _cut_tag(text) if cut else text).strip()
     return text if len(text) <= length else text[:length - 1].rstrip() + "\u2026"
 
 
@@ -93,7 +118,7 @@ SESSION_TITLE_TEMPLATE = """coalesce(
   (SELECT t.raw ->> '$.summary' FROM records t WHERE t.file_id = {s}.main_file_id
      AND t.type = 'summary' AND t.type IN ('custom-title', 'ai-title', 'summary') ORDER BY t.line_no DESC LIMIT 1),
   (SELECT prompt FROM (
-     SELECT (SELECT substr(""" + _PROMPT_TEXT.format(j="j") + """, 1, 120)
+     SELECT (SELECT substr(""" + _PROMPT_TEXT.format(j="j") + """, 1, """ + str(PROMPT_CHARS) + """)
              FROM json_each(CASE WHEN json_valid(u.raw) THEN u.raw ELSE '{{}}' END,
                             '$.message.content') j
              WHERE (j.type = 'text' OR j.value ->> '$.type' = 'text')
@@ -102,14 +127,14 @@ SESSION_TITLE_TEMPLATE = """coalesce(
      FROM records u WHERE u.file_id = {s}.main_file_id AND u.type = 'user' AND NOT u.is_meta)
    WHERE prompt IS NOT NULL ORDER BY byte_offset LIMIT 1),
   -- a Codex CLI session: its first user input that is not the CLI's own context
-  (SELECT substr(u.raw ->> '$.payload.content[0].text', 1, 120)
+  (SELECT substr(u.raw ->> '$.payload.content[0].text', 1, """ + str(PROMPT_CHARS) + """)
      FROM records u WHERE u.file_id = {s}.main_file_id AND u.type = 'response_item'
        AND u.subtype = 'message' AND json_valid(u.raw) AND u.raw ->> '$.payload.role' = 'user'
        AND substr(u.raw ->> '$.payload.content[0].text', 1, 1) <> '<'
      ORDER BY u.line_no LIMIT 1),
   -- a Gemini CLI session: its first user message that is not the CLI's own context
   (SELECT substr(CASE WHEN json_type(u.raw, '$.content') = 'text' THEN u.raw ->> '$.content'
-                      ELSE u.raw ->> '$.content[0].text' END, 1, 120)
+                      ELSE u.raw ->> '$.content[0].text' END, 1, """ + str(PROMPT_CHARS) + """)
      FROM records u WHERE u.file_id = {s}.main_file_id AND u.type = 'gemini.user'
        AND json_valid(u.raw) AND substr(coalesce(u.raw ->> '$.content[0].text', ''), 1, 1) <> '<'
      ORDER BY u.line_no LIMIT 1))"""
