@@ -134,8 +134,9 @@ def test_no_control_character_of_a_transcript_reaches_the_terminal(home):
             out.replace("\t", "").replace("\n", ""), out
         assert not RAW_CONTROL.search(err.replace("\n", "")), err
     assert "x\\u001b]0;PWNED\\u0007.jsonl: a FIFO" in outputs[0][2]
-    # show, text (click drops the CSI itself off a terminal; a CR splits the line)
-    assert "a\\u001b]0;PWNED\\u0007b" in outputs[4][1]
+    # show, text and markdown, off a terminal too (the CSI kept: a CR splits the line)
+    for shown in (outputs[4][1], outputs[5][1]):
+        assert "a\\u001b]0;PWNED\\u0007b\\u001b[2Jc" in shown
     assert "d\\u009b31me\\u202ef\\u007fg\\u0000h" in outputs[4][1]
     assert "c\\u000dd" in outputs[1][1]                   # sessions, TSV
     shown = json.loads(outputs[6][1])

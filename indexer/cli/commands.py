@@ -116,7 +116,13 @@ class _Commands(click.Group):
         return super().get_command(ctx, name)
 
 
-@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
+# color: click.echo never strips escape sequences from what it prints. When
+# stdout is no terminal it would cut a transcript's own (``\x1b[2J``) out of
+# the text, where on a terminal visible.Writer shows it as ``\u001b[2J``;
+# the command styles text only on a terminal (sys.stdout.isatty()), so
+# nothing else is left to strip.
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"],
+                                              "color": True})
 @click.version_option(package_name="session-index")
 def cli():
     """A SQLite index of Claude Code session transcripts: every line kept, what
