@@ -378,8 +378,15 @@ def test_verify_the_mcp_check_and_the_session_store_say_so_too(index):
     tools = mcp_server.Tools(dbmod.open_readonly(str(db_path)))
     with pytest.raises(ToolError, match="for Claude Code sessions only"):
         tools.check_session(sid)
-    with pytest.raises(ToolError, match="for Claude Code sessions only"):
-        tools.show_session(sid)
+    # show_session is `show --json` for every agent: the turns, a page at a time.
+    shown = json.loads(_run("show", sid, "--db", db_path, "--json").stdout)
+    first = tools.show_session(sid)
+    assert (first["messages"], first["total"], first["verdict"], first["next"]) == (
+        shown, len(shown), None, None) and len(shown) > 2
+    assert first["revision"]["files"] and tools.show_session(sid, since="#2")["messages"] == \
+        shown[2:]
+    with pytest.raises(ToolError, match="is not a message of the conversation"):
+        tools.show_session(sid, since=f"#{len(shown) + 1}")
     store = IndexSessionStore(db_path)
     try:
         key = {"project_key": "-tmp-x", "session_id": sid}

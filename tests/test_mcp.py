@@ -240,7 +240,7 @@ def test_show_session_is_show_json_a_page_at_a_time(env):
     assert {p["total"] for p in pages} == {n}
     assert all(p["revision"]["files"][0]["ingested_offset"] == path.stat().st_size
                for p in pages)
-    assert "is not the uuid of a message" in bad
+    assert "is not a message of the conversation" in bad
 
 
 def test_usage_is_the_usage_report(seeded):

@@ -210,30 +210,24 @@ class Tools:
         _text(since, "since", MAX_ID)
         with self.snapshot() as conn:
             session_id = session_id_of(conn, session_id)
-            try:
-                host = mainfile.default_host(self.db, session_id)
-            except mainfile.AmbiguousHost as exc:
-                raise ToolError(str(exc)) from None
-            main = conn.execute(repairmod.MAIN_FILE_SQL, [session_id, host]).fetchone()
-            if main is None:
-                raise ToolError(f"session {session_id} has no main transcript in the index: "
-                                "no conversation to show (check_session says why)")
-            try:
-                messages = showmod.recovered_conversation(self.db, session_id, host)
-            except (repairmod.RepairError, agents.NotClaudeCode) as exc:
-                raise ToolError(str(exc)) from None   # (another agent's: `show` gives it)
-            verdict = showmod.verdict_on(conn, session_id, host)
-            revision = _revision(conn, [main[0]])
+            agent = agents.session_agent(conn, session_id)
+            if agent != agents.CLAUDE_CODE:   # a Codex or Gemini CLI session: `show`'s turns
+                messages = showmod.agent_conversation(conn, session_id, agent)
+                host, verdict = None, None
+                revision = _revision(conn, showmod.agent_file_ids(conn, session_id, agent))
+                cursors = [f"#{n}" for n in range(1, len(messages) + 1)]
+            else:
+                host, messages, verdict, revision = self._conversation(conn, session_id)
+                cursors = [m["uuid"] for m in messages]
         start = 0
         if since is not None:
-            at = next((i for i, m in enumerate(messages) if m["uuid"] == since), None)
-            if at is None:
-                raise ToolError(f"since {since[:80]!r} is not the uuid of a message of the "
-                                "conversation (give a page's next)")
-            start = at + 1
+            if since not in cursors:
+                raise ToolError(f"since {since[:80]!r} is not a message of the conversation "
+                                "(give a page's next)")
+            start = cursors.index(since) + 1
         page, size = [], 0
         for m in messages[start:start + PAGE_MESSAGES]:
-            size += len(str(m["message"]))
+            size += len(str(m["message"] if "message" in m else m["text"]))
             if page and size > PAGE_CHARS:
                 break
             page.append(m)
@@ -242,8 +236,26 @@ class Tools:
                 "verdict": {k: verdict[k] for k in ("verdict", "reason", "fix")}
                 if verdict else None,
                 "messages": page, "total": len(messages),
-                "next": page[-1]["uuid"] if left > 0 and page else None,
+                "next": cursors[start + len(page) - 1] if left > 0 and page else None,
                 "revision": revision}
+
+    def _conversation(self, conn, session_id: str) -> tuple:
+        """A Claude Code session's (host, `show --json`'s messages, verdict,
+        revision)."""
+        try:
+            host = mainfile.default_host(self.db, session_id)
+        except mainfile.AmbiguousHost as exc:
+            raise ToolError(str(exc)) from None
+        main = conn.execute(repairmod.MAIN_FILE_SQL, [session_id, host]).fetchone()
+        if main is None:
+            raise ToolError(f"session {session_id} has no main transcript in the index: "
+                            "no conversation to show (check_session says why)")
+        try:
+            messages = showmod.recovered_conversation(self.db, session_id, host)
+        except repairmod.RepairError as exc:
+            raise ToolError(str(exc)) from None
+        return (host, messages, showmod.verdict_on(conn, session_id, host),
+                _revision(conn, [main[0]]))
 
     def usage(self, period: str | None = None, project: str | None = None) -> dict:
         _text(period, "period", MAX_ID)
@@ -348,12 +360,14 @@ def build(db, config_dir=None) -> Server:
     async def show_session(
             session_id: SessionId,
             since: Annotated[str | None, Field(max_length=MAX_ID, description=(
-                "The uuid of the last message seen (a page's `next`): the page after it."))
+                "A page's `next` (the uuid of the last message seen; #N, the N-th, in a "
+                "Codex or Gemini CLI session): the page after it."))
             ] = None,
     ) -> dict[str, Any]:
         """The conversation as a resume would load it (with the output an api_error splice
         orphaned put back and marked recovered), a page at a time: `next` is the cursor
-        of the next page (null: the last)."""
+        of the next page (null: the last). A Codex or Gemini CLI session's conversation
+        as `show` reads it (id, role, time, text), with no verdict."""
         return tools.show_session(session_id, since)
 
     @server.tool(annotations=READ_ONLY)

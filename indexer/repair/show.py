@@ -134,6 +134,17 @@ ORDER BY f.id, r.byte_offset
 """.strip()
 
 
+# The files of another agent's session (AGENT_LINES_SQL's).
+AGENT_FILES_SQL = """
+SELECT id FROM files WHERE session_id = :session_id AND agent = :agent AND host IS NULL ORDER BY id
+""".strip()
+
+
+def agent_file_ids(conn, session_id: str, agent: str) -> list[int]:
+    return [r[0] for r in conn.execute(AGENT_FILES_SQL, {"session_id": session_id,
+                                                         "agent": agent})]
+
+
 def agent_conversation(conn, session_id: str, agent: str) -> list[dict]:
     """The conversation of another agent's session, in order: [{id, role,
     timestamp, text}]. A Codex rollout's response items (messages, tool
