@@ -8,9 +8,10 @@ is the same Datasette with the package's metadata (descriptions, facets).
 The core (``indexer``) never imports it."""
 
 from session_index_web.hooks import (canned_queries, extra_css_urls, extra_template_vars,
-                                     menu_links, permission_allowed, prepare_connection,
-                                     prepare_jinja2_environment, register_routes, render_cell)
+                                     handle_exception, menu_links, permission_allowed,
+                                     prepare_connection, prepare_jinja2_environment,
+                                     register_routes, render_cell)
 
-__all__ = ["canned_queries", "extra_css_urls", "extra_template_vars", "menu_links",
-           "permission_allowed", "prepare_connection", "prepare_jinja2_environment",
-           "register_routes", "render_cell"]
+__all__ = ["canned_queries", "extra_css_urls", "extra_template_vars", "handle_exception",
+           "menu_links", "permission_allowed", "prepare_connection",
+           "prepare_jinja2_environment", "register_routes", "render_cell"]

@@ -46,6 +46,12 @@ _BADGES = {(column, word): badge(word, colour, column)
 _LINK = Markup('<a href="{}">{}</a>')
 
 
+def _plain(value):
+    """A cell's value: a table page hands render_cell a foreign key's cell
+    expanded ({"value": 33, "label": "33"}: records.file_id)."""
+    return value["value"] if isinstance(value, dict) and "value" in value else value
+
+
 def render_cell(row, value, column, table, database, urls):
     if column not in RENDERED_COLUMNS:
         return None
@@ -55,7 +61,7 @@ def render_cell(row, value, column, table, database, urls):
     if column in UUID_COLUMNS and isinstance(value, str) and value \
             and "session_id" in keys and row["session_id"]:
         # ?at= opens the window of the session page that draws the record.
-        args = {"file": row["file_id"]} if "file_id" in keys else {}
+        args = {"file": _plain(row["file_id"])} if "file_id" in keys else {}
         query = "?" + urlencode(dict(args, at=value))
         href = urls.path(session_path(row["session_id"])) + query + "#u-" + quote(value, safe="")
         return _LINK.format(href, value)

@@ -1,10 +1,11 @@
 """The plugin's Datasette hooks, all of them, each a few lines that hand the
 work to the package's modules: the pages and their routes (pages.py), the
 menu link and stylesheet, the canned queries of any database that is a
-session index (metadata.py), the rendering of its cells (cells.py) and the
+session index (metadata.py), the rendering of its cells (cells.py), the
 SQL functions for the pages and operators' own queries:
-is_synthetic(type, model) and json_excerpt(raw, length) (format.py).
-Everything acts only in databases that are session indexes."""
+is_synthetic(type, model) and json_excerpt(raw, length) (format.py), and
+the answer to an error (errors.py). Everything else acts only in databases
+that are session indexes."""
 
 import sqlite3
 
@@ -12,7 +13,7 @@ from datasette import hookimpl
 
 from indexer.index import search
 from indexer.signals.listings import plain_title
-from session_index_web import cells, metadata as web_metadata, pages as web_pages
+from session_index_web import cells, errors, metadata as web_metadata, pages as web_pages
 from session_index_web.format import is_synthetic, json_excerpt, relative_time, when
 
 
@@ -88,6 +89,16 @@ def render_cell(row, value, column, table, database, datasette):
         return cells.render_cell(row, value, column, table, database, datasette.urls)
 
     return inner
+
+
+@hookimpl(hookwrapper=True)
+def handle_exception(datasette, request, exception):
+    """Every error is answered as Datasette answers it, without the default
+    handler's rich traceback (errors.py says why): the plugin's answer takes
+    the default's place among the hook's answers."""
+    outcome = yield
+    outcome.force_result(errors.instead_of_default(outcome.get_result(), datasette, request,
+                                                   exception))
 
 
 @hookimpl

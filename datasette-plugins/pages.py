@@ -21,7 +21,7 @@ from datasette.utils import sqlite_timelimit
 from datasette.utils.asgi import NotFound, Request, Response
 from datasette.views.index import IndexView
 
-from indexer.chain import resume
+from indexer.chain import definitions, resume
 from indexer.index import search
 from indexer.repair import show
 from indexer.transcripts import agents, codex
@@ -118,6 +118,34 @@ FROM compaction_segments WHERE file_id = :file_id ORDER BY position
 """.strip()
 # Its row of unwritten_transcripts, when it has one.
 SESSION_UNWRITTEN_SQL = "SELECT * FROM unwritten_transcripts WHERE session_id = :session_id"
+# What else the index holds of a session id it holds no transcript of: the
+# pages link every id it names (render_cell links every session_id,
+# init_session_id and resume_target cell; the health page its problems'
+# sessions), and the page says what is known of it. The `claude -p` runs that
+# name it: named_as, the column that names it (the session the run reported,
+# its init event's, or the one its resume could not find), newest first.
+SESSION_EXECUTIONS_SQL = """
+SELECT id, error_class, subtype, error_message, log_path, log_mtime, line_no,
+  CASE :session_id WHEN resume_target THEN 'resume_target' WHEN session_id THEN 'session_id'
+       ELSE 'init_session_id' END AS named_as
+FROM executions WHERE :session_id IN (session_id, init_session_id, resume_target)
+ORDER BY log_mtime DESC, line_no DESC
+""".strip()
+# Its reference a resume cannot use (a stale_session_refs row: never_indexed).
+SESSION_STALE_REF_SQL = """
+SELECT reason, refs, sources, last_cached_at, last_execution_class
+FROM stale_session_refs WHERE session_id = :session_id
+""".strip()
+# The transcripts of other sessions holding records under its id (a line
+# keeps the sessionId it was written with: a fork's or a copy's lines; the
+# usage view counts their calls under that id): each file, the session it
+# belongs to and how many of its records carry the id.
+SESSION_RECORDS_ELSEWHERE_SQL = f"""
+SELECT f.id AS file_id, f.path, f.session_id AS file_session_id, count(*) AS records
+FROM records r JOIN files f ON f.id = r.file_id
+WHERE r.session_id = :session_id AND f.kind IN {definitions.TRANSCRIPT_KINDS}
+GROUP BY f.id ORDER BY f.id
+""".strip()
 # The thinking blocks the API refuses on the file's resume chain
 # (thinking_faults, read from thinking_cache, which ingest keeps: the wedge
 # in the latest message first). Computing them from the file's records
@@ -365,13 +393,8 @@ async def session_page(datasette, request):
     unwritten = (await db.execute(SESSION_UNWRITTEN_SQL, params)).first()
     unwritten = dict(unwritten) if unwritten else None
     if session is None and not files:
-        verdict = (await db.execute(verdicts.SESSION_VERDICT_SQL, params)).first()
-        return await render(datasette, request, "session_tree.html", {
-            "session_id": session_id, "missing": True, "prompts": prompts,
-            "unwritten": unwritten, "verdict": dict(verdict) if verdict else None,
-            "unwritten_url": datasette.urls.table(name, "unwritten_transcripts"),
-            "sessions_url": datasette.urls.table(name, "sessions")},
-            status=200 if verdict else 404)
+        return await _missing_session_page(datasette, request, name, db, session_id, prompts,
+                                           unwritten)
     agent = (await db.execute(agents.SESSION_AGENT_SQL, params)).first()
     if agent is not None:   # a Codex or Gemini CLI session: its conversation, no verdict
         return await _agent_session_page(datasette, request, db, session_id, agent[0],
@@ -476,6 +499,34 @@ async def session_page(datasette, request):
         "compactions_url": datasette.urls.table(name, "compaction_segments") + "?" + urlencode(
             {"file_id": file["id"]}),
     }, status=found["status"])
+
+
+async def _missing_session_page(datasette, request, name, db, session_id, prompts, unwritten):
+    """A session id the index holds no transcript of: its verdict (a
+    session_verdicts row: history.jsonl and the session folder know it;
+    else, when the index names it elsewhere, check's: missing, never_seen)
+    and what the index holds of it: its prompts, the runs that name it, its
+    stale reference, its records in other sessions' transcripts. 404 when
+    the index knows nothing of it."""
+    params = {"session_id": session_id}
+    verdict = (await db.execute(verdicts.SESSION_VERDICT_SQL, params)).first()
+    runs = [dict(r) for r in await db.execute(SESSION_EXECUTIONS_SQL, params)]
+    stale = (await db.execute(SESSION_STALE_REF_SQL, params)).first()
+    elsewhere = [dict(r, url=datasette.urls.path(session_path(r["file_session_id"])) + "?"
+                      + urlencode({"file": r["file_id"], "database": name}))
+                 for r in await db.execute(SESSION_RECORDS_ELSEWHERE_SQL, params)]
+    if verdict is None and (prompts or runs or stale or elsewhere):
+        verdict = (await db.execute(verdicts.CHECK_VERDICT_SQL,
+                                    verdicts.unseen_subject(session_id))).first()
+    return await render(datasette, request, "session_tree.html", {
+        "session_id": session_id, "missing": True, "prompts": prompts,
+        "unwritten": unwritten, "verdict": dict(verdict) if verdict else None,
+        "runs": runs, "stale": dict(stale) if stale else None, "elsewhere": elsewhere,
+        "runs_url": datasette.urls.table(name, "executions"),
+        "stale_url": datasette.urls.table(name, "stale_session_refs"),
+        "unwritten_url": datasette.urls.table(name, "unwritten_transcripts"),
+        "sessions_url": datasette.urls.table(name, "sessions")},
+        status=200 if verdict else 404)
 
 
 async def _layout(db, fid, file, request):

@@ -643,6 +643,15 @@ def of_session(conn, session_id: str) -> dict | None:
     return rows[0] if rows else None
 
 
+def unseen_subject(session_id: str) -> dict:
+    """CHECK_VERDICT_SQL's parameters for a session id the index holds no
+    transcript of, on this machine (the subject check's _subject builds when
+    it finds no file): its verdict as check gives it (missing, never_seen)."""
+    return {"session_id": session_id, "host": "", "file_id": None, "rule": None,
+            "gone_now": 0, "cwd": None, "candidates": "", "unscanned": 0,
+            "claude_version": None}
+
+
 def headline(verdict: str, reason: str) -> str:
     """A verdict as check prints it (and show begins): 'VERDICT: REASON'."""
     return f"{verdict}: {reason}"
