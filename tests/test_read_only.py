@@ -9,13 +9,16 @@ permissions a real reader does."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import shutil
+import socket
 import sqlite3
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import anyio
@@ -206,3 +209,44 @@ def test_a_wal_holding_changes_without_its_shm_is_one_line_exit_3(place):
     assert os.path.getsize(f"{place.path}-wal") > 0
     place.lock()
     assert_one_line_exit_3(place.run("status"), "its -wal file holds changes")
+
+
+@pytest.mark.parametrize("held_open", [False, True])
+def test_serve_serves_it(place, held_open):
+    """serve, as nobody: immutable (saying so) with no -wal or -shm and a
+    folder it may not write; as Datasette's mode=ro while a writer has it open."""
+    holder = sqlite3.connect(place.path, isolation_level=None) if held_open else None
+    if holder is not None:
+        holder.execute("SELECT count(*) FROM records").fetchone()
+    place.lock()
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    cmd = [*NOBODY, sys.executable, "-m", "indexer", "serve", "--db", str(place.path),
+           "--port", str(port)]
+    log = place.root / "serve.log"
+    with open(log, "wb") as err:
+        proc = subprocess.Popen(cmd, stdout=err, stderr=subprocess.STDOUT, env=place.env(),
+                                cwd="/")
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, log.read_text()
+            try:
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+                conn.request("GET", "/sessions/sessions.json?_shape=array")
+                response = conn.getresponse()
+                status, body = response.status, response.read().decode()
+                conn.close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, log.read_text()
+                time.sleep(0.05)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        if holder is not None:
+            holder.close()
+    assert status == 200, body
+    assert [row["session_id"] for row in json.loads(body)] == [SID]
+    assert ("is served as it is now" in log.read_text()) is not held_open
