@@ -90,10 +90,12 @@ def _known(db, session_id: str):
     return db
 
 
-def _open(path: str, create: bool = False):
-    """The index at ``path``; only ingest creates one (``create``)."""
+def _open(path: str, create: bool = False, write: bool = False):
+    """The index at ``path``; only ingest creates one (``create``). A command
+    that writes it (``write``) is refused on an index this user may only
+    read; any other reads it as it stands."""
     try:
-        return dbmod.open_index(path, create=create)
+        return dbmod.open_index(path, create=create, write=write)
     except IndexError_ as exc:
         raise Failure(str(exc)) from None
 
@@ -491,7 +493,7 @@ def refs_import(file, db_path, as_json):
     \b
         session-index refs import cached-sessions.csv --db sessions.db
     """
-    db = _open(db_path)
+    db = _open(db_path, write=True)
     try:
         result = refsmod.import_refs(db, file)
     except refsmod.RefsFileError as exc:
@@ -697,6 +699,8 @@ USAGE_WHEN_HELP = ("a date (YYYY-MM-DD or YYYYMMDD), an ISO-8601 time, or now, t
 
 
 def _refresh_prices(db) -> None:
+    if dbmod.read_only(db):   # (this user may not write it: the prices it holds)
+        return
     try:
         pricesmod.refresh_packaged(db)
     except pricesmod.PricesError as exc:
@@ -929,7 +933,7 @@ def prices_load(file, db_path, as_json):
     \b
         session-index prices load prices-2027-01.json
     """
-    db = _open(db_path, create=False)
+    db = _open(db_path, write=True)
     try:
         result = pricesmod.load_file(db, file)
     except pricesmod.PricesError as exc:
@@ -1021,13 +1025,14 @@ def _fresh(db, session_id, required: bool = True, host: str = "") -> bool:
     """Ingest the session's main transcripts first if they changed on disk (or
     went away: which one a resume opens may change with them). Whether the
     index holds a main transcript of it on ``host`` (exit 3 without one, if
-    required)."""
-    paths = [r[0] for r in db.conn.execute(
-        "SELECT path FROM files WHERE session_id = ? AND kind = 'main' AND origin = 'file'",
-        [session_id])]
-    if paths:
-        ingestmod.ingest(db, paths)
-    derive.refresh_sessions_if_stale(db)
+    required). An index this user may only read is taken as it stands."""
+    if not dbmod.read_only(db):
+        paths = [r[0] for r in db.conn.execute(
+            "SELECT path FROM files WHERE session_id = ? AND kind = 'main' AND origin = 'file'",
+            [session_id])]
+        if paths:
+            ingestmod.ingest(db, paths)
+        derive.refresh_sessions_if_stale(db)
     if db.conn.execute(repairmod.MAIN_FILE_SQL, [session_id, host]).fetchone() is None:
         if required:
             raise Failure(f"session {session_id} has no main transcript in the index")
@@ -1127,7 +1132,7 @@ def repair(session_id, db_path, write, force, as_json):
     \b
         session-index repair 0b1fed78-ad30-4641-94b1-5f6931526c96 --write
     """
-    db = _known(_open(db_path, create=False), session_id)
+    db = _known(_open(db_path, write=write), session_id)
     try:
         agentsmod.require_claude_code(db.conn, session_id)
     except agentsmod.NotClaudeCode as exc:
@@ -1330,7 +1335,7 @@ def search(query, db_path, session_id, project, since, limit, enable, disable, f
 
     if enable and disable:
         raise click.UsageError("--enable and --disable cannot be given together")
-    db = _open(db_path, create=False)
+    db = _open(db_path, write=enable or disable)
     if disable:
         was = searchmod.disable(db)
         click.echo(f"search {'disabled' if was else 'was not enabled'} on {db_path}")

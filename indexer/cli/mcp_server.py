@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import sqlite3
 from datetime import datetime, timedelta, timezone
@@ -161,14 +162,21 @@ class Tools:
     def snapshot(self) -> snapshot:
         """A read transaction on the index at the path: one that was deleted
         or replaced since it was opened (a backup put back) is opened again,
-        so the server never answers from a file nobody writes any more."""
+        so the server never answers from a file nobody writes any more. So
+        is one opened immutable (a folder this user may not write, and no
+        writer then: connection.connect_readonly) once a writer has made
+        its -wal file: it reads the writer's -shm from then on."""
         try:
             self.opened.verify()
+            why = "the index was opened by a writer" if self.db.immutable and os.path.exists(
+                self.opened.path + "-wal") else None
         except dbmod.IndexReplaced:
+            why = "the index was replaced"
+        if why is not None:
             try:
                 db = dbmod.open_readonly(self.opened.path)
             except IndexError_ as exc:
-                raise ToolError(f"the index was replaced and cannot be read: {exc}") from None
+                raise ToolError(f"{why} and cannot be read: {exc}") from None
             self.conn.close()
             self.db, self.conn, self.opened = db, db.conn, dbmod.OpenedFile(db.conn)
         return snapshot(self.conn)

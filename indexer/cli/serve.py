@@ -34,14 +34,18 @@ class Failure(click.ClickException):
     exit_code = EXIT_UNUSABLE
 
 
-def run_server(db_path, host: str, port: int) -> None:
-    """Serve until interrupted."""
+def run_server(db_path, host: str, port: int, immutable: bool = False) -> None:
+    """Serve until interrupted (``immutable``: prepare_index's)."""
     import uvicorn   # (only to serve: demo --no-serve never starts a server)
 
-    ds = make_datasette(db_path)
+    ds = make_datasette(db_path, immutable=immutable)
     asyncio.new_event_loop().run_until_complete(ds.invoke_startup())
     shown = f"[{host}]" if ":" in host else host
     click.echo(f"Serving {db_path} at http://{shown}:{port}/-/session-health", err=True)
+    if immutable:
+        click.echo(f"note: {db_path} is served as it is now: this user may not write its "
+                   "folder (for SQLite's -shm file) and no ingest has it open, so what an "
+                   "ingest adds later shows after a restart", err=True)
     if not is_loopback(host):
         click.echo("warning: listening beyond this machine; anyone who reaches it reads "
                    "every transcript (see the deployment notes)", err=True)
@@ -159,7 +163,7 @@ def serve(ctx, args, db_path, host, port, watch, config_dir, from_url, consumer,
             try:
                 if sources or not from_url:
                     sources = watchmod.default_sources(sources, config_dir)
-                dbmod.open_db(db_path).conn.close()   # create or upgrade it
+                dbmod.open_index(db_path, create=True).conn.close()   # create or upgrade it
             except (watchmod.WatchError, IndexError_) as exc:
                 raise WebError(str(exc)) from None
             if from_url:
@@ -174,7 +178,7 @@ def serve(ctx, args, db_path, host, port, watch, config_dir, from_url, consumer,
                     db_path, nats_options(from_url, nats_auth), consumer=consumer, hosts=hosts,
                     gap_wait=gap_wait, live=live,
                     log=lambda line: watchmod.stderr_log(f"fleet: {line}"))
-        prepare_index(db_path)
+        immutable = prepare_index(db_path)
         check_port(host, port)
         endpoint = _metrics_endpoint(metrics, db_path, fleet)
         try:
@@ -184,7 +188,7 @@ def serve(ctx, args, db_path, host, port, watch, config_dir, from_url, consumer,
                 if code:
                     raise SystemExit(code)
             else:
-                run_server(db_path, host, port)
+                run_server(db_path, host, port, immutable)
         finally:
             if endpoint is not None:
                 endpoint.close()

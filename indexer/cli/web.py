@@ -9,7 +9,6 @@ import socket
 from pathlib import Path
 
 from indexer.index import db as dbmod
-from indexer.index import migrations
 from indexer.index.connection import IndexError_
 
 # Facets over a million records take longer than Datasette's default 200 ms.
@@ -38,16 +37,18 @@ def check_plugin() -> None:
                        "package (pip install .) so its datasette entry point is there")
 
 
-def make_datasette(db_path, **kwargs):
+def make_datasette(db_path, immutable: bool = False, **kwargs):
     """A Datasette on the index at ``db_path`` (mutable: not ``-i``) with
     the plugin, as ``datasette FILE.db`` has it once the package is
     installed, and the metadata (descriptions, facets) naming the database
-    as Datasette does (the file's stem)."""
+    as Datasette does (the file's stem). ``immutable`` (prepare_index's):
+    served as ``datasette -i`` serves it."""
     from datasette.app import Datasette   # (Datasette: only to serve, not for the checks before it)
     from session_index_web import metadata as web_metadata   # (it loads Datasette too: only to serve)
 
     check_plugin()
-    return Datasette([str(db_path)],
+    files = {"immutables": [str(db_path)]} if immutable else {"files": [str(db_path)]}
+    return Datasette(**files,
                      metadata=web_metadata.metadata(Path(db_path).stem, queries=False),
                      settings=dict(SETTINGS), **kwargs)
 
@@ -70,19 +71,21 @@ def check_database_name(db_path) -> None:
             "rename the file (or serve a symlink with a plain name)")
 
 
-def prepare_index(db_path) -> None:
+def prepare_index(db_path) -> bool:
     """Fail early on a missing or foreign file, or a name Datasette would
     render unescaped; bring an older index's schema and views up to date,
-    as ``status`` does."""
+    as ``status`` does (db.open_index: not an index this user may only
+    read). Whether it must be served immutable: this user may not make its
+    -shm file and no writer has it open (connection.connect_readonly)."""
     check_database_name(db_path)
     try:
-        db = dbmod.open_db(db_path, create=False)
-        migrations.upgrade(db)
+        db = dbmod.open_index(db_path)
         db.conn.close()
     except IndexError_ as exc:
         raise WebError(str(exc)) from None
     except Exception as exc:  # sqlite3.DatabaseError: not an index
         raise WebError(f"{db_path} is not a usable session index: {exc}") from None
+    return dbmod.read_only(db) and db.immutable
 
 
 def check_port(host: str, port: int) -> None:

@@ -20,7 +20,11 @@ from indexer.index.connection import (
     TABLES_SQL,
     IndexError_,
     connect,
+    connect_readonly,
+    not_writable,
+    readonly_uri,
     unusable,
+    writable,
 )
 from indexer.transcripts.safefiles import NotRegular, open_regular
 
@@ -79,10 +83,22 @@ class Index:
     which is all the library uses of a sqlite_utils.Database outside
     migrations and view creation."""
 
-    __slots__ = ("conn",)
+    __slots__ = ("conn", "read_only", "immutable")
 
-    def __init__(self, conn: sqlite3.Connection):
+    def __init__(self, conn: sqlite3.Connection, read_only: bool = False,
+                 immutable: bool = False):
         self.conn = conn
+        # Opened with connect_readonly (a user who may read the index but
+        # not write it, or ``mcp``), and whether as immutable: it then sees
+        # nothing a writer does after it was opened.
+        self.read_only, self.immutable = read_only, immutable
+
+
+def read_only(db) -> bool:
+    """Is ``db`` (open_index's) an index this user may only read? What
+    writes before it answers (an ingest of a session's changed transcript,
+    a refresh of stale sessions) is left undone on it."""
+    return isinstance(db, Index) and db.read_only
 
 
 def data_dir() -> str:
@@ -118,12 +134,6 @@ def _missing(path) -> IndexError_:
 SQLITE_HEADER = b"SQLite format 3\x00"
 IS_INDEX_SQL = "SELECT 1 FROM _sqlite_migrations WHERE migration_set = ? LIMIT 1"
 NEW, INDEX = "new", "index"
-
-
-def readonly_uri(path: str, immutable: bool = False) -> str:
-    """A ``file:`` URI opening ``path`` read-only (sqlite3.connect(uri=True))."""
-    quoted = os.path.abspath(path).replace("%", "%25").replace("?", "%3f").replace("#", "%23")
-    return f"file:{quoted}?mode=ro" + ("&immutable=1" if immutable else "")
 
 
 def probe(path: str) -> str:
@@ -219,20 +229,35 @@ def _create(path: str, bulk: bool = False) -> Index | sqlite_utils.Database:
     return _upgraded(conn)
 
 
-def open_index(path, *, create: bool = False,
+def open_index(path, *, create: bool = False, write: bool = False,
                bulk: bool = False) -> Index | sqlite_utils.Database:
     """The index at ``path``, upgraded (with ``create``, made if the file is
     new or empty): what a command opens. Only ingest and the session store
     create an index; no command touches a file that is not one (``probe``).
     At the current schema (``is_current``) it is an ``Index`` on a plain
     sqlite3 connection; otherwise the sqlite_utils Database that ``upgrade``
-    brought up to date. ``bulk`` (for a new file only): connect's."""
+    brought up to date. ``bulk`` (for a new file only): connect's.
+
+    A file this user may not write is opened read-only (``open_readonly``:
+    an ``Index`` whose ``read_only`` is set, never upgraded), unless the
+    command writes (``create``, ``write``): that is refused, saying so."""
     path = os.fspath(path)
     if probe(path) == NEW:
         if not create:
             raise _missing(path)
         return _create(path, bulk)
-    conn = connect(path)
+    if not writable(path):
+        if create or write:
+            raise not_writable(path)
+        return open_readonly(path)
+    try:
+        conn = connect(path)
+    except IndexError_:
+        # A file this user may write in a folder it may not (where SQLite
+        # makes the -wal and -shm files): read-only too, for a reader.
+        if create or write or os.access(os.path.dirname(os.path.abspath(path)), os.W_OK):
+            raise
+        return open_readonly(path)
     try:
         current = is_current(conn)
     except sqlite3.DatabaseError as exc:
@@ -245,24 +270,28 @@ def open_index(path, *, create: bool = False,
 
 def open_readonly(path) -> Index:
     """The index at ``path`` for a reader that never writes (``session-index
-    mcp``): opened ``mode=ro`` with writes refused (query_only), never made
-    nor upgraded; an index of another schema is refused (any other command
-    upgrades it)."""
+    mcp``, and any command on a file this user may not write): opened
+    read-only (connection.connect_readonly) with writes refused, never made
+    nor upgraded; an index of another schema is refused (a command run by a
+    user who may write it upgrades it)."""
     path = os.fspath(path)
     if probe(path) == NEW:
         raise _missing(path)
+    conn, immutable = connect_readonly(path)
     try:
-        conn = sqlite3.connect(readonly_uri(path), uri=True, isolation_level=None,
-                               timeout=BUSY_TIMEOUT_MS / 1000)
-        conn.execute("PRAGMA query_only = 1")
         current = is_current(conn)
     except sqlite3.DatabaseError as exc:
+        conn.close()
         raise unusable(path, exc) from None
     if not current:
         conn.close()
-        raise IndexError_(f"{path} is not at this session-index's schema: run "
-                          "'session-index status' on it once to upgrade it")
-    return Index(conn)
+        if writable(path):
+            raise IndexError_(f"{path} is not at this session-index's schema: run "
+                              "'session-index status' on it once to upgrade it")
+        raise IndexError_(f"{path} needs upgrading to this session-index's schema, and this "
+                          "user may only read it: run 'session-index status' on it once as "
+                          "a user who may write it")
+    return Index(conn, read_only=True, immutable=immutable)
 
 
 def is_current(conn: sqlite3.Connection) -> bool:
@@ -270,7 +299,11 @@ def is_current(conn: sqlite3.Connection) -> bool:
     applied and every view is stored as views.py states it."""
     try:
         applied = conn.execute(LAST_MIGRATION_SQL, [MIGRATION_SET, LAST_MIGRATION]).fetchone()
-    except sqlite3.OperationalError:  # no _sqlite_migrations table: a new index
+    except sqlite3.OperationalError as exc:
+        # No _sqlite_migrations table: a new index. Any other error (a file
+        # SQLite cannot open or read) is the caller's to report as it is.
+        if not str(exc).startswith("no such table"):
+            raise
         return False
     if applied is None:
         return False

@@ -42,7 +42,7 @@ from indexer.ingest import sidecars
 from indexer.signals import verdict as verdicts
 from indexer.transcripts import agents, retention, thinking
 from indexer.signals import classes, listings as signals
-from indexer.index import views
+from indexer.index import db as dbmod, views
 
 # A check imports only what its answer needs: no click, dataclasses, pathlib
 # or parser (indexer/cli/entry.py; bench/startup_speed.py).
@@ -154,8 +154,10 @@ def check(db, session_id: str, *, now: str | None = None, config_dir=None,
     session is on several, none of them this machine. ``freshen=False``
     (a reader that never writes: ``session-index mcp``): nothing is
     ingested; a transcript that changed on disk since the last ingest is
-    answered for as the index holds it, with a warning (UNREAD_WARNING)."""
+    answered for as the index holds it, with a warning (UNREAD_WARNING);
+    so is an index this user may only read (db.read_only)."""
     started = time.monotonic()
+    freshen = freshen and not dbmod.read_only(db)
     agents.require_claude_code(db.conn, session_id)   # a Codex or Gemini CLI session: no verdict
     searched = [os.fspath(config_dir)] if config_dir is not None else retention.config_dirs()
     config_dir = os.fspath(config_dir or retention.default_config_dir())

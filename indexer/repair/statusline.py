@@ -53,6 +53,8 @@ def line(db_path, payload: str, freshen: bool = False) -> str:
         db = (dbmod.open_index(db_path) if freshen else dbmod.open_readonly(db_path))
     except IndexError_ as exc:
         return f"{PREFIX}: {exc}"
+    # An index this user may only read is answered from as it stands.
+    freshen = freshen and not dbmod.read_only(db)
     path = data.get("transcript_path")
     try:
         if freshen and isinstance(path, str) and os.path.isfile(path):
