@@ -25,7 +25,7 @@ import click
 
 from indexer.cli.options import nats_auth_options, nats_options
 from indexer.index import db as dbmod
-from indexer.cli.options import (config_dir_option, db_option, from_options, generation_option,
+from indexer.cli.options import (claude_version_option, config_dir_option, db_option, from_options, generation_option,
                                  json_option, now_option,
                                  metrics_option, output_options, project_option,
                                  since_option)
@@ -513,10 +513,7 @@ def refs_import(file, db_path, as_json):
               help="A central index of a fleet: the host whose copy to check ('' for this "
                    "machine) [default: this machine when it holds the session, else the one "
                    "host that does; several: exit 10].")
-@click.option("--claude-version", default=None, metavar="V",
-              help="The Claude Code version that will resume (e.g. 2.1.154): what it does "
-                   "with thinking the API refuses decides wedged [default: the version that "
-                   "last wrote the transcript].")
+@claude_version_option
 @json_option
 def check(session_id, db_path, config_dir, now, cwd, host, claude_version, as_json):
     """May SESSION_ID be resumed? For an agent server to call before `--resume`.

@@ -1,7 +1,7 @@
 """The CLI's option blocks, each defined once and imported by the commands
 that take it (commands.py, serve.py): the index (--db), Claude Code's config
-dir, --now and --since, --json, the output formats of a listing, --generation,
---from and the NATS connection's options."""
+dir, --now and --since, --claude-version, --json, the output formats of a
+listing, --generation, --from and the NATS connection's options."""
 
 from __future__ import annotations
 
@@ -84,6 +84,26 @@ def project_option(what: str):
              "holds P: its name, a part of it, or a folder here ('.'); a note on stderr when "
              "no session matches.")
 
+
+def _claude_version(ctx, param, value):
+    """--claude-version V: a version thinking.claude_version reads, else a
+    usage error (one that is not a version would read as today's Claude Code
+    and flip the verdict)."""
+    if value is None:
+        return None
+    from indexer.transcripts import thinking   # (only when a version is given: start-up time)
+
+    try:
+        return thinking.claude_version(value)
+    except thinking.NotAVersion as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+claude_version_option = click.option(
+    "--claude-version", default=None, metavar="V", callback=_claude_version,
+    help="The Claude Code version that will resume (MAJOR.MINOR.PATCH, e.g. 2.1.154): what "
+         "it does with thinking the API refuses decides wedged [default: the version that "
+         "last wrote the transcript].")
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 generation_option = click.option(

@@ -156,6 +156,8 @@ def check(db, session_id: str, *, now: str | None = None, config_dir=None,
     ingested; a transcript that changed on disk since the last ingest is
     answered for as the index holds it, with a warning (UNREAD_WARNING)."""
     started = time.monotonic()
+    if claude_version is not None:   # (else one that is not a version reads as today's)
+        thinking.claude_version(claude_version)
     agents.require_claude_code(db.conn, session_id)   # a Codex or Gemini CLI session: no verdict
     searched = [os.fspath(config_dir)] if config_dir is not None else retention.config_dirs()
     config_dir = os.fspath(config_dir or retention.default_config_dir())
