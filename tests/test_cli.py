@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import click
+import pytest
 from click.testing import CliRunner
 
 from conftest import Transcript, run_on_tty
@@ -304,3 +305,17 @@ def test_an_unknown_session_id_is_exit_9_everywhere(tmp_path):
     # A known one still works, and show --json is show --format json.
     result = CliRunner().invoke(cli, ["show", SID, "--json", "--db", db])
     assert result.exit_code == 0 and json.loads(result.output)[0]["uuid"] == "a"
+
+
+@pytest.mark.parametrize("args", [
+    ["demo", "--no-serve", "--dir", ""], ["check", SID, "--cwd", ""],
+    ["check", SID, "--config-dir", ""], ["ship", "--once", "--to", "nats://127.0.0.1:1",
+                                         "--ledger", ""]])
+def test_an_empty_folder_or_file_option_is_a_usage_error(tmp_path, monkeypatch, args):
+    # '' named the current directory (demo wrote its index there) or fell back
+    # to the option's default.
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 2, result.output
+    assert "an empty path names no file or folder" in result.output
+    assert list(tmp_path.iterdir()) == []

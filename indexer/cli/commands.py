@@ -26,7 +26,7 @@ import click
 from indexer.cli.options import nats_auth_options, nats_options
 from indexer.index import db as dbmod
 from indexer.cli.options import (claude_version_option, config_dir_option, db_option, from_options, generation_option,
-                                 json_option, now_option,
+                                 json_option, named_path, now_option,
                                  metrics_option, output_options, project_option,
                                  since_option)
 from indexer.signals import projects
@@ -298,7 +298,7 @@ def _ingest_from(db_path, url, consumer, hosts, watch, as_json, auth, gap_wait, 
               help="The NATS server (JetStream enabled) the central index reads.")
 @click.option("--host", default=None, help="This machine's name in the central index "
                                            "[default: the hostname].")
-@click.option("--ledger", type=click.Path(dir_okay=False), default=None,
+@click.option("--ledger", type=click.Path(dir_okay=False), default=None, callback=named_path,
               help="The shipper's ledger: what JetStream acknowledged, per file "
                    "[default: ship.db beside the default index].")
 @click.option("--once", is_flag=True, help="Send what is new now, then exit "
@@ -506,7 +506,7 @@ def refs_import(file, db_path, as_json):
 @db_option
 @config_dir_option()
 @now_option
-@click.option("--cwd", type=click.Path(file_okay=False), default=None,
+@click.option("--cwd", type=click.Path(file_okay=False), default=None, callback=named_path,
               help="Check the transcript a resume run from this directory opens "
                    "[default: the one a resume from the session's own cwd opens].")
 @click.option("--host", default=None, metavar="NAME",
@@ -934,7 +934,7 @@ def prices_load(file, db_path, as_json):
 
 @cli.command()
 @click.argument("session_id")
-@click.option("--out", "out", required=True, metavar="DIR|-",
+@click.option("--out", "out", required=True, metavar="DIR|-", callback=named_path,
               help="Folder to write into (the files keep their projects/ places), "
                    "or - for the main transcript on stdout. Required: export never "
                    "writes into the current directory unasked.")

@@ -39,6 +39,16 @@ db_option = click.option(
     "--db", "db_path", cls=DbOption, type=click.Path(dir_okay=False),
     default=dbmod.default_db_path, help="The index file.")
 
+def named_path(ctx, param, value):
+    """The callback of a path option that names a folder to read or write
+    (--config-dir, export --out, demo --dir, ship --ledger, check --cwd):
+    '' names none, a usage error, never the current directory (nothing is
+    written there unasked) nor the option's default."""
+    if value == "":
+        raise click.BadParameter("an empty path names no file or folder")
+    return value
+
+
 CONFIG_DIR_HELP = ("Claude Code's config dir, for settings.json and projects/ "
                    "[default: $CLAUDE_CONFIG_DIR (a comma-separated list allowed), else "
                    "~/.config/claude and ~/.claude].")
@@ -47,7 +57,7 @@ CONFIG_DIR_HELP = ("Claude Code's config dir, for settings.json and projects/ "
 def config_dir_option(when: str = ""):
     """--config-dir; ``when`` says when it applies ("With --watch: ")."""
     return click.option("--config-dir", type=click.Path(file_okay=False), default=None,
-                        help=when + CONFIG_DIR_HELP)
+                        callback=named_path, help=when + CONFIG_DIR_HELP)
 
 
 

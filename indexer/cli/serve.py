@@ -22,7 +22,8 @@ from indexer.cli.options import nats_options
 from indexer.cli.web import WebError, check_database_name, check_port, is_loopback, \
     make_datasette, prepare_index
 from indexer.index import db as dbmod
-from indexer.cli.options import config_dir_option, db_option, from_options, metrics_option
+from indexer.cli.options import (config_dir_option, db_option, from_options, metrics_option,
+                                 named_path)
 from indexer.index.connection import IndexError_
 from indexer.ingest import watch as watchmod
 
@@ -208,7 +209,7 @@ def _metrics_endpoint(address, db_path, fleet):
 
 
 @click.command()
-@click.option("--dir", "directory", type=click.Path(file_okay=False),
+@click.option("--dir", "directory", type=click.Path(file_okay=False), callback=named_path,
               help="Build it here (default: a new temporary folder).")
 @click.option("--no-serve", is_flag=True, help="Build the index, print its path, exit.")
 @host_option
