@@ -35,8 +35,12 @@ class DbOption(click.Option):
         return super().get_help_record(ctx)
 
 
+# Any path: one that cannot be an index (a folder, a FIFO, not SQLite) is the
+# library's to refuse (db.probe), exit 3 in one line as every unusable index
+# is; click's own check of a folder would make it a usage error (exit 2) and
+# break statusline's promise of exit 0.
 db_option = click.option(
-    "--db", "db_path", cls=DbOption, type=click.Path(dir_okay=False),
+    "--db", "db_path", cls=DbOption, type=click.Path(),
     default=dbmod.default_db_path, help="The index file.")
 
 def named_path(ctx, param, value):
