@@ -25,10 +25,10 @@ import click
 
 from indexer.cli.options import nats_auth_options, nats_options
 from indexer.index import db as dbmod
-from indexer.cli.options import (claude_version_option, config_dir_option, db_option, from_options, generation_option,
-                                 json_option, named_path, now_option,
-                                 metrics_option, output_options, project_option,
-                                 since_option)
+from indexer.cli.options import (claude_version_option, config_dir_option, db_option,
+                                 from_options, generation_option, json_option, named_path,
+                                 now_option, metrics_option, output_options, port_option,
+                                 project_option, since_option)
 from indexer.signals import projects
 from indexer.signals.classes import EXPIRING_WINDOW_DAYS, LISTED, listing_help
 from indexer.index.connection import IndexError_
@@ -1242,8 +1242,7 @@ def verify(session_id, db_path, claude, as_json):
 @config_dir_option()
 @click.option("--http", is_flag=True,
               help="Serve streamable HTTP on 127.0.0.1 (at /mcp) rather than stdio.")
-@click.option("--port", type=click.IntRange(1, 65535), default=8765, show_default=True,
-              help="With --http: the loopback port.")
+@port_option(8765, "With --http: the loopback port.")
 def mcp(db_path, config_dir, http, port):
     """The index as an MCP server for agents (Claude Code and others), over
     stdio (or --http, streamable HTTP on 127.0.0.1), read-only: the index is

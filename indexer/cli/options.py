@@ -1,7 +1,7 @@
 """The CLI's option blocks, each defined once and imported by the commands
 that take it (commands.py, serve.py): the index (--db), Claude Code's config
-dir, --now and --since, --claude-version, --json, the output formats of a
-listing, --generation, --from and the NATS connection's options."""
+dir, --now and --since, --claude-version, --port, --json, the output formats
+of a listing, --generation, --from and the NATS connection's options."""
 
 from __future__ import annotations
 
@@ -118,6 +118,14 @@ claude_version_option = click.option(
     help="The Claude Code version that will resume (MAJOR.MINOR.PATCH, e.g. 2.1.154): what "
          "it does with thinking the API refuses decides wedged [default: the version that "
          "last wrote the transcript].")
+
+def port_option(default: int, help_text: str):
+    """-p/--port: a TCP port a server listens on (serve, demo, mcp --http),
+    1-65535; any other number is click's range error (exit 2), not a failed
+    bind."""
+    return click.option("-p", "--port", type=click.IntRange(1, 65535), default=default,
+                        show_default=True, help=help_text)
+
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 generation_option = click.option(
