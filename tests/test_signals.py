@@ -406,6 +406,17 @@ def test_expiring_listing_with_now_and_days(env):
     assert rows[0]["status"] == "expired" and rows[0]["days_left"] == pytest.approx(-1, abs=0.01)
 
 
+@pytest.mark.parametrize("days, why", [
+    ("nan", "'nan' is not a finite number"), ("inf", "'inf' is not a finite number"),
+    ("-inf", "-inf is not in the range x>=0"), ("-1", "-1.0 is not in the range x>=0")])
+def test_expiring_days_is_a_finite_number_not_below_0(env, days, why):
+    # nan, inf and -inf were taken and changed the answer (nan: no file expiring).
+    session(env)
+    ingest(env)
+    result = run(env, "expiring", "--days", days)
+    assert result.exit_code == 2 and why in result.output, result.output
+
+
 def test_expired_transcripts_judge_every_file_due_around_its_edges(env):
     """expired_transcripts reads only the files it can judge (deleted, or
     due within the window, a second either side for expires_at's rounding):

@@ -27,8 +27,8 @@ from indexer.cli.options import nats_auth_options, nats_options
 from indexer.index import db as dbmod
 from indexer.cli.options import (claude_version_option, config_dir_option, db_option,
                                  from_options, generation_option, json_option, named_path,
-                                 now_option, metrics_option, output_options, port_option,
-                                 project_option, since_option)
+                                 now_option, metrics_option, output_options, param_type,
+                                 port_option, project_option, since_option)
 from indexer.signals import projects
 from indexer.signals.classes import EXPIRING_WINDOW_DAYS, LISTED, listing_help
 from indexer.index.connection import IndexError_
@@ -590,7 +590,8 @@ def listing_command(cls):
     command.__doc__ = listing_help(cls)
     command = output_options(command)
     for param in reversed(listing.params):
-        command = click.option(param.flag, param.name, type=param.type, default=param.default,
+        command = click.option(param.flag, param.name,
+                               type=param_type(param.type, param.minimum), default=param.default,
                                show_default=True, metavar=param.metavar,
                                help=param.help)(command)
     if listing.now:

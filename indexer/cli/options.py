@@ -5,6 +5,7 @@ of a listing, --generation, --from and the NATS connection's options."""
 
 from __future__ import annotations
 
+import math
 import os
 
 import click
@@ -125,6 +126,28 @@ def port_option(default: int, help_text: str):
     bind."""
     return click.option("-p", "--port", type=click.IntRange(1, 65535), default=default,
                         show_default=True, help=help_text)
+
+
+class FiniteFloatRange(click.FloatRange):
+    """A FloatRange of finite numbers: nan (which no bound refuses, every
+    comparison with it being false) and the infinities are not numbers of
+    days or the like."""
+
+    def convert(self, value, param, ctx):
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
+
+
+def param_type(kind: type, minimum=None):
+    """The click type of a listing's option (classes.Param): a float is
+    finite; a minimum makes it a range."""
+    if kind is float:
+        return FiniteFloatRange(min=minimum)
+    if kind is int and minimum is not None:
+        return click.IntRange(min=minimum)
+    return kind
 
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
