@@ -4,7 +4,7 @@ Exit codes: 0 ok; 1 a finding (rows listed by poisoned/stale/expiring/failed,
 rows rejected by refs import, verify: the CLI and the index differ); 2 a usage error; 3 the index or a source
 cannot be used (a file that is not an index, a full disk, a read-only file
 system, a corrupt page: one line, never a traceback; for export/restore also:
-the session, or the generation asked for, is not in the index; a target
+the generation asked for is not in the index; a target
 outside the folder, a symlink or a different file: refused; for search: search
 is not enabled on the index); 4/5/6/11 the check verdicts
 missing/poisoned/spliced/wedged; 7 a repair refused (the file is live); 8 a repair
@@ -947,11 +947,11 @@ def export(session_id, out, force, generation, db_path):
     """Write SESSION_ID's transcripts (main and subagents) from the index alone,
     byte for byte as last ingested, whether or not the originals still exist;
     with --generation N, as they were in generation N (a rewrite of a file
-    keeps its earlier generations in the index). Exit 3 when the session, or
-    that generation, is not in the index, and when a target lies outside
-    --out (a `..` or a symlink), is a symlink, or is a different file
-    (unless --force); then nothing is written. Each file is written to a new
-    temporary file beside it and renamed into place.
+    keeps its earlier generations in the index). Exit 9 when the session is
+    not in the index; exit 3 when that generation is not, and when a target
+    lies outside --out (a `..` or a symlink), is a symlink, or is a different
+    file (unless --force); then nothing is written. Each file is written to a
+    new temporary file beside it and renamed into place.
 
     Example:
 
@@ -986,7 +986,8 @@ def restore(session_id, generation, db_path, config_dir):
     resumes again: where they were ingested from, or with --config-dir at
     their places under that dir's projects/; with --generation N, as they
     were in generation N. Refuses to overwrite a different existing file (exit
-    3, nothing written; so does a session or generation not in the index).
+    3, nothing written; so does a generation not in the index; a session not
+    in it is exit 9).
     Sets each file's mtime to now: Claude Code's cleanup deletes by mtime, so
     the restored transcript gets a full retention period.
 
@@ -1197,7 +1198,9 @@ def verify(session_id, db_path, claude, as_json):
     against the index's resume chain (plus what the CLI puts back) and its
     dropped orphans. It never talks to any other API and never touches the
     original file. Exit codes: 0 they agree; 1 they differ; 3 no Claude Code
-    binary, no such session, or the CLI sent nothing.
+    binary, no main transcript of the session in the index, or the CLI sent
+    nothing; 9 the session is not in the index; 13 a Codex or Gemini CLI
+    session.
 
     Example:
 
