@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import sys
 import time
 
 import click
 
-from indexer.cli.options import nats_auth_options, nats_options
+from indexer.cli.options import nats_auth_options, nats_options, nats_url
 from indexer.index import db as dbmod
 from indexer.cli.options import (claude_version_option, config_dir_option, db_option,
                                  from_options, generation_option, json_option, named_path,
@@ -31,7 +32,7 @@ from indexer.cli.options import (claude_version_option, config_dir_option, db_op
                                  port_option, project_option, since_option)
 from indexer.signals import projects
 from indexer.signals.classes import EXPIRING_WINDOW_DAYS, LISTED, listing_help
-from indexer.index.connection import IndexError_
+from indexer.index.connection import IndexError_, remove_made
 from indexer.ingest.log import counted
 from indexer.index.clock import WEEKDAYS
 
@@ -252,6 +253,9 @@ def _ingest_from(db_path, url, consumer, hosts, watch, as_json, auth, gap_wait, 
     from indexer.ingest import fleet_central as fleet_ingest, fleet_nats   # (ingest --from only: asyncio and the fleet's modules cost start-up time)
 
     options = nats_options(url, auth)
+    made = not os.path.lexists(db_path)
+    # Opened (made) before the server is asked: an index that cannot be used
+    # is said at once, not once the server answers (--watch waits for it).
     db = _open(db_path, create=True)
     live = None
     if metrics is not None:
@@ -275,6 +279,11 @@ def _ingest_from(db_path, url, consumer, hosts, watch, as_json, auth, gap_wait, 
             db, options, consumer=consumer, hosts=hosts, watch=watch, gap_wait=gap_wait,
             stop=stop, after_batch=log, live=live,
             log=lambda line: stderr_line(f"ingest --from: {line}")), follow=watch)
+    except fleet_nats.NotConnected as exc:
+        if made:   # nothing was received: the index this run made goes with it
+            db.conn.close()
+            remove_made(db_path)
+        raise Failure(str(exc)) from None
     except (fleet_nats.FleetError, dbmod.IndexReplaced) as exc:
         raise Failure(str(exc)) from None
     finally:
@@ -294,7 +303,7 @@ def _ingest_from(db_path, url, consumer, hosts, watch, as_json, auth, gap_wait, 
 
 @cli.command()
 @click.argument("sources", nargs=-1, type=click.Path())
-@click.option("--to", "to_url", required=True, metavar="nats://HOST:PORT",
+@click.option("--to", "to_url", required=True, metavar="nats://HOST:PORT", callback=nats_url,
               help="The NATS server (JetStream enabled) the central index reads.")
 @click.option("--host", default=None, help="This machine's name in the central index "
                                            "[default: the hostname].")

@@ -249,13 +249,27 @@ gap_wait_option = click.option(
          "is asked to send them again) before the central records them as a gap and goes on.")
 
 
+def nats_url(ctx, param, value):
+    """--from or --to: a URL fleet_nats.check_url takes (nats://, tls://,
+    ws://, wss://, or HOST[:PORT]), else a usage error before anything is
+    opened or written (http://x was tried as a host named http)."""
+    if value is None:
+        return None
+    from indexer.ingest import fleet_nats   # (--from and --to only: asyncio and the fleet's modules)
+
+    try:
+        return fleet_nats.check_url(value)
+    except fleet_nats.NotANatsUrl as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
 def from_options(help_text: str):
     """--from nats://HOST:PORT (``help_text`` says what it does) and what goes
     with it: --consumer, --hosts, --gap-wait, the auth and TLS options."""
     def decorate(fn):
         fn = consumer_option(hosts_option(gap_wait_option(nats_auth_options(fn))))
         return click.option("--from", "from_url", metavar="nats://HOST:PORT", default=None,
-                            help=help_text)(fn)
+                            callback=nats_url, help=help_text)(fn)
     return decorate
 
 
