@@ -50,6 +50,15 @@ def run_on_tty(cmd: list, stream: str = "stderr") -> str:
     return b"".join(chunks).decode()
 
 
+def free_port() -> int:
+    """A loopback port free now (serve refuses --port 0, as mcp does)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def write_jsonl(path: Path, records, *, newline_at_end: bool = True) -> Path:
     """Write records (dicts, or raw str/bytes lines) as a JSONL file."""
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import click
+import pytest
 from click.testing import CliRunner
 
 from conftest import Transcript, run_on_tty
@@ -301,6 +302,27 @@ def test_an_unknown_session_id_is_exit_9_everywhere(tmp_path):
         assert result.exit_code == 9, (args, result.output)
         assert f"session {other} is not in the index" in result.output
     assert not (tmp_path / "o").exists() and not (tmp_path / "c").exists()
+    # verify's help said 3 for "no such session", export's and restore's 3 for
+    # a session not in the index: each says 9, as the code does.
+    for command, says in (("verify", "9 the session is not in the index"),
+                          ("export", "Exit 9 when the session is not in the index"),
+                          ("restore", "a session not in it is exit 9")):
+        text = " ".join(CliRunner().invoke(cli, [command, "--help"]).output.split())
+        assert says in text and "no such session" not in text, command
     # A known one still works, and show --json is show --format json.
     result = CliRunner().invoke(cli, ["show", SID, "--json", "--db", db])
     assert result.exit_code == 0 and json.loads(result.output)[0]["uuid"] == "a"
+
+
+@pytest.mark.parametrize("args", [
+    ["demo", "--no-serve", "--dir", ""], ["check", SID, "--cwd", ""],
+    ["check", SID, "--config-dir", ""], ["ship", "--once", "--to", "nats://127.0.0.1:1",
+                                         "--ledger", ""]])
+def test_an_empty_folder_or_file_option_is_a_usage_error(tmp_path, monkeypatch, args):
+    # '' named the current directory (demo wrote its index there) or fell back
+    # to the option's default.
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 2, result.output
+    assert "an empty path names no file or folder" in result.output
+    assert list(tmp_path.iterdir()) == []

@@ -111,12 +111,32 @@ def test_the_fast_check_answers_as_the_click_command_does(world, args, exit_code
 
 def test_errors_are_the_click_commands(world):
     folder = world["tmp"]
-    for args in (["--db", str(folder)],                      # a directory: a usage error
+    for args in (["--db", str(folder)],                      # a directory: exit 3
                  ["--db", str(folder / "no" / "such.db")],   # cannot be opened: exit 3
                  ["--db", ""],
                  ["--db", world["db"], "--config-dir", world["db"]]):  # a file as a dir
         fast, slow = both(world, "check", SID, *args)
         assert fast == slow and fast[0] in (2, 3) and "Error:" in fast[2], (args, fast)
+
+
+def test_a_folder_as_db_is_an_unusable_index_everywhere(world):
+    # click's path check (dir_okay=False) made it a usage error: exit 2 and
+    # click's usage text, and statusline (which always exits 0) exited 2.
+    folder = world["tmp"] / "d.db"
+    folder.mkdir()
+    for args in (["check", SID], ["ingest", str(world["tmp"] / "claude" / "projects")],
+                 ["status"], ["sessions"], ["export", SID, "--out", "-"]):
+        fast, slow = both(world, *args, "--db", str(folder))
+        assert fast == slow, (args, fast, slow)
+        assert fast[0] == 3 and fast[2] == f"Error: {folder} is a directory, not an index "\
+            "file\n", (args, fast)
+    for env in ({}, {"SESSION_INDEX_DB": str(folder)}):
+        p = subprocess.run([sys.executable, "-c", ENTRY, "statusline",
+                            *([] if env else ["--db", str(folder)])],
+                           input='{"session_id": "x"}', env=dict(world["env"], **env),
+                           capture_output=True, text=True, timeout=60)
+        assert (p.returncode, p.stdout, p.stderr) == (
+            0, f"session-index: {folder} is a directory, not an index file\n", ""), env
 
 
 def test_a_plain_check_loads_no_click_dataclasses_or_pathlib(world):

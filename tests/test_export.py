@@ -111,3 +111,22 @@ def test_export_of_an_unknown_session_is_a_clear_error(index):
     index.ingest()
     result = CliRunner().invoke(cli, ["export", "nope", "--out", "-", "--db", str(index.path)])
     assert result.exit_code == 9 and "session nope is not in the index" in result.output
+
+
+def test_an_empty_out_or_config_dir_is_a_usage_error_and_writes_nothing(index, tmp_path,
+                                                                        monkeypatch):
+    # '' was the current directory for export --out (which never writes there
+    # unasked) and no --config-dir at all for restore.
+    t = Transcript(SID)
+    t.add("m1", None, "user")
+    path = t.write(index.projects / "-proj")
+    index.ingest()
+    path.unlink()
+    here = tmp_path / "cwd"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    for args in (["export", SID, "--out", ""], ["restore", SID, "--config-dir", ""]):
+        result = CliRunner().invoke(cli, [*args, "--db", str(index.path)])
+        assert result.exit_code == 2, (args, result.output)
+        assert "an empty path names no file or folder" in result.output
+    assert list(here.iterdir()) == [] and not path.exists()

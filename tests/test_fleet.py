@@ -234,6 +234,28 @@ def test_no_server_is_one_line_exit_3(tmp_path):
         assert p.returncode == 3
         assert p.stderr.decode().startswith("Error: cannot connect to nats://127.0.0.1:")
         assert len(p.stderr.decode().strip().splitlines()) == 1
+    # Nothing was sent or received: the ledger and the index it made are gone
+    # (they were left behind, empty).
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["host"]
+    # An index that was there is kept.
+    run("ingest", tmp_path / "host", "--db", tmp_path / "c.db")
+    before = (tmp_path / "c.db").stat().st_size
+    p = run("ingest", "--from", url, "--db", tmp_path / "c.db", check=False)
+    assert p.returncode == 3 and (tmp_path / "c.db").stat().st_size == before
+
+
+@pytest.mark.parametrize("url", ["http://x", "https://central:4222", "nats://", "nats://h:99999"])
+def test_a_url_that_is_no_nats_servers_is_a_usage_error(tmp_path, url):
+    # http://x was tried as a host named http (exit 3, the index or ledger made).
+    t = Transcript(tmp_path / "host")
+    t.append(1)
+    for args in (["ship", tmp_path / "host", "--to", url, "--once", "--ledger", tmp_path / "l.db"],
+                 ["ingest", "--from", url, "--db", tmp_path / "c.db"]):
+        p = run(*args, check=False)
+        assert p.returncode == 2, p.stderr
+        assert p.stderr.decode().strip().splitlines()[-1].startswith(
+            f"Error: Invalid value for '{'--to' if args[0] == 'ship' else '--from'}': {url!r}")
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["host"]
 
 
 def test_a_central_waits_for_jetstream_then_consumes(tmp_path):

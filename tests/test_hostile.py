@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Transcript
+from conftest import Transcript, free_port
 
 SID = "11111111-2222-3333-4444-555555555555"
 
@@ -253,7 +253,7 @@ def every_command(home, db):
         ["failed"], ["check", SID], ["show", SID], ["export", SID, "--out", out],
         ["restore", SID, "--config-dir", home["tmp"] / "restored"], ["repair", SID],
         ["repair", SID, "--write", "--force"], ["refs", "import", refs], ["verify", SID],
-        ["serve", "--port", "0"], ["serve", "--watch", "--port", "0"],
+        ["serve", "--port", str(free_port())], ["serve", "--watch", "--port", str(free_port())],
         ["ingest", "--watch", home["projects"]],
     ], [out, home["tmp"] / "restored"]
 
@@ -541,7 +541,8 @@ def test_serve_refuses_a_database_name_datasette_would_render_unescaped(home):
     folder.mkdir()
     bad = folder / 'x"><img src=x onerror=alert(1)>.db'
     for extra in ([], ["--watch", home["projects"]]):
-        code, _, err = cli("serve", *extra, "--db", bad, "--port", "0", env=home["env"])
+        code, _, err = cli("serve", *extra, "--db", bad, "--port", str(free_port()),
+                           env=home["env"])
         assert code == 3
         one_error_line(err, "markup characters")
         assert list(folder.iterdir()) == []   # --watch made no index either

@@ -233,6 +233,22 @@ def test_refs_import_csv_and_json(env):
     assert result.exit_code == 3 and "not valid JSON" in result.output
 
 
+def test_refs_import_of_a_string_row_says_it_is_not_an_object(env):
+    # A string row was taken for a reason: "rejected row 1: x".
+    array = env.path.parent / "strings.json"
+    array.write_text('["x", 1]')
+    lines = env.path.parent / "strings.jsonl"
+    lines.write_text('"x"\n{broken\n')
+    for path, reasons in ((array, ["not an object (a str)", "not an object (a int)"]),
+                          (lines, ["not an object (a str)", "invalid JSON: "])):
+        out = json.loads(run(env, "refs", "import", str(path), "--json").output)
+        assert [(r["row"], r["error"][:len(why)]) for r, why in zip(out["rejected"], reasons)] \
+            == [(1, reasons[0]), (2, reasons[1])]
+    result = run(env, "refs", "import", str(array))
+    assert result.exit_code == 1
+    assert "rejected row 1: not an object (a str)" in result.output
+
+
 def test_stale_refs_never_indexed_deleted_and_expired(env):
     live = session(env)
     deleted = session(env, "22222222-2222-3333-4444-555555555555")
@@ -388,6 +404,17 @@ def test_expiring_listing_with_now_and_days(env):
     assert rows[0]["days_left"] == pytest.approx(29, abs=0.01)
     rows = json.loads(run(env, "expiring", "--json", "--now", at(31)).output)
     assert rows[0]["status"] == "expired" and rows[0]["days_left"] == pytest.approx(-1, abs=0.01)
+
+
+@pytest.mark.parametrize("days, why", [
+    ("nan", "'nan' is not a finite number"), ("inf", "'inf' is not a finite number"),
+    ("-inf", "-inf is not in the range x>=0"), ("-1", "-1.0 is not in the range x>=0")])
+def test_expiring_days_is_a_finite_number_not_below_0(env, days, why):
+    # nan, inf and -inf were taken and changed the answer (nan: no file expiring).
+    session(env)
+    ingest(env)
+    result = run(env, "expiring", "--days", days)
+    assert result.exit_code == 2 and why in result.output, result.output
 
 
 def test_expired_transcripts_judge_every_file_due_around_its_edges(env):

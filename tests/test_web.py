@@ -866,6 +866,18 @@ def test_serve_refuses_a_taken_port(tmp_path):
     assert result.exit_code == 3 and "cannot listen" in result.output
 
 
+@pytest.mark.parametrize("args", [["serve"], ["demo", "--no-serve"], ["mcp", "--http"]])
+@pytest.mark.parametrize("port", ["99999", "-1", "0"])
+def test_a_port_out_of_range_is_a_usage_error(tmp_path, args, port):
+    # serve and demo took any int and bind() failed: "internal error,
+    # OverflowError" and exit 3; mcp --port gave click's range error.
+    result = CliRunner().invoke(cli, [*args, "--port", port, "--db" if args[0] != "demo"
+                                      else "--dir", str(tmp_path / "x")])
+    assert result.exit_code == 2, result.output
+    assert f"{port} is not in the range 1<=x<=65535" in result.output
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("with_metadata", [False, True])
 def test_plain_datasette_command_on_any_name(site, tmp_path, with_metadata):
     """datasette some-name.db (the plugin from its entry point; no metadata,

@@ -20,6 +20,7 @@ from click.testing import CliRunner
 from conftest import CORPUS, Index
 from indexer.cli import web
 from indexer.cli.commands import cli
+from indexer.repair import check as checkmod
 from indexer.transcripts import thinking
 from session_index_web import format as web_format
 
@@ -276,6 +277,19 @@ def test_check_asks_the_version_that_will_resume(fixtures_index):
     out = invoke(fixtures_index, "check", session_id("unsigned_latest"), "--config-dir",
                  str(fixtures_index.config))
     assert out.exit_code == 11 and out.output.startswith("wedged: the latest assistant message")
+
+
+@pytest.mark.parametrize("version", ["bogus", "", "2.1", "x.1.2"])
+def test_a_claude_version_that_is_not_one_is_a_usage_error(fixtures_index, version):
+    # Read as None, it was taken for today's Claude Code: wedged became resumable.
+    out = CliRunner().invoke(cli, ["check", session_id("blanked_latest"), "--config-dir",
+                                   str(fixtures_index.config), "--db", str(fixtures_index.path),
+                                   "--claude-version", version])
+    assert out.exit_code == 2, out.output
+    assert f"{version!r} is not a Claude Code version" in out.output
+    with pytest.raises(thinking.NotAVersion):   # the library's check refuses it too
+        checkmod.check(fixtures_index.db, session_id("blanked_latest"),
+                       config_dir=fixtures_index.config, claude_version=version)
 
 
 def test_check_help_and_readme_name_exit_11():

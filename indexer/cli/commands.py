@@ -4,7 +4,7 @@ Exit codes: 0 ok; 1 a finding (rows listed by poisoned/stale/expiring/failed,
 rows rejected by refs import, verify: the CLI and the index differ); 2 a usage error; 3 the index or a source
 cannot be used (a file that is not an index, a full disk, a read-only file
 system, a corrupt page: one line, never a traceback; for export/restore also:
-the session, or the generation asked for, is not in the index; a target
+the generation asked for is not in the index; a target
 outside the folder, a symlink or a different file: refused; for search: search
 is not enabled on the index); 4/5/6/11 the check verdicts
 missing/poisoned/spliced/wedged; 7 a repair refused (the file is live); 8 a repair
@@ -18,20 +18,21 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import sys
 import time
 
 import click
 
-from indexer.cli.options import nats_auth_options, nats_options
+from indexer.cli.options import nats_auth_options, nats_options, nats_url
 from indexer.index import db as dbmod
-from indexer.cli.options import (config_dir_option, db_option, from_options, generation_option,
-                                 json_option, now_option,
-                                 metrics_option, output_options, project_option,
-                                 since_option)
+from indexer.cli.options import (claude_version_option, config_dir_option, db_option,
+                                 from_options, generation_option, json_option, named_path,
+                                 now_option, metrics_option, output_options, param_type,
+                                 port_option, project_option, since_option)
 from indexer.signals import projects
 from indexer.signals.classes import EXPIRING_WINDOW_DAYS, LISTED, listing_help
-from indexer.index.connection import IndexError_
+from indexer.index.connection import IndexError_, remove_made
 from indexer.ingest.log import counted
 from indexer.index.clock import WEEKDAYS
 
@@ -260,6 +261,9 @@ def _ingest_from(db_path, url, consumer, hosts, watch, as_json, auth, gap_wait, 
     from indexer.ingest import fleet_central as fleet_ingest, fleet_nats   # (ingest --from only: asyncio and the fleet's modules cost start-up time)
 
     options = nats_options(url, auth)
+    made = not os.path.lexists(db_path)
+    # Opened (made) before the server is asked: an index that cannot be used
+    # is said at once, not once the server answers (--watch waits for it).
     db = _open(db_path, create=True)
     live = None
     if metrics is not None:
@@ -283,6 +287,11 @@ def _ingest_from(db_path, url, consumer, hosts, watch, as_json, auth, gap_wait, 
             db, options, consumer=consumer, hosts=hosts, watch=watch, gap_wait=gap_wait,
             stop=stop, after_batch=log, live=live,
             log=lambda line: stderr_line(f"ingest --from: {line}")), follow=watch)
+    except fleet_nats.NotConnected as exc:
+        if made:   # nothing was received: the index this run made goes with it
+            db.conn.close()
+            remove_made(db_path)
+        raise Failure(str(exc)) from None
     except (fleet_nats.FleetError, dbmod.IndexReplaced) as exc:
         raise Failure(str(exc)) from None
     finally:
@@ -302,11 +311,11 @@ def _ingest_from(db_path, url, consumer, hosts, watch, as_json, auth, gap_wait, 
 
 @cli.command()
 @click.argument("sources", nargs=-1, type=click.Path())
-@click.option("--to", "to_url", required=True, metavar="nats://HOST:PORT",
+@click.option("--to", "to_url", required=True, metavar="nats://HOST:PORT", callback=nats_url,
               help="The NATS server (JetStream enabled) the central index reads.")
 @click.option("--host", default=None, help="This machine's name in the central index "
                                            "[default: the hostname].")
-@click.option("--ledger", type=click.Path(dir_okay=False), default=None,
+@click.option("--ledger", type=click.Path(dir_okay=False), default=None, callback=named_path,
               help="The shipper's ledger: what JetStream acknowledged, per file "
                    "[default: ship.db beside the default index].")
 @click.option("--once", is_flag=True, help="Send what is new now, then exit "
@@ -514,17 +523,14 @@ def refs_import(file, db_path, as_json):
 @db_option
 @config_dir_option()
 @now_option
-@click.option("--cwd", type=click.Path(file_okay=False), default=None,
+@click.option("--cwd", type=click.Path(file_okay=False), default=None, callback=named_path,
               help="Check the transcript a resume run from this directory opens "
                    "[default: the one a resume from the session's own cwd opens].")
 @click.option("--host", default=None, metavar="NAME",
               help="A central index of a fleet: the host whose copy to check ('' for this "
                    "machine) [default: this machine when it holds the session, else the one "
                    "host that does; several: exit 10].")
-@click.option("--claude-version", default=None, metavar="V",
-              help="The Claude Code version that will resume (e.g. 2.1.154): what it does "
-                   "with thinking the API refuses decides wedged [default: the version that "
-                   "last wrote the transcript].")
+@claude_version_option
 @json_option
 def check(session_id, db_path, config_dir, now, cwd, host, claude_version, as_json):
     """May SESSION_ID be resumed? For an agent server to call before `--resume`.
@@ -601,7 +607,8 @@ def listing_command(cls):
     command.__doc__ = listing_help(cls)
     command = output_options(command)
     for param in reversed(listing.params):
-        command = click.option(param.flag, param.name, type=param.type, default=param.default,
+        command = click.option(param.flag, param.name,
+                               type=param_type(param.type, param.minimum), default=param.default,
                                show_default=True, metavar=param.metavar,
                                help=param.help)(command)
     if listing.now:
@@ -947,7 +954,7 @@ def prices_load(file, db_path, as_json):
 
 @cli.command()
 @click.argument("session_id")
-@click.option("--out", "out", required=True, metavar="DIR|-",
+@click.option("--out", "out", required=True, metavar="DIR|-", callback=named_path,
               help="Folder to write into (the files keep their projects/ places), "
                    "or - for the main transcript on stdout. Required: export never "
                    "writes into the current directory unasked.")
@@ -959,11 +966,11 @@ def export(session_id, out, force, generation, db_path):
     """Write SESSION_ID's transcripts (main and subagents) from the index alone,
     byte for byte as last ingested, whether or not the originals still exist;
     with --generation N, as they were in generation N (a rewrite of a file
-    keeps its earlier generations in the index). Exit 3 when the session, or
-    that generation, is not in the index, and when a target lies outside
-    --out (a `..` or a symlink), is a symlink, or is a different file
-    (unless --force); then nothing is written. Each file is written to a new
-    temporary file beside it and renamed into place.
+    keeps its earlier generations in the index). Exit 9 when the session is
+    not in the index; exit 3 when that generation is not, and when a target
+    lies outside --out (a `..` or a symlink), is a symlink, or is a different
+    file (unless --force); then nothing is written. Each file is written to a
+    new temporary file beside it and renamed into place.
 
     Example:
 
@@ -998,7 +1005,8 @@ def restore(session_id, generation, db_path, config_dir):
     resumes again: where they were ingested from, or with --config-dir at
     their places under that dir's projects/; with --generation N, as they
     were in generation N. Refuses to overwrite a different existing file (exit
-    3, nothing written; so does a session or generation not in the index).
+    3, nothing written; so does a generation not in the index; a session not
+    in it is exit 9).
     Sets each file's mtime to now: Claude Code's cleanup deletes by mtime, so
     the restored transcript gets a full retention period.
 
@@ -1210,7 +1218,9 @@ def verify(session_id, db_path, claude, as_json):
     against the index's resume chain (plus what the CLI puts back) and its
     dropped orphans. It never talks to any other API and never touches the
     original file. Exit codes: 0 they agree; 1 they differ; 3 no Claude Code
-    binary, no such session, or the CLI sent nothing.
+    binary, no main transcript of the session in the index, or the CLI sent
+    nothing; 9 the session is not in the index; 13 a Codex or Gemini CLI
+    session.
 
     Example:
 
@@ -1256,8 +1266,7 @@ def verify(session_id, db_path, claude, as_json):
 @config_dir_option()
 @click.option("--http", is_flag=True,
               help="Serve streamable HTTP on 127.0.0.1 (at /mcp) rather than stdio.")
-@click.option("--port", type=click.IntRange(1, 65535), default=8765, show_default=True,
-              help="With --http: the loopback port.")
+@port_option(8765, "With --http: the loopback port.")
 def mcp(db_path, config_dir, http, port):
     """The index as an MCP server for agents (Claude Code and others), over
     stdio (or --http, streamable HTTP on 127.0.0.1), read-only: the index is

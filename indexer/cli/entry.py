@@ -26,14 +26,15 @@ import sys
 from indexer.cli import visible
 
 # Options as cli.py declares them: flag -> (keyword, what its value is).
-# "file": a path click refuses when it is a directory; "dir": one it refuses
-# when it is a file; "text": any value; None: a flag.
-DB = {"--db": ("db_path", "file"), "--config-dir": ("config_dir", "dir")}
+# "dir": a path click refuses when it is a file; "text": any value (--db
+# too: the library refuses a path that cannot be an index, options.db_option);
+# None: a flag.
+DB = {"--db": ("db_path", "text"), "--config-dir": ("config_dir", "dir")}
 CHECK_OPTIONS = {**DB, "--now": ("now", "text"), "--cwd": ("cwd", "dir"),
                  "--host": ("host", "text"), "--json": ("as_json", None)}
 INGEST_OPTIONS = {**DB, "--silent": ("silent", None), "--json": ("as_json", None),
                   "--search": ("search", None), "--no-search": ("no_search", None)}
-REFUSED = {"file": os.path.isdir, "dir": os.path.isfile, "text": lambda value: False}
+REFUSED = {"dir": os.path.isfile, "text": lambda value: False}
 
 
 def parse(args: list[str], options: dict) -> tuple[list[str], dict] | None:

@@ -1,10 +1,11 @@
 """The CLI's option blocks, each defined once and imported by the commands
 that take it (commands.py, serve.py): the index (--db), Claude Code's config
-dir, --now and --since, --json, the output formats of a listing, --generation,
---from and the NATS connection's options."""
+dir, --now and --since, --claude-version, --port, --json, the output formats
+of a listing, --generation, --from and the NATS connection's options."""
 
 from __future__ import annotations
 
+import math
 import os
 
 import click
@@ -35,9 +36,23 @@ class DbOption(click.Option):
         return super().get_help_record(ctx)
 
 
+# Any path: one that cannot be an index (a folder, a FIFO, not SQLite) is the
+# library's to refuse (db.probe), exit 3 in one line as every unusable index
+# is; click's own check of a folder would make it a usage error (exit 2) and
+# break statusline's promise of exit 0.
 db_option = click.option(
-    "--db", "db_path", cls=DbOption, type=click.Path(dir_okay=False),
+    "--db", "db_path", cls=DbOption, type=click.Path(),
     default=dbmod.default_db_path, help="The index file.")
+
+def named_path(ctx, param, value):
+    """The callback of a path option that names a folder to read or write
+    (--config-dir, export --out, demo --dir, ship --ledger, check --cwd):
+    '' names none, a usage error, never the current directory (nothing is
+    written there unasked) nor the option's default."""
+    if value == "":
+        raise click.BadParameter("an empty path names no file or folder")
+    return value
+
 
 CONFIG_DIR_HELP = ("Claude Code's config dir, for settings.json and projects/ "
                    "[default: $CLAUDE_CONFIG_DIR (a comma-separated list allowed), else "
@@ -47,7 +62,7 @@ CONFIG_DIR_HELP = ("Claude Code's config dir, for settings.json and projects/ "
 def config_dir_option(when: str = ""):
     """--config-dir; ``when`` says when it applies ("With --watch: ")."""
     return click.option("--config-dir", type=click.Path(file_okay=False), default=None,
-                        help=when + CONFIG_DIR_HELP)
+                        callback=named_path, help=when + CONFIG_DIR_HELP)
 
 
 
@@ -83,6 +98,56 @@ def project_option(what: str):
         help=f"Only {what} of a project whose folder (as in ~/.claude/projects) or cwd "
              "holds P: its name, a part of it, or a folder here ('.'); a note on stderr when "
              "no session matches.")
+
+
+def _claude_version(ctx, param, value):
+    """--claude-version V: a version thinking.claude_version reads, else a
+    usage error (one that is not a version would read as today's Claude Code
+    and flip the verdict)."""
+    if value is None:
+        return None
+    from indexer.transcripts import thinking   # (only when a version is given: start-up time)
+
+    try:
+        return thinking.claude_version(value)
+    except thinking.NotAVersion as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+claude_version_option = click.option(
+    "--claude-version", default=None, metavar="V", callback=_claude_version,
+    help="The Claude Code version that will resume (MAJOR.MINOR.PATCH, e.g. 2.1.154): what "
+         "it does with thinking the API refuses decides wedged [default: the version that "
+         "last wrote the transcript].")
+
+def port_option(default: int, help_text: str):
+    """-p/--port: a TCP port a server listens on (serve, demo, mcp --http),
+    1-65535; any other number is click's range error (exit 2), not a failed
+    bind."""
+    return click.option("-p", "--port", type=click.IntRange(1, 65535), default=default,
+                        show_default=True, help=help_text)
+
+
+class FiniteFloatRange(click.FloatRange):
+    """A FloatRange of finite numbers: nan (which no bound refuses, every
+    comparison with it being false) and the infinities are not numbers of
+    days or the like."""
+
+    def convert(self, value, param, ctx):
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
+
+
+def param_type(kind: type, minimum=None):
+    """The click type of a listing's option (classes.Param): a float is
+    finite; a minimum makes it a range."""
+    if kind is float:
+        return FiniteFloatRange(min=minimum)
+    if kind is int and minimum is not None:
+        return click.IntRange(min=minimum)
+    return kind
 
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
@@ -184,13 +249,27 @@ gap_wait_option = click.option(
          "is asked to send them again) before the central records them as a gap and goes on.")
 
 
+def nats_url(ctx, param, value):
+    """--from or --to: a URL fleet_nats.check_url takes (nats://, tls://,
+    ws://, wss://, or HOST[:PORT]), else a usage error before anything is
+    opened or written (http://x was tried as a host named http)."""
+    if value is None:
+        return None
+    from indexer.ingest import fleet_nats   # (--from and --to only: asyncio and the fleet's modules)
+
+    try:
+        return fleet_nats.check_url(value)
+    except fleet_nats.NotANatsUrl as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
 def from_options(help_text: str):
     """--from nats://HOST:PORT (``help_text`` says what it does) and what goes
     with it: --consumer, --hosts, --gap-wait, the auth and TLS options."""
     def decorate(fn):
         fn = consumer_option(hosts_option(gap_wait_option(nats_auth_options(fn))))
         return click.option("--from", "from_url", metavar="nats://HOST:PORT", default=None,
-                            help=help_text)(fn)
+                            callback=nats_url, help=help_text)(fn)
     return decorate
 
 

@@ -22,7 +22,8 @@ from indexer.cli.options import nats_options
 from indexer.cli.web import WebError, check_database_name, check_port, is_loopback, \
     make_datasette, prepare_index
 from indexer.index import db as dbmod
-from indexer.cli.options import config_dir_option, db_option, from_options, metrics_option
+from indexer.cli.options import (config_dir_option, db_option, from_options, metrics_option,
+                                 named_path, port_option)
 from indexer.index.connection import IndexError_
 from indexer.ingest import watch as watchmod
 
@@ -69,8 +70,7 @@ def demo_folder(directory) -> Path:
 
 host_option = click.option("--host", default=DEFAULT_HOST, show_default=True,
                            help="Address to listen on (loopback by default).")
-port_option = click.option("-p", "--port", default=DEFAULT_PORT, show_default=True, type=int,
-                           help="Port to listen on.")
+listen_port_option = port_option(DEFAULT_PORT, "Port to listen on.")
 
 # What names an index rather than a folder or file to follow: Datasette's
 # habit (`datasette serve sessions.db`), so `serve sessions.db` serves it.
@@ -119,7 +119,7 @@ def index_argument(ctx, sources, db_path, watch):
 @click.argument("args", nargs=-1, type=click.Path(), metavar="[DB] [SOURCES]...")
 @db_option
 @host_option
-@port_option
+@listen_port_option
 @click.option("--watch", is_flag=True,
               help="Also keep the index current: follow SOURCES as `ingest --watch` does, "
                    "in this process; SIGINT or SIGTERM stops both (exit 0).")
@@ -212,11 +212,11 @@ def _metrics_endpoint(address, db_path, fleet):
 
 
 @click.command()
-@click.option("--dir", "directory", type=click.Path(file_okay=False),
+@click.option("--dir", "directory", type=click.Path(file_okay=False), callback=named_path,
               help="Build it here (default: a new temporary folder).")
 @click.option("--no-serve", is_flag=True, help="Build the index, print its path, exit.")
 @host_option
-@port_option
+@listen_port_option
 def demo(directory, no_serve, host, port):
     """Build a demo index with one example of every problem class, and serve it.
 

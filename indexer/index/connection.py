@@ -57,6 +57,22 @@ def not_writable(path) -> IndexError_:
 FOLDER_REFUSED = ("SQLITE_READONLY_DIRECTORY", "SQLITE_CANTOPEN")
 
 
+# The files SQLite keeps beside a database: the WAL, its index, a rollback journal.
+SIDECARS = ("-wal", "-shm", "-journal")
+
+
+def remove_made(path, extra: tuple = ()) -> None:
+    """Remove the database file at ``path`` that this run made and wrote
+    nothing of worth to (its connection closed), with its SIDECARS and the
+    ``extra`` suffixes' files (a lock): a run that failed before its first
+    write leaves no file behind (ingest --from, ship: no server)."""
+    for suffix in ("", *SIDECARS, *extra):
+        try:
+            os.unlink(f"{path}{suffix}")
+        except FileNotFoundError:
+            pass
+
+
 def connect(path, bulk: bool = False) -> sqlite3.Connection:
     """A connection to the index file with the pragmas every open uses
     (``bulk``: a build no other process writes, fresh_build.py: a rollback

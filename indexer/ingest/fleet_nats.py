@@ -32,6 +32,43 @@ class FleetError(Exception):
     """NATS cannot be reached or used (no client, refused, no JetStream)."""
 
 
+class NotConnected(FleetError):
+    """No connection was made (no client, a credentials or CA file that
+    cannot be used, a server that does not answer or refuses): nothing was
+    sent or received."""
+
+
+class NotANatsUrl(ValueError):
+    """A --from or --to that nats-py would not connect to as meant."""
+
+
+# The URL schemes nats-py connects with (nats.aio.client._parse_server_uri):
+# TCP, TLS, WebSocket and WebSocket over TLS. A URL without "://" it takes as
+# nats://HOST[:PORT].
+URL_SCHEMES = ("nats", "tls", "ws", "wss")
+
+
+def check_url(url: str) -> str:
+    """``url`` if it names a NATS server as nats-py reads it (a scheme of
+    URL_SCHEMES, or none: HOST[:PORT]), with a host and a port that is one;
+    else NotANatsUrl, in one line. nats-py would take http://x for a host
+    named http, and wait for it."""
+    from urllib.parse import urlsplit   # (only for --from and --to)
+
+    scheme = url.split("://", 1)[0] if "://" in url else "nats"
+    if scheme not in URL_SCHEMES:
+        raise NotANatsUrl(f"{url!r} is not a NATS server's URL (nats://HOST:PORT, or "
+                          f"{', '.join(s + '://' for s in URL_SCHEMES[1:])})")
+    parts = urlsplit(url if "://" in url else f"nats://{url}")
+    try:
+        parts.port   # (a port that is not a number, or out of range: ValueError)
+    except ValueError:
+        raise NotANatsUrl(f"{url!r}: the port is not a number from 0 to 65535") from None
+    if not parts.hostname:
+        raise NotANatsUrl(f"{url!r} names no host (nats://HOST:PORT)")
+    return url
+
+
 class Stopped(Exception):
     """Asked to stop (SIGINT, SIGTERM) while still waiting for the server."""
 
@@ -50,7 +87,8 @@ def client():
     try:
         import nats   # (nats-py: the optional fleet extra)
     except ImportError:
-        raise FleetError(f"the NATS client is not installed: {install_hint('fleet')}") from None
+        raise NotConnected(f"the NATS client is not installed: {install_hint('fleet')}") \
+            from None
     return nats
 
 
@@ -82,7 +120,7 @@ _QUIET_SSL_EOF = _QuietSSLEOF()   # one filter, however often connect runs
 
 async def connect(options: ConnectOptions, *, name: str, follow: bool = False,
                   stop: asyncio.Event | None = None):
-    """A connected client that reconnects after an outage; FleetError (one
+    """A connected client that reconnects after an outage; NotConnected (one
     line) if the server cannot be reached within CONNECT_WAIT_S, unless
     ``follow`` (a service: it waits for the server), or at once if it
     refuses the credentials or its TLS certificate does not verify; Stopped
@@ -96,7 +134,7 @@ async def connect(options: ConnectOptions, *, name: str, follow: bool = False,
         try:
             import nkeys  # noqa: F401  (nats-py signs the server's nonce with it)
         except ImportError:
-            raise FleetError(f"--creds needs the nkeys package: {install_hint('fleet')}") \
+            raise NotConnected(f"--creds needs the nkeys package: {install_hint('fleet')}") \
                 from None
         kwargs["user_credentials"] = options.creds
     if options.tls_ca or options.url.startswith("tls://"):
@@ -107,7 +145,7 @@ async def connect(options: ConnectOptions, *, name: str, follow: bool = False,
         try:
             kwargs["tls"] = ssl.create_default_context(cafile=options.tls_ca)
         except (ssl.SSLError, ValueError) as exc:
-            raise FleetError(f"--tls-ca {options.tls_ca}: not a CA certificate file "
+            raise NotConnected(f"--tls-ca {options.tls_ca}: not a CA certificate file "
                              f"({exc})") from None
     errors = []
     refused = asyncio.Event()
@@ -137,7 +175,7 @@ async def connect(options: ConnectOptions, *, name: str, follow: bool = False,
         connecting.exception() if connecting.done() and not connecting.cancelled()
         else TimeoutError()))
     # nats-py raises several unrelated types here: the cause, in one line
-    raise FleetError(f"cannot connect to {options.url}: {str(cause) or type(cause).__name__}")
+    raise NotConnected(f"cannot connect to {options.url}: {str(cause) or type(cause).__name__}")
 
 
 async def close(nc) -> None:

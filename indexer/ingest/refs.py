@@ -45,9 +45,16 @@ class ImportResult:
                 "rejected": [{"row": n, "error": e} for n, e in self.rejected]}
 
 
+class Unreadable(str):
+    """Why a row of a refs file could not be read (a JSONL line that is not
+    JSON): told apart from a row that is itself a string, which is rejected
+    as not an object."""
+
+
 def _rows(path: Path):
-    """(row number, object or error string) for every row of a CSV, JSON or
-    JSONL file; the format is told by the extension, else by the content."""
+    """(row number, the row's value or Unreadable) for every row of a CSV,
+    JSON or JSONL file; the format is told by the extension, else by the
+    content."""
     try:
         text = path.read_text(encoding="utf-8-sig")
     except (OSError, UnicodeDecodeError) as exc:
@@ -79,13 +86,13 @@ def _rows(path: Path):
         try:
             yield n, json.loads(line)
         except ValueError as exc:
-            yield n, f"invalid JSON: {exc}"
+            yield n, Unreadable(f"invalid JSON: {exc}")
 
 
 def _check(obj) -> dict | str:
     """A clean reference, or why the row is rejected."""
-    if isinstance(obj, str):
-        return obj
+    if isinstance(obj, Unreadable):
+        return str(obj)
     if not isinstance(obj, dict):
         return f"not an object (a {type(obj).__name__})"
     sid = obj.get("session_id")

@@ -26,6 +26,7 @@ import sqlite3
 import time
 
 from indexer.transcripts import discover
+from indexer.index.connection import remove_made
 from indexer.index.db import data_dir
 from indexer.ingest import fleet_nats, fleet_wire
 from indexer.transcripts.digests import blake2b
@@ -80,6 +81,10 @@ def default_ledger() -> str:
     return os.path.join(data_dir(), "ship.db")
 
 
+# The file beside a ledger whose lock its shipper holds.
+LOCK_SUFFIX = ".lock"
+
+
 class Ledger:
     """What JetStream has acknowledged, per file (one connection), held by
     one shipper at a time (a lock on LEDGER.lock)."""
@@ -87,7 +92,7 @@ class Ledger:
     def __init__(self, path: str):
         if os.path.dirname(path):
             os.makedirs(os.path.dirname(path), exist_ok=True)
-        self.lock = open(path + ".lock", "a")
+        self.lock = open(path + LOCK_SUFFIX, "a")
         try:
             fcntl.flock(self.lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -387,13 +392,16 @@ async def ship(options: fleet_nats.ConnectOptions, sources: list[str], *, host: 
     for source in sources:
         if not os.path.exists(source):
             raise ShipError(f"{source}: no such file or folder")
-    ledger = Ledger(ledger_path)
+    made = not os.path.lexists(ledger_path)
+    ledger = Ledger(ledger_path)   # (first: a ledger in use or unusable is said at once)
     stop = stop or asyncio.Event()
     try:
         nc = await fleet_nats.connect(options, name=f"session-index ship {host}",
                                       follow=not once, stop=stop)
     except BaseException:   # Stopped (a signal before the server answered), FleetError
         ledger.close()
+        if made:   # nothing was sent: the ledger this run made goes with it
+            remove_made(ledger_path, extra=(LOCK_SUFFIX,))
         raise
     try:
         shipper = await _start(nc, ledger, sources, host, log, once=once, stop=stop,

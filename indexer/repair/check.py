@@ -158,6 +158,8 @@ def check(db, session_id: str, *, now: str | None = None, config_dir=None,
     so is an index this user may only read (db.read_only)."""
     started = time.monotonic()
     freshen = freshen and not dbmod.read_only(db)
+    if claude_version is not None:   # (else one that is not a version reads as today's)
+        thinking.claude_version(claude_version)
     agents.require_claude_code(db.conn, session_id)   # a Codex or Gemini CLI session: no verdict
     searched = [os.fspath(config_dir)] if config_dir is not None else retention.config_dirs()
     config_dir = os.fspath(config_dir or retention.default_config_dir())

@@ -72,9 +72,12 @@ class SignalView(namedtuple("SignalView", "name description columns common sql t
         return self.template.format(**self.view_args)
 
 
-class Param(namedtuple("Param", "name type default help metavar", defaults=(None,))):
+class Param(namedtuple("Param", "name type default help metavar minimum",
+                       defaults=(None, None))):
     """An option of a listing beyond --db, --now and the output formats:
-    ``--name`` (underscores as dashes), bound as ``:name``."""
+    ``--name`` (underscores as dashes), bound as ``:name``; ``minimum`` is
+    its least value (None: any). A float is a finite number (the CLI
+    refuses nan and infinities)."""
 
     __slots__ = ()
 
@@ -872,7 +875,7 @@ EXPIRING = ProblemClass(
         order_by="days_left IS NULL, days_left, path", now=True,
         args={"now": ":now", "window": ":days"},
         params=(Param("days", float, EXPIRING_WINDOW_DAYS,
-                      "Report transcripts expiring within this many days."),)),
+                      "Report transcripts expiring within this many days.", "N", minimum=0),)),
     query=CannedQuery("expiring_transcripts", "Transcripts expiring within N days",
                       "Transcripts Claude Code's cleanup deletes soon, soonest first.",
                       EXPIRING_QUERY_SQL),

@@ -331,6 +331,23 @@ def version_key(version) -> int | None:
     return digits[0] * 10**6 + digits[1] * 10**3 + digits[2]
 
 
+class NotAVersion(ValueError):
+    """A Claude Code version asked for (check --claude-version) that is not
+    one: version_key cannot read it, and the verdict would take it for
+    today's Claude Code."""
+
+
+def claude_version(text: str) -> str:
+    """``text`` as a Claude Code version to answer for, the one definition
+    every surface that takes one checks it with (check --claude-version,
+    check.check); NotAVersion when version_key cannot read it ('', 'bogus',
+    '2.1')."""
+    if version_key(text) is None:
+        raise NotAVersion(f"{text!r} is not a Claude Code version (MAJOR.MINOR.PATCH, "
+                          "e.g. 2.1.154)")
+    return text
+
+
 def stays_stuck(version, fault: str) -> bool:
     """Does this Claude Code version resend a refused thinking block of this
     fault on every resume? A version that is not one (None: none recorded)
