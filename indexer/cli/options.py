@@ -44,6 +44,7 @@ db_option = click.option(
     "--db", "db_path", cls=DbOption, type=click.Path(),
     default=dbmod.default_db_path, help="The index file.")
 
+
 def named_path(ctx, param, value):
     """The callback of a path option that names a folder to read or write
     (--config-dir, export --out, demo --dir, ship --ledger, check --cwd):
@@ -119,6 +120,7 @@ claude_version_option = click.option(
     help="The Claude Code version that will resume (MAJOR.MINOR.PATCH, e.g. 2.1.154): what "
          "it does with thinking the API refuses decides wedged [default: the version that "
          "last wrote the transcript].")
+
 
 def port_option(default: int, help_text: str):
     """-p/--port: a TCP port a server listens on (serve, demo, mcp --http),
