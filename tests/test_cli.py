@@ -155,6 +155,22 @@ def test_missing_source_and_missing_index_are_clear_errors(tmp_path):
     assert not (tmp_path / "none.db").exists()
 
 
+def test_an_empty_source_is_no_folder_not_the_current_one(tmp_path):
+    """`ingest ''` read the current folder (os.path.abspath('')); it names
+    nothing, in the fast path and in click alike, and writes no index."""
+    t = Transcript("33333333-3333-4333-8333-333333333333")
+    t.add("a", None, "user")
+    t.write(tmp_path / "-tmp-x")
+    said = "Error: '': an empty path names no file or folder"
+    for args in (["ingest", ""], ["ingest", "", "--silent"], ["ingest", "", "--json"]):
+        fast = subprocess.run([sys.executable, "-m", "indexer", *args, "--db", "x.db"],
+                              cwd=tmp_path, capture_output=True, text=True, timeout=60)
+        assert (fast.returncode, fast.stderr.strip()) == (3, said)
+        slow = CliRunner().invoke(cli, [*args, "--db", str(tmp_path / "x.db")])
+        assert (slow.exit_code, slow.stderr.strip()) == (3, said)
+        assert not (tmp_path / "x.db").exists()
+
+
 def test_no_default_projects_folder_is_a_clear_error(tmp_path):
     result = CliRunner().invoke(cli, ["ingest", "--db", str(tmp_path / "x.db")],
                                 env={"CLAUDE_CONFIG_DIR": str(tmp_path / "empty")})

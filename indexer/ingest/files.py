@@ -280,6 +280,8 @@ def _under_sources(sources: list[str], tracked: dict) -> tuple[list, list, list]
     scanned_roots: list[str] = []
     missing_files: list[str] = []
     for source in sources:
+        if not source:   # (os.path.abspath would make it the current folder)
+            raise SourceNotFound(discover.not_found(source))
         path = os.path.abspath(source)
         if os.path.isdir(path):
             scanned_roots.append(path)
@@ -291,7 +293,7 @@ def _under_sources(sources: list[str], tracked: dict) -> tuple[list, list, list]
         elif any(t.startswith(path + os.sep) for t in tracked):
             scanned_roots.append(path)
         else:
-            raise SourceNotFound(f"{source}: no such file or folder")
+            raise SourceNotFound(discover.not_found(source))
     return list(dict.fromkeys(found)), scanned_roots, missing_files   # a file under two sources once
 
 

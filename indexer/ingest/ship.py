@@ -391,7 +391,7 @@ async def ship(options: fleet_nats.ConnectOptions, sources: list[str], *, host: 
     told what is sent and each pass."""
     for source in sources:
         if not os.path.exists(source):
-            raise ShipError(f"{source}: no such file or folder")
+            raise ShipError(discover.not_found(source))
     made = not os.path.lexists(ledger_path)
     ledger = Ledger(ledger_path)   # (first: a ledger in use or unusable is said at once)
     stop = stop or asyncio.Event()

@@ -35,6 +35,14 @@ class NoProjectsFolder(Exception):
     """No SOURCES given, and the default projects folder does not exist."""
 
 
+def not_found(source: str) -> str:
+    """Why ``source`` names nothing to read: a path that does not exist, or
+    '' (an empty path names no file or folder, never the current one)."""
+    if not source:
+        return "'': an empty path names no file or folder"
+    return f"{source}: no such file or folder"
+
+
 def default_sources(sources, config_dir=None) -> list[str]:
     """The SOURCES given, else the projects folder of ``config_dir``, else
     those of every config dir (retention.config_dirs) and, when neither
