@@ -174,6 +174,21 @@ def test_every_reader_reads_what_a_writer_holding_it_open_wrote(place):
         holder.close()
 
 
+def test_a_transcript_changed_since_the_ingest_is_said_by_every_reader(place):
+    """On an index nobody may write, check, show and repair's dry run
+    answer from the index as it stands, and each says which transcript
+    changed on disk since the index read it (check's warning)."""
+    place.lock()
+    path = place.projects / "-tmp-demo" / f"{SID}.jsonl"
+    with open(path, "a") as f:
+        f.write(path.read_text().splitlines()[-1] + "\n")
+    said = f"warning: {path} changed on disk since the index last read it"
+    for args in (["check", SID], ["show", SID], ["repair", SID]):
+        done = place.run(*args)
+        assert "Error" not in done.stderr and said in done.stderr, (args, done.stderr)
+    assert side_files(place) == []
+
+
 def test_a_writing_command_says_it_may_not_write(place):
     place.lock()
     refs = place.root / "refs.jsonl"

@@ -1033,8 +1033,12 @@ def _fresh(db, session_id, required: bool = True, host: str = "") -> bool:
     """Ingest the session's main transcripts first if they changed on disk (or
     went away: which one a resume opens may change with them). Whether the
     index holds a main transcript of it on ``host`` (exit 3 without one, if
-    required). An index this user may only read is taken as it stands."""
-    if not dbmod.read_only(db):
+    required). An index this user may only read is taken as it stands, with
+    check's warning on stderr for each transcript changed since."""
+    if dbmod.read_only(db):
+        for warning in checkmod.unread_warnings(db, session_id, host):
+            click.echo(f"warning: {warning}", err=True)
+    else:
         paths = [r[0] for r in db.conn.execute(
             "SELECT path FROM files WHERE session_id = ? AND kind = 'main' AND origin = 'file'",
             [session_id])]

@@ -221,6 +221,16 @@ def _subject(session_id: str, host: str, choice, main, files: list, gone: list) 
             "unscanned": unscanned if rule == mainfile.NONE_NAMED else 0}
 
 
+def unread_warnings(db, session_id: str, host: str = "", config_dir=None) -> list[str]:
+    """UNREAD_WARNING for each main transcript of the session on this
+    machine that changed or appeared on disk since the index last read it:
+    what a command that does not ingest first (on an index this user may
+    only read) says beside its answer, as check does."""
+    searched = [os.fspath(config_dir)] if config_dir is not None else retention.config_dirs()
+    _, _, unread = _freshen(db, session_id, "", searched, host, write=False)
+    return [UNREAD_WARNING.format(path=p) for p in unread]
+
+
 def _freshen(db, session_id: str, config_dir: str, searched: list[str], host: str = "",
              write: bool = True):
     """(the session's main files on ``host``, those found gone, those left
