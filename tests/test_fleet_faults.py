@@ -683,8 +683,11 @@ def test_clients_starting_at_once_all_find_the_stream(tmp_path):
     async def main(url):
         ncs = [await nats.connect(url) for _ in range(16)]
         try:
+            # (30 s for the server's answers, not nats-py's 5: on a loaded
+            # machine a fresh server's JetStream answered 16 requests at once
+            # later than that; ship and the central retry a timeout)
             results = await asyncio.gather(
-                *(fleet_nats.ensure_stream(nc.jetstream()) for nc in ncs),
+                *(fleet_nats.ensure_stream(nc.jetstream(timeout=30)) for nc in ncs),
                 return_exceptions=True)
             info = await ncs[0].jetstream().stream_info(fleet_wire.STREAM)
             return [repr(r) for r in results if r is not None], info.config.subjects
