@@ -175,3 +175,49 @@ def test_the_builds_pages_are_handed_to_the_disk_while_it_is_written(tmp_path, m
     with real(str(tmp_path / "missing.db")) as gone:   # nothing to open: nothing done
         time.sleep(0.05)
     assert gone.calls == 0 and not gone.thread.is_alive()
+
+
+# A process holding the index open with a change in its WAL (no checkpoint),
+# killed once the file is deleted: its -wal and -shm stay, as ingest --watch
+# left them when the index was deleted under it.
+HOLD_WAL = """
+import sqlite3, sys, time
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("PRAGMA wal_autocheckpoint = 0")
+conn.execute("CREATE TABLE left_by_the_old_index AS SELECT * FROM records")
+print("held", flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.parametrize("how", ["built", "in place"])
+def test_a_wal_left_by_a_deleted_index_is_not_replayed_into_the_next(tmp_path, how):
+    """The next index made under the name is the new one alone, whole:
+    SQLite would have replayed the old index's WAL into it (the old tables,
+    or a corrupt file), and `ingest` said it stored what it did not."""
+    _session(tmp_path / "old", "aaaaaaaa", 40)
+    _session(tmp_path / "new", "bbbbbbbb", 3)
+    final = tmp_path / "index.db"
+    fresh_build.ingest(str(final), _ingest([tmp_path / "old"]))
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_WAL, str(final)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert os.path.getsize(f"{final}-wal") > 0
+        os.unlink(final)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert _files(tmp_path) == ["index.db-shm", "index.db-wal", "new", "old"]
+    if how == "built":
+        fresh_build.ingest(str(final), _ingest([tmp_path / "new"]))
+        index = dbmod.open_index(final)
+    else:   # (ingest --watch, ingest --from, the session store: made in place)
+        index = dbmod.open_index(final, create=True)
+        ingest_mod.ingest(index, [str(tmp_path / "new")])
+    assert index.conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    assert index.conn.execute(
+        "SELECT name FROM sqlite_master WHERE name = 'left_by_the_old_index'").fetchall() == []
+    assert index.conn.execute("SELECT DISTINCT session_id FROM records").fetchall() == [
+        ("bbbbbbbb",)]
+    assert _lines(final) == 3

@@ -61,16 +61,31 @@ FOLDER_REFUSED = ("SQLITE_READONLY_DIRECTORY", "SQLITE_CANTOPEN")
 SIDECARS = ("-wal", "-shm", "-journal")
 
 
+def _unlink(path, suffixes) -> None:
+    for suffix in suffixes:
+        try:
+            os.unlink(f"{path}{suffix}")
+        except FileNotFoundError:
+            pass
+
+
 def remove_made(path, extra: tuple = ()) -> None:
     """Remove the database file at ``path`` that this run made and wrote
     nothing of worth to (its connection closed), with its SIDECARS and the
     ``extra`` suffixes' files (a lock): a run that failed before its first
     write leaves no file behind (ingest --from, ship: no server)."""
-    for suffix in ("", *SIDECARS, *extra):
-        try:
-            os.unlink(f"{path}{suffix}")
-        except FileNotFoundError:
-            pass
+    _unlink(path, ("", *SIDECARS, *extra))
+
+
+def remove_stale_sidecars(path) -> None:
+    """With no file at ``path``, the SIDECARS there removed: called just
+    before an index is made there. An index deleted while a process had it
+    open (``ingest --watch``, which then stops) leaves its -wal and -shm,
+    and SQLite, opening the next database made under the name, would replay
+    that WAL into it: the old index's pages over the new one (a stale or a
+    corrupt index)."""
+    if not os.path.lexists(path):
+        _unlink(path, SIDECARS)
 
 
 def connect(path, bulk: bool = False) -> sqlite3.Connection:

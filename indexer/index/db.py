@@ -23,6 +23,7 @@ from indexer.index.connection import (
     connect_readonly,
     not_writable,
     readonly_uri,
+    remove_stale_sidecars,
     unusable,
     writable,
 )
@@ -218,6 +219,7 @@ def _create(path: str, bulk: bool = False) -> Index | sqlite_utils.Database:
     from indexer.index import new_index   # (only to make a new index: start-up time)
 
     make_default_folder(path)
+    remove_stale_sidecars(path)
     conn = connect(path, bulk)
     try:
         made = new_index.create(conn)

@@ -26,7 +26,7 @@ import gc
 import os
 
 from indexer.index import db as dbmod
-from indexer.index.connection import IndexError_
+from indexer.index.connection import IndexError_, remove_stale_sidecars
 
 MARK = ".building-"
 
@@ -80,6 +80,7 @@ def _publish(conn, build: str, final: str) -> bool:
         os.fsync(fd)
     finally:
         os.close(fd)
+    remove_stale_sidecars(final)   # (a WAL of a deleted index would be replayed into this one)
     try:
         os.link(build, final)
     except OSError:   # a file is there now (or no hard links here): ingest into it in place
