@@ -220,6 +220,15 @@ def test_since_and_until_take_dates_and_words(reported):
     (["daily", "--since", "soon"], "Invalid value for --since: 'soon' is not a date"),
     (["daily", "--until", "2026-13-01"], "Invalid value for --until: '2026-13-01' is not a date"),
     (["daily", "--timezone", "Mars/Olympus"], "'Mars/Olympus' is not an IANA time zone"),
+    # (times Python's dates cannot hold were an OverflowError: exit 3, 'internal error')
+    (["daily", "--until", "9999-12-31", "--timezone", "UTC"],
+     "Invalid value for --until: '9999-12-31' is out of the range of dates"),
+    (["weekly", "--since", "99999999 days ago"],
+     "Invalid value for --since: '99999999 days ago' is out of the range of dates"),
+    (["--since", "99999999 days ago"],
+     "Invalid value for --since: '99999999 days ago' is out of the range of dates"),
+    (["session", "--until", "999999999 hours ago"],
+     "Invalid value for --until: '999999999 hours ago' is out of the range of dates"),
 ])
 def test_a_bad_time_or_zone_is_a_usage_error(reported, args, says):
     result = CliRunner().invoke(cli, ["usage", *args, "--db", str(reported.path)])

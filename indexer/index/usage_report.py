@@ -163,7 +163,18 @@ def when(text: str, tz, now: datetime, end: bool = False) -> datetime:
     (YYYY-MM-DD or YYYYMMDD; its midnight in ``tz``, with ``end`` the next
     midnight: --until a date includes it), a time (ISO-8601; without a zone,
     in ``tz``; --until a time excludes it), or a word: now, today, yesterday,
-    N hours ago (a time), N days ago, N weeks ago (dates)."""
+    N hours ago (a time), N days ago, N weeks ago (dates). BadTime for any
+    other text, and for an instant Python's dates cannot hold in UTC
+    (99999999 days ago; the day after 9999-12-31)."""
+    try:
+        moment = _when(text, tz, now, end)
+        bound(moment)   # (its UTC form, as the report's SQL compares it)
+    except OverflowError:
+        raise BadTime(f"{text!r} is out of the range of dates (years 1 to 9999)") from None
+    return moment
+
+
+def _when(text: str, tz, now: datetime, end: bool) -> datetime:
     word = text.strip().lower()
     local_today = now.astimezone(tz).date()
     day = None
