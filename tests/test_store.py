@@ -396,6 +396,15 @@ def test_a_session_only_in_the_store_is_resumable_from_it(index, store, tmp_path
     assert verdict["reason"].startswith("no local transcript was ever indexed, but the session "
                                         "store holds it (10 records")
     assert index.rows("SELECT * FROM stale_session_refs") == []
+    # export and restore write files, which it has none of: they say the store holds it
+    for args in (["export", SID, "--out", str(tmp_path / "out")],
+                 ["restore", SID, "--config-dir", str(tmp_path / "claude")]):
+        result = CliRunner().invoke(cli, [*args, "--db", str(index.path)])
+        assert result.exit_code == 3 and result.stderr.strip() == (
+            f"Error: session {SID} is in the index only as a session store copy "
+            f"(store://p/{SID}): export and restore write transcript files, and no file of it "
+            "was indexed (the SessionStore's load reads the copy)"), result.stderr
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_poisoned_store_copy_is_poisoned(index, store, tmp_path):

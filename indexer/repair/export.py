@@ -23,6 +23,12 @@ ORDER BY id IS (SELECT main_file_id FROM sessions s WHERE s.session_id = files.s
   kind = 'main' DESC, path
 """.strip()
 
+# A session store copy of the session (store.py: its files' paths), when it
+# has no transcript file: what export says instead of "no transcript".
+STORE_COPY_SQL = """
+SELECT path FROM files WHERE session_id = ? AND path LIKE 'store://%' ORDER BY id LIMIT 1
+""".strip()
+
 
 class NothingToExport(Exception):
     """No transcript of this session is in the index."""
@@ -89,6 +95,12 @@ def relative_path(path: str, project_dir: str | None) -> str:
 def _rows(db, session_id: str) -> list[tuple]:
     rows = db.conn.execute(SESSION_FILES_SQL, [session_id]).fetchall()
     if not rows:
+        store = db.conn.execute(STORE_COPY_SQL, [session_id]).fetchone()
+        if store is not None:
+            raise NothingToExport(
+                f"session {session_id} is in the index only as a session store copy "
+                f"({store[0]}): export and restore write transcript files, and no file of it "
+                "was indexed (the SessionStore's load reads the copy)")
         raise NothingToExport(f"no transcript of session {session_id} is in the index")
     return rows
 
