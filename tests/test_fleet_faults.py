@@ -73,7 +73,7 @@ def as_sent(header, body, subject=None, msg_id=None):
 
 
 def malformed(path):
-    """The 24 kinds of message a central cannot use, each (name, (subject,
+    """The 27 kinds of message a central cannot use, each (name, (subject,
     payload, headers), a word of its quarantine reason): after the header
     field named, by what is wrong."""
     line = b'{"type":"user","uuid":"u-forged"}\n'
@@ -101,6 +101,11 @@ def malformed(path):
         ("no path", bad(10, path=...), "path is missing"),
         ("path a list", bad(11, path=["/a"]), "path is not a name"),
         ("path relative", bad(12, path="relative/x.jsonl"), "not absolute"),
+        ("path with ..", bad(25, path=f"{path.parent}/../{path.parent.name}/{path.name}"),
+         "not in normal form"),
+        ("path with an empty part", bad(26, path=f"{path.parent}//{path.name}"),
+         "not in normal form"),
+        ("path with //", bad(27, path=f"/{path}"), "not in normal form"),
         ("no generation", bad(13, generation=...), "generation is missing"),
         ("generation a string", bad(14, generation="1"), "generation is str"),
         ("generation 0", bad(15, generation=0), "generation 0 is below 1"),
@@ -121,7 +126,7 @@ def malformed(path):
 
 
 def test_the_central_quarantines_every_malformed_message_and_goes_on(server, tmp_path):
-    """24 kinds of malformed message, forged ones a decode cannot see (no
+    """27 kinds of malformed message, forged ones a decode cannot see (no
     message id, another's, a generation past SQLite's integers, a host and
     path that name another file) and hostile heartbeats (4e12, 1e300,
     -1e12, NaN, another host's key) among two hosts' lines: a following

@@ -36,6 +36,7 @@ from __future__ import annotations
 import hashlib
 import math
 import json
+import posixpath
 import re
 
 # One stream holds every host's messages; subjects session-index.HOST.KIND.
@@ -185,6 +186,10 @@ def decode(payload: bytes) -> tuple[dict, bytes]:
             raise BadMessage(f"{name} is longer than {longest} or has control characters")
     if not header["path"].startswith("/"):
         raise BadMessage("path is not absolute")
+    if posixpath.normpath(header["path"]) != header["path"] or header["path"].startswith("//"):
+        # (a shipper sends each path as os.path.abspath made it: /a/../b
+        # and /b would be two files of one host, /p/..//S.jsonl a project ..)
+        raise BadMessage("path is not in normal form (a '.', '..' or empty part in it)")
     _count(header, "generation", 1)
     if "agent" in header and header["agent"] not in AGENTS:
         raise BadMessage(f"unknown agent {str(header['agent'])[:40]!r}")
