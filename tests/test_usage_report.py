@@ -324,6 +324,9 @@ def test_statusline_prints_the_verdict_and_cost(reported):
         "resumable · $0.02 (2 calls) · Claude Code: $0.50\n")
     status["cost"]["total_cost_usd"] = 0.017
     assert statusline(reported, json.dumps(status)) == "resumable · $0.02 (2 calls)\n"
+    for odd in ("1e309", "-1e309", "NaN", "-1"):   # (Claude Code's or not: not a cost to show)
+        assert statusline(reported, json.dumps(status).replace("0.017", odd)) == (
+            "resumable · $0.02 (2 calls)\n"), odd
     # a transcript written since the last ingest: said, not read (unless --freshen)
     path = reported.projects / "-work-shop" / f"{C}.jsonl"
     path.write_text(path.read_text() + json.dumps(

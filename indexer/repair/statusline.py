@@ -23,6 +23,7 @@ exception: a status line must print something.
 from __future__ import annotations
 
 import json
+import math
 import os
 
 from indexer.chain import mainfile
@@ -84,6 +85,7 @@ def line(db_path, payload: str, freshen: bool = False) -> str:
     reported = (data.get("cost") or {}).get("total_cost_usd") \
         if isinstance(data.get("cost"), dict) else None
     if isinstance(reported, (int, float)) and not isinstance(reported, bool) \
-            and abs(reported - (cost["cost_usd"] or 0.0)) >= DIFFERS_USD:
+            and 0 <= reported < math.inf \
+            and abs(reported - (cost["cost_usd"] or 0.0)) >= DIFFERS_USD:   # (not NaN, inf, < 0)
         parts.append(f"Claude Code: {_money(reported)}")
     return " · ".join(parts)
