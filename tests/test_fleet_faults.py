@@ -574,6 +574,35 @@ def test_a_last_line_without_its_newline_is_stored_as_locally_then_settled(serve
     assert exported(db, t.session_id) == t.path.read_bytes()
 
 
+def test_check_says_a_file_waits_for_earlier_bytes(server, tmp_path):
+    """A message lost from the stream, one after it stored: the central holds
+    that one (no gap yet), and check on the host's copy says the copy stops
+    before it, where it said nothing until the gap was recorded."""
+    t = Transcript(tmp_path / "h")
+    t.append(2)
+    ship_once(server, "h", tmp_path / "h", tmp_path)
+    db = tmp_path / "central.db"
+    drain(server, db)
+    stored = len(t.complete())
+    t.append(1)
+    ship_once(server, "h", tmp_path / "h", tmp_path)
+    lost = stream_op(server.url, lambda js: js.stream_info(fleet_wire.STREAM)).state.last_seq
+    t.append(1)
+    ship_once(server, "h", tmp_path / "h", tmp_path)
+    assert stream_op(server.url, lambda js: js.delete_msg(fleet_wire.STREAM, lost))
+    drain(server, db)
+    p = run("check", t.session_id, "--db", db, "--host", "h", "--json", check=False)
+    verdict = json.loads(p.stdout)
+    fleet = verdict["details"]["fleet"]
+    assert (fleet["held_messages"], fleet["gaps"]) == (1, 0)
+    lines = t.complete().split(b"\n")
+    assert fleet["held_from"] == sum(len(x) + 1 for x in lines[:3])   # the 4th line's
+    assert any(w.startswith(f"host h's transcript waits for earlier bytes: 1 message(s) from "
+                            f"byte {fleet['held_from']} on are held since ")
+               for w in verdict["warnings"]), verdict["warnings"]
+    assert exported(db, t.session_id) == t.complete()[:stored]
+
+
 def test_a_lost_message_after_a_last_line_without_its_newline_is_sent_again(server, tmp_path):
     """The last line was stored without its newline; the message that
     brought its newline (and a line after it) is lost from the stream: the

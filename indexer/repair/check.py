@@ -87,6 +87,14 @@ SELECT count(*) AS gaps, coalesce(sum(g.end - g.start), 0) AS gap_bytes
 FROM fleet_gaps g JOIN fleet_files ff ON ff.file_id = g.file_id
 WHERE g.file_id = ? AND g.generation = ff.remote_generation
 """.strip()
+# Its messages the central holds for earlier bytes not come yet (fleet_held,
+# of the host's current generation of it): how many, the first byte they
+# start at, and since when the oldest is held.
+FLEET_FILE_HELD_SQL = """
+SELECT count(*) AS held_messages, min(h.offset) AS held_from, min(h.held_at) AS held_since
+FROM fleet_held h JOIN fleet_files ff ON ff.file_id = h.file_id
+WHERE h.file_id = ? AND h.generation = ff.remote_generation
+""".strip()
 
 
 class Verdict:
@@ -443,10 +451,17 @@ def _shipped(db, verdict: Verdict, main: dict, now_iso: str) -> None:
         age = round((datetime.fromisoformat(now_iso.replace("Z", "+00:00"))
                      - datetime.fromisoformat(beat.replace("Z", "+00:00"))).total_seconds(), 1)
     [gaps] = _rows(db, FLEET_FILE_GAPS_SQL, [main["id"]])
+    [held] = _rows(db, FLEET_FILE_HELD_SQL, [main["id"]])
     verdict.details["fleet"] = {"host": main["host"], "last_heartbeat_at": beat,
                                 "heartbeat_age_s": age,
                                 "last_message_at": row[0]["last_message_at"] if row else None,
-                                **gaps}
+                                **gaps, **held}
+    if held["held_messages"]:
+        verdict.warnings.append(f"host {main['host']}'s transcript waits for earlier bytes: "
+                                f"{held['held_messages']} message(s) from byte "
+                                f"{held['held_from']} on are held since {held['held_since']} "
+                                "until the bytes before them come (or are recorded as a gap): "
+                                "the index's copy stops before them")
     if gaps["gaps"]:
         verdict.warnings.append(f"host {main['host']}'s transcript lacks {gaps['gap_bytes']} "
                                 f"bytes the fleet's stream lost ({gaps['gaps']} gaps: "
