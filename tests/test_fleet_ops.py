@@ -363,3 +363,29 @@ def test_the_central_derives_once_per_window_not_per_batch(server, tmp_path, mon
     assert len(derives) <= elapsed / fleet_central.DERIVE_WINDOW_S + 3, (len(derives), elapsed)
     assert db.conn.execute("SELECT count(*) FROM files WHERE needs_derive").fetchone() == (0,)
     assert db.conn.execute("SELECT resume_leaf_uuid FROM leaves").fetchone() == ("u-149",)
+
+
+def test_a_shipper_says_when_the_server_goes_and_comes_back(server, tmp_path):
+    """A server restarted in a few seconds, sooner than any publish gives up:
+    the shipper says so (it said nothing: no step failed), and its stop at
+    the end is no disconnection to report."""
+    t = Transcript(tmp_path / "h")
+    t.append(2)
+    err_path = tmp_path / "ship.err"
+    with open(err_path, "w") as err:
+        shipper = subprocess.Popen([*CLI, "ship", tmp_path / "h", "--to", server.url,
+                                    "--host", "h", "--ledger", tmp_path / "l.db"],
+                                   stdout=subprocess.DEVNULL, stderr=err)
+    said = err_path.read_text
+    try:
+        wait_until(lambda: (tmp_path / "l.db").exists(), 30, shipper)
+        time.sleep(2)   # (connected, and its first pass sent)
+        server.kill()
+        wait_until(lambda: f"ship h: NATS: disconnected from {server.url}: reconnecting"
+                   in said(), 30, shipper)
+        server.start()
+        wait_until(lambda: f"ship h: NATS: reconnected to {server.url}" in said(), 30, shipper)
+    finally:
+        shipper.send_signal(signal.SIGTERM)
+        assert shipper.wait(timeout=30) == 0, said()
+    assert said().count("disconnected") == 1 and "Traceback" not in said(), said()

@@ -1111,7 +1111,7 @@ async def consume(db, options: fleet_nats.ConnectOptions, *, consumer: str | Non
     taken = set(hosts) if hosts else None
     try:
         nc = await fleet_nats.connect(options, name="session-index central", follow=watch,
-                                      stop=stop)
+                                      stop=stop, log=log)
     except fleet_nats.Stopped:   # a signal before the server answered: nothing to do
         summary.seconds = round(time.monotonic() - started, 3)
         return summary

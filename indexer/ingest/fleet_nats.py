@@ -119,12 +119,14 @@ _QUIET_SSL_EOF = _QuietSSLEOF()   # one filter, however often connect runs
 
 
 async def connect(options: ConnectOptions, *, name: str, follow: bool = False,
-                  stop: asyncio.Event | None = None):
+                  stop: asyncio.Event | None = None, log=None):
     """A connected client that reconnects after an outage; NotConnected (one
     line) if the server cannot be reached within CONNECT_WAIT_S, unless
     ``follow`` (a service: it waits for the server), or at once if it
     refuses the credentials or its TLS certificate does not verify; Stopped
-    if ``stop`` is set while waiting."""
+    if ``stop`` is set while waiting. ``log(line)``: told when the connection
+    is lost and when it is back (an outage no publish or fetch failed in,
+    shorter than their timeouts, is said too)."""
     nats = client()
     kwargs = {"name": name, "connect_timeout": 2, "allow_reconnect": True,
               "max_reconnect_attempts": -1, "reconnect_time_wait": 0.5}
@@ -157,6 +159,18 @@ async def connect(options: ConnectOptions, *, name: str, follow: bool = False,
             refused.set()
 
     kwargs["error_cb"] = on_error
+    if log is not None:
+        async def on_disconnected():
+            # (a connection made, not closed: nats-py calls it on a close too,
+            # and while the first connection is tried)
+            if connecting.done() and not connecting.cancelled() \
+                    and connecting.exception() is None and not connecting.result().is_closed:
+                log(f"NATS: disconnected from {options.url}: reconnecting")
+
+        async def on_reconnected():
+            log(f"NATS: reconnected to {options.url}")
+
+        kwargs["disconnected_cb"], kwargs["reconnected_cb"] = on_disconnected, on_reconnected
     connecting = asyncio.ensure_future(nats.connect(options.url, **kwargs))
     waiting = asyncio.ensure_future(refused.wait())
     stopping = asyncio.ensure_future((stop or asyncio.Event()).wait())

@@ -397,7 +397,7 @@ async def ship(options: fleet_nats.ConnectOptions, sources: list[str], *, host: 
     stop = stop or asyncio.Event()
     try:
         nc = await fleet_nats.connect(options, name=f"session-index ship {host}",
-                                      follow=not once, stop=stop)
+                                      follow=not once, stop=stop, log=log)
     except BaseException:   # Stopped (a signal before the server answered), FleetError
         ledger.close()
         if made:   # nothing was sent: the ledger this run made goes with it
