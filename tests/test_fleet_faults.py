@@ -574,6 +574,17 @@ def test_a_last_line_without_its_newline_is_stored_as_locally_then_settled(serve
     assert exported(db, t.session_id) == t.path.read_bytes()
 
 
+def ship_two_lose_the_first(server, t, tmp_path) -> None:
+    """Host h ships a line of ``t``, then another; the first one's message
+    is deleted from the stream (lost, as a stream past its limits loses it)."""
+    t.append(1)
+    ship_once(server, "h", tmp_path / "h", tmp_path)
+    lost = stream_op(server.url, lambda js: js.stream_info(fleet_wire.STREAM)).state.last_seq
+    t.append(1)
+    ship_once(server, "h", tmp_path / "h", tmp_path)
+    assert stream_op(server.url, lambda js: js.delete_msg(fleet_wire.STREAM, lost))
+
+
 def test_check_says_a_file_waits_for_earlier_bytes(server, tmp_path):
     """A message lost from the stream, one after it stored: the central holds
     that one (no gap yet), and check on the host's copy says the copy stops
@@ -584,12 +595,7 @@ def test_check_says_a_file_waits_for_earlier_bytes(server, tmp_path):
     db = tmp_path / "central.db"
     drain(server, db)
     stored = len(t.complete())
-    t.append(1)
-    ship_once(server, "h", tmp_path / "h", tmp_path)
-    lost = stream_op(server.url, lambda js: js.stream_info(fleet_wire.STREAM)).state.last_seq
-    t.append(1)
-    ship_once(server, "h", tmp_path / "h", tmp_path)
-    assert stream_op(server.url, lambda js: js.delete_msg(fleet_wire.STREAM, lost))
+    ship_two_lose_the_first(server, t, tmp_path)
     drain(server, db)
     p = run("check", t.session_id, "--db", db, "--host", "h", "--json", check=False)
     verdict = json.loads(p.stdout)
@@ -617,12 +623,7 @@ def test_a_lost_message_after_a_last_line_without_its_newline_is_sent_again(serv
     assert sqlite3.connect(db).execute("SELECT unterminated_tail > 0 FROM files").fetchone() \
         == (1,)
     t.append_bytes(b"\n")
-    t.append(1)
-    ship_once(server, "h", tmp_path / "h", tmp_path)
-    last = stream_op(server.url, lambda js: js.stream_info(fleet_wire.STREAM)).state.last_seq
-    t.append(1)
-    ship_once(server, "h", tmp_path / "h", tmp_path)
-    assert stream_op(server.url, lambda js: js.delete_msg(fleet_wire.STREAM, last))
+    ship_two_lose_the_first(server, t, tmp_path)
     shipper = subprocess.Popen([*CLI, "ship", tmp_path / "h", "--to", server.url, "--host", "h",
                                 "--ledger", tmp_path / "ledger-h.db"],
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
