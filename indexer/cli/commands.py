@@ -4,7 +4,8 @@ Exit codes: 0 ok; 1 a finding (rows listed by poisoned/stale/expiring/failed,
 rows rejected by refs import, verify: the CLI and the index differ); 2 a usage error; 3 the index or a source
 cannot be used (a file that is not an index, a full disk, a read-only file
 system, a corrupt page: one line, never a traceback; for export/restore also:
-the generation asked for is not in the index; a target
+the generation asked for is not in the index, or only a session store copy of
+the session is; a target
 outside the folder, a symlink or a different file: refused; for search: search
 is not enabled on the index); 4/5/6/11 the check verdicts
 missing/poisoned/spliced/wedged; 7 a repair refused (the file is live); 8 a repair
@@ -967,7 +968,8 @@ def export(session_id, out, force, generation, db_path):
     byte for byte as last ingested, whether or not the originals still exist;
     with --generation N, as they were in generation N (a rewrite of a file
     keeps its earlier generations in the index). Exit 9 when the session is
-    not in the index; exit 3 when that generation is not, and when a target
+    not in the index; exit 3 when that generation is not, when only a session
+    store copy of it is (no transcript file to write), and when a target
     lies outside --out (a `..` or a symlink), is a symlink, or is a different
     file (unless --force); then nothing is written. Each file is written to a
     new temporary file beside it and renamed into place.
@@ -1005,8 +1007,8 @@ def restore(session_id, generation, db_path, config_dir):
     resumes again: where they were ingested from, or with --config-dir at
     their places under that dir's projects/; with --generation N, as they
     were in generation N. Refuses to overwrite a different existing file (exit
-    3, nothing written; so does a generation not in the index; a session not
-    in it is exit 9).
+    3, nothing written; so does a generation not in the index, and a session
+    it holds only as a session store copy; a session not in it is exit 9).
     Sets each file's mtime to now: Claude Code's cleanup deletes by mtime, so
     the restored transcript gets a full retention period.
 
