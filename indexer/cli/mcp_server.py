@@ -224,9 +224,11 @@ class Tools:
                 host, verdict = None, None
                 revision = _revision(conn, showmod.agent_file_ids(conn, session_id, agent))
                 cursors = [f"#{n}" for n in range(1, len(messages) + 1)]
+                body = "text"
             else:
                 host, messages, verdict, revision = self._conversation(conn, session_id)
                 cursors = [m["uuid"] for m in messages]
+                body = "message"
         start = 0
         if since is not None:
             if since not in cursors:
@@ -235,7 +237,7 @@ class Tools:
             start = cursors.index(since) + 1
         page, size = [], 0
         for m in messages[start:start + PAGE_MESSAGES]:
-            size += len(str(m["message"] if "message" in m else m["text"]))
+            size += len(str(m[body]))
             if page and size > PAGE_CHARS:
                 break
             page.append(m)

@@ -101,6 +101,15 @@ def project_option(what: str):
              "no session matches.")
 
 
+def checked(value, check, refused):
+    """``check(value)``, the library's check of an option's value, with its
+    error ``refused`` a usage error (exit 2, its one line)."""
+    try:
+        return check(value)
+    except refused as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
 def _claude_version(ctx, param, value):
     """--claude-version V: a version thinking.claude_version reads, else a
     usage error (one that is not a version would read as today's Claude Code
@@ -109,10 +118,7 @@ def _claude_version(ctx, param, value):
         return None
     from indexer.transcripts import thinking   # (only when a version is given: start-up time)
 
-    try:
-        return thinking.claude_version(value)
-    except thinking.NotAVersion as exc:
-        raise click.BadParameter(str(exc)) from None
+    return checked(value, thinking.claude_version, thinking.NotAVersion)
 
 
 claude_version_option = click.option(
@@ -259,10 +265,7 @@ def nats_url(ctx, param, value):
         return None
     from indexer.ingest import fleet_nats   # (--from and --to only: asyncio and the fleet's modules)
 
-    try:
-        return fleet_nats.check_url(value)
-    except fleet_nats.NotANatsUrl as exc:
-        raise click.BadParameter(str(exc)) from None
+    return checked(value, fleet_nats.check_url, fleet_nats.NotANatsUrl)
 
 
 def from_options(help_text: str):

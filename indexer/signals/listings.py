@@ -64,8 +64,8 @@ def _cut_tag(text: str) -> str:
     start = text.rfind("<")
     if start < 0 or ">" in text[start:]:
         return text
-    name = _TAG_NAME.match(text, start).group(1)
-    rest = text[_TAG_NAME.match(text, start).end():]
+    tag = _TAG_NAME.match(text, start)
+    name, rest = tag.group(1), text[tag.end():]
     if rest == "" and any(tag.startswith(name) for tag in _CLAUDE_CODE_TAGS) or (
             name in _CLAUDE_CODE_TAGS and rest[:1].isspace()):
         return text[:start]
